@@ -1,0 +1,162 @@
+//! The BabelQueue wire envelope, `schema_version` 1.
+//!
+//! Two ways in:
+//! - [`Message::parse`] is the hot path: one borrowed pass, validation, the dedupe
+//!   key, and the raw text kept for the handler. No `serde_json::Value` tree.
+//! - [`Envelope`] is the full owned form (unknown fields preserved), built on demand
+//!   with [`Message::envelope`] or [`Envelope::decode`].
+
+mod owned;
+mod rejection;
+mod view;
+
+use std::borrow::Cow;
+
+pub use owned::Envelope;
+pub use rejection::Rejection;
+use view::{EnvelopeView, Loose, MetaField, TopLevel};
+
+/// The only envelope schema version this crate accepts.
+pub const SCHEMA_VERSION: u64 = 1;
+
+/// Nesting depth at which decoding stops (serde_json's recursion limit).
+pub const MAX_DEPTH: usize = 128;
+
+/// Input limits applied before and during decoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest accepted envelope in bytes (default 1 MiB; Cloudflare Queues caps
+    /// messages at 128 KB, so this only bites on hostile input).
+    pub max_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_bytes: 1 << 20 }
+    }
+}
+
+/// A decoded, validated delivery: the raw text plus the fields the dedupe reads.
+///
+/// Borrowed from the input: parsing copies nothing but strings that contain escapes.
+#[derive(Debug, Clone)]
+pub struct Message<'a> {
+    raw: &'a str,
+    job: Cow<'a, str>,
+    trace_id: Cow<'a, str>,
+    attempts: u64,
+    id: Loose<'a>,
+}
+
+impl<'a> Message<'a> {
+    /// Decodes and validates `raw` (the `accepts()` of the other SDKs), with a typed
+    /// reason for each rejection.
+    pub fn parse(raw: &'a [u8], limits: &Limits) -> Result<Message<'a>, Rejection> {
+        if raw.len() > limits.max_bytes {
+            return Err(Rejection::TooLarge {
+                size: raw.len(),
+                limit: limits.max_bytes,
+            });
+        }
+        let text = std::str::from_utf8(raw)
+            .map_err(|e| Rejection::NotJson(format!("invalid UTF-8 at byte {}", e.valid_up_to())))?;
+        let view = match serde_json::from_str::<TopLevel<'a>>(text) {
+            Ok(TopLevel::Object(view)) => view,
+            Ok(TopLevel::NotAnObject) => return Err(Rejection::NotAnObject),
+            Err(e) => return Err(Rejection::from_json_error(&e)),
+        };
+        Self::validate(text, view)
+    }
+
+    /// Parses a `&str` (see [`Message::parse`]).
+    pub fn parse_str(raw: &'a str, limits: &Limits) -> Result<Message<'a>, Rejection> {
+        Self::parse(raw.as_bytes(), limits)
+    }
+
+    fn validate(raw: &'a str, view: EnvelopeView<'a>) -> Result<Message<'a>, Rejection> {
+        // `job` is canonical; `urn` is the inbound alias, used when `job` is absent.
+        let job = match (view.job, view.urn) {
+            (Loose::Absent, urn) => urn,
+            (job, _) => job,
+        };
+        let job = match job {
+            Loose::Str(s) if !s.trim().is_empty() => s,
+            _ => return Err(Rejection::MissingJob),
+        };
+        let meta = match view.meta {
+            MetaField::Object(meta) => meta,
+            MetaField::Absent => return Err(Rejection::MetaNotObject),
+            MetaField::Other(_) => return Err(Rejection::MetaNotObject),
+        };
+        match meta.schema_version {
+            Loose::Unsigned(SCHEMA_VERSION) => {}
+            other => {
+                return Err(Rejection::UnsupportedSchemaVersion {
+                    found: other.describe(),
+                });
+            }
+        }
+        if view.data != Loose::Object {
+            return Err(Rejection::DataNotObject {
+                found: view.data.describe(),
+            });
+        }
+        let trace_id = match view.trace_id {
+            Loose::Str(s) if !s.trim().is_empty() => s,
+            _ => return Err(Rejection::BlankTraceId),
+        };
+        // Absent `attempts` reads as 0 (a first delivery); anything but a
+        // non-negative integer is rejected, as the Python and Node SDKs do.
+        let attempts = match view.attempts {
+            Loose::Absent => 0,
+            Loose::Unsigned(n) => n,
+            other => {
+                return Err(Rejection::BadAttempts {
+                    found: other.describe(),
+                });
+            }
+        };
+        Ok(Message {
+            raw,
+            job,
+            trace_id,
+            attempts,
+            id: meta.id,
+        })
+    }
+
+    /// The dedupe id: `meta.id` verbatim, or `None` when the message has no usable id
+    /// (absent, null, empty, or not a string) and must run unchanged (fail-open).
+    /// Never trimmed: `" "` is a valid id, as in every BabelQueue SDK.
+    pub fn id(&self) -> Option<&str> {
+        match &self.id {
+            Loose::Str(s) if !s.is_empty() => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The message URN (`job`, or its inbound alias `urn`).
+    pub fn job(&self) -> &str {
+        &self.job
+    }
+
+    /// The causal-chain id (not the dedupe key).
+    pub fn trace_id(&self) -> &str {
+        &self.trace_id
+    }
+
+    /// The transport's retry counter (0 on a first delivery).
+    pub fn attempts(&self) -> u64 {
+        self.attempts
+    }
+
+    /// The envelope text exactly as delivered.
+    pub fn raw(&self) -> &'a str {
+        self.raw
+    }
+
+    /// The full owned envelope, unknown fields preserved (builds a JSON tree).
+    pub fn envelope(&self) -> Result<Envelope, Rejection> {
+        Envelope::from_validated(self.raw)
+    }
+}

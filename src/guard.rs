@@ -1,0 +1,483 @@
+//! The dedupe guard: the spec's decision sequence around a handler, for one
+//! delivery or a whole batch.
+//!
+//! The work is split in two so hosts that run the handler themselves (the WIT
+//! guard world, a Workers consumer) share the exact logic of [`Guard::process`]:
+//! [`Guard::decide_batch`] asks the store (one call), the host runs what it was told
+//! to run, and [`Guard::complete_batch`] commits (one call) and resolves every
+//! delivery's [`Outcome`].
+
+use std::future::Future;
+use std::ops::AsyncFnMut;
+use std::panic::AssertUnwindSafe;
+use std::pin::pin;
+use std::task::Poll;
+use std::time::Duration;
+
+use foldhash::fast::RandomState;
+
+use crate::envelope::{Limits, Message, Rejection};
+use crate::key::KeySpace;
+use crate::observe::{Event, Observer, StoreOp};
+use crate::outcome::{Outcome, OutcomeKind};
+use crate::store::{Claim, ClaimToken, Store, StoreError, StoreResult};
+
+/// How the guard behaves. The defaults are the spec's: no TTL, no claiming, ids
+/// verbatim, 1 MiB envelopes.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// How long a remembered id counts as seen (`None`: until forgotten).
+    pub ttl: Option<Duration>,
+    /// `Some(lease)` turns on claiming mode: an in-flight claim is taken before the
+    /// handler runs, so concurrent duplicates park instead of running twice.
+    pub claim_lease: Option<Duration>,
+    /// Where ids live in the store.
+    pub keyspace: KeySpace,
+    /// Input limits for decoding.
+    pub limits: Limits,
+}
+
+/// What the guard decided for one delivery, before its handler runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Run the handler, then report its result to [`Guard::complete_batch`].
+    Run,
+    /// No usable `meta.id`: run the handler; nothing will be recorded.
+    FailOpen,
+    /// Already processed: do not run; ack.
+    Skip,
+    /// Another consumer holds the claim: do not run; redeliver later.
+    Park,
+    /// Same key as the earlier delivery at this index of the batch: do not run;
+    /// its outcome follows that delivery's (skip if it succeeded, else retry).
+    Duplicate(usize),
+    /// Not a valid envelope: do not run; dead-letter.
+    Reject(Rejection),
+    /// The store could not answer: do not run; retry (fail-closed).
+    StoreUnavailable(StoreError),
+}
+
+/// A delivery's decision: the verdict plus what completing it needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub verdict: Verdict,
+    /// The store key (namespaced `meta.id`), when the message has a usable id.
+    pub key: Option<String>,
+    /// The claim taken for this delivery in claiming mode.
+    pub claim: Option<ClaimToken>,
+}
+
+impl Decision {
+    fn unkeyed(verdict: Verdict) -> Self {
+        Decision {
+            verdict,
+            key: None,
+            claim: None,
+        }
+    }
+
+    /// Should the host run the handler for this delivery?
+    pub fn should_run(&self) -> bool {
+        matches!(self.verdict, Verdict::Run | Verdict::FailOpen)
+    }
+}
+
+/// What a handler did, as reported back to [`Guard::complete_batch`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum HandlerResult<E> {
+    Ok,
+    Err(E),
+    Panicked(String),
+}
+
+impl<E> From<Result<(), E>> for HandlerResult<E> {
+    fn from(r: Result<(), E>) -> Self {
+        match r {
+            Ok(()) => HandlerResult::Ok,
+            Err(e) => HandlerResult::Err(e),
+        }
+    }
+}
+
+/// Wraps a handler with seen-set dedupe over a [`Store`].
+///
+/// ```
+/// use bq_dedupe::{block_on_ready, Guard, InMemoryStore, Outcome};
+///
+/// let guard = Guard::new(InMemoryStore::new());
+/// let body = br#"{"job":"urn:babel:orders:created","trace_id":"t-1","data":{},
+///                 "meta":{"id":"id-1","schema_version":1},"attempts":0}"#;
+/// let mut effects = 0;
+/// for _ in 0..2 {
+///     let _ = block_on_ready(guard.process(body, async |_msg| {
+///         effects += 1;
+///         Ok::<(), String>(())
+///     }));
+/// }
+/// assert_eq!(effects, 1);
+/// ```
+pub struct Guard<S, O = ()> {
+    store: S,
+    options: Options,
+    observer: O,
+}
+
+impl<S: Store> Guard<S, ()> {
+    /// A guard with the default [`Options`] and no observer.
+    pub fn new(store: S) -> Self {
+        Guard {
+            store,
+            options: Options::default(),
+            observer: (),
+        }
+    }
+}
+
+impl<S: Store, O: Observer> Guard<S, O> {
+    /// Remembered ids expire after `ttl`.
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.options.ttl = Some(ttl);
+        self
+    }
+
+    /// Claiming mode with the given lease (see [`Options::claim_lease`]).
+    pub fn with_claiming(mut self, lease: Duration) -> Self {
+        self.options.claim_lease = Some(lease);
+        self
+    }
+
+    pub fn with_keyspace(mut self, keyspace: KeySpace) -> Self {
+        self.options.keyspace = keyspace;
+        self
+    }
+
+    pub fn with_options(mut self, options: Options) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Reports every decision and store error to `observer`.
+    pub fn with_observer<O2: Observer>(self, observer: O2) -> Guard<S, O2> {
+        Guard {
+            store: self.store,
+            options: self.options,
+            observer,
+        }
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    pub fn observer(&self) -> &O {
+        &self.observer
+    }
+
+    /// Forgets `id` (a `meta.id`, namespaced like every other key) so its next
+    /// delivery runs again.
+    pub async fn forget(&self, id: &str) -> StoreResult<()> {
+        let result = self.store.forget(&self.options.keyspace.key(id)).await;
+        self.report_store_error(StoreOp::Forget, &result);
+        result
+    }
+
+    /// Puts one delivery through the guard: decode, decide, run `handler` if
+    /// needed, record the result.
+    pub async fn process<E>(
+        &self,
+        body: &[u8],
+        handler: impl AsyncFnMut(&Message<'_>) -> Result<(), E>,
+    ) -> Outcome<E> {
+        let mut outcomes = self.process_batch(&[body], handler).await;
+        outcomes.pop().unwrap_or(Outcome::Parked)
+    }
+
+    /// Puts a batch through the guard with one store call to decide and one to
+    /// record, running `handler` in order for each delivery that should run.
+    /// Deliveries sharing a key run at most once (see [`Verdict::Duplicate`]).
+    pub async fn process_batch<B: AsRef<[u8]>, E>(
+        &self,
+        bodies: &[B],
+        mut handler: impl AsyncFnMut(&Message<'_>) -> Result<(), E>,
+    ) -> Vec<Outcome<E>> {
+        let (messages, decisions) = self.plan(bodies).await;
+        let mut results = Vec::with_capacity(decisions.len());
+        for (message, decision) in messages.iter().zip(&decisions) {
+            results.push(match message {
+                Some(msg) if decision.should_run() => Some(run_caught(&mut handler, msg).await),
+                _ => None,
+            });
+        }
+        self.complete_batch(decisions, results).await
+    }
+
+    /// Decides one delivery (see [`Guard::decide_batch`]).
+    pub async fn decide(&self, body: &[u8]) -> Decision {
+        let mut decisions = self.plan(&[body]).await.1;
+        decisions
+            .pop()
+            .unwrap_or(Decision::unkeyed(Verdict::Park))
+    }
+
+    /// Decides a batch with one store call (plus one re-check if, in claiming mode,
+    /// some ids are held by another consumer). The host then runs the handler for
+    /// each decision whose [`Decision::should_run`] is true.
+    pub async fn decide_batch<B: AsRef<[u8]>>(&self, bodies: &[B]) -> Vec<Decision> {
+        self.plan(bodies).await.1
+    }
+
+    /// Completes one decision with its handler's result (`None`: it did not run).
+    pub async fn complete<E>(&self, decision: Decision, result: Option<HandlerResult<E>>) -> Outcome<E> {
+        let mut outcomes = self.complete_batch(vec![decision], vec![result]).await;
+        outcomes.pop().unwrap_or(Outcome::Parked)
+    }
+
+    /// Records a batch with one store call: remembers the keys whose handler
+    /// succeeded, releases the claims of those that failed, and resolves every
+    /// delivery's outcome. `results[i]` is the handler result for `decisions[i]`
+    /// (`None` where it did not run).
+    pub async fn complete_batch<E>(
+        &self,
+        decisions: Vec<Decision>,
+        mut results: Vec<Option<HandlerResult<E>>>,
+    ) -> Vec<Outcome<E>> {
+        results.resize_with(decisions.len(), || None);
+        let mut done: Vec<&str> = Vec::new();
+        let mut release: Vec<(&str, &ClaimToken)> = Vec::new();
+        for (decision, result) in decisions.iter().zip(&results) {
+            if let (Verdict::Run, Some(key)) = (&decision.verdict, &decision.key) {
+                match (result, &decision.claim) {
+                    (Some(HandlerResult::Ok), _) => done.push(key),
+                    (_, Some(token)) => release.push((key, token)),
+                    _ => {}
+                }
+            }
+        }
+        let recorded = self.commit(&done, &release).await;
+
+        let mut outcomes: Vec<Outcome<E>> = Vec::with_capacity(decisions.len());
+        for (decision, result) in decisions.iter().zip(results) {
+            let outcome = match (&decision.verdict, result) {
+                (Verdict::Run, Some(HandlerResult::Ok)) => match &recorded {
+                    Ok(()) => Outcome::Ran,
+                    Err(e) => Outcome::RanUnrecorded(e.clone()),
+                },
+                (Verdict::FailOpen, Some(HandlerResult::Ok)) => Outcome::FailOpen(Ok(())),
+                (Verdict::FailOpen, Some(HandlerResult::Err(e))) => Outcome::FailOpen(Err(e)),
+                (Verdict::Run, Some(HandlerResult::Err(e))) => Outcome::Failed(e),
+                (Verdict::Run | Verdict::FailOpen, Some(HandlerResult::Panicked(msg))) => {
+                    Outcome::Panicked(msg)
+                }
+                // Told to run but it did not: nothing happened, so redeliver.
+                (Verdict::Run | Verdict::FailOpen, None) => Outcome::Parked,
+                (Verdict::Skip, _) => Outcome::Skipped,
+                (Verdict::Park, _) => Outcome::Parked,
+                (Verdict::Reject(r), _) => Outcome::Rejected(r.clone()),
+                (Verdict::StoreUnavailable(e), _) => Outcome::StoreUnavailable(e.clone()),
+                (Verdict::Duplicate(of), _) => follow(outcomes.get(*of)),
+            };
+            self.observer.observe(Event::Outcome {
+                key: decision.key.as_deref(),
+                kind: outcome.kind(),
+            });
+            outcomes.push(outcome);
+        }
+        outcomes
+    }
+
+    /// Decodes every body, collapses in-batch duplicates, and asks the store about
+    /// each distinct key once.
+    async fn plan<'b, B: AsRef<[u8]>>(
+        &self,
+        bodies: &'b [B],
+    ) -> (Vec<Option<Message<'b>>>, Vec<Decision>) {
+        let mut messages = Vec::with_capacity(bodies.len());
+        let mut decisions = Vec::with_capacity(bodies.len());
+        let mut leaders: hashbrown::HashMap<String, usize, RandomState> = Default::default();
+        let mut unique: Vec<usize> = Vec::new();
+        for (i, body) in bodies.iter().enumerate() {
+            let message = match Message::parse(body.as_ref(), &self.options.limits) {
+                Ok(m) => m,
+                Err(r) => {
+                    messages.push(None);
+                    decisions.push(Decision::unkeyed(Verdict::Reject(r)));
+                    continue;
+                }
+            };
+            let decision = match message.id() {
+                None => Decision::unkeyed(Verdict::FailOpen),
+                Some(id) => {
+                    let key = self.options.keyspace.key(id).into_owned();
+                    let verdict = match leaders.get(&key) {
+                        Some(&leader) => Verdict::Duplicate(leader),
+                        None => {
+                            // Batches of one (the common single path) skip the map.
+                            if bodies.len() > 1 {
+                                leaders.insert(key.clone(), i);
+                            }
+                            unique.push(i);
+                            Verdict::Run
+                        }
+                    };
+                    Decision {
+                        verdict,
+                        key: Some(key),
+                        claim: None,
+                    }
+                }
+            };
+            messages.push(Some(message));
+            decisions.push(decision);
+        }
+        if !unique.is_empty() {
+            match self.options.claim_lease {
+                Some(lease) => self.claim_all(&unique, &mut decisions, lease).await,
+                None => self.check_all(&unique, &mut decisions).await,
+            }
+        }
+        (messages, decisions)
+    }
+
+    /// Plain mode: one `seen` (or `seen_many`) for the distinct keys.
+    async fn check_all(&self, unique: &[usize], decisions: &mut [Decision]) {
+        let keys = keys_at(unique, decisions);
+        let answers = match keys.as_slice() {
+            [one] => self.store.seen(one).await.map(|seen| vec![seen]),
+            many => self.store.seen_many(many).await,
+        };
+        let answers = checked_len(answers, keys.len());
+        self.report_store_error(StoreOp::Seen, &answers);
+        for (&i, answer) in unique.iter().zip(0..) {
+            decisions[i].verdict = match &answers {
+                Ok(seen) if seen[answer] => Verdict::Skip,
+                Ok(_) => Verdict::Run,
+                Err(e) => Verdict::StoreUnavailable(e.clone()),
+            };
+        }
+    }
+
+    /// Claiming mode: claim every distinct key (one call); a key held by another
+    /// consumer is re-checked with `seen` (one more call), then skipped or parked.
+    async fn claim_all(&self, unique: &[usize], decisions: &mut [Decision], lease: Duration) {
+        let keys = keys_at(unique, decisions);
+        let claims = match keys.as_slice() {
+            [one] => self.store.claim(one, lease).await.map(|c| vec![c]),
+            many => self.store.claim_many(many, lease).await,
+        };
+        let claims = checked_len(claims, keys.len());
+        self.report_store_error(StoreOp::Claim, &claims);
+        let claims = match claims {
+            Ok(claims) => claims,
+            Err(e) => {
+                for &i in unique {
+                    decisions[i].verdict = Verdict::StoreUnavailable(e.clone());
+                }
+                return;
+            }
+        };
+        let mut held = Vec::new();
+        for (&i, claim) in unique.iter().zip(claims) {
+            match claim {
+                Claim::Acquired(token) => decisions[i].claim = Some(token),
+                Claim::Seen => decisions[i].verdict = Verdict::Skip,
+                Claim::Held => held.push(i),
+            }
+        }
+        if held.is_empty() {
+            return;
+        }
+        // The holder may have finished since: skip if so, otherwise park.
+        self.check_all(&held, decisions).await;
+        for &i in &held {
+            if decisions[i].verdict == Verdict::Run {
+                decisions[i].verdict = Verdict::Park;
+            }
+        }
+    }
+
+    /// Remembers `done` and releases `release` in as few calls as the store allows.
+    async fn commit(&self, done: &[&str], release: &[(&str, &ClaimToken)]) -> StoreResult<()> {
+        let ttl = self.options.ttl;
+        let result = match (done, release) {
+            ([], []) => return Ok(()),
+            ([one], []) => self.store.remember(one, ttl).await,
+            (many, []) => self.store.remember_many(many, ttl).await,
+            ([], [(key, token)]) => self.store.release(key, token).await,
+            _ => self.store.commit_many(done, ttl, release).await,
+        };
+        let op = if done.is_empty() { StoreOp::Release } else { StoreOp::Remember };
+        self.report_store_error(op, &result);
+        // A failed release alone changes no outcome: the lease runs out by itself.
+        if done.is_empty() { Ok(()) } else { result }
+    }
+
+    fn report_store_error<T>(&self, op: StoreOp, result: &StoreResult<T>) {
+        if let Err(error) = result {
+            self.observer.observe(Event::StoreError { op, error });
+        }
+    }
+}
+
+/// The keys of the decisions at `unique`, in that order.
+fn keys_at<'d>(unique: &[usize], decisions: &'d [Decision]) -> Vec<&'d str> {
+    unique
+        .iter()
+        .filter_map(|&i| decisions[i].key.as_deref())
+        .collect()
+}
+
+/// A store that answers a batch call with the wrong number of answers is broken;
+/// treat it as an error rather than guess.
+fn checked_len<T>(answers: StoreResult<Vec<T>>, expected: usize) -> StoreResult<Vec<T>> {
+    match answers {
+        Ok(a) if a.len() != expected => Err(StoreError::internal(format!(
+            "store answered {} of {expected} keys",
+            a.len()
+        ))),
+        other => other,
+    }
+}
+
+/// A duplicate inside a batch follows the delivery it duplicates: done there means
+/// skip here; anything else means retry here, without running.
+fn follow<E>(leader: Option<&Outcome<E>>) -> Outcome<E> {
+    match leader.map(Outcome::kind) {
+        Some(OutcomeKind::Ran | OutcomeKind::RanUnrecorded | OutcomeKind::Skipped) => Outcome::Skipped,
+        Some(OutcomeKind::StoreUnavailable) => match leader {
+            Some(Outcome::StoreUnavailable(e)) => Outcome::StoreUnavailable(e.clone()),
+            _ => Outcome::Parked,
+        },
+        _ => Outcome::Parked,
+    }
+}
+
+/// Runs the handler, turning a panic (where unwinding exists) into a result so it
+/// never crosses the guard.
+async fn run_caught<E>(
+    handler: &mut impl AsyncFnMut(&Message<'_>) -> Result<(), E>,
+    msg: &Message<'_>,
+) -> HandlerResult<E> {
+    // The async block defers the call itself into the first poll, so a panic in
+    // the synchronous part of the handler is caught too.
+    let mut call = pin!(async { handler(msg).await });
+    std::future::poll_fn(move |cx| {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(cx))) {
+            Ok(Poll::Ready(r)) => Poll::Ready(r.into()),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(payload) => Poll::Ready(HandlerResult::Panicked(panic_message(&*payload))),
+        }
+    })
+    .await
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into())
+}

@@ -1,0 +1,129 @@
+//! Reporting decisions without tying the core to a logging backend.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::outcome::OutcomeKind;
+use crate::store::StoreError;
+
+/// Which store call failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StoreOp {
+    Seen,
+    Remember,
+    Claim,
+    Release,
+    Forget,
+}
+
+/// One thing the guard did or met.
+#[derive(Debug, Clone, Copy)]
+pub enum Event<'a> {
+    /// A delivery's final outcome. `key` is its store key when it had a usable id.
+    Outcome { key: Option<&'a str>, kind: OutcomeKind },
+    /// A store call failed (the outcome event says what that meant).
+    StoreError { op: StoreOp, error: &'a StoreError },
+}
+
+/// Receives every [`Event`]. Implemented for `()` (ignore), closures, and [`Counters`].
+pub trait Observer {
+    fn observe(&self, event: Event<'_>);
+}
+
+impl Observer for () {
+    fn observe(&self, _: Event<'_>) {}
+}
+
+impl<F: Fn(Event<'_>)> Observer for F {
+    fn observe(&self, event: Event<'_>) {
+        self(event)
+    }
+}
+
+impl<O: Observer + ?Sized> Observer for std::sync::Arc<O> {
+    fn observe(&self, event: Event<'_>) {
+        (**self).observe(event)
+    }
+}
+
+/// Lock-free decision counters, ready to export as metrics.
+#[derive(Debug, Default)]
+pub struct Counters {
+    runs: AtomicU64,
+    failures: AtomicU64,
+    skips: AtomicU64,
+    fail_open: AtomicU64,
+    parked: AtomicU64,
+    rejected: AtomicU64,
+    store_unavailable: AtomicU64,
+    store_errors: AtomicU64,
+    remember_failed: AtomicU64,
+}
+
+/// A point-in-time copy of [`Counters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CounterSnapshot {
+    /// Handler runs that succeeded (recorded or not).
+    pub runs: u64,
+    /// Handler runs that failed or panicked (fail-open failures included).
+    pub failures: u64,
+    pub skips: u64,
+    /// Deliveries run without dedupe (no usable id), whatever the handler did.
+    pub fail_open: u64,
+    pub parked: u64,
+    pub rejected: u64,
+    /// Deliveries not run because the store could not answer.
+    pub store_unavailable: u64,
+    /// Failed store calls of any kind.
+    pub store_errors: u64,
+    /// Successful runs whose id could not be remembered.
+    pub remember_failed: u64,
+}
+
+impl Counters {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn snapshot(&self) -> CounterSnapshot {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        CounterSnapshot {
+            runs: get(&self.runs),
+            failures: get(&self.failures),
+            skips: get(&self.skips),
+            fail_open: get(&self.fail_open),
+            parked: get(&self.parked),
+            rejected: get(&self.rejected),
+            store_unavailable: get(&self.store_unavailable),
+            store_errors: get(&self.store_errors),
+            remember_failed: get(&self.remember_failed),
+        }
+    }
+}
+
+impl Observer for Counters {
+    fn observe(&self, event: Event<'_>) {
+        let bump = |c: &AtomicU64| {
+            c.fetch_add(1, Ordering::Relaxed);
+        };
+        match event {
+            Event::StoreError { .. } => bump(&self.store_errors),
+            Event::Outcome { kind, .. } => match kind {
+                OutcomeKind::Ran => bump(&self.runs),
+                OutcomeKind::RanUnrecorded => {
+                    bump(&self.runs);
+                    bump(&self.remember_failed);
+                }
+                OutcomeKind::Failed | OutcomeKind::Panicked => bump(&self.failures),
+                OutcomeKind::Skipped => bump(&self.skips),
+                OutcomeKind::FailOpen => bump(&self.fail_open),
+                OutcomeKind::FailOpenFailed => {
+                    bump(&self.fail_open);
+                    bump(&self.failures);
+                }
+                OutcomeKind::Parked => bump(&self.parked),
+                OutcomeKind::Rejected => bump(&self.rejected),
+                OutcomeKind::StoreUnavailable => bump(&self.store_unavailable),
+            },
+        }
+    }
+}

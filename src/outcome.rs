@@ -1,0 +1,141 @@
+//! What happened to one delivery, and what the transport should do about it.
+
+use crate::envelope::Rejection;
+use crate::store::StoreError;
+
+/// The result of putting one delivery through the guard.
+///
+/// `E` is the handler's error type, returned unchanged in [`Outcome::Failed`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome<E> {
+    /// run-ok: the handler ran, succeeded, and the id was remembered.
+    Ran,
+    /// The handler ran and succeeded, but remembering the id failed. The message
+    /// is still acked (see the crate docs: re-running a succeeded handler is the
+    /// worse duplicate); the error is here and reported to the observer.
+    RanUnrecorded(StoreError),
+    /// run-failed: the handler returned an error, given back unchanged. The id is
+    /// left unmarked (and any claim released), so a redelivery runs it again.
+    Failed(E),
+    /// The handler panicked (native targets only; on wasm a panic aborts). Treated
+    /// like `Failed`: the id is left unmarked.
+    Panicked(String),
+    /// skip: the id was already processed; the handler did not run.
+    Skipped,
+    /// fail-open: no usable `meta.id`, so the handler ran without dedupe. Carries
+    /// the handler's own result.
+    FailOpen(Result<(), E>),
+    /// park: another consumer holds the claim on this id (or, in a batch, a
+    /// duplicate of this delivery failed). Redeliver later; not a failure.
+    Parked,
+    /// rejected: not a valid envelope (a poison message). The handler did not run.
+    Rejected(Rejection),
+    /// The store could not say whether the id was processed, so the handler did
+    /// not run (fail-closed). Retry.
+    StoreUnavailable(StoreError),
+}
+
+/// What the transport should do with the delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Disposition {
+    /// Done: acknowledge so the broker stops redelivering.
+    Ack,
+    /// Redeliver later.
+    Retry,
+    /// Can never succeed: dead-letter it (or let the broker's retry limit do so).
+    Poison,
+}
+
+/// The outcome without its payload, for counting and for the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OutcomeKind {
+    Ran,
+    RanUnrecorded,
+    Failed,
+    Panicked,
+    Skipped,
+    FailOpen,
+    FailOpenFailed,
+    Parked,
+    Rejected,
+    StoreUnavailable,
+}
+
+impl OutcomeKind {
+    /// A stable kebab-case code, shared with the WIT contract and the JS package.
+    pub fn code(self) -> &'static str {
+        match self {
+            OutcomeKind::Ran => "run-ok",
+            OutcomeKind::RanUnrecorded => "run-ok-unrecorded",
+            OutcomeKind::Failed => "run-failed",
+            OutcomeKind::Panicked => "run-panicked",
+            OutcomeKind::Skipped => "skip",
+            OutcomeKind::FailOpen => "fail-open",
+            OutcomeKind::FailOpenFailed => "fail-open-failed",
+            OutcomeKind::Parked => "park",
+            OutcomeKind::Rejected => "rejected",
+            OutcomeKind::StoreUnavailable => "store-unavailable",
+        }
+    }
+
+    pub fn disposition(self) -> Disposition {
+        match self {
+            OutcomeKind::Ran | OutcomeKind::RanUnrecorded | OutcomeKind::Skipped => Disposition::Ack,
+            OutcomeKind::FailOpen => Disposition::Ack,
+            OutcomeKind::Failed
+            | OutcomeKind::Panicked
+            | OutcomeKind::FailOpenFailed
+            | OutcomeKind::Parked
+            | OutcomeKind::StoreUnavailable => Disposition::Retry,
+            OutcomeKind::Rejected => Disposition::Poison,
+        }
+    }
+
+    /// Did the handler run (its side effect fire) for this delivery?
+    pub fn handler_ran(self) -> bool {
+        matches!(
+            self,
+            OutcomeKind::Ran
+                | OutcomeKind::RanUnrecorded
+                | OutcomeKind::Failed
+                | OutcomeKind::Panicked
+                | OutcomeKind::FailOpen
+                | OutcomeKind::FailOpenFailed
+        )
+    }
+}
+
+impl<E> Outcome<E> {
+    pub fn kind(&self) -> OutcomeKind {
+        match self {
+            Outcome::Ran => OutcomeKind::Ran,
+            Outcome::RanUnrecorded(_) => OutcomeKind::RanUnrecorded,
+            Outcome::Failed(_) => OutcomeKind::Failed,
+            Outcome::Panicked(_) => OutcomeKind::Panicked,
+            Outcome::Skipped => OutcomeKind::Skipped,
+            Outcome::FailOpen(Ok(())) => OutcomeKind::FailOpen,
+            Outcome::FailOpen(Err(_)) => OutcomeKind::FailOpenFailed,
+            Outcome::Parked => OutcomeKind::Parked,
+            Outcome::Rejected(_) => OutcomeKind::Rejected,
+            Outcome::StoreUnavailable(_) => OutcomeKind::StoreUnavailable,
+        }
+    }
+
+    pub fn disposition(&self) -> Disposition {
+        self.kind().disposition()
+    }
+
+    /// A human-readable reason for anything but a plain run or skip.
+    pub fn reason(&self) -> Option<String>
+    where
+        E: std::fmt::Display,
+    {
+        match self {
+            Outcome::RanUnrecorded(e) | Outcome::StoreUnavailable(e) => Some(e.to_string()),
+            Outcome::Failed(e) | Outcome::FailOpen(Err(e)) => Some(e.to_string()),
+            Outcome::Panicked(msg) => Some(format!("handler panicked: {msg}")),
+            Outcome::Rejected(r) => Some(r.to_string()),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,543 @@
+//! The reference in-memory store: process-local, optional TTL, optional capacity
+//! bound, and compact (about 32 bytes per UUID id instead of ~100 for a
+//! `HashSet<String>`).
+//!
+//! Layout: ids live in insertion order in a dense `Vec<[u8; 16]>` of slots. A
+//! canonical lowercase UUID (the usual `meta.id`) is stored as its 16 raw bytes;
+//! any other id is stored verbatim in a byte arena and its slot holds
+//! `(offset, len)`. A parallel `Vec<u32>` holds a kind bit and the expiry in whole
+//! seconds. A `HashTable<u32>` of slot numbers is the index. Forgotten slots become
+//! tombstones and are compacted away in bulk; the oldest slot goes first when the
+//! capacity bound is reached.
+
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use foldhash::fast::RandomState;
+use hashbrown::HashTable;
+
+use super::{Capabilities, Claim, ClaimToken, Store, StoreError, StoreResult};
+use crate::clock::Clock;
+
+/// Slot flag: the id is text in the arena (otherwise a UUID's 16 bytes).
+const TEXT: u32 = 1 << 31;
+/// Slot marker: forgotten, evicted or expired; skipped and later compacted away.
+const TOMB: u32 = u32::MAX;
+/// Expiry field: no expiry.
+const NEVER: u32 = 0;
+/// Largest expiry in seconds after the store's epoch (about 68 years).
+const MAX_EXPIRY_SECS: u32 = TEXT - 2;
+
+/// How an id is held: a UUID's bytes, or its text.
+#[derive(Clone, Copy)]
+enum Repr<'a> {
+    Uuid([u8; 16]),
+    Text(&'a [u8]),
+}
+
+impl<'a> Repr<'a> {
+    fn of(key: &'a str) -> Self {
+        parse_uuid(key.as_bytes()).map_or(Repr::Text(key.as_bytes()), Repr::Uuid)
+    }
+}
+
+/// Parses exactly the canonical lowercase form `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+/// Anything else (upper case, braces, no hyphens) is kept verbatim as text, so two
+/// ids that differ only in spelling stay two ids.
+fn parse_uuid(s: &[u8]) -> Option<[u8; 16]> {
+    if s.len() != 36 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    let mut nibbles = 0;
+    for (i, &c) in s.iter().enumerate() {
+        let v = match (i, c) {
+            (8 | 13 | 18 | 23, b'-') => continue,
+            (8 | 13 | 18 | 23, _) => return None,
+            (_, b'0'..=b'9') => c - b'0',
+            (_, b'a'..=b'f') => c - b'a' + 10,
+            _ => return None,
+        };
+        out[nibbles / 2] |= v << if nibbles % 2 == 0 { 4 } else { 0 };
+        nibbles += 1;
+    }
+    Some(out)
+}
+
+fn format_uuid(b: &[u8; 16]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(36);
+    for (i, byte) in b.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            s.push('-');
+        }
+        s.push(HEX[(byte >> 4) as usize] as char);
+        s.push(HEX[(byte & 15) as usize] as char);
+    }
+    s
+}
+
+/// One remembered id, as listed by [`InMemoryStore::entries`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreEntry {
+    pub key: String,
+    /// When the entry stops counting as seen (ms since the Unix epoch), if ever.
+    pub expires_at_ms: Option<u64>,
+}
+
+/// The seen-set proper. Every method takes `now_ms` so time is decided by the caller.
+struct Table {
+    slots: Vec<[u8; 16]>,
+    meta: Vec<u32>,
+    arena: Vec<u8>,
+    index: HashTable<u32>,
+    hasher: RandomState,
+    live: usize,
+    dead: usize,
+    /// No live slot sits before this one (where eviction starts looking).
+    oldest: usize,
+    /// Expiry seconds count from here (ms since the Unix epoch).
+    epoch_ms: u64,
+}
+
+impl Table {
+    fn new(epoch_ms: u64) -> Self {
+        Table {
+            slots: Vec::new(),
+            meta: Vec::new(),
+            arena: Vec::new(),
+            index: HashTable::new(),
+            hasher: RandomState::default(),
+            live: 0,
+            dead: 0,
+            oldest: 0,
+            epoch_ms,
+        }
+    }
+
+    fn hash(hasher: &RandomState, repr: Repr) -> u64 {
+        match repr {
+            Repr::Uuid(b) => hasher.hash_one(u128::from_le_bytes(b)),
+            Repr::Text(t) => hasher.hash_one(t),
+        }
+    }
+
+    fn slot_repr<'t>(slots: &[[u8; 16]], meta: &[u32], arena: &'t [u8], i: usize) -> Repr<'t> {
+        let slot = &slots[i];
+        if meta[i] & TEXT == 0 {
+            return Repr::Uuid(*slot);
+        }
+        let (off, len) = text_span(slot);
+        Repr::Text(&arena[off..off + len])
+    }
+
+    fn matches(&self, i: usize, repr: Repr) -> bool {
+        let m = self.meta[i];
+        match (repr, m & TEXT != 0) {
+            _ if m == TOMB => false,
+            (Repr::Uuid(b), false) => self.slots[i] == b,
+            (Repr::Text(t), true) => {
+                let (off, len) = text_span(&self.slots[i]);
+                &self.arena[off..off + len] == t
+            }
+            _ => false,
+        }
+    }
+
+    fn find(&self, repr: Repr, hash: u64) -> Option<usize> {
+        self.index
+            .find(hash, |&i| self.matches(i as usize, repr))
+            .map(|&i| i as usize)
+    }
+
+    fn expired(&self, i: usize, now_ms: Option<u64>) -> bool {
+        let secs = self.meta[i] & !TEXT;
+        match now_ms {
+            Some(now) if secs != NEVER => now >= self.epoch_ms + u64::from(secs) * 1000,
+            _ => false,
+        }
+    }
+
+    /// The expiry field for a TTL starting now, rounded up to whole seconds so an
+    /// id is never forgotten early (at most one second late).
+    fn expiry_secs(&self, now_ms: u64, ttl: Duration) -> u32 {
+        let until = now_ms.saturating_add(ttl.as_millis().min(u64::MAX as u128) as u64);
+        let secs = until.saturating_sub(self.epoch_ms).div_ceil(1000).max(1);
+        secs.min(u64::from(MAX_EXPIRY_SECS)) as u32
+    }
+
+    fn seen(&mut self, key: &str, now_ms: Option<u64>) -> bool {
+        let repr = Repr::of(key);
+        let hash = Self::hash(&self.hasher, repr);
+        match self.find(repr, hash) {
+            Some(i) if self.expired(i, now_ms) => {
+                self.remove(i, hash);
+                false
+            }
+            Some(_) => true,
+            None => false,
+        }
+    }
+
+    fn remember(&mut self, key: &str, expiry: u32, capacity: Option<usize>) -> StoreResult<()> {
+        let repr = Repr::of(key);
+        let hash = Self::hash(&self.hasher, repr);
+        if let Some(i) = self.find(repr, hash) {
+            // Remembering again renews the entry (and revives an expired one).
+            self.meta[i] = (self.meta[i] & TEXT) | expiry;
+            return Ok(());
+        }
+        if capacity.is_some_and(|cap| self.live >= cap) {
+            self.evict_oldest();
+        }
+        if self.slots.len() >= TOMB as usize {
+            return Err(StoreError::internal("in-memory store is full (2^32 slots)"));
+        }
+        let i = self.slots.len();
+        match repr {
+            Repr::Uuid(b) => {
+                self.slots.push(b);
+                self.meta.push(expiry);
+            }
+            Repr::Text(t) => {
+                let mut slot = [0u8; 16];
+                slot[..8].copy_from_slice(&(self.arena.len() as u64).to_le_bytes());
+                slot[8..].copy_from_slice(&(t.len() as u64).to_le_bytes());
+                self.arena.extend_from_slice(t);
+                self.slots.push(slot);
+                self.meta.push(TEXT | expiry);
+            }
+        }
+        let Table {
+            index,
+            slots,
+            meta,
+            arena,
+            hasher,
+            ..
+        } = self;
+        index.insert_unique(hash, i as u32, |&j| {
+            Self::hash(hasher, Self::slot_repr(slots, meta, arena, j as usize))
+        });
+        self.live += 1;
+        Ok(())
+    }
+
+    fn forget(&mut self, key: &str) {
+        let repr = Repr::of(key);
+        let hash = Self::hash(&self.hasher, repr);
+        if let Some(i) = self.find(repr, hash) {
+            self.remove(i, hash);
+        }
+    }
+
+    fn remove(&mut self, i: usize, hash: u64) {
+        if let Ok(entry) = self.index.find_entry(hash, |&j| j as usize == i) {
+            entry.remove();
+        }
+        self.meta[i] = TOMB;
+        self.live -= 1;
+        self.dead += 1;
+        // Bulk compaction keeps removal O(1) amortised.
+        if self.dead > 1024 && self.dead > self.live {
+            self.compact();
+        }
+    }
+
+    fn evict_oldest(&mut self) {
+        while self.oldest < self.meta.len() && self.meta[self.oldest] == TOMB {
+            self.oldest += 1;
+        }
+        if self.oldest < self.meta.len() {
+            let i = self.oldest;
+            let repr = Self::slot_repr(&self.slots, &self.meta, &self.arena, i);
+            let hash = Self::hash(&self.hasher, repr);
+            self.remove(i, hash);
+        }
+    }
+
+    /// Drops tombstones (and their arena bytes), keeping insertion order.
+    fn compact(&mut self) {
+        let mut slots = Vec::with_capacity(self.live);
+        let mut meta = Vec::with_capacity(self.live);
+        let mut arena = Vec::new();
+        for i in 0..self.slots.len() {
+            let m = self.meta[i];
+            if m == TOMB {
+                continue;
+            }
+            let mut slot = self.slots[i];
+            if m & TEXT != 0 {
+                let (off, len) = text_span(&slot);
+                slot[..8].copy_from_slice(&(arena.len() as u64).to_le_bytes());
+                arena.extend_from_slice(&self.arena[off..off + len]);
+            }
+            slots.push(slot);
+            meta.push(m);
+        }
+        self.slots = slots;
+        self.meta = meta;
+        self.arena = arena;
+        self.dead = 0;
+        self.oldest = 0;
+        let Table {
+            index,
+            slots,
+            meta,
+            arena,
+            hasher,
+            ..
+        } = self;
+        index.clear();
+        for i in 0..slots.len() {
+            let hash = Self::hash(hasher, Self::slot_repr(slots, meta, arena, i));
+            index.insert_unique(hash, i as u32, |&j| {
+                Self::hash(hasher, Self::slot_repr(slots, meta, arena, j as usize))
+            });
+        }
+    }
+
+    fn purge_expired(&mut self, now_ms: u64) -> usize {
+        let mut purged = 0;
+        for i in 0..self.meta.len() {
+            if self.meta[i] != TOMB && self.expired(i, Some(now_ms)) {
+                self.meta[i] = TOMB;
+                self.live -= 1;
+                self.dead += 1;
+                purged += 1;
+            }
+        }
+        if purged > 0 {
+            self.compact();
+        }
+        purged
+    }
+
+    fn entries(&self, now_ms: Option<u64>) -> Vec<StoreEntry> {
+        (0..self.meta.len())
+            .filter(|&i| self.meta[i] != TOMB && !self.expired(i, now_ms))
+            .map(|i| {
+                let key = match Self::slot_repr(&self.slots, &self.meta, &self.arena, i) {
+                    Repr::Uuid(b) => format_uuid(&b),
+                    // The arena holds only bytes copied from `&str` keys.
+                    Repr::Text(t) => String::from_utf8_lossy(t).into_owned(),
+                };
+                let secs = self.meta[i] & !TEXT;
+                let expires_at_ms = (secs != NEVER).then(|| self.epoch_ms + u64::from(secs) * 1000);
+                StoreEntry { key, expires_at_ms }
+            })
+            .collect()
+    }
+}
+
+fn text_span(slot: &[u8; 16]) -> (usize, usize) {
+    let off = u64::from_le_bytes(slot[..8].try_into().unwrap_or_default());
+    let len = u64::from_le_bytes(slot[8..].try_into().unwrap_or_default());
+    (off as usize, len as usize)
+}
+
+struct Inner {
+    table: Table,
+    /// In-flight claims: few at a time, so a plain map.
+    claims: hashbrown::HashMap<String, (u64, Option<u64>), RandomState>,
+    next_token: u64,
+}
+
+/// Process-local reference [`Store`]: for tests and single-process consumers.
+///
+/// Not shared between processes and not persistent. TTLs need a clock (the system
+/// clock natively; on `wasm32-unknown-unknown` pass one with [`Self::with_clock`]);
+/// expiry is checked on every read, never left to a sweep, with one-second
+/// granularity (never early). With [`Self::with_capacity_limit`] the oldest entry is
+/// evicted to make room, which means its redelivery would run again.
+pub struct InMemoryStore {
+    inner: Mutex<Inner>,
+    clock: Option<Arc<dyn Clock>>,
+    capacity: Option<usize>,
+}
+
+impl Default for InMemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl InMemoryStore {
+    /// An empty store using the system clock (no clock on `wasm32-unknown-unknown`).
+    pub fn new() -> Self {
+        #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+        let clock: Option<Arc<dyn Clock>> = Some(Arc::new(crate::clock::SystemClock));
+        #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+        let clock: Option<Arc<dyn Clock>> = None;
+        Self::build(clock)
+    }
+
+    /// An empty store reading time from `clock`.
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        Self::build(Some(clock))
+    }
+
+    fn build(clock: Option<Arc<dyn Clock>>) -> Self {
+        let epoch_ms = clock.as_ref().map_or(0, |c| c.now_ms());
+        InMemoryStore {
+            inner: Mutex::new(Inner {
+                table: Table::new(epoch_ms),
+                claims: hashbrown::HashMap::with_hasher(RandomState::default()),
+                next_token: 0,
+            }),
+            clock,
+            capacity: None,
+        }
+    }
+
+    /// Keeps at most `max_entries` ids, evicting the oldest first.
+    pub fn with_capacity_limit(mut self, max_entries: usize) -> Self {
+        self.capacity = Some(max_entries.max(1));
+        self
+    }
+
+    fn now(&self) -> Option<u64> {
+        self.clock.as_ref().map(|c| c.now_ms())
+    }
+
+    fn lock(&self) -> StoreResult<MutexGuard<'_, Inner>> {
+        self.inner
+            .lock()
+            .map_err(|_| StoreError::internal("in-memory store lock poisoned by a panic"))
+    }
+
+    fn expiry(&self, table: &Table, ttl: Option<Duration>) -> StoreResult<u32> {
+        match (ttl, self.now()) {
+            (None, _) => Ok(NEVER),
+            (Some(ttl), Some(now)) => Ok(table.expiry_secs(now, ttl)),
+            (Some(_), None) => Err(StoreError::unsupported(
+                "a TTL needs a clock: build the store with InMemoryStore::with_clock",
+            )),
+        }
+    }
+
+    /// Ids currently remembered (expired ones are not counted once read or purged).
+    pub fn len(&self) -> usize {
+        self.lock().map_or(0, |inner| inner.table.live)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Live entries in insertion order (for inspection, e.g. the playground).
+    pub fn entries(&self) -> Vec<StoreEntry> {
+        let now = self.now();
+        self.lock()
+            .map(|inner| inner.table.entries(now))
+            .unwrap_or_default()
+    }
+
+    /// Removes every expired entry now, returning how many went. Optional: reads
+    /// never return an expired entry whether or not this runs.
+    pub fn purge_expired(&self) -> usize {
+        match (self.now(), self.lock()) {
+            (Some(now), Ok(mut inner)) => inner.table.purge_expired(now),
+            _ => 0,
+        }
+    }
+
+    /// Keys with a live claim, for inspection.
+    pub fn claimed(&self) -> Vec<String> {
+        let now = self.now();
+        self.lock()
+            .map(|inner| {
+                inner
+                    .claims
+                    .iter()
+                    .filter(|(_, (_, until))| lease_live(*until, now))
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+fn lease_live(until: Option<u64>, now: Option<u64>) -> bool {
+    match (until, now) {
+        (Some(until), Some(now)) => now < until,
+        _ => true,
+    }
+}
+
+impl Store for InMemoryStore {
+    async fn seen(&self, key: &str) -> StoreResult<bool> {
+        let now = self.now();
+        Ok(self.lock()?.table.seen(key, now))
+    }
+
+    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
+        let mut inner = self.lock()?;
+        let expiry = self.expiry(&inner.table, ttl)?;
+        inner.claims.remove(key);
+        inner.table.remember(key, expiry, self.capacity)
+    }
+
+    async fn forget(&self, key: &str) -> StoreResult<()> {
+        let mut inner = self.lock()?;
+        inner.claims.remove(key);
+        inner.table.forget(key);
+        Ok(())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            claim: true,
+            ttl: self.clock.is_some(),
+        }
+    }
+
+    async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
+        let now = self.now();
+        let mut inner = self.lock()?;
+        Ok(keys.iter().map(|k| inner.table.seen(k, now)).collect())
+    }
+
+    async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
+        let mut inner = self.lock()?;
+        let expiry = self.expiry(&inner.table, ttl)?;
+        for key in keys {
+            inner.claims.remove(*key);
+            inner.table.remember(key, expiry, self.capacity)?;
+        }
+        Ok(())
+    }
+
+    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
+        let now = self.now();
+        let mut inner = self.lock()?;
+        if inner.table.seen(key, now) {
+            return Ok(Claim::Seen);
+        }
+        if let Some((_, until)) = inner.claims.get(key) {
+            if lease_live(*until, now) {
+                return Ok(Claim::Held);
+            }
+        }
+        inner.next_token += 1;
+        let token = inner.next_token;
+        let until = now.map(|n| n.saturating_add(lease.as_millis() as u64));
+        inner.claims.insert(key.to_owned(), (token, until));
+        Ok(Claim::Acquired(ClaimToken(token.to_string())))
+    }
+
+    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
+        let mut inner = self.lock()?;
+        // Only the owner's token releases: a claim re-taken after its lease ran out
+        // belongs to someone else now.
+        if inner
+            .claims
+            .get(key)
+            .is_some_and(|(t, _)| t.to_string() == token.0)
+        {
+            inner.claims.remove(key);
+        }
+        Ok(())
+    }
+}
