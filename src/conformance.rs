@@ -168,10 +168,12 @@ pub fn run(
 
     let key = &manifest.idempotency.dedup_key;
     let template = load(&key.envelope_file);
-    let outcome = template.clone().and_then(|raw| match subject.dedup_key(&raw)? {
-        Some(k) if k == key.expected_key => Ok(()),
-        other => Err(format!("key {other:?}, expected {:?}", key.expected_key)),
-    });
+    let outcome = template
+        .clone()
+        .and_then(|raw| match subject.dedup_key(&raw)? {
+            Some(k) if k == key.expected_key => Ok(()),
+            other => Err(format!("key {other:?}, expected {:?}", key.expected_key)),
+        });
     record("dedup-key".into(), outcome);
 
     for seq in &manifest.idempotency.sequences.cases {
@@ -224,7 +226,11 @@ fn check_expectations(env: &Value, expect: &Value) -> Result<(), String> {
     Ok(())
 }
 
-fn check_sequence(seq: &Sequence, template: &[u8], subject: &mut impl Subject) -> Result<(), String> {
+fn check_sequence(
+    seq: &Sequence,
+    template: &[u8],
+    subject: &mut impl Subject,
+) -> Result<(), String> {
     subject.reset()?;
     let mut envelope: Value =
         serde_json::from_slice(template).map_err(|e| format!("unreadable template: {e}"))?;
@@ -253,7 +259,10 @@ fn check_sequence(seq: &Sequence, template: &[u8], subject: &mut impl Subject) -
         }
     }
     if effects != seq.expected_effects {
-        return Err(format!("{effects} effects, expected {}", seq.expected_effects));
+        return Err(format!(
+            "{effects} effects, expected {}",
+            seq.expected_effects
+        ));
     }
     Ok(())
 }
@@ -279,7 +288,9 @@ impl Subject for CoreSubject {
 
     fn dedup_key(&mut self, raw: &[u8]) -> Result<Option<String>, String> {
         let msg = Message::parse(raw, &Limits::default()).map_err(|r| r.to_string())?;
-        Ok(msg.id().map(|id| self.guard.options().keyspace.key(id).into_owned()))
+        Ok(msg
+            .id()
+            .map(|id| self.guard.options().keyspace.key(id).into_owned()))
     }
 
     fn reset(&mut self) -> Result<(), String> {
@@ -295,7 +306,11 @@ impl Subject for CoreSubject {
 
     fn deliver(&mut self, raw: &[u8], succeed: bool) -> Result<Effect, String> {
         let outcome = block_on_ready(self.guard.process(raw, async |_| {
-            if succeed { Ok(()) } else { Err("handler threw") }
+            if succeed {
+                Ok(())
+            } else {
+                Err("handler threw")
+            }
         }))
         .map_err(|e| e.to_string())?;
         Ok(Effect::of(outcome.kind()))

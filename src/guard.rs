@@ -218,9 +218,7 @@ impl<S: Store, O: Observer> Guard<S, O> {
     /// Decides one delivery (see [`Guard::decide_batch`]).
     pub async fn decide(&self, body: &[u8]) -> Decision {
         let mut decisions = self.plan(&[body]).await.1;
-        decisions
-            .pop()
-            .unwrap_or(Decision::unkeyed(Verdict::Park))
+        decisions.pop().unwrap_or(Decision::unkeyed(Verdict::Park))
     }
 
     /// Decides a batch with one store call (plus one re-check if, in claiming mode,
@@ -231,7 +229,11 @@ impl<S: Store, O: Observer> Guard<S, O> {
     }
 
     /// Completes one decision with its handler's result (`None`: it did not run).
-    pub async fn complete<E>(&self, decision: Decision, result: Option<HandlerResult<E>>) -> Outcome<E> {
+    pub async fn complete<E>(
+        &self,
+        decision: Decision,
+        result: Option<HandlerResult<E>>,
+    ) -> Outcome<E> {
         let mut outcomes = self.complete_batch(vec![decision], vec![result]).await;
         outcomes.pop().unwrap_or(Outcome::Parked)
     }
@@ -409,7 +411,11 @@ impl<S: Store, O: Observer> Guard<S, O> {
             ([], [(key, token)]) => self.store.release(key, token).await,
             _ => self.store.commit_many(done, ttl, release).await,
         };
-        let op = if done.is_empty() { StoreOp::Release } else { StoreOp::Remember };
+        let op = if done.is_empty() {
+            StoreOp::Release
+        } else {
+            StoreOp::Remember
+        };
         self.report_store_error(op, &result);
         // A failed release alone changes no outcome: the lease runs out by itself.
         if done.is_empty() { Ok(()) } else { result }
@@ -446,7 +452,9 @@ fn checked_len<T>(answers: StoreResult<Vec<T>>, expected: usize) -> StoreResult<
 /// skip here; anything else means retry here, without running.
 fn follow<E>(leader: Option<&Outcome<E>>) -> Outcome<E> {
     match leader.map(Outcome::kind) {
-        Some(OutcomeKind::Ran | OutcomeKind::RanUnrecorded | OutcomeKind::Skipped) => Outcome::Skipped,
+        Some(OutcomeKind::Ran | OutcomeKind::RanUnrecorded | OutcomeKind::Skipped) => {
+            Outcome::Skipped
+        }
         Some(OutcomeKind::StoreUnavailable) => match leader {
             Some(Outcome::StoreUnavailable(e)) => Outcome::StoreUnavailable(e.clone()),
             _ => Outcome::Parked,

@@ -45,7 +45,9 @@ use std::task::{Context, Poll, Waker};
 /// The future was still pending after one poll: a store or handler that really
 /// awaits was driven from a synchronous host.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("an async store or handler did not complete synchronously; drive it with an async executor")]
+#[error(
+    "an async store or handler did not complete synchronously; drive it with an async executor"
+)]
 pub struct NotReady;
 
 /// Drives a future that completes without waiting, as every call does when the
@@ -53,7 +55,10 @@ pub struct NotReady;
 /// store). Sync hosts use this instead of an executor.
 pub fn block_on_ready<F: Future>(future: F) -> Result<F::Output, NotReady> {
     let mut future = std::pin::pin!(future);
-    match future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
         Poll::Ready(output) => Ok(output),
         Poll::Pending => Err(NotReady),
     }

@@ -19,7 +19,10 @@ pub enum StoreOp {
 #[derive(Debug, Clone, Copy)]
 pub enum Event<'a> {
     /// A delivery's final outcome. `key` is its store key when it had a usable id.
-    Outcome { key: Option<&'a str>, kind: OutcomeKind },
+    Outcome {
+        key: Option<&'a str>,
+        kind: OutcomeKind,
+    },
     /// A store call failed (the outcome event says what that meant).
     StoreError { op: StoreOp, error: &'a StoreError },
 }

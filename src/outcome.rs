@@ -80,7 +80,9 @@ impl OutcomeKind {
 
     pub fn disposition(self) -> Disposition {
         match self {
-            OutcomeKind::Ran | OutcomeKind::RanUnrecorded | OutcomeKind::Skipped => Disposition::Ack,
+            OutcomeKind::Ran | OutcomeKind::RanUnrecorded | OutcomeKind::Skipped => {
+                Disposition::Ack
+            }
             OutcomeKind::FailOpen => Disposition::Ack,
             OutcomeKind::Failed
             | OutcomeKind::Panicked

@@ -46,13 +46,24 @@ fn tree(a: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 fn vendored_copy_matches_shared_suite() {
     let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance");
     if !shared.is_dir() {
-        println!("skipped: {} is absent, nothing to compare with", shared.display());
+        println!(
+            "skipped: {} is absent, nothing to compare with",
+            shared.display()
+        );
         return;
     }
     let (ours, theirs) = (tree(&vendored()), tree(&shared));
     let names = |t: &[(PathBuf, Vec<u8>)]| t.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>();
-    assert_eq!(names(&ours), names(&theirs), "file lists differ: re-vendor tests/conformance");
+    assert_eq!(
+        names(&ours),
+        names(&theirs),
+        "file lists differ: re-vendor tests/conformance"
+    );
     for ((path, a), (_, b)) in ours.iter().zip(&theirs) {
-        assert!(a == b, "{} drifted from ../shared/conformance: re-vendor it", path.display());
+        assert!(
+            a == b,
+            "{} drifted from ../shared/conformance: re-vendor it",
+            path.display()
+        );
     }
 }

@@ -18,47 +18,109 @@ fn verdict(raw: &str) -> Result<(), Rejection> {
 
 #[test]
 fn job_or_urn_must_be_a_non_blank_string() {
-    assert_eq!(verdict(&with(|e| { e.as_object_mut().unwrap().remove("job"); })), Err(Rejection::MissingJob));
-    assert_eq!(verdict(&with(|e| e["job"] = json!("  "))), Err(Rejection::MissingJob));
-    assert_eq!(verdict(&with(|e| e["job"] = json!(7))), Err(Rejection::MissingJob));
+    assert_eq!(
+        verdict(&with(|e| {
+            e.as_object_mut().unwrap().remove("job");
+        })),
+        Err(Rejection::MissingJob)
+    );
+    assert_eq!(
+        verdict(&with(|e| e["job"] = json!("  "))),
+        Err(Rejection::MissingJob)
+    );
+    assert_eq!(
+        verdict(&with(|e| e["job"] = json!(7))),
+        Err(Rejection::MissingJob)
+    );
     let alias = with(|e| {
         let job = e.as_object_mut().unwrap().remove("job").unwrap();
         e["urn"] = job;
     });
-    assert_eq!(Message::parse_str(&alias, &Limits::default()).unwrap().job(), "urn:babel:orders:created");
+    assert_eq!(
+        Message::parse_str(&alias, &Limits::default())
+            .unwrap()
+            .job(),
+        "urn:babel:orders:created"
+    );
 }
 
 #[test]
 fn schema_version_must_be_the_integer_one() {
-    for (v, found) in [(json!(2), "2"), (json!("1"), "\"1\""), (json!(1.0), "1"), (json!(null), "null")] {
+    for (v, found) in [
+        (json!(2), "2"),
+        (json!("1"), "\"1\""),
+        (json!(1.0), "1"),
+        (json!(null), "null"),
+    ] {
         let raw = with(|e| e["meta"]["schema_version"] = v.clone());
-        assert_eq!(verdict(&raw), Err(Rejection::UnsupportedSchemaVersion { found: found.into() }), "{v}");
+        assert_eq!(
+            verdict(&raw),
+            Err(Rejection::UnsupportedSchemaVersion {
+                found: found.into()
+            }),
+            "{v}"
+        );
     }
-    let absent = with(|e| { e["meta"].as_object_mut().unwrap().remove("schema_version"); });
-    assert_eq!(verdict(&absent), Err(Rejection::UnsupportedSchemaVersion { found: "absent".into() }));
-    assert_eq!(verdict(&with(|e| e["meta"] = json!("x"))), Err(Rejection::MetaNotObject));
+    let absent = with(|e| {
+        e["meta"].as_object_mut().unwrap().remove("schema_version");
+    });
+    assert_eq!(
+        verdict(&absent),
+        Err(Rejection::UnsupportedSchemaVersion {
+            found: "absent".into()
+        })
+    );
+    assert_eq!(
+        verdict(&with(|e| e["meta"] = json!("x"))),
+        Err(Rejection::MetaNotObject)
+    );
 }
 
 #[test]
 fn data_must_be_an_object() {
-    assert!(matches!(verdict(&with(|e| e["data"] = json!([1]))), Err(Rejection::DataNotObject { .. })));
-    assert!(matches!(verdict(&with(|e| { e.as_object_mut().unwrap().remove("data"); })), Err(Rejection::DataNotObject { .. })));
+    assert!(matches!(
+        verdict(&with(|e| e["data"] = json!([1]))),
+        Err(Rejection::DataNotObject { .. })
+    ));
+    assert!(matches!(
+        verdict(&with(|e| {
+            e.as_object_mut().unwrap().remove("data");
+        })),
+        Err(Rejection::DataNotObject { .. })
+    ));
 }
 
 #[test]
 fn trace_id_must_not_be_blank() {
     for t in [json!(""), json!(" \t"), json!(null), json!(5)] {
-        assert_eq!(verdict(&with(|e| e["trace_id"] = t.clone())), Err(Rejection::BlankTraceId), "{t}");
+        assert_eq!(
+            verdict(&with(|e| e["trace_id"] = t.clone())),
+            Err(Rejection::BlankTraceId),
+            "{t}"
+        );
     }
 }
 
 #[test]
 fn attempts_must_be_a_non_negative_integer() {
     for a in [json!(-1), json!(1.5), json!(true), json!("1")] {
-        assert!(matches!(verdict(&with(|e| e["attempts"] = a.clone())), Err(Rejection::BadAttempts { .. })), "{a}");
+        assert!(
+            matches!(
+                verdict(&with(|e| e["attempts"] = a.clone())),
+                Err(Rejection::BadAttempts { .. })
+            ),
+            "{a}"
+        );
     }
-    let absent = with(|e| { e.as_object_mut().unwrap().remove("attempts"); });
-    assert_eq!(Message::parse_str(&absent, &Limits::default()).unwrap().attempts(), 0);
+    let absent = with(|e| {
+        e.as_object_mut().unwrap().remove("attempts");
+    });
+    assert_eq!(
+        Message::parse_str(&absent, &Limits::default())
+            .unwrap()
+            .attempts(),
+        0
+    );
 }
 
 #[test]
@@ -70,10 +132,16 @@ fn every_rejection_has_a_distinct_stable_code() {
         Rejection::TooDeep { limit: 0 },
         Rejection::MissingJob,
         Rejection::MetaNotObject,
-        Rejection::UnsupportedSchemaVersion { found: String::new() },
-        Rejection::DataNotObject { found: String::new() },
+        Rejection::UnsupportedSchemaVersion {
+            found: String::new(),
+        },
+        Rejection::DataNotObject {
+            found: String::new(),
+        },
         Rejection::BlankTraceId,
-        Rejection::BadAttempts { found: String::new() },
+        Rejection::BadAttempts {
+            found: String::new(),
+        },
     ];
     let codes: std::collections::HashSet<_> = all.iter().map(Rejection::code).collect();
     assert_eq!(codes.len(), all.len());

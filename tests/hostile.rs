@@ -6,7 +6,9 @@ mod common;
 use std::cell::Cell;
 
 use bq_dedupe::envelope::MAX_DEPTH;
-use bq_dedupe::{Envelope, Guard, InMemoryStore, Limits, Message, Outcome, Rejection, block_on_ready};
+use bq_dedupe::{
+    Envelope, Guard, InMemoryStore, Limits, Message, Outcome, Rejection, block_on_ready,
+};
 use common::{envelope, envelope_with};
 
 fn parse(raw: &[u8]) -> Result<Message<'_>, Rejection> {
@@ -29,7 +31,14 @@ fn deliver_twice(body: &[u8]) -> (Outcome<String>, Outcome<String>, u32) {
 
 #[test]
 fn non_json_is_rejected_with_the_parser_reason() {
-    for raw in [&b""[..], b"not json", b"{", b"{\"job\":}", b"\xff\xfe", b"{\"job\":\"\xc3\x28\"}"] {
+    for raw in [
+        &b""[..],
+        b"not json",
+        b"{",
+        b"{\"job\":}",
+        b"\xff\xfe",
+        b"{\"job\":\"\xc3\x28\"}",
+    ] {
         match parse(raw) {
             Err(Rejection::NotJson(why)) => assert!(!why.is_empty()),
             other => panic!("{raw:?}: expected NotJson, got {other:?}"),
@@ -40,7 +49,11 @@ fn non_json_is_rejected_with_the_parser_reason() {
 #[test]
 fn json_that_is_not_an_object_is_rejected() {
     for raw in ["null", "42", "\"s\"", "[1,2]", "true"] {
-        assert_eq!(parse(raw.as_bytes()).unwrap_err(), Rejection::NotAnObject, "{raw}");
+        assert_eq!(
+            parse(raw.as_bytes()).unwrap_err(),
+            Rejection::NotAnObject,
+            "{raw}"
+        );
     }
 }
 
@@ -65,10 +78,16 @@ fn oversized_envelope_is_rejected_before_parsing() {
     let raw = vec![b' '; Limits::default().max_bytes + 1];
     assert_eq!(
         parse(&raw).unwrap_err(),
-        Rejection::TooLarge { size: raw.len(), limit: Limits::default().max_bytes }
+        Rejection::TooLarge {
+            size: raw.len(),
+            limit: Limits::default().max_bytes
+        }
     );
     let small = Limits { max_bytes: 64 };
-    assert!(matches!(Message::parse(envelope("a").as_bytes(), &small), Err(Rejection::TooLarge { .. })));
+    assert!(matches!(
+        Message::parse(envelope("a").as_bytes(), &small),
+        Err(Rejection::TooLarge { .. })
+    ));
 }
 
 #[test]
@@ -76,11 +95,20 @@ fn ten_thousand_deep_nesting_is_rejected_without_overflowing_the_stack() {
     for (open, close) in [("[", "]"), ("{\"a\":", "}")] {
         let deep = format!("{}1{}", open.repeat(10_000), close.repeat(10_000));
         let in_data = envelope("deep").replace("{\"order_id\":1042}", &format!("{{\"x\":{deep}}}"));
-        assert_eq!(parse(in_data.as_bytes()).unwrap_err(), Rejection::TooDeep { limit: MAX_DEPTH });
+        assert_eq!(
+            parse(in_data.as_bytes()).unwrap_err(),
+            Rejection::TooDeep { limit: MAX_DEPTH }
+        );
         // Also in an unknown field that the fast path only walks.
         let in_extra = envelope("deep").replacen('{', &format!("{{\"extra\":{deep},"), 1);
-        assert_eq!(parse(in_extra.as_bytes()).unwrap_err(), Rejection::TooDeep { limit: MAX_DEPTH });
-        assert_eq!(Envelope::decode(in_extra.as_bytes(), &Limits::default()).unwrap_err(), Rejection::TooDeep { limit: MAX_DEPTH });
+        assert_eq!(
+            parse(in_extra.as_bytes()).unwrap_err(),
+            Rejection::TooDeep { limit: MAX_DEPTH }
+        );
+        assert_eq!(
+            Envelope::decode(in_extra.as_bytes(), &Limits::default()).unwrap_err(),
+            Rejection::TooDeep { limit: MAX_DEPTH }
+        );
     }
 }
 
@@ -102,8 +130,16 @@ fn ten_kilobyte_id_is_a_key_like_any_other() {
 #[test]
 fn unicode_and_control_characters_in_ids_are_kept_verbatim() {
     let ids = [
-        "café—☕", "😀\u{200d}😀", "a\u{0}b", "line\nbreak", "tab\there", "\u{7f}\u{1b}[31m", "\u{202e}rtl",
-        "' OR 1=1; --", "*\r\n$3\r\nDEL\r\n", "{\"nested\":\"json\"}",
+        "café—☕",
+        "😀\u{200d}😀",
+        "a\u{0}b",
+        "line\nbreak",
+        "tab\there",
+        "\u{7f}\u{1b}[31m",
+        "\u{202e}rtl",
+        "' OR 1=1; --",
+        "*\r\n$3\r\nDEL\r\n",
+        "{\"nested\":\"json\"}",
     ];
     let guard = Guard::new(InMemoryStore::new());
     let effects = Cell::new(0);
@@ -134,8 +170,14 @@ fn escaped_and_literal_spellings_of_one_id_are_the_same_key() {
     assert_ne!(literal, escaped);
     let guard = Guard::new(InMemoryStore::new());
     let ok = async |_: &Message<'_>| Ok::<(), String>(());
-    assert_eq!(block_on_ready(guard.process(literal.as_bytes(), ok)).unwrap(), Outcome::Ran);
-    assert_eq!(block_on_ready(guard.process(escaped.as_bytes(), ok)).unwrap(), Outcome::Skipped);
+    assert_eq!(
+        block_on_ready(guard.process(literal.as_bytes(), ok)).unwrap(),
+        Outcome::Ran
+    );
+    assert_eq!(
+        block_on_ready(guard.process(escaped.as_bytes(), ok)).unwrap(),
+        Outcome::Skipped
+    );
 }
 
 #[test]
@@ -143,9 +185,15 @@ fn uuid_case_differences_are_different_ids() {
     let lower = "f1e2d3c4-b5a6-4789-90ab-cdef01234567";
     let guard = Guard::new(InMemoryStore::new());
     let ok = async |_: &Message<'_>| Ok::<(), String>(());
-    assert_eq!(block_on_ready(guard.process(envelope(lower).as_bytes(), ok)).unwrap(), Outcome::Ran);
+    assert_eq!(
+        block_on_ready(guard.process(envelope(lower).as_bytes(), ok)).unwrap(),
+        Outcome::Ran
+    );
     let upper = envelope(&lower.to_uppercase());
-    assert_eq!(block_on_ready(guard.process(upper.as_bytes(), ok)).unwrap(), Outcome::Ran);
+    assert_eq!(
+        block_on_ready(guard.process(upper.as_bytes(), ok)).unwrap(),
+        Outcome::Ran
+    );
 }
 
 #[test]
@@ -158,7 +206,10 @@ fn duplicate_json_keys_take_the_last_value_like_json_parse() {
     assert_eq!((env.id(), env.job.as_str()), (Some("last"), "urn:b"));
     // A later invalid duplicate wins too, and rejects.
     let raw = r#"{"job":"urn:a","trace_id":"t","data":{},"data":5,"meta":{"schema_version":1}}"#;
-    assert!(matches!(parse(raw.as_bytes()), Err(Rejection::DataNotObject { .. })));
+    assert!(matches!(
+        parse(raw.as_bytes()),
+        Err(Rejection::DataNotObject { .. })
+    ));
 }
 
 #[test]
@@ -173,6 +224,9 @@ fn non_string_ids_fail_open_rather_than_reject() {
         let raw = envelope_with(Some(serde_json::from_str(id).unwrap()));
         assert_eq!(parse(raw.as_bytes()).unwrap().id(), None, "{id}");
         let (a, b, effects) = deliver_twice(raw.as_bytes());
-        assert_eq!((a, b, effects), (Outcome::FailOpen(Ok(())), Outcome::FailOpen(Ok(())), 2));
+        assert_eq!(
+            (a, b, effects),
+            (Outcome::FailOpen(Ok(())), Outcome::FailOpen(Ok(())), 2)
+        );
     }
 }

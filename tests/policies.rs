@@ -31,7 +31,13 @@ fn deliver<S: Store, O: Observer>(
 fn absent_null_empty_or_non_string_id_fails_open() {
     let guard = Guard::new(InMemoryStore::new());
     let effects = Cell::new(0);
-    for id in [None, Some(json!(null)), Some(json!("")), Some(json!(42)), Some(json!({"x": 1}))] {
+    for id in [
+        None,
+        Some(json!(null)),
+        Some(json!("")),
+        Some(json!(42)),
+        Some(json!({"x": 1})),
+    ] {
         let body = envelope_with(id.clone());
         for _ in 0..2 {
             let outcome = deliver(&guard, &body, true, &effects);
@@ -40,7 +46,10 @@ fn absent_null_empty_or_non_string_id_fails_open() {
         }
     }
     assert_eq!(effects.get(), 10, "every fail-open delivery runs");
-    assert!(guard.store().is_empty(), "nothing is remembered for unusable ids");
+    assert!(
+        guard.store().is_empty(),
+        "nothing is remembered for unusable ids"
+    );
 }
 
 #[test]
@@ -55,11 +64,26 @@ fn fail_open_handler_error_is_returned_and_retried() {
 fn whitespace_id_is_a_key_and_is_never_trimmed() {
     let guard = Guard::new(InMemoryStore::new());
     let effects = Cell::new(0);
-    assert_eq!(deliver(&guard, &envelope(" "), true, &effects), Outcome::Ran);
-    assert_eq!(deliver(&guard, &envelope(" "), true, &effects), Outcome::Skipped);
-    assert_eq!(deliver(&guard, &envelope("  "), true, &effects), Outcome::Ran);
-    assert_eq!(deliver(&guard, &envelope(" a"), true, &effects), Outcome::Ran);
-    assert_eq!(deliver(&guard, &envelope("a"), true, &effects), Outcome::Ran);
+    assert_eq!(
+        deliver(&guard, &envelope(" "), true, &effects),
+        Outcome::Ran
+    );
+    assert_eq!(
+        deliver(&guard, &envelope(" "), true, &effects),
+        Outcome::Skipped
+    );
+    assert_eq!(
+        deliver(&guard, &envelope("  "), true, &effects),
+        Outcome::Ran
+    );
+    assert_eq!(
+        deliver(&guard, &envelope(" a"), true, &effects),
+        Outcome::Ran
+    );
+    assert_eq!(
+        deliver(&guard, &envelope("a"), true, &effects),
+        Outcome::Ran
+    );
     assert_eq!(effects.get(), 4);
 }
 
@@ -67,7 +91,10 @@ fn whitespace_id_is_a_key_and_is_never_trimmed() {
 fn seen_id_is_skipped_without_running_the_handler() {
     let guard = Guard::new(InMemoryStore::new());
     let effects = Cell::new(0);
-    assert_eq!(deliver(&guard, &envelope("id-A"), true, &effects), Outcome::Ran);
+    assert_eq!(
+        deliver(&guard, &envelope("id-A"), true, &effects),
+        Outcome::Ran
+    );
     let outcome = deliver(&guard, &envelope("id-A"), true, &effects);
     assert_eq!(outcome, Outcome::Skipped);
     assert_eq!(outcome.disposition(), Disposition::Ack);
@@ -82,7 +109,10 @@ fn failing_handler_leaves_id_unmarked_and_error_unchanged() {
     assert_eq!(outcome, Outcome::Failed("boom".to_string()));
     assert_eq!(outcome.disposition(), Disposition::Retry);
     assert!(!block_on_ready(guard.store().seen("id-A")).unwrap().unwrap());
-    assert_eq!(deliver(&guard, &envelope("id-A"), true, &effects), Outcome::Ran);
+    assert_eq!(
+        deliver(&guard, &envelope("id-A"), true, &effects),
+        Outcome::Ran
+    );
     assert_eq!(effects.get(), 2);
 }
 
@@ -99,9 +129,16 @@ fn seen_failure_fails_closed_and_does_not_run_the_handler() {
         other => panic!("expected StoreUnavailable, got {other:?}"),
     }
     assert_eq!(outcome.disposition(), Disposition::Retry);
-    assert_eq!(effects.get(), 0, "the handler must not run when seen() fails");
+    assert_eq!(
+        effects.get(),
+        0,
+        "the handler must not run when seen() fails"
+    );
     let snap = counters.snapshot();
-    assert_eq!((snap.store_unavailable, snap.store_errors, snap.runs), (1, 1, 0));
+    assert_eq!(
+        (snap.store_unavailable, snap.store_errors, snap.runs),
+        (1, 1, 0)
+    );
 }
 
 #[test]
@@ -117,7 +154,10 @@ fn remember_failure_after_success_acks_and_is_observable() {
     assert_eq!(outcome.disposition(), Disposition::Ack);
     assert_eq!(effects.get(), 1);
     let snap = counters.snapshot();
-    assert_eq!((snap.runs, snap.remember_failed, snap.store_errors), (1, 1, 1));
+    assert_eq!(
+        (snap.runs, snap.remember_failed, snap.store_errors),
+        (1, 1, 1)
+    );
 }
 
 #[test]
@@ -126,29 +166,43 @@ fn forget_lets_an_id_run_again() {
     let effects = Cell::new(0);
     deliver(&guard, &envelope("id-A"), true, &effects);
     block_on_ready(guard.forget("id-A")).unwrap().unwrap();
-    assert_eq!(deliver(&guard, &envelope("id-A"), true, &effects), Outcome::Ran);
+    assert_eq!(
+        deliver(&guard, &envelope("id-A"), true, &effects),
+        Outcome::Ran
+    );
     assert_eq!(effects.get(), 2);
 }
 
 #[test]
 fn ttl_expiry_lets_an_id_run_again_but_not_before() {
     let clock = Arc::new(ManualClock::new(1_000_000));
-    let guard = Guard::new(InMemoryStore::with_clock(clock.clone())).with_ttl(Duration::from_secs(60));
+    let guard =
+        Guard::new(InMemoryStore::with_clock(clock.clone())).with_ttl(Duration::from_secs(60));
     let effects = Cell::new(0);
-    assert_eq!(deliver(&guard, &envelope("id-A"), true, &effects), Outcome::Ran);
+    assert_eq!(
+        deliver(&guard, &envelope("id-A"), true, &effects),
+        Outcome::Ran
+    );
     clock.advance(59_000);
-    assert_eq!(deliver(&guard, &envelope("id-A"), true, &effects), Outcome::Skipped);
+    assert_eq!(
+        deliver(&guard, &envelope("id-A"), true, &effects),
+        Outcome::Skipped
+    );
     clock.advance(1_000);
-    assert_eq!(deliver(&guard, &envelope("id-A"), true, &effects), Outcome::Ran);
+    assert_eq!(
+        deliver(&guard, &envelope("id-A"), true, &effects),
+        Outcome::Ran
+    );
     assert_eq!(effects.get(), 2);
 }
 
 #[test]
 fn handler_panic_is_caught_and_leaves_id_unmarked() {
     let guard = Guard::new(InMemoryStore::new());
-    let outcome = block_on_ready(guard.process(envelope("id-A").as_bytes(), async |_| -> Result<(), String> {
-        panic!("handler exploded")
-    }))
+    let outcome = block_on_ready(guard.process(
+        envelope("id-A").as_bytes(),
+        async |_| -> Result<(), String> { panic!("handler exploded") },
+    ))
     .unwrap();
     assert_eq!(outcome, Outcome::Panicked("handler exploded".into()));
     assert_eq!(outcome.disposition(), Disposition::Retry);
@@ -159,7 +213,12 @@ fn handler_panic_is_caught_and_leaves_id_unmarked() {
 fn invalid_envelope_is_rejected_as_poison_without_running() {
     let guard = Guard::new(InMemoryStore::new());
     let effects = Cell::new(0);
-    let outcome = deliver(&guard, r#"{"trace_id":"t","data":{},"meta":{"id":"x","schema_version":1}}"#, true, &effects);
+    let outcome = deliver(
+        &guard,
+        r#"{"trace_id":"t","data":{},"meta":{"id":"x","schema_version":1}}"#,
+        true,
+        &effects,
+    );
     assert!(matches!(outcome, Outcome::Rejected(_)), "{outcome:?}");
     assert_eq!(outcome.disposition(), Disposition::Poison);
     assert_eq!(effects.get(), 0);
@@ -175,9 +234,18 @@ fn claiming(store: InMemoryStore) -> Guard<InMemoryStore> {
 fn claiming_runs_once_and_remembers() {
     let guard = claiming(InMemoryStore::new());
     let effects = Cell::new(0);
-    assert_eq!(deliver(&guard, &envelope("id-A"), true, &effects), Outcome::Ran);
-    assert_eq!(deliver(&guard, &envelope("id-A"), true, &effects), Outcome::Skipped);
-    assert!(guard.store().claimed().is_empty(), "remember ends the claim");
+    assert_eq!(
+        deliver(&guard, &envelope("id-A"), true, &effects),
+        Outcome::Ran
+    );
+    assert_eq!(
+        deliver(&guard, &envelope("id-A"), true, &effects),
+        Outcome::Skipped
+    );
+    assert!(
+        guard.store().claimed().is_empty(),
+        "remember ends the claim"
+    );
     assert_eq!(effects.get(), 1);
 }
 
@@ -185,11 +253,17 @@ fn claiming_runs_once_and_remembers() {
 fn lost_claim_parks_while_the_holder_runs() {
     let guard = claiming(InMemoryStore::new());
     // Another consumer holds the claim (taken directly on the shared store).
-    block_on_ready(guard.store().claim("id-A", Duration::from_secs(60))).unwrap().unwrap();
+    block_on_ready(guard.store().claim("id-A", Duration::from_secs(60)))
+        .unwrap()
+        .unwrap();
     let effects = Cell::new(0);
     let outcome = deliver(&guard, &envelope("id-A"), true, &effects);
     assert_eq!(outcome, Outcome::Parked);
-    assert_eq!(outcome.disposition(), Disposition::Retry, "parked means redeliver later");
+    assert_eq!(
+        outcome.disposition(),
+        Disposition::Retry,
+        "parked means redeliver later"
+    );
     assert_eq!(effects.get(), 0);
 }
 
@@ -213,9 +287,13 @@ fn lost_claim_rechecks_seen_and_skips_when_the_holder_finished() {
             Ok(bq_dedupe::Claim::Held)
         }
     }
-    let guard = Guard::new(FinishedHolder(InMemoryStore::new())).with_claiming(Duration::from_secs(60));
+    let guard =
+        Guard::new(FinishedHolder(InMemoryStore::new())).with_claiming(Duration::from_secs(60));
     let effects = Cell::new(0);
-    assert_eq!(deliver(&guard, &envelope("id-A"), true, &effects), Outcome::Skipped);
+    assert_eq!(
+        deliver(&guard, &envelope("id-A"), true, &effects),
+        Outcome::Skipped
+    );
     assert_eq!(effects.get(), 0);
 }
 
@@ -223,9 +301,15 @@ fn lost_claim_rechecks_seen_and_skips_when_the_holder_finished() {
 fn handler_failure_releases_the_claim() {
     let guard = claiming(InMemoryStore::new());
     let effects = Cell::new(0);
-    assert_eq!(deliver(&guard, &envelope("id-A"), false, &effects), Outcome::Failed("boom".into()));
+    assert_eq!(
+        deliver(&guard, &envelope("id-A"), false, &effects),
+        Outcome::Failed("boom".into())
+    );
     assert!(guard.store().claimed().is_empty(), "the claim was released");
-    assert_eq!(deliver(&guard, &envelope("id-A"), true, &effects), Outcome::Ran);
+    assert_eq!(
+        deliver(&guard, &envelope("id-A"), true, &effects),
+        Outcome::Ran
+    );
     assert_eq!(effects.get(), 2);
 }
 
@@ -233,11 +317,19 @@ fn handler_failure_releases_the_claim() {
 fn expired_lease_of_a_crashed_holder_can_be_reclaimed() {
     let clock = Arc::new(ManualClock::new(0));
     let guard = claiming(InMemoryStore::with_clock(clock.clone()));
-    block_on_ready(guard.store().claim("id-A", Duration::from_secs(60))).unwrap().unwrap();
+    block_on_ready(guard.store().claim("id-A", Duration::from_secs(60)))
+        .unwrap()
+        .unwrap();
     let effects = Cell::new(0);
-    assert_eq!(deliver(&guard, &envelope("id-A"), true, &effects), Outcome::Parked);
+    assert_eq!(
+        deliver(&guard, &envelope("id-A"), true, &effects),
+        Outcome::Parked
+    );
     clock.advance(60_000);
-    assert_eq!(deliver(&guard, &envelope("id-A"), true, &effects), Outcome::Ran);
+    assert_eq!(
+        deliver(&guard, &envelope("id-A"), true, &effects),
+        Outcome::Ran
+    );
     assert_eq!(effects.get(), 1);
 }
 
@@ -260,10 +352,16 @@ fn claiming_remember_failure_keeps_the_claim_as_a_fence() {
     store.faults.remember.set(true);
     let guard = Guard::new(store).with_claiming(Duration::from_secs(60));
     let effects = Cell::new(0);
-    assert!(matches!(deliver(&guard, &envelope("id-A"), true, &effects), Outcome::RanUnrecorded(_)));
+    assert!(matches!(
+        deliver(&guard, &envelope("id-A"), true, &effects),
+        Outcome::RanUnrecorded(_)
+    ));
     // Until the lease runs out, a redelivery parks instead of running again.
     guard.store().faults.remember.set(false);
-    assert_eq!(deliver(&guard, &envelope("id-A"), true, &effects), Outcome::Parked);
+    assert_eq!(
+        deliver(&guard, &envelope("id-A"), true, &effects),
+        Outcome::Parked
+    );
     assert_eq!(effects.get(), 1);
 }
 
@@ -289,17 +387,33 @@ fn claims_under_sixteen_threads_run_the_handler_once() {
         })
         .collect();
     let kinds: Vec<OutcomeKind> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-    assert_eq!(effects.load(std::sync::atomic::Ordering::SeqCst), 1, "{kinds:?}");
+    assert_eq!(
+        effects.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "{kinds:?}"
+    );
     assert_eq!(kinds.iter().filter(|k| **k == OutcomeKind::Ran).count(), 1);
-    assert!(kinds.iter().all(|k| matches!(k, OutcomeKind::Ran | OutcomeKind::Parked | OutcomeKind::Skipped)));
+    assert!(kinds.iter().all(|k| matches!(
+        k,
+        OutcomeKind::Ran | OutcomeKind::Parked | OutcomeKind::Skipped
+    )));
 }
 
 // ---- batches ----
 
-fn run_batch<S: Store, O: Observer>(guard: &Guard<S, O>, bodies: &[String], fail: &[&str], effects: &Cell<u32>) -> Vec<Outcome<String>> {
+fn run_batch<S: Store, O: Observer>(
+    guard: &Guard<S, O>,
+    bodies: &[String],
+    fail: &[&str],
+    effects: &Cell<u32>,
+) -> Vec<Outcome<String>> {
     block_on_ready(guard.process_batch(bodies, async |m| {
         effects.set(effects.get() + 1);
-        if m.id().is_some_and(|id| fail.contains(&id)) { Err(format!("{} failed", m.id().unwrap_or(""))) } else { Ok(()) }
+        if m.id().is_some_and(|id| fail.contains(&id)) {
+            Err(format!("{} failed", m.id().unwrap_or("")))
+        } else {
+            Ok(())
+        }
     }))
     .unwrap()
 }
@@ -323,7 +437,10 @@ fn batch_in_claiming_mode_makes_one_claim_and_one_commit_call() {
     assert_eq!(outcomes[7], Outcome::Failed("id-7 failed".into()));
     assert_eq!(outcomes.iter().filter(|o| **o == Outcome::Ran).count(), 99);
     assert_eq!(guard.store().calls(), vec!["claim_many", "commit_many"]);
-    assert!(guard.store().inner.claimed().is_empty(), "failure's claim released, successes' ended");
+    assert!(
+        guard.store().inner.claimed().is_empty(),
+        "failure's claim released, successes' ended"
+    );
 }
 
 #[test]
@@ -332,7 +449,15 @@ fn batch_duplicate_of_a_success_is_skipped() {
     let bodies = vec![envelope("a"), envelope("b"), envelope("a"), envelope("a")];
     let effects = Cell::new(0);
     let outcomes = run_batch(&guard, &bodies, &[], &effects);
-    assert_eq!(outcomes, vec![Outcome::Ran, Outcome::Ran, Outcome::Skipped, Outcome::Skipped]);
+    assert_eq!(
+        outcomes,
+        vec![
+            Outcome::Ran,
+            Outcome::Ran,
+            Outcome::Skipped,
+            Outcome::Skipped
+        ]
+    );
     assert_eq!(effects.get(), 2);
 }
 
@@ -342,7 +467,10 @@ fn batch_duplicate_of_a_failure_is_retried_without_running() {
     let bodies = vec![envelope("a"), envelope("a")];
     let effects = Cell::new(0);
     let outcomes = run_batch(&guard, &bodies, &["a"], &effects);
-    assert_eq!(outcomes, vec![Outcome::Failed("a failed".into()), Outcome::Parked]);
+    assert_eq!(
+        outcomes,
+        vec![Outcome::Failed("a failed".into()), Outcome::Parked]
+    );
     assert_eq!(outcomes[1].disposition(), Disposition::Retry);
     assert_eq!(effects.get(), 1);
 }
@@ -350,11 +478,29 @@ fn batch_duplicate_of_a_failure_is_retried_without_running() {
 #[test]
 fn batch_mixes_rejected_fail_open_seen_and_new() {
     let guard = Guard::new(InMemoryStore::new());
-    block_on_ready(guard.store().remember("old", None)).unwrap().unwrap();
-    let bodies = vec!["not json".to_string(), envelope_with(None), envelope("old"), envelope("new")];
+    block_on_ready(guard.store().remember("old", None))
+        .unwrap()
+        .unwrap();
+    let bodies = vec![
+        "not json".to_string(),
+        envelope_with(None),
+        envelope("old"),
+        envelope("new"),
+    ];
     let effects = Cell::new(0);
-    let kinds: Vec<_> = run_batch(&guard, &bodies, &[], &effects).iter().map(Outcome::kind).collect();
-    assert_eq!(kinds, vec![OutcomeKind::Rejected, OutcomeKind::FailOpen, OutcomeKind::Skipped, OutcomeKind::Ran]);
+    let kinds: Vec<_> = run_batch(&guard, &bodies, &[], &effects)
+        .iter()
+        .map(Outcome::kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            OutcomeKind::Rejected,
+            OutcomeKind::FailOpen,
+            OutcomeKind::Skipped,
+            OutcomeKind::Ran
+        ]
+    );
     assert_eq!(effects.get(), 2);
 }
 
@@ -365,8 +511,18 @@ fn batch_seen_failure_fails_closed_for_keyed_deliveries_only() {
     let guard = Guard::new(store);
     let bodies = vec![envelope("a"), envelope_with(None), envelope("a")];
     let effects = Cell::new(0);
-    let kinds: Vec<_> = run_batch(&guard, &bodies, &[], &effects).iter().map(Outcome::kind).collect();
-    assert_eq!(kinds, vec![OutcomeKind::StoreUnavailable, OutcomeKind::FailOpen, OutcomeKind::StoreUnavailable]);
+    let kinds: Vec<_> = run_batch(&guard, &bodies, &[], &effects)
+        .iter()
+        .map(Outcome::kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            OutcomeKind::StoreUnavailable,
+            OutcomeKind::FailOpen,
+            OutcomeKind::StoreUnavailable
+        ]
+    );
     assert_eq!(effects.get(), 1, "only the fail-open delivery ran");
 }
 
@@ -376,8 +532,18 @@ fn batch_remember_failure_marks_successes_unrecorded() {
     store.faults.remember.set(true);
     let guard = Guard::new(store);
     let bodies = vec![envelope("a"), envelope("b"), envelope("a")];
-    let kinds: Vec<_> = run_batch(&guard, &bodies, &["b"], &Cell::new(0)).iter().map(Outcome::kind).collect();
-    assert_eq!(kinds, vec![OutcomeKind::RanUnrecorded, OutcomeKind::Failed, OutcomeKind::Skipped]);
+    let kinds: Vec<_> = run_batch(&guard, &bodies, &["b"], &Cell::new(0))
+        .iter()
+        .map(Outcome::kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            OutcomeKind::RanUnrecorded,
+            OutcomeKind::Failed,
+            OutcomeKind::Skipped
+        ]
+    );
 }
 
 #[test]
@@ -386,14 +552,22 @@ fn split_decide_and_complete_match_process() {
     let bodies = vec![envelope("a"), envelope("a"), envelope("b")];
     let decisions = block_on_ready(guard.decide_batch(&bodies)).unwrap();
     let verdicts: Vec<_> = decisions.iter().map(|d| d.verdict.clone()).collect();
-    assert_eq!(verdicts, vec![Verdict::Run, Verdict::Duplicate(0), Verdict::Run]);
+    assert_eq!(
+        verdicts,
+        vec![Verdict::Run, Verdict::Duplicate(0), Verdict::Run]
+    );
     let results = decisions
         .iter()
         .map(|d| d.should_run().then_some(HandlerResult::<String>::Ok))
         .collect();
     let outcomes = block_on_ready(guard.complete_batch(decisions, results)).unwrap();
     assert_eq!(outcomes, vec![Outcome::Ran, Outcome::Skipped, Outcome::Ran]);
-    assert_eq!(block_on_ready(guard.decide(envelope("b").as_bytes())).unwrap().verdict, Verdict::Skip);
+    assert_eq!(
+        block_on_ready(guard.decide(envelope("b").as_bytes()))
+            .unwrap()
+            .verdict,
+        Verdict::Skip
+    );
 }
 
 // ---- key namespacing ----
@@ -401,12 +575,31 @@ fn split_decide_and_complete_match_process() {
 #[test]
 fn scopes_keep_separate_seen_sets_and_never_change_the_id() {
     let store = Arc::new(InMemoryStore::new());
-    let billing = Guard::new(store.clone()).with_keyspace(KeySpace::new().with_prefix("bq:idem:").with_scope("billing").unwrap());
-    let email = Guard::new(store.clone()).with_keyspace(KeySpace::new().with_prefix("bq:idem:").with_scope("email").unwrap());
+    let billing = Guard::new(store.clone()).with_keyspace(
+        KeySpace::new()
+            .with_prefix("bq:idem:")
+            .with_scope("billing")
+            .unwrap(),
+    );
+    let email = Guard::new(store.clone()).with_keyspace(
+        KeySpace::new()
+            .with_prefix("bq:idem:")
+            .with_scope("email")
+            .unwrap(),
+    );
     let effects = Cell::new(0);
-    assert_eq!(deliver(&billing, &envelope("id-A"), true, &effects), Outcome::Ran);
-    assert_eq!(deliver(&email, &envelope("id-A"), true, &effects), Outcome::Ran);
-    assert_eq!(deliver(&billing, &envelope("id-A"), true, &effects), Outcome::Skipped);
+    assert_eq!(
+        deliver(&billing, &envelope("id-A"), true, &effects),
+        Outcome::Ran
+    );
+    assert_eq!(
+        deliver(&email, &envelope("id-A"), true, &effects),
+        Outcome::Ran
+    );
+    assert_eq!(
+        deliver(&billing, &envelope("id-A"), true, &effects),
+        Outcome::Skipped
+    );
     let mut keys: Vec<_> = store.entries().into_iter().map(|e| e.key).collect();
     keys.sort();
     assert_eq!(keys, vec!["bq:idem:billing:id-A", "bq:idem:email:id-A"]);
@@ -420,11 +613,24 @@ fn scopes_keep_separate_seen_sets_and_never_change_the_id() {
 fn observer_sees_every_decision() {
     let counters = Arc::new(Counters::new());
     let guard = Guard::new(InMemoryStore::new()).with_observer(counters.clone());
-    let bodies = vec![envelope("a"), envelope("a"), envelope_with(None), "{".to_string(), envelope("b")];
+    let bodies = vec![
+        envelope("a"),
+        envelope("a"),
+        envelope_with(None),
+        "{".to_string(),
+        envelope("b"),
+    ];
     run_batch(&guard, &bodies, &["b"], &Cell::new(0));
     let snap = counters.snapshot();
     assert_eq!(
-        (snap.runs, snap.skips, snap.fail_open, snap.rejected, snap.failures, snap.parked),
+        (
+            snap.runs,
+            snap.skips,
+            snap.fail_open,
+            snap.rejected,
+            snap.failures,
+            snap.parked
+        ),
         (1, 1, 1, 1, 1, 0)
     );
 }

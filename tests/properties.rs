@@ -28,7 +28,11 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn body(id: u8, fail: bool) -> String {
-    let meta_id = if id == 0 { serde_json::Value::Null } else { format!("id-{id}").into() };
+    let meta_id = if id == 0 {
+        serde_json::Value::Null
+    } else {
+        format!("id-{id}").into()
+    };
     serde_json::json!({
         "job": "urn:babel:test:prop", "trace_id": "t", "data": {"fail": fail},
         "meta": {"id": meta_id, "schema_version": 1}, "attempts": 0
@@ -47,7 +51,11 @@ impl Model {
     fn deliver(&mut self, id: u8, fail: bool) -> OutcomeKind {
         if id == 0 {
             self.effects += 1;
-            return if fail { OutcomeKind::FailOpenFailed } else { OutcomeKind::FailOpen };
+            return if fail {
+                OutcomeKind::FailOpenFailed
+            } else {
+                OutcomeKind::FailOpen
+            };
         }
         if self.seen.contains(&id) {
             return OutcomeKind::Skipped;
@@ -77,7 +85,11 @@ impl Model {
                     continue;
                 }
             }
-            let kind = if id != 0 && before.contains(&id) { OutcomeKind::Skipped } else { self.deliver(id, fail) };
+            let kind = if id != 0 && before.contains(&id) {
+                OutcomeKind::Skipped
+            } else {
+                self.deliver(id, fail)
+            };
             if id != 0 {
                 leader.push((id, kind));
             }
@@ -96,16 +108,23 @@ fn check(ops: &[Op], claiming: bool) -> Result<(), TestCaseError> {
     let effects = Cell::new(0u32);
     let handler = async |m: &bq_dedupe::Message<'_>| {
         effects.set(effects.get() + 1);
-        if m.raw().contains("\"fail\":true") { Err("fail") } else { Ok(()) }
+        if m.raw().contains("\"fail\":true") {
+            Err("fail")
+        } else {
+            Ok(())
+        }
     };
     for op in ops {
         match op {
             Op::Deliver { id, fail } => {
-                let got = block_on_ready(guard.process(body(*id, *fail).as_bytes(), handler)).unwrap();
+                let got =
+                    block_on_ready(guard.process(body(*id, *fail).as_bytes(), handler)).unwrap();
                 prop_assert_eq!(got.kind(), model.deliver(*id, *fail), "{:?}", op);
             }
             Op::Forget(id) => {
-                block_on_ready(guard.forget(&format!("id-{id}"))).unwrap().unwrap();
+                block_on_ready(guard.forget(&format!("id-{id}")))
+                    .unwrap()
+                    .unwrap();
                 model.seen.remove(id);
             }
             Op::Batch(ds) => {
@@ -121,10 +140,20 @@ fn check(ops: &[Op], claiming: bool) -> Result<(), TestCaseError> {
     }
     prop_assert_eq!(effects.get(), model.effects);
     for id in 1..5u8 {
-        let seen = block_on_ready(guard.store().seen(&format!("id-{id}"))).unwrap().unwrap();
-        prop_assert_eq!(seen, model.seen.contains(&id), "store vs model for id-{}", id);
+        let seen = block_on_ready(guard.store().seen(&format!("id-{id}")))
+            .unwrap()
+            .unwrap();
+        prop_assert_eq!(
+            seen,
+            model.seen.contains(&id),
+            "store vs model for id-{}",
+            id
+        );
     }
-    prop_assert!(guard.store().claimed().is_empty(), "no claim outlives its delivery");
+    prop_assert!(
+        guard.store().claimed().is_empty(),
+        "no claim outlives its delivery"
+    );
     Ok(())
 }
 

@@ -58,8 +58,9 @@ impl<'a> Message<'a> {
                 limit: limits.max_bytes,
             });
         }
-        let text = std::str::from_utf8(raw)
-            .map_err(|e| Rejection::NotJson(format!("invalid UTF-8 at byte {}", e.valid_up_to())))?;
+        let text = std::str::from_utf8(raw).map_err(|e| {
+            Rejection::NotJson(format!("invalid UTF-8 at byte {}", e.valid_up_to()))
+        })?;
         let view = match serde_json::from_str::<TopLevel<'a>>(text) {
             Ok(TopLevel::Object(view)) => view,
             Ok(TopLevel::NotAnObject) => return Err(Rejection::NotAnObject),

@@ -5,9 +5,7 @@
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
-use bq_dedupe::{
-    Capabilities, Claim, ClaimToken, InMemoryStore, Store, StoreError, StoreResult,
-};
+use bq_dedupe::{Capabilities, Claim, ClaimToken, InMemoryStore, Store, StoreError, StoreResult};
 
 /// A valid envelope whose `meta.id` is `id` (a JSON value, so tests can pass
 /// numbers, null, or leave it out with `None`).
@@ -86,7 +84,10 @@ impl Store for FlakyStore {
         self.inner.forget(key).await
     }
     fn capabilities(&self) -> Capabilities {
-        Capabilities { claim: self.can_claim, ttl: true }
+        Capabilities {
+            claim: self.can_claim,
+            ttl: true,
+        }
     }
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
         self.call("seen_many", &self.faults.seen)?;

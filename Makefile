@@ -1,0 +1,60 @@
+# The two commands a newcomer needs: `make dev` (the local demo) and `make test`
+# (every check CI runs). Both install what is missing and skip what is present.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+
+CARGO_FUZZ_VERSION := 0.13.2
+BABELQUEUE_PY_VERSION := 1.24.0
+SAMPLE := examples/sample-stream.jsonl
+# The sample's third order fails once, to show a retry running again.
+SAMPLE_FAIL := 00000003-b5a6-4789-90ab-cdef01234567
+FUZZ_SECONDS ?= 30
+
+.PHONY: dev test setup setup-fuzz setup-bench lint wasm unit conformance fuzz bench
+
+## dev: dedupe a sample stream with the in-memory store and show every decision.
+dev: setup
+	cargo run --quiet --release --example dedupe_stream -- $(SAMPLE) --fail $(SAMPLE_FAIL)
+
+## test: formatting, lints, the wasm32 build, every test, the conformance run, a fuzz smoke.
+test: setup lint wasm unit conformance fuzz
+
+setup:
+	@rustup target list --installed | grep -qx wasm32-unknown-unknown \
+	  || rustup target add wasm32-unknown-unknown
+	@rustup component list --installed | grep -q '^clippy' || rustup component add clippy
+	@rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
+
+lint:
+	cargo fmt --all --check
+	cargo clippy --all-targets -- -D warnings
+
+# The core must stay portable: build it for the target the component and the JS package use.
+wasm:
+	cargo build --lib --release --target wasm32-unknown-unknown
+
+unit:
+	cargo test --all-targets
+	cargo test --doc
+
+conformance:
+	cargo run --quiet --example conformance
+
+# cargo-fuzz needs a nightly toolchain; without one the smoke run is skipped, loudly.
+setup-fuzz:
+	@if rustup toolchain list | grep -q '^nightly'; then \
+	  (cargo fuzz --version 2>/dev/null | grep -q "$(CARGO_FUZZ_VERSION)") \
+	    || cargo install cargo-fuzz --version $(CARGO_FUZZ_VERSION) --locked; \
+	fi
+
+fuzz: setup-fuzz
+	@if rustup toolchain list | grep -q '^nightly'; then \
+	  cd fuzz && cargo +nightly fuzz run decode -- -max_total_time=$(FUZZ_SECONDS) 2>&1 | tail -n 3; \
+	else \
+	  echo "fuzz: skipped, no nightly toolchain on this machine"; \
+	fi
+
+setup-bench:
+	@python3 -c "import babelqueue, importlib.metadata as m; assert m.version('babelqueue') == '$(BABELQUEUE_PY_VERSION)'" 2>/dev/null \
+	  || pip install --quiet babelqueue==$(BABELQUEUE_PY_VERSION)

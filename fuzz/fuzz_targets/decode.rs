@@ -1,0 +1,25 @@
+//! Fuzzes the envelope decoders: never a panic, and the borrowed fast path and the
+//! full owned decoder always agree on accept/reject, the id and the job.
+
+#![no_main]
+
+use bq_dedupe::{Envelope, Limits, Message};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let limits = Limits::default();
+    let fast = Message::parse(data, &limits);
+    let full = Envelope::decode(data, &limits);
+    match (&fast, &full) {
+        (Ok(msg), Ok(env)) => {
+            assert_eq!(msg.id(), env.id(), "decoders disagree on meta.id");
+            assert_eq!(msg.job(), env.job, "decoders disagree on job");
+            assert_eq!(msg.attempts(), env.attempts);
+            // The canonical form decodes again to the same envelope.
+            let again = Envelope::decode(env.to_json().as_bytes(), &Limits { max_bytes: usize::MAX });
+            assert_eq!(again.as_ref(), Ok(env), "canonical JSON does not round-trip");
+        }
+        (Err(a), Err(b)) => assert_eq!(a, b, "decoders reject for different reasons"),
+        _ => panic!("decoders disagree: fast {fast:?}, full {full:?}"),
+    }
+});
