@@ -186,14 +186,23 @@ impl<S: Store, O: Observer> Guard<S, O> {
     }
 
     /// Puts one delivery through the guard: decode, decide, run `handler` if
-    /// needed, record the result.
+    /// needed, record the result. The steps of a batch of one, minus the batch's
+    /// bookkeeping.
     pub async fn process<E>(
         &self,
         body: &[u8],
-        handler: impl AsyncFnMut(&Message<'_>) -> Result<(), E>,
+        mut handler: impl AsyncFnMut(&Message<'_>) -> Result<(), E>,
     ) -> Outcome<E> {
-        let mut outcomes = self.process_batch(&[body], handler).await;
-        outcomes.pop().unwrap_or(Outcome::Parked)
+        let (message, mut decision) = self.classify(body);
+        if decision.verdict == Verdict::Run {
+            self.ask_store(std::slice::from_mut(&mut decision), &[0])
+                .await;
+        }
+        let result = match &message {
+            Some(msg) if decision.should_run() => Some(run_caught(&mut handler, msg).await),
+            _ => None,
+        };
+        self.complete(decision, result).await
     }
 
     /// Puts a batch through the guard with one store call to decide and one to
@@ -217,8 +226,12 @@ impl<S: Store, O: Observer> Guard<S, O> {
 
     /// Decides one delivery (see [`Guard::decide_batch`]).
     pub async fn decide(&self, body: &[u8]) -> Decision {
-        let mut decisions = self.plan(&[body]).await.1;
-        decisions.pop().unwrap_or(Decision::unkeyed(Verdict::Park))
+        let mut decision = self.classify(body).1;
+        if decision.verdict == Verdict::Run {
+            self.ask_store(std::slice::from_mut(&mut decision), &[0])
+                .await;
+        }
+        decision
     }
 
     /// Decides a batch with one store call (plus one re-check if, in claiming mode,
@@ -234,8 +247,14 @@ impl<S: Store, O: Observer> Guard<S, O> {
         decision: Decision,
         result: Option<HandlerResult<E>>,
     ) -> Outcome<E> {
-        let mut outcomes = self.complete_batch(vec![decision], vec![result]).await;
-        outcomes.pop().unwrap_or(Outcome::Parked)
+        let recorded = match (&decision.verdict, &decision.key, &result, &decision.claim) {
+            (Verdict::Run, Some(key), Some(HandlerResult::Ok), _) => self.commit(&[key], &[]).await,
+            (Verdict::Run, Some(key), _, Some(token)) => self.commit(&[], &[(key, token)]).await,
+            _ => Ok(()),
+        };
+        let outcome = resolve(&decision.verdict, result, &recorded, None);
+        self.observe_outcome(&decision, &outcome);
+        outcome
     }
 
     /// Records a batch with one store call: remembers the keys whose handler
@@ -263,36 +282,43 @@ impl<S: Store, O: Observer> Guard<S, O> {
 
         let mut outcomes: Vec<Outcome<E>> = Vec::with_capacity(decisions.len());
         for (decision, result) in decisions.iter().zip(results) {
-            let outcome = match (&decision.verdict, result) {
-                (Verdict::Run, Some(HandlerResult::Ok)) => match &recorded {
-                    Ok(()) => Outcome::Ran,
-                    Err(e) => Outcome::RanUnrecorded(e.clone()),
-                },
-                (Verdict::FailOpen, Some(HandlerResult::Ok)) => Outcome::FailOpen(Ok(())),
-                (Verdict::FailOpen, Some(HandlerResult::Err(e))) => Outcome::FailOpen(Err(e)),
-                (Verdict::Run, Some(HandlerResult::Err(e))) => Outcome::Failed(e),
-                (Verdict::Run | Verdict::FailOpen, Some(HandlerResult::Panicked(msg))) => {
-                    Outcome::Panicked(msg)
-                }
-                // Told to run but it did not: nothing happened, so redeliver.
-                (Verdict::Run | Verdict::FailOpen, None) => Outcome::Parked,
-                (Verdict::Skip, _) => Outcome::Skipped,
-                (Verdict::Park, _) => Outcome::Parked,
-                (Verdict::Reject(r), _) => Outcome::Rejected(r.clone()),
-                (Verdict::StoreUnavailable(e), _) => Outcome::StoreUnavailable(e.clone()),
-                (Verdict::Duplicate(of), _) => follow(outcomes.get(*of)),
+            let leader = match decision.verdict {
+                Verdict::Duplicate(of) => outcomes.get(of),
+                _ => None,
             };
-            self.observer.observe(Event::Outcome {
-                key: decision.key.as_deref(),
-                kind: outcome.kind(),
-            });
+            let outcome = resolve(&decision.verdict, result, &recorded, leader);
+            self.observe_outcome(decision, &outcome);
             outcomes.push(outcome);
         }
         outcomes
     }
 
-    /// Decodes every body, collapses in-batch duplicates, and asks the store about
-    /// each distinct key once.
+    fn observe_outcome<E>(&self, decision: &Decision, outcome: &Outcome<E>) {
+        self.observer.observe(Event::Outcome {
+            key: decision.key.as_deref(),
+            kind: outcome.kind(),
+        });
+    }
+
+    /// Decodes one body and derives its key; the store is not asked yet.
+    fn classify<'b>(&self, body: &'b [u8]) -> (Option<Message<'b>>, Decision) {
+        let message = match Message::parse(body, &self.options.limits) {
+            Ok(m) => m,
+            Err(r) => return (None, Decision::unkeyed(Verdict::Reject(r))),
+        };
+        let decision = match message.id() {
+            None => Decision::unkeyed(Verdict::FailOpen),
+            Some(id) => Decision {
+                verdict: Verdict::Run,
+                key: Some(self.options.keyspace.key(id).into_owned()),
+                claim: None,
+            },
+        };
+        (Some(message), decision)
+    }
+
+    /// Classifies every body, collapses in-batch duplicates, and asks the store
+    /// about each distinct key once.
     async fn plan<'b, B: AsRef<[u8]>>(
         &self,
         bodies: &'b [B],
@@ -302,75 +328,63 @@ impl<S: Store, O: Observer> Guard<S, O> {
         let mut leaders: hashbrown::HashMap<String, usize, RandomState> = Default::default();
         let mut unique: Vec<usize> = Vec::new();
         for (i, body) in bodies.iter().enumerate() {
-            let message = match Message::parse(body.as_ref(), &self.options.limits) {
-                Ok(m) => m,
-                Err(r) => {
-                    messages.push(None);
-                    decisions.push(Decision::unkeyed(Verdict::Reject(r)));
-                    continue;
-                }
-            };
-            let decision = match message.id() {
-                None => Decision::unkeyed(Verdict::FailOpen),
-                Some(id) => {
-                    let key = self.options.keyspace.key(id).into_owned();
-                    let verdict = match leaders.get(&key) {
-                        Some(&leader) => Verdict::Duplicate(leader),
-                        None => {
-                            // Batches of one (the common single path) skip the map.
-                            if bodies.len() > 1 {
-                                leaders.insert(key.clone(), i);
-                            }
-                            unique.push(i);
-                            Verdict::Run
-                        }
-                    };
-                    Decision {
-                        verdict,
-                        key: Some(key),
-                        claim: None,
+            let (message, mut decision) = self.classify(body.as_ref());
+            if let Some(key) = &decision.key {
+                match leaders.get(key) {
+                    Some(&leader) => decision.verdict = Verdict::Duplicate(leader),
+                    None => {
+                        leaders.insert(key.clone(), i);
+                        unique.push(i);
                     }
                 }
-            };
-            messages.push(Some(message));
+            }
+            messages.push(message);
             decisions.push(decision);
         }
-        if !unique.is_empty() {
-            match self.options.claim_lease {
-                Some(lease) => self.claim_all(&unique, &mut decisions, lease).await,
-                None => self.check_all(&unique, &mut decisions).await,
-            }
-        }
+        self.ask_store(&mut decisions, &unique).await;
         (messages, decisions)
+    }
+
+    /// Settles the `Run` verdicts at `unique` (distinct keys) with the store:
+    /// `seen` in plain mode, `claim` in claiming mode.
+    async fn ask_store(&self, decisions: &mut [Decision], unique: &[usize]) {
+        match self.options.claim_lease {
+            _ if unique.is_empty() => {}
+            Some(lease) => self.claim_all(&unique, decisions, lease).await,
+            None => self.check_all(&unique, decisions).await,
+        }
     }
 
     /// Plain mode: one `seen` (or `seen_many`) for the distinct keys.
     async fn check_all(&self, unique: &[usize], decisions: &mut [Decision]) {
-        let keys = keys_at(unique, decisions);
-        let answers = match keys.as_slice() {
-            [one] => self.store.seen(one).await.map(|seen| vec![seen]),
-            many => self.store.seen_many(many).await,
-        };
-        let answers = checked_len(answers, keys.len());
+        if let [i] = *unique {
+            let answer = self.store.seen(key_at(decisions, i)).await;
+            self.report_store_error(StoreOp::Seen, &answer);
+            decisions[i].verdict = after_seen(answer.as_ref().copied());
+            return;
+        }
+        let keys: Vec<&str> = unique.iter().map(|&i| key_at(decisions, i)).collect();
+        let answers = checked_len(self.store.seen_many(&keys).await, keys.len());
         self.report_store_error(StoreOp::Seen, &answers);
-        for (&i, answer) in unique.iter().zip(0..) {
-            decisions[i].verdict = match &answers {
-                Ok(seen) if seen[answer] => Verdict::Skip,
-                Ok(_) => Verdict::Run,
-                Err(e) => Verdict::StoreUnavailable(e.clone()),
-            };
+        for (n, &i) in unique.iter().enumerate() {
+            decisions[i].verdict = after_seen(answers.as_ref().map(|a| a[n]));
         }
     }
 
     /// Claiming mode: claim every distinct key (one call); a key held by another
     /// consumer is re-checked with `seen` (one more call), then skipped or parked.
     async fn claim_all(&self, unique: &[usize], decisions: &mut [Decision], lease: Duration) {
-        let keys = keys_at(unique, decisions);
-        let claims = match keys.as_slice() {
-            [one] => self.store.claim(one, lease).await.map(|c| vec![c]),
-            many => self.store.claim_many(many, lease).await,
+        let claims = match *unique {
+            [i] => self
+                .store
+                .claim(key_at(decisions, i), lease)
+                .await
+                .map(|c| vec![c]),
+            _ => {
+                let keys: Vec<&str> = unique.iter().map(|&i| key_at(decisions, i)).collect();
+                checked_len(self.store.claim_many(&keys, lease).await, keys.len())
+            }
         };
-        let claims = checked_len(claims, keys.len());
         self.report_store_error(StoreOp::Claim, &claims);
         let claims = match claims {
             Ok(claims) => claims,
@@ -428,12 +442,47 @@ impl<S: Store, O: Observer> Guard<S, O> {
     }
 }
 
-/// The keys of the decisions at `unique`, in that order.
-fn keys_at<'d>(unique: &[usize], decisions: &'d [Decision]) -> Vec<&'d str> {
-    unique
-        .iter()
-        .filter_map(|&i| decisions[i].key.as_deref())
-        .collect()
+/// The store key of a keyed decision (only keyed decisions reach the store).
+fn key_at(decisions: &[Decision], i: usize) -> &str {
+    decisions[i].key.as_deref().unwrap_or_default()
+}
+
+/// The verdict once the store has said whether the key was seen.
+fn after_seen(answer: Result<bool, &StoreError>) -> Verdict {
+    match answer {
+        Ok(true) => Verdict::Skip,
+        Ok(false) => Verdict::Run,
+        Err(e) => Verdict::StoreUnavailable(e.clone()),
+    }
+}
+
+/// A delivery's outcome from its verdict, its handler's result, whether the batch's
+/// successes were recorded, and (for an in-batch duplicate) the leader's outcome.
+fn resolve<E>(
+    verdict: &Verdict,
+    result: Option<HandlerResult<E>>,
+    recorded: &StoreResult<()>,
+    leader: Option<&Outcome<E>>,
+) -> Outcome<E> {
+    match (verdict, result) {
+        (Verdict::Run, Some(HandlerResult::Ok)) => match recorded {
+            Ok(()) => Outcome::Ran,
+            Err(e) => Outcome::RanUnrecorded(e.clone()),
+        },
+        (Verdict::FailOpen, Some(HandlerResult::Ok)) => Outcome::FailOpen(Ok(())),
+        (Verdict::FailOpen, Some(HandlerResult::Err(e))) => Outcome::FailOpen(Err(e)),
+        (Verdict::Run, Some(HandlerResult::Err(e))) => Outcome::Failed(e),
+        (Verdict::Run | Verdict::FailOpen, Some(HandlerResult::Panicked(msg))) => {
+            Outcome::Panicked(msg)
+        }
+        // Told to run but it did not: nothing happened, so redeliver.
+        (Verdict::Run | Verdict::FailOpen, None) => Outcome::Parked,
+        (Verdict::Skip, _) => Outcome::Skipped,
+        (Verdict::Park, _) => Outcome::Parked,
+        (Verdict::Reject(r), _) => Outcome::Rejected(r.clone()),
+        (Verdict::StoreUnavailable(e), _) => Outcome::StoreUnavailable(e.clone()),
+        (Verdict::Duplicate(_), _) => follow(leader),
+    }
 }
 
 /// A store that answers a batch call with the wrong number of answers is broken;

@@ -11,6 +11,7 @@
 //! capacity bound is reached.
 
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -46,23 +47,36 @@ impl<'a> Repr<'a> {
 /// Anything else (upper case, braces, no hyphens) is kept verbatim as text, so two
 /// ids that differ only in spelling stay two ids.
 fn parse_uuid(s: &[u8]) -> Option<[u8; 16]> {
-    if s.len() != 36 {
+    /// Lowercase hex digit -> value; anything else -> 0xff.
+    const HEX: [u8; 256] = {
+        let mut t = [0xff; 256];
+        let mut i = 0;
+        while i < 10 {
+            t[b'0' as usize + i] = i as u8;
+            i += 1;
+        }
+        let mut i = 0;
+        while i < 6 {
+            t[b'a' as usize + i] = 10 + i as u8;
+            i += 1;
+        }
+        t
+    };
+    /// Where each byte's two hex digits start in the 36-character form.
+    const AT: [usize; 16] = [0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34];
+    let s: &[u8; 36] = s.try_into().ok()?;
+    if s[8] != b'-' || s[13] != b'-' || s[18] != b'-' || s[23] != b'-' {
         return None;
     }
     let mut out = [0u8; 16];
-    let mut nibbles = 0;
-    for (i, &c) in s.iter().enumerate() {
-        let v = match (i, c) {
-            (8 | 13 | 18 | 23, b'-') => continue,
-            (8 | 13 | 18 | 23, _) => return None,
-            (_, b'0'..=b'9') => c - b'0',
-            (_, b'a'..=b'f') => c - b'a' + 10,
-            _ => return None,
-        };
-        out[nibbles / 2] |= v << if nibbles % 2 == 0 { 4 } else { 0 };
-        nibbles += 1;
+    let mut bad = 0u8;
+    for (byte, &at) in out.iter_mut().zip(&AT) {
+        let (hi, lo) = (HEX[s[at] as usize], HEX[s[at + 1] as usize]);
+        bad |= hi | lo;
+        *byte = (hi << 4) | (lo & 0x0f);
     }
-    Some(out)
+    // 0xff marks a non-hex digit; valid digits never set the high bit.
+    (bad & 0x80 == 0).then_some(out)
 }
 
 fn format_uuid(b: &[u8; 16]) -> String {
@@ -355,6 +369,8 @@ pub struct InMemoryStore {
     inner: Mutex<Inner>,
     clock: Option<Arc<dyn Clock>>,
     capacity: Option<usize>,
+    /// Set once any entry or claim can expire; until then reads skip the clock.
+    timed: AtomicBool,
 }
 
 impl Default for InMemoryStore {
@@ -388,6 +404,7 @@ impl InMemoryStore {
             }),
             clock,
             capacity: None,
+            timed: AtomicBool::new(false),
         }
     }
 
@@ -401,6 +418,15 @@ impl InMemoryStore {
         self.clock.as_ref().map(|c| c.now_ms())
     }
 
+    /// The time for checking expiry: `None` while nothing can have expired.
+    fn now_if_timed(&self) -> Option<u64> {
+        if self.timed.load(Ordering::Relaxed) {
+            self.now()
+        } else {
+            None
+        }
+    }
+
     fn lock(&self) -> StoreResult<MutexGuard<'_, Inner>> {
         self.inner
             .lock()
@@ -410,7 +436,10 @@ impl InMemoryStore {
     fn expiry(&self, table: &Table, ttl: Option<Duration>) -> StoreResult<u32> {
         match (ttl, self.now()) {
             (None, _) => Ok(NEVER),
-            (Some(ttl), Some(now)) => Ok(table.expiry_secs(now, ttl)),
+            (Some(ttl), Some(now)) => {
+                self.timed.store(true, Ordering::Relaxed);
+                Ok(table.expiry_secs(now, ttl))
+            }
             (Some(_), None) => Err(StoreError::unsupported(
                 "a TTL needs a clock: build the store with InMemoryStore::with_clock",
             )),
@@ -468,7 +497,7 @@ fn lease_live(until: Option<u64>, now: Option<u64>) -> bool {
 
 impl Store for InMemoryStore {
     async fn seen(&self, key: &str) -> StoreResult<bool> {
-        let now = self.now();
+        let now = self.now_if_timed();
         Ok(self.lock()?.table.seen(key, now))
     }
 
@@ -494,7 +523,7 @@ impl Store for InMemoryStore {
     }
 
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
-        let now = self.now();
+        let now = self.now_if_timed();
         let mut inner = self.lock()?;
         Ok(keys.iter().map(|k| inner.table.seen(k, now)).collect())
     }
@@ -522,6 +551,7 @@ impl Store for InMemoryStore {
         }
         inner.next_token += 1;
         let token = inner.next_token;
+        self.timed.store(true, Ordering::Relaxed);
         let until = now.map(|n| n.saturating_add(lease.as_millis() as u64));
         inner.claims.insert(key.to_owned(), (token, until));
         Ok(Claim::Acquired(ClaimToken(token.to_string())))
