@@ -350,8 +350,8 @@ impl<S: Store, O: Observer> Guard<S, O> {
     async fn ask_store(&self, decisions: &mut [Decision], unique: &[usize]) {
         match self.options.claim_lease {
             _ if unique.is_empty() => {}
-            Some(lease) => self.claim_all(&unique, decisions, lease).await,
-            None => self.check_all(&unique, decisions).await,
+            Some(lease) => self.claim_all(unique, decisions, lease).await,
+            None => self.check_all(unique, decisions).await,
         }
     }
 
