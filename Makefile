@@ -50,7 +50,9 @@ setup-fuzz:
 
 fuzz: setup-fuzz
 	@if rustup toolchain list | grep -q '^nightly'; then \
-	  cd fuzz && cargo +nightly fuzz run decode -- -max_total_time=$(FUZZ_SECONDS) 2>&1 | tail -n 3; \
+	  mkdir -p fuzz/corpus/decode; \
+	  cd fuzz && cargo +nightly fuzz run decode corpus/decode ../tests/conformance/fixtures \
+	    -- -max_total_time=$(FUZZ_SECONDS) 2>&1 | tail -n 25; \
 	else \
 	  echo "fuzz: skipped, no nightly toolchain on this machine"; \
 	fi
@@ -58,3 +60,12 @@ fuzz: setup-fuzz
 setup-bench:
 	@python3 -c "import babelqueue, importlib.metadata as m; assert m.version('babelqueue') == '$(BABELQUEUE_PY_VERSION)'" 2>/dev/null \
 	  || pip install --quiet babelqueue==$(BABELQUEUE_PY_VERSION)
+
+## bench: native throughput vs the Python peer on 1,000,000 deliveries, and bytes per id.
+bench: setup-bench
+	mkdir -p target/bench
+	cargo run --quiet --release --example gen_workload -- target/bench/workload.jsonl
+	cargo bench --bench throughput
+	python3 bench/python_peer.py target/bench/workload.jsonl --out target/bench/python.json
+	python3 bench/compare.py
+	cargo run --quiet --release --example memory_per_id

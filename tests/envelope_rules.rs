@@ -167,3 +167,18 @@ fn owned_envelope_preserves_unknown_fields_and_writes_job() {
     assert_eq!(out["x_custom"]["keep"][1], 2);
     assert_eq!(out["data"]["order_id"], 1042);
 }
+
+/// Found by the fuzzer: without exact float parsing a payload number changed on
+/// the way through the owned envelope.
+#[test]
+fn payload_floats_round_trip_exactly() {
+    let raw = with(|e| {
+        e["meta"]["created_at"] = serde_json::from_str("1.7494444444444445e+97").unwrap();
+        e["data"]["ratio"] = serde_json::from_str("0.1").unwrap();
+        e["data"]["tiny"] = serde_json::from_str("5e-324").unwrap();
+    });
+    let env = Envelope::decode(raw.as_bytes(), &Limits::default()).unwrap();
+    let again = Envelope::decode(env.to_json().as_bytes(), &Limits::default()).unwrap();
+    assert_eq!(env, again);
+    assert!(env.to_json().contains("1.7494444444444445e+97"), "{}", env.to_json());
+}
