@@ -323,23 +323,36 @@ impl<S: Store, O: Observer> Guard<S, O> {
         &self,
         bodies: &'b [B],
     ) -> (Vec<Option<Message<'b>>>, Vec<Decision>) {
-        let mut messages = Vec::with_capacity(bodies.len());
-        let mut decisions = Vec::with_capacity(bodies.len());
-        let mut leaders: hashbrown::HashMap<String, usize, RandomState> = Default::default();
+        let (messages, mut decisions): (Vec<_>, Vec<_>) = bodies
+            .iter()
+            .map(|body| self.classify(body.as_ref()))
+            .unzip();
+        // The first delivery of each key leads; later ones follow it. The map
+        // borrows the keys, so duplicates are marked after it is dropped.
         let mut unique: Vec<usize> = Vec::new();
-        for (i, body) in bodies.iter().enumerate() {
-            let (message, mut decision) = self.classify(body.as_ref());
-            if let Some(key) = &decision.key {
-                match leaders.get(key) {
-                    Some(&leader) => decision.verdict = Verdict::Duplicate(leader),
-                    None => {
-                        leaders.insert(key.clone(), i);
-                        unique.push(i);
+        let mut followers: Vec<(usize, usize)> = Vec::new();
+        {
+            let mut leaders: hashbrown::HashMap<&str, usize, RandomState> =
+                hashbrown::HashMap::with_capacity_and_hasher(
+                    decisions.len(),
+                    RandomState::default(),
+                );
+            for (i, decision) in decisions.iter().enumerate() {
+                if let Some(key) = decision.key.as_deref() {
+                    match leaders.entry(key) {
+                        hashbrown::hash_map::Entry::Occupied(leader) => {
+                            followers.push((i, *leader.get()))
+                        }
+                        hashbrown::hash_map::Entry::Vacant(slot) => {
+                            slot.insert(i);
+                            unique.push(i);
+                        }
                     }
                 }
             }
-            messages.push(message);
-            decisions.push(decision);
+        }
+        for (i, leader) in followers {
+            decisions[i].verdict = Verdict::Duplicate(leader);
         }
         self.ask_store(&mut decisions, &unique).await;
         (messages, decisions)

@@ -180,5 +180,9 @@ fn payload_floats_round_trip_exactly() {
     let env = Envelope::decode(raw.as_bytes(), &Limits::default()).unwrap();
     let again = Envelope::decode(env.to_json().as_bytes(), &Limits::default()).unwrap();
     assert_eq!(env, again);
-    assert!(env.to_json().contains("1.7494444444444445e+97"), "{}", env.to_json());
+    assert!(
+        env.to_json().contains("1.7494444444444445e+97"),
+        "{}",
+        env.to_json()
+    );
 }
