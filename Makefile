@@ -18,7 +18,7 @@ dev: setup
 	cargo run --quiet --release --example dedupe_stream -- $(SAMPLE) --fail $(SAMPLE_FAIL)
 
 ## test: formatting, lints, the wasm32 build, every test, the conformance run, a fuzz smoke.
-test: setup lint wasm unit conformance fuzz
+test: setup lint wasm unit fuzz conformance
 
 setup:
 	@rustup target list --installed | grep -qx wasm32-unknown-unknown \
