@@ -1,0 +1,1 @@
+//! The component guest (work in progress).

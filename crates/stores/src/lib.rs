@@ -1,0 +1,1 @@
+//! Persistent and shared stores (work in progress).
