@@ -1,0 +1,308 @@
+//! [`SqliteStore`]: the seen-set in one SQLite table.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bq_dedupe::{
+    Capabilities, Claim, ClaimToken, Clock, Store, StoreError, StoreResult, SystemClock,
+};
+use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
+
+use crate::{StoreStats, new_token, ttl_ms};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS bq_dedupe (
+    key        TEXT PRIMARY KEY,
+    state      INTEGER NOT NULL, -- 0 claimed, 1 done
+    token      TEXT,             -- the claim's owner (state 0)
+    expires_at INTEGER           -- unix ms; NULL = never
+) WITHOUT ROWID;";
+
+/// A row counts only while `expires_at` is NULL or in the future (`?now` is ms).
+const SEEN: &str = "SELECT 1 FROM bq_dedupe
+    WHERE key = ?1 AND state = 1 AND (expires_at IS NULL OR expires_at > ?2)";
+
+/// Remembering ends any claim: the row becomes `done` whatever it was.
+const REMEMBER: &str =
+    "INSERT INTO bq_dedupe (key, state, token, expires_at) VALUES (?1, 1, NULL, ?2)
+    ON CONFLICT(key) DO UPDATE SET state = 1, token = NULL, expires_at = excluded.expires_at";
+
+/// The claim itself, in one statement: insert, or take over a row that has
+/// expired (a finished id past its TTL, or a crashed holder's lease). A live row is
+/// left alone and the statement changes nothing.
+const CLAIM: &str = "INSERT INTO bq_dedupe (key, state, token, expires_at) VALUES (?1, 0, ?2, ?3)
+    ON CONFLICT(key) DO UPDATE SET state = 0, token = excluded.token, expires_at = excluded.expires_at
+    WHERE bq_dedupe.expires_at IS NOT NULL AND bq_dedupe.expires_at <= ?4";
+
+const STATE: &str = "SELECT state FROM bq_dedupe WHERE key = ?1";
+
+const RELEASE: &str = "DELETE FROM bq_dedupe WHERE key = ?1 AND state = 0 AND token = ?2";
+
+const FORGET: &str = "DELETE FROM bq_dedupe WHERE key = ?1";
+
+/// A [`Store`] in a SQLite file: persistent, and shared by every process that
+/// opens the same file (claims are atomic across them).
+///
+/// Opened in WAL mode with `synchronous=NORMAL`: a committed `remember` survives
+/// the process being killed (`kill -9`); only a power loss or OS crash can drop the
+/// last transactions. Use `PRAGMA synchronous=FULL` on the file if that matters
+/// more than write latency. Writers wait up to 5 s for each other
+/// (`busy_timeout`) before reporting the store unavailable.
+///
+/// Expired rows read as absent at once; [`Self::purge_expired`] reclaims their
+/// space.
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore").finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (or creates) the store at `path`, creating missing parent folders.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref();
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                StoreError::unavailable(format!("sqlite: creating {}: {e}", parent.display()))
+            })?;
+        }
+        let conn = Connection::open(path).map_err(error)?;
+        // Set first, so the pragmas below also wait for a concurrent opener.
+        conn.busy_timeout(Duration::from_secs(5)).map_err(error)?;
+        let mode: String = conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+            .map_err(error)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::internal(format!(
+                "sqlite: {} cannot use WAL (journal_mode is {mode})",
+                path.display()
+            )));
+        }
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(error)?;
+        conn.execute_batch(SCHEMA).map_err(error)?;
+        Ok(SqliteStore {
+            conn: Mutex::new(conn),
+            clock: Arc::new(SystemClock),
+        })
+    }
+
+    /// Reads time (expiry, leases) from `clock` instead of the system clock.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Counts of live remembered ids, live claims and expired rows.
+    pub fn stats(&self) -> StoreResult<StoreStats> {
+        let now = self.now();
+        let conn = self.lock()?;
+        let (remembered, claimed, expired): (i64, i64, i64) = conn
+            .query_row(
+                "SELECT
+                    COALESCE(SUM(state = 1 AND (expires_at IS NULL OR expires_at > ?1)), 0),
+                    COALESCE(SUM(state = 0 AND (expires_at IS NULL OR expires_at > ?1)), 0),
+                    COALESCE(SUM(expires_at IS NOT NULL AND expires_at <= ?1), 0)
+                 FROM bq_dedupe",
+                [now],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .map_err(error)?;
+        Ok(StoreStats {
+            remembered: remembered as u64,
+            claimed: claimed as u64,
+            expired: expired as u64,
+        })
+    }
+
+    /// Deletes expired rows (finished ids past their TTL, lapsed claims) and says
+    /// how many went. Optional: reads never see them either way.
+    pub fn purge_expired(&self) -> StoreResult<u64> {
+        let now = self.now();
+        let conn = self.lock()?;
+        let n = conn
+            .execute(
+                "DELETE FROM bq_dedupe WHERE expires_at IS NOT NULL AND expires_at <= ?1",
+                [now],
+            )
+            .map_err(error)?;
+        Ok(n as u64)
+    }
+
+    fn now(&self) -> i64 {
+        self.clock.now_ms().min(i64::MAX as u64) as i64
+    }
+
+    fn until(&self, ttl: Option<Duration>) -> Option<i64> {
+        ttl.map(|d| self.now().saturating_add(ttl_ms(d) as i64))
+    }
+
+    fn lock(&self) -> StoreResult<MutexGuard<'_, Connection>> {
+        self.conn
+            .lock()
+            .map_err(|_| StoreError::internal("sqlite: connection lock poisoned by a panic"))
+    }
+}
+
+/// Takes a claim on `key` inside the caller's write transaction, so the follow-up
+/// read that tells `Seen` from `Held` sees the same row the insert did.
+fn claim_in(conn: &Connection, key: &str, now: i64, lease_ms: u64) -> rusqlite::Result<Claim> {
+    let token = new_token();
+    let until = now.saturating_add(lease_ms as i64);
+    let changed = conn
+        .prepare_cached(CLAIM)?
+        .execute(params![key, token.0, until, now])?;
+    if changed == 1 {
+        return Ok(Claim::Acquired(token));
+    }
+    // The row is live (an expired one would have been taken over).
+    let state: Option<i64> = conn
+        .prepare_cached(STATE)?
+        .query_row([key], |row| row.get(0))
+        .optional()?;
+    Ok(match state {
+        Some(1) => Claim::Seen,
+        _ => Claim::Held,
+    })
+}
+
+fn remember_in(conn: &Connection, keys: &[&str], until: Option<i64>) -> rusqlite::Result<()> {
+    let mut stmt = conn.prepare_cached(REMEMBER)?;
+    for key in keys {
+        stmt.execute(params![key, until])?;
+    }
+    Ok(())
+}
+
+/// Busy, locked or I/O trouble may pass, so it is `Unavailable`; anything else
+/// (a corrupt file, a bug) is `Internal`.
+fn error(e: rusqlite::Error) -> StoreError {
+    let transient = matches!(
+        e.sqlite_error_code(),
+        Some(
+            ErrorCode::DatabaseBusy
+                | ErrorCode::DatabaseLocked
+                | ErrorCode::SystemIoFailure
+                | ErrorCode::CannotOpen
+                | ErrorCode::DiskFull
+                | ErrorCode::ReadOnly
+                | ErrorCode::FileLockingProtocolFailed
+        )
+    );
+    let message = format!("sqlite: {e}");
+    if transient {
+        StoreError::unavailable(message)
+    } else {
+        StoreError::internal(message)
+    }
+}
+
+impl Store for SqliteStore {
+    async fn seen(&self, key: &str) -> StoreResult<bool> {
+        let now = self.now();
+        let conn = self.lock()?;
+        let mut stmt = conn.prepare_cached(SEEN).map_err(error)?;
+        stmt.exists(params![key, now]).map_err(error)
+    }
+
+    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
+        let until = self.until(ttl);
+        let conn = self.lock()?;
+        remember_in(&conn, &[key], until).map_err(error)
+    }
+
+    async fn forget(&self, key: &str) -> StoreResult<()> {
+        let conn = self.lock()?;
+        let mut stmt = conn.prepare_cached(FORGET).map_err(error)?;
+        stmt.execute([key]).map(drop).map_err(error)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            claim: true,
+            ttl: true,
+        }
+    }
+
+    async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
+        let now = self.now();
+        let mut conn = self.lock()?;
+        // One read transaction: every answer comes from the same snapshot.
+        let tx = conn.transaction().map_err(error)?;
+        let answers = {
+            let mut stmt = tx.prepare_cached(SEEN).map_err(error)?;
+            keys.iter()
+                .map(|key| stmt.exists(params![key, now]))
+                .collect::<rusqlite::Result<Vec<bool>>>()
+                .map_err(error)?
+        };
+        tx.commit().map_err(error)?;
+        Ok(answers)
+    }
+
+    async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
+        let until = self.until(ttl);
+        let mut conn = self.lock()?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(error)?;
+        remember_in(&tx, keys, until).map_err(error)?;
+        tx.commit().map_err(error)
+    }
+
+    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
+        let mut answers = self.claim_many(&[key], lease).await?;
+        answers
+            .pop()
+            .ok_or_else(|| StoreError::internal("sqlite: claim gave no answer"))
+    }
+
+    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
+        let conn = self.lock()?;
+        let mut stmt = conn.prepare_cached(RELEASE).map_err(error)?;
+        stmt.execute(params![key, token.0]).map(drop).map_err(error)
+    }
+
+    async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
+        let now = self.now();
+        let lease_ms = ttl_ms(lease);
+        let mut conn = self.lock()?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(error)?;
+        let answers = keys
+            .iter()
+            .map(|key| claim_in(&tx, key, now, lease_ms))
+            .collect::<rusqlite::Result<Vec<Claim>>>()
+            .map_err(error)?;
+        tx.commit().map_err(error)?;
+        Ok(answers)
+    }
+
+    async fn commit_many(
+        &self,
+        done: &[&str],
+        ttl: Option<Duration>,
+        release: &[(&str, &ClaimToken)],
+    ) -> StoreResult<()> {
+        let until = self.until(ttl);
+        let mut conn = self.lock()?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(error)?;
+        remember_in(&tx, done, until).map_err(error)?;
+        {
+            let mut stmt = tx.prepare_cached(RELEASE).map_err(error)?;
+            for (key, token) in release {
+                stmt.execute(params![key, token.0]).map_err(error)?;
+            }
+        }
+        tx.commit().map_err(error)
+    }
+}

@@ -1,0 +1,285 @@
+//! Shared by the store tests: temp SQLite files, the Redis location, envelopes, and
+//! the semantics every store must have.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bq_dedupe::{Claim, ClaimToken, Guard, Outcome, Store, block_on_ready};
+
+/// Drives a ready future (every store here is synchronous).
+pub fn ready<F: Future>(f: F) -> F::Output {
+    block_on_ready(f).expect("store futures complete at once")
+}
+
+/// Unique per process and call, so reruns never meet an earlier run's data.
+pub fn unique(tag: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    format!("{tag}-{}-{nanos:x}-{n}", std::process::id())
+}
+
+/// A fresh SQLite path under `target/`, deleted (with its WAL files) on drop.
+pub struct TempDb(pub PathBuf);
+
+impl TempDb {
+    pub fn new(tag: &str) -> Self {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bq-dedupe-stores");
+        TempDb(dir.join(format!("{}.db", unique(tag))))
+    }
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut p = self.0.clone().into_os_string();
+            p.push(suffix);
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// `BQ_TEST_REDIS_URL`, or `None` after saying the test is skipped.
+pub fn redis_url() -> Option<String> {
+    match std::env::var("BQ_TEST_REDIS_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            println!("skipped: BQ_TEST_REDIS_URL not set");
+            None
+        }
+    }
+}
+
+/// A Redis key prefix no other test or run uses.
+pub fn redis_prefix(tag: &str) -> String {
+    format!("bq-test:{}:", unique(tag))
+}
+
+/// Deletes every key under a prefix on drop, so a long-lived server stays clean.
+pub struct RedisCleanup {
+    pub url: String,
+    pub prefix: String,
+}
+
+impl Drop for RedisCleanup {
+    fn drop(&mut self) {
+        let Ok(mut conn) = redis::Client::open(self.url.as_str()).and_then(|c| c.get_connection())
+        else {
+            return;
+        };
+        let pattern = format!("{}*", self.prefix.replace('*', "\\*"));
+        let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
+            .arg(&pattern)
+            .query(&mut conn)
+            .unwrap_or_default();
+        for key in keys {
+            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(key).query(&mut conn);
+        }
+    }
+}
+
+/// A valid envelope whose `meta.id` is `id`.
+pub fn envelope(id: &str) -> String {
+    serde_json::json!({
+        "job": "urn:babel:orders:created",
+        "trace_id": "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b",
+        "data": {"order_id": 1042},
+        "meta": {"id": id, "queue": "orders", "schema_version": 1},
+        "attempts": 0
+    })
+    .to_string()
+}
+
+/// Ids built to break a store that does not keep keys verbatim.
+pub fn hostile_keys() -> Vec<String> {
+    vec![
+        "k".repeat(10 * 1024),
+        "a\0b".into(),
+        "\0".into(),
+        "tab\tnewline\ncr\rbell\x07esc\x1b del\x7f".into(),
+        "'); DROP TABLE bq_dedupe; --".into(),
+        "\" OR 1=1; --".into(),
+        "*1\r\n$4\r\nPING\r\n".into(),
+        "*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$1\r\nd\r\n".into(),
+        "ключ-键-🔑-\u{200b}-\u{fffd}".into(),
+        "e\u{301}".into(), // decomposed é: not normalised to U+00E9
+        "*".into(),
+        "?[a-z]\\".into(),
+        " ".into(),
+    ]
+}
+
+/// Keys that differ from a hostile key only where a lossy store would merge them.
+pub fn near_misses() -> Vec<String> {
+    vec![
+        "k".repeat(10 * 1024 - 1),
+        "a".into(),
+        "a\0c".into(),
+        "".into(),
+        "\u{e9}".into(),
+        "x".into(),
+        "  ".into(),
+    ]
+}
+
+/// Every hostile key is remembered, found exactly, claimed and forgotten, and no
+/// near miss is ever reported as seen; then each runs through a guard once.
+pub fn check_hostile_keys<S: Store>(store: &S) {
+    let keys = hostile_keys();
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    for key in &refs {
+        assert!(!ready(store.seen(key)).unwrap(), "{key:?} seen before");
+        assert!(matches!(
+            ready(store.claim(key, Duration::from_secs(60))).unwrap(),
+            Claim::Acquired(_)
+        ));
+        ready(store.remember(key, None)).unwrap();
+        assert!(ready(store.seen(key)).unwrap(), "{key:?} not found");
+        assert_eq!(
+            ready(store.claim(key, Duration::from_secs(60))).unwrap(),
+            Claim::Seen
+        );
+    }
+    assert!(ready(store.seen_many(&refs)).unwrap().iter().all(|s| *s));
+    let misses = near_misses();
+    let miss_refs: Vec<&str> = misses.iter().map(String::as_str).collect();
+    assert_eq!(
+        ready(store.seen_many(&miss_refs)).unwrap(),
+        vec![false; misses.len()],
+        "a near miss matched a hostile key"
+    );
+    for key in &refs {
+        ready(store.forget(key)).unwrap();
+        assert!(!ready(store.seen(key)).unwrap(), "{key:?} survived forget");
+    }
+
+    let guard = Guard::new(store);
+    for key in &refs {
+        let body = envelope(key);
+        let mut runs = 0;
+        for _ in 0..2 {
+            ready(guard.process(body.as_bytes(), async |msg| {
+                assert_eq!(msg.id(), Some(*key), "the id reaches the handler verbatim");
+                runs += 1;
+                Ok::<(), String>(())
+            }));
+        }
+        assert_eq!(runs, 1, "{key:?} ran twice");
+        assert!(ready(store.seen(key)).unwrap());
+    }
+}
+
+/// `seen` / `remember` / `forget`, and `remember` overwriting a TTL with none.
+pub fn check_basics<S: Store>(store: &S) {
+    assert!(!ready(store.seen("id-1")).unwrap());
+    ready(store.remember("id-1", None)).unwrap();
+    assert!(ready(store.seen("id-1")).unwrap());
+    assert!(!ready(store.seen("id-2")).unwrap(), "one key, not all");
+    ready(store.remember("id-1", None)).unwrap(); // idempotent
+    ready(store.forget("id-1")).unwrap();
+    assert!(!ready(store.seen("id-1")).unwrap());
+    ready(store.forget("never-there")).unwrap();
+    let caps = store.capabilities();
+    assert!(caps.claim && caps.ttl, "{caps:?}");
+}
+
+/// Claims: Acquired, then Held for others; remember ends the claim (Seen after);
+/// a wrong token releases nothing, the right one frees the key.
+pub fn check_claims<S: Store>(store: &S) {
+    let lease = Duration::from_secs(60);
+    let Claim::Acquired(token) = ready(store.claim("c-1", lease)).unwrap() else {
+        panic!("a free key must be acquired");
+    };
+    assert_eq!(ready(store.claim("c-1", lease)).unwrap(), Claim::Held);
+    assert!(!ready(store.seen("c-1")).unwrap(), "a claim is not seen");
+
+    let wrong = ClaimToken(format!("{}x", token.0));
+    ready(store.release("c-1", &wrong)).unwrap();
+    assert_eq!(
+        ready(store.claim("c-1", lease)).unwrap(),
+        Claim::Held,
+        "a wrong token released the claim"
+    );
+    ready(store.release("c-1", &ClaimToken(String::new()))).unwrap();
+    assert_eq!(ready(store.claim("c-1", lease)).unwrap(), Claim::Held);
+
+    ready(store.release("c-1", &token)).unwrap();
+    let Claim::Acquired(second) = ready(store.claim("c-1", lease)).unwrap() else {
+        panic!("a released key must be claimable");
+    };
+    assert_ne!(second, token, "tokens are never reused");
+    // The first owner's stale token cannot release the second claim.
+    ready(store.release("c-1", &token)).unwrap();
+    assert_eq!(ready(store.claim("c-1", lease)).unwrap(), Claim::Held);
+
+    ready(store.remember("c-1", None)).unwrap();
+    assert!(ready(store.seen("c-1")).unwrap());
+    assert_eq!(ready(store.claim("c-1", lease)).unwrap(), Claim::Seen);
+    // Releasing after remembering leaves the id remembered.
+    ready(store.release("c-1", &second)).unwrap();
+    assert!(ready(store.seen("c-1")).unwrap());
+
+    // Forget drops a claim too.
+    let Claim::Acquired(_) = ready(store.claim("c-2", lease)).unwrap() else {
+        panic!("free key");
+    };
+    ready(store.forget("c-2")).unwrap();
+    assert!(matches!(
+        ready(store.claim("c-2", lease)).unwrap(),
+        Claim::Acquired(_)
+    ));
+}
+
+/// The batch forms agree with the single calls, answer in order, and cope with
+/// empty input and repeated keys.
+pub fn check_batches<S: Store>(store: &S) {
+    let lease = Duration::from_secs(60);
+    assert_eq!(ready(store.seen_many(&[])).unwrap(), Vec::<bool>::new());
+    ready(store.remember_many(&[], None)).unwrap();
+    assert_eq!(ready(store.claim_many(&[], lease)).unwrap(), vec![]);
+    ready(store.commit_many(&[], None, &[])).unwrap();
+
+    ready(store.remember_many(&["b-1", "b-3"], None)).unwrap();
+    assert_eq!(
+        ready(store.seen_many(&["b-1", "b-2", "b-3", "b-1"])).unwrap(),
+        vec![true, false, true, true]
+    );
+    ready(store.claim("b-4", lease)).unwrap();
+    let claims = ready(store.claim_many(&["b-1", "b-2", "b-4", "b-5"], lease)).unwrap();
+    assert_eq!(claims[0], Claim::Seen);
+    assert!(matches!(claims[1], Claim::Acquired(_)), "{claims:?}");
+    assert_eq!(claims[2], Claim::Held);
+    let (Claim::Acquired(t2), Claim::Acquired(t5)) = (&claims[1], &claims[3]) else {
+        panic!("{claims:?}");
+    };
+    assert_ne!(t2, t5);
+    // b-2 succeeded, b-5 failed: one call settles both.
+    ready(store.commit_many(&["b-2"], None, &[("b-5", t5)])).unwrap();
+    assert_eq!(
+        ready(store.seen_many(&["b-2", "b-5"])).unwrap(),
+        vec![true, false]
+    );
+    assert!(matches!(
+        ready(store.claim("b-5", lease)).unwrap(),
+        Claim::Acquired(_)
+    ));
+    // A second claim of one key in the same batch finds the first one's claim.
+    let twice = ready(store.claim_many(&["b-6", "b-6"], lease)).unwrap();
+    assert!(matches!(twice[0], Claim::Acquired(_)), "{twice:?}");
+    assert_eq!(twice[1], Claim::Held);
+}
+
+/// One delivery through a guard, returning the outcome.
+pub fn deliver<S: Store>(guard: &Guard<S>, id: &str, ok: bool) -> Outcome<String> {
+    ready(guard.process(envelope(id).as_bytes(), async |_| {
+        if ok { Ok(()) } else { Err("boom".into()) }
+    }))
+}

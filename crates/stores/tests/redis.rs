@@ -1,0 +1,231 @@
+//! `RedisStore` against a real server at `BQ_TEST_REDIS_URL` (skipped when unset).
+
+mod common;
+
+use std::time::Duration;
+
+use bq_dedupe::{Claim, Guard, Outcome, Store, StoreErrorKind};
+use bq_dedupe_stores::{RedisStore, StoreStats};
+use common::{
+    RedisCleanup, check_basics, check_batches, check_claims, check_hostile_keys, deliver, ready,
+    redis_prefix, redis_url,
+};
+
+/// A store under a fresh prefix, and the cleanup of that prefix.
+fn store(tag: &str) -> Option<(RedisStore, RedisCleanup)> {
+    let url = redis_url()?;
+    let prefix = redis_prefix(tag);
+    let store = RedisStore::connect(&url, prefix.clone()).unwrap();
+    Some((store, RedisCleanup { url, prefix }))
+}
+
+/// The raw value behind a store key, to check the wire format.
+fn raw_get(url: &str, key: &str) -> Option<Vec<u8>> {
+    let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+    redis::cmd("GET").arg(key).query(&mut conn).unwrap()
+}
+
+#[test]
+fn redis_basics() {
+    let Some((store, _clean)) = store("basics") else {
+        return;
+    };
+    check_basics(&store);
+}
+
+#[test]
+fn redis_claims_and_release_by_owner_only() {
+    let Some((store, _clean)) = store("claims") else {
+        return;
+    };
+    check_claims(&store);
+}
+
+#[test]
+fn redis_batches_agree_with_single_calls() {
+    let Some((store, _clean)) = store("batches") else {
+        return;
+    };
+    check_batches(&store);
+}
+
+#[test]
+fn redis_hostile_keys_are_stored_exactly() {
+    let Some((store, clean)) = store("hostile") else {
+        return;
+    };
+    check_hostile_keys(&store);
+    // The protocol-looking id was a key, not a command.
+    ready(store.remember("*1\r\n$4\r\nPING\r\n", None)).unwrap();
+    let key = format!("{}*1\r\n$4\r\nPING\r\n", clean.prefix);
+    assert_eq!(raw_get(&clean.url, &key).as_deref(), Some(&b"d"[..]));
+}
+
+#[test]
+fn redis_wire_format_is_d_and_c_token_under_the_prefix() {
+    let Some((store, clean)) = store("wire") else {
+        return;
+    };
+    ready(store.remember("done", None)).unwrap();
+    let Claim::Acquired(token) = ready(store.claim("busy", Duration::from_secs(60))).unwrap()
+    else {
+        panic!("free key");
+    };
+    let get = |k: &str| raw_get(&clean.url, &format!("{}{k}", clean.prefix));
+    assert_eq!(get("done").as_deref(), Some(&b"d"[..]));
+    assert_eq!(get("busy"), Some(format!("c:{}", token.0).into_bytes()));
+    assert_eq!(
+        raw_get(&clean.url, "done"),
+        None,
+        "nothing outside the prefix"
+    );
+    assert_eq!(store.prefix(), clean.prefix);
+}
+
+#[test]
+fn redis_prefixes_keep_stores_apart() {
+    let Some((a, _ca)) = store("apart-a") else {
+        return;
+    };
+    let Some((b, _cb)) = store("apart-b") else {
+        return;
+    };
+    ready(a.remember("same-id", None)).unwrap();
+    assert!(ready(a.seen("same-id")).unwrap());
+    assert!(!ready(b.seen("same-id")).unwrap());
+    assert!(matches!(
+        ready(b.claim("same-id", Duration::from_secs(5))).unwrap(),
+        Claim::Acquired(_)
+    ));
+}
+
+#[test]
+fn redis_px_expiry_of_a_remembered_id() {
+    let Some((store, _clean)) = store("px") else {
+        return;
+    };
+    let ttl = Some(Duration::from_millis(200));
+    ready(store.remember("t", ttl)).unwrap();
+    ready(store.remember_many(&["t-2"], ttl)).unwrap();
+    ready(store.remember("forever", None)).unwrap();
+    assert_eq!(
+        ready(store.seen_many(&["t", "t-2"])).unwrap(),
+        vec![true, true]
+    );
+    assert_eq!(
+        ready(store.claim("t", Duration::from_secs(5))).unwrap(),
+        Claim::Seen
+    );
+    std::thread::sleep(Duration::from_millis(350));
+    assert_eq!(
+        ready(store.seen_many(&["t", "t-2", "forever"])).unwrap(),
+        vec![false, false, true]
+    );
+    assert!(matches!(
+        ready(store.claim("t", Duration::from_secs(5))).unwrap(),
+        Claim::Acquired(_)
+    ));
+
+    // Through a guard with a TTL.
+    let guard = Guard::new(&store).with_ttl(Duration::from_millis(200));
+    assert_eq!(deliver(&guard, "g", true), Outcome::Ran);
+    assert_eq!(deliver(&guard, "g", true), Outcome::Skipped);
+    std::thread::sleep(Duration::from_millis(350));
+    assert_eq!(deliver(&guard, "g", true), Outcome::Ran);
+}
+
+#[test]
+fn redis_lease_expiry_makes_a_claim_reclaimable() {
+    let Some((store, _clean)) = store("lease") else {
+        return;
+    };
+    let lease = Duration::from_millis(200);
+    let Claim::Acquired(crashed) = ready(store.claim("l", lease)).unwrap() else {
+        panic!("free key");
+    };
+    assert_eq!(ready(store.claim("l", lease)).unwrap(), Claim::Held);
+    std::thread::sleep(Duration::from_millis(350));
+    let Claim::Acquired(second) = ready(store.claim("l", Duration::from_secs(60))).unwrap() else {
+        panic!("a lapsed lease must be reclaimable");
+    };
+    ready(store.release("l", &crashed)).unwrap();
+    assert_eq!(
+        ready(store.claim("l", lease)).unwrap(),
+        Claim::Held,
+        "the crashed holder's stale token released the new claim"
+    );
+    ready(store.release("l", &second)).unwrap();
+    assert!(matches!(
+        ready(store.claim("l", lease)).unwrap(),
+        Claim::Acquired(_)
+    ));
+}
+
+#[test]
+fn redis_stats_count_done_and_claims_under_the_prefix() {
+    let Some((store, clean)) = store("stats") else {
+        return;
+    };
+    assert_eq!(store.stats().unwrap(), StoreStats::default());
+    let keys: Vec<String> = (0..2500).map(|i| format!("id-{i}")).collect();
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    ready(store.remember_many(&refs, None)).unwrap();
+    ready(store.claim_many(&["c-1", "c-2", "id-0"], Duration::from_secs(60))).unwrap();
+    // A foreign key under the prefix, and one just outside it, are not counted.
+    let mut conn = redis::Client::open(clean.url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(format!("{}foreign", clean.prefix))
+        .arg("zzz")
+        .query(&mut conn)
+        .unwrap();
+    let outside = clean.prefix.trim_end_matches(':').to_owned();
+    let _: () = redis::cmd("SET")
+        .arg(&outside)
+        .arg("d")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(
+        store.stats().unwrap(),
+        StoreStats {
+            remembered: 2500,
+            claimed: 2,
+            expired: 0
+        }
+    );
+    assert_eq!(store.purge_expired().unwrap(), 0);
+    let _: () = redis::cmd("DEL").arg(&outside).query(&mut conn).unwrap();
+}
+
+#[test]
+fn redis_glob_characters_in_the_prefix_match_only_themselves() {
+    let Some(url) = redis_url() else {
+        return;
+    };
+    let base = redis_prefix("glob");
+    let star = RedisStore::connect(&url, format!("{base}*:")).unwrap();
+    let plain = RedisStore::connect(&url, format!("{base}x:")).unwrap();
+    let _c1 = RedisCleanup {
+        url: url.clone(),
+        prefix: format!("{base}*:"),
+    };
+    let _c2 = RedisCleanup {
+        url: url.clone(),
+        prefix: format!("{base}x:"),
+    };
+    ready(plain.remember("a", None)).unwrap();
+    ready(star.remember("b", None)).unwrap();
+    assert_eq!(star.stats().unwrap().remembered, 1);
+    assert_eq!(plain.stats().unwrap().remembered, 1);
+}
+
+#[test]
+fn redis_unreachable_server_is_unavailable() {
+    // Port 1 on loopback: nothing listens, so the connection is refused at once.
+    let e = RedisStore::connect("redis://127.0.0.1:1/0", "p:").unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::Unavailable, "{e}");
+    let e = RedisStore::connect("not a url", "p:").unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::Invalid, "{e}");
+}

@@ -1,0 +1,276 @@
+//! `SqliteStore` on real files under `target/`.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bq_dedupe::{Claim, Guard, ManualClock, Outcome, Store, StoreErrorKind};
+use bq_dedupe_stores::{SqliteStore, StoreStats};
+use common::{
+    TempDb, check_basics, check_batches, check_claims, check_hostile_keys, deliver, ready,
+};
+
+fn with_clock(db: &TempDb, start_ms: u64) -> (SqliteStore, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock::new(start_ms));
+    let store = SqliteStore::open(db.path())
+        .unwrap()
+        .with_clock(clock.clone());
+    (store, clock)
+}
+
+#[test]
+fn sqlite_basics() {
+    let db = TempDb::new("basics");
+    check_basics(&SqliteStore::open(db.path()).unwrap());
+}
+
+#[test]
+fn sqlite_claims_and_release_by_owner_only() {
+    let db = TempDb::new("claims");
+    check_claims(&SqliteStore::open(db.path()).unwrap());
+}
+
+#[test]
+fn sqlite_batches_agree_with_single_calls() {
+    let db = TempDb::new("batches");
+    check_batches(&SqliteStore::open(db.path()).unwrap());
+}
+
+#[test]
+fn sqlite_hostile_keys_are_stored_exactly() {
+    let db = TempDb::new("hostile");
+    let store = SqliteStore::open(db.path()).unwrap();
+    check_hostile_keys(&store);
+    // The SQL-looking id did not touch the table.
+    ready(store.remember("after", None)).unwrap();
+    assert!(ready(store.seen("after")).unwrap());
+}
+
+#[test]
+fn sqlite_open_creates_folders_and_uses_wal_normal() {
+    let db = TempDb::new("nested");
+    let nested = db.path().with_extension("d").join("a/b/dedupe.db");
+    let store = SqliteStore::open(&nested).unwrap();
+    ready(store.remember("x", None)).unwrap();
+    drop(store);
+    let conn = rusqlite::Connection::open(&nested).unwrap();
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    let rows: i64 = conn
+        .query_row("SELECT count(*) FROM bq_dedupe", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, 1);
+    drop(conn);
+    std::fs::remove_dir_all(db.path().with_extension("d")).unwrap();
+}
+
+#[test]
+fn sqlite_remembered_id_survives_reopening() {
+    let db = TempDb::new("reopen");
+    {
+        let store = SqliteStore::open(db.path()).unwrap();
+        ready(store.remember("kept", None)).unwrap();
+        ready(store.remember_many(&["kept-2", "kept-3"], None)).unwrap();
+    }
+    let store = SqliteStore::open(db.path()).unwrap();
+    assert_eq!(
+        ready(store.seen_many(&["kept", "kept-2", "kept-3", "other"])).unwrap(),
+        vec![true, true, true, false]
+    );
+    // And through a fresh guard: the redelivery after a restart is skipped.
+    assert_eq!(deliver(&Guard::new(store), "kept", true), Outcome::Skipped);
+}
+
+/// The child half of the kill test: remember, say so, then wait to be killed.
+#[test]
+fn sqlite_kill_child() {
+    let Ok(path) = std::env::var("BQ_KILL_CHILD_DB") else {
+        return; // only runs as the child of the test below
+    };
+    let store = SqliteStore::open(&path).unwrap();
+    ready(store.remember("before-kill", None)).unwrap();
+    println!("remembered");
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+#[test]
+fn sqlite_remembered_id_survives_kill_9() {
+    let db = TempDb::new("kill");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "sqlite_kill_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("BQ_KILL_CHILD_DB", db.path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let said = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .any(|line| line.contains("remembered"));
+    child.kill().unwrap(); // SIGKILL: no destructor, no checkpoint, no close
+    child.wait().unwrap();
+    assert!(said, "the child never remembered");
+    let store = SqliteStore::open(db.path()).unwrap();
+    assert!(ready(store.seen("before-kill")).unwrap());
+}
+
+#[test]
+fn sqlite_ttl_expiry_follows_the_clock() {
+    let db = TempDb::new("ttl");
+    let (store, clock) = with_clock(&db, 1_000_000);
+    ready(store.remember("t", Some(Duration::from_secs(60)))).unwrap();
+    ready(store.remember_many(&["t-2"], Some(Duration::from_secs(60)))).unwrap();
+    clock.advance(59_999);
+    assert!(ready(store.seen("t")).unwrap(), "not forgotten early");
+    assert_eq!(
+        ready(store.claim("t", Duration::from_secs(5))).unwrap(),
+        Claim::Seen
+    );
+    clock.advance(1);
+    assert_eq!(
+        ready(store.seen_many(&["t", "t-2"])).unwrap(),
+        vec![false, false]
+    );
+    assert_eq!(
+        store.stats().unwrap(),
+        StoreStats {
+            remembered: 0,
+            claimed: 0,
+            expired: 2
+        }
+    );
+    // An expired id can be claimed and run again.
+    assert!(matches!(
+        ready(store.claim("t", Duration::from_secs(5))).unwrap(),
+        Claim::Acquired(_)
+    ));
+    assert_eq!(
+        store.purge_expired().unwrap(),
+        1,
+        "t-2 only: t is a claim now"
+    );
+    // Remembering without a TTL keeps the id for good.
+    ready(store.remember("t", None)).unwrap();
+    clock.advance(100 * 365 * 24 * 3_600_000);
+    assert!(ready(store.seen("t")).unwrap());
+}
+
+#[test]
+fn sqlite_ttl_expiry_lets_the_guard_run_again() {
+    let db = TempDb::new("ttl-guard");
+    let (store, clock) = with_clock(&db, 0);
+    let guard = Guard::new(store).with_ttl(Duration::from_secs(10));
+    assert_eq!(deliver(&guard, "g", true), Outcome::Ran);
+    clock.advance(9_999);
+    assert_eq!(deliver(&guard, "g", true), Outcome::Skipped);
+    clock.advance(1);
+    assert_eq!(deliver(&guard, "g", true), Outcome::Ran);
+}
+
+#[test]
+fn sqlite_lease_expiry_makes_a_claim_reclaimable() {
+    let db = TempDb::new("lease");
+    let (store, clock) = with_clock(&db, 5_000);
+    let lease = Duration::from_secs(30);
+    let Claim::Acquired(crashed) = ready(store.claim("l", lease)).unwrap() else {
+        panic!("free key");
+    };
+    clock.advance(29_999);
+    assert_eq!(ready(store.claim("l", lease)).unwrap(), Claim::Held);
+    assert_eq!(store.stats().unwrap().claimed, 1);
+    clock.advance(1);
+    assert_eq!(store.stats().unwrap().expired, 1);
+    let Claim::Acquired(second) = ready(store.claim("l", lease)).unwrap() else {
+        panic!("a lapsed lease must be reclaimable");
+    };
+    // The crashed holder comes back: its stale token releases nothing.
+    ready(store.release("l", &crashed)).unwrap();
+    assert_eq!(ready(store.claim("l", lease)).unwrap(), Claim::Held);
+    ready(store.release("l", &second)).unwrap();
+    assert!(matches!(
+        ready(store.claim("l", lease)).unwrap(),
+        Claim::Acquired(_)
+    ));
+
+    // Through the guard: a crashed holder parks others until its lease ends.
+    let guard = Guard::new(store).with_claiming(lease);
+    ready(guard.store().claim("g", lease)).unwrap();
+    assert_eq!(deliver(&guard, "g", true), Outcome::Parked);
+    clock.advance(30_000);
+    assert_eq!(deliver(&guard, "g", true), Outcome::Ran);
+    assert_eq!(deliver(&guard, "g", true), Outcome::Skipped);
+}
+
+#[test]
+fn sqlite_stats_and_purge() {
+    let db = TempDb::new("stats");
+    let (store, clock) = with_clock(&db, 0);
+    ready(store.remember_many(&["a", "b"], None)).unwrap();
+    ready(store.remember("c", Some(Duration::from_secs(1)))).unwrap();
+    ready(store.claim_many(&["d", "e"], Duration::from_secs(2))).unwrap();
+    assert_eq!(
+        store.stats().unwrap(),
+        StoreStats {
+            remembered: 3,
+            claimed: 2,
+            expired: 0
+        }
+    );
+    clock.advance(2_000);
+    assert_eq!(
+        store.stats().unwrap(),
+        StoreStats {
+            remembered: 2,
+            claimed: 0,
+            expired: 3
+        }
+    );
+    assert_eq!(store.purge_expired().unwrap(), 3);
+    assert_eq!(store.purge_expired().unwrap(), 0);
+    assert_eq!(store.stats().unwrap().expired, 0);
+    assert_eq!(store.stats().unwrap().remembered, 2);
+}
+
+#[test]
+fn sqlite_failures_are_typed_errors_not_panics() {
+    let db = TempDb::new("bad");
+    // A directory where the file should be.
+    let dir = db.path().with_extension("dir");
+    std::fs::create_dir_all(&dir).unwrap();
+    let e = SqliteStore::open(&dir).unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::Unavailable, "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // A file that is not a database.
+    std::fs::create_dir_all(db.path().parent().unwrap()).unwrap();
+    std::fs::write(db.path(), vec![b'x'; 4096]).unwrap();
+    let e = SqliteStore::open(db.path()).unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::Internal, "{e}");
+}
+
+#[test]
+fn sqlite_table_dropped_under_the_store_is_an_error() {
+    let db = TempDb::new("dropped");
+    let store = SqliteStore::open(db.path()).unwrap();
+    let other = rusqlite::Connection::open(db.path()).unwrap();
+    other.execute_batch("DROP TABLE bq_dedupe").unwrap();
+    let e = ready(store.seen("x")).unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::Internal, "{e}");
+    assert!(ready(store.claim("x", Duration::from_secs(1))).is_err());
+    // A guard turns it into a retry, never a run.
+    let guard = Guard::new(&store);
+    assert!(matches!(
+        deliver(&guard, "x", true),
+        Outcome::StoreUnavailable(_)
+    ));
+}
