@@ -1,1 +1,90 @@
-fn main() {}
+//! `bq-dedupe`: runs the dedupe WebAssembly component under wasmtime with a real
+//! store (SQLite by default, Redis for a fleet, memory for tests).
+
+mod commands;
+mod handler;
+mod host_store;
+mod runtime;
+mod wit;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// The embedded default store when `--store` is absent.
+pub const DEFAULT_STORE: &str = "sqlite:.bq-dedupe/seen.db";
+
+#[derive(Parser)]
+#[command(
+    name = "bq-dedupe",
+    version,
+    about = "Dedupe BabelQueue envelopes by meta.id through the dedupe component"
+)]
+struct Cli {
+    /// The dedupe component (default: $BQ_DEDUPE_COMPONENT, else the workspace build).
+    #[arg(long, global = true)]
+    component: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a BabelQueue conformance manifest through the component.
+    Conformance {
+        /// memory | sqlite:PATH | redis://HOST:PORT[/DB][?prefix=P]
+        #[arg(long, default_value = DEFAULT_STORE)]
+        store: String,
+        /// The manifest (default: the vendored tests/conformance/manifest.json).
+        manifest: Option<PathBuf>,
+    },
+    /// Dedupe envelopes (JSON lines) and print one decision per line.
+    Run(commands::run::RunArgs),
+    /// Validate envelopes (JSON lines), one verdict per line.
+    Check {
+        /// Input file, or - for stdin.
+        #[arg(default_value = "-")]
+        input: String,
+    },
+    /// Forget ids so their next delivery runs again.
+    Forget {
+        #[arg(long, default_value = DEFAULT_STORE)]
+        store: String,
+        /// Key prefix the ids were remembered under.
+        #[arg(long, default_value = "")]
+        prefix: String,
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Print what the store holds.
+    Stats {
+        #[arg(long, default_value = DEFAULT_STORE)]
+        store: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let component = cli
+        .component
+        .unwrap_or_else(runtime::default_component_path);
+    let result = match cli.command {
+        Command::Conformance { store, manifest } => {
+            commands::conformance::run(&component, &store, manifest)
+        }
+        Command::Run(args) => commands::run::run(&component, args),
+        Command::Check { input } => commands::check::run(&component, &input),
+        Command::Forget { store, prefix, ids } => {
+            commands::admin::forget(&component, &store, &prefix, &ids)
+        }
+        Command::Stats { store } => commands::admin::stats(&store),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("bq-dedupe: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! `bq-dedupe forget` and `bq-dedupe stats`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use bq_dedupe_stores::AnyStore;
+
+use crate::handler::Handler;
+use crate::runtime::{Runtime, options};
+
+pub fn forget(component: &Path, store: &str, prefix: &str, ids: &[String]) -> Result<ExitCode> {
+    let mut runtime = Runtime::load(component, AnyStore::from_spec(store)?, Handler::Mark)?;
+    let mut failed = false;
+    for id in ids {
+        match runtime.forget(id, &options(prefix))? {
+            Ok(()) => println!("forgot {id}"),
+            Err(e) => {
+                failed = true;
+                eprintln!("could not forget {id}: {}", e.message);
+            }
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+pub fn stats(store: &str) -> Result<ExitCode> {
+    let stats = AnyStore::from_spec(store)?.stats()?;
+    // The spec is not echoed: a Redis URL may carry a password.
+    println!(
+        "{}",
+        serde_json::json!({
+            "remembered": stats.remembered,
+            "claimed": stats.claimed,
+            "expired": stats.expired,
+        })
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,33 @@
+//! One module per subcommand.
+
+pub mod admin;
+pub mod check;
+pub mod conformance;
+pub mod run;
+
+use std::io::{BufRead, BufReader, Read};
+
+use anyhow::{Context, Result};
+
+/// Lines of a file, or of stdin for `-`, as raw bytes (a line that is not UTF-8
+/// is still a line, to be rejected rather than stop the stream).
+pub fn lines(input: &str) -> Result<impl Iterator<Item = std::io::Result<Vec<u8>>>> {
+    let reader: Box<dyn Read> = match input {
+        "-" => Box::new(std::io::stdin()),
+        path => Box::new(std::fs::File::open(path).with_context(|| format!("opening {path}"))?),
+    };
+    let mut reader = BufReader::with_capacity(1 << 16, reader);
+    Ok(std::iter::from_fn(move || {
+        let mut line = Vec::new();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) => None,
+            Ok(_) => {
+                while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                    line.pop();
+                }
+                Some(Ok(line))
+            }
+            Err(e) => Some(Err(e)),
+        }
+    }))
+}

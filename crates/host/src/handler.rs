@@ -1,0 +1,128 @@
+//! The component's imported `handler`: what "processing a message" means for this
+//! host run.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result};
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Engine, Store};
+
+use crate::runtime::HostState;
+use crate::wit::dedupe::babelqueue::idempotency::handler;
+use crate::wit::plugin::HandlerPlugin;
+
+pub enum Handler {
+    /// No handler: record the delivery as if it succeeded (a "mark" run).
+    Mark,
+    /// A shell command per message, the envelope on stdin; exit 0 = success.
+    Exec(String),
+    /// A component exporting the WIT `handler` interface.
+    Plugin(Box<Plugin>),
+    /// Succeeds or fails as told (the conformance runner's scripted handler).
+    Scripted { succeed: bool, calls: u64 },
+}
+
+impl Handler {
+    fn handle(&mut self, envelope: &str) -> Result<(), String> {
+        match self {
+            Handler::Mark => Ok(()),
+            Handler::Exec(cmd) => exec(cmd, envelope),
+            Handler::Plugin(plugin) => plugin.handle(envelope),
+            Handler::Scripted { succeed, calls } => {
+                *calls += 1;
+                if *succeed {
+                    Ok(())
+                } else {
+                    Err("scripted failure".into())
+                }
+            }
+        }
+    }
+}
+
+impl handler::Host for HostState {
+    fn handle(&mut self, envelope: String) -> Result<(), String> {
+        self.handler.handle(&envelope)
+    }
+}
+
+fn exec(cmd: &str, envelope: &str) -> Result<(), String> {
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("could not start handler: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A handler that does not read its input closes the pipe early: not an error.
+        let _ = stdin.write_all(envelope.as_bytes());
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("handler did not finish: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let tail: String = stderr
+        .trim()
+        .chars()
+        .rev()
+        .take(200)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    Err(format!("handler exited with {}: {tail}", out.status))
+}
+
+/// A handler component in its own store (it shares nothing with the dedupe component).
+pub struct Plugin {
+    component: Component,
+    linker: Linker<()>,
+    store: Store<()>,
+    bindings: HandlerPlugin,
+}
+
+impl Plugin {
+    pub fn load(path: &Path) -> Result<Self> {
+        let engine = Engine::default();
+        let component = Component::from_file(&engine, path)
+            .map_err(anyhow::Error::from)
+            .with_context(|| format!("loading handler plugin {}", path.display()))?;
+        let linker = Linker::new(&engine);
+        let mut store = Store::new(&engine, ());
+        let bindings = HandlerPlugin::instantiate(&mut store, &component, &linker)
+            .map_err(anyhow::Error::from)
+            .with_context(|| format!("instantiating handler plugin {}", path.display()))?;
+        Ok(Plugin {
+            component,
+            linker,
+            store,
+            bindings,
+        })
+    }
+
+    fn handle(&mut self, envelope: &str) -> Result<(), String> {
+        match self
+            .bindings
+            .babelqueue_idempotency_handler()
+            .call_handle(&mut self.store, envelope)
+        {
+            Ok(result) => result,
+            Err(trap) => {
+                // A trapped instance cannot be called again; the message is retried.
+                if let Ok(fresh) =
+                    HandlerPlugin::instantiate(&mut self.store, &self.component, &self.linker)
+                {
+                    self.bindings = fresh;
+                }
+                Err(format!("handler plugin trapped: {trap}"))
+            }
+        }
+    }
+}

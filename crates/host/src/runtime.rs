@@ -1,0 +1,138 @@
+//! Loading the dedupe component and calling it, with the host's store and handler
+//! behind its imports.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use bq_dedupe_stores::AnyStore;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Engine, Store};
+
+use crate::handler::Handler;
+use crate::wit::dedupe::Dedupe;
+use crate::wit::dedupe::babelqueue::idempotency::types::{Options, Outcome, Rejection, StoreError};
+
+/// What the component's imports reach: the store and the handler.
+pub struct HostState {
+    pub store: AnyStore,
+    pub handler: Handler,
+}
+
+/// The component built by `scripts/build-component.sh`, unless overridden by
+/// `--component` or `$BQ_DEDUPE_COMPONENT`.
+pub fn default_component_path() -> PathBuf {
+    std::env::var_os("BQ_DEDUPE_COMPONENT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../target/component/bq_dedupe.component.wasm")
+        })
+}
+
+/// One instance of the dedupe component with its host state.
+pub struct Runtime {
+    component: Component,
+    linker: Linker<HostState>,
+    store: Store<HostState>,
+    bindings: Dedupe,
+}
+
+impl Runtime {
+    pub fn load(path: &Path, store: AnyStore, handler: Handler) -> Result<Self> {
+        let engine = Engine::default();
+        let component = Component::from_file(&engine, path)
+            .map_err(anyhow::Error::from)
+            .with_context(|| {
+                format!(
+                    "loading the dedupe component {} (build it with scripts/build-component.sh)",
+                    path.display()
+                )
+            })?;
+        let mut linker = Linker::new(&engine);
+        Dedupe::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
+        let mut store = Store::new(&engine, HostState { store, handler });
+        let bindings = Dedupe::instantiate(&mut store, &component, &linker)?;
+        Ok(Runtime {
+            component,
+            linker,
+            store,
+            bindings,
+        })
+    }
+
+    pub fn state(&mut self) -> &mut HostState {
+        self.store.data_mut()
+    }
+
+    /// A trap leaves an instance unusable: start a fresh one on the same state.
+    fn recover<T>(&mut self, result: wasmtime::Result<T>) -> Result<T> {
+        if result.is_err() {
+            self.bindings = Dedupe::instantiate(&mut self.store, &self.component, &self.linker)
+                .map_err(anyhow::Error::from)
+                .context("re-instantiating the component after a trap")?;
+        }
+        result
+            .map_err(anyhow::Error::from)
+            .context("the dedupe component trapped")
+    }
+
+    pub fn process(&mut self, envelope: &str, options: &Options) -> Result<Outcome> {
+        let r = self
+            .bindings
+            .babelqueue_idempotency_consumer()
+            .call_process(&mut self.store, envelope, options);
+        self.recover(r)
+    }
+
+    pub fn process_batch(
+        &mut self,
+        envelopes: &[String],
+        options: &Options,
+    ) -> Result<Vec<Outcome>> {
+        let r = self
+            .bindings
+            .babelqueue_idempotency_consumer()
+            .call_process_batch(&mut self.store, envelopes, options);
+        self.recover(r)
+    }
+
+    pub fn forget(&mut self, id: &str, options: &Options) -> Result<Result<(), StoreError>> {
+        let r = self.bindings.babelqueue_idempotency_consumer().call_forget(
+            &mut self.store,
+            id,
+            options,
+        );
+        self.recover(r)
+    }
+
+    pub fn dedupe_key(
+        &mut self,
+        envelope: &str,
+        options: &Options,
+    ) -> Result<Result<Option<String>, Rejection>> {
+        let r = self
+            .bindings
+            .babelqueue_idempotency_guard()
+            .call_dedupe_key(&mut self.store, envelope, options);
+        self.recover(r)
+    }
+
+    pub fn decode(&mut self, envelope: &str) -> Result<Result<String, Rejection>> {
+        let r = self
+            .bindings
+            .babelqueue_idempotency_guard()
+            .call_decode(&mut self.store, envelope);
+        self.recover(r)
+    }
+}
+
+/// Options with everything off but a key prefix.
+pub fn options(prefix: &str) -> Options {
+    Options {
+        ttl_ms: None,
+        claim_lease_ms: None,
+        key_prefix: prefix.to_owned(),
+        key_scope: None,
+        max_bytes: None,
+    }
+}

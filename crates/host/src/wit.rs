@@ -1,0 +1,11 @@
+//! Host-side bindings of the WIT package (`wit/`), one module per world.
+
+/// The dedupe component: imports `store` and `handler`, exports `guard` and `consumer`.
+pub mod dedupe {
+    wasmtime::component::bindgen!({ path: "../../wit", world: "dedupe" });
+}
+
+/// A handler plugin: exports `handler`.
+pub mod plugin {
+    wasmtime::component::bindgen!({ path: "../../wit", world: "handler-plugin" });
+}

@@ -1,0 +1,437 @@
+//! `bq-dedupe` end to end: the real binary, the real component, real SQLite files
+//! and a real Redis (`BQ_TEST_REDIS_URL`, started by `make test`).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_bq-dedupe");
+
+/// A fresh directory under target/ for one test.
+fn scratch(name: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "../../target/host-tests/{name}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn redis_url() -> Option<String> {
+    let url = std::env::var("BQ_TEST_REDIS_URL").ok();
+    if url.is_none() {
+        println!("skipped: BQ_TEST_REDIS_URL not set");
+    }
+    url
+}
+
+/// A Redis spec with a prefix of its own, so tests never see each other's keys.
+fn redis_spec(url: &str, name: &str) -> String {
+    format!("{url}?prefix=bq-test:{name}:{}:", std::process::id())
+}
+
+fn bq(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("bq-dedupe starts");
+    let mut input = child.stdin.take().unwrap();
+    let stdin = stdin.to_owned();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(stdin.as_bytes());
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    out
+}
+
+fn decisions(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON decision: {l:?}: {e}"))
+        })
+        .collect()
+}
+
+fn envelope(id: &str) -> String {
+    json!({
+        "job": "urn:babel:orders:created", "trace_id": "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b",
+        "data": {"order_id": 1042}, "attempts": 0,
+        "meta": {"id": id, "queue": "orders", "lang": "php", "schema_version": 1, "created_at": 1749132727000u64}
+    })
+    .to_string()
+}
+
+fn conformance_passes(store: &str) {
+    let out = bq(&["conformance", "--store", store], "");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("conformance against {store}:\n{stdout}");
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.lines().any(|l| l == "13 passed, 0 failed"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn conformance_passes_against_memory() {
+    conformance_passes("memory");
+}
+
+#[test]
+fn conformance_passes_against_sqlite_twice_on_one_file() {
+    let db = scratch("conformance-sqlite").join("seen.db");
+    let spec = format!("sqlite:{}", db.display());
+    conformance_passes(&spec);
+    // Repeatable against a persistent store: each run starts from an empty namespace.
+    conformance_passes(&spec);
+}
+
+#[test]
+fn conformance_passes_against_redis() {
+    if let Some(url) = redis_url() {
+        let spec = redis_spec(&url, "conformance");
+        conformance_passes(&spec);
+        conformance_passes(&spec);
+    }
+}
+
+#[test]
+fn run_prints_one_decision_per_line_and_dedupes() {
+    let db = scratch("run").join("seen.db");
+    let spec = format!("sqlite:{}", db.display());
+    let input = [
+        envelope("a"),
+        envelope("b"),
+        envelope("a"),
+        "not json".into(),
+        envelope(""),
+    ]
+    .join("\n");
+    let out = bq(&["run", "--store", &spec], &input);
+    assert!(out.status.success());
+    let got: Vec<(String, Value)> = decisions(&out)
+        .iter()
+        .map(|d| (d["decision"].as_str().unwrap().to_owned(), d["id"].clone()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("run".into(), json!("a")),
+            ("run".into(), json!("b")),
+            ("skip".into(), json!("a")),
+            ("reject".into(), Value::Null),
+            ("fail-open".into(), Value::Null),
+        ]
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("summary: 5 lines"));
+    // A second process on the same file sees what the first remembered.
+    let again = bq(&["run", "--store", &spec], &envelope("b"));
+    assert_eq!(decisions(&again)[0]["decision"], "skip");
+}
+
+#[test]
+fn exec_handler_failure_leaves_the_id_for_the_retry() {
+    let dir = scratch("exec");
+    let spec = format!("sqlite:{}", dir.join("seen.db").display());
+    let flag = dir.join("fail-once");
+    std::fs::write(&flag, "").unwrap();
+    // Fails while the flag file exists, and removes it: fails once, then succeeds.
+    let cmd = format!(
+        "if [ -e {0} ]; then rm {0}; echo boom >&2; exit 3; fi; cat > /dev/null",
+        flag.display()
+    );
+    let input = [envelope("x"), envelope("x"), envelope("x")].join("\n");
+    let out = bq(&["run", "--store", &spec, "--exec", &cmd], &input);
+    let d = decisions(&out);
+    assert_eq!(d[0]["decision"], "failed");
+    assert!(
+        d[0]["reason"].as_str().unwrap().contains("boom"),
+        "{}",
+        d[0]
+    );
+    assert_eq!(d[1]["decision"], "run");
+    assert_eq!(d[2]["decision"], "skip");
+}
+
+/// 16 processes deliver the same id at the same moment, in claiming mode: the
+/// handler (which appends to a file) runs exactly once.
+fn claim_race(store: &str, dir: &Path) {
+    let effects = dir.join("effects");
+    let cmd = format!("sleep 0.3; echo ran >> {}", effects.display());
+    let children: Vec<_> = (0..16)
+        .map(|_| {
+            Command::new(BIN)
+                .args(["run", "--store", store, "--claim", "--exec", &cmd])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // Everyone is started before anyone gets its line.
+    let body = envelope("contended-id") + "\n";
+    let children: Vec<_> = children
+        .into_iter()
+        .map(|mut c| {
+            c.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+            c
+        })
+        .collect();
+    let mut kinds: Vec<String> = children
+        .into_iter()
+        .map(|c| {
+            let out = c.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            decisions(&out)[0]["decision"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    kinds.sort();
+    let ran = std::fs::read_to_string(&effects)
+        .unwrap_or_default()
+        .lines()
+        .count();
+    println!("{store}: {kinds:?}");
+    assert_eq!(ran, 1, "the handler must run exactly once: {kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| *k == "run").count(), 1, "{kinds:?}");
+    assert!(
+        kinds
+            .iter()
+            .all(|k| k == "run" || k == "park" || k == "skip"),
+        "{kinds:?}"
+    );
+}
+
+#[test]
+fn sixteen_processes_claiming_one_id_on_sqlite_run_it_once() {
+    let dir = scratch("race-sqlite");
+    claim_race(&format!("sqlite:{}", dir.join("seen.db").display()), &dir);
+}
+
+#[test]
+fn sixteen_processes_claiming_one_id_on_redis_run_it_once() {
+    if let Some(url) = redis_url() {
+        let dir = scratch("race-redis");
+        claim_race(&redis_spec(&url, "race"), &dir);
+    }
+}
+
+#[test]
+fn kill_dash_nine_mid_stream_loses_nothing_and_reruns_nothing_reported() {
+    let dir = scratch("crash");
+    let spec = format!("sqlite:{}", dir.join("seen.db").display());
+    let lines: Vec<String> = (0..3000).map(|i| envelope(&format!("crash-{i}"))).collect();
+    let mut child = Command::new(BIN)
+        .args(["run", "--store", &spec])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let feed = lines.clone();
+    // Feed slowly enough that the kill lands mid-stream.
+    let feeder = std::thread::spawn(move || {
+        for chunk in feed.chunks(100) {
+            if stdin
+                .write_all((chunk.join("\n") + "\n").as_bytes())
+                .is_err()
+            {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    });
+    let mut reported = Vec::new();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while reported.len() < 700 && out.read_line(&mut line).unwrap() > 0 {
+        let d: Value = serde_json::from_str(&line).unwrap();
+        reported.push(d);
+        line.clear();
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    feeder.join().unwrap();
+    assert!(reported.len() >= 700);
+    assert!(reported.iter().all(|d| d["decision"] == "run"));
+
+    // Restart on the same file with the whole stream.
+    let out = bq(&["run", "--store", &spec], &(lines.join("\n") + "\n"));
+    let second = decisions(&out);
+    assert_eq!(second.len(), lines.len(), "every line gets a decision");
+    for d in &reported {
+        let n = d["line"].as_u64().unwrap() as usize;
+        assert_eq!(
+            second[n - 1]["decision"],
+            "skip",
+            "reported as run before the kill, ran again: {d}"
+        );
+    }
+    assert!(
+        second
+            .iter()
+            .all(|d| d["decision"] == "run" || d["decision"] == "skip"),
+        "no line is lost"
+    );
+}
+
+fn hostile_lines() -> Vec<Vec<u8>> {
+    let deep = format!(
+        "{{\"job\":\"urn:x\",\"trace_id\":\"t\",\"meta\":{{\"id\":\"deep\",\"schema_version\":1}},\"data\":{{\"x\":{}1{}}}}}",
+        "[".repeat(10_000),
+        "]".repeat(10_000)
+    );
+    let mut big: Value = serde_json::from_str(&envelope("big")).unwrap();
+    big["data"]["blob"] = "x".repeat(1_000_000).into();
+    vec![
+        b"not json at all".to_vec(),
+        b"{\"job\":".to_vec(),
+        b"\xff\xfe\x00garbage".to_vec(),
+        big.to_string().into_bytes(),
+        deep.into_bytes(),
+        envelope(&"k".repeat(10 * 1024)).into_bytes(),
+        envelope("ctl\u{0}\u{1}\u{1b}[31m\u{7f}").into_bytes(),
+        envelope("'); DROP TABLE bq_dedupe; --").into_bytes(),
+        envelope("*1\r\n$8\r\nFLUSHALL\r\n").into_bytes(),
+        envelope("café ☕ 😀").into_bytes(),
+        b"[]".to_vec(),
+        b"null".to_vec(),
+    ]
+}
+
+fn hostile_stream_gets_verdicts(store: &str) {
+    let lines = hostile_lines();
+    let mut input = Vec::new();
+    for l in lines.iter().chain(lines.iter()) {
+        input.extend_from_slice(l);
+        input.push(b'\n');
+    }
+    let mut child = Command::new(BIN)
+        .args(["run", "--store", store])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || stdin.write_all(&input).unwrap());
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d = decisions(&out);
+    assert_eq!(d.len(), 2 * lines.len(), "one verdict per line");
+    let first: Vec<&str> = d[..lines.len()]
+        .iter()
+        .map(|d| d["decision"].as_str().unwrap())
+        .collect();
+    let second: Vec<&str> = d[lines.len()..]
+        .iter()
+        .map(|d| d["decision"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        first,
+        [
+            "reject", "reject", "reject", "run", "reject", "run", "run", "run", "run", "run",
+            "reject", "reject"
+        ]
+    );
+    assert_eq!(
+        second,
+        [
+            "reject", "reject", "reject", "skip", "reject", "skip", "skip", "skip", "skip", "skip",
+            "reject", "reject"
+        ]
+    );
+    assert!(
+        d[4]["reason"].as_str().unwrap().contains("deeper"),
+        "{}",
+        d[4]
+    );
+}
+
+#[test]
+fn hostile_lines_each_get_a_verdict_on_sqlite() {
+    let dir = scratch("hostile");
+    hostile_stream_gets_verdicts(&format!("sqlite:{}", dir.join("seen.db").display()));
+}
+
+#[test]
+fn hostile_lines_each_get_a_verdict_on_redis() {
+    if let Some(url) = redis_url() {
+        hostile_stream_gets_verdicts(&redis_spec(&url, "hostile"));
+    }
+}
+
+#[test]
+fn check_gives_one_verdict_per_fixture() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/conformance/fixtures");
+    let mut input = String::new();
+    for name in [
+        "order-created",
+        "urn-alias",
+        "invalid-missing-urn",
+        "invalid-unknown-schema-version",
+    ] {
+        let text = std::fs::read_to_string(fixtures.join(format!("{name}.json"))).unwrap();
+        let compact: Value = serde_json::from_str(&text).unwrap();
+        input.push_str(&(compact.to_string() + "\n"));
+    }
+    let out = bq(&["check"], &input);
+    let d = decisions(&out);
+    let valid: Vec<bool> = d.iter().map(|v| v["valid"].as_bool().unwrap()).collect();
+    assert_eq!(valid, [true, true, false, false]);
+    assert_eq!(d[2]["code"], "missing-job");
+    assert_eq!(d[3]["code"], "unsupported-schema-version");
+    assert!(
+        !out.status.success(),
+        "invalid input makes check exit non-zero"
+    );
+}
+
+#[test]
+fn forget_and_stats_work_on_a_persistent_store() {
+    let dir = scratch("admin");
+    let spec = format!("sqlite:{}", dir.join("seen.db").display());
+    bq(
+        &["run", "--store", &spec],
+        &[envelope("f1"), envelope("f2")].join("\n"),
+    );
+    let stats = bq(&["stats", "--store", &spec], "");
+    let s: Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(s["remembered"], 2);
+    let forgot = bq(&["forget", "--store", &spec, "f1"], "");
+    assert!(forgot.status.success());
+    let out = bq(
+        &["run", "--store", &spec],
+        &[envelope("f1"), envelope("f2")].join("\n"),
+    );
+    let kinds: Vec<_> = decisions(&out)
+        .iter()
+        .map(|d| d["decision"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(kinds, ["run", "skip"]);
+}
