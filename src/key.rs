@@ -20,7 +20,7 @@ pub struct KeySpace {
 
 /// A scope that would make two different ids share a key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid key scope {0:?}: it must be non-empty and contain no ':'")]
+#[error("invalid key scope {}: it must be non-empty and contain no ':'", crate::envelope::quoted(.0))]
 pub struct InvalidScope(pub String);
 
 impl KeySpace {

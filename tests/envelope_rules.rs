@@ -49,7 +49,7 @@ fn schema_version_must_be_the_integer_one() {
     for (v, found) in [
         (json!(2), "2"),
         (json!("1"), "\"1\""),
-        (json!(1.0), "1"),
+        (json!(1.0), "1.0"),
         (json!(null), "null"),
     ] {
         let raw = with(|e| e["meta"]["schema_version"] = v.clone());

@@ -310,7 +310,12 @@ fn package_is_babelqueue_idempotency_1_0_0_and_self_contained() {
     );
     assert_eq!(
         package.worlds.keys().cloned().collect::<BTreeSet<_>>(),
-        names(&["dedupe-guard", "dedupe-consumer", "handler-plugin"])
+        names(&[
+            "dedupe-guard",
+            "dedupe-consumer",
+            "dedupe",
+            "handler-plugin"
+        ])
     );
 }
 
@@ -320,12 +325,18 @@ fn worlds_import_and_export_exactly_the_contracted_interfaces() {
     let package = &c.resolve.packages[c.package];
     // `types` holds only types; it is imported implicitly wherever an imported or
     // exported interface `use`s it, and is the only import beyond the listed ones.
-    let expected: [(&str, &[&str], &[&str]); 3] = [
+    let expected: [(&str, &[&str], &[&str]); 4] = [
         ("dedupe-guard", &["types", "store"], &["guard"]),
         (
             "dedupe-consumer",
             &["types", "store", "handler"],
             &["consumer"],
+        ),
+        // The shipped component: both guards, one import set.
+        (
+            "dedupe",
+            &["types", "store", "handler"],
+            &["guard", "consumer"],
         ),
         ("handler-plugin", &[], &["handler"]),
     ];

@@ -14,6 +14,7 @@ use std::borrow::Cow;
 
 pub use owned::Envelope;
 pub use rejection::Rejection;
+pub(crate) use view::quoted;
 use view::{EnvelopeView, Loose, MetaField, TopLevel};
 
 /// The only envelope schema version this crate accepts.

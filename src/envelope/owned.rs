@@ -60,7 +60,7 @@ impl Envelope {
             Some(Value::Object(d)) => d,
             other => {
                 return Err(Rejection::DataNotObject {
-                    found: format!("{other:?}"),
+                    found: other.map_or_else(|| "absent".into(), |v| v.to_string()),
                 });
             }
         };

@@ -32,12 +32,22 @@ impl Loose<'_> {
             Loose::Bool(b) => b.to_string(),
             Loose::Unsigned(n) => n.to_string(),
             Loose::Signed(n) => n.to_string(),
-            Loose::Float(f) => f.to_string(),
-            Loose::Str(s) => format!("{:?}", truncate(s, 40)),
+            // serde_json's (ryu) formatting: core's float Display would add ~22 KB
+            // to the wasm builds.
+            Loose::Float(f) => {
+                serde_json::Number::from_f64(*f).map_or_else(|| "NaN".into(), |n| n.to_string())
+            }
+            Loose::Str(s) => quoted(truncate(s, 40)),
             Loose::Array => "an array".into(),
             Loose::Object => "an object".into(),
         }
     }
+}
+
+/// A string in JSON quotes and escapes (not `{:?}`, whose Unicode tables would
+/// add kilobytes to the wasm builds).
+pub(crate) fn quoted(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
 }
 
 fn truncate(s: &str, max: usize) -> &str {

@@ -2,18 +2,13 @@
 //! store (SQLite by default, Redis for a fleet, memory for tests).
 
 mod commands;
-mod handler;
-mod host_store;
-mod runtime;
-mod wit;
+
+use bq_dedupe_host::{DEFAULT_STORE, runtime};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-
-/// The embedded default store when `--store` is absent.
-pub const DEFAULT_STORE: &str = "sqlite:.bq-dedupe/seen.db";
 
 #[derive(Parser)]
 #[command(

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use anyhow::Result;
 use bq_dedupe_stores::AnyStore;
 
-use crate::handler::Handler;
-use crate::runtime::{Runtime, options};
+use bq_dedupe_host::handler::Handler;
+use bq_dedupe_host::runtime::{Runtime, options};
 
 pub fn forget(component: &Path, store: &str, prefix: &str, ids: &[String]) -> Result<ExitCode> {
     let mut runtime = Runtime::load(component, AnyStore::from_spec(store)?, Handler::Mark)?;

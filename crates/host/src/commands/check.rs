@@ -8,9 +8,9 @@ use bq_dedupe::{Limits, Message};
 use bq_dedupe_stores::AnyStore;
 use serde_json::json;
 
-use crate::handler::Handler;
-use crate::runtime::Runtime;
-use crate::wit::dedupe::babelqueue::idempotency::types::RejectionCode;
+use bq_dedupe_host::handler::Handler;
+use bq_dedupe_host::runtime::Runtime;
+use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::RejectionCode;
 
 /// The WIT rejection code in its kebab spelling (the core's `Rejection::code`).
 fn code(code: RejectionCode) -> &'static str {

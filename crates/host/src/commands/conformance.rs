@@ -9,9 +9,9 @@ use bq_dedupe::conformance::{self, Effect, Subject};
 use bq_dedupe_stores::AnyStore;
 use serde_json::Value;
 
-use crate::handler::Handler;
-use crate::runtime::{Runtime, options};
-use crate::wit::dedupe::babelqueue::idempotency::types::Outcome;
+use bq_dedupe_host::handler::Handler;
+use bq_dedupe_host::runtime::{Runtime, options};
+use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::Outcome;
 
 struct ComponentSubject {
     runtime: Runtime,

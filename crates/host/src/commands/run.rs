@@ -13,14 +13,14 @@ use bq_dedupe_stores::AnyStore;
 use clap::Args;
 use serde_json::json;
 
-use crate::handler::{Handler, Plugin};
-use crate::runtime::{Runtime, options};
-use crate::wit::dedupe::babelqueue::idempotency::types::{Options, Outcome};
+use bq_dedupe_host::handler::{Handler, Plugin};
+use bq_dedupe_host::runtime::{Runtime, options};
+use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::{Options, Outcome};
 
 #[derive(Args)]
 pub struct RunArgs {
     /// memory | sqlite:PATH | redis://HOST:PORT[/DB][?prefix=P]
-    #[arg(long, default_value = crate::DEFAULT_STORE)]
+    #[arg(long, default_value = bq_dedupe_host::DEFAULT_STORE)]
     store: String,
     /// Remember ids for this long (e.g. 90s, 15m, 24h, 7d; default: forever).
     #[arg(long, value_parser = parse_duration)]

@@ -1,0 +1,362 @@
+// The bq-dedupe component, transpiled by jco, driven from Node with a JS store
+// (a Map) and a JS handler.
+//
+//   scripts/build-component.sh js                     # build + transpile
+//   node --test crates/component/js/component.test.mjs
+//
+// jco's shapes: variants are `{ tag: 'run-ok' }` / `{ tag: 'run-failed', val }`;
+// records are camelCase objects; u64 is a BigInt; option<T> is T | undefined; an
+// exported result<T, E> returns T or throws a ComponentError whose `payload` is E.
+// Imports are called unbound (closures, not methods); an import returning
+// result<T, E> returns T, or throws E (a plain value, not an Error: a thrown Error
+// traps the instance).
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '../../..');
+const jsDir = process.env.BQ_COMPONENT_JS_DIR ?? path.join(root, 'target/component/js');
+const conformanceDir = path.join(root, 'tests/conformance');
+
+const { instantiate } = await import(pathToFileURL(path.join(jsDir, 'bq_dedupe.js')).href);
+
+const modules = new Map();
+const getCoreModule = (file) => {
+  if (!modules.has(file)) modules.set(file, WebAssembly.compile(readFileSync(path.join(jsDir, file))));
+  return modules.get(file);
+};
+
+/** A fresh component instance over `store` and `handler` (import objects of closures). */
+async function component(store, handler = { handle: () => {} }) {
+  const imports = {
+    // jco 1.35 reads the unversioned keys; the .d.ts names the versioned ones.
+    'babelqueue:idempotency/store': store,
+    'babelqueue:idempotency/store@1.0.0': store,
+    'babelqueue:idempotency/handler': handler,
+    'babelqueue:idempotency/handler@1.0.0': handler,
+    'babelqueue:idempotency/types': {},
+    'babelqueue:idempotency/types@1.0.0': {},
+  };
+  return instantiate(getCoreModule, imports);
+}
+
+/**
+ * A Map-backed store with every `store` function, logging each call. `caps` is what
+ * `capabilities()` reports; `overrides` replaces single functions.
+ */
+function memoryStore({ caps = { batch: true, claim: true, ttl: true }, overrides = {} } = {}) {
+  const remembered = new Map(); // key -> ttlMs (undefined: forever)
+  const claims = new Map(); // key -> token
+  const calls = [];
+  let tokens = 0;
+  const claimOne = (key) => {
+    if (remembered.has(key)) return { tag: 'seen' };
+    if (claims.has(key)) return { tag: 'held' };
+    const token = `token-${++tokens}`;
+    claims.set(key, token);
+    return { tag: 'acquired', val: token };
+  };
+  const rememberOne = (key, ttlMs) => {
+    remembered.set(key, ttlMs);
+    claims.delete(key);
+  };
+  const releaseOne = (key, token) => {
+    if (claims.get(key) === token) claims.delete(key);
+  };
+  const fns = {
+    capabilities: () => caps,
+    seen: (key) => remembered.has(key),
+    remember: (key, ttlMs) => rememberOne(key, ttlMs),
+    forget: (key) => {
+      remembered.delete(key);
+      claims.delete(key);
+    },
+    seenMany: (keys) => keys.map((key) => remembered.has(key)),
+    rememberMany: (keys, ttlMs) => keys.forEach((key) => rememberOne(key, ttlMs)),
+    claim: (key, _leaseMs) => claimOne(key),
+    claimMany: (keys, _leaseMs) => keys.map(claimOne),
+    release: (key, token) => releaseOne(key, token),
+    commitMany: (done, ttlMs, release) => {
+      done.forEach((key) => rememberOne(key, ttlMs));
+      release.forEach(([key, token]) => releaseOne(key, token));
+    },
+    ...overrides,
+  };
+  const store = {};
+  for (const [name, fn] of Object.entries(fns)) {
+    store[name] = (...args) => {
+      calls.push([name, ...args]);
+      return fn(...args);
+    };
+  }
+  return { store, remembered, claims, calls, names: () => calls.map(([name]) => name) };
+}
+
+/** A handler that records each envelope and fails (throws a string) while `fail` is set. */
+function recordingHandler() {
+  const h = { calls: [], fail: false };
+  h.import = {
+    handle: (envelope) => {
+      h.calls.push(envelope);
+      if (h.fail) throw 'handler threw';
+    },
+  };
+  return h;
+}
+
+const defaults = { keyPrefix: '' };
+const manifest = JSON.parse(readFileSync(path.join(conformanceDir, 'manifest.json'), 'utf8'));
+const fixture = (file) => readFileSync(path.join(conformanceDir, file), 'utf8');
+const template = JSON.parse(fixture(manifest.idempotency.dedup_key.envelope_file));
+const envelopeWithId = (id) => JSON.stringify({ ...template, meta: { ...template.meta, id } });
+const RAN = new Set(['run-ok', 'run-ok-unrecorded', 'run-failed', 'run-panicked', 'fail-open', 'fail-open-failed']);
+const effectOf = (outcome) => (RAN.has(outcome.tag) ? 'run' : outcome.tag === 'skip' ? 'skip' : outcome.tag);
+
+test('conformance: the six idempotency sequences through consumer.process', async (t) => {
+  assert.equal(manifest.idempotency.sequences.cases.length, 6);
+  for (const seq of manifest.idempotency.sequences.cases) {
+    await t.test(seq.name, async () => {
+      const { store } = memoryStore();
+      const handler = recordingHandler();
+      const { consumer } = await component(store, handler.import);
+      for (const [n, delivery] of seq.deliveries.entries()) {
+        if (delivery.forget_before) consumer.forget(delivery.meta_id, defaults);
+        const body = envelopeWithId(delivery.meta_id);
+        handler.fail = delivery.outcome === 'throw';
+        const before = handler.calls.length;
+        const outcome = consumer.process(body, defaults);
+        const where = `delivery ${n + 1} (${JSON.stringify(delivery.meta_id)}): ${JSON.stringify(outcome)}`;
+        assert.equal(effectOf(outcome), delivery.expect_effect, where);
+        assert.equal(handler.calls.length - before, delivery.expect_effect === 'run' ? 1 : 0, where);
+        if (delivery.expect_effect === 'run') {
+          // The handler gets the envelope text exactly as delivered.
+          assert.equal(handler.calls.at(-1), body);
+          const noId = delivery.meta_id === '';
+          const expected = handler.fail
+            ? { tag: noId ? 'fail-open-failed' : 'run-failed', val: 'handler threw' }
+            : { tag: noId ? 'fail-open' : 'run-ok' };
+          assert.deepEqual(outcome, expected, where);
+        }
+      }
+      assert.equal(handler.calls.length, seq.expected_effects, 'handler calls = expected_effects');
+    });
+  }
+});
+
+test('conformance: decode on the six envelope cases, and the dedupe key', async (t) => {
+  const { guard } = await component(memoryStore().store);
+  // The manifest states why an invalid case is invalid; these are the codes of those rules.
+  const rejectionCode = {
+    'invalid-unknown-schema-version': 'unsupported-schema-version',
+    'invalid-missing-urn': 'missing-job',
+  };
+  assert.equal(manifest.cases.length, 6);
+  for (const c of manifest.cases) {
+    await t.test(c.name, () => {
+      const raw = fixture(c.file);
+      if (!c.valid) {
+        assert.throws(
+          () => guard.decode(raw),
+          (e) => e.payload?.code === rejectionCode[c.name] && typeof e.payload.message === 'string',
+        );
+        return;
+      }
+      const env = JSON.parse(guard.decode(raw));
+      assert.ok(!('urn' in env), 'decode writes the canonical `job`');
+      for (const [field, want] of Object.entries(c.expect ?? {})) {
+        if (field === 'urn') assert.equal(env.job, want);
+        else if (field === 'lang' || field === 'schema_version') assert.deepEqual(env.meta[field], want);
+        else if (field === 'dead_letter') {
+          for (const [k, v] of Object.entries(want)) assert.deepEqual(env.dead_letter[k], v, `dead_letter.${k}`);
+        } else assert.deepEqual(env[field], want, field);
+      }
+    });
+  }
+  const key = manifest.idempotency.dedup_key;
+  assert.equal(guard.dedupeKey(fixture(key.envelope_file), defaults), key.expected_key);
+  assert.equal(guard.dedupeKey(envelopeWithId(''), defaults), undefined, 'no usable id');
+  assert.equal(
+    guard.dedupeKey(fixture(key.envelope_file), { keyPrefix: 'bq:', keyScope: 'billing' }),
+    `bq:billing:${key.expected_key}`,
+  );
+});
+
+test('process-batch: an in-batch duplicate runs once', async () => {
+  const { store, names } = memoryStore();
+  const handler = recordingHandler();
+  const { consumer } = await component(store, handler.import);
+  const a = envelopeWithId('id-A');
+  assert.deepEqual(consumer.processBatch([a, a], defaults), [{ tag: 'run-ok' }, { tag: 'skip' }]);
+  assert.equal(handler.calls.length, 1);
+
+  // Two distinct keys: one batch call to decide and one to record.
+  const b = envelopeWithId('id-B');
+  const c = envelopeWithId('id-C');
+  handler.calls.length = 0;
+  const before = names().length;
+  const outcomes = consumer.processBatch([b, c, b, a], defaults);
+  assert.deepEqual(outcomes.map((o) => o.tag), ['run-ok', 'run-ok', 'skip', 'skip']);
+  assert.deepEqual(handler.calls, [b, c]);
+  assert.deepEqual(names().slice(before), ['capabilities', 'seenMany', 'rememberMany']);
+});
+
+test('a store that fails on seen: store-unavailable, the handler does not run', async () => {
+  const { store } = memoryStore({
+    overrides: {
+      seen: () => {
+        throw { kind: 'unavailable', message: 'redis down' };
+      },
+    },
+  });
+  const handler = recordingHandler();
+  const { consumer } = await component(store, handler.import);
+  assert.deepEqual(consumer.process(envelopeWithId('id-A'), defaults), {
+    tag: 'store-unavailable',
+    val: { kind: 'unavailable', message: 'redis down' },
+  });
+  assert.equal(handler.calls.length, 0);
+});
+
+test('claiming mode: an id held by another consumer parks', async () => {
+  const { store, names } = memoryStore({ overrides: { claim: () => ({ tag: 'held' }) } });
+  const handler = recordingHandler();
+  const { consumer } = await component(store, handler.import);
+  const outcome = consumer.process(envelopeWithId('id-A'), { ...defaults, claimLeaseMs: 30_000n });
+  assert.deepEqual(outcome, { tag: 'park' });
+  assert.equal(handler.calls.length, 0);
+  assert.deepEqual(names(), ['capabilities', 'claim', 'seen']); // claim, then re-check seen
+});
+
+test('claiming mode: acquired, remembered on success; redelivery skips', async () => {
+  const { store, calls, claims } = memoryStore();
+  const handler = recordingHandler();
+  const { consumer } = await component(store, handler.import);
+  const options = { ...defaults, claimLeaseMs: 30_000n, ttlMs: 60_000n };
+  assert.deepEqual(consumer.process(envelopeWithId('id-A'), options), { tag: 'run-ok' });
+  assert.deepEqual(calls.find(([name]) => name === 'claim'), ['claim', 'id-A', 30_000n]);
+  assert.deepEqual(calls.find(([name]) => name === 'remember'), ['remember', 'id-A', 60_000n]);
+  assert.equal(claims.size, 0);
+  assert.deepEqual(consumer.process(envelopeWithId('id-A'), options), { tag: 'skip' });
+  assert.equal(handler.calls.length, 1);
+});
+
+test('claiming mode, batch: one claim-many, one commit-many that remembers and releases', async () => {
+  const { store, calls, claims, remembered } = memoryStore();
+  const failing = envelopeWithId('id-B');
+  const handled = [];
+  const handler = {
+    handle: (envelope) => {
+      handled.push(envelope);
+      if (envelope === failing) throw 'no stock';
+    },
+  };
+  const { consumer } = await component(store, handler);
+  const options = { ...defaults, claimLeaseMs: 10_000n };
+  const outcomes = consumer.processBatch([envelopeWithId('id-A'), failing], options);
+  assert.deepEqual(outcomes, [{ tag: 'run-ok' }, { tag: 'run-failed', val: 'no stock' }]);
+  assert.deepEqual(calls.map(([name]) => name), ['capabilities', 'claimMany', 'commitMany']);
+  const [, done, ttlMs, release] = calls[2];
+  assert.deepEqual(done, ['id-A']);
+  assert.equal(ttlMs, undefined);
+  assert.deepEqual(release, [['id-B', 'token-2']]);
+  assert.equal(claims.size, 0, 'the failed delivery released its claim');
+  assert.ok(remembered.has('id-A') && !remembered.has('id-B'));
+  assert.equal(handled.length, 2);
+
+  // Without the batch capability the same batch claims and settles key by key.
+  const single = memoryStore({ caps: { batch: false, claim: true, ttl: true } });
+  const c = await component(single.store, handler);
+  c.consumer.processBatch([envelopeWithId('id-A'), failing], options);
+  assert.deepEqual(single.names(), ['capabilities', 'claim', 'claim', 'remember', 'release']);
+});
+
+test('capabilities: no claim -> unsupported without calling claim; no batch -> single calls; no ttl -> none', async () => {
+  const noClaim = memoryStore({ caps: { batch: true, claim: false, ttl: true } });
+  let c = await component(noClaim.store);
+  const parked = c.consumer.process(envelopeWithId('id-A'), { ...defaults, claimLeaseMs: 1000n });
+  assert.equal(parked.tag, 'store-unavailable');
+  assert.equal(parked.val.kind, 'unsupported');
+  assert.deepEqual(noClaim.names(), ['capabilities']);
+
+  const single = memoryStore({ caps: { batch: false, claim: false, ttl: false } });
+  const handler = recordingHandler();
+  c = await component(single.store, handler.import);
+  const bodies = ['id-A', 'id-B'].map(envelopeWithId);
+  const outcomes = c.consumer.processBatch(bodies, { ...defaults, ttlMs: 5000n });
+  assert.deepEqual(outcomes.map((o) => o.tag), ['run-ok', 'run-ok']);
+  assert.deepEqual(single.calls, [
+    ['capabilities'],
+    ['seen', 'id-A'],
+    ['seen', 'id-B'],
+    ['remember', 'id-A', undefined],
+    ['remember', 'id-B', undefined],
+  ]);
+});
+
+test('options: prefix and scope namespace the key; an invalid scope is refused without the store', async () => {
+  const { store, calls } = memoryStore();
+  const { consumer, guard } = await component(store);
+  consumer.process(envelopeWithId('id-A'), { keyPrefix: 'bq:', keyScope: 'billing' });
+  assert.deepEqual(calls.find(([name]) => name === 'seen'), ['seen', 'bq:billing:id-A']);
+
+  calls.length = 0;
+  const bad = { keyPrefix: '', keyScope: 'a:b' };
+  const outcome = consumer.process(envelopeWithId('id-A'), bad);
+  assert.equal(outcome.tag, 'store-unavailable');
+  assert.equal(outcome.val.kind, 'invalid');
+  assert.equal(guard.decide(envelopeWithId('id-A'), bad).verdict.tag, 'store-unavailable');
+  assert.throws(() => guard.forget('id-A', bad), (e) => e.payload?.kind === 'invalid');
+  assert.deepEqual(calls, []);
+});
+
+test('dedupe-key with an invalid scope traps, as the WIT says', async () => {
+  const { guard } = await component(memoryStore().store);
+  assert.throws(() => guard.dedupeKey(envelopeWithId('id-A'), { keyPrefix: '', keyScope: '' }), WebAssembly.RuntimeError);
+});
+
+test('guard: decide, the host runs the handler, complete', async () => {
+  const { store, remembered } = memoryStore();
+  const { guard } = await component(store);
+  const bodies = [envelopeWithId('id-A'), envelopeWithId('id-A'), '{"not":"an envelope"}', envelopeWithId('')];
+  const decisions = guard.decideBatch(bodies, defaults);
+  assert.deepEqual(
+    decisions.map((d) => d.verdict.tag),
+    ['run', 'duplicate', 'reject', 'fail-open'],
+  );
+  assert.equal(decisions[1].verdict.val, 0);
+  assert.equal(decisions[0].key, 'id-A');
+  assert.equal(decisions[2].verdict.val.code, 'missing-job');
+  const outcomes = guard.completeBatch(decisions, [{ tag: 'ok' }, undefined, undefined, { tag: 'failed', val: 'boom' }], defaults);
+  assert.deepEqual(outcomes, [
+    { tag: 'run-ok' },
+    { tag: 'skip' },
+    { tag: 'rejected', val: decisions[2].verdict.val },
+    { tag: 'fail-open-failed', val: 'boom' },
+  ]);
+  assert.ok(remembered.has('id-A'));
+
+  // Single delivery: already seen now.
+  assert.deepEqual(guard.decide(envelopeWithId('id-A'), defaults).verdict, { tag: 'skip' });
+  const d = guard.decide(envelopeWithId('id-B'), defaults);
+  assert.deepEqual(guard.complete(d, { tag: 'panicked', val: 'oops' }, defaults), { tag: 'run-panicked', val: 'oops' });
+  assert.deepEqual(guard.complete(d, undefined, defaults), { tag: 'park' }, 'told to run but did not');
+  assert.ok(!remembered.has('id-B'));
+  // A remember failure after success still acks, and says so.
+  const failing = memoryStore({
+    overrides: {
+      remember: () => {
+        throw { kind: 'internal', message: 'disk full' };
+      },
+    },
+  });
+  const g2 = (await component(failing.store)).guard;
+  const d2 = g2.decide(envelopeWithId('id-C'), defaults);
+  assert.deepEqual(g2.complete(d2, { tag: 'ok' }, defaults), {
+    tag: 'run-ok-unrecorded',
+    val: { kind: 'internal', message: 'disk full' },
+  });
+});

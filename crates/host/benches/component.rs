@@ -1,0 +1,125 @@
+//! The dedupe component under wasmtime, on the same 1,000,000-delivery workload as
+//! the native benchmark (`benches/throughput.rs` at the root), with the host's
+//! in-memory store behind the `store` import and a no-op handler.
+//!
+//! Group `component_1m`: `process` (one component call per delivery: decode, key,
+//! `seen` and `remember` crossing back into the host) and `process_batch_100` (one
+//! call per 100, whose store calls are batched too). Group `crossing`: one tiny
+//! call (`dedupe-key` of a small envelope) through the component and the same work
+//! natively, whose difference is the cost of a call into the component.
+//!
+//! `cargo bench -p babelqueue-dedupe-host --bench component` (needs the component:
+//! `scripts/build-component.sh`). Nothing here asserts anything about timings.
+
+#[path = "../../../benches/workload.rs"]
+mod workload;
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use bq_dedupe::{InMemoryStore, Limits, Message};
+use bq_dedupe_host::handler::Handler;
+use bq_dedupe_host::runtime::{Runtime, default_component_path, options};
+use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::Outcome;
+use bq_dedupe_stores::AnyStore;
+use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
+
+fn deliveries() -> usize {
+    // Under `cargo test --all-targets` criterion runs each routine once: keep it small.
+    if std::env::args().any(|a| a == "--bench") {
+        1_000_000
+    } else {
+        10_000
+    }
+}
+
+fn runtime() -> Runtime {
+    let store = AnyStore::Memory(InMemoryStore::new());
+    Runtime::load(&default_component_path(), store, Handler::Mark).expect("the component loads")
+}
+
+/// Counts runs and skips, and checks the handler ran once per distinct id.
+fn tally(outcomes: impl Iterator<Item = Outcome>, distinct: usize) {
+    let (mut ran, mut other) = (0, 0);
+    for o in outcomes {
+        match o {
+            Outcome::RunOk => ran += 1,
+            Outcome::Skip => {}
+            _ => other += 1,
+        }
+    }
+    assert_eq!(
+        (ran, other),
+        (distinct, 0),
+        "the component must run each distinct id once"
+    );
+}
+
+fn bench(c: &mut Criterion) {
+    let lines = workload::generate(deliveries());
+    let distinct = workload::count_distinct_ids(&lines);
+    let opts = options("");
+
+    // Outside timing: the component dedupes this workload correctly on both paths.
+    let mut rt = runtime();
+    tally(
+        lines.iter().map(|l| rt.process(l, &opts).unwrap()),
+        distinct,
+    );
+    let mut rt = runtime();
+    tally(
+        lines
+            .chunks(100)
+            .flat_map(|c| rt.process_batch(c, &opts).unwrap()),
+        distinct,
+    );
+
+    let mut group = c.benchmark_group("component_1m");
+    group
+        .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .measurement_time(Duration::from_secs(30));
+    group.throughput(Throughput::Elements(lines.len() as u64));
+    group.bench_function("process", |b| {
+        b.iter_batched_ref(
+            runtime,
+            |rt| {
+                for line in &lines {
+                    black_box(rt.process(black_box(line), &opts).unwrap());
+                }
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    group.bench_function("process_batch_100", |b| {
+        b.iter_batched_ref(
+            runtime,
+            |rt| {
+                for chunk in lines.chunks(100) {
+                    black_box(rt.process_batch(black_box(chunk), &opts).unwrap());
+                }
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    group.finish();
+
+    let small = r#"{"job":"urn:x","trace_id":"t","data":{},"meta":{"id":"a","schema_version":1}}"#;
+    let mut rt = runtime();
+    let mut group = c.benchmark_group("crossing");
+    group.bench_function("component_dedupe_key", |b| {
+        b.iter(|| black_box(rt.dedupe_key(black_box(small), &opts).unwrap()))
+    });
+    group.bench_function("native_dedupe_key", |b| {
+        b.iter(|| {
+            black_box(
+                Message::parse_str(black_box(small), &Limits::default())
+                    .map(|m| m.id().map(str::len)),
+            )
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

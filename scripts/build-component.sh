@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Builds the bq-dedupe WebAssembly component (WIT world babelqueue:idempotency/dedupe)
+# from crates/component, WASI-free:
+#
+#   scripts/build-component.sh        # -> target/component/bq_dedupe.component.wasm
+#   scripts/build-component.sh js     # ... and the jco transpile -> target/component/js/
+#   scripts/build-component.sh test   # ... and `node --test crates/component/js/component.test.mjs`
+#
+# Steps: cargo build (wasm32-unknown-unknown, profile `component`), wasm-opt -Oz
+# (npm binaryen@132.0.0), then bq-componentize (the wit-component crate: encode,
+# validate, list the imports, refuse any import outside babelqueue:idempotency/*).
+# Prints raw / wasm-opt / component / gzip sizes and fails when the component is
+# over budget (BQ_COMPONENT_BUDGET bytes, default 150 KiB). Idempotent: cargo and
+# npm only redo what changed.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+MODE="${1:-build}"
+case "$MODE" in build | js | test) ;; *)
+    echo "usage: $0 [build|js|test]" >&2
+    exit 2
+    ;;
+esac
+
+# The component's own cargo target dir (another build may use target/ at the same time).
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target/component}"
+OUT_DIR="$ROOT/target/component"
+OUT="$OUT_DIR/bq_dedupe.component.wasm"
+JS_OUT="$OUT_DIR/js"
+JS_TOOLS="$ROOT/crates/component/js"
+BUDGET="${BQ_COMPONENT_BUDGET:-153600}"
+mkdir -p "$OUT_DIR"
+
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
+size() { stat -c %s "$1"; }
+
+# --- tools -----------------------------------------------------------------
+if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+    rustup target add wasm32-unknown-unknown
+fi
+# npm install only when node_modules is missing or older than package(-lock).json.
+stamp="$JS_TOOLS/node_modules/.package-lock.json"
+if [[ ! -f "$stamp" || "$JS_TOOLS/package.json" -nt "$stamp" ||
+    ("$JS_TOOLS/package-lock.json" -nt "$stamp" && -f "$JS_TOOLS/package-lock.json") ]]; then
+    echo "== npm install (binaryen, jco) in crates/component/js"
+    (cd "$JS_TOOLS" && npm install --no-audit --no-fund)
+    touch "$stamp"
+fi
+WASM_OPT="$JS_TOOLS/node_modules/.bin/wasm-opt"
+
+# --- guest module ------------------------------------------------------------
+# No debug info in the shipped module (the `component` profile inherits release's
+# line tables): set here because the profile lives in the root Cargo.toml.
+export CARGO_PROFILE_COMPONENT_DEBUG=false
+export CARGO_PROFILE_COMPONENT_STRIP=debuginfo
+t=$(now)
+cargo build -p babelqueue-dedupe-component --target wasm32-unknown-unknown --profile component
+RAW="$CARGO_TARGET_DIR/wasm32-unknown-unknown/component/babelqueue_dedupe_component.wasm"
+echo "cargo build (guest): $(since "$t")"
+
+t=$(now)
+OPT="$OUT_DIR/bq_dedupe.opt.wasm"
+# Features come from the module's target_features section; custom sections (the
+# component-type that wit-bindgen embeds) are kept.
+if [[ ! -f "$OPT" || "$RAW" -nt "$OPT" || "$WASM_OPT" -nt "$OPT" ]]; then
+    "$WASM_OPT" -Oz --strip-debug --strip-producers "$RAW" -o "$OPT"
+    echo "wasm-opt -Oz: $(since "$t")"
+else
+    echo "wasm-opt -Oz: up to date"
+fi
+
+# --- component ---------------------------------------------------------------
+t=$(now)
+cargo build --manifest-path "$ROOT/crates/component/componentize/Cargo.toml"
+"$CARGO_TARGET_DIR/debug/bq-componentize" "$OPT" "$OUT"
+echo "componentize: $(since "$t")"
+
+raw=$(size "$RAW")
+opt=$(size "$OPT")
+comp=$(size "$OUT")
+gz=$(gzip -9 -n -c <"$OUT" | wc -c)
+printf 'sizes: raw %d B, wasm-opt %d B, component %d B (%.1f KiB), gzip -9 %d B (%.1f KiB)\n' \
+    "$raw" "$opt" "$comp" "$(echo "$comp / 1024" | bc -l)" "$gz" "$(echo "$gz / 1024" | bc -l)"
+echo "wrote ${OUT#"$ROOT"/}"
+
+# --- JS (jco) ----------------------------------------------------------------
+if [[ "$MODE" == js || "$MODE" == test ]]; then
+    t=$(now)
+    rm -rf "$JS_OUT"
+    (cd "$JS_TOOLS" && npx @bytecodealliance/jco transpile "$OUT" \
+        --instantiation async --name bq_dedupe -o "$JS_OUT" --quiet)
+    echo "jco transpile: $(since "$t") -> ${JS_OUT#"$ROOT"/}/"
+fi
+if [[ "$MODE" == test ]]; then
+    node --test "$JS_TOOLS/component.test.mjs"
+fi
+
+if ((comp > BUDGET)); then
+    echo "OVER BUDGET: the component is $comp bytes, the budget is $BUDGET (BQ_COMPONENT_BUDGET)" >&2
+    exit 1
+fi
