@@ -11,14 +11,28 @@ SAMPLE := examples/sample-stream.jsonl
 SAMPLE_FAIL := 00000003-b5a6-4789-90ab-cdef01234567
 FUZZ_SECONDS ?= 30
 
-.PHONY: dev test setup setup-fuzz setup-bench lint wasm unit conformance fuzz bench
+BQ := target/debug/bq-dedupe
 
-## dev: dedupe a sample stream with the in-memory store and show every decision.
-dev: setup
+.PHONY: dev demo-native test setup setup-fuzz setup-bench lint wasm component-build component-test host unit conformance fuzz bench
+
+## dev: dedupe the sample stream through the component with the embedded SQLite
+## default (.bq-dedupe/seen.db), then deliver the whole stream again: all skipped.
+dev: setup component-build host
+	@rm -rf .bq-dedupe && mkdir -p .bq-dedupe
+	@echo "== first delivery of $(SAMPLE)"
+	$(BQ) run --exec examples/demo-handler.sh $(SAMPLE)
+	@echo "== the same stream redelivered (a new process, the same SQLite file)"
+	$(BQ) run --exec examples/demo-handler.sh $(SAMPLE)
+	$(BQ) stats
+
+## demo-native: the same sample through the native core and the in-memory store.
+demo-native: setup
 	cargo run --quiet --release --example dedupe_stream -- $(SAMPLE) --fail $(SAMPLE_FAIL)
 
-## test: formatting, lints, the wasm32 build, every test, the conformance run, a fuzz smoke.
-test: setup lint wasm unit fuzz conformance
+## test: formatting, lints, the wasm32 build, the component (+ its JS test), every
+## Rust test with a real Redis, conformance through the component on every store,
+## a fuzz smoke, and the native conformance run.
+test: setup lint wasm component-test unit fuzz conformance
 
 setup:
 	@rustup target list --installed | grep -qx wasm32-unknown-unknown \
@@ -28,15 +42,24 @@ setup:
 
 lint:
 	cargo fmt --all --check
-	cargo clippy --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets -- -D warnings
 
 # The core must stay portable: build it for the target the component and the JS package use.
 wasm:
 	cargo build --lib --release --target wasm32-unknown-unknown
 
-unit:
-	cargo test --all-targets
-	cargo test --doc
+# The component (and its size budget); with its JS (jco) test.
+component-build:
+	scripts/build-component.sh
+
+component-test:
+	scripts/build-component.sh test
+
+host:
+	cargo build --quiet -p babelqueue-dedupe-host
+
+unit: component-build
+	scripts/with-redis.sh bash -c 'cargo test --workspace --all-targets && cargo test --workspace --doc && scripts/host-conformance.sh'
 
 conformance:
 	cargo run --quiet --example conformance
@@ -69,3 +92,6 @@ bench: setup-bench
 	python3 bench/python_peer.py target/bench/workload.jsonl --out target/bench/python.json
 	python3 bench/compare.py
 	cargo run --quiet --release --example memory_per_id
+	scripts/build-component.sh
+	cargo bench -p babelqueue-dedupe-host --bench component
+	python3 bench/compare.py --group component_1m

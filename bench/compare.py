@@ -24,11 +24,17 @@ from pathlib import Path
 from typing import NoReturn
 
 # (criterion bench id, row label), in table order.
-NATIVE = [
-    ("process", "native `Guard::process` (one at a time)"),
-    ("process_batch_100", "native `Guard::process_batch` (chunks of 100)"),
-    ("decode_only", "native `Message::parse` only (no dedupe)"),
-]
+GROUPS = {
+    "dedupe_1m": [
+        ("process", "native `Guard::process` (one at a time)"),
+        ("process_batch_100", "native `Guard::process_batch` (chunks of 100)"),
+        ("decode_only", "native `Message::parse` only (no dedupe)"),
+    ],
+    "component_1m": [
+        ("process", "component under wasmtime, `consumer.process` (one call per delivery)"),
+        ("process_batch_100", "component under wasmtime, `consumer.process-batch` (100 per call)"),
+    ],
+}
 DEFAULT_ELEMENTS = 1_000_000
 
 
@@ -80,7 +86,9 @@ def main() -> int:
     args = parser.parse_args()
 
     rows = []
-    for bench, label in NATIVE:
+    if args.group not in GROUPS:
+        fail(f"unknown group {args.group}; known: {', '.join(GROUPS)}")
+    for bench, label in GROUPS[args.group]:
         mean_ns, elements = native_row(args.criterion_dir, args.group, bench)
         ns_per = mean_ns / elements
         rows.append((label, 1e9 / ns_per, ns_per, elements))
