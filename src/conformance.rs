@@ -7,7 +7,9 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::{Envelope, Guard, InMemoryStore, Limits, Message, OutcomeKind, block_on_ready};
+use crate::{
+    Envelope, Guard, InMemoryStore, KeySpace, Limits, Message, OutcomeKind, Store, block_on_ready,
+};
 
 /// What the implementation under test must do.
 pub trait Subject {
@@ -267,45 +269,83 @@ fn check_sequence(
     Ok(())
 }
 
-/// The native core as a [`Subject`]: a [`Guard`] over a fresh [`InMemoryStore`].
-pub struct CoreSubject {
-    guard: Guard<InMemoryStore>,
+/// A [`Guard`] over any [`Store`] as a [`Subject`]. `reset` moves the guard to a
+/// fresh key prefix instead of wiping the store, so a persistent store starts each
+/// sequence empty and reruns never meet earlier runs' ids.
+pub struct GuardSubject<S> {
+    guard: Option<Guard<S>>,
+    base: String,
+    sequence: u32,
+    claim_lease: Option<std::time::Duration>,
 }
+
+/// The native core with the in-memory store.
+pub type CoreSubject = GuardSubject<InMemoryStore>;
 
 impl Default for CoreSubject {
     fn default() -> Self {
-        CoreSubject {
-            guard: Guard::new(InMemoryStore::new()),
-        }
+        GuardSubject::new(InMemoryStore::new())
     }
 }
 
-impl Subject for CoreSubject {
+impl<S: Store> GuardSubject<S> {
+    pub fn new(store: S) -> Self {
+        GuardSubject {
+            guard: Some(Guard::new(store)),
+            base: String::new(),
+            sequence: 0,
+            claim_lease: None,
+        }
+    }
+
+    /// Key prefixes start with `base` (make it unique per run on a shared store).
+    pub fn with_prefix_base(mut self, base: impl Into<String>) -> Self {
+        self.base = base.into();
+        self
+    }
+
+    /// Runs the sequences in claiming mode.
+    pub fn with_claiming(mut self, lease: std::time::Duration) -> Self {
+        self.claim_lease = Some(lease);
+        self
+    }
+
+    fn guard(&self) -> Result<&Guard<S>, String> {
+        self.guard.as_ref().ok_or_else(|| "no guard".to_string())
+    }
+}
+
+impl<S: Store> Subject for GuardSubject<S> {
     fn decode(&mut self, raw: &[u8]) -> Result<Value, String> {
         let env = Envelope::decode(raw, &Limits::default()).map_err(|r| r.to_string())?;
         serde_json::to_value(env).map_err(|e| e.to_string())
     }
 
     fn dedup_key(&mut self, raw: &[u8]) -> Result<Option<String>, String> {
+        // The dedupe key is meta.id; the per-sequence prefix only isolates runs.
         let msg = Message::parse(raw, &Limits::default()).map_err(|r| r.to_string())?;
-        Ok(msg
-            .id()
-            .map(|id| self.guard.options().keyspace.key(id).into_owned()))
+        Ok(msg.id().map(str::to_owned))
     }
 
     fn reset(&mut self) -> Result<(), String> {
-        self.guard = Guard::new(InMemoryStore::new());
+        self.sequence += 1;
+        let keyspace = KeySpace::new().with_prefix(format!("{}{}:", self.base, self.sequence));
+        let mut guard = self.guard.take().ok_or("no guard")?.with_keyspace(keyspace);
+        if let Some(lease) = self.claim_lease {
+            guard = guard.with_claiming(lease);
+        }
+        self.guard = Some(guard);
         Ok(())
     }
 
     fn forget(&mut self, id: &str) -> Result<(), String> {
-        block_on_ready(self.guard.forget(id))
+        block_on_ready(self.guard()?.forget(id))
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())
     }
 
     fn deliver(&mut self, raw: &[u8], succeed: bool) -> Result<Effect, String> {
-        let outcome = block_on_ready(self.guard.process(raw, async |_| {
+        let outcome = block_on_ready(self.guard()?.process(raw, async |_| {
             if succeed {
                 Ok(())
             } else {

@@ -67,6 +67,15 @@ impl StoreError {
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StoreErrorKind::Internal, message)
     }
+    /// A backend failure: `Unavailable` when retrying may help, else `Internal`.
+    pub fn backend(transient: bool, message: impl Into<String>) -> Self {
+        let kind = if transient {
+            StoreErrorKind::Unavailable
+        } else {
+            StoreErrorKind::Internal
+        };
+        Self::new(kind, message)
+    }
 }
 
 /// Proof of an in-flight claim, needed to release it (so only the owner can).

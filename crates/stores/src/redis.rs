@@ -171,12 +171,7 @@ fn error(e: RedisError) -> StoreError {
                     | ServerErrorKind::ReadOnly
             )
         );
-    let message = format!("redis: {e}");
-    if transient {
-        StoreError::unavailable(message)
-    } else {
-        StoreError::internal(message)
-    }
+    StoreError::backend(transient, format!("redis: {e}"))
 }
 
 /// Escapes glob metacharacters so the prefix matches only itself in `SCAN MATCH`.

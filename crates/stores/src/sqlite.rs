@@ -195,12 +195,7 @@ fn error(e: rusqlite::Error) -> StoreError {
                 | ErrorCode::FileLockingProtocolFailed
         )
     );
-    let message = format!("sqlite: {e}");
-    if transient {
-        StoreError::unavailable(message)
-    } else {
-        StoreError::internal(message)
-    }
+    StoreError::backend(transient, format!("sqlite: {e}"))
 }
 
 impl Store for SqliteStore {
