@@ -64,26 +64,20 @@ fn fail_open_handler_error_is_returned_and_retried() {
 fn whitespace_id_is_a_key_and_is_never_trimmed() {
     let guard = Guard::new(InMemoryStore::new());
     let effects = Cell::new(0);
-    assert_eq!(
-        deliver(&guard, &envelope(" "), true, &effects),
-        Outcome::Ran
-    );
-    assert_eq!(
-        deliver(&guard, &envelope(" "), true, &effects),
-        Outcome::Skipped
-    );
-    assert_eq!(
-        deliver(&guard, &envelope("  "), true, &effects),
-        Outcome::Ran
-    );
-    assert_eq!(
-        deliver(&guard, &envelope(" a"), true, &effects),
-        Outcome::Ran
-    );
-    assert_eq!(
-        deliver(&guard, &envelope("a"), true, &effects),
-        Outcome::Ran
-    );
+    let expected = [
+        (" ", Outcome::Ran),
+        (" ", Outcome::Skipped),
+        ("  ", Outcome::Ran),
+        (" a", Outcome::Ran),
+        ("a", Outcome::Ran),
+    ];
+    for (id, outcome) in expected {
+        assert_eq!(
+            deliver(&guard, &envelope(id), true, &effects),
+            outcome,
+            "id {id:?}"
+        );
+    }
     assert_eq!(effects.get(), 4);
 }
 
