@@ -193,15 +193,8 @@ impl<S: Store, O: Observer> Guard<S, O> {
         body: &[u8],
         mut handler: impl AsyncFnMut(&Message<'_>) -> Result<(), E>,
     ) -> Outcome<E> {
-        let (message, mut decision) = self.classify(body);
-        if decision.verdict == Verdict::Run {
-            self.ask_store(std::slice::from_mut(&mut decision), &[0])
-                .await;
-        }
-        let result = match &message {
-            Some(msg) if decision.should_run() => Some(run_caught(&mut handler, msg).await),
-            _ => None,
-        };
+        let (message, decision) = self.decide_one(body).await;
+        let result = run_if_told(&mut handler, message.as_ref(), &decision).await;
         self.complete(decision, result).await
     }
 
@@ -216,22 +209,24 @@ impl<S: Store, O: Observer> Guard<S, O> {
         let (messages, decisions) = self.plan(bodies).await;
         let mut results = Vec::with_capacity(decisions.len());
         for (message, decision) in messages.iter().zip(&decisions) {
-            results.push(match message {
-                Some(msg) if decision.should_run() => Some(run_caught(&mut handler, msg).await),
-                _ => None,
-            });
+            results.push(run_if_told(&mut handler, message.as_ref(), decision).await);
         }
         self.complete_batch(decisions, results).await
     }
 
     /// Decides one delivery (see [`Guard::decide_batch`]).
     pub async fn decide(&self, body: &[u8]) -> Decision {
-        let mut decision = self.classify(body).1;
+        self.decide_one(body).await.1
+    }
+
+    /// Classifies one body and, if it has a key, asks the store (single-key calls).
+    async fn decide_one<'b>(&self, body: &'b [u8]) -> (Option<Message<'b>>, Decision) {
+        let (message, mut decision) = self.classify(body);
         if decision.verdict == Verdict::Run {
             self.ask_store(std::slice::from_mut(&mut decision), &[0])
                 .await;
         }
-        decision
+        (message, decision)
     }
 
     /// Decides a batch with one store call (plus one re-check if, in claiming mode,
@@ -247,10 +242,10 @@ impl<S: Store, O: Observer> Guard<S, O> {
         decision: Decision,
         result: Option<HandlerResult<E>>,
     ) -> Outcome<E> {
-        let recorded = match (&decision.verdict, &decision.key, &result, &decision.claim) {
-            (Verdict::Run, Some(key), Some(HandlerResult::Ok), _) => self.commit(&[key], &[]).await,
-            (Verdict::Run, Some(key), _, Some(token)) => self.commit(&[], &[(key, token)]).await,
-            _ => Ok(()),
+        let recorded = match settlement(&decision, &result) {
+            Settle::Remember(key) => self.commit(&[key], &[]).await,
+            Settle::Release(key, token) => self.commit(&[], &[(key, token)]).await,
+            Settle::Nothing => Ok(()),
         };
         let outcome = resolve(&decision.verdict, result, &recorded, None);
         self.observe_outcome(&decision, &outcome);
@@ -270,12 +265,10 @@ impl<S: Store, O: Observer> Guard<S, O> {
         let mut done: Vec<&str> = Vec::new();
         let mut release: Vec<(&str, &ClaimToken)> = Vec::new();
         for (decision, result) in decisions.iter().zip(&results) {
-            if let (Verdict::Run, Some(key)) = (&decision.verdict, &decision.key) {
-                match (result, &decision.claim) {
-                    (Some(HandlerResult::Ok), _) => done.push(key),
-                    (_, Some(token)) => release.push((key, token)),
-                    _ => {}
-                }
+            match settlement(decision, result) {
+                Settle::Remember(key) => done.push(key),
+                Settle::Release(key, token) => release.push((key, token)),
+                Settle::Nothing => {}
             }
         }
         let recorded = self.commit(&done, &release).await;
@@ -452,6 +445,41 @@ impl<S: Store, O: Observer> Guard<S, O> {
         if let Err(error) = result {
             self.observer.observe(Event::StoreError { op, error });
         }
+    }
+}
+
+/// What recording one delivery takes.
+enum Settle<'d> {
+    Remember(&'d str),
+    Release(&'d str, &'d ClaimToken),
+    Nothing,
+}
+
+/// The rule: a run that succeeded is remembered; a run that failed, panicked or
+/// never happened gives back its claim (if it took one); nothing else touches the
+/// store.
+fn settlement<'d, E>(decision: &'d Decision, result: &Option<HandlerResult<E>>) -> Settle<'d> {
+    match (
+        &decision.verdict,
+        decision.key.as_deref(),
+        result,
+        &decision.claim,
+    ) {
+        (Verdict::Run, Some(key), Some(HandlerResult::Ok), _) => Settle::Remember(key),
+        (Verdict::Run, Some(key), _, Some(token)) => Settle::Release(key, token),
+        _ => Settle::Nothing,
+    }
+}
+
+/// Runs the handler if the decision says so; `None` when it must not run.
+async fn run_if_told<E>(
+    handler: &mut impl AsyncFnMut(&Message<'_>) -> Result<(), E>,
+    message: Option<&Message<'_>>,
+    decision: &Decision,
+) -> Option<HandlerResult<E>> {
+    match message {
+        Some(msg) if decision.should_run() => Some(run_caught(handler, msg).await),
+        _ => None,
     }
 }
 
