@@ -35,10 +35,10 @@ pub fn run(component: &Path, input: &str) -> Result<ExitCode> {
     for (n, line) in super::lines(input)?.enumerate() {
         let line = line?;
         let verdict = match std::str::from_utf8(&line) {
-            Err(e) => Err((
-                "not-json".to_string(),
-                format!("not JSON: invalid UTF-8 at byte {}", e.valid_up_to()),
-            )),
+            Err(_) => {
+                let r = super::reject_bytes(&line);
+                Err((r.code().to_string(), r.to_string()))
+            }
             Ok(text) => match runtime.decode(text)? {
                 Ok(_) => Ok(Message::parse_str(text, &Limits::default())
                     .ok()

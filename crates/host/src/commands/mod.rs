@@ -8,6 +8,15 @@ pub mod run;
 use std::io::{BufRead, BufReader, Read};
 
 use anyhow::{Context, Result};
+use bq_dedupe::{Limits, Message, Rejection};
+
+/// The verdict on a line that cannot cross into the component (it takes strings):
+/// the core's own, so the reason reads as the component's would.
+pub fn reject_bytes(line: &[u8]) -> Rejection {
+    Message::parse(line, &Limits::default())
+        .err()
+        .unwrap_or_else(|| Rejection::NotJson("invalid UTF-8".into()))
+}
 
 /// Lines of a file, or of stdin for `-`, as raw bytes (a line that is not UTF-8
 /// is still a line, to be rejected rather than stop the stream).

@@ -110,10 +110,7 @@ fn decide(runtime: &mut Runtime, opts: &Options, batch: Vec<(u64, Vec<u8>)>) -> 
     for (line, bytes) in batch {
         match String::from_utf8(bytes) {
             Err(e) => {
-                let reason = format!(
-                    "not JSON: invalid UTF-8 at byte {}",
-                    e.utf8_error().valid_up_to()
-                );
+                let reason = super::reject_bytes(e.as_bytes()).to_string();
                 verdicts.push(Some((line, "reject", "rejected", Some(reason), None)));
             }
             Ok(text) => {
