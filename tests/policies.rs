@@ -27,6 +27,15 @@ fn deliver<S: Store, O: Observer>(
     .expect("sync store and handler complete at once")
 }
 
+/// Delivers a valid envelope with `meta.id` = `id` to a handler that succeeds.
+fn run_ok<S: Store, O: Observer>(
+    guard: &Guard<S, O>,
+    id: &str,
+    effects: &Cell<u32>,
+) -> Outcome<String> {
+    deliver(guard, &envelope(id), true, effects)
+}
+
 #[test]
 fn absent_null_empty_or_non_string_id_fails_open() {
     let guard = Guard::new(InMemoryStore::new());
@@ -85,11 +94,8 @@ fn whitespace_id_is_a_key_and_is_never_trimmed() {
 fn seen_id_is_skipped_without_running_the_handler() {
     let guard = Guard::new(InMemoryStore::new());
     let effects = Cell::new(0);
-    assert_eq!(
-        deliver(&guard, &envelope("id-A"), true, &effects),
-        Outcome::Ran
-    );
-    let outcome = deliver(&guard, &envelope("id-A"), true, &effects);
+    assert_eq!(run_ok(&guard, "id-A", &effects), Outcome::Ran);
+    let outcome = run_ok(&guard, "id-A", &effects);
     assert_eq!(outcome, Outcome::Skipped);
     assert_eq!(outcome.disposition(), Disposition::Ack);
     assert_eq!(effects.get(), 1);
@@ -103,10 +109,7 @@ fn failing_handler_leaves_id_unmarked_and_error_unchanged() {
     assert_eq!(outcome, Outcome::Failed("boom".to_string()));
     assert_eq!(outcome.disposition(), Disposition::Retry);
     assert!(!block_on_ready(guard.store().seen("id-A")).unwrap().unwrap());
-    assert_eq!(
-        deliver(&guard, &envelope("id-A"), true, &effects),
-        Outcome::Ran
-    );
+    assert_eq!(run_ok(&guard, "id-A", &effects), Outcome::Ran);
     assert_eq!(effects.get(), 2);
 }
 
@@ -117,7 +120,7 @@ fn seen_failure_fails_closed_and_does_not_run_the_handler() {
     let counters = Arc::new(Counters::new());
     let guard = Guard::new(store).with_observer(counters.clone());
     let effects = Cell::new(0);
-    let outcome = deliver(&guard, &envelope("id-A"), true, &effects);
+    let outcome = run_ok(&guard, "id-A", &effects);
     match &outcome {
         Outcome::StoreUnavailable(e) => assert_eq!(e.kind, StoreErrorKind::Unavailable),
         other => panic!("expected StoreUnavailable, got {other:?}"),
@@ -142,7 +145,7 @@ fn remember_failure_after_success_acks_and_is_observable() {
     let counters = Arc::new(Counters::new());
     let guard = Guard::new(store).with_observer(counters.clone());
     let effects = Cell::new(0);
-    let outcome = deliver(&guard, &envelope("id-A"), true, &effects);
+    let outcome = run_ok(&guard, "id-A", &effects);
     assert!(matches!(outcome, Outcome::RanUnrecorded(_)), "{outcome:?}");
     // Acked: a retry would certainly re-run the side effect that already happened.
     assert_eq!(outcome.disposition(), Disposition::Ack);
@@ -158,12 +161,9 @@ fn remember_failure_after_success_acks_and_is_observable() {
 fn forget_lets_an_id_run_again() {
     let guard = Guard::new(InMemoryStore::new());
     let effects = Cell::new(0);
-    deliver(&guard, &envelope("id-A"), true, &effects);
+    run_ok(&guard, "id-A", &effects);
     block_on_ready(guard.forget("id-A")).unwrap().unwrap();
-    assert_eq!(
-        deliver(&guard, &envelope("id-A"), true, &effects),
-        Outcome::Ran
-    );
+    assert_eq!(run_ok(&guard, "id-A", &effects), Outcome::Ran);
     assert_eq!(effects.get(), 2);
 }
 
@@ -173,20 +173,11 @@ fn ttl_expiry_lets_an_id_run_again_but_not_before() {
     let guard =
         Guard::new(InMemoryStore::with_clock(clock.clone())).with_ttl(Duration::from_secs(60));
     let effects = Cell::new(0);
-    assert_eq!(
-        deliver(&guard, &envelope("id-A"), true, &effects),
-        Outcome::Ran
-    );
+    assert_eq!(run_ok(&guard, "id-A", &effects), Outcome::Ran);
     clock.advance(59_000);
-    assert_eq!(
-        deliver(&guard, &envelope("id-A"), true, &effects),
-        Outcome::Skipped
-    );
+    assert_eq!(run_ok(&guard, "id-A", &effects), Outcome::Skipped);
     clock.advance(1_000);
-    assert_eq!(
-        deliver(&guard, &envelope("id-A"), true, &effects),
-        Outcome::Ran
-    );
+    assert_eq!(run_ok(&guard, "id-A", &effects), Outcome::Ran);
     assert_eq!(effects.get(), 2);
 }
 
@@ -228,14 +219,8 @@ fn claiming(store: InMemoryStore) -> Guard<InMemoryStore> {
 fn claiming_runs_once_and_remembers() {
     let guard = claiming(InMemoryStore::new());
     let effects = Cell::new(0);
-    assert_eq!(
-        deliver(&guard, &envelope("id-A"), true, &effects),
-        Outcome::Ran
-    );
-    assert_eq!(
-        deliver(&guard, &envelope("id-A"), true, &effects),
-        Outcome::Skipped
-    );
+    assert_eq!(run_ok(&guard, "id-A", &effects), Outcome::Ran);
+    assert_eq!(run_ok(&guard, "id-A", &effects), Outcome::Skipped);
     assert!(
         guard.store().claimed().is_empty(),
         "remember ends the claim"
@@ -251,7 +236,7 @@ fn lost_claim_parks_while_the_holder_runs() {
         .unwrap()
         .unwrap();
     let effects = Cell::new(0);
-    let outcome = deliver(&guard, &envelope("id-A"), true, &effects);
+    let outcome = run_ok(&guard, "id-A", &effects);
     assert_eq!(outcome, Outcome::Parked);
     assert_eq!(
         outcome.disposition(),
@@ -284,10 +269,7 @@ fn lost_claim_rechecks_seen_and_skips_when_the_holder_finished() {
     let guard =
         Guard::new(FinishedHolder(InMemoryStore::new())).with_claiming(Duration::from_secs(60));
     let effects = Cell::new(0);
-    assert_eq!(
-        deliver(&guard, &envelope("id-A"), true, &effects),
-        Outcome::Skipped
-    );
+    assert_eq!(run_ok(&guard, "id-A", &effects), Outcome::Skipped);
     assert_eq!(effects.get(), 0);
 }
 
@@ -300,10 +282,7 @@ fn handler_failure_releases_the_claim() {
         Outcome::Failed("boom".into())
     );
     assert!(guard.store().claimed().is_empty(), "the claim was released");
-    assert_eq!(
-        deliver(&guard, &envelope("id-A"), true, &effects),
-        Outcome::Ran
-    );
+    assert_eq!(run_ok(&guard, "id-A", &effects), Outcome::Ran);
     assert_eq!(effects.get(), 2);
 }
 
@@ -315,15 +294,9 @@ fn expired_lease_of_a_crashed_holder_can_be_reclaimed() {
         .unwrap()
         .unwrap();
     let effects = Cell::new(0);
-    assert_eq!(
-        deliver(&guard, &envelope("id-A"), true, &effects),
-        Outcome::Parked
-    );
+    assert_eq!(run_ok(&guard, "id-A", &effects), Outcome::Parked);
     clock.advance(60_000);
-    assert_eq!(
-        deliver(&guard, &envelope("id-A"), true, &effects),
-        Outcome::Ran
-    );
+    assert_eq!(run_ok(&guard, "id-A", &effects), Outcome::Ran);
     assert_eq!(effects.get(), 1);
 }
 
@@ -333,7 +306,7 @@ fn claiming_on_a_store_without_claims_fails_closed() {
     store.can_claim = false;
     let guard = Guard::new(store).with_claiming(Duration::from_secs(60));
     let effects = Cell::new(0);
-    match deliver(&guard, &envelope("id-A"), true, &effects) {
+    match run_ok(&guard, "id-A", &effects) {
         Outcome::StoreUnavailable(e) => assert_eq!(e.kind, StoreErrorKind::Unsupported),
         other => panic!("expected StoreUnavailable(unsupported), got {other:?}"),
     }
@@ -347,15 +320,12 @@ fn claiming_remember_failure_keeps_the_claim_as_a_fence() {
     let guard = Guard::new(store).with_claiming(Duration::from_secs(60));
     let effects = Cell::new(0);
     assert!(matches!(
-        deliver(&guard, &envelope("id-A"), true, &effects),
+        run_ok(&guard, "id-A", &effects),
         Outcome::RanUnrecorded(_)
     ));
     // Until the lease runs out, a redelivery parks instead of running again.
     guard.store().faults.remember.set(false);
-    assert_eq!(
-        deliver(&guard, &envelope("id-A"), true, &effects),
-        Outcome::Parked
-    );
+    assert_eq!(run_ok(&guard, "id-A", &effects), Outcome::Parked);
     assert_eq!(effects.get(), 1);
 }
 
@@ -582,18 +552,9 @@ fn scopes_keep_separate_seen_sets_and_never_change_the_id() {
             .unwrap(),
     );
     let effects = Cell::new(0);
-    assert_eq!(
-        deliver(&billing, &envelope("id-A"), true, &effects),
-        Outcome::Ran
-    );
-    assert_eq!(
-        deliver(&email, &envelope("id-A"), true, &effects),
-        Outcome::Ran
-    );
-    assert_eq!(
-        deliver(&billing, &envelope("id-A"), true, &effects),
-        Outcome::Skipped
-    );
+    assert_eq!(run_ok(&billing, "id-A", &effects), Outcome::Ran);
+    assert_eq!(run_ok(&email, "id-A", &effects), Outcome::Ran);
+    assert_eq!(run_ok(&billing, "id-A", &effects), Outcome::Skipped);
     let mut keys: Vec<_> = store.entries().into_iter().map(|e| e.key).collect();
     keys.sort();
     assert_eq!(keys, vec!["bq:idem:billing:id-A", "bq:idem:email:id-A"]);
