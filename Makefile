@@ -12,9 +12,15 @@ SAMPLE_FAIL := 00000003-b5a6-4789-90ab-cdef01234567
 FUZZ_SECONDS ?= 30
 
 BQ := target/debug/bq-dedupe
-# The component crate is a wasm32 cdylib (its exports' names do not link natively);
+# The wasm-only crates (the component, the Workers adapter and example worker) are
+# built and tested for wasm32 by their own targets; the component crate:
 # it is tested as a component by component-test.
-TEST_CRATES := --workspace --exclude babelqueue-dedupe-component
+TEST_CRATES := --workspace --exclude babelqueue-dedupe-component \
+  --exclude babelqueue-dedupe-workers --exclude babelqueue-dedupe-worker-example
+
+# Each target family adds its own rules and appends its checks to EXTRA_TESTS.
+EXTRA_TESTS :=
+include mk/*.mk
 
 .PHONY: dev demo-native test setup setup-fuzz setup-bench lint wasm component-build component-test host unit conformance fuzz bench
 
@@ -35,7 +41,7 @@ demo-native: setup
 ## test: formatting, lints, the wasm32 build, the component (+ its JS test), every
 ## Rust test with a real Redis, conformance through the component on every store,
 ## a fuzz smoke, and the native conformance run.
-test: setup lint wasm component-test unit fuzz conformance
+test: setup lint wasm component-test unit fuzz conformance $(EXTRA_TESTS)
 
 setup:
 	@rustup target list --installed | grep -qx wasm32-unknown-unknown \
@@ -45,7 +51,7 @@ setup:
 
 lint:
 	cargo fmt --all --check
-	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy $(TEST_CRATES) --all-targets -- -D warnings
 
 # The core must stay portable: build it for the target the component and the JS package use.
 wasm:

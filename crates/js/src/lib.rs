@@ -1,0 +1,1 @@
+//! Placeholder: the wasm-bindgen JS package (issue #5).

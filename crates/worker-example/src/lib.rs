@@ -1,0 +1,1 @@
+//! The example worker (issue #4).

@@ -1,0 +1,1 @@
+//! Cloudflare Workers adapter (issue #4).

@@ -1,0 +1,1 @@
+# JS package and playground targets (issue #5).

@@ -1,0 +1,1 @@
+# Workers adapter targets (issue #4).

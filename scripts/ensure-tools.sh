@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs the pinned build tools the wasm-bindgen targets (the JS package, the
+# Workers adapter) need, skipping any already present at the right version:
+#
+#   scripts/ensure-tools.sh wasm-bindgen   # wasm-bindgen-cli (must equal Cargo.lock's wasm-bindgen)
+#   scripts/ensure-tools.sh worker-build   # worker-build (workers-rs bundler)
+#   scripts/ensure-tools.sh chromium       # Debian chromium (headless browser tests)
+#
+# Prints the tool's path on stdout; progress goes to stderr.
+set -euo pipefail
+
+WASM_BINDGEN_VERSION=0.2.130
+WORKER_BUILD_VERSION=0.8.7
+
+have_version() { # have_version BIN VERSION
+    command -v "$1" >/dev/null 2>&1 && "$1" --version 2>/dev/null | grep -q " $2\b"
+}
+
+rustup target list --installed | grep -qx wasm32-unknown-unknown \
+    || rustup target add wasm32-unknown-unknown >&2
+
+case "${1:?usage: $0 wasm-bindgen|worker-build|chromium}" in
+wasm-bindgen)
+    # `--locked` fails for this version (a locked dependency is not in the index).
+    have_version wasm-bindgen "$WASM_BINDGEN_VERSION" \
+        || cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" >&2
+    command -v wasm-bindgen
+    ;;
+worker-build)
+    have_version worker-build "$WORKER_BUILD_VERSION" \
+        || cargo install worker-build --version "$WORKER_BUILD_VERSION" --locked >&2
+    command -v worker-build
+    ;;
+chromium)
+    if ! command -v chromium >/dev/null 2>&1; then
+        export DEBIAN_FRONTEND=noninteractive
+        SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO=sudo
+        $SUDO apt-get install -y chromium >&2 \
+            || { $SUDO apt-get update >&2 && $SUDO apt-get install -y chromium >&2; }
+    fi
+    command -v chromium
+    ;;
+*)
+    echo "unknown tool: $1" >&2
+    exit 2
+    ;;
+esac
