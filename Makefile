@@ -12,9 +12,8 @@ SAMPLE_FAIL := 00000003-b5a6-4789-90ab-cdef01234567
 FUZZ_SECONDS ?= 30
 
 BQ := target/debug/bq-dedupe
-# The wasm-only crates (the component, the Workers adapter and example worker) are
-# built and tested for wasm32 by their own targets; the component crate:
-# it is tested as a component by component-test.
+# The wasm-only crates (the component, the Workers adapter, the example worker) are
+# built and tested for wasm32 by their own targets, not natively.
 TEST_CRATES := --workspace --exclude babelqueue-dedupe-component \
   --exclude babelqueue-dedupe-workers --exclude babelqueue-dedupe-worker-example
 
