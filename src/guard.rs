@@ -206,10 +206,23 @@ impl<S: Store, O: Observer> Guard<S, O> {
         bodies: &[B],
         mut handler: impl AsyncFnMut(&Message<'_>) -> Result<(), E>,
     ) -> Vec<Outcome<E>> {
+        self.process_batch_indexed(bodies, async |_, msg| handler(msg).await)
+            .await
+    }
+
+    /// [`Guard::process_batch`] whose handler also gets the delivery's index in
+    /// `bodies`, for transport data that lives beside the body (a queue's own
+    /// attempt count, a message handle).
+    pub async fn process_batch_indexed<B: AsRef<[u8]>, E>(
+        &self,
+        bodies: &[B],
+        mut handler: impl AsyncFnMut(usize, &Message<'_>) -> Result<(), E>,
+    ) -> Vec<Outcome<E>> {
         let (messages, decisions) = self.plan(bodies).await;
         let mut results = Vec::with_capacity(decisions.len());
-        for (message, decision) in messages.iter().zip(&decisions) {
-            results.push(run_if_told(&mut handler, message.as_ref(), decision).await);
+        for (i, (message, decision)) in messages.iter().zip(&decisions).enumerate() {
+            let mut at_i = async |msg: &Message<'_>| handler(i, msg).await;
+            results.push(run_if_told(&mut at_i, message.as_ref(), decision).await);
         }
         self.complete_batch(decisions, results).await
     }

@@ -589,3 +589,28 @@ fn observer_sees_every_decision() {
         (1, 1, 1, 1, 1, 0)
     );
 }
+
+#[test]
+fn indexed_batch_handler_sees_each_running_delivery_s_position() {
+    let guard = Guard::new(InMemoryStore::new());
+    run_ok(&guard, "seen-before", &Cell::new(0));
+    let bodies = vec![
+        envelope("a"),
+        envelope("seen-before"),
+        "not json".to_string(),
+        envelope("a"),
+        envelope("b"),
+    ];
+    let mut ran = Vec::new();
+    let outcomes = block_on_ready(guard.process_batch_indexed(&bodies, async |i, m| {
+        ran.push((i, m.id().unwrap_or_default().to_string()));
+        Ok::<(), String>(())
+    }))
+    .unwrap();
+    assert_eq!(ran, vec![(0, "a".to_string()), (4, "b".to_string())]);
+    assert_eq!(
+        outcomes[3],
+        Outcome::Skipped,
+        "in-batch duplicate follows index 0"
+    );
+}
