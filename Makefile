@@ -15,7 +15,7 @@ BQ := target/debug/bq-dedupe
 # The wasm-only crates (the component, the Workers adapter, the example worker) are
 # built and tested for wasm32 by their own targets, not natively.
 TEST_CRATES := --workspace --exclude babelqueue-dedupe-component \
-  --exclude babelqueue-dedupe-workers --exclude babelqueue-dedupe-worker-example
+  --exclude babelqueue-dedupe-worker-example
 
 # Each target family adds its own rules and appends its checks to EXTRA_TESTS.
 EXTRA_TESTS :=

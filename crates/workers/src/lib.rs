@@ -1,1 +1,70 @@
-//! Cloudflare Workers adapter (issue #4).
+//! Cloudflare Workers adapter for bq-dedupe: a Queues consumer that skips
+//! redeliveries and duplicate publishes by the envelope's `meta.id`.
+//!
+//! A thin layer over the core ([`bq_dedupe::Guard`]); each module is one binding:
+//! - [`QueueConsumer`]: decode a batch, decide it with one store call, run the
+//!   handler, commit with one store call, then `ack()` / `retry()` / dead-letter each
+//!   message by its outcome.
+//! - [`durable`]: the strongly consistent store: the [`durable::DedupeShard`]
+//!   Durable Object (SQLite-backed, atomic claims, batch RPC, TTL sweep alarm) and
+//!   [`durable::DurableObjectStore`], the client that shards ids over N objects.
+//! - [`kv`]: the best-effort Workers KV store (eventually consistent, no claims).
+//! - [`config`]: everything above, configured from `wrangler.toml` vars.
+//!
+//! Cloudflare counts deliveries from 1 (`Message.attempts`); a BabelQueue envelope
+//! counts failed attempts from 0. The handler sees
+//! `envelope.attempts + (queue attempts - 1)` as [`Delivery::attempts`].
+
+mod batch;
+mod body;
+pub mod config;
+mod consumer;
+mod dead_letter;
+pub mod durable;
+pub mod kv;
+mod round_trips;
+mod shard;
+mod store;
+
+pub use batch::{QueueBatch, QueueMessage};
+pub use config::{ConfigError, DedupeConfig, StoreKind};
+pub use consumer::{Action, BatchReport, Delivery, QueueConsumer};
+pub use round_trips::RoundTrips;
+pub use store::WorkersStore;
+
+/// Re-exported so a worker needs no direct dependency on the core.
+pub use bq_dedupe;
+
+/// Exports `queue` (the Queues consumer entry point) calling
+/// `async fn $handler(QueueBatch, worker::Env, worker::Context) -> worker::Result<()>`.
+///
+/// Use it instead of `#[event(queue)]`: worker 0.8.7's `MessageBatch` does not expose
+/// `Message.attempts`, which [`QueueBatch`] reads. An `Err` from the handler throws,
+/// so Cloudflare retries every message not yet acked.
+#[macro_export]
+macro_rules! queue_consumer {
+    ($handler:path) => {
+        #[::worker::wasm_bindgen::prelude::wasm_bindgen(
+                    js_name = queue,
+                    wasm_bindgen = ::worker::wasm_bindgen,
+                    wasm_bindgen_futures = ::worker::wasm_bindgen_futures
+                )]
+        pub async fn __bq_dedupe_queue(
+            batch: ::worker::worker_sys::MessageBatch,
+            env: ::worker::Env,
+            ctx: ::worker::worker_sys::Context,
+        ) -> ::std::result::Result<::worker::wasm_bindgen::JsValue, ::worker::wasm_bindgen::JsValue>
+        {
+            match $handler(
+                $crate::QueueBatch::from(batch),
+                env,
+                ::worker::Context::new(ctx),
+            )
+            .await
+            {
+                Ok(()) => Ok(::worker::wasm_bindgen::JsValue::UNDEFINED),
+                Err(e) => Err(::worker::wasm_bindgen::JsValue::from(e.to_string())),
+            }
+        }
+    };
+}

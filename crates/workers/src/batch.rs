@@ -1,0 +1,102 @@
+//! The Queues batch and its messages, bound directly so `attempts` is readable
+//! (worker 0.8.7's `MessageBatch` has no accessor for it).
+
+use js_sys::{Array, Reflect};
+use wasm_bindgen::{JsCast, JsValue};
+use worker::worker_sys::{Message as MessageSys, MessageBatch as MessageBatchSys};
+
+use crate::body::body_bytes;
+
+/// A batch handed to a queue consumer (see [`crate::queue_consumer!`]).
+#[derive(Debug, Clone)]
+pub struct QueueBatch {
+    inner: MessageBatchSys,
+}
+
+impl From<MessageBatchSys> for QueueBatch {
+    fn from(inner: MessageBatchSys) -> Self {
+        QueueBatch { inner }
+    }
+}
+
+impl QueueBatch {
+    /// The name of the queue the batch came from.
+    pub fn queue(&self) -> String {
+        self.inner.queue().map(String::from).unwrap_or_default()
+    }
+
+    /// The batch's messages, in delivery order.
+    pub fn messages(&self) -> Vec<QueueMessage> {
+        let messages = self.inner.messages().unwrap_or_else(|_| Array::new());
+        messages
+            .iter()
+            .map(|m| QueueMessage {
+                inner: m.unchecked_into(),
+            })
+            .collect()
+    }
+
+    /// Marks every message not yet acked or retried for retry.
+    pub fn retry_all(&self) {
+        let _ = self.inner.retry_all(JsValue::NULL);
+    }
+}
+
+/// One queue message.
+#[derive(Debug, Clone)]
+pub struct QueueMessage {
+    inner: MessageSys,
+}
+
+impl QueueMessage {
+    /// Cloudflare's id for this send (not `meta.id`: each publish gets a new one).
+    pub fn id(&self) -> String {
+        self.inner.id().map(String::from).unwrap_or_default()
+    }
+
+    /// The body as sent (a string, bytes or a JSON value).
+    pub fn body(&self) -> JsValue {
+        self.inner.body().unwrap_or(JsValue::UNDEFINED)
+    }
+
+    /// The body as the UTF-8 JSON text the core decodes.
+    pub fn body_bytes(&self) -> Vec<u8> {
+        body_bytes(&self.body())
+    }
+
+    /// Cloudflare's delivery count: 1 on the first delivery.
+    pub fn attempts(&self) -> u32 {
+        Reflect::get(&self.inner, &JsValue::from_str("attempts"))
+            .ok()
+            .and_then(|v| v.as_f64())
+            .filter(|n| *n >= 1.0)
+            .map_or(1, |n| n as u32)
+    }
+
+    /// Acknowledges the message: it will not be delivered again.
+    pub fn ack(&self) -> Result<(), String> {
+        self.inner.ack().map_err(describe)
+    }
+
+    /// Asks for redelivery, after `delay_seconds` if given.
+    pub fn retry(&self, delay_seconds: Option<u32>) -> Result<(), String> {
+        let options = match delay_seconds {
+            Some(delay) => {
+                let options = js_sys::Object::new();
+                Reflect::set(&options, &"delaySeconds".into(), &delay.into()).map_err(describe)?;
+                options.into()
+            }
+            None => JsValue::NULL,
+        };
+        self.inner.retry(options).map_err(describe)
+    }
+}
+
+/// A JS exception as text.
+pub(crate) fn describe(error: JsValue) -> String {
+    error
+        .dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .or_else(|| error.as_string())
+        .unwrap_or_else(|| format!("{error:?}"))
+}

@@ -1,0 +1,199 @@
+//! The Queues consumer: one batch in, one action per message out.
+
+use std::fmt::Display;
+
+use bq_dedupe::{Disposition, Guard, Message, Observer, Outcome, OutcomeKind, Store};
+use wasm_bindgen::JsValue;
+use worker::{Queue, QueueContentType, RawMessageBuilder};
+
+use crate::batch::{QueueBatch, QueueMessage, describe};
+use crate::dead_letter::{PoisonDelivery, wrap};
+
+/// What the handler gets for each delivery it must run.
+pub struct Delivery<'d, 'm> {
+    message: &'d Message<'m>,
+    queue_message: &'d QueueMessage,
+}
+
+impl<'m> Delivery<'_, 'm> {
+    /// The decoded envelope.
+    pub fn message(&self) -> &Message<'m> {
+        self.message
+    }
+
+    /// Failed attempts before this one, BabelQueue style (0 on the first
+    /// delivery): the envelope's `attempts` plus Cloudflare's redeliveries
+    /// (`Message.attempts` counts from 1).
+    pub fn attempts(&self) -> u64 {
+        self.message.attempts() + u64::from(self.queue_message.attempts() - 1)
+    }
+
+    /// The queue message itself (Cloudflare's id, raw body, attempts).
+    pub fn queue_message(&self) -> &QueueMessage {
+        self.queue_message
+    }
+}
+
+/// What was done with a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Ack,
+    Retry,
+    /// Sent to the dead-letter producer with a `dead_letter` block, then acked.
+    DeadLettered,
+}
+
+/// One message's result.
+#[derive(Debug, Clone)]
+pub struct MessageReport {
+    /// Cloudflare's message id.
+    pub queue_message_id: String,
+    pub kind: OutcomeKind,
+    pub action: Action,
+    /// Why it failed, was rejected or could not be recorded.
+    pub reason: Option<String>,
+}
+
+/// The results of a batch, in delivery order.
+#[derive(Debug, Clone, Default)]
+pub struct BatchReport {
+    pub messages: Vec<MessageReport>,
+}
+
+impl BatchReport {
+    pub fn count(&self, kind: OutcomeKind) -> usize {
+        self.messages.iter().filter(|m| m.kind == kind).count()
+    }
+
+    pub fn count_action(&self, action: Action) -> usize {
+        self.messages.iter().filter(|m| m.action == action).count()
+    }
+}
+
+/// Dedupes Queues batches with a [`Guard`] and settles every message.
+///
+/// Per message: run-ok, skip and fail-open successes are acked; handler failures,
+/// parked claims and store errors are retried (after the retry delay, if set);
+/// poison (an invalid envelope) goes to the dead-letter producer and is acked, or,
+/// with no producer configured, is retried so the queue's own `max_retries` and
+/// `dead_letter_queue` take it. Nothing is acked silently.
+pub struct QueueConsumer<S, O = ()> {
+    guard: Guard<S, O>,
+    dead_letter: Option<Queue>,
+    retry_delay_seconds: Option<u32>,
+}
+
+impl<S: Store, O: Observer> QueueConsumer<S, O> {
+    pub fn new(guard: Guard<S, O>) -> Self {
+        QueueConsumer {
+            guard,
+            dead_letter: None,
+            retry_delay_seconds: None,
+        }
+    }
+
+    /// Poison messages are sent here (wrapped with a `dead_letter` block), then acked.
+    pub fn with_dead_letter(mut self, producer: Queue) -> Self {
+        self.dead_letter = Some(producer);
+        self
+    }
+
+    /// Retried messages come back after this delay.
+    pub fn with_retry_delay(mut self, seconds: u32) -> Self {
+        self.retry_delay_seconds = Some(seconds);
+        self
+    }
+
+    pub fn guard(&self) -> &Guard<S, O> {
+        &self.guard
+    }
+
+    /// Dedupes `batch`, runs `handler` for every delivery that should run (in
+    /// order; an in-batch duplicate runs once), records the results with one store
+    /// call, then acks, retries or dead-letters each message.
+    ///
+    /// A handler error affects only its own message.
+    pub async fn consume<E: Display>(
+        &self,
+        batch: &QueueBatch,
+        mut handler: impl AsyncFnMut(&Delivery<'_, '_>) -> Result<(), E>,
+    ) -> BatchReport {
+        let messages = batch.messages();
+        let bodies: Vec<Vec<u8>> = messages.iter().map(QueueMessage::body_bytes).collect();
+        let outcomes = self
+            .guard
+            .process_batch_indexed(&bodies, async |i, message| {
+                let delivery = Delivery {
+                    message,
+                    queue_message: &messages[i],
+                };
+                handler(&delivery).await
+            })
+            .await;
+
+        let mut report = BatchReport::default();
+        for ((message, body), outcome) in messages.iter().zip(&bodies).zip(&outcomes) {
+            let mut reason = outcome.reason();
+            let action = match outcome.disposition() {
+                Disposition::Ack => Action::Ack,
+                Disposition::Retry => Action::Retry,
+                Disposition::Poison => {
+                    match self.dead_letter(batch, message, body, outcome).await {
+                        Ok(true) => Action::DeadLettered,
+                        Ok(false) => Action::Retry,
+                        Err(e) => {
+                            reason = Some(format!(
+                                "{}; dead-letter send failed: {e}",
+                                reason.unwrap_or_default()
+                            ));
+                            Action::Retry
+                        }
+                    }
+                }
+            };
+            let settled = match action {
+                Action::Ack | Action::DeadLettered => message.ack(),
+                Action::Retry => message.retry(self.retry_delay_seconds),
+            };
+            if let Err(e) = settled {
+                // The runtime redelivers anything not settled, so this loses nothing.
+                worker::console_error!("bq-dedupe: settling message {}: {e}", message.id());
+            }
+            report.messages.push(MessageReport {
+                queue_message_id: message.id(),
+                kind: outcome.kind(),
+                action,
+                reason,
+            });
+        }
+        report
+    }
+
+    /// Sends a poison message to the dead-letter producer. `Ok(false)`: none is
+    /// configured, so the message is retried instead.
+    async fn dead_letter<E>(
+        &self,
+        batch: &QueueBatch,
+        message: &QueueMessage,
+        body: &[u8],
+        outcome: &Outcome<E>,
+    ) -> Result<bool, String> {
+        let (Some(producer), Outcome::Rejected(rejection)) = (&self.dead_letter, outcome) else {
+            return Ok(false);
+        };
+        let wrapped = wrap(&PoisonDelivery {
+            body,
+            rejection,
+            original_queue: &batch.queue(),
+            attempts: message.attempts(),
+            failed_at_ms: js_sys::Date::now() as u64,
+        });
+        // A plain JS object (not a serde Map), so the JSON content type accepts it.
+        let value: JsValue = js_sys::JSON::parse(&wrapped.to_string()).map_err(describe)?;
+        producer
+            .send_raw(RawMessageBuilder::new(value).build_with_content_type(QueueContentType::Json))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(true)
+    }
+}

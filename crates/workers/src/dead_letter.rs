@@ -1,0 +1,86 @@
+//! The BabelQueue `dead_letter` block for a poison message.
+//!
+//! A body that is a JSON object gets the block added at the top level (the
+//! envelope's own place for it); anything else (malformed JSON, a bare string or
+//! number) is kept verbatim under `body` beside the block, so nothing is lost.
+
+use bq_dedupe::Rejection;
+use serde_json::{Map, Value, json};
+
+/// What is known about the poison delivery.
+pub struct PoisonDelivery<'a> {
+    pub body: &'a [u8],
+    pub rejection: &'a Rejection,
+    pub original_queue: &'a str,
+    /// Delivery attempts made (Cloudflare's count).
+    pub attempts: u32,
+    pub failed_at_ms: u64,
+}
+
+/// The dead-letter message for a poison delivery.
+pub fn wrap(delivery: &PoisonDelivery<'_>) -> Value {
+    // The schema's `lang` enum has no Rust entry, so `lang` is left out; the
+    // rejection's stable code goes in `exception`.
+    let block = json!({
+        "reason": "poison",
+        "error": delivery.rejection.to_string(),
+        "exception": delivery.rejection.code(),
+        "failed_at": delivery.failed_at_ms,
+        "original_queue": delivery.original_queue,
+        "attempts": delivery.attempts,
+    });
+    match serde_json::from_slice::<Value>(delivery.body) {
+        Ok(Value::Object(mut envelope)) => {
+            envelope.insert("dead_letter".into(), block);
+            Value::Object(envelope)
+        }
+        _ => {
+            let mut wrapper = Map::new();
+            wrapper.insert(
+                "body".into(),
+                Value::String(String::from_utf8_lossy(delivery.body).into_owned()),
+            );
+            wrapper.insert("dead_letter".into(), block);
+            Value::Object(wrapper)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bq_dedupe::{Limits, Message};
+
+    fn poison(body: &[u8]) -> Value {
+        let rejection = Message::parse(body, &Limits::default()).unwrap_err();
+        wrap(&PoisonDelivery {
+            body,
+            rejection: &rejection,
+            original_queue: "orders",
+            attempts: 1,
+            failed_at_ms: 1_700_000_000_000,
+        })
+    }
+
+    #[test]
+    fn invalid_envelope_object_keeps_every_field_and_gains_the_block() {
+        let out = poison(br#"{"job":"urn:x","meta":{"id":"a","schema_version":2},"extra":[1]}"#);
+        assert_eq!(out["extra"], json!([1]));
+        assert_eq!(out["meta"]["id"], "a");
+        assert_eq!(out["dead_letter"]["reason"], "poison");
+        assert_eq!(out["dead_letter"]["original_queue"], "orders");
+        assert_eq!(out["dead_letter"]["attempts"], 1);
+        assert!(
+            out["dead_letter"]["exception"]
+                .as_str()
+                .is_some_and(|c| !c.is_empty())
+        );
+    }
+
+    #[test]
+    fn malformed_body_is_kept_verbatim_beside_the_block() {
+        let out = poison(b"{not json");
+        assert_eq!(out["body"], "{not json");
+        assert_eq!(out["dead_letter"]["failed_at"], 1_700_000_000_000u64);
+    }
+}

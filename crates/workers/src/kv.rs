@@ -1,0 +1,174 @@
+//! `KvStore`: a best-effort seen-set in Workers KV.
+//!
+//! KV is eventually consistent (another location may not see a write for 60 s or
+//! more, and negative lookups are cached) and has no atomic operations, so it
+//! cannot claim: two consumers can both see an id as new and both run it. Use it
+//! where an occasional second run is acceptable; use the Durable Object store
+//! where it is not.
+
+use std::time::Duration;
+
+use bq_dedupe::{Capabilities, Store, StoreError, StoreErrorKind, StoreResult};
+use futures_util::future::try_join_all;
+use worker::kv::KvStore as KvNamespace;
+
+use crate::round_trips::RoundTrips;
+use crate::shard::sha256_hex;
+
+/// KV refuses an `expirationTtl` under 60 seconds.
+pub const MIN_TTL: Duration = Duration::from_secs(60);
+/// KV's longest key, in bytes.
+pub const MAX_KEY_BYTES: usize = 512;
+/// KV's bulk get takes at most this many keys.
+const BULK_GET_MAX: usize = 100;
+
+/// The seen-set in a KV namespace: `seen` is a (bulk) get, `remember` a put with
+/// `expiration_ttl`, `forget` a delete.
+pub struct KvStore {
+    kv: KvNamespace,
+    round_trips: RoundTrips,
+}
+
+impl KvStore {
+    pub fn new(kv: KvNamespace) -> Self {
+        KvStore {
+            kv,
+            round_trips: RoundTrips::new(),
+        }
+    }
+
+    /// Counts this store's requests into `counter`.
+    pub fn with_round_trips(mut self, counter: RoundTrips) -> Self {
+        self.round_trips = counter;
+        self
+    }
+
+    pub fn round_trips(&self) -> &RoundTrips {
+        &self.round_trips
+    }
+}
+
+/// Checks a TTL against KV's minimum, with an error that says what to change.
+pub fn check_ttl(ttl: Option<Duration>) -> StoreResult<()> {
+    match ttl {
+        Some(ttl) if ttl < MIN_TTL => Err(StoreError::new(
+            StoreErrorKind::Invalid,
+            format!(
+                "Workers KV cannot expire a key sooner than {} s (expirationTtl minimum); \
+                 the dedupe TTL is {} s: raise it or use the Durable Object store",
+                MIN_TTL.as_secs(),
+                ttl.as_secs_f64()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The KV name and stored value of a store key. A key over 512 bytes is named by
+/// its SHA-256 and stored as its value, so a read compares the exact key.
+fn kv_entry(key: &str) -> (String, &str) {
+    if key.len() <= MAX_KEY_BYTES {
+        (key.to_string(), "1")
+    } else {
+        (format!("bq-dedupe:sha256:{}", sha256_hex(key)), key)
+    }
+}
+
+fn kv_error(op: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::unavailable(format!("Workers KV {op}: {e}"))
+}
+
+impl Store for KvStore {
+    async fn seen(&self, key: &str) -> StoreResult<bool> {
+        let (name, expected) = kv_entry(key);
+        self.round_trips.add(1);
+        let value = self
+            .kv
+            .get(&name)
+            .text()
+            .await
+            .map_err(|e| kv_error("get", e))?;
+        Ok(value.as_deref() == Some(expected))
+    }
+
+    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
+        check_ttl(ttl)?;
+        let (name, value) = kv_entry(key);
+        let mut put = self.kv.put(&name, value).map_err(|e| kv_error("put", e))?;
+        if let Some(ttl) = ttl {
+            put = put.expiration_ttl(ttl.as_secs());
+        }
+        self.round_trips.add(1);
+        put.execute().await.map_err(|e| kv_error("put", e))
+    }
+
+    async fn forget(&self, key: &str) -> StoreResult<()> {
+        let (name, _) = kv_entry(key);
+        self.round_trips.add(1);
+        self.kv
+            .delete(&name)
+            .await
+            .map_err(|e| kv_error("delete", e))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            claim: false,
+            ttl: true,
+        }
+    }
+
+    /// One bulk get per 100 keys.
+    async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
+        let entries: Vec<(String, &str)> = keys.iter().map(|key| kv_entry(key)).collect();
+        let mut seen = Vec::with_capacity(keys.len());
+        for chunk in entries.chunks(BULK_GET_MAX) {
+            let names: Vec<&str> = chunk.iter().map(|(name, _)| name.as_str()).collect();
+            self.round_trips.add(1);
+            let values = self
+                .kv
+                .get_bulk(&names)
+                .text()
+                .await
+                .map_err(|e| kv_error("bulk get", e))?;
+            for (name, expected) in chunk {
+                let value = values.get(name).and_then(Option::as_deref);
+                seen.push(value == Some(*expected));
+            }
+        }
+        Ok(seen)
+    }
+
+    /// KV has no bulk write in the Workers binding: the puts go out concurrently.
+    async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
+        check_ttl(ttl)?;
+        try_join_all(keys.iter().map(|key| self.remember(key, ttl)))
+            .await
+            .map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_keys_are_stored_as_is_and_long_ones_by_hash() {
+        assert_eq!(kv_entry("id-1"), ("id-1".to_string(), "1"));
+        let long = "x".repeat(MAX_KEY_BYTES + 1);
+        let (name, value) = kv_entry(&long);
+        assert!(name.len() <= MAX_KEY_BYTES && name.starts_with("bq-dedupe:sha256:"));
+        assert_eq!(value, long, "the exact key is kept for comparison");
+        let edge = "é".repeat(MAX_KEY_BYTES / 2); // 512 bytes exactly
+        assert_eq!(kv_entry(&edge).0, edge);
+    }
+
+    #[test]
+    fn ttl_under_sixty_seconds_is_a_clear_invalid_error() {
+        let err = check_ttl(Some(Duration::from_secs(5))).unwrap_err();
+        assert_eq!(err.kind, StoreErrorKind::Invalid);
+        assert!(err.message.contains("60 s"), "{}", err.message);
+        assert!(check_ttl(Some(MIN_TTL)).is_ok());
+        assert!(check_ttl(None).is_ok());
+    }
+}
