@@ -1,0 +1,207 @@
+//! `InMemoryStore` for JavaScript: the core's reference store, with the browser's
+//! clock (`Date.now`) or a manual one for simulations (`advance(ms)`).
+//!
+//! Passed as the `store` argument of `process` & co. it is used directly (no JS
+//! calls per store operation): each instance is registered under a handle that
+//! [`lookup`] finds again from the JS object.
+
+use std::cell::RefCell;
+use std::rc::{Rc, Weak};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bq_dedupe::{
+    ClaimToken, Clock, InMemoryStore as CoreStore, ManualClock, Store, block_on_ready,
+};
+use js_sys::{Array, Object, Reflect};
+use wasm_bindgen::prelude::*;
+
+use crate::store::claim_to_js;
+use crate::{check_options, js_error, opt_number, prop, type_error};
+
+/// The host's wall clock.
+pub struct DateClock;
+
+impl Clock for DateClock {
+    fn now_ms(&self) -> u64 {
+        js_sys::Date::now() as u64
+    }
+}
+
+thread_local! {
+    static REGISTRY: RefCell<(u32, Vec<(u32, Weak<CoreStore>)>)> = const { RefCell::new((0, Vec::new())) };
+}
+
+const HANDLE: &str = "__bqHandle";
+
+/// The Rust store behind a JS `InMemoryStore` object, if `value` is one.
+pub fn lookup(value: &JsValue) -> Result<Option<Rc<CoreStore>>, String> {
+    if !value.is_object() {
+        return Ok(None);
+    }
+    let Some(handle) = Reflect::get(value, &HANDLE.into())
+        .ok()
+        .and_then(|h| h.as_f64())
+    else {
+        return Ok(None);
+    };
+    REGISTRY.with(|r| {
+        r.borrow()
+            .1
+            .iter()
+            .find(|(id, _)| f64::from(*id) == handle)
+            .and_then(|(_, weak)| weak.upgrade())
+            .map(Some)
+            .ok_or_else(|| "this InMemoryStore has been freed".to_string())
+    })
+}
+
+/// The reference in-memory seen-set (process-local, optional TTL and capacity).
+#[wasm_bindgen(js_name = InMemoryStore)]
+pub struct JsInMemoryStore {
+    handle: u32,
+    store: Rc<CoreStore>,
+    manual: Option<Arc<ManualClock>>,
+}
+
+#[wasm_bindgen(js_class = InMemoryStore)]
+impl JsInMemoryStore {
+    /// `new InMemoryStore({ manualClock?, now?, capacity? })`.
+    #[wasm_bindgen(constructor)]
+    pub fn new(
+        #[wasm_bindgen(unchecked_param_type = "InMemoryStoreOptions")] options: JsValue,
+    ) -> Result<JsInMemoryStore, JsValue> {
+        const WHAT: &str = "InMemoryStore options";
+        check_options(WHAT, &options, &["manualClock", "now", "capacity"])?;
+        let now = opt_number(WHAT, &options, "now")?;
+        let capacity = opt_number(WHAT, &options, "capacity")?;
+        let manual = (options.is_object() && prop(&options, "manualClock").is_truthy())
+            .then(|| Arc::new(ManualClock::new(now.unwrap_or(0.0) as u64)));
+        let clock: Arc<dyn Clock> = match &manual {
+            Some(m) => m.clone(),
+            None => Arc::new(DateClock),
+        };
+        let mut store = CoreStore::with_clock(clock);
+        if let Some(cap) = capacity {
+            store = store.with_capacity_limit(cap.max(1.0) as usize);
+        }
+        let store = Rc::new(store);
+        let handle = REGISTRY.with(|r| {
+            let mut r = r.borrow_mut();
+            r.0 = r.0.wrapping_add(1);
+            let id = r.0;
+            r.1.retain(|(_, w)| w.strong_count() > 0);
+            r.1.push((id, Rc::downgrade(&store)));
+            id
+        });
+        Ok(JsInMemoryStore {
+            handle,
+            store,
+            manual,
+        })
+    }
+
+    #[wasm_bindgen(getter, js_name = __bqHandle, skip_typescript)]
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// Is `key` remembered (and not expired)?
+    pub fn seen(&self, key: &str) -> Result<bool, JsValue> {
+        ready(self.store.seen(key))
+    }
+
+    /// Remembers `key`, for `ttlMs` milliseconds or until forgotten.
+    pub fn remember(&self, key: &str, ttl_ms: Option<f64>) -> Result<(), JsValue> {
+        ready(self.store.remember(key, ttl_ms.map(millis)))
+    }
+
+    /// Drops `key` and any claim on it.
+    pub fn forget(&self, key: &str) -> Result<(), JsValue> {
+        ready(self.store.forget(key))
+    }
+
+    /// Claims `key` for `leaseMs` (see the claiming mode).
+    #[wasm_bindgen(unchecked_return_type = "ClaimResult")]
+    pub fn claim(&self, key: &str, lease_ms: f64) -> Result<JsValue, JsValue> {
+        ready(self.store.claim(key, millis(lease_ms))).map(|c| claim_to_js(&c))
+    }
+
+    /// Gives up a claim, if `token` still owns it.
+    pub fn release(&self, key: &str, token: &str) -> Result<(), JsValue> {
+        ready(self.store.release(key, &ClaimToken(token.to_string())))
+    }
+
+    /// Remembered ids (`state: "done"`) and live claims (`state: "claimed"`), oldest first.
+    #[wasm_bindgen(unchecked_return_type = "StoreEntry[]")]
+    pub fn entries(&self) -> Array {
+        let out = Array::new();
+        for e in self.store.entries() {
+            out.push(&entry(&e.key, "done", e.expires_at_ms));
+        }
+        for key in self.store.claimed() {
+            out.push(&entry(&key, "claimed", None));
+        }
+        out
+    }
+
+    /// How many ids are remembered.
+    #[wasm_bindgen(getter)]
+    pub fn size(&self) -> usize {
+        self.store.len()
+    }
+
+    /// The store's clock, in ms since the Unix epoch (the manual clock when there is one).
+    #[wasm_bindgen(getter)]
+    pub fn now(&self) -> f64 {
+        match &self.manual {
+            Some(m) => m.now_ms() as f64,
+            None => js_sys::Date::now(),
+        }
+    }
+
+    /// Moves the manual clock forward (TTLs and leases expire); only with `manualClock: true`.
+    pub fn advance(&self, ms: f64) -> Result<(), JsValue> {
+        match &self.manual {
+            Some(m) if ms.is_finite() && ms >= 0.0 => {
+                m.advance(ms as u64);
+                Ok(())
+            }
+            Some(_) => Err(type_error("advance(ms): ms must be a non-negative number")),
+            None => Err(type_error(
+                "advance() needs a manual clock: new InMemoryStore({ manualClock: true })",
+            )),
+        }
+    }
+
+    /// Removes expired entries now; returns how many went.
+    #[wasm_bindgen(js_name = purgeExpired)]
+    pub fn purge_expired(&self) -> usize {
+        self.store.purge_expired()
+    }
+}
+
+fn millis(ms: f64) -> Duration {
+    Duration::from_millis(if ms.is_finite() {
+        ms.max(0.0) as u64
+    } else {
+        u64::MAX
+    })
+}
+
+fn ready<T>(future: impl Future<Output = bq_dedupe::StoreResult<T>>) -> Result<T, JsValue> {
+    match block_on_ready(future) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(js_error(&e.to_string())),
+        Err(e) => Err(js_error(&e.to_string())),
+    }
+}
+
+fn entry(key: &str, state: &str, expires_at: Option<u64>) -> JsValue {
+    let o = Object::new();
+    let _ = Reflect::set(&o, &"key".into(), &JsValue::from_str(key));
+    let _ = Reflect::set(&o, &"state".into(), &JsValue::from_str(state));
+    let expires = expires_at.map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64));
+    let _ = Reflect::set(&o, &"expiresAt".into(), &expires);
+    o.into()
+}

@@ -1,0 +1,137 @@
+//! The TypeScript interfaces of the package, emitted into the generated `.d.ts`
+//! (wasm-bindgen's `typescript_custom_section`); the exported functions refer to
+//! them through `unchecked_param_type` / `unchecked_return_type`. Checked by
+//! `crates/js/tests/types-check.ts` (`tsc --noEmit --strict`).
+
+use wasm_bindgen::prelude::*;
+
+#[wasm_bindgen(typescript_custom_section)]
+const TYPES: &'static str = r#"
+/** A BabelQueue envelope: JSON text, its UTF-8 bytes, or a plain object (serialised with JSON.stringify). */
+export type EnvelopeInput = string | Uint8Array | EnvelopeObject;
+
+/** The schema_version-1 wire envelope (unknown fields are allowed and kept). */
+export interface EnvelopeObject {
+  job?: string;
+  /** Inbound alias of `job`. */
+  urn?: string;
+  trace_id?: string;
+  data?: Record<string, unknown>;
+  meta?: { id?: string | null; schema_version?: number; queue?: string; lang?: string; created_at?: number; [field: string]: unknown };
+  attempts?: number;
+  dead_letter?: Record<string, unknown>;
+  [field: string]: unknown;
+}
+
+/** What the handler receives: the delivered envelope, parsed, with `job` always set. */
+export interface DecodedEnvelope extends EnvelopeObject {
+  job: string;
+  trace_id: string;
+  data: Record<string, unknown>;
+  meta: { id?: string | null; schema_version: number; [field: string]: unknown };
+}
+
+/** Your side effect. Throw (or reject) to fail: the id stays unmarked and the delivery is retried. */
+export type Handler = (envelope: DecodedEnvelope) => unknown | Promise<unknown>;
+
+/** A value or a promise of it: every store method may be sync or async. */
+export type MaybePromise<T> = T | PromiseLike<T>;
+
+/** The answer to a claim. */
+export type ClaimResult = { state: "acquired"; token: string } | { state: "seen" } | { state: "held" };
+
+/**
+ * A seen-set. `seen` / `remember` / `forget` are required; the batch methods and the
+ * claim pair (`claim` + `release`, needed for `claimLeaseMs`) are optional.
+ * Throw (or reject) to report a failure; an error with `kind` (or `code`) set to
+ * "unavailable" | "unsupported" | "invalid" | "internal" keeps that kind.
+ */
+export interface DedupeStore {
+  seen(key: string): MaybePromise<boolean>;
+  remember(key: string, ttlMs: number | undefined): MaybePromise<unknown>;
+  forget(key: string): MaybePromise<unknown>;
+  seenMany?(keys: string[]): MaybePromise<boolean[]>;
+  rememberMany?(keys: string[], ttlMs: number | undefined): MaybePromise<unknown>;
+  claim?(key: string, leaseMs: number): MaybePromise<ClaimResult | "seen" | "held">;
+  release?(key: string, token: string): MaybePromise<unknown>;
+  claimMany?(keys: string[], leaseMs: number): MaybePromise<Array<ClaimResult | "seen" | "held">>;
+  commitMany?(done: string[], ttlMs: number | undefined, releases: Array<{ key: string; token: string }>): MaybePromise<unknown>;
+}
+
+export interface DedupeOptions {
+  /** Remembered ids expire after this many milliseconds (default: never). */
+  ttlMs?: number;
+  /** Claiming mode: take an in-flight claim with this lease before running (the store needs claim/release). */
+  claimLeaseMs?: number;
+  /** Prepended to every store key. */
+  keyPrefix?: string;
+  /** A per-handler namespace: key = keyPrefix + scope + ":" + id. Non-empty, no ":". */
+  scope?: string;
+  /** Largest accepted envelope in bytes (default 1 MiB). */
+  maxBytes?: number;
+}
+
+export type OutcomeKind =
+  | "run-ok" | "run-ok-unrecorded" | "run-failed" | "run-panicked" | "skip"
+  | "fail-open" | "fail-open-failed" | "park" | "rejected" | "store-unavailable";
+
+export type Disposition = "ack" | "retry" | "poison";
+
+export type RejectionCode =
+  | "not-json" | "not-an-object" | "too-large" | "too-deep" | "missing-job" | "meta-not-object"
+  | "unsupported-schema-version" | "data-not-object" | "blank-trace-id" | "bad-attempts";
+
+export interface RejectionInfo { code: RejectionCode; message: string }
+
+export type StoreErrorCode = "unavailable" | "unsupported" | "invalid" | "internal";
+
+export interface StoreErrorInfo { code: StoreErrorCode; message: string }
+
+/** What happened to one delivery, and what the transport should do with it. */
+export interface Outcome {
+  kind: OutcomeKind;
+  disposition: Disposition;
+  /** Did the handler run for this delivery? */
+  ran: boolean;
+  /** The store key, or null when the envelope has no usable id (or is rejected). */
+  key: string | null;
+  /** A human-readable reason for anything but a plain run or skip. */
+  reason?: string;
+  /** What the handler threw (run-failed, fail-open-failed), unchanged. */
+  error?: unknown;
+  /** The store failure (store-unavailable, run-ok-unrecorded). */
+  storeError?: StoreErrorInfo;
+  /** Why the envelope is not valid (rejected). */
+  rejection?: RejectionInfo;
+}
+
+export type Validation =
+  | { valid: true; failOpen: boolean; id: string | null; key: string | null; job: string; traceId: string; attempts: number }
+  | { valid: false; rejection: RejectionInfo };
+
+/** Thrown by dedupeKey for an invalid envelope. */
+export interface RejectionError extends Error { name: "RejectionError"; code: RejectionCode; rejection: RejectionInfo }
+
+export interface InMemoryStoreOptions {
+  /** Use a clock that only moves with advance(ms) (starting at `now`, default 0). */
+  manualClock?: boolean;
+  now?: number;
+  /** Keep at most this many ids, evicting the oldest. */
+  capacity?: number;
+}
+
+export interface StoreEntry { key: string; state: "done" | "claimed"; expiresAt: number | null }
+
+export type FixtureData = string | Uint8Array | ArrayBuffer;
+
+export interface ConformanceOptions {
+  /** Default: a fresh InMemoryStore. A JS store must answer synchronously. */
+  store?: DedupeStore | InMemoryStore;
+  /** Run the sequences in claiming mode. */
+  claimLeaseMs?: number;
+}
+
+export interface ConformanceResult { name: string; passed: boolean; failure: string | null }
+
+export interface ConformanceReport { results: ConformanceResult[]; passed: number; failed: number; summary: string }
+"#;

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Builds the JavaScript package of bq-dedupe (crates/js, wasm-bindgen) and the
+# playground's copy of it:
+#
+#   scripts/build-js.sh            # -> crates/js/pkg/{web,node}/, www/pkg/, www/conformance/
+#
+# Steps: cargo build (wasm32-unknown-unknown, profile `js`: release at opt-level z,
+# fat LTO, panic=abort, no debug info; defined here with --config because the
+# profiles live in the root Cargo.toml), wasm-bindgen --target web and --target
+# nodejs (the CLI pinned to Cargo.lock's wasm-bindgen, scripts/ensure-tools.sh),
+# wasm-opt -Oz (npm binaryen@132.0.0, a devDependency of crates/js). Prints the raw /
+# wasm-bindgen / wasm-opt / gzip sizes and fails when the shipped .wasm is over
+# BQ_JS_BUDGET bytes (default 153600 = 150 KiB). Idempotent: cargo, npm and
+# wasm-opt only redo what changed.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+JS="$ROOT/crates/js"
+PKG="$JS/pkg"
+WWW="$ROOT/www"
+BUDGET="${BQ_JS_BUDGET:-153600}"
+NAME=bq_dedupe
+
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
+size() { stat -c %s "$1"; }
+
+# --- tools -------------------------------------------------------------------
+WB="$("$ROOT/scripts/ensure-tools.sh" wasm-bindgen)"
+# npm install only when node_modules is missing or older than package(-lock).json.
+stamp="$JS/node_modules/.package-lock.json"
+if [[ ! -f "$stamp" || "$JS/package.json" -nt "$stamp" ||
+    ("$JS/package-lock.json" -nt "$stamp" && -f "$JS/package-lock.json") ]]; then
+    echo "== npm install (binaryen, typescript) in crates/js"
+    (cd "$JS" && npm install --no-audit --no-fund)
+    touch "$stamp"
+fi
+WASM_OPT="$JS/node_modules/.bin/wasm-opt"
+
+# --- the module ----------------------------------------------------------------
+t=$(now)
+# `cargo rustc --crate-type cdylib`: with the manifest's extra `rlib` type cargo
+# would skip LTO.
+cargo rustc -p babelqueue-dedupe-js --lib --crate-type cdylib --target wasm32-unknown-unknown --profile js \
+    --config 'profile.js.inherits="release"' \
+    --config 'profile.js.opt-level="z"' \
+    --config 'profile.js.lto=true' \
+    --config 'profile.js.codegen-units=1' \
+    --config 'profile.js.panic="abort"' \
+    --config 'profile.js.debug=false'
+RAW="${CARGO_TARGET_DIR:-$ROOT/target}/wasm32-unknown-unknown/js/bq_dedupe_js.wasm"
+echo "cargo build: $(since "$t")"
+
+# --- wasm-bindgen (web + nodejs) and wasm-opt -------------------------------------
+STAMP="$PKG/.built"
+if [[ ! -f "$STAMP" || "$RAW" -nt "$STAMP" || "$WASM_OPT" -nt "$STAMP" || "${BASH_SOURCE[0]}" -nt "$STAMP" ]]; then
+    t=$(now)
+    rm -rf "$PKG"
+    mkdir -p "$PKG"
+    "$WB" --target web --out-dir "$PKG/web" --out-name "$NAME" "$RAW"
+    "$WB" --target nodejs --out-dir "$PKG/node" --out-name "$NAME" "$RAW"
+    # The package is "type": "module"; the nodejs glue is CommonJS.
+    mv "$PKG/node/$NAME.js" "$PKG/node/$NAME.cjs"
+    echo "wasm-bindgen: $(since "$t")"
+    t=$(now)
+    cp "$PKG/web/${NAME}_bg.wasm" "$PKG/bindgen.wasm"
+    "$WASM_OPT" -Oz --strip-debug --strip-producers \
+        --enable-reference-types --enable-bulk-memory --enable-nontrapping-float-to-int \
+        --enable-sign-ext --enable-mutable-globals --enable-multivalue \
+        "$PKG/bindgen.wasm" -o "$PKG/web/${NAME}_bg.wasm"
+    "$WASM_OPT" -Oz --strip-debug --strip-producers \
+        --enable-reference-types --enable-bulk-memory --enable-nontrapping-float-to-int \
+        --enable-sign-ext --enable-mutable-globals --enable-multivalue \
+        "$PKG/node/${NAME}_bg.wasm" -o "$PKG/node/${NAME}_bg.wasm"
+    echo "wasm-opt -Oz: $(since "$t")"
+    touch "$STAMP"
+else
+    echo "wasm-bindgen + wasm-opt: up to date"
+fi
+
+# --- the playground's copy ----------------------------------------------------------
+mkdir -p "$WWW/pkg" "$WWW/conformance"
+cp "$PKG/web/$NAME.js" "$PKG/web/$NAME.d.ts" "$PKG/web/${NAME}_bg.wasm" "$WWW/pkg/"
+cp "$ROOT/tests/conformance/manifest.json" "$WWW/conformance/"
+cp -r "$ROOT/tests/conformance/fixtures" "$WWW/conformance/"
+
+raw=$(size "$RAW")
+bg=$(size "$PKG/bindgen.wasm")
+opt=$(size "$PKG/web/${NAME}_bg.wasm")
+gz=$(gzip -9 -n -c <"$PKG/web/${NAME}_bg.wasm" | wc -c)
+printf 'sizes: raw %d B, wasm-bindgen %d B, wasm-opt %d B (%.1f KiB), gzip -9 %d B (%.1f KiB)\n' \
+    "$raw" "$bg" "$opt" "$(echo "$opt / 1024" | bc -l)" "$gz" "$(echo "$gz / 1024" | bc -l)"
+echo "wrote ${PKG#"$ROOT"/}/{web,node}/ and www/pkg/"
+
+if ((opt > BUDGET)); then
+    echo "OVER BUDGET: ${NAME}_bg.wasm is $opt bytes, the budget is $BUDGET (BQ_JS_BUDGET)" >&2
+    exit 1
+fi
