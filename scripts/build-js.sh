@@ -40,14 +40,15 @@ WASM_OPT="$JS/node_modules/.bin/wasm-opt"
 # --- the module ----------------------------------------------------------------
 t=$(now)
 # `cargo rustc --crate-type cdylib`: with the manifest's extra `rlib` type cargo
-# would skip LTO.
+# would skip LTO. Shorter source paths (kept in panic locations) save a few KB.
 cargo rustc -p babelqueue-dedupe-js --lib --crate-type cdylib --target wasm32-unknown-unknown --profile js \
     --config 'profile.js.inherits="release"' \
     --config 'profile.js.opt-level="z"' \
     --config 'profile.js.lto=true' \
     --config 'profile.js.codegen-units=1' \
     --config 'profile.js.panic="abort"' \
-    --config 'profile.js.debug=false'
+    --config 'profile.js.debug=false' \
+    --config "build.rustflags=[\"--remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}/registry/src=/cargo\", \"--remap-path-prefix=$ROOT=/bq-dedupe\"]"
 RAW="${CARGO_TARGET_DIR:-$ROOT/target}/wasm32-unknown-unknown/js/bq_dedupe_js.wasm"
 echo "cargo build: $(since "$t")"
 
@@ -61,6 +62,16 @@ if [[ ! -f "$STAMP" || "$RAW" -nt "$STAMP" || "$WASM_OPT" -nt "$STAMP" || "${BAS
     "$WB" --target nodejs --out-dir "$PKG/node" --out-name "$NAME" "$RAW"
     # The package is "type": "module"; the nodejs glue is CommonJS.
     mv "$PKG/node/$NAME.js" "$PKG/node/$NAME.cjs"
+    # The .d.ts: options arguments are optional (unchecked_param_type drops the `?`),
+    # and the raw wasm exports of InitOutput say `unknown`, not `any`.
+    for dts in "$PKG/web/$NAME.d.ts" "$PKG/node/$NAME.d.ts"; do
+        sed -i -E -e 's/\b(options): (DedupeOptions|InMemoryStoreOptions)\)/\1?: \2)/' \
+            -e '/^    readonly /s/\bany\b/unknown/g' "$dts"
+    done
+    if grep -nw any "$PKG/web/$NAME.d.ts" "$PKG/node/$NAME.d.ts" | grep -v '^\S*:[0-9]*: *\*\|//'; then
+        echo "the .d.ts mentions 'any'" >&2
+        exit 1
+    fi
     echo "wasm-bindgen: $(since "$t")"
     t=$(now)
     cp "$PKG/web/${NAME}_bg.wasm" "$PKG/bindgen.wasm"
@@ -80,7 +91,7 @@ fi
 
 # --- the playground's copy ----------------------------------------------------------
 mkdir -p "$WWW/pkg" "$WWW/conformance"
-cp "$PKG/web/$NAME.js" "$PKG/web/$NAME.d.ts" "$PKG/web/${NAME}_bg.wasm" "$WWW/pkg/"
+cp "$PKG/web/$NAME.js" "$PKG/web/$NAME.d.ts" "$PKG/web/${NAME}_bg.wasm" "$JS/conformance.js" "$WWW/pkg/"
 cp "$ROOT/tests/conformance/manifest.json" "$WWW/conformance/"
 cp -r "$ROOT/tests/conformance/fixtures" "$WWW/conformance/"
 

@@ -109,7 +109,9 @@ fn opt_string(o: &JsValue, key: &str) -> Result<Option<String>, JsValue> {
 const OPTIONS: &[&str] = &["ttlMs", "claimLeaseMs", "keyPrefix", "scope", "maxBytes"];
 
 /// The core's options from the JS options object (`undefined`: the defaults).
-fn options(o: &JsValue) -> Result<Options, JsValue> {
+fn options(o: &Option<JsValue>) -> Result<Options, JsValue> {
+    let undefined = JsValue::UNDEFINED;
+    let o = o.as_ref().unwrap_or(&undefined);
     check_options("options", o, OPTIONS)?;
     let ms =
         |key| opt_number("options", o, key).map(|n| n.map(|n| Duration::from_millis(n as u64)));
@@ -250,7 +252,7 @@ fn handler_of(value: JsValue) -> Result<Function, JsValue> {
         .map_err(|_| type_error("handler must be a function"))
 }
 
-fn guard(store: &JsValue, opts: &JsValue) -> Result<Guard<AnyStore, KeyLog>, JsValue> {
+fn guard(store: &JsValue, opts: &Option<JsValue>) -> Result<Guard<AnyStore, KeyLog>, JsValue> {
     let options = options(opts)?;
     let store = AnyStore::from_js(store).map_err(|e| type_error(&e))?;
     Ok(Guard::new(store)
@@ -264,12 +266,12 @@ fn guard(store: &JsValue, opts: &JsValue) -> Result<Guard<AnyStore, KeyLog>, JsV
 /// record. Resolves to an `Outcome`; rejects only for a bad argument (not a
 /// store, not a function, bad options). The core's batch of one: the same single-key
 /// store calls as `Guard::process`, and one code path to ship.
-#[wasm_bindgen(unchecked_return_type = "Promise<Outcome>")]
+#[wasm_bindgen(unchecked_return_type = "Outcome")]
 pub async fn process(
     #[wasm_bindgen(unchecked_param_type = "EnvelopeInput")] envelope: JsValue,
     #[wasm_bindgen(unchecked_param_type = "DedupeStore | InMemoryStore")] store: JsValue,
     #[wasm_bindgen(unchecked_param_type = "Handler")] handler: JsValue,
-    #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: JsValue,
+    #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: Option<JsValue>,
 ) -> Result<JsValue, JsValue> {
     let outcomes = run_batch(&[envelope], store, handler, options).await?;
     Ok(outcomes.into_iter().next().unwrap_or(JsValue::UNDEFINED))
@@ -278,12 +280,12 @@ pub async fn process(
 /// Puts a batch through the guard: one store call to decide, one to record;
 /// deliveries sharing an id run at most once. Resolves to one `Outcome` per
 /// envelope, in order.
-#[wasm_bindgen(js_name = processBatch, unchecked_return_type = "Promise<Outcome[]>")]
+#[wasm_bindgen(js_name = processBatch, unchecked_return_type = "Outcome[]")]
 pub async fn process_batch(
     #[wasm_bindgen(unchecked_param_type = "EnvelopeInput[]")] envelopes: JsValue,
     #[wasm_bindgen(unchecked_param_type = "DedupeStore | InMemoryStore")] store: JsValue,
     #[wasm_bindgen(unchecked_param_type = "Handler")] handler: JsValue,
-    #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: JsValue,
+    #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: Option<JsValue>,
 ) -> Result<JsValue, JsValue> {
     if !js_sys::Array::is_array(&envelopes) {
         return Err(type_error("envelopes must be an array"));
@@ -300,7 +302,7 @@ async fn run_batch(
     envelopes: &[JsValue],
     store: JsValue,
     handler: JsValue,
-    options: JsValue,
+    options: Option<JsValue>,
 ) -> Result<Vec<JsValue>, JsValue> {
     let handler = handler_of(handler)?;
     let guard = guard(&store, &options)?;
@@ -335,11 +337,11 @@ async fn run_batch(
 
 /// Forgets a `meta.id` (namespaced by the options' prefix/scope like every key),
 /// so its next delivery runs again.
-#[wasm_bindgen(unchecked_return_type = "Promise<void>")]
+#[wasm_bindgen]
 pub async fn forget(
     id: String,
     #[wasm_bindgen(unchecked_param_type = "DedupeStore | InMemoryStore")] store: JsValue,
-    #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: JsValue,
+    #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: Option<JsValue>,
 ) -> Result<(), JsValue> {
     let guard = guard(&store, &options)?;
     guard
@@ -351,15 +353,17 @@ pub async fn forget(
 /// The store key of an envelope (`meta.id`, namespaced by the options), or `null`
 /// when it has no usable id (fail-open). Throws a `RejectionError` (an `Error`
 /// with `code` and `rejection`) for an invalid envelope.
-#[wasm_bindgen(js_name = dedupeKey)]
+#[wasm_bindgen(js_name = dedupeKey, unchecked_return_type = "string | null")]
 pub fn dedupe_key(
     #[wasm_bindgen(unchecked_param_type = "EnvelopeInput")] envelope: JsValue,
-    #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: JsValue,
-) -> Result<Option<String>, JsValue> {
+    #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: Option<JsValue>,
+) -> Result<JsValue, JsValue> {
     let opts = self::options(&options)?;
     let body = body_of(&envelope).map_err(|why| rejection_error(&Rejection::NotJson(why)))?;
     let msg = Message::parse(&body, &opts.limits).map_err(|r| rejection_error(&r))?;
-    Ok(msg.id().map(|id| opts.keyspace.key(id).into_owned()))
+    Ok(str_or_null(
+        msg.id().map(|id| opts.keyspace.key(id)).as_deref(),
+    ))
 }
 
 fn rejection_error(r: &Rejection) -> JsValue {
@@ -375,7 +379,7 @@ fn rejection_error(r: &Rejection) -> JsValue {
 #[wasm_bindgen(unchecked_return_type = "Validation")]
 pub fn validate(
     #[wasm_bindgen(unchecked_param_type = "EnvelopeInput")] envelope: JsValue,
-    #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: JsValue,
+    #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: Option<JsValue>,
 ) -> Result<JsValue, JsValue> {
     let opts = self::options(&options)?;
     let o = Object::new();

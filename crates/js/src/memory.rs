@@ -69,8 +69,9 @@ impl JsInMemoryStore {
     /// `new InMemoryStore({ manualClock?, now?, capacity? })`.
     #[wasm_bindgen(constructor)]
     pub fn new(
-        #[wasm_bindgen(unchecked_param_type = "InMemoryStoreOptions")] options: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "InMemoryStoreOptions")] options: Option<JsValue>,
     ) -> Result<JsInMemoryStore, JsValue> {
+        let options = options.unwrap_or(JsValue::UNDEFINED);
         const WHAT: &str = "InMemoryStore options";
         check_options(WHAT, &options, &["manualClock", "now", "capacity"])?;
         let now = opt_number(WHAT, &options, "now")?;
@@ -112,7 +113,11 @@ impl JsInMemoryStore {
     }
 
     /// Remembers `key`, for `ttlMs` milliseconds or until forgotten.
-    pub fn remember(&self, key: &str, ttl_ms: Option<f64>) -> Result<(), JsValue> {
+    pub fn remember(
+        &self,
+        key: &str,
+        #[wasm_bindgen(js_name = ttlMs)] ttl_ms: Option<f64>,
+    ) -> Result<(), JsValue> {
         ready(self.store.remember(key, ttl_ms.map(millis)))
     }
 
@@ -123,7 +128,11 @@ impl JsInMemoryStore {
 
     /// Claims `key` for `leaseMs` (see the claiming mode).
     #[wasm_bindgen(unchecked_return_type = "ClaimResult")]
-    pub fn claim(&self, key: &str, lease_ms: f64) -> Result<JsValue, JsValue> {
+    pub fn claim(
+        &self,
+        key: &str,
+        #[wasm_bindgen(js_name = leaseMs)] lease_ms: f64,
+    ) -> Result<JsValue, JsValue> {
         ready(self.store.claim(key, millis(lease_ms))).map(|c| claim_to_js(&c))
     }
 

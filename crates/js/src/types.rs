@@ -1,7 +1,7 @@
 //! The TypeScript interfaces of the package, emitted into the generated `.d.ts`
 //! (wasm-bindgen's `typescript_custom_section`); the exported functions refer to
 //! them through `unchecked_param_type` / `unchecked_return_type`. Checked by
-//! `crates/js/tests/types-check.ts` (`tsc --noEmit --strict`).
+//! `crates/js/tests/types-check.ts` (`tsc --noEmit --strict`, in `tests/types.test.mjs`).
 
 use wasm_bindgen::prelude::*;
 
@@ -122,16 +122,4 @@ export interface InMemoryStoreOptions {
 
 export interface StoreEntry { key: string; state: "done" | "claimed"; expiresAt: number | null }
 
-export type FixtureData = string | Uint8Array | ArrayBuffer;
-
-export interface ConformanceOptions {
-  /** Default: a fresh InMemoryStore. A JS store must answer synchronously. */
-  store?: DedupeStore | InMemoryStore;
-  /** Run the sequences in claiming mode. */
-  claimLeaseMs?: number;
-}
-
-export interface ConformanceResult { name: string; passed: boolean; failure: string | null }
-
-export interface ConformanceReport { results: ConformanceResult[]; passed: number; failed: number; summary: string }
 "#;

@@ -1,0 +1,308 @@
+// process / processBatch / forget / dedupeKey / validate / InMemoryStore from
+// Node: sync and async stores and handlers, thrown errors, malformed input,
+// claiming, batches, TTLs. Outcome codes are the core's (src/outcome.rs).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { bq, envelope, mapStore } from './helpers.mjs';
+
+const ok = () => {};
+
+test('a redelivery is skipped: run-ok then skip, the handler runs once (Rust InMemoryStore)', async () => {
+  const store = new bq.InMemoryStore();
+  let runs = 0;
+  const first = await bq.process(envelope('id-1'), store, () => { runs += 1; });
+  const second = await bq.process(envelope('id-1'), store, () => { runs += 1; });
+  assert.deepEqual(first, { kind: 'run-ok', disposition: 'ack', ran: true, key: 'id-1' });
+  assert.deepEqual(second, { kind: 'skip', disposition: 'ack', ran: false, key: 'id-1' });
+  assert.equal(runs, 1);
+  assert.equal(store.size, 1);
+});
+
+test('the handler receives the decoded envelope as a plain object, job filled in from the urn alias', async () => {
+  const store = new bq.InMemoryStore();
+  let got;
+  const env = envelope('id-2', { custom: [1, 2] });
+  delete env.job;
+  env.urn = 'urn:babel:x';
+  await bq.process(JSON.stringify(env), store, (e) => { got = e; });
+  assert.equal(got.job, 'urn:babel:x');
+  assert.deepEqual(got.custom, [1, 2]);
+  assert.equal(got.meta.id, 'id-2');
+  assert.equal(Object.getPrototypeOf(got), Object.prototype);
+});
+
+test('envelopes are accepted as an object, JSON text or UTF-8 bytes, all with the same key', async () => {
+  const store = new bq.InMemoryStore();
+  const text = JSON.stringify(envelope('same'));
+  assert.equal((await bq.process(envelope('same'), store, ok)).kind, 'run-ok');
+  assert.equal((await bq.process(text, store, ok)).kind, 'skip');
+  assert.equal((await bq.process(new TextEncoder().encode(text), store, ok)).kind, 'skip');
+});
+
+test('a synchronous JS store works and sees the verbatim id as its key', async () => {
+  const store = mapStore('sync');
+  assert.equal((await bq.process(envelope(' A '), store, ok)).kind, 'run-ok');
+  assert.equal((await bq.process(envelope(' A '), store, ok)).kind, 'skip');
+  assert.equal((await bq.process(envelope(' a '), store, ok)).kind, 'run-ok');
+  assert.deepEqual([...store.done.keys()], [' A ', ' a ']);
+  assert.deepEqual(store.calls, ['seen', 'remember', 'seen', 'seen', 'remember']);
+});
+
+test('an async store and an async handler are awaited in order', async () => {
+  const store = mapStore('async');
+  const order = [];
+  const handler = async () => {
+    order.push('handler-start');
+    await new Promise((r) => setTimeout(r, 5));
+    order.push('handler-end');
+  };
+  const outcome = await bq.process(envelope('async-1'), store, handler, { ttlMs: 1500 });
+  assert.equal(outcome.kind, 'run-ok');
+  assert.deepEqual(order, ['handler-start', 'handler-end']);
+  assert.equal(store.done.get('async-1'), 1500, 'remember got the TTL in ms');
+  assert.equal((await bq.process(envelope('async-1'), store, handler)).kind, 'skip');
+});
+
+test('a handler that throws gives run-failed (retry), the error unchanged, and the id stays unmarked', async () => {
+  const store = new bq.InMemoryStore();
+  const boom = new Error('payment gateway timeout');
+  const failed = await bq.process(envelope('id-3'), store, () => { throw boom; });
+  assert.equal(failed.kind, 'run-failed');
+  assert.equal(failed.disposition, 'retry');
+  assert.equal(failed.ran, true);
+  assert.equal(failed.error, boom);
+  assert.equal(failed.reason, 'payment gateway timeout');
+  assert.equal(store.seen('id-3'), false);
+  assert.equal((await bq.process(envelope('id-3'), store, ok)).kind, 'run-ok');
+});
+
+test('an async handler that rejects (even with a non-Error) gives run-failed', async () => {
+  const store = mapStore('async');
+  const outcome = await bq.process(envelope('id-4'), store, async () => Promise.reject({ why: 'nope' }));
+  assert.equal(outcome.kind, 'run-failed');
+  assert.deepEqual(outcome.error, { why: 'nope' });
+  assert.equal(outcome.reason, '{"why":"nope"}');
+  assert.equal(store.done.size, 0);
+});
+
+test('no usable meta.id fails open: absent, null, empty and non-string ids all run every time', async () => {
+  const store = mapStore('sync');
+  for (const id of [undefined, null, '', 42, true, { a: 1 }]) {
+    for (let i = 0; i < 2; i += 1) {
+      const outcome = await bq.process(envelope(id), store, ok);
+      assert.deepEqual(outcome, { kind: 'fail-open', disposition: 'ack', ran: true, key: null }, `id ${JSON.stringify(id)}`);
+    }
+  }
+  const failed = await bq.process(envelope(''), store, () => { throw new Error('x'); });
+  assert.equal(failed.kind, 'fail-open-failed');
+  assert.equal(failed.disposition, 'retry');
+  assert.deepEqual(store.calls, [], 'fail-open never touches the store');
+});
+
+test('a store whose seen() throws gives store-unavailable (retry) and the handler does not run', async () => {
+  let runs = 0;
+  const store = { seen() { throw new Error('redis down'); }, remember: ok, forget: ok };
+  const outcome = await bq.process(envelope('id-5'), store, () => { runs += 1; });
+  assert.equal(outcome.kind, 'store-unavailable');
+  assert.equal(outcome.disposition, 'retry');
+  assert.deepEqual(outcome.storeError, { code: 'unavailable', message: 'seen: redis down' });
+  assert.equal(runs, 0);
+});
+
+test('a store whose seen() rejects with a typed error keeps its kind', async () => {
+  const store = { seen: async () => { throw Object.assign(new Error('bad key'), { kind: 'invalid' }); }, remember: ok, forget: ok };
+  const outcome = await bq.process(envelope('id-6'), store, ok);
+  assert.equal(outcome.kind, 'store-unavailable');
+  assert.equal(outcome.storeError.code, 'invalid');
+});
+
+test('a store whose remember() fails after a successful run gives run-ok-unrecorded, still acked', async () => {
+  const store = { seen: () => false, remember: async () => { throw new Error('disk full'); }, forget: ok };
+  const outcome = await bq.process(envelope('id-7'), store, ok);
+  assert.equal(outcome.kind, 'run-ok-unrecorded');
+  assert.equal(outcome.disposition, 'ack');
+  assert.match(outcome.storeError.message, /disk full/);
+});
+
+test('forget() lets an id run again, namespaced like the keys; a failing forget rejects', async () => {
+  const store = new bq.InMemoryStore();
+  const options = { keyPrefix: 'app:', scope: 'billing' };
+  assert.equal((await bq.process(envelope('id-8'), store, ok, options)).key, 'app:billing:id-8');
+  assert.equal((await bq.process(envelope('id-8'), store, ok, options)).kind, 'skip');
+  await bq.forget('id-8', store, options);
+  assert.equal((await bq.process(envelope('id-8'), store, ok, options)).kind, 'run-ok');
+  const broken = { seen: ok, remember: ok, forget: () => { throw new Error('nope'); } };
+  await assert.rejects(bq.forget('x', broken), /forget: nope/);
+});
+
+test('malformed input is rejected (poison) with the core rejection code, never a trap', async () => {
+  const store = mapStore('sync');
+  let runs = 0;
+  const handler = () => { runs += 1; };
+  const cases = [
+    ['{"job":', 'not-json'],
+    [new Uint8Array([0x7b, 0xff, 0x7d]), 'not-json'],
+    ['[1,2]', 'not-an-object'],
+    [42, 'not-an-object'],
+    [undefined, 'not-json'],
+    [{ big: 1n }, 'not-json'],
+    [JSON.stringify({ ...envelope('x'), job: '  ' }), 'missing-job'],
+    [JSON.stringify({ ...envelope('x'), meta: 'm' }), 'meta-not-object'],
+    [JSON.stringify({ ...envelope('x'), meta: { id: 'x', schema_version: 2 } }), 'unsupported-schema-version'],
+    [JSON.stringify({ ...envelope('x'), data: [] }), 'data-not-object'],
+    [JSON.stringify({ ...envelope('x'), trace_id: '' }), 'blank-trace-id'],
+    [JSON.stringify({ ...envelope('x'), attempts: -1 }), 'bad-attempts'],
+    ['['.repeat(10_000) + ']'.repeat(10_000), 'too-deep'],
+    [JSON.stringify(envelope('x', { pad: 'x'.repeat(2_000_000) })), 'too-large'],
+  ];
+  for (const [input, code] of cases) {
+    const outcome = await bq.process(input, store, handler);
+    assert.equal(outcome.kind, 'rejected', code);
+    assert.equal(outcome.disposition, 'poison', code);
+    assert.equal(outcome.rejection.code, code);
+    assert.equal(typeof outcome.rejection.message, 'string');
+    assert.equal(outcome.key, null);
+  }
+  assert.equal(runs, 0);
+  assert.deepEqual(store.calls, []);
+  const small = await bq.process(envelope('x'), store, handler, { maxBytes: 20 });
+  assert.equal(small.rejection.code, 'too-large');
+});
+
+test('bad arguments reject with a TypeError that says what is wrong', async () => {
+  const store = new bq.InMemoryStore();
+  await assert.rejects(bq.process(envelope('a'), store, 'not a function'), { name: 'TypeError', message: 'handler must be a function' });
+  await assert.rejects(bq.process(envelope('a'), null, ok), TypeError);
+  await assert.rejects(bq.process(envelope('a'), { seen: ok, remember: ok }, ok), /store\.forget is not a function/);
+  await assert.rejects(bq.process(envelope('a'), store, ok, { ttl: 5 }), /unknown option "ttl"/);
+  await assert.rejects(bq.process(envelope('a'), store, ok, { ttlMs: -1 }), /ttlMs must be a non-negative number/);
+  await assert.rejects(bq.process(envelope('a'), store, ok, { scope: 'a:b' }), /invalid key scope/);
+  await assert.rejects(bq.processBatch('nope', store, ok), /envelopes must be an array/);
+  assert.throws(() => new bq.InMemoryStore({ manual: true }), /unknown option "manual"/);
+  const freed = new bq.InMemoryStore();
+  const handle = { __bqHandle: freed.__bqHandle };
+  freed.free();
+  await assert.rejects(bq.process(envelope('a'), handle, ok), /freed/);
+});
+
+test('dedupeKey returns the namespaced key, null for fail-open, and throws a RejectionError when invalid', () => {
+  assert.equal(bq.dedupeKey(envelope('f1e2')), 'f1e2');
+  assert.equal(bq.dedupeKey(JSON.stringify(envelope('\u00e9'))), '\u00e9');
+  assert.equal(bq.dedupeKey('{"job":"j","trace_id":"t","data":{},"meta":{"id":"\\u0069d-1","schema_version":1}}'), 'id-1');
+  assert.equal(bq.dedupeKey(envelope('x'), { keyPrefix: 'bq:idem:' }), 'bq:idem:x');
+  assert.equal(bq.dedupeKey(envelope(undefined)), null);
+  assert.throws(() => bq.dedupeKey('{}'), (e) => e.name === 'RejectionError' && e.code === 'missing-job' && e.rejection.code === 'missing-job');
+});
+
+test('validate reports id, key, fail-open and the rejection reason', () => {
+  assert.deepEqual(bq.validate(envelope('v-1', { attempts: 3 }), { keyPrefix: 'p:' }), {
+    valid: true, failOpen: false, id: 'v-1', key: 'p:v-1', job: 'urn:babel:orders:created', traceId: 't-1', attempts: 3,
+  });
+  assert.equal(bq.validate(envelope(null)).failOpen, true);
+  assert.deepEqual(bq.validate('{"job":"j"}').rejection.code, 'meta-not-object');
+  assert.equal(bq.validate('').valid, false);
+});
+
+test('processBatch: one seenMany and one rememberMany for the batch, in-batch duplicates run once', async () => {
+  const store = mapStore('async', { batch: true });
+  const runs = [];
+  const outcomes = await bq.processBatch(
+    [envelope('a'), envelope('b'), envelope('a'), envelope(undefined), '{', envelope('c')],
+    store,
+    async (e) => { runs.push(e.meta.id ?? null); },
+  );
+  assert.deepEqual(outcomes.map((o) => o.kind), ['run-ok', 'run-ok', 'skip', 'fail-open', 'rejected', 'run-ok']);
+  assert.deepEqual(outcomes.map((o) => o.key), ['a', 'b', 'a', null, null, 'c']);
+  assert.deepEqual(runs, ['a', 'b', null, 'c']);
+  assert.deepEqual(store.calls, ['seenMany', 'rememberMany']);
+  const again = await bq.processBatch([envelope('a'), envelope('d')], store, ok);
+  assert.deepEqual(again.map((o) => o.kind), ['skip', 'run-ok']);
+});
+
+test('processBatch: a failed delivery parks its in-batch duplicate and a store without batch methods is called per key', async () => {
+  const store = mapStore('sync');
+  const outcomes = await bq.processBatch([envelope('x'), envelope('x'), envelope('y')], store, (e) => {
+    if (e.meta.id === 'x') throw new Error('fail x');
+  });
+  assert.deepEqual(outcomes.map((o) => o.kind), ['run-failed', 'park', 'run-ok']);
+  assert.deepEqual(store.calls, ['seen', 'seen', 'remember']);
+});
+
+test('claiming with a JS store: concurrent deliveries of one id run the handler once, the other parks', async () => {
+  const store = mapStore('async', { claims: true });
+  let runs = 0;
+  let release;
+  const gate = new Promise((r) => { release = r; });
+  const handler = async () => { runs += 1; await gate; };
+  const first = bq.process(envelope('c-1'), store, handler, { claimLeaseMs: 30_000 });
+  await new Promise((r) => setTimeout(r, 20));
+  const second = await bq.process(envelope('c-1'), store, handler, { claimLeaseMs: 30_000 });
+  assert.equal(second.kind, 'park');
+  assert.equal(second.disposition, 'retry');
+  release();
+  assert.equal((await first).kind, 'run-ok');
+  assert.equal(runs, 1);
+  assert.equal((await bq.process(envelope('c-1'), store, handler, { claimLeaseMs: 30_000 })).kind, 'skip');
+  assert.ok(store.calls.includes('claim'));
+});
+
+test('claiming with a JS store: a throwing handler releases its claim so the redelivery runs', async () => {
+  const store = mapStore('sync', { claims: true });
+  const failed = await bq.process(envelope('c-2'), store, () => { throw new Error('x'); }, { claimLeaseMs: 1000 });
+  assert.equal(failed.kind, 'run-failed');
+  assert.equal(store.claims.size, 0);
+  assert.deepEqual(store.calls, ['claim', 'release']);
+  assert.equal((await bq.process(envelope('c-2'), store, ok, { claimLeaseMs: 1000 })).kind, 'run-ok');
+});
+
+test('claiming with a batch JS store uses one claimMany and one commitMany', async () => {
+  const store = mapStore('async', { claims: true, batch: true });
+  const outcomes = await bq.processBatch([envelope('p'), envelope('q')], store, (e) => {
+    if (e.meta.id === 'q') throw new Error('q fails');
+  }, { claimLeaseMs: 1000 });
+  assert.deepEqual(outcomes.map((o) => o.kind), ['run-ok', 'run-failed']);
+  assert.deepEqual(store.calls, ['claimMany', 'commitMany']);
+  assert.deepEqual([...store.done.keys()], ['p']);
+  assert.equal(store.claims.size, 0);
+});
+
+test('claiming on a store without claim/release fails closed (store-unavailable, unsupported)', async () => {
+  const outcome = await bq.process(envelope('c-3'), mapStore('sync'), ok, { claimLeaseMs: 1000 });
+  assert.equal(outcome.kind, 'store-unavailable');
+  assert.equal(outcome.storeError.code, 'unsupported');
+});
+
+test('InMemoryStore with a manual clock: TTLs and claim leases expire when the clock advances', async () => {
+  const store = new bq.InMemoryStore({ manualClock: true, now: 1_000_000 });
+  assert.equal(store.now, 1_000_000);
+  await bq.process(envelope('t-1'), store, ok, { ttlMs: 10_000 });
+  await bq.process(envelope('t-2'), store, ok);
+  assert.deepEqual(store.entries(), [
+    { key: 't-1', state: 'done', expiresAt: 1_010_000 },
+    { key: 't-2', state: 'done', expiresAt: null },
+  ]);
+  store.advance(9_999);
+  assert.equal((await bq.process(envelope('t-1'), store, ok)).kind, 'skip');
+  store.advance(1);
+  assert.equal((await bq.process(envelope('t-1'), store, ok, { ttlMs: 10_000 })).kind, 'run-ok');
+
+  const claim = store.claim('c', 5_000);
+  assert.equal(claim.state, 'acquired');
+  assert.deepEqual(store.claim('c', 5_000), { state: 'held' });
+  assert.deepEqual(store.entries().at(-1), { key: 'c', state: 'claimed', expiresAt: null });
+  assert.equal((await bq.process(envelope('c'), store, ok, { claimLeaseMs: 5_000 })).kind, 'park');
+  store.advance(5_000);
+  assert.equal((await bq.process(envelope('c'), store, ok, { claimLeaseMs: 5_000 })).kind, 'run-ok');
+  assert.throws(() => new bq.InMemoryStore().advance(1), /manual clock/);
+});
+
+test('InMemoryStore can be used directly as a sync JS store too', () => {
+  const store = new bq.InMemoryStore({ capacity: 2 });
+  store.remember('a');
+  store.remember('b');
+  store.remember('c');
+  assert.equal(store.seen('a'), false, 'the oldest was evicted');
+  assert.equal(store.seen('c'), true);
+  store.forget('c');
+  assert.equal(store.size, 1);
+});

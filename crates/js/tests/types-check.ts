@@ -1,0 +1,68 @@
+// Type-checked (never run) by types.test.mjs with `tsc --noEmit --strict`: the
+// package's .d.ts describes real shapes, and wrong uses are errors (each
+// expect-error directive at the end must meet an error, or tsc fails).
+import init, { process, processBatch, forget, dedupeKey, validate, InMemoryStore } from '../pkg/web/bq_dedupe.js';
+import type { DedupeStore, Outcome, OutcomeKind, Disposition, Validation, StoreEntry, ClaimResult, DecodedEnvelope } from '../pkg/web/bq_dedupe.js';
+import { runConformance, conformanceCount } from '../conformance.js';
+import type { ConformanceReport } from '../conformance.js';
+
+export async function check(): Promise<void> {
+  await init();
+  const memory = new InMemoryStore({ manualClock: true, now: 0 });
+  const plain = new InMemoryStore();
+  const seen = new Set<string>();
+  const store: DedupeStore = {
+    seen: (key) => seen.has(key),
+    remember: async (key, ttlMs) => { seen.add(key); return ttlMs; },
+    forget: (key) => seen.delete(key),
+    claim: async (): Promise<ClaimResult> => ({ state: 'acquired', token: 't' }),
+    release: () => undefined,
+  };
+
+  const outcome: Outcome = await process('{}', store, async (env: DecodedEnvelope) => {
+    const job: string = env.job;
+    const id: string | null | undefined = env.meta.id;
+    return [job, id];
+  }, { ttlMs: 1000, claimLeaseMs: 500, keyPrefix: 'p:', scope: 's', maxBytes: 10 });
+  const kind: OutcomeKind = outcome.kind;
+  const disposition: Disposition = outcome.disposition;
+  const key: string | null = outcome.key;
+  const code: string | undefined = outcome.rejection?.code ?? outcome.storeError?.code;
+  const batch: Outcome[] = await processBatch([{ job: 'j' }, '{}', new Uint8Array(2)], memory, () => {});
+  await forget('id', plain);
+  const k: string | null = dedupeKey('{}');
+  const v: Validation = validate({ meta: { id: 'x' } });
+  if (v.valid) {
+    const fo: boolean = v.failOpen;
+    void fo;
+  } else {
+    const why: string = v.rejection.message;
+    void why;
+  }
+  const entries: StoreEntry[] = memory.entries();
+  memory.advance(1000);
+  const claim: ClaimResult = memory.claim('k', 1000);
+  if (claim.state === 'acquired') memory.release('k', claim.token);
+  const report: ConformanceReport = await runConformance(
+    { process, forget, dedupeKey, validate, InMemoryStore },
+    '{}',
+    async (path: string) => path,
+    { claimLeaseMs: 10 },
+  );
+  const n: number = conformanceCount({}) + report.passed;
+
+  // @ts-expect-error: not an outcome code
+  const badKind: OutcomeKind = 'ran';
+  // @ts-expect-error: the handler must be a function
+  await process('{}', store, 'handler');
+  // @ts-expect-error: a store needs seen/remember/forget
+  await process('{}', { seen: () => true }, () => {});
+  // @ts-expect-error: unknown option
+  await process('{}', store, () => {}, { ttl: 5 });
+  // @ts-expect-error: the key may be null
+  const notNull: string = dedupeKey('{}');
+  // @ts-expect-error: a rejection carries no failOpen
+  validate('{}').failOpen;
+
+  void [kind, disposition, key, code, batch, k, entries, n, badKind, notNull];
+}
