@@ -1,1 +1,48 @@
-//! The example worker (issue #4).
+//! The example worker: publishes BabelQueue envelopes to a queue and consumes
+//! them through bq-dedupe, counting the example handler's side effects.
+//!
+//! Modules, one binding each:
+//! - [`consumer`]: the queue consumer (`bq-orders` and its dead-letter queue);
+//! - [`effects`]: `EffectLog`, a Durable Object recording effects, dead letters
+//!   and consumer counters (strongly consistent, so tests can count exactly);
+//! - [`publish`]: `POST /publish`;
+//! - [`store_api`]: the dedupe store over HTTP (`/forget`, `/store/*`), used by
+//!   the playground;
+//! - [`naive`]: a per-message store adapter, the benchmark's baseline.
+
+mod consumer;
+mod effects;
+mod naive;
+mod publish;
+mod store_api;
+
+use worker::{Context, Env, Request, Response, Result, Router, event};
+
+// The Durable Object classes this worker binds (wrangler.toml).
+pub use bq_dedupe_workers::durable::DedupeShard;
+pub use effects::EffectLog;
+
+bq_dedupe_workers::queue_consumer!(consumer::consume);
+
+#[event(fetch)]
+async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
+    Router::new()
+        .post_async("/publish", |req, ctx| publish::publish(req, ctx.env))
+        .get_async("/effects", |_, ctx| effects::forward(ctx.env, "/effects"))
+        .get_async("/stats", |_, ctx| effects::forward(ctx.env, "/stats"))
+        .get_async("/dead-letters", |_, ctx| {
+            effects::forward(ctx.env, "/dead-letters")
+        })
+        .post_async("/forget", |req, ctx| store_api::forget(req, ctx.env))
+        .post_async("/store/seen", |req, ctx| store_api::seen(req, ctx.env))
+        .post_async("/store/remember", |req, ctx| {
+            store_api::remember(req, ctx.env)
+        })
+        .post_async("/store/claim", |req, ctx| store_api::claim(req, ctx.env))
+        .post_async("/store/release", |req, ctx| {
+            store_api::release(req, ctx.env)
+        })
+        .get_async("/store/entries", |_, ctx| store_api::entries(ctx.env))
+        .run(req, env)
+        .await
+}

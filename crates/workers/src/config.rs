@@ -10,7 +10,7 @@
 //! | `DEDUPE_CLAIM_LEASE_SECONDS` | `300`            | how long a crashed consumer's claim blocks |
 //! | `DEDUPE_RETRY_DELAY_SECONDS` | (none)           | delay for retried messages                |
 //! | `DEDUPE_DEAD_LETTER`         | (none)           | queue producer binding for poison messages |
-//! | `DEDUPE_DO_BINDING`          | `DEDUPE_STORE`   | the `DedupeShard` Durable Object binding  |
+//! | `DEDUPE_DO_BINDING`          | `DEDUPE_DO`      | the `DedupeShard` Durable Object binding  |
 //! | `DEDUPE_KV_BINDING`          | `DEDUPE_KV`      | the KV namespace binding                  |
 
 use std::time::Duration;
@@ -129,8 +129,7 @@ impl DedupeConfig {
             claim_lease: claiming.then(|| Duration::from_secs(lease)),
             retry_delay_seconds: retry_delay,
             dead_letter_binding: get("DEDUPE_DEAD_LETTER"),
-            durable_object_binding: get("DEDUPE_DO_BINDING")
-                .unwrap_or_else(|| "DEDUPE_STORE".into()),
+            durable_object_binding: get("DEDUPE_DO_BINDING").unwrap_or_else(|| "DEDUPE_DO".into()),
             kv_binding: get("DEDUPE_KV_BINDING").unwrap_or_else(|| "DEDUPE_KV".into()),
         })
     }
@@ -224,7 +223,7 @@ mod tests {
         assert_eq!(c.shards, 1);
         assert_eq!(c.claim_lease, Some(Duration::from_secs(300)));
         assert_eq!(c.ttl, None);
-        assert_eq!(c.durable_object_binding, "DEDUPE_STORE");
+        assert_eq!(c.durable_object_binding, "DEDUPE_DO");
     }
 
     #[test]

@@ -45,10 +45,10 @@ pub use bq_dedupe;
 macro_rules! queue_consumer {
     ($handler:path) => {
         #[::worker::wasm_bindgen::prelude::wasm_bindgen(
-                    js_name = queue,
-                    wasm_bindgen = ::worker::wasm_bindgen,
-                    wasm_bindgen_futures = ::worker::wasm_bindgen_futures
-                )]
+                            js_name = queue,
+                            wasm_bindgen = ::worker::wasm_bindgen,
+                            wasm_bindgen_futures = ::worker::wasm_bindgen_futures
+                        )]
         pub async fn __bq_dedupe_queue(
             batch: ::worker::worker_sys::MessageBatch,
             env: ::worker::Env,
@@ -63,7 +63,10 @@ macro_rules! queue_consumer {
             .await
             {
                 Ok(()) => Ok(::worker::wasm_bindgen::JsValue::UNDEFINED),
-                Err(e) => Err(::worker::wasm_bindgen::JsValue::from(e.to_string())),
+                Err(e) => {
+                    ::worker::console_error!("bq-dedupe queue consumer failed: {}", e);
+                    Err(::worker::wasm_bindgen::JsValue::from(e.to_string()))
+                }
             }
         }
     };

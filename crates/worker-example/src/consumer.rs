@@ -1,0 +1,150 @@
+//! The queue consumer: `bq-orders` through bq-dedupe, and its dead-letter queue
+//! into the effect log.
+
+use std::time::Duration;
+
+use bq_dedupe_workers::bq_dedupe::{OutcomeKind, Store};
+use bq_dedupe_workers::{
+    Action, BatchReport, DedupeConfig, Delivery, QueueBatch, QueueConsumer, RoundTrips,
+};
+use serde::Deserialize;
+use worker::{Context, Delay, Env, Result};
+
+use crate::effects::{CounterUpdate, EffectLogClient, Invocation};
+use crate::naive::PerMessage;
+
+/// What an envelope's `data` may tell the example handler to do (tests use these).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Directives {
+    /// Fail while the delivery's attempts (from 0) are below this.
+    fail_attempts: u64,
+    /// Fail every time.
+    always_fail: bool,
+    /// Take this long (widens race windows in the concurrency test).
+    sleep_ms: u64,
+}
+
+#[derive(Deserialize, Default)]
+struct Envelope {
+    #[serde(default)]
+    data: Directives,
+}
+
+pub async fn consume(batch: QueueBatch, env: Env, _ctx: Context) -> Result<()> {
+    let log = EffectLogClient::new(&env)?;
+    let dead_letter_queue = env
+        .var("EXAMPLE_DEAD_LETTER_QUEUE")
+        .map(|v| v.to_string())
+        .unwrap_or_default();
+    if batch.queue() == dead_letter_queue {
+        return keep_dead_letters(&batch, &log).await;
+    }
+
+    let config = DedupeConfig::from_env(&env)?;
+    let round_trips = RoundTrips::new();
+    let store = config.store(&env, round_trips.clone())?;
+    let naive = env
+        .var("EXAMPLE_NAIVE_STORE")
+        .is_ok_and(|v| v.to_string() == "on");
+    let report = if naive {
+        run(config.consumer(&env, PerMessage(store))?, &batch, &log).await
+    } else {
+        run(config.consumer(&env, store)?, &batch, &log).await
+    };
+    log.count(&counters(&report, round_trips.get())).await
+}
+
+async fn run<S: Store>(
+    consumer: QueueConsumer<S>,
+    batch: &QueueBatch,
+    log: &EffectLogClient,
+) -> BatchReport {
+    consumer
+        .consume(batch, async |delivery| handle(delivery, log).await)
+        .await
+}
+
+/// The example handler: its side effect is one row in the effect log.
+async fn handle(
+    delivery: &Delivery<'_, '_>,
+    log: &EffectLogClient,
+) -> std::result::Result<(), String> {
+    let message = delivery.message();
+    let directives = serde_json::from_str::<Envelope>(message.raw())
+        .map(|e| e.data)
+        .unwrap_or_default();
+    if directives.sleep_ms > 0 {
+        Delay::from(Duration::from_millis(directives.sleep_ms)).await;
+    }
+    let attempt = delivery.attempts();
+    let fail = directives.always_fail || attempt < directives.fail_attempts;
+    let invocation = Invocation {
+        id: message.id().map(str::to_string),
+        fired: !fail,
+    };
+    log.record(&invocation).await.map_err(|e| e.to_string())?;
+    if fail {
+        return Err(format!("example handler told to fail (attempt {attempt})"));
+    }
+    Ok(())
+}
+
+/// The batch's counts for `GET /stats`.
+fn counters(report: &BatchReport, round_trips: u64) -> CounterUpdate {
+    let n = |kinds: &[OutcomeKind]| kinds.iter().map(|&k| report.count(k) as i64).sum::<i64>();
+    let add = vec![
+        ("batches", 1),
+        ("deliveries", report.messages.len() as i64),
+        ("runs", n(&[OutcomeKind::Ran, OutcomeKind::RanUnrecorded])),
+        (
+            "failures",
+            n(&[
+                OutcomeKind::Failed,
+                OutcomeKind::Panicked,
+                OutcomeKind::FailOpenFailed,
+            ]),
+        ),
+        ("skips", n(&[OutcomeKind::Skipped])),
+        (
+            "fail_open",
+            n(&[OutcomeKind::FailOpen, OutcomeKind::FailOpenFailed]),
+        ),
+        ("parked", n(&[OutcomeKind::Parked])),
+        ("poison", n(&[OutcomeKind::Rejected])),
+        (
+            "dead_lettered",
+            report.count_action(Action::DeadLettered) as i64,
+        ),
+        (
+            "store_errors",
+            n(&[OutcomeKind::StoreUnavailable, OutcomeKind::RanUnrecorded]),
+        ),
+        ("store_round_trips", round_trips as i64),
+    ];
+    CounterUpdate {
+        add: add.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        max: vec![("max_batch_round_trips".into(), round_trips as i64)],
+    }
+}
+
+/// Dead letters are kept in the log (so `GET /dead-letters` shows them) and acked.
+async fn keep_dead_letters(batch: &QueueBatch, log: &EffectLogClient) -> Result<()> {
+    let messages = batch.messages();
+    let bodies: Vec<String> = messages
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.body_bytes()).into_owned())
+        .collect();
+    log.keep_dead_letters(&bodies).await?;
+    log.count(&CounterUpdate {
+        add: vec![("dead_letters_received".into(), bodies.len() as i64)],
+        max: vec![],
+    })
+    .await?;
+    for message in &messages {
+        if let Err(e) = message.ack() {
+            worker::console_error!("acking a dead letter: {e}");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,171 @@
+//! The dedupe store over HTTP, for the playground and for operators:
+//! `POST /forget {"ids": [...]}` (by `meta.id`, namespaced like the consumer's
+//! keys) and `/store/*` (by exact store key).
+
+use std::time::Duration;
+
+use bq_dedupe_workers::bq_dedupe::{Claim, ClaimToken, Store, StoreError};
+use bq_dedupe_workers::{DedupeConfig, RoundTrips, WorkersStore};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use worker::{Env, Request, Response, Result};
+
+#[derive(Deserialize)]
+struct Ids {
+    ids: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct Keys {
+    keys: Vec<String>,
+    #[serde(default)]
+    ttl_ms: Option<u64>,
+    #[serde(default)]
+    lease_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct Releases {
+    releases: Vec<ReleaseItem>,
+}
+
+#[derive(Deserialize)]
+struct ReleaseItem {
+    key: String,
+    token: String,
+}
+
+fn open(env: &Env) -> Result<(DedupeConfig, WorkersStore)> {
+    let config = DedupeConfig::from_env(env)?;
+    let store = config.store(env, RoundTrips::new())?;
+    Ok((config, store))
+}
+
+fn store_error(e: StoreError) -> Result<Response> {
+    let status = match e.kind.code() {
+        "unsupported" | "invalid" => 400,
+        _ => 503,
+    };
+    Ok(
+        Response::from_json(&json!({ "error": e.message, "kind": e.kind.code() }))?
+            .with_status(status),
+    )
+}
+
+fn reply(result: std::result::Result<Value, StoreError>) -> Result<Response> {
+    match result {
+        Ok(body) => Response::from_json(&body),
+        Err(e) => store_error(e),
+    }
+}
+
+async fn body<T: serde::de::DeserializeOwned>(req: &mut Request) -> std::result::Result<T, String> {
+    req.json::<T>()
+        .await
+        .map_err(|e| format!("bad request body: {e}"))
+}
+
+pub async fn forget(mut req: Request, env: Env) -> Result<Response> {
+    let ids: Ids = match body(&mut req).await {
+        Ok(b) => b,
+        Err(message) => return Response::error(message, 400),
+    };
+    let (config, store) = open(&env)?;
+    let guard = config.guard(store);
+    let mut forgotten = 0;
+    for id in &ids.ids {
+        if let Err(e) = guard.forget(id).await {
+            return store_error(e);
+        }
+        forgotten += 1;
+    }
+    Response::from_json(&json!({ "forgotten": forgotten }))
+}
+
+pub async fn seen(mut req: Request, env: Env) -> Result<Response> {
+    let keys: Keys = match body(&mut req).await {
+        Ok(b) => b,
+        Err(message) => return Response::error(message, 400),
+    };
+    let (_, store) = open(&env)?;
+    let refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
+    reply(
+        store
+            .seen_many(&refs)
+            .await
+            .map(|seen| json!({ "seen": seen })),
+    )
+}
+
+pub async fn remember(mut req: Request, env: Env) -> Result<Response> {
+    let keys: Keys = match body(&mut req).await {
+        Ok(b) => b,
+        Err(message) => return Response::error(message, 400),
+    };
+    let (_, store) = open(&env)?;
+    let refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
+    let ttl = keys.ttl_ms.map(Duration::from_millis);
+    reply(
+        store
+            .remember_many(&refs, ttl)
+            .await
+            .map(|()| json!({ "ok": true })),
+    )
+}
+
+pub async fn claim(mut req: Request, env: Env) -> Result<Response> {
+    let keys: Keys = match body(&mut req).await {
+        Ok(b) => b,
+        Err(message) => return Response::error(message, 400),
+    };
+    let (_, store) = open(&env)?;
+    let refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
+    let lease = Duration::from_millis(keys.lease_ms.unwrap_or(60_000));
+    reply(store.claim_many(&refs, lease).await.map(|claims| {
+        let claims: Vec<Value> = claims
+            .into_iter()
+            .map(|claim| match claim {
+                Claim::Acquired(ClaimToken(token)) => {
+                    json!({ "state": "acquired", "token": token })
+                }
+                Claim::Seen => json!({ "state": "seen" }),
+                Claim::Held => json!({ "state": "held" }),
+            })
+            .collect();
+        json!({ "claims": claims })
+    }))
+}
+
+pub async fn release(mut req: Request, env: Env) -> Result<Response> {
+    let releases: Releases = match body(&mut req).await {
+        Ok(b) => b,
+        Err(message) => return Response::error(message, 400),
+    };
+    let (_, store) = open(&env)?;
+    let tokens: Vec<(&str, ClaimToken)> = releases
+        .releases
+        .iter()
+        .map(|r| (r.key.as_str(), ClaimToken(r.token.clone())))
+        .collect();
+    let refs: Vec<(&str, &ClaimToken)> = tokens.iter().map(|(k, t)| (*k, t)).collect();
+    reply(
+        store
+            .commit_many(&[], None, &refs)
+            .await
+            .map(|()| json!({ "ok": true })),
+    )
+}
+
+pub async fn entries(env: Env) -> Result<Response> {
+    let (_, store) = open(&env)?;
+    match &store {
+        WorkersStore::DurableObject(s) => reply(
+            s.entries(1000)
+                .await
+                .map(|entries| json!({ "entries": entries })),
+        ),
+        WorkersStore::Kv(_) => store_error(StoreError::unsupported(
+            "the KV store cannot list its entries consistently",
+        )),
+    }
+}

@@ -1,0 +1,130 @@
+// Runs the example worker (crates/worker-example, built by scripts/build-worker.sh)
+// on workerd through Miniflare, configured from the repository's wrangler.toml,
+// with per-test overrides of the vars and the queue consumer settings.
+import { readFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { Log, LogLevel, Miniflare } from "miniflare";
+import { unstable_getMiniflareWorkerOptions } from "wrangler";
+
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../..");
+export const QUEUE = "bq-orders";
+export const DLQ = "bq-orders-dlq";
+
+const FIXTURE = JSON.parse(
+  readFileSync(path.join(ROOT, "tests/conformance/fixtures/order-created.json"), "utf8"),
+);
+
+/** A valid envelope (the conformance fixture) with this meta.id and data. */
+export function envelope(id, data = {}) {
+  const e = structuredClone(FIXTURE);
+  if (id === undefined) delete e.meta.id;
+  else e.meta.id = id;
+  e.data = { ...e.data, ...data };
+  return e;
+}
+
+/**
+ * Starts the worker. `vars` override wrangler.toml [vars]; `consumer` overrides
+ * the bq-orders consumer (maxRetries, maxBatchSize, ...). Deliveries are immediate
+ * (maxBatchTimeout 0) and retries undelayed.
+ */
+export async function startWorker({ vars = {}, consumer = {} } = {}) {
+  const { workerOptions, main } = unstable_getMiniflareWorkerOptions(
+    path.join(ROOT, "wrangler.toml"),
+  );
+  delete workerOptions.assets; // the playground is not under test here
+  const queueConsumers = {};
+  for (const [name, options] of Object.entries(workerOptions.queueConsumers)) {
+    queueConsumers[name] = {
+      ...options,
+      maxBatchTimeout: 0,
+      retryDelay: 0,
+      ...(name === QUEUE ? consumer : {}),
+    };
+  }
+  const mf = new Miniflare({
+    ...workerOptions,
+    modules: true,
+    cf: false, // no network: skip fetching the Request.cf placeholder
+    scriptPath: main,
+    bindings: { ...workerOptions.bindings, ...vars },
+    queueConsumers,
+    log: new Log(process.env.BQ_WORKER_LOG ? LogLevel.DEBUG : LogLevel.WARN),
+  });
+  await mf.ready;
+  return new Worker(mf);
+}
+
+class Worker {
+  constructor(mf) {
+    this.mf = mf;
+  }
+
+  async dispose() {
+    await this.mf.dispose();
+  }
+
+  async request(method, route, body) {
+    const res = await this.mf.dispatchFetch(`http://worker${route}`, {
+      method,
+      headers: body === undefined ? {} : { "content-type": "application/json" },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await res.text();
+    if (!res.ok) throw new Error(`${method} ${route}: HTTP ${res.status}: ${text}`);
+    return JSON.parse(text);
+  }
+
+  /** POST /publish: envelopes (objects) or raw strings. */
+  publish(items) {
+    return this.request("POST", "/publish", items);
+  }
+
+  stats() {
+    return this.request("GET", "/stats");
+  }
+
+  effects() {
+    return this.request("GET", "/effects");
+  }
+
+  deadLetters() {
+    return this.request("GET", "/dead-letters");
+  }
+
+  forget(ids) {
+    return this.request("POST", "/forget", { ids });
+  }
+
+  seen(keys) {
+    return this.request("POST", "/store/seen", { keys });
+  }
+
+  /** Waits until `check(stats)` holds (the consumer runs asynchronously). */
+  async waitForStats(check, what, timeoutMs = 20_000) {
+    const deadline = Date.now() + timeoutMs;
+    let stats;
+    while (Date.now() < deadline) {
+      stats = await this.stats();
+      if (check(stats)) return stats;
+      await sleep(25);
+    }
+    throw new Error(`timed out waiting for ${what}; last stats: ${JSON.stringify(stats)}`);
+  }
+
+  /** Publishes and waits until the consumer has seen `n` more deliveries. */
+  async publishAndWait(items, n = items.length) {
+    const before = (await this.stats()).deliveries;
+    await this.publish(items);
+    return this.waitForStats((s) => s.deliveries >= before + n, `${n} deliveries`);
+  }
+
+  /** Calls the worker's queue() handler directly, as the runtime would. */
+  async dispatchQueue(messages) {
+    const fetcher = await this.mf.getWorker();
+    return fetcher.queue(QUEUE, messages);
+  }
+}
+
+export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
