@@ -1,1 +1,30 @@
-# Workers adapter targets (issue #4).
+# The Cloudflare Workers adapter (crates/workers) and the example worker
+# (crates/worker-example, wrangler.toml) on real workerd through Miniflare.
+
+WORKER_PORT ?= 8787
+WORKER_STATE := .wrangler-state
+
+.PHONY: workers-build workers-lint workers-test workers-bench dev-worker
+
+## workers-build: the example worker bundle (offline worker-build), size printed.
+workers-build:
+	scripts/build-worker.sh
+
+# The example is a wasm32 cdylib: lint it for the target it ships to.
+workers-lint:
+	cargo clippy -p babelqueue-dedupe-worker-example --target wasm32-unknown-unknown -- -D warnings
+
+## workers-test: every scenario of the adapter as queue traffic on workerd.
+workers-test: workers-build workers-lint
+	node --test --test-reporter=spec crates/workers/tests/
+
+## workers-bench: batch RPC vs a naive per-message adapter, same runtime.
+workers-bench: workers-build
+	node crates/workers/bench/bench.mjs
+
+## dev-worker: `wrangler dev` on 127.0.0.1 with local state in .wrangler-state/,
+## publish the sample stream (with duplicates and a malformed line), print effects.
+dev-worker:
+	scripts/worker-demo.sh $(WORKER_PORT) $(WORKER_STATE)
+
+EXTRA_TESTS += workers-test

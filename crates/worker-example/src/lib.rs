@@ -45,4 +45,6 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
         .get_async("/store/entries", |_, ctx| store_api::entries(ctx.env))
         .run(req, env)
         .await
+        // A configuration or binding error, as text rather than a bare 500.
+        .or_else(|e| Response::error(e.to_string(), 500))
 }

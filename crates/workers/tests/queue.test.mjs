@@ -1,0 +1,326 @@
+// The Workers adapter on real workerd (Miniflare), driven as queue traffic.
+// Each scenario starts its own worker with fresh in-memory state.
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import path from "node:path";
+import { after, before, describe, test } from "node:test";
+import { ROOT, envelope, sleep, startWorker } from "./harness.mjs";
+
+const manifest = JSON.parse(
+  readFileSync(path.join(ROOT, "tests/conformance/manifest.json"), "utf8"),
+);
+
+/** Runs `body(worker)` against a fresh worker, always disposing it. */
+async function withWorker(options, body) {
+  const worker = await startWorker(options);
+  try {
+    return await body(worker);
+  } finally {
+    await worker.dispose();
+  }
+}
+
+const delta = (after, before, key) => after[key] - before[key];
+
+describe("conformance sequences as queue traffic", () => {
+  for (const sequence of manifest.idempotency.sequences.cases) {
+    test(`${sequence.name}: expected_effects = ${sequence.expected_effects}`, () =>
+      // No redelivery by the queue itself: each listed delivery is one publish.
+      withWorker({ consumer: { maxRetries: 0 } }, async (worker) => {
+        for (const [i, delivery] of sequence.deliveries.entries()) {
+          if (delivery.forget_before) await worker.forget([delivery.meta_id]);
+          const data = delivery.outcome === "throw" ? { always_fail: true } : {};
+          const before = await worker.stats();
+          const invokedBefore = (await worker.effects()).invocations_total;
+          const after = await worker.publishAndWait([envelope(delivery.meta_id, data)]);
+          const ran = (await worker.effects()).invocations_total - invokedBefore;
+          const skipped = delta(after, before, "skips");
+          assert.deepEqual(
+            { ran, skipped },
+            delivery.expect_effect === "run" ? { ran: 1, skipped: 0 } : { ran: 0, skipped: 1 },
+            `delivery ${i} (${JSON.stringify(delivery)})`,
+          );
+        }
+        // The manifest counts every handler invocation (a throw included).
+        const effects = await worker.effects();
+        assert.equal(effects.invocations_total, sequence.expected_effects);
+      }));
+  }
+});
+
+describe("duplicate publishes", () => {
+  test("in one batch: each meta.id runs once, duplicates are acked as skips", () =>
+    withWorker({}, async (worker) => {
+      const stats = await worker.publishAndWait([
+        envelope("dup-a"),
+        envelope("dup-a"),
+        envelope("dup-b"),
+        envelope("dup-a"),
+      ]);
+      assert.equal(stats.batches, 1, "one batch");
+      assert.equal(stats.runs, 2);
+      assert.equal(stats.skips, 2);
+      assert.deepEqual((await worker.effects()).effects, { "dup-a": 1, "dup-b": 1 });
+    }));
+
+  test("across batches: a re-publish of a processed id is skipped", () =>
+    withWorker({}, async (worker) => {
+      await worker.publishAndWait([envelope("cross-a")]);
+      const stats = await worker.publishAndWait([envelope("cross-a"), envelope("cross-b")]);
+      assert.equal(stats.batches, 2);
+      assert.equal(stats.skips, 1);
+      assert.deepEqual((await worker.effects()).effects, { "cross-a": 1, "cross-b": 1 });
+    }));
+
+  test("redelivery storm: one envelope published 50 times runs once", () =>
+    withWorker({}, async (worker) => {
+      const storm = Array.from({ length: 50 }, () => envelope("storm"));
+      const stats = await worker.publishAndWait(storm);
+      assert.equal(stats.runs, 1);
+      assert.equal(stats.skips, 49);
+      const effects = await worker.effects();
+      assert.deepEqual(effects.effects, { storm: 1 });
+      assert.equal(effects.invocations_total, 1);
+    }));
+
+  test("bodies sent as text, bytes and JSON are all decoded", () =>
+    withWorker({}, async (worker) => {
+      const producer = await worker.mf.getQueueProducer("ORDERS");
+      const text = JSON.stringify(envelope("as-text"));
+      await producer.send(text, { contentType: "text" });
+      await producer.send(new TextEncoder().encode(JSON.stringify(envelope("as-bytes"))), {
+        contentType: "bytes",
+      });
+      await producer.send(envelope("as-json"), { contentType: "json" });
+      await producer.send(text, { contentType: "text" }); // a duplicate of the first
+      await worker.waitForStats((s) => s.deliveries >= 4, "4 deliveries");
+      const effects = await worker.effects();
+      assert.deepEqual(effects.effects, { "as-bytes": 1, "as-json": 1, "as-text": 1 });
+    }));
+});
+
+describe("handler failures", () => {
+  test("fails twice then succeeds on Cloudflare's retry: effects = 1 (attempts mapped from 0)", () =>
+    withWorker({ consumer: { maxRetries: 3 } }, async (worker) => {
+      await worker.publish([envelope("flaky", { fail_attempts: 2 })]);
+      const stats = await worker.waitForStats((s) => s.runs >= 1, "the successful run");
+      assert.equal(stats.failures, 2, "attempts 0 and 1 failed");
+      assert.equal(stats.deliveries, 3);
+      const effects = await worker.effects();
+      assert.deepEqual(effects.effects, { flaky: 1 });
+      assert.deepEqual(effects.invocations, { flaky: 3 });
+      // Remembered now: a re-publish is skipped.
+      const after = await worker.publishAndWait([envelope("flaky", { fail_attempts: 2 })]);
+      assert.equal(after.skips, 1);
+    }));
+
+  test("fails until max_retries: dead-letter queue, id never remembered", () =>
+    withWorker({ consumer: { maxRetries: 2 } }, async (worker) => {
+      await worker.publish([envelope("doomed", { always_fail: true }), envelope("fine")]);
+      const stats = await worker.waitForStats(
+        (s) => s.dead_letters_received >= 1,
+        "the dead letter",
+      );
+      assert.equal(stats.failures, 3, "first delivery + 2 retries");
+      assert.equal(stats.runs, 1, "the other message in the batch was unaffected");
+      const { dead_letters } = await worker.deadLetters();
+      assert.equal(dead_letters.length, 1);
+      assert.equal(dead_letters[0].meta.id, "doomed");
+      assert.deepEqual((await worker.seen(["doomed", "fine"])).seen, [false, true]);
+      assert.deepEqual((await worker.effects()).effects, { fine: 1 });
+    }));
+});
+
+describe("poison (malformed or invalid envelopes)", () => {
+  test("with a dead-letter producer: wrapped with dead_letter {reason: poison} and acked", () =>
+    withWorker({}, async (worker) => {
+      const invalid = envelope("bad-schema");
+      invalid.meta.schema_version = 2;
+      const stats = await worker.publishAndWait(["{not json", invalid, envelope("good")]);
+      assert.equal(stats.poison, 2);
+      assert.equal(stats.dead_lettered, 2);
+      assert.equal(stats.runs, 1);
+      const done = await worker.waitForStats((s) => s.dead_letters_received >= 2, "dead letters");
+      assert.equal(done.deliveries, 3, "acked, not redelivered");
+      const { dead_letters } = await worker.deadLetters();
+      const byBody = dead_letters.find((d) => d.body === "{not json");
+      assert.ok(byBody, JSON.stringify(dead_letters));
+      assert.equal(byBody.dead_letter.reason, "poison");
+      assert.equal(byBody.dead_letter.original_queue, "bq-orders");
+      const wrapped = dead_letters.find((d) => d.meta?.id === "bad-schema");
+      assert.equal(wrapped.dead_letter.reason, "poison");
+      assert.equal(wrapped.meta.schema_version, 2, "the envelope is kept as it was");
+    }));
+
+  test("without one: retried, so the queue's max_retries + dead_letter_queue take it", () =>
+    withWorker({ vars: { DEDUPE_DEAD_LETTER: "" }, consumer: { maxRetries: 1 } }, async (worker) => {
+      await worker.publish(["{not json"]);
+      const stats = await worker.waitForStats((s) => s.dead_letters_received >= 1, "the DLQ");
+      assert.equal(stats.poison, 2, "delivered, retried once, then moved by the queue");
+      assert.equal(stats.dead_lettered, 0);
+      const { dead_letters } = await worker.deadLetters();
+      assert.equal(dead_letters[0], "{not json", "the raw body reached the DLQ");
+    }));
+});
+
+describe("ids", () => {
+  for (const store of ["durable-object", "kv"]) {
+    test(`10 KB and unicode ids dedupe exactly (${store} store)`, () =>
+      withWorker(
+        { vars: { DEDUPE_STORE: store, DEDUPE_CLAIMING: store === "kv" ? "off" : "on" } },
+        async (worker) => {
+          const long = "x".repeat(10 * 1024);
+          const longer = long + "y"; // differs only past 10 KB
+          const unicode = "заказ-🚀-東京-\u0000-\u{10FFFF}";
+          await worker.publishAndWait([envelope(long), envelope(unicode), envelope(longer)]);
+          const stats = await worker.publishAndWait([envelope(long), envelope(unicode)]);
+          assert.equal(stats.skips, 2);
+          const effects = await worker.effects();
+          assert.equal(effects.effects[long], 1);
+          assert.equal(effects.effects[longer], 1);
+          assert.equal(effects.effects[unicode], 1);
+        },
+      ));
+  }
+
+  test("no usable meta.id fails open: every delivery runs", () =>
+    withWorker({}, async (worker) => {
+      const stats = await worker.publishAndWait([envelope(undefined), envelope(""), envelope("")]);
+      assert.equal(stats.fail_open, 3);
+      assert.equal((await worker.effects()).total, 3);
+    }));
+});
+
+describe("concurrency", () => {
+  const racers = (n) =>
+    Array.from({ length: n }, (_, i) => [
+      { id: `race-${i}`, timestamp: new Date(), attempts: 1, body: envelope("raced", { sleep_ms: 300 }) },
+    ]);
+
+  test("claiming on: 5 concurrent queue() invocations with the same id -> exactly one effect", () =>
+    withWorker({ vars: { DEDUPE_CLAIMING: "on" } }, async (worker) => {
+      const results = await Promise.all(racers(5).map((batch) => worker.dispatchQueue(batch)));
+      assert.ok(results.every((r) => r.outcome === "ok"), JSON.stringify(results));
+      const effects = await worker.effects();
+      assert.deepEqual(effects.effects, { raced: 1 });
+      assert.equal(effects.invocations_total, 1);
+      const stats = await worker.stats();
+      assert.equal(stats.runs, 1);
+      assert.equal(stats.parked + stats.skips, 4, "the losers parked (retried) or skipped");
+      const retried = results.reduce((n, r) => n + r.retryMessages.length, 0);
+      assert.equal(retried, stats.parked, "every parked message was retried, none acked");
+    }));
+
+  test("claiming off: the same race runs the handler more than once (why claiming exists)", () =>
+    withWorker({ vars: { DEDUPE_CLAIMING: "off" } }, async (worker) => {
+      await Promise.all(racers(5).map((batch) => worker.dispatchQueue(batch)));
+      const effects = await worker.effects();
+      assert.ok(effects.effects.raced > 1, JSON.stringify(effects));
+    }));
+});
+
+describe("TTL", () => {
+  test("Durable Object store: an id remembered with a 1 s TTL is skipped before and runs after expiry", () =>
+    withWorker({ vars: { DEDUPE_TTL_SECONDS: "1" } }, async (worker) => {
+      await worker.publishAndWait([envelope("ttl")]);
+      const early = await worker.publishAndWait([envelope("ttl")]);
+      assert.equal(early.skips, 1);
+      await sleep(1200);
+      const late = await worker.publishAndWait([envelope("ttl")]);
+      assert.equal(late.runs, 2);
+      assert.deepEqual((await worker.effects()).effects, { ttl: 2 });
+    }));
+
+  test("KV store: a TTL under 60 s is refused with a clear error", () =>
+    withWorker(
+      { vars: { DEDUPE_STORE: "kv", DEDUPE_CLAIMING: "off", DEDUPE_TTL_SECONDS: "5" } },
+      async (worker) => {
+        const res = await worker.mf.dispatchFetch("http://worker/store/seen", {
+          method: "POST",
+          body: JSON.stringify({ keys: ["k"] }),
+        });
+        assert.equal(res.status, 500);
+        assert.match(await res.text(), /60 s/);
+      },
+    ));
+
+  test(
+    "KV store: an id remembered with the 60 s minimum TTL runs again after expiry",
+    { skip: process.env.BQ_SLOW_TESTS ? false : "slow (61 s): set BQ_SLOW_TESTS=1" },
+    () =>
+      withWorker(
+        { vars: { DEDUPE_STORE: "kv", DEDUPE_CLAIMING: "off", DEDUPE_TTL_SECONDS: "60" } },
+        async (worker) => {
+          await worker.publishAndWait([envelope("kv-ttl")]);
+          await sleep(61_000);
+          const late = await worker.publishAndWait([envelope("kv-ttl")]);
+          assert.equal(late.runs, 2);
+        },
+      ),
+  );
+});
+
+describe("store round trips", () => {
+  const hundred = (tag) => Array.from({ length: 100 }, (_, i) => envelope(`${tag}-${i}`));
+
+  test("a batch of 100 distinct envelopes costs 2 Durable Object requests (1 shard)", () =>
+    withWorker({}, async (worker) => {
+      const stats = await worker.publishAndWait(hundred("rt1"));
+      assert.equal(stats.batches, 1);
+      assert.equal(stats.runs, 100);
+      assert.equal(stats.store_round_trips, 2);
+    }));
+
+  test("with 4 shards: at most 2 requests per shard touched", () =>
+    withWorker({ vars: { DEDUPE_SHARDS: "4" } }, async (worker) => {
+      const stats = await worker.publishAndWait(hundred("rt4"));
+      assert.equal(stats.batches, 1);
+      assert.equal(stats.runs, 100);
+      assert.ok(stats.store_round_trips <= 8, JSON.stringify(stats));
+      assert.ok(stats.store_round_trips >= 2, JSON.stringify(stats));
+      // Every shard holds some of 100 ids; together they hold all of them.
+      const res = await worker.request("GET", "/store/entries");
+      assert.equal(res.entries.length, 100);
+    }));
+
+  test("the naive per-message adapter makes 2 requests per message (the baseline)", () =>
+    withWorker({ vars: { EXAMPLE_NAIVE_STORE: "on" } }, async (worker) => {
+      const stats = await worker.publishAndWait(hundred("naive"));
+      assert.equal(stats.runs, 100);
+      assert.equal(stats.store_round_trips, 200);
+    }));
+});
+
+describe("HTTP surface", () => {
+  let worker;
+  before(async () => {
+    worker = await startWorker();
+  });
+  after(() => worker.dispose());
+
+  test("POST /publish rejects a non-array body with 400", async () => {
+    const res = await worker.mf.dispatchFetch("http://worker/publish", {
+      method: "POST",
+      body: JSON.stringify({ not: "an array" }),
+    });
+    assert.equal(res.status, 400);
+  });
+
+  test("POST /publish sends more than 100 items in chunks", async () => {
+    const items = Array.from({ length: 250 }, (_, i) => envelope(`chunk-${i}`));
+    assert.deepEqual(await worker.publish(items), { sent: 250 });
+    await worker.waitForStats((s) => s.deliveries >= 250, "250 deliveries");
+  });
+
+  test("/store/claim then /store/release round-trips a claim", async () => {
+    const claimed = await worker.request("POST", "/store/claim", { keys: ["c1"], lease_ms: 60000 });
+    assert.equal(claimed.claims[0].state, "acquired");
+    const again = await worker.request("POST", "/store/claim", { keys: ["c1"], lease_ms: 60000 });
+    assert.equal(again.claims[0].state, "held");
+    await worker.request("POST", "/store/release", {
+      releases: [{ key: "c1", token: claimed.claims[0].token }],
+    });
+    const free = await worker.request("POST", "/store/claim", { keys: ["c1"], lease_ms: 60000 });
+    assert.equal(free.claims[0].state, "acquired");
+  });
+});
