@@ -21,11 +21,15 @@ TEST_CRATES := --workspace --exclude babelqueue-dedupe-component \
 EXTRA_TESTS :=
 include mk/*.mk
 
-.PHONY: dev demo-native test setup setup-fuzz setup-bench lint wasm component-build component-test host unit conformance fuzz bench
+.PHONY: dev demo-host demo-native test setup setup-fuzz setup-bench lint wasm component-build component-test host unit conformance fuzz bench
 
-## dev: dedupe the sample stream through the component with the embedded SQLite
+## dev: the example worker on local workerd (`wrangler dev`, state in .wrangler-state/):
+## publish the sample stream twice and print the effects (see mk/workers.mk).
+dev: setup dev-worker
+
+## demo-host: dedupe the sample stream through the component with the embedded SQLite
 ## default (.bq-dedupe/seen.db), then deliver the whole stream again: all skipped.
-dev: setup component-build host
+demo-host: setup component-build host
 	@rm -rf .bq-dedupe && mkdir -p .bq-dedupe
 	@echo "== first delivery of $(SAMPLE)"
 	$(BQ) run --exec examples/demo-handler.sh $(SAMPLE)

@@ -13,7 +13,7 @@ WASM_BINDGEN_VERSION=0.2.130
 WORKER_BUILD_VERSION=0.8.7
 
 have_version() { # have_version BIN VERSION
-    command -v "$1" >/dev/null 2>&1 && "$1" --version 2>/dev/null | grep -q " $2\b"
+    command -v "$1" >/dev/null 2>&1 && "$1" --version 2>/dev/null | grep -qw -- "$2"
 }
 
 rustup target list --installed | grep -qx wasm32-unknown-unknown \
