@@ -1,1 +1,35 @@
 # JS package and playground targets (issue #5).
+#
+#   make js-build       crates/js -> crates/js/pkg/{web,node} + www/pkg (wasm-bindgen, wasm-opt, size budget)
+#   make js-test        the package's Node tests (node --test crates/js/tests/)
+#   make browser-test   the playground end to end in headless Chromium (tests/browser)
+#   make playground     serve www/ on http://127.0.0.1:8788/
+#
+# Every tool is installed only when missing (scripts/ensure-tools.sh, npm install
+# only when node_modules is older than package.json).
+
+PLAYGROUND_PORT ?= 8788
+
+.PHONY: js-build js-test browser-test playground browser-setup
+
+js-build:
+	scripts/build-js.sh
+
+js-test: js-build
+	node --test crates/js/tests/
+
+browser-setup:
+	@scripts/ensure-tools.sh chromium >/dev/null
+	@stamp=tests/browser/node_modules/.package-lock.json; \
+	if [[ ! -f $$stamp || tests/browser/package.json -nt $$stamp ]]; then \
+	  (cd tests/browser && npm install --no-audit --no-fund) && touch $$stamp; \
+	fi
+
+browser-test: js-build browser-setup
+	node --test tests/browser/
+
+playground: js-build
+	@echo "playground: http://127.0.0.1:$(PLAYGROUND_PORT)/  (Ctrl-C to stop)"
+	node scripts/serve-www.mjs $(PLAYGROUND_PORT)
+
+EXTRA_TESTS += js-test browser-test

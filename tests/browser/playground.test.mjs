@@ -1,0 +1,271 @@
+// The playground (www/) end to end in headless Chromium: Debian's /usr/bin/chromium
+// driven by playwright-core, the page served by scripts/serve-www.mjs on a free
+// 127.0.0.1 port. Screenshots of each state go to tests/browser/artifacts/
+// (git-ignored). Needs `scripts/build-js.sh` first (make browser-test does both).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+import { serveWww } from '../../scripts/serve-www.mjs';
+
+const here = (p) => fileURLToPath(new URL(p, import.meta.url));
+const ARTIFACTS = here('./artifacts/');
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+mkdirSync(ARTIFACTS, { recursive: true });
+
+// The manifest's full count, computed here independently of the page and the package.
+const manifest = JSON.parse(readFileSync(here('../conformance/manifest.json'), 'utf8'));
+const FULL_COUNT = manifest.cases.length + 1 + manifest.idempotency.sequences.cases.length;
+
+let server;
+let browser;
+let profile;
+
+before(async () => {
+  assert.ok(existsSync(here('../../www/pkg/bq_dedupe_bg.wasm')), 'www/pkg is missing: run scripts/build-js.sh');
+  server = await serveWww({ port: 0 });
+  profile = mkdtempSync(join(tmpdir(), 'bq-chromium-'));
+  browser = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync'],
+    viewport: { width: 1280, height: 900 },
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  await server?.close();
+  if (profile) rmSync(profile, { recursive: true, force: true });
+});
+
+/** A fresh page on the playground with empty localStorage, loaded and ready. */
+async function openPlayground({ clear = true, viewport } = {}) {
+  const page = await browser.newPage();
+  if (viewport) await page.setViewportSize(viewport);
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await page.goto(server.url);
+  if (clear) {
+    await page.evaluate(() => localStorage.clear());
+    await page.reload();
+  }
+  await page.waitForSelector('body[data-state=ready]');
+  page.errors = errors;
+  return page;
+}
+
+const idle = (page) => page.waitForFunction(() => document.body.dataset.busy !== 'true');
+
+async function rows(page) {
+  await idle(page);
+  return page.$$eval('#timeline tbody tr', (trs) => trs.map((tr) => ({
+    decision: tr.dataset.decision,
+    kind: tr.dataset.kind,
+    id: tr.children[2].textContent,
+    store: tr.children[6].textContent,
+  })));
+}
+
+async function setEditor(page, value) {
+  await page.fill('#envelope-editor', typeof value === 'string' ? value : JSON.stringify(value, null, 2));
+  await page.waitForTimeout(150);
+}
+
+const envelope = (id) => ({
+  job: 'urn:babel:orders:created', trace_id: 't-1', data: { n: 1 }, meta: { id, schema_version: 1 }, attempts: 0,
+});
+
+test('the page loads the wasm and validates the editor live: derived key, fail-open, rejection reason', async () => {
+  const page = await openPlayground();
+  assert.equal(await page.getAttribute('#validation', 'data-state'), 'valid');
+  assert.match(await page.textContent('#validation'), /dedupe key\s*"order-1042"/);
+  assert.equal(await page.isVisible('#error-banner'), false);
+  assert.equal(await page.$eval('#store-select option[value=worker]', (o) => o.disabled), true,
+    'the worker store is offered only when the page is served by the example worker');
+  await page.screenshot({ path: join(ARTIFACTS, '01-loaded.png'), fullPage: true });
+
+  await setEditor(page, envelope(''));
+  assert.equal(await page.getAttribute('#validation', 'data-state'), 'fail-open');
+  assert.match(await page.textContent('#validation'), /fail-open/);
+  await page.screenshot({ path: join(ARTIFACTS, '02-fail-open.png'), fullPage: true });
+
+  await setEditor(page, { ...envelope('x'), meta: { id: 'x', schema_version: 2 } });
+  assert.equal(await page.getAttribute('#validation', 'data-state'), 'rejected');
+  assert.match(await page.textContent('#validation'), /unsupported-schema-version/);
+  await setEditor(page, '{"job": ');
+  assert.match(await page.textContent('#validation'), /not-json/);
+  await page.screenshot({ path: join(ARTIFACTS, '03-rejected.png'), fullPage: true });
+  assert.deepEqual(page.errors, []);
+  await page.close();
+});
+
+test(`"Run conformance" shows "${FULL_COUNT} passed, 0 failed", the manifest's full count, and a row per result`, async () => {
+  const page = await openPlayground();
+  await page.getByRole('button', { name: 'Run conformance', exact: true }).click();
+  const summary = page.locator('#conformance-summary');
+  await summary.filter({ hasText: /^\d+ passed, \d+ failed$/ }).waitFor();
+  assert.equal(await summary.textContent(), `${FULL_COUNT} passed, 0 failed`);
+  const results = await page.$$eval('#conformance-table tbody tr', (trs) => trs.map((tr) => tr.dataset.passed));
+  assert.equal(results.length, FULL_COUNT);
+  assert.ok(results.every((p) => p === 'true'));
+  await page.screenshot({ path: join(ARTIFACTS, '04-conformance.png'), fullPage: true });
+  await page.close();
+});
+
+test('deliver, deliver, throw-deliver, deliver, forget, deliver: run, skip, skip, skip, forget, run; a throwing first run leaves the id unmarked', async () => {
+  const page = await openPlayground();
+  await setEditor(page, envelope('id-A'));
+  await page.click('#deliver');
+  await page.click('#deliver');
+  await page.click('#deliver-throw');
+  await page.click('#deliver');
+  await page.click('#forget');
+  await page.click('#deliver');
+  let got = await rows(page);
+  assert.deepEqual(got.map((r) => r.decision), ['run', 'skip', 'skip', 'skip', 'forget', 'run']);
+  assert.deepEqual(got.map((r) => r.kind), ['run-ok', 'skip', 'skip', 'skip', '', 'run-ok']);
+  assert.ok(got.every((r) => r.id === 'id-A'));
+  assert.match(got[0].store, /"id-A" done/);
+  assert.equal(got[4].store, '(empty)', 'the store is empty right after the forget');
+  await page.screenshot({ path: join(ARTIFACTS, '05-timeline.png'), fullPage: true });
+
+  // A new id whose first delivery throws: it ran (run-failed), was not remembered, so it runs again.
+  await setEditor(page, envelope('id-B'));
+  await page.click('#deliver-throw');
+  await page.click('#deliver');
+  await page.click('#deliver');
+  got = (await rows(page)).slice(6);
+  assert.deepEqual(got.map((r) => [r.decision, r.kind]), [['run', 'run-failed'], ['run', 'run-ok'], ['skip', 'skip']]);
+  assert.doesNotMatch(got[0].store, /id-B/);
+
+  // Export in the conformance `sequences` format.
+  await page.click('#export-sequence');
+  const exported = JSON.parse(await page.inputValue('#sequence-json'));
+  assert.deepEqual(exported.deliveries.slice(0, 6), [
+    { meta_id: 'id-A', expect_effect: 'run', outcome: 'ok' },
+    { meta_id: 'id-A', expect_effect: 'skip' },
+    { meta_id: 'id-A', expect_effect: 'skip' },
+    { meta_id: 'id-A', expect_effect: 'skip' },
+    { meta_id: 'id-A', forget_before: true, expect_effect: 'run', outcome: 'ok' },
+    { meta_id: 'id-B', expect_effect: 'run', outcome: 'throw' },
+  ]);
+  assert.equal(exported.expected_effects, 4);
+  await page.screenshot({ path: join(ARTIFACTS, '06-export.png'), fullPage: true });
+  await page.close();
+});
+
+test('fail-open and rejected deliveries show as such in the timeline, never touching the store', async () => {
+  const page = await openPlayground();
+  await setEditor(page, envelope(null));
+  await page.click('#deliver');
+  await page.click('#deliver');
+  await setEditor(page, '[1, 2]');
+  await page.click('#deliver');
+  await page.selectOption('#fixture-select', 'fixtures/invalid-missing-urn.json');
+  await page.click('#deliver-fixture');
+  const got = await rows(page);
+  assert.deepEqual(got.map((r) => r.decision), ['fail-open', 'fail-open', 'rejected', 'rejected']);
+  assert.ok(got.every((r) => r.store === '(empty)'));
+  await page.screenshot({ path: join(ARTIFACTS, '07-fail-open-rejected.png'), fullPage: true });
+  await page.close();
+});
+
+test('with a TTL, advancing the simulated clock past it lets the id run again', async () => {
+  const page = await openPlayground();
+  await setEditor(page, envelope('ttl-1'));
+  await page.fill('#ttl-ms', '60000');
+  await page.click('#deliver');
+  await page.click('#deliver');
+  await page.click('#advance-1m');
+  await page.click('#deliver');
+  const got = await rows(page);
+  assert.deepEqual(got.map((r) => r.decision), ['run', 'skip', 'clock', 'run']);
+  assert.match(got[0].store, /expires in 60 s/);
+  await page.close();
+});
+
+test('claiming mode parks nothing for sequential deliveries and shows claims released after a throw', async () => {
+  const page = await openPlayground();
+  await setEditor(page, envelope('claim-1'));
+  await page.check('#claiming');
+  await page.click('#deliver-throw');
+  await page.click('#deliver');
+  await page.click('#deliver');
+  const got = await rows(page);
+  assert.deepEqual(got.map((r) => r.kind), ['run-failed', 'run-ok', 'skip']);
+  assert.equal(got[0].store, '(empty)', 'the failed run released its claim');
+  await page.close();
+});
+
+test('with the persistent store a delivered id is skipped after a page reload', async () => {
+  const page = await openPlayground();
+  await page.selectOption('#store-select', 'persistent');
+  await idle(page);
+  await setEditor(page, envelope('persist-1'));
+  await page.click('#deliver');
+  assert.deepEqual((await rows(page)).map((r) => r.decision), ['run']);
+  await page.screenshot({ path: join(ARTIFACTS, '08-persistent-before-reload.png'), fullPage: true });
+
+  await page.reload();
+  await page.waitForSelector('body[data-state=ready]');
+  assert.equal(await page.inputValue('#store-select'), 'persistent');
+  assert.match(await page.textContent('#store-contents'), /"persist-1" done/);
+  await page.click('#deliver');
+  const got = await rows(page);
+  assert.deepEqual(got.map((r) => [r.decision, r.id]), [['skip', 'persist-1']]);
+  await page.screenshot({ path: join(ARTIFACTS, '09-persistent-after-reload.png'), fullPage: true });
+  await page.close();
+});
+
+test('importing the manifest\'s sequences and replaying each matches every expect_effect', async () => {
+  const page = await openPlayground();
+  await page.click('#sequence-details summary');
+  await page.fill('#sequence-json', JSON.stringify(manifest));
+  await page.click('#sequence-from-text');
+  const names = await page.$$eval('#sequence-select option', (os) => os.map((o) => o.textContent));
+  assert.deepEqual(names, manifest.idempotency.sequences.cases.map((c) => c.name));
+  for (const [i, seq] of manifest.idempotency.sequences.cases.entries()) {
+    await page.selectOption('#sequence-select', String(i));
+    await page.click('#replay-sequence');
+    const got = await rows(page);
+    const expected = seq.deliveries.flatMap((d) => [...(d.forget_before ? ['forget'] : []), d.expect_effect === 'run'
+      ? (d.meta_id === '' ? 'fail-open' : 'run') : d.expect_effect]);
+    assert.deepEqual(got.map((r) => r.decision), expected, seq.name);
+    assert.equal(await page.$$eval('.expect-miss', (e) => e.length), 0, seq.name);
+    assert.match(await page.textContent('#store-note'), /as expected/);
+  }
+  await page.screenshot({ path: join(ARTIFACTS, '10-replayed.png'), fullPage: true });
+  await page.close();
+});
+
+test('the error banner (not a blank page) appears when the wasm fails to load', async () => {
+  const page = await browser.newPage();
+  await page.route('**/*.wasm', (route) => route.fulfill({ status: 404, contentType: 'text/plain', body: 'not found' }));
+  await page.goto(server.url);
+  await page.waitForSelector('#error-banner:not([hidden])');
+  assert.match(await page.textContent('#error-banner'), /WebAssembly module could not be loaded/);
+  assert.equal(await page.getAttribute('body', 'data-state'), 'error');
+  assert.equal(await page.isDisabled('#deliver'), true);
+  await page.screenshot({ path: join(ARTIFACTS, '11-wasm-failed.png'), fullPage: true });
+  await page.close();
+});
+
+test('at phone width the page has no horizontal overflow and keeps every control reachable', async () => {
+  const page = await openPlayground({ viewport: { width: 390, height: 844 } });
+  await setEditor(page, envelope('phone-1'));
+  await page.click('#deliver');
+  await page.click('#deliver');
+  await idle(page);
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 0, `page overflows by ${overflow}px`);
+  for (const id of ['#deliver', '#deliver-throw', '#forget', '#run-conformance', '#store-select']) {
+    assert.ok(await page.isVisible(id), id);
+  }
+  await page.screenshot({ path: join(ARTIFACTS, '12-phone.png'), fullPage: true });
+  await page.close();
+});
