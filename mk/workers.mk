@@ -4,7 +4,7 @@
 WORKER_PORT ?= 8787
 WORKER_STATE := .wrangler-state
 
-.PHONY: workers-build workers-lint workers-test workers-bench dev-worker
+.PHONY: setup-workers workers-build workers-lint workers-test workers-bench dev-worker
 
 ## workers-build: the example worker bundle (offline worker-build), size printed.
 workers-build:
@@ -28,3 +28,13 @@ dev-worker:
 	scripts/worker-demo.sh $(WORKER_PORT) $(WORKER_STATE)
 
 EXTRA_TESTS += workers-test
+
+## setup-workers: the npm tools (wrangler, miniflare, esbuild, binaryen) and the
+## pinned cargo tools worker-build runs; each skipped when already present.
+setup-workers:
+	@stamp=node_modules/.package-lock.json; \
+	  if [[ ! -f $$stamp || package.json -nt $$stamp ]]; then npm install --no-audit --no-fund && touch $$stamp; fi
+	@scripts/ensure-tools.sh wasm-bindgen >/dev/null
+	@scripts/ensure-tools.sh worker-build >/dev/null
+
+setup: setup-workers
