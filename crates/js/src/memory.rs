@@ -28,8 +28,11 @@ impl Clock for DateClock {
     }
 }
 
+/// The live stores by handle (the last handle given out, then `(handle, store)`).
+type Registry = (u32, Vec<(u32, Weak<CoreStore>)>);
+
 thread_local! {
-    static REGISTRY: RefCell<(u32, Vec<(u32, Weak<CoreStore>)>)> = const { RefCell::new((0, Vec::new())) };
+    static REGISTRY: RefCell<Registry> = const { RefCell::new((0, Vec::new())) };
 }
 
 const HANDLE: &str = "__bqHandle";
