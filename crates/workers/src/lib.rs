@@ -14,6 +14,43 @@
 //! Cloudflare counts deliveries from 1 (`Message.attempts`); a BabelQueue envelope
 //! counts failed attempts from 0. The handler sees
 //! `envelope.attempts + (queue attempts - 1)` as [`Delivery::attempts`].
+//!
+//! A consumer (the README's example, compiled here):
+//!
+//! ```no_run
+//! use bq_dedupe_workers::bq_dedupe::OutcomeKind;
+//! use bq_dedupe_workers::{QueueBatch, QueueConsumer};
+//! use worker::{Context, Env, Result};
+//!
+//! // The Durable Object class that wrangler.toml binds as the dedupe store.
+//! pub use bq_dedupe_workers::durable::DedupeShard;
+//!
+//! bq_dedupe_workers::queue_consumer!(consume);
+//!
+//! async fn consume(batch: QueueBatch, env: Env, _ctx: Context) -> Result<()> {
+//!     let consumer = QueueConsumer::from_env(&env)?; // DEDUPE_* vars
+//!     let report = consumer
+//!         .consume(&batch, async |delivery| {
+//!             let order = delivery.message().envelope().map_err(|e| e.to_string())?;
+//!             charge(&order.data, delivery.attempts()).await // Err: retried, id not remembered
+//!         })
+//!         .await;
+//!     worker::console_log!(
+//!         "{} ran, {} skipped",
+//!         report.count(OutcomeKind::Ran),
+//!         report.count(OutcomeKind::Skipped)
+//!     );
+//!     Ok(())
+//! }
+//!
+//! async fn charge(
+//!     order: &serde_json::Map<String, serde_json::Value>,
+//!     attempt: u64,
+//! ) -> std::result::Result<(), String> {
+//!     let _ = (order, attempt);
+//!     Ok(())
+//! }
+//! ```
 
 mod batch;
 mod body;
