@@ -79,13 +79,14 @@ pub use bq_dedupe;
 /// `Message.attempts`, which [`QueueBatch`] reads. An `Err` from the handler throws,
 /// so Cloudflare retries every message not yet acked.
 #[macro_export]
+#[rustfmt::skip] // rustfmt re-indents the attribute on every run
 macro_rules! queue_consumer {
     ($handler:path) => {
         #[::worker::wasm_bindgen::prelude::wasm_bindgen(
-                            js_name = queue,
-                            wasm_bindgen = ::worker::wasm_bindgen,
-                            wasm_bindgen_futures = ::worker::wasm_bindgen_futures
-                        )]
+            js_name = queue,
+            wasm_bindgen = ::worker::wasm_bindgen,
+            wasm_bindgen_futures = ::worker::wasm_bindgen_futures
+        )]
         pub async fn __bq_dedupe_queue(
             batch: ::worker::worker_sys::MessageBatch,
             env: ::worker::Env,
