@@ -68,7 +68,8 @@ if [[ ! -f "$STAMP" || "$RAW" -nt "$STAMP" || "$WASM_OPT" -nt "$STAMP" || "${BAS
         sed -i -E -e 's/\b(options): (DedupeOptions|InMemoryStoreOptions)\)/\1?: \2)/' \
             -e '/^    readonly /s/\bany\b/unknown/g' "$dts"
     done
-    if grep -nw any "$PKG/web/$NAME.d.ts" "$PKG/node/$NAME.d.ts" | grep -v '^\S*:[0-9]*: *\*\|//'; then
+    sed -i -E '/^export const /s/\bany\b/unknown/g' "$PKG"/{web,node}/"${NAME}_bg.wasm.d.ts"
+    if grep -nw any "$PKG"/{web,node}/*.d.ts | grep -v '^\S*:[0-9]*: *\*\|//'; then
         echo "the .d.ts mentions 'any'" >&2
         exit 1
     fi
