@@ -242,26 +242,38 @@ async function main() {
     await renderStore(row.snapshot);
   }
 
-  async function deliver(body, throws, expect) {
-    const v = bq.validate(body);
-    const handlerError = new Error('handler throws (toggled in the playground)');
-    const outcome = await bq.process(body, session.store, () => {
-      if (throws) throw handlerError;
-    }, options());
-    const effect = outcome.ran ? 'run' : outcome.kind;
-    await push({
-      action: 'deliver',
+  function rowOf(outcome, v, throws, expect, action = 'deliver') {
+    return {
+      action,
       id: v.valid ? (v.id === null ? '(no id)' : v.id) : '(invalid)',
       metaId: v.valid ? (v.id ?? '') : null,
       handler: outcome.ran ? (throws ? 'throws' : 'ok') : 'not run',
       threw: throws,
       decision: decisionOf(outcome.kind),
       kind: outcome.kind,
-      effect,
+      effect: outcome.ran ? 'run' : outcome.kind,
       expect,
       reason: outcome.kind === 'run-ok' || outcome.kind === 'skip' ? null : (outcome.rejection?.message ?? outcome.reason ?? null),
-    });
+    };
+  }
+
+  async function deliver(body, throws, expect) {
+    const v = bq.validate(body);
+    const handlerError = new Error('handler throws (toggled in the playground)');
+    const outcome = await bq.process(body, session.store, () => {
+      if (throws) throw handlerError;
+    }, options());
+    await push(rowOf(outcome, v, throws, expect));
     return outcome;
+  }
+
+  /** Two consumers receive the same delivery at once; each handler takes 300 ms. */
+  async function deliverConcurrently(body) {
+    const v = bq.validate(body);
+    const slow = () => new Promise((resolve) => { setTimeout(resolve, 300); });
+    const opts = options();
+    const outcomes = await Promise.all([0, 1].map(() => bq.process(body, session.store, slow, opts)));
+    for (const outcome of outcomes) await push(rowOf(outcome, v, false, undefined, 'deliver (concurrent)'));
   }
 
   const editorId = () => {
@@ -276,6 +288,7 @@ async function main() {
 
   $('deliver').addEventListener('click', () => enqueue(() => deliver(editor.value, false)));
   $('deliver-throw').addEventListener('click', () => enqueue(() => deliver(editor.value, true)));
+  $('deliver-twice').addEventListener('click', () => enqueue(() => deliverConcurrently(editor.value)));
   $('deliver-fixture').addEventListener('click', () => enqueue(async () => {
     const path = $('fixture-select').value;
     if (path) await deliver(await fixtureText(path), false);

@@ -202,6 +202,21 @@ test('claiming mode parks nothing for sequential deliveries and shows claims rel
   await page.close();
 });
 
+test('two concurrent deliveries of one id both run without claiming; with claiming one runs and the other parks', async () => {
+  const page = await openPlayground();
+  await setEditor(page, envelope('race-1'));
+  await page.click('#deliver-twice');
+  let got = await rows(page);
+  assert.deepEqual(got.map((r) => r.kind), ['run-ok', 'run-ok'], 'post-success dedupe alone runs both');
+  await setEditor(page, envelope('race-2'));
+  await page.check('#claiming');
+  await page.click('#deliver-twice');
+  got = (await rows(page)).slice(2);
+  assert.deepEqual(got.map((r) => r.decision).sort(), ['park', 'run']);
+  await page.screenshot({ path: join(ARTIFACTS, '07b-claiming-park.png'), fullPage: true });
+  await page.close();
+});
+
 test('with the persistent store a delivered id is skipped after a page reload', async () => {
   const page = await openPlayground();
   await page.selectOption('#store-select', 'persistent');
