@@ -1,7 +1,8 @@
 # JS package and playground targets (issue #5).
 #
 #   make js-build       crates/js -> crates/js/pkg/{web,node} + www/pkg (wasm-bindgen, wasm-opt, size budget)
-#   make js-test        the package's Node tests (node --test crates/js/tests/)
+#   make js-test        the package's Node tests (node --test crates/js/tests/), incl. the
+#                       core's conformance runner in a test build next to the JS runner
 #   make browser-test   the playground end to end in headless Chromium (tests/browser)
 #   make playground     serve www/ on http://127.0.0.1:8788/
 #
@@ -15,7 +16,9 @@ PLAYGROUND_PORT ?= 8788
 js-build:
 	scripts/build-js.sh
 
+# `test` also builds pkg/conformance-node (the core's conformance runner, for the tests).
 js-test: js-build
+	scripts/build-js.sh test
 	node --test crates/js/tests/
 
 browser-setup:

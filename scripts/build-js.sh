@@ -3,6 +3,8 @@
 # playground's copy of it:
 #
 #   scripts/build-js.sh            # -> crates/js/pkg/{web,node}/, www/pkg/, www/conformance/
+#   scripts/build-js.sh test       # ... and pkg/conformance-node/: a test build with the core's
+#                                  #     conformance runner (feature `conformance`), for the Node tests
 #
 # Steps: cargo build (wasm32-unknown-unknown, profile `js`: release at opt-level z,
 # fat LTO, panic=abort, no debug info; defined here with --config because the
@@ -14,6 +16,12 @@
 # wasm-opt only redo what changed.
 set -euo pipefail
 
+MODE="${1:-build}"
+case "$MODE" in build | test) ;; *)
+    echo "usage: $0 [build|test]" >&2
+    exit 2
+    ;;
+esac
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 JS="$ROOT/crates/js"
 PKG="$JS/pkg"
@@ -103,6 +111,21 @@ gz=$(gzip -9 -n -c <"$PKG/web/${NAME}_bg.wasm" | wc -c)
 printf 'sizes: raw %d B, wasm-bindgen %d B, wasm-opt %d B (%.1f KiB), gzip -9 %d B (%.1f KiB)\n' \
     "$raw" "$bg" "$opt" "$(echo "$opt / 1024" | bc -l)" "$gz" "$(echo "$gz / 1024" | bc -l)"
 echo "wrote ${PKG#"$ROOT"/}/{web,node}/ and www/pkg/"
+
+# --- the test build with the core's conformance runner (not published) ---------
+if [[ "$MODE" == test ]]; then
+    t=$(now)
+    cargo rustc -p babelqueue-dedupe-js --lib --crate-type cdylib --target wasm32-unknown-unknown \
+        --features conformance --profile js-conformance --config 'profile.js-conformance.inherits="dev"'
+    TRAW="${CARGO_TARGET_DIR:-$ROOT/target}/wasm32-unknown-unknown/js-conformance/bq_dedupe_js.wasm"
+    TOUT="$PKG/conformance-node"
+    if [[ ! -f "$TOUT/$NAME.cjs" || "$TRAW" -nt "$TOUT/$NAME.cjs" ]]; then
+        rm -rf "$TOUT"
+        "$WB" --target nodejs --out-dir "$TOUT" --out-name "$NAME" "$TRAW"
+        mv "$TOUT/$NAME.js" "$TOUT/$NAME.cjs"
+    fi
+    echo "conformance test build: $(since "$t") -> ${TOUT#"$ROOT"/}/"
+fi
 
 if ((opt > BUDGET)); then
     echo "OVER BUDGET: ${NAME}_bg.wasm is $opt bytes, the budget is $BUDGET (BQ_JS_BUDGET)" >&2

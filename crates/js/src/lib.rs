@@ -4,6 +4,8 @@
 //! turns JS values into the core's inputs (bytes, a [`Store`], a handler) and its
 //! [`Outcome`]s into plain JS objects with the core's codes.
 
+#[cfg(feature = "conformance")]
+mod conformance;
 mod memory;
 mod store;
 mod types;
