@@ -258,6 +258,69 @@ test('importing the manifest\'s sequences and replaying each matches every expec
   await page.close();
 });
 
+test('served by the worker (GET stats answers JSON), the worker store is offered and used through its HTTP API', async () => {
+  // A stand-in for the example worker's Durable Object endpoints, same origin.
+  const done = new Map();
+  const claims = new Map();
+  const requests = [];
+  const page = await browser.newPage();
+  await page.route('**/*', async (route) => {
+    const req = route.request();
+    const path = new URL(req.url()).pathname;
+    const json = (body) => route.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify(body) });
+    if (path === '/stats') return json({ runs: 0 });
+    if (!path.startsWith('/store/') && path !== '/forget') return route.continue();
+    const body = req.method() === 'POST' ? JSON.parse(req.postData()) : null;
+    requests.push([req.method(), path, body]);
+    switch (path) {
+      case '/store/seen': return json({ seen: body.keys.map((k) => done.has(k)) });
+      case '/store/remember': body.keys.forEach((k) => { done.set(k, body.ttl_ms); claims.delete(k); }); return json({ ok: true });
+      case '/store/claim': return json({ claims: body.keys.map((k) => {
+        if (done.has(k)) return { state: 'seen' };
+        if (claims.has(k)) return { state: 'held' };
+        claims.set(k, `tok-${k}`);
+        return { state: 'acquired', token: `tok-${k}` };
+      }) });
+      case '/store/release': body.releases.forEach(({ key, token }) => { if (claims.get(key) === token) claims.delete(key); }); return json({ ok: true });
+      case '/forget': body.ids.forEach((id) => { done.delete(id); claims.delete(id); }); return json({ forgotten: body.ids.length });
+      case '/store/entries': return json({ entries: [...done.keys()].map((key) => ({ key, state: 'done', expires_at: null })) });
+      default: return route.fulfill({ status: 404, body: 'not found' });
+    }
+  });
+  await page.goto(server.url);
+  await page.evaluate(() => localStorage.clear());
+  await page.reload();
+  await page.waitForSelector('body[data-state=ready]');
+  assert.equal(await page.$eval('#store-select option[value=worker]', (o) => o.disabled), false);
+  await page.selectOption('#store-select', 'worker');
+  await idle(page);
+  await setEditor(page, envelope('w-1'));
+  await page.click('#deliver');
+  await page.click('#deliver');
+  await page.click('#forget');
+  await page.check('#claiming');
+  await page.click('#deliver-throw');
+  await page.click('#deliver');
+  const got = await rows(page);
+  assert.deepEqual(got.map((r) => r.kind), ['run-ok', 'skip', '', 'run-failed', 'run-ok']);
+  assert.match(got[0].store, /"w-1" done/);
+  const posts = requests.filter(([m]) => m === 'POST').map(([, path, body]) => [path, body]);
+  assert.deepEqual(posts.slice(0, 5), [
+    ['/store/seen', { keys: ['w-1'] }],
+    ['/store/remember', { keys: ['w-1'], ttl_ms: null }],
+    ['/store/seen', { keys: ['w-1'] }],
+    ['/forget', { ids: ['w-1'] }],
+    ['/store/claim', { keys: ['w-1'], lease_ms: 30000 }],
+  ]);
+  assert.deepEqual(posts.slice(5), [
+    ['/store/release', { releases: [{ key: 'w-1', token: 'tok-w-1' }] }],
+    ['/store/claim', { keys: ['w-1'], lease_ms: 30000 }],
+    ['/store/remember', { keys: ['w-1'], ttl_ms: null }],
+  ]);
+  await page.screenshot({ path: join(ARTIFACTS, '10b-worker-store.png'), fullPage: true });
+  await page.close();
+});
+
 test('the error banner (not a blank page) appears when the wasm fails to load', async () => {
   const page = await browser.newPage();
   await page.route('**/*.wasm', (route) => route.fulfill({ status: 404, contentType: 'text/plain', body: 'not found' }));
