@@ -2,7 +2,8 @@
 # Builds the example worker (crates/worker-example) with worker-build, offline:
 # the pinned wasm-bindgen CLI, esbuild and wasm-opt (npm binaryen) are handed to
 # it, so it downloads nothing. Output: crates/worker-example/build/ (index.js +
-# the .wasm), which wrangler.toml's `main` points at.
+# the .wasm), which wrangler.toml's `main` points at; then the playground's wasm
+# build into www/pkg (scripts/build-js.sh), which it serves at /.
 #
 #   scripts/build-worker.sh          # release build, prints the bundle size
 #
@@ -38,6 +39,9 @@ export CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1
 
 cd crates/worker-example
 "$WORKER_BUILD" --release >&2
+
+# The playground (www/), which wrangler.toml serves as static assets at /.
+"$ROOT/scripts/build-js.sh" >&2
 
 wasm=$(ls build/*.wasm | head -n 1)
 raw=$(stat -c %s "$wasm")

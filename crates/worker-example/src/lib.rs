@@ -42,7 +42,9 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
         .post_async("/store/release", |req, ctx| {
             store_api::release(req, ctx.env)
         })
-        .get_async("/store/entries", |_, ctx| store_api::entries(ctx.env))
+        .get_async("/store/entries", |req, ctx| {
+            store_api::entries(req, ctx.env)
+        })
         .run(req, env)
         .await
         // A configuration or binding error, as text rather than a bare 500.

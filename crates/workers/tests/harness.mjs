@@ -26,14 +26,14 @@ export function envelope(id, data = {}) {
 
 /**
  * Starts the worker. `vars` override wrangler.toml [vars]; `consumer` overrides
- * the bq-orders consumer (maxRetries, maxBatchSize, ...). Deliveries are immediate
- * (maxBatchTimeout 0) and retries undelayed.
+ * the bq-orders consumer (maxRetries, maxBatchSize, ...); `assets` serves www/ at /.
+ * Deliveries are immediate (maxBatchTimeout 0) and retries undelayed.
  */
-export async function startWorker({ vars = {}, consumer = {} } = {}) {
+export async function startWorker({ vars = {}, consumer = {}, assets = false } = {}) {
   const { workerOptions, main } = unstable_getMiniflareWorkerOptions(
     path.join(ROOT, "wrangler.toml"),
   );
-  delete workerOptions.assets; // the playground is not under test here
+  if (!assets) delete workerOptions.assets; // the playground (www/), when asked for
   const queueConsumers = {};
   for (const [name, options] of Object.entries(workerOptions.queueConsumers)) {
     queueConsumers[name] = {

@@ -231,6 +231,21 @@ describe("TTL", () => {
       assert.deepEqual((await worker.effects()).effects, { ttl: 2 });
     }));
 
+  test("Durable Object store: the alarm sweeps expired rows out of storage", () =>
+    withWorker({ vars: { DEDUPE_TTL_SECONDS: "1" } }, async (worker) => {
+      await worker.publishAndWait([envelope("swept-a"), envelope("swept-b")]);
+      const stored = await worker.request("GET", "/store/entries?expired=1");
+      assert.equal(stored.entries.length, 2);
+      assert.ok(stored.entries.every((e) => e.state === "done" && e.expires_at > Date.now() - 5000));
+      const deadline = Date.now() + 10_000;
+      let left;
+      do {
+        await sleep(200);
+        left = (await worker.request("GET", "/store/entries?expired=1")).entries;
+      } while (left.length > 0 && Date.now() < deadline);
+      assert.deepEqual(left, [], "rows past expires_at are deleted by the alarm");
+    }));
+
   test("KV store: a TTL under 60 s is refused with a clear error", () =>
     withWorker(
       { vars: { DEDUPE_STORE: "kv", DEDUPE_CLAIMING: "off", DEDUPE_TTL_SECONDS: "5" } },
@@ -323,4 +338,15 @@ describe("HTTP surface", () => {
     const free = await worker.request("POST", "/store/claim", { keys: ["c1"], lease_ms: 60000 });
     assert.equal(free.claims[0].state, "acquired");
   });
+});
+
+describe("static assets", () => {
+  test("the playground (www/) is served at / beside the API routes", () =>
+    withWorker({ assets: true }, async (worker) => {
+      const page = await worker.mf.dispatchFetch("http://worker/");
+      assert.equal(page.status, 200);
+      assert.match(await page.text(), /Run conformance/);
+      const stats = await worker.stats(); // a route, not an asset
+      assert.equal(stats.deliveries, 0);
+    }));
 });

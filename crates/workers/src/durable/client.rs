@@ -44,10 +44,12 @@ impl DurableObjectStore {
         self.shards
     }
 
-    /// The live rows of every shard, up to `limit` per shard.
-    pub async fn entries(&self, limit: u32) -> StoreResult<Vec<Entry>> {
+    /// The live rows of every shard (with `expired`, also expired rows not yet
+    /// swept), up to `limit` per shard.
+    pub async fn entries(&self, limit: u32, expired: bool) -> StoreResult<Vec<Entry>> {
         let replies = try_join_all(
-            (0..self.shards).map(|shard| self.call(shard, ShardRequest::Entries { limit })),
+            (0..self.shards)
+                .map(|shard| self.call(shard, ShardRequest::Entries { limit, expired })),
         )
         .await?;
         Ok(replies

@@ -166,13 +166,15 @@ impl DedupeShard {
                 }
                 reply.forgotten = Some(forgotten);
             }
-            ShardRequest::Entries { limit } => {
+            ShardRequest::Entries { limit, expired } => {
+                // With `expired`, every row: `now` then excludes nothing.
+                let after = if expired { i64::MIN } else { now };
                 let rows: Vec<EntryRow> = self
                     .sql
                     .exec(
                         "SELECT key, token, expires_at FROM ids
                          WHERE expires_at IS NULL OR expires_at > ? ORDER BY key LIMIT ?",
-                        vec![now.into(), i64::from(limit).into()],
+                        vec![after.into(), i64::from(limit).into()],
                     )?
                     .to_array()?;
                 reply.entries = Some(

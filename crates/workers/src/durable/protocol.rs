@@ -21,8 +21,13 @@ pub enum ShardRequest {
     },
     /// Drop keys and their claims.
     Forget { keys: Vec<String> },
-    /// The live rows (for inspection: the playground, `/store/entries`).
-    Entries { limit: u32 },
+    /// The rows (for inspection: the playground, `/store/entries`): live ones, or
+    /// with `expired` also those past `expires_at` that the sweep has not removed.
+    Entries {
+        limit: u32,
+        #[serde(default)]
+        expired: bool,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
