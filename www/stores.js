@@ -144,7 +144,7 @@ export function workerStore() {
     seenMany: async (keys) => (await post('store/seen', { keys })).seen,
     remember: async (key, ttlMs) => { await post('store/remember', { keys: [key], ttl_ms: ttl(ttlMs) }); },
     rememberMany: async (keys, ttlMs) => { await post('store/remember', { keys, ttl_ms: ttl(ttlMs) }); },
-    forget: async (key) => { await post('forget', { ids: [key] }); },
+    forget: async (key) => { await post('store/forget', { keys: [key] }); },
     claim: async (key, leaseMs) => (await post('store/claim', { keys: [key], lease_ms: leaseMs })).claims[0],
     claimMany: async (keys, leaseMs) => (await post('store/claim', { keys, lease_ms: leaseMs })).claims,
     release: async (key, token) => { await post('store/release', { releases: [{ key, token }] }); },

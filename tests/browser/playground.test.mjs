@@ -269,7 +269,7 @@ test('served by the worker (GET stats answers JSON), the worker store is offered
     const path = new URL(req.url()).pathname;
     const json = (body) => route.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify(body) });
     if (path === '/stats') return json({ runs: 0 });
-    if (!path.startsWith('/store/') && path !== '/forget') return route.continue();
+    if (!path.startsWith('/store/')) return route.continue();
     const body = req.method() === 'POST' ? JSON.parse(req.postData()) : null;
     requests.push([req.method(), path, body]);
     switch (path) {
@@ -282,7 +282,7 @@ test('served by the worker (GET stats answers JSON), the worker store is offered
         return { state: 'acquired', token: `tok-${k}` };
       }) });
       case '/store/release': body.releases.forEach(({ key, token }) => { if (claims.get(key) === token) claims.delete(key); }); return json({ ok: true });
-      case '/forget': body.ids.forEach((id) => { done.delete(id); claims.delete(id); }); return json({ forgotten: body.ids.length });
+      case '/store/forget': body.keys.forEach((k) => { done.delete(k); claims.delete(k); }); return json({ forgotten: body.keys.length });
       case '/store/entries': return json({ entries: [...done.keys()].map((key) => ({ key, state: 'done', expires_at: null })) });
       default: return route.fulfill({ status: 404, body: 'not found' });
     }
@@ -309,7 +309,7 @@ test('served by the worker (GET stats answers JSON), the worker store is offered
     ['/store/seen', { keys: ['w-1'] }],
     ['/store/remember', { keys: ['w-1'], ttl_ms: null }],
     ['/store/seen', { keys: ['w-1'] }],
-    ['/forget', { ids: ['w-1'] }],
+    ['/store/forget', { keys: ['w-1'] }],
     ['/store/claim', { keys: ['w-1'], lease_ms: 30000 }],
   ]);
   assert.deepEqual(posts.slice(5), [

@@ -82,6 +82,21 @@ pub async fn forget(mut req: Request, env: Env) -> Result<Response> {
     Response::from_json(&json!({ "forgotten": forgotten }))
 }
 
+/// `POST /store/forget {"keys": [...]}`: by exact store key (no prefix added).
+pub async fn forget_keys(mut req: Request, env: Env) -> Result<Response> {
+    let keys: Keys = match body(&mut req).await {
+        Ok(b) => b,
+        Err(message) => return Response::error(message, 400),
+    };
+    let (_, store) = open(&env)?;
+    for key in &keys.keys {
+        if let Err(e) = store.forget(key).await {
+            return store_error(e);
+        }
+    }
+    Response::from_json(&json!({ "forgotten": keys.keys.len() }))
+}
+
 pub async fn seen(mut req: Request, env: Env) -> Result<Response> {
     let keys: Keys = match body(&mut req).await {
         Ok(b) => b,

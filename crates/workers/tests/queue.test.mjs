@@ -327,6 +327,18 @@ describe("HTTP surface", () => {
     await worker.waitForStats((s) => s.deliveries >= 250, "250 deliveries");
   });
 
+  test("/store/forget drops an exact key; /forget namespaces meta.ids like the consumer", () =>
+    withWorker({ vars: { DEDUPE_KEY_PREFIX: "tenant-1:" } }, async (prefixed) => {
+      await prefixed.publishAndWait([envelope("f-1")]);
+      assert.deepEqual((await prefixed.seen(["tenant-1:f-1", "f-1"])).seen, [true, false]);
+      await prefixed.request("POST", "/store/forget", { keys: ["tenant-1:f-1"] });
+      assert.deepEqual((await prefixed.seen(["tenant-1:f-1"])).seen, [false]);
+      await prefixed.publishAndWait([envelope("f-1")]);
+      await prefixed.forget(["f-1"]);
+      assert.deepEqual((await prefixed.seen(["tenant-1:f-1"])).seen, [false]);
+      assert.deepEqual((await prefixed.effects()).effects, { "f-1": 2 });
+    }));
+
   test("/store/claim then /store/release round-trips a claim", async () => {
     const claimed = await worker.request("POST", "/store/claim", { keys: ["c1"], lease_ms: 60000 });
     assert.equal(claimed.claims[0].state, "acquired");
