@@ -28,7 +28,7 @@ browser-setup:
 	  (cd tests/browser && npm install --no-audit --no-fund) && touch $$stamp; \
 	fi
 
-browser-test: js-build browser-setup
+browser-test: js-build browser-setup workers-build
 	node --test tests/browser/
 
 playground: js-build

@@ -1,0 +1,81 @@
+// The playground served by the real example worker (workerd through Miniflare,
+// wrangler.toml's [assets]), using the worker's own Durable Object store: what the
+// page remembers, the queue consumer skips, and the reverse. Needs the worker built
+// (scripts/build-worker.sh; make browser-test does it).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+import { envelope, startWorker } from '../../crates/workers/tests/harness.mjs';
+
+const ARTIFACTS = fileURLToPath(new URL('./artifacts/', import.meta.url));
+mkdirSync(ARTIFACTS, { recursive: true });
+
+let worker;
+let browser;
+let profile;
+
+before(async () => {
+  worker = await startWorker({ assets: true });
+  profile = mkdtempSync(join(tmpdir(), 'bq-chromium-'));
+  browser = await chromium.launchPersistentContext(profile, {
+    executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync'],
+    viewport: { width: 1280, height: 900 },
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  await worker?.dispose();
+  if (profile) rmSync(profile, { recursive: true, force: true });
+});
+
+const idle = (page) => page.waitForFunction(() => document.body.dataset.busy !== 'true');
+
+async function decisions(page) {
+  await idle(page);
+  return page.$$eval('#timeline tbody tr', (trs) => trs.map((tr) => tr.dataset.kind));
+}
+
+test('served by the example worker, the playground shares its Durable Object store with the queue consumer', async () => {
+  const url = await worker.mf.ready;
+  const page = await browser.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await page.goto(url.href);
+  await page.waitForSelector('body[data-state=ready]');
+  assert.equal(await page.$eval('#store-select option[value=worker]', (o) => o.disabled), false,
+    'the worker store is offered when the page is served by the worker');
+  await page.selectOption('#store-select', 'worker');
+  await idle(page);
+
+  // Delivered in the browser: remembered in the worker's store, so the queue skips it.
+  await page.fill('#envelope-editor', JSON.stringify(envelope('pw-page'), null, 2));
+  await page.waitForTimeout(150);
+  await page.click('#deliver');
+  await page.click('#deliver');
+  assert.deepEqual(await decisions(page), ['run-ok', 'skip']);
+  assert.deepEqual((await worker.seen(['pw-page'])).seen, [true]);
+  const stats = await worker.publishAndWait([envelope('pw-page')]);
+  assert.equal(stats.skips, 1, 'the consumer skipped what the page remembered');
+
+  // Consumed from the queue: the page sees it as already processed.
+  await worker.publishAndWait([envelope('pw-queue')]);
+  await page.fill('#envelope-editor', JSON.stringify(envelope('pw-queue'), null, 2));
+  await page.waitForTimeout(150);
+  await page.click('#deliver');
+  assert.deepEqual((await decisions(page)).at(-1), 'skip');
+
+  // Forgotten from the page: gone from the worker's store.
+  await page.click('#forget');
+  await idle(page);
+  assert.deepEqual((await worker.seen(['pw-queue'])).seen, [false]);
+  await page.screenshot({ path: join(ARTIFACTS, '20-served-by-worker.png'), fullPage: true });
+  assert.deepEqual(errors, []);
+});
