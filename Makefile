@@ -20,6 +20,8 @@ TEST_CRATES := --workspace --exclude babelqueue-dedupe-component \
 # Each target family adds its own rules and appends its checks to EXTRA_TESTS.
 EXTRA_TESTS :=
 include mk/*.mk
+# `make` alone is the demo, not the first rule of an included file.
+.DEFAULT_GOAL := dev
 
 .PHONY: dev demo-host demo-native test setup setup-fuzz setup-bench lint wasm component-build component-test host unit conformance fuzz bench
 
