@@ -9,6 +9,7 @@
 //! | `DEDUPE_CLAIMING`            | `on` (DO), `off` (KV) | take an atomic claim before running  |
 //! | `DEDUPE_CLAIM_LEASE_SECONDS` | `300`            | how long a crashed consumer's claim blocks |
 //! | `DEDUPE_RETRY_DELAY_SECONDS` | (none)           | delay for retried messages                |
+//! | `DEDUPE_PARK_DELAY_SECONDS`  | `10`             | delay for parked messages (claim held elsewhere) |
 //! | `DEDUPE_DEAD_LETTER`         | (none)           | queue producer binding for poison messages |
 //! | `DEDUPE_DO_BINDING`          | `DEDUPE_DO`      | the `DedupeShard` Durable Object binding  |
 //! | `DEDUPE_KV_BINDING`          | `DEDUPE_KV`      | the KV namespace binding                  |
@@ -18,7 +19,7 @@ use std::time::Duration;
 use bq_dedupe::{Guard, KeySpace};
 use worker::Env;
 
-use crate::consumer::QueueConsumer;
+use crate::consumer::{DEFAULT_PARK_DELAY_SECONDS, QueueConsumer};
 use crate::durable::DurableObjectStore;
 use crate::kv::{self, KvStore};
 use crate::round_trips::RoundTrips;
@@ -52,6 +53,7 @@ pub struct DedupeConfig {
     /// `Some(lease)`: claiming on.
     pub claim_lease: Option<Duration>,
     pub retry_delay_seconds: Option<u32>,
+    pub park_delay_seconds: u32,
     pub dead_letter_binding: Option<String>,
     pub durable_object_binding: String,
     pub kv_binding: String,
@@ -128,6 +130,10 @@ impl DedupeConfig {
             key_prefix: get("DEDUPE_KEY_PREFIX").unwrap_or_default(),
             claim_lease: claiming.then(|| Duration::from_secs(lease)),
             retry_delay_seconds: retry_delay,
+            park_delay_seconds: number("DEDUPE_PARK_DELAY_SECONDS")?
+                .map_or(DEFAULT_PARK_DELAY_SECONDS, |s| {
+                    u32::try_from(s).unwrap_or(u32::MAX)
+                }),
             dead_letter_binding: get("DEDUPE_DEAD_LETTER"),
             durable_object_binding: get("DEDUPE_DO_BINDING").unwrap_or_else(|| "DEDUPE_DO".into()),
             kv_binding: get("DEDUPE_KV_BINDING").unwrap_or_else(|| "DEDUPE_KV".into()),
@@ -191,6 +197,7 @@ impl DedupeConfig {
         if let Some(delay) = self.retry_delay_seconds {
             consumer = consumer.with_retry_delay(delay);
         }
+        consumer = consumer.with_park_delay(self.park_delay_seconds);
         Ok(consumer)
     }
 }

@@ -81,7 +81,13 @@ pub struct QueueConsumer<S, O = ()> {
     guard: Guard<S, O>,
     dead_letter: Option<Queue>,
     retry_delay_seconds: Option<u32>,
+    park_delay_seconds: u32,
 }
+
+/// How long a parked message waits before its redelivery, by default: long enough
+/// for the claim holder to finish, so parking does not burn the queue's
+/// `max_retries` in a burst of immediate redeliveries.
+pub const DEFAULT_PARK_DELAY_SECONDS: u32 = 10;
 
 impl<S: Store, O: Observer> QueueConsumer<S, O> {
     pub fn new(guard: Guard<S, O>) -> Self {
@@ -89,6 +95,7 @@ impl<S: Store, O: Observer> QueueConsumer<S, O> {
             guard,
             dead_letter: None,
             retry_delay_seconds: None,
+            park_delay_seconds: DEFAULT_PARK_DELAY_SECONDS,
         }
     }
 
@@ -101,6 +108,13 @@ impl<S: Store, O: Observer> QueueConsumer<S, O> {
     /// Retried messages come back after this delay.
     pub fn with_retry_delay(mut self, seconds: u32) -> Self {
         self.retry_delay_seconds = Some(seconds);
+        self
+    }
+
+    /// Parked messages (another consumer holds the claim) come back after this
+    /// delay (default [`DEFAULT_PARK_DELAY_SECONDS`]).
+    pub fn with_park_delay(mut self, seconds: u32) -> Self {
+        self.park_delay_seconds = seconds;
         self
     }
 
@@ -153,6 +167,9 @@ impl<S: Store, O: Observer> QueueConsumer<S, O> {
             };
             let settled = match action {
                 Action::Ack | Action::DeadLettered => message.ack(),
+                Action::Retry if outcome.kind() == OutcomeKind::Parked => {
+                    message.retry(Some(self.park_delay_seconds))
+                }
                 Action::Retry => message.retry(self.retry_delay_seconds),
             };
             if let Err(e) = settled {

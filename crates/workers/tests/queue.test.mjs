@@ -207,8 +207,12 @@ describe("concurrency", () => {
       const stats = await worker.stats();
       assert.equal(stats.runs, 1);
       assert.equal(stats.parked + stats.skips, 4, "the losers parked (retried) or skipped");
-      const retried = results.reduce((n, r) => n + r.retryMessages.length, 0);
-      assert.equal(retried, stats.parked, "every parked message was retried, none acked");
+      const retried = results.flatMap((r) => r.retryMessages);
+      assert.equal(retried.length, stats.parked, "every parked message was retried, none acked");
+      assert.ok(
+        retried.every((m) => m.delaySeconds === 10),
+        `parked messages wait for the holder (DEDUPE_PARK_DELAY_SECONDS): ${JSON.stringify(retried)}`,
+      );
     }));
 
   test("claiming off: the same race runs the handler more than once (why claiming exists)", () =>
