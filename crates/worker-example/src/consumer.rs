@@ -23,6 +23,8 @@ struct Directives {
     always_fail: bool,
     /// Take this long (widens race windows in the concurrency test).
     sleep_ms: u64,
+    /// Panic (a crashing handler: the wasm instance aborts).
+    panic: bool,
 }
 
 #[derive(Deserialize, Default)]
@@ -76,6 +78,9 @@ async fn handle(
         .unwrap_or_default();
     if directives.sleep_ms > 0 {
         Delay::from(Duration::from_millis(directives.sleep_ms)).await;
+    }
+    if directives.panic {
+        panic!("example handler told to panic");
     }
     let attempt = delivery.attempts();
     let fail = directives.always_fail || attempt < directives.fail_attempts;

@@ -7,9 +7,14 @@
 //! | `DEDUPE_SHARDS`              | `1`              | Durable Objects the ids are spread over   |
 //! | `DEDUPE_KEY_PREFIX`          | (empty)          | namespace for the ids in the store        |
 //! | `DEDUPE_CLAIMING`            | `on` (DO), `off` (KV) | take an atomic claim before running  |
-//! | `DEDUPE_CLAIM_LEASE_SECONDS` | `300`            | how long a crashed consumer's claim blocks |
+//! | `DEDUPE_CLAIM_LEASE_SECONDS` | `120`            | how long a crashed consumer's claim blocks |
 //! | `DEDUPE_RETRY_DELAY_SECONDS` | (none)           | delay for retried messages                |
-//! | `DEDUPE_PARK_DELAY_SECONDS`  | `10`             | delay for parked messages (claim held elsewhere) |
+//! | `DEDUPE_PARK_DELAY_SECONDS`  | `45`             | delay for parked messages (claim held elsewhere) |
+//!
+//! Keep `max_retries x DEDUPE_PARK_DELAY_SECONDS` above the lease: a message parked
+//! behind a crashed consumer's claim then runs once the lease ends instead of
+//! reaching the dead-letter queue; and keep the lease above your handler's longest
+//! run, or a second consumer may claim an id that is still running.
 //! | `DEDUPE_DEAD_LETTER`         | (none)           | queue producer binding for poison messages |
 //! | `DEDUPE_DO_BINDING`          | `DEDUPE_DO`      | the `DedupeShard` Durable Object binding  |
 //! | `DEDUPE_KV_BINDING`          | `DEDUPE_KV`      | the KV namespace binding                  |
@@ -120,7 +125,7 @@ impl DedupeConfig {
                 "DEDUPE_SHARDS must be 1..=1024, got {shards}"
             )));
         }
-        let lease = number("DEDUPE_CLAIM_LEASE_SECONDS")?.unwrap_or(300).max(1);
+        let lease = number("DEDUPE_CLAIM_LEASE_SECONDS")?.unwrap_or(120).max(1);
         let retry_delay =
             number("DEDUPE_RETRY_DELAY_SECONDS")?.map(|s| u32::try_from(s).unwrap_or(u32::MAX));
         Ok(DedupeConfig {
@@ -228,7 +233,8 @@ mod tests {
         let c = config(&[]).unwrap();
         assert_eq!(c.store, StoreKind::DurableObject);
         assert_eq!(c.shards, 1);
-        assert_eq!(c.claim_lease, Some(Duration::from_secs(300)));
+        assert_eq!(c.claim_lease, Some(Duration::from_secs(120)));
+        assert_eq!(c.park_delay_seconds, 45);
         assert_eq!(c.ttl, None);
         assert_eq!(c.durable_object_binding, "DEDUPE_DO");
     }

@@ -86,8 +86,10 @@ pub struct QueueConsumer<S, O = ()> {
 
 /// How long a parked message waits before its redelivery, by default: long enough
 /// for the claim holder to finish, so parking does not burn the queue's
-/// `max_retries` in a burst of immediate redeliveries.
-pub const DEFAULT_PARK_DELAY_SECONDS: u32 = 10;
+/// `max_retries` in a burst of immediate redeliveries. With the default lease
+/// (120 s) and Cloudflare's default `max_retries` (3), 3 x 45 s outlasts the claim
+/// of a consumer that crashed.
+pub const DEFAULT_PARK_DELAY_SECONDS: u32 = 45;
 
 impl<S: Store, O: Observer> QueueConsumer<S, O> {
     pub fn new(guard: Guard<S, O>) -> Self {

@@ -129,6 +129,28 @@ describe("handler failures", () => {
       assert.deepEqual((await worker.seen(["doomed", "fine"])).seen, [false, true]);
       assert.deepEqual((await worker.effects()).effects, { fine: 1 });
     }));
+
+  test("a panicking handler: nothing acked or remembered; its claims block until the lease ends", () =>
+    withWorker({ vars: { DEDUPE_CLAIM_LEASE_SECONDS: "1" } }, async (worker) => {
+      const msg = (id, body) => ({ id, timestamp: new Date(), attempts: 1, body });
+      const crashed = await worker.dispatchQueue([
+        msg("q-ok", envelope("before-crash")),
+        msg("q-panic", envelope("crasher", { panic: true })),
+      ]);
+      // The aborted instance never settles the invocation; workerd cancels it.
+      assert.notEqual(crashed.outcome, "ok", JSON.stringify(crashed));
+      assert.deepEqual(crashed.explicitAcks, [], "nothing acked: the runtime retries both");
+      assert.deepEqual((await worker.seen(["before-crash", "crasher"])).seen, [false, false]);
+      // The crashed invocation's claims still hold: a redelivery parks until the lease ends.
+      const blocked = await worker.dispatchQueue([msg("q-ok-1", envelope("before-crash"))]);
+      assert.deepEqual(blocked.retryMessages.map((m) => m.msgId), ["q-ok-1"], JSON.stringify(blocked));
+      await sleep(1100);
+      // Then the (rebuilt) instance runs it and remembers it.
+      const next = await worker.dispatchQueue([msg("q-ok-2", envelope("before-crash"))]);
+      assert.equal(next.outcome, "ok", JSON.stringify(next));
+      assert.deepEqual(next.explicitAcks, ["q-ok-2"], JSON.stringify(next));
+      assert.deepEqual((await worker.seen(["before-crash"])).seen, [true]);
+    }));
 });
 
 describe("poison (malformed or invalid envelopes)", () => {
@@ -210,7 +232,7 @@ describe("concurrency", () => {
       const retried = results.flatMap((r) => r.retryMessages);
       assert.equal(retried.length, stats.parked, "every parked message was retried, none acked");
       assert.ok(
-        retried.every((m) => m.delaySeconds === 10),
+        retried.every((m) => m.delaySeconds === 45),
         `parked messages wait for the holder (DEDUPE_PARK_DELAY_SECONDS): ${JSON.stringify(retried)}`,
       );
     }));
