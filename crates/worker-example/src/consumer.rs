@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use bq_dedupe_workers::bq_dedupe::{OutcomeKind, Store};
 use bq_dedupe_workers::{
-    Action, BatchReport, DedupeConfig, Delivery, QueueBatch, QueueConsumer, RoundTrips,
+    Action, BatchReport, ConsumeError, DedupeConfig, Delivery, QueueBatch, QueueConsumer,
+    RoundTrips,
 };
 use serde::Deserialize;
 use worker::{Context, Delay, Env, Result};
@@ -50,9 +51,9 @@ pub async fn consume(batch: QueueBatch, env: Env, _ctx: Context) -> Result<()> {
         .var("EXAMPLE_NAIVE_STORE")
         .is_ok_and(|v| v.to_string() == "on");
     let report = if naive {
-        run(config.consumer(&env, PerMessage(store))?, &batch, &log).await
+        run(config.consumer(&env, PerMessage(store))?, &batch, &log).await?
     } else {
-        run(config.consumer(&env, store)?, &batch, &log).await
+        run(config.consumer(&env, store)?, &batch, &log).await?
     };
     log.count(&counters(&report, round_trips.get())).await
 }
@@ -61,7 +62,7 @@ async fn run<S: Store>(
     consumer: QueueConsumer<S>,
     batch: &QueueBatch,
     log: &EffectLogClient,
-) -> BatchReport {
+) -> std::result::Result<BatchReport, ConsumeError> {
     consumer
         .consume(batch, async |delivery| handle(delivery, log).await)
         .await
@@ -135,7 +136,7 @@ fn counters(report: &BatchReport, round_trips: u64) -> CounterUpdate {
 
 /// Dead letters are kept in the log (so `GET /dead-letters` shows them) and acked.
 async fn keep_dead_letters(batch: &QueueBatch, log: &EffectLogClient) -> Result<()> {
-    let messages = batch.messages();
+    let messages = batch.messages().map_err(worker::Error::RustError)?;
     let bodies: Vec<String> = messages
         .iter()
         .map(|m| String::from_utf8_lossy(&m.body_bytes()).into_owned())

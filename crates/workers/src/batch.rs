@@ -26,14 +26,14 @@ impl QueueBatch {
     }
 
     /// The batch's messages, in delivery order.
-    pub fn messages(&self) -> Vec<QueueMessage> {
-        let messages = self.inner.messages().unwrap_or_else(|_| Array::new());
-        messages
+    pub fn messages(&self) -> Result<Vec<QueueMessage>, String> {
+        let messages: Array = self.inner.messages().map_err(describe)?;
+        Ok(messages
             .iter()
             .map(|m| QueueMessage {
                 inner: m.unchecked_into(),
             })
-            .collect()
+            .collect())
     }
 
     /// Marks every message not yet acked or retried for retry.

@@ -3,25 +3,28 @@
 //! | var                          | default          | meaning                                   |
 //! |------------------------------|------------------|-------------------------------------------|
 //! | `DEDUPE_STORE`               | `durable-object` | `durable-object` or `kv`                  |
-//! | `DEDUPE_TTL_SECONDS`         | (none)           | how long an id counts as seen; none: forever |
-//! | `DEDUPE_SHARDS`              | `1`              | Durable Objects the ids are spread over   |
-//! | `DEDUPE_KEY_PREFIX`          | (empty)          | namespace for the ids in the store        |
-//! | `DEDUPE_CLAIMING`            | `on` (DO), `off` (KV) | take an atomic claim before running  |
-//! | `DEDUPE_CLAIM_LEASE_SECONDS` | `120`            | how long a crashed consumer's claim blocks |
-//! | `DEDUPE_RETRY_DELAY_SECONDS` | (none)           | delay for retried messages                |
-//! | `DEDUPE_PARK_DELAY_SECONDS`  | `45`             | delay for parked messages (claim held elsewhere) |
-//!
-//! Keep `max_retries x DEDUPE_PARK_DELAY_SECONDS` above the lease: a message parked
-//! behind a crashed consumer's claim then runs once the lease ends instead of
-//! reaching the dead-letter queue; and keep the lease above your handler's longest
-//! run, or a second consumer may claim an id that is still running.
+//! | `DEDUPE_TTL_SECONDS`         | `0`: forever     | how long an id counts as seen (up to 100 years) |
+//! | `DEDUPE_SHARDS`              | `1`              | Durable Objects the ids are spread over (1..=1024) |
+//! | `DEDUPE_KEY_PREFIX`          | (empty)          | namespace for the ids (end it with a separator, e.g. `orders:`) |
+//! | `DEDUPE_CLAIMING`            | `on` (DO), `off` (KV) | take an atomic claim before running (`on`/`off`) |
+//! | `DEDUPE_CLAIM_LEASE_SECONDS` | `120`            | how long a claim lasts (1 s to 100 years) |
+//! | `DEDUPE_RETRY_DELAY_SECONDS` | (none)           | delay for retried messages (up to 43200)  |
+//! | `DEDUPE_PARK_DELAY_SECONDS`  | `45`             | delay for parked messages (up to 43200)   |
 //! | `DEDUPE_DEAD_LETTER`         | (none)           | queue producer binding for poison messages |
 //! | `DEDUPE_DO_BINDING`          | `DEDUPE_DO`      | the `DedupeShard` Durable Object binding  |
 //! | `DEDUPE_KV_BINDING`          | `DEDUPE_KV`      | the KV namespace binding                  |
+//!
+//! Claims are taken for a whole batch before its first handler runs, so the lease
+//! must outlast the batch's worst-case run (`max_batch_size` x the slowest
+//! handler), or a concurrent consumer may claim an id that has not run yet. And keep
+//! `max_retries x DEDUPE_PARK_DELAY_SECONDS` above the lease: a message parked
+//! behind a crashed consumer's claim then runs once the lease ends instead of
+//! reaching the dead-letter queue.
 
 use std::time::Duration;
 
 use bq_dedupe::{Guard, KeySpace};
+use wasm_bindgen::JsValue;
 use worker::Env;
 
 use crate::consumer::{DEFAULT_PARK_DELAY_SECONDS, QueueConsumer};
@@ -29,6 +32,27 @@ use crate::durable::DurableObjectStore;
 use crate::kv::{self, KvStore};
 use crate::round_trips::RoundTrips;
 use crate::store::WorkersStore;
+
+/// The longest TTL or lease accepted: 100 years (expiry times stay exact in JS).
+pub const MAX_SECONDS: u64 = 100 * 365 * 24 * 3600;
+/// Cloudflare's longest retry delay: 12 hours.
+pub const MAX_DELAY_SECONDS: u64 = 12 * 3600;
+
+/// A var's text: strings as they are, numbers and booleans written without quotes
+/// in wrangler.toml as their JSON text, anything else as JSON (so the parse error
+/// shows it). `None` when the var is not set.
+fn var_text(env: &Env, name: &str) -> Option<String> {
+    let value = js_sys::Reflect::get(env, &JsValue::from_str(name)).ok()?;
+    if value.is_undefined() || value.is_null() {
+        return None;
+    }
+    if let Some(text) = value.as_string() {
+        return Some(text);
+    }
+    js_sys::JSON::stringify(&value)
+        .ok()
+        .and_then(|json| json.as_string())
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreKind {
@@ -65,9 +89,10 @@ pub struct DedupeConfig {
 }
 
 impl DedupeConfig {
-    /// Reads the `DEDUPE_*` vars (see the module docs).
+    /// Reads the `DEDUPE_*` vars (see the module docs). A var written without
+    /// quotes in wrangler.toml (a number or boolean) counts as its text.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
-        Self::from_vars(|name| env.var(name).ok().map(|v| v.to_string()))
+        Self::from_vars(|name| var_text(env, name))
     }
 
     /// The same from any lookup (tests, other sources).
@@ -77,14 +102,17 @@ impl DedupeConfig {
                 .map(|v| v.trim().to_string())
                 .filter(|v| !v.is_empty())
         };
-        let number = |name: &str| -> Result<Option<u64>, ConfigError> {
-            get(name)
-                .map(|v| {
-                    v.parse::<u64>().map_err(|_| {
-                        ConfigError(format!("{name} must be a whole number, got {v:?}"))
-                    })
-                })
-                .transpose()
+        // A whole number in `min..=max`, or `None` when unset.
+        let number = |name: &str, min: u64, max: u64| -> Result<Option<u64>, ConfigError> {
+            let Some(text) = get(name) else {
+                return Ok(None);
+            };
+            match text.parse::<u64>() {
+                Ok(n) if (min..=max).contains(&n) => Ok(Some(n)),
+                _ => Err(ConfigError(format!(
+                    "{name} must be a whole number in {min}..={max}, got {text:?}"
+                ))),
+            }
         };
         let store = match get("DEDUPE_STORE").as_deref() {
             None | Some("durable-object") => StoreKind::DurableObject,
@@ -97,8 +125,8 @@ impl DedupeConfig {
         };
         let claiming = match get("DEDUPE_CLAIMING").as_deref() {
             None => store == StoreKind::DurableObject,
-            Some("on") => true,
-            Some("off") => false,
+            Some("on" | "true") => true,
+            Some("off" | "false") => false,
             Some(other) => {
                 return Err(ConfigError(format!(
                     "DEDUPE_CLAIMING must be \"on\" or \"off\", got {other:?}"
@@ -112,33 +140,26 @@ impl DedupeConfig {
                     .into(),
             ));
         }
-        let ttl = number("DEDUPE_TTL_SECONDS")?
+        // 0 (or unset): remembered until forgotten.
+        let ttl = number("DEDUPE_TTL_SECONDS", 0, MAX_SECONDS)?
             .filter(|&s| s > 0)
             .map(Duration::from_secs);
         if store == StoreKind::Kv {
             kv::check_ttl(ttl)
                 .map_err(|e| ConfigError(format!("DEDUPE_TTL_SECONDS: {}", e.message)))?;
         }
-        let shards = number("DEDUPE_SHARDS")?.unwrap_or(1);
-        if !(1..=1024).contains(&shards) {
-            return Err(ConfigError(format!(
-                "DEDUPE_SHARDS must be 1..=1024, got {shards}"
-            )));
-        }
-        let lease = number("DEDUPE_CLAIM_LEASE_SECONDS")?.unwrap_or(120).max(1);
-        let retry_delay =
-            number("DEDUPE_RETRY_DELAY_SECONDS")?.map(|s| u32::try_from(s).unwrap_or(u32::MAX));
+        let shards = number("DEDUPE_SHARDS", 1, 1024)?.unwrap_or(1);
+        let lease = number("DEDUPE_CLAIM_LEASE_SECONDS", 1, MAX_SECONDS)?.unwrap_or(120);
+        let delay = |name| number(name, 0, MAX_DELAY_SECONDS).map(|d| d.map(|s| s as u32));
         Ok(DedupeConfig {
             store,
             ttl,
             shards: shards as u32,
             key_prefix: get("DEDUPE_KEY_PREFIX").unwrap_or_default(),
             claim_lease: claiming.then(|| Duration::from_secs(lease)),
-            retry_delay_seconds: retry_delay,
-            park_delay_seconds: number("DEDUPE_PARK_DELAY_SECONDS")?
-                .map_or(DEFAULT_PARK_DELAY_SECONDS, |s| {
-                    u32::try_from(s).unwrap_or(u32::MAX)
-                }),
+            retry_delay_seconds: delay("DEDUPE_RETRY_DELAY_SECONDS")?,
+            park_delay_seconds: delay("DEDUPE_PARK_DELAY_SECONDS")?
+                .unwrap_or(DEFAULT_PARK_DELAY_SECONDS),
             dead_letter_binding: get("DEDUPE_DEAD_LETTER"),
             durable_object_binding: get("DEDUPE_DO_BINDING").unwrap_or_else(|| "DEDUPE_DO".into()),
             kv_binding: get("DEDUPE_KV_BINDING").unwrap_or_else(|| "DEDUPE_KV".into()),
@@ -259,6 +280,15 @@ mod tests {
         assert!(e.0.contains("DEDUPE_SHARDS"), "{e}");
         let e = config(&[("DEDUPE_SHARDS", "0")]).unwrap_err();
         assert!(e.0.contains("1..=1024"), "{e}");
+        let e = config(&[("DEDUPE_PARK_DELAY_SECONDS", "50000")]).unwrap_err();
+        assert!(
+            e.0.contains("DEDUPE_PARK_DELAY_SECONDS") && e.0.contains("43200"),
+            "{e}"
+        );
+        let e = config(&[("DEDUPE_TTL_SECONDS", "18446744073709551615")]).unwrap_err();
+        assert!(e.0.contains("DEDUPE_TTL_SECONDS"), "{e}");
+        let e = config(&[("DEDUPE_CLAIM_LEASE_SECONDS", "0")]).unwrap_err();
+        assert!(e.0.contains("DEDUPE_CLAIM_LEASE_SECONDS"), "{e}");
         let e = config(&[("DEDUPE_STORE", "redis")]).unwrap_err();
         assert!(e.0.contains("DEDUPE_STORE"), "{e}");
     }

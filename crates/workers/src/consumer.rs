@@ -25,7 +25,8 @@ impl<'m> Delivery<'_, 'm> {
     /// delivery): the envelope's `attempts` plus Cloudflare's redeliveries
     /// (`Message.attempts` counts from 1).
     pub fn attempts(&self) -> u64 {
-        self.message.attempts() + u64::from(self.queue_message.attempts() - 1)
+        let redeliveries = u64::from(self.queue_message.attempts().saturating_sub(1));
+        self.message.attempts().saturating_add(redeliveries)
     }
 
     /// The queue message itself (Cloudflare's id, raw body, attempts).
@@ -67,6 +68,24 @@ impl BatchReport {
 
     pub fn count_action(&self, action: Action) -> usize {
         self.messages.iter().filter(|m| m.action == action).count()
+    }
+}
+
+/// The batch could not be read, or some messages could not be marked for retry.
+/// Return it from the queue handler (it converts into `worker::Error`): the
+/// invocation then throws and Cloudflare redelivers every message not acked, so a
+/// failed `retry()` never turns into the implicit ack of a normal return.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConsumeError {
+    #[error("bq-dedupe: reading the queue batch: {0}")]
+    Batch(String),
+    #[error("bq-dedupe: {count} message(s) could not be marked for retry (first: {first})")]
+    Unsettled { count: usize, first: String },
+}
+
+impl From<ConsumeError> for worker::Error {
+    fn from(e: ConsumeError) -> Self {
+        worker::Error::RustError(e.to_string())
     }
 }
 
@@ -128,13 +147,14 @@ impl<S: Store, O: Observer> QueueConsumer<S, O> {
     /// order; an in-batch duplicate runs once), records the results with one store
     /// call, then acks, retries or dead-letters each message.
     ///
-    /// A handler error affects only its own message.
+    /// A handler error affects only its own message. `Err` when the batch cannot
+    /// be read or a retry cannot be recorded (see [`ConsumeError`]): return it.
     pub async fn consume<E: Display>(
         &self,
         batch: &QueueBatch,
         mut handler: impl AsyncFnMut(&Delivery<'_, '_>) -> Result<(), E>,
-    ) -> BatchReport {
-        let messages = batch.messages();
+    ) -> Result<BatchReport, ConsumeError> {
+        let messages = batch.messages().map_err(ConsumeError::Batch)?;
         let bodies: Vec<Vec<u8>> = messages.iter().map(QueueMessage::body_bytes).collect();
         let outcomes = self
             .guard
@@ -148,6 +168,7 @@ impl<S: Store, O: Observer> QueueConsumer<S, O> {
             .await;
 
         let mut report = BatchReport::default();
+        let mut unsettled: Vec<String> = Vec::new();
         for ((message, body), outcome) in messages.iter().zip(&bodies).zip(&outcomes) {
             let mut reason = outcome.reason();
             let action = match outcome.disposition() {
@@ -168,15 +189,25 @@ impl<S: Store, O: Observer> QueueConsumer<S, O> {
                 }
             };
             let settled = match action {
-                Action::Ack | Action::DeadLettered => message.ack(),
-                Action::Retry if outcome.kind() == OutcomeKind::Parked => {
-                    message.retry(Some(self.park_delay_seconds))
+                Action::Ack | Action::DeadLettered => {
+                    if let Err(e) = message.ack() {
+                        // Harmless: a normal return acks every unsettled message.
+                        worker::console_error!("bq-dedupe: ack of {} failed: {e}", message.id());
+                    }
+                    Ok(())
                 }
-                Action::Retry => message.retry(self.retry_delay_seconds),
+                Action::Retry => {
+                    let delay = match outcome.kind() {
+                        OutcomeKind::Parked => Some(self.park_delay_seconds),
+                        _ => self.retry_delay_seconds,
+                    };
+                    // Refused with a delay (out of range, say): retry without one.
+                    message.retry(delay).or_else(|_| message.retry(None))
+                }
             };
             if let Err(e) = settled {
-                // The runtime redelivers anything not settled, so this loses nothing.
-                worker::console_error!("bq-dedupe: settling message {}: {e}", message.id());
+                worker::console_error!("bq-dedupe: retry of message {} failed: {e}", message.id());
+                unsettled.push(format!("{}: {e}", message.id()));
             }
             report.messages.push(MessageReport {
                 queue_message_id: message.id(),
@@ -185,7 +216,13 @@ impl<S: Store, O: Observer> QueueConsumer<S, O> {
                 reason,
             });
         }
-        report
+        match unsettled.first() {
+            None => Ok(report),
+            Some(first) => Err(ConsumeError::Unsettled {
+                count: unsettled.len(),
+                first: first.clone(),
+            }),
+        }
     }
 
     /// Sends a poison message to the dead-letter producer. `Ok(false)`: none is

@@ -64,13 +64,18 @@ pub fn check_ttl(ttl: Option<Duration>) -> StoreResult<()> {
     }
 }
 
-/// The KV name and stored value of a store key. A key over 512 bytes is named by
-/// its SHA-256 and stored as its value, so a read compares the exact key.
+/// Names of keys KV cannot hold as they are.
+const HASHED_PREFIX: &str = "bq-dedupe:sha256:";
+
+/// The KV name and stored value of a store key. A key KV would refuse (over 512
+/// bytes, empty, `.` or `..`) or one that looks like a hashed name is named by its
+/// SHA-256 and stored as its value, so a read compares the exact key.
 fn kv_entry(key: &str) -> (String, &str) {
-    if key.len() <= MAX_KEY_BYTES {
-        (key.to_string(), "1")
+    let refused = key.len() > MAX_KEY_BYTES || matches!(key, "" | "." | "..");
+    if refused || key.starts_with(HASHED_PREFIX) {
+        (format!("{HASHED_PREFIX}{}", sha256_hex(key)), key)
     } else {
-        (format!("bq-dedupe:sha256:{}", sha256_hex(key)), key)
+        (key.to_string(), "1")
     }
 }
 
@@ -161,6 +166,22 @@ mod tests {
         assert_eq!(value, long, "the exact key is kept for comparison");
         let edge = "é".repeat(MAX_KEY_BYTES / 2); // 512 bytes exactly
         assert_eq!(kv_entry(&edge).0, edge);
+    }
+
+    #[test]
+    fn names_kv_refuses_or_that_mimic_a_hash_are_hashed() {
+        for key in ["", ".", ".."] {
+            let (name, value) = kv_entry(key);
+            assert!(name.starts_with(HASHED_PREFIX), "{key:?}");
+            assert_eq!(value, key);
+        }
+        let mimic = format!("{HASHED_PREFIX}{}", sha256_hex(&"x".repeat(600)));
+        assert_ne!(
+            kv_entry(&mimic).0,
+            mimic,
+            "a crafted id cannot take a hashed slot"
+        );
+        assert_eq!(kv_entry("...").0, "...");
     }
 
     #[test]

@@ -34,7 +34,7 @@
 //!             let order = delivery.message().envelope().map_err(|e| e.to_string())?;
 //!             charge(&order.data, delivery.attempts()).await // Err: retried, id not remembered
 //!         })
-//!         .await;
+//!         .await?; // Err: the batch could not be read or a retry not recorded
 //!     worker::console_log!(
 //!         "{} ran, {} skipped",
 //!         report.count(OutcomeKind::Ran),
@@ -65,7 +65,7 @@ mod store;
 
 pub use batch::{QueueBatch, QueueMessage};
 pub use config::{ConfigError, DedupeConfig, StoreKind};
-pub use consumer::{Action, BatchReport, Delivery, QueueConsumer};
+pub use consumer::{Action, BatchReport, ConsumeError, Delivery, QueueConsumer};
 pub use round_trips::RoundTrips;
 pub use store::WorkersStore;
 

@@ -205,6 +205,15 @@ describe("ids", () => {
       ));
   }
 
+  test("ids KV cannot name (\".\", \"..\") are stored hashed and do not fail their batch", () =>
+    withWorker({ vars: { DEDUPE_STORE: "kv", DEDUPE_CLAIMING: "off" } }, async (worker) => {
+      await worker.publishAndWait([envelope("."), envelope(".."), envelope("plain")]);
+      const stats = await worker.publishAndWait([envelope("."), envelope(".."), envelope("plain")]);
+      assert.equal(stats.store_errors, 0, JSON.stringify(stats));
+      assert.equal(stats.skips, 3);
+      assert.deepEqual((await worker.effects()).effects, { ".": 1, "..": 1, plain: 1 });
+    }));
+
   test("no usable meta.id fails open: every delivery runs", () =>
     withWorker({}, async (worker) => {
       const stats = await worker.publishAndWait([envelope(undefined), envelope(""), envelope("")]);
@@ -322,6 +331,16 @@ describe("store round trips", () => {
       // Every shard holds some of 100 ids; together they hold all of them.
       const res = await worker.request("GET", "/store/entries");
       assert.equal(res.entries.length, 100);
+    }));
+
+  test("vars written without quotes (numbers, booleans) are honoured", () =>
+    withWorker({ vars: { DEDUPE_SHARDS: 4, DEDUPE_CLAIMING: false } }, async (worker) => {
+      const stats = await worker.publishAndWait(hundred("unquoted"));
+      assert.equal(stats.runs, 100);
+      // 4 shards (each asked once to check, once to commit), not the default 1.
+      assert.ok(stats.store_round_trips > 2 && stats.store_round_trips <= 8, JSON.stringify(stats));
+      const claims = await worker.request("POST", "/store/claim", { keys: ["x"], lease_ms: 1000 });
+      assert.equal(claims.claims[0].state, "acquired", "the store still claims on request");
     }));
 
   test("the naive per-message adapter makes 2 requests per message (the baseline)", () =>

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use bq_dedupe::{Capabilities, Claim, ClaimToken, Store, StoreError, StoreResult};
-use futures_util::future::try_join_all;
+use futures_util::future::{join_all, try_join_all};
 use wasm_bindgen::JsValue;
 use worker::{Method, ObjectNamespace, Request, RequestInit};
 
@@ -146,8 +146,16 @@ fn scatter<T: Clone>(
         .collect()
 }
 
+/// The largest integer JS numbers (and so the object's timestamps) hold exactly.
+const MAX_SAFE_MS: u64 = (1 << 53) - 1;
+
+/// A duration in whole milliseconds for the wire: at least 1, at most 2^53 - 1.
+fn wire_ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).map_or(MAX_SAFE_MS, |ms| ms.clamp(1, MAX_SAFE_MS))
+}
+
 fn ttl_ms(ttl: Option<Duration>) -> Option<u64> {
-    ttl.map(|t| t.as_millis().max(1) as u64)
+    ttl.map(wire_ms)
 }
 
 impl Store for DurableObjectStore {
@@ -193,12 +201,38 @@ impl Store for DurableObjectStore {
         self.commit_many(&[], None, &[(key, token)]).await
     }
 
+    /// One request per shard. If any shard fails, the claims the others took are
+    /// released (best effort) before the error is returned, so a partial failure
+    /// does not park those ids for a whole lease.
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
-        let lease_ms = lease.as_millis().max(1) as u64;
-        let parts = self
-            .fan_out(keys, |keys| ShardRequest::Claim { keys, lease_ms })
-            .await?;
-        let parts = parts.into_iter().map(|(m, r)| (m, r.claims)).collect();
+        let lease_ms = wire_ms(lease);
+        let groups = self.by_shard(keys.iter().copied());
+        let replies = join_all(groups.into_iter().map(|(shard, members)| {
+            let request = ShardRequest::Claim {
+                keys: members.iter().map(|&i| keys[i].to_string()).collect(),
+                lease_ms,
+            };
+            async move { (members, self.call(shard, request).await) }
+        }))
+        .await;
+        if let Some(error) = replies.iter().find_map(|(_, r)| r.as_ref().err()).cloned() {
+            let mut taken: Vec<(&str, ClaimToken)> = Vec::new();
+            for (members, reply) in &replies {
+                let claims = reply.as_ref().ok().and_then(|r| r.claims.as_ref());
+                for (&i, claim) in members.iter().zip(claims.into_iter().flatten()) {
+                    if let ClaimReply::Acquired { token } = claim {
+                        taken.push((keys[i], ClaimToken(token.clone())));
+                    }
+                }
+            }
+            let release: Vec<(&str, &ClaimToken)> = taken.iter().map(|(k, t)| (*k, t)).collect();
+            let _ = self.commit_many(&[], None, &release).await;
+            return Err(error);
+        }
+        let parts = replies
+            .into_iter()
+            .map(|(m, r)| (m, r.ok().and_then(|r| r.claims)))
+            .collect();
         let claims = scatter(keys.len(), parts, "claims")?;
         Ok(claims
             .into_iter()

@@ -62,8 +62,13 @@ impl DurableObject for DedupeShard {
         // batch's check-and-claim is atomic.
         match self.apply(request, now_ms()) {
             Ok((reply, expiry)) => {
-                if let Some(at) = expiry {
-                    self.schedule_sweep(at).await?;
+                // The writes are done; a sweep that cannot be scheduled only delays
+                // reclaiming space (reads check expiry themselves), so it must not
+                // fail a request whose claims were taken.
+                if let Some(at) = expiry
+                    && let Err(e) = self.schedule_sweep(at).await
+                {
+                    worker::console_error!("dedupe shard: scheduling the sweep: {e}");
                 }
                 Response::from_json(&reply)
             }
@@ -119,7 +124,7 @@ impl DedupeShard {
                 reply.seen = Some(seen);
             }
             ShardRequest::Claim { keys, lease_ms } => {
-                let until = now.saturating_add(lease_ms as i64);
+                let until = expiry_after(now, lease_ms);
                 let mut claims = Vec::with_capacity(keys.len());
                 for key in &keys {
                     claims.push(match self.live_row(key, now)? {
@@ -140,7 +145,7 @@ impl DedupeShard {
                 ttl_ms,
                 release,
             } => {
-                let until = ttl_ms.map(|ttl| now.saturating_add(ttl as i64));
+                let until = ttl_ms.map(|ttl| expiry_after(now, ttl));
                 for key in &done {
                     self.upsert(key, None, until)?;
                 }
@@ -242,6 +247,13 @@ impl DedupeShard {
 
 fn now_ms() -> i64 {
     js_sys::Date::now() as i64
+}
+
+/// `now + ms`, kept within what a JS number (and so a row read back) holds exactly.
+fn expiry_after(now: i64, ms: u64) -> i64 {
+    const MAX_SAFE: i64 = (1 << 53) - 1;
+    now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
+        .min(MAX_SAFE)
 }
 
 /// A claim token: unique per claim (time plus 52 random bits), so only the
