@@ -384,6 +384,18 @@ describe("HTTP surface", () => {
       assert.deepEqual((await prefixed.effects()).effects, { "f-1": 2 });
     }));
 
+  test("a shard request that fails halfway is rolled back: no claim is left behind", async () => {
+    // SQLite in a Durable Object refuses a value over 2 MB: the second key fails
+    // after the first was claimed in the same request.
+    const res = await worker.mf.dispatchFetch("http://worker/store/claim", {
+      method: "POST",
+      body: JSON.stringify({ keys: ["rollback-1", "k".repeat(3 * 1024 * 1024)], lease_ms: 60000 }),
+    });
+    assert.equal(res.status, 503, await res.text());
+    const retry = await worker.request("POST", "/store/claim", { keys: ["rollback-1"], lease_ms: 60000 });
+    assert.equal(retry.claims[0].state, "acquired", "the first key's claim was rolled back");
+  });
+
   test("/store/claim then /store/release round-trips a claim", async () => {
     const claimed = await worker.request("POST", "/store/claim", { keys: ["c1"], lease_ms: 60000 });
     assert.equal(claimed.claims[0].state, "acquired");

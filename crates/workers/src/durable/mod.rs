@@ -6,11 +6,12 @@
 //! - [`DurableObjectStore`]: the consumer side. Ids are spread over N objects by a
 //!   stable hash of the key; a batch costs one request per shard touched to decide
 //!   and one to commit.
-//! - [`protocol`]: the JSON requests between the two.
+//! - [`protocol`]: the JSON requests between the two; `table`: the SQL.
 
 mod client;
 mod object;
 pub mod protocol;
+mod table;
 
 pub use client::DurableObjectStore;
 pub use object::DedupeShard;
