@@ -47,13 +47,14 @@ pub async fn consume(batch: QueueBatch, env: Env, _ctx: Context) -> Result<()> {
     let config = DedupeConfig::from_env(&env)?;
     let round_trips = RoundTrips::new();
     let store = config.store(&env, round_trips.clone())?;
-    let naive = env
-        .var("EXAMPLE_NAIVE_STORE")
-        .is_ok_and(|v| v.to_string() == "on");
+    let switch = |name: &str, on: &str| env.var(name).is_ok_and(|v| v.to_string() == on);
+    // Benchmark switches: the naive adapter, and a handler without I/O.
+    let naive = switch("EXAMPLE_NAIVE_STORE", "on");
+    let effects = (!switch("EXAMPLE_EFFECT_LOG", "off")).then_some(&log);
     let report = if naive {
-        run(config.consumer(&env, PerMessage(store))?, &batch, &log).await?
+        run(config.consumer(&env, PerMessage(store))?, &batch, effects).await?
     } else {
-        run(config.consumer(&env, store)?, &batch, &log).await?
+        run(config.consumer(&env, store)?, &batch, effects).await?
     };
     log.count(&counters(&report, round_trips.get())).await
 }
@@ -61,17 +62,18 @@ pub async fn consume(batch: QueueBatch, env: Env, _ctx: Context) -> Result<()> {
 async fn run<S: Store>(
     consumer: QueueConsumer<S>,
     batch: &QueueBatch,
-    log: &EffectLogClient,
+    effects: Option<&EffectLogClient>,
 ) -> std::result::Result<BatchReport, ConsumeError> {
     consumer
-        .consume(batch, async |delivery| handle(delivery, log).await)
+        .consume(batch, async |delivery| handle(delivery, effects).await)
         .await
 }
 
-/// The example handler: its side effect is one row in the effect log.
+/// The example handler: its side effect is one row in the effect log (none when
+/// the log is switched off for a benchmark).
 async fn handle(
     delivery: &Delivery<'_, '_>,
-    log: &EffectLogClient,
+    effects: Option<&EffectLogClient>,
 ) -> std::result::Result<(), String> {
     let message = delivery.message();
     let directives = serde_json::from_str::<Envelope>(message.raw())
@@ -89,7 +91,9 @@ async fn handle(
         id: message.id().map(str::to_string),
         fired: !fail,
     };
-    log.record(&invocation).await.map_err(|e| e.to_string())?;
+    if let Some(log) = effects {
+        log.record(&invocation).await.map_err(|e| e.to_string())?;
+    }
     if fail {
         return Err(format!("example handler told to fail (attempt {attempt})"));
     }

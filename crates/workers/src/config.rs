@@ -168,6 +168,12 @@ impl DedupeConfig {
 
     /// The configured store, counting its requests into `round_trips`.
     pub fn store(&self, env: &Env, round_trips: RoundTrips) -> Result<WorkersStore, ConfigError> {
+        // Also guards a hand-built config: every keyed message would fail to claim.
+        if self.store == StoreKind::Kv && self.claim_lease.is_some() {
+            return Err(ConfigError(
+                "claiming needs the Durable Object store: Workers KV cannot claim".into(),
+            ));
+        }
         Ok(match self.store {
             StoreKind::DurableObject => {
                 let namespace = env
