@@ -45,7 +45,9 @@ export function serveWww({ port = 0, root = ROOT, host = '127.0.0.1' } = {}) {
     try {
       const info = await stat(file);
       if (info.isDirectory()) {
-        res.writeHead(301, { location: path + '/' });
+        // Relative to this directory's own name, so a path like `//host/..` can
+        // never become a redirect to another host.
+        res.writeHead(301, { location: `./${path.split('/').pop()}/` });
         return res.end();
       }
       const body = await readFile(file);

@@ -614,3 +614,59 @@ fn indexed_batch_handler_sees_each_running_delivery_s_position() {
         "in-batch duplicate follows index 0"
     );
 }
+
+/// Only the three spec calls plus single claims: the batch forms are the trait's
+/// defaults (`claim_each`, `commit_each`). Claiming "bad" and remembering fail.
+struct SingleCallStore(InMemoryStore);
+
+impl Store for SingleCallStore {
+    async fn seen(&self, key: &str) -> bq_dedupe::StoreResult<bool> {
+        self.0.seen(key).await
+    }
+    async fn remember(&self, _: &str, _: Option<Duration>) -> bq_dedupe::StoreResult<()> {
+        Err(bq_dedupe::StoreError::unavailable("remember: backend down"))
+    }
+    async fn forget(&self, key: &str) -> bq_dedupe::StoreResult<()> {
+        self.0.forget(key).await
+    }
+    async fn claim(&self, key: &str, lease: Duration) -> bq_dedupe::StoreResult<bq_dedupe::Claim> {
+        match key {
+            "bad" => Err(bq_dedupe::StoreError::unavailable("claim: backend down")),
+            _ => self.0.claim(key, lease).await,
+        }
+    }
+    async fn release(
+        &self,
+        key: &str,
+        token: &bq_dedupe::ClaimToken,
+    ) -> bq_dedupe::StoreResult<()> {
+        self.0.release(key, token).await
+    }
+}
+
+#[test]
+fn a_failed_claim_in_a_batch_gives_back_the_claims_already_taken() {
+    let store = SingleCallStore(InMemoryStore::new());
+    let lease = Duration::from_secs(60);
+    let result = block_on_ready(store.claim_many(&["a", "b", "bad", "c"], lease)).unwrap();
+    assert!(result.is_err());
+    assert!(store.0.claimed().is_empty(), "{:?}", store.0.claimed());
+}
+
+#[test]
+fn a_failed_remember_in_a_commit_still_releases_the_failed_runs_claims() {
+    let store = SingleCallStore(InMemoryStore::new());
+    let claims = block_on_ready(store.claim_many(&["ok", "failed"], Duration::from_secs(60)))
+        .unwrap()
+        .unwrap();
+    let bq_dedupe::Claim::Acquired(token) = &claims[1] else {
+        panic!("{claims:?}")
+    };
+    let result = block_on_ready(store.commit_many(&["ok"], None, &[("failed", token)])).unwrap();
+    assert!(result.is_err(), "the remember failure is reported");
+    assert_eq!(
+        store.0.claimed(),
+        vec!["ok".to_string()],
+        "the failed run's claim is gone"
+    );
+}

@@ -167,10 +167,13 @@ async function main() {
   let session = null;
   const timeline = [];
   let queue = Promise.resolve();
+  let pending = 0; // busy until every queued job has finished, not just the first
   const enqueue = (fn) => {
+    pending += 1;
     document.body.dataset.busy = 'true';
     queue = queue.then(fn).catch((e) => showError(`${e?.message ?? e}`)).finally(() => {
-      document.body.dataset.busy = 'false';
+      pending -= 1;
+      if (pending === 0) document.body.dataset.busy = 'false';
     });
     return queue;
   };

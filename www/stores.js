@@ -82,8 +82,10 @@ export function persistentStore() {
   };
   const entries = async () => {
     const out = [];
-    for (let i = 0; i < localStorage.length; i += 1) {
-      const k = localStorage.key(i);
+    // The keys first: checking liveness removes expired items, which would shift
+    // the indexes of a live walk and skip the next entry.
+    const keys = Array.from({ length: localStorage.length }, (_, i) => localStorage.key(i));
+    for (const k of keys) {
       if (k.startsWith(DONE) && live(k.slice(DONE.length))) {
         out.push({ key: k.slice(DONE.length), state: 'done', expiresAt: read(k).expiresAt });
       } else if (k.startsWith(CLAIM) && liveClaim(k.slice(CLAIM.length))) {

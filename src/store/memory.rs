@@ -541,12 +541,63 @@ impl Store for InMemoryStore {
     async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
         let now = self.now();
         let mut inner = self.lock()?;
+        Ok(self.claim_locked(&mut inner, key, now, lease))
+    }
+
+    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
+        let mut inner = self.lock()?;
+        release_locked(&mut inner, key, token);
+        Ok(())
+    }
+
+    /// Under one lock: the whole batch is claimed atomically, and nothing can fail
+    /// halfway.
+    async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
+        let now = self.now();
+        let mut inner = self.lock()?;
+        Ok(keys
+            .iter()
+            .map(|key| self.claim_locked(&mut inner, key, now, lease))
+            .collect())
+    }
+
+    async fn commit_many(
+        &self,
+        done: &[&str],
+        ttl: Option<Duration>,
+        release: &[(&str, &ClaimToken)],
+    ) -> StoreResult<()> {
+        let mut inner = self.lock()?;
+        // Releases first: they cannot fail, and a failed remember must not skip them.
+        for (key, token) in release {
+            release_locked(&mut inner, key, token);
+        }
+        if done.is_empty() {
+            return Ok(());
+        }
+        let expiry = self.expiry(&inner.table, ttl)?;
+        for key in done {
+            inner.claims.remove(*key);
+            inner.table.remember(key, expiry, self.capacity)?;
+        }
+        Ok(())
+    }
+}
+
+impl InMemoryStore {
+    fn claim_locked(
+        &self,
+        inner: &mut Inner,
+        key: &str,
+        now: Option<u64>,
+        lease: Duration,
+    ) -> Claim {
         if inner.table.seen(key, now) {
-            return Ok(Claim::Seen);
+            return Claim::Seen;
         }
         if let Some((_, until)) = inner.claims.get(key) {
             if lease_live(*until, now) {
-                return Ok(Claim::Held);
+                return Claim::Held;
             }
         }
         inner.next_token += 1;
@@ -554,20 +605,18 @@ impl Store for InMemoryStore {
         self.timed.store(true, Ordering::Relaxed);
         let until = now.map(|n| n.saturating_add(lease.as_millis() as u64));
         inner.claims.insert(key.to_owned(), (token, until));
-        Ok(Claim::Acquired(ClaimToken(token.to_string())))
+        Claim::Acquired(ClaimToken(token.to_string()))
     }
+}
 
-    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
-        let mut inner = self.lock()?;
-        // Only the owner's token releases: a claim re-taken after its lease ran out
-        // belongs to someone else now.
-        if inner
-            .claims
-            .get(key)
-            .is_some_and(|(t, _)| t.to_string() == token.0)
-        {
-            inner.claims.remove(key);
-        }
-        Ok(())
+/// Only the owner's token releases: a claim re-taken after its lease ran out
+/// belongs to someone else now.
+fn release_locked(inner: &mut Inner, key: &str, token: &ClaimToken) {
+    if inner
+        .claims
+        .get(key)
+        .is_some_and(|(t, _)| t.to_string() == token.0)
+    {
+        inner.claims.remove(key);
     }
 }

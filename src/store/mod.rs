@@ -157,11 +157,7 @@ pub trait Store {
 
     /// `claim` for many keys, answers in the same order.
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
-        let mut answers = Vec::with_capacity(keys.len());
-        for key in keys {
-            answers.push(self.claim(key, lease).await?);
-        }
-        Ok(answers)
+        claim_each(self, keys, lease).await
     }
 
     /// Settles a batch in one call where the backend can: remembers `done` and
@@ -172,14 +168,53 @@ pub trait Store {
         ttl: Option<Duration>,
         release: &[(&str, &ClaimToken)],
     ) -> StoreResult<()> {
-        if !done.is_empty() {
-            self.remember_many(done, ttl).await?;
-        }
-        for (key, token) in release {
-            self.release(key, token).await?;
-        }
-        Ok(())
+        commit_each(self, done, ttl, release).await
     }
+}
+
+/// `claim_many` as single `claim` calls. If one fails, the claims already taken
+/// are released (best effort) before the error is returned, so a partial failure
+/// does not hold ids for a whole lease.
+pub async fn claim_each<S: Store + ?Sized>(
+    store: &S,
+    keys: &[&str],
+    lease: Duration,
+) -> StoreResult<Vec<Claim>> {
+    let mut answers = Vec::with_capacity(keys.len());
+    for key in keys {
+        match store.claim(key, lease).await {
+            Ok(claim) => answers.push(claim),
+            Err(e) => {
+                for (key, claim) in keys.iter().zip(&answers) {
+                    if let Claim::Acquired(token) = claim {
+                        let _ = store.release(key, token).await;
+                    }
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(answers)
+}
+
+/// `commit_many` as `remember_many` plus single `release` calls. Every release is
+/// attempted even when remembering fails; the first error is returned.
+pub async fn commit_each<S: Store + ?Sized>(
+    store: &S,
+    done: &[&str],
+    ttl: Option<Duration>,
+    release: &[(&str, &ClaimToken)],
+) -> StoreResult<()> {
+    let mut first_error = None;
+    if !done.is_empty() {
+        first_error = store.remember_many(done, ttl).await.err();
+    }
+    for (key, token) in release {
+        if let Err(e) = store.release(key, token).await {
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
 }
 
 /// Forwards every call, so a store can be shared by reference or `Arc`.

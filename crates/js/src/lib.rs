@@ -115,8 +115,9 @@ fn options(o: &Option<JsValue>) -> Result<Options, JsValue> {
     let undefined = JsValue::UNDEFINED;
     let o = o.as_ref().unwrap_or(&undefined);
     check_options("options", o, OPTIONS)?;
-    let ms =
-        |key| opt_number("options", o, key).map(|n| n.map(|n| Duration::from_millis(n as u64)));
+    let ms = |key| {
+        opt_number("options", o, key).map(|n| n.map(|n| Duration::from_millis(n.ceil() as u64)))
+    };
     let mut keyspace = KeySpace::new().with_prefix(opt_string(o, "keyPrefix")?.unwrap_or_default());
     if let Some(scope) = opt_string(o, "scope")? {
         keyspace = keyspace

@@ -33,29 +33,42 @@ type Registry = (u32, Vec<(u32, Weak<CoreStore>)>);
 
 thread_local! {
     static REGISTRY: RefCell<Registry> = const { RefCell::new((0, Vec::new())) };
+    /// This module instance's mark in every handle, so a store made by another copy
+    /// of the module (numbered from 1 too) is never mistaken for one of ours.
+    static INSTANCE: f64 = (js_sys::Math::random() * 2_147_483_648.0).floor();
 }
 
 const HANDLE: &str = "__bqHandle";
+/// Handles are `instance * 2^21 + id`: exact in a JS number.
+const IDS_PER_INSTANCE: f64 = 2_097_152.0;
 
-/// The Rust store behind a JS `InMemoryStore` object, if `value` is one.
+/// The Rust store behind a JS `InMemoryStore` object, if `value` is one of this
+/// module's. Another copy's store is `None` (it is then used through its methods).
 pub fn lookup(value: &JsValue) -> Result<Option<Rc<CoreStore>>, String> {
+    const FREED: &str = "this InMemoryStore has been freed";
     if !value.is_object() {
         return Ok(None);
     }
-    let Some(handle) = Reflect::get(value, &HANDLE.into())
-        .ok()
-        .and_then(|h| h.as_f64())
-    else {
+    // A freed store's getter throws (its pointer is gone).
+    let handle = Reflect::get(value, &HANDLE.into()).map_err(|_| FREED.to_string())?;
+    let Some(handle) = handle.as_f64() else {
         return Ok(None);
     };
+    let (instance, id) = (
+        (handle / IDS_PER_INSTANCE).floor(),
+        handle % IDS_PER_INSTANCE,
+    );
+    if INSTANCE.with(|ours| *ours != instance) {
+        return Ok(None);
+    }
     REGISTRY.with(|r| {
         r.borrow()
             .1
             .iter()
-            .find(|(id, _)| f64::from(*id) == handle)
+            .find(|(known, _)| f64::from(*known) == id)
             .and_then(|(_, weak)| weak.upgrade())
             .map(Some)
-            .ok_or_else(|| "this InMemoryStore has been freed".to_string())
+            .ok_or_else(|| FREED.to_string())
     })
 }
 
@@ -92,7 +105,7 @@ impl JsInMemoryStore {
         let store = Rc::new(store);
         let handle = REGISTRY.with(|r| {
             let mut r = r.borrow_mut();
-            r.0 = r.0.wrapping_add(1);
+            r.0 = (r.0 + 1) % (IDS_PER_INSTANCE as u32);
             let id = r.0;
             r.1.retain(|(_, w)| w.strong_count() > 0);
             r.1.push((id, Rc::downgrade(&store)));
@@ -106,8 +119,8 @@ impl JsInMemoryStore {
     }
 
     #[wasm_bindgen(getter, js_name = __bqHandle, skip_typescript)]
-    pub fn handle(&self) -> u32 {
-        self.handle
+    pub fn handle(&self) -> f64 {
+        INSTANCE.with(|instance| instance * IDS_PER_INSTANCE + f64::from(self.handle))
     }
 
     /// Is `key` remembered (and not expired)?

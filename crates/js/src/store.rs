@@ -131,10 +131,15 @@ pub fn message_of(error: &JsValue) -> String {
     {
         return m;
     }
-    match js_sys::JSON::stringify(error) {
-        Ok(s) if s.as_string().is_some() => s.as_string().unwrap_or_default(),
-        _ => String::from(Object::from(error.clone()).to_string()),
+    if error.is_undefined() {
+        return "undefined".into();
     }
+    // JSON, or (a BigInt, a cycle, a symbol: stringify throws or gives nothing)
+    // the type, never a call that can throw again.
+    js_sys::JSON::stringify(error)
+        .ok()
+        .and_then(|s| s.as_string())
+        .unwrap_or_else(|| error.js_typeof().as_string().unwrap_or_default())
 }
 
 /// A store failure from what a JS store threw.
@@ -158,6 +163,8 @@ fn store_error(op: &str, error: JsValue) -> StoreError {
     StoreError::new(kind, format!("{op}: {}", message_of(&error)))
 }
 
+/// Whole milliseconds (options are rounded up to whole milliseconds when parsed,
+/// so a store never forgets or frees a claim early).
 fn ms(d: Duration) -> f64 {
     d.as_millis() as f64
 }
@@ -185,12 +192,15 @@ fn claim_of(value: &JsValue) -> StoreResult<Claim> {
         Some("seen") => Ok(Claim::Seen),
         Some("held") => Ok(Claim::Held),
         Some("acquired") => {
-            let token = Reflect::get(value, &"token".into()).unwrap_or(JsValue::UNDEFINED);
-            let token = token
-                .as_string()
-                .or_else(|| token.as_f64().map(|n| (n as i64).to_string()))
+            // A string, passed back to `release` unchanged (a number would not be).
+            let token = Reflect::get(value, &"token".into())
+                .ok()
+                .and_then(|t| t.as_string())
                 .ok_or_else(|| {
-                    StoreError::new(StoreErrorKind::Internal, "claim: acquired without a token")
+                    StoreError::new(
+                        StoreErrorKind::Internal,
+                        "claim: acquired without a string token",
+                    )
                 })?;
             Ok(Claim::Acquired(ClaimToken(token)))
         }
@@ -283,11 +293,7 @@ impl Store for JsObjectStore {
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
         self.check_claim()?;
         if !self.has.claim_many {
-            let mut answers = Vec::with_capacity(keys.len());
-            for key in keys {
-                answers.push(self.claim(key, lease).await?);
-            }
-            return Ok(answers);
+            return bq_dedupe::store::claim_each(self, keys, lease).await;
         }
         let value = self
             .call(
@@ -298,6 +304,9 @@ impl Store for JsObjectStore {
         let array = value
             .dyn_into::<Array>()
             .map_err(|_| StoreError::new(StoreErrorKind::Internal, "claimMany: not an array"))?;
+        // A malformed reply fails the batch; what it did grant is not released (a
+        // store breaking the contract; the lease frees it), which keeps the module
+        // inside its size budget.
         array.iter().map(|c| claim_of(&c)).collect()
     }
 
@@ -308,13 +317,7 @@ impl Store for JsObjectStore {
         release: &[(&str, &ClaimToken)],
     ) -> StoreResult<()> {
         if !self.has.commit_many {
-            if !done.is_empty() {
-                self.remember_many(done, ttl).await?;
-            }
-            for (key, token) in release {
-                self.release(key, token).await?;
-            }
-            return Ok(());
+            return bq_dedupe::store::commit_each(self, done, ttl, release).await;
         }
         let releases: Array = release
             .iter()

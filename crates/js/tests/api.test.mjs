@@ -183,6 +183,7 @@ test('bad arguments reject with a TypeError that says what is wrong', async () =
   const handle = { __bqHandle: freed.__bqHandle };
   freed.free();
   await assert.rejects(bq.process(envelope('a'), handle, ok), /freed/);
+  await assert.rejects(bq.process(envelope('a'), freed, ok), /freed/, 'the freed object itself');
 });
 
 test('dedupeKey returns the namespaced key, null for fail-open, and throws a RejectionError when invalid', () => {
@@ -305,4 +306,57 @@ test('InMemoryStore can be used directly as a sync JS store too', () => {
   assert.equal(store.seen('c'), true);
   store.forget('c');
   assert.equal(store.size, 1);
+});
+
+test('a handler or store that throws undefined (or rejects with nothing) still settles with a typed outcome', async () => {
+  const store = mapStore('sync');
+  const thrown = await bq.process(envelope('u-1'), store, () => { throw undefined; });
+  assert.equal(thrown.kind, 'run-failed');
+  const rejected = await bq.process(envelope('u-2'), store, async () => { await Promise.reject(); });
+  assert.equal(rejected.kind, 'run-failed');
+  const badStore = { seen: () => Promise.reject(), remember: ok, forget: ok };
+  const unavailable = await bq.process(envelope('u-3'), badStore, ok);
+  assert.equal(unavailable.kind, 'store-unavailable');
+  // And the module still works afterwards.
+  assert.equal((await bq.process(envelope('u-4'), store, ok)).kind, 'run-ok');
+});
+
+test('claiming per key: a claim that fails gives back the claims the batch already took', async () => {
+  const store = mapStore('sync', { claims: true });
+  const claim = store.claim;
+  store.claim = (k, lease) => { if (k === 'cb-bad') throw new Error('claim down'); return claim(k, lease); };
+  const outcomes = await bq.processBatch([envelope('cb-1'), envelope('cb-2'), envelope('cb-bad')], store, ok,
+    { claimLeaseMs: 60_000 });
+  assert.deepEqual(outcomes.map((o) => o.kind), ['store-unavailable', 'store-unavailable', 'store-unavailable']);
+  assert.equal(store.claims.size, 0, `claims left: ${[...store.claims.keys()]}`);
+});
+
+test('claiming per key: a failed remember still releases the claim of a failed run', async () => {
+  const store = mapStore('sync', { claims: true });
+  store.remember = () => { throw new Error('remember down'); };
+  const outcomes = await bq.processBatch([envelope('cr-ok'), envelope('cr-fail')], store,
+    (e) => { if (e.meta.id === 'cr-fail') throw new Error('no'); }, { claimLeaseMs: 60_000 });
+  assert.deepEqual(outcomes.map((o) => o.kind), ['run-ok-unrecorded', 'run-failed']);
+  assert.ok(!store.claims.has('cr-fail'), 'the failed run can be redelivered at once');
+});
+
+test('a claim token that is not a string is refused (it could not be released unchanged)', async () => {
+  const store = mapStore('sync', { claims: true });
+  store.claim = () => ({ state: 'acquired', token: 1 });
+  const outcome = await bq.process(envelope('nt-1'), store, ok, { claimLeaseMs: 1000 });
+  assert.equal(outcome.kind, 'store-unavailable');
+  assert.match(outcome.reason, /string token/);
+});
+
+test("another module copy's InMemoryStore is used through its methods, never as one of ours", async () => {
+  const ours = new bq.InMemoryStore();
+  // A store from another instance: same shape, a handle from a different instance.
+  const foreign = new bq.InMemoryStore();
+  const imposter = {
+    __bqHandle: foreign.__bqHandle + 2 ** 21 * (foreign.__bqHandle >= 2 ** 50 ? -1 : 1),
+    seen: (k) => foreign.seen(k), remember: (k, t) => foreign.remember(k, t), forget: (k) => foreign.forget(k),
+  };
+  assert.equal((await bq.process(envelope('f-1'), imposter, ok)).kind, 'run-ok');
+  assert.equal(foreign.seen('f-1'), true);
+  assert.equal(ours.seen('f-1'), false);
 });
