@@ -95,7 +95,7 @@ export function conformanceCount(manifest) {
 /**
  * Runs the manifest through `api` (this package's exports).
  * options.store: a factory returning the store for each sequence (default: a new
- * api.InMemoryStore); options.claimLeaseMs / keyPrefix: passed to process/forget.
+ * api.InMemoryStore); options.claimLeaseMs: passed to process (claiming mode).
  * onResult(result) sees each result as it is decided.
  */
 export async function runConformance(api, manifest, loadFixture, options = {}, onResult = () => {}) {

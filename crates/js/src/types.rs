@@ -24,11 +24,19 @@ export interface EnvelopeObject {
 }
 
 /** What the handler receives: the delivered envelope, parsed, with `job` always set. */
-export interface DecodedEnvelope extends EnvelopeObject {
+export interface DecodedEnvelope {
   job: string;
+  urn?: string;
   trace_id: string;
   data: Record<string, unknown>;
-  meta: { id?: string | null; schema_version: number; [field: string]: unknown };
+  /**
+   * `id` is a non-empty string when the delivery was deduped; a fail-open handler
+   * (no usable id) may see it absent, null, empty or of any other JSON type.
+   */
+  meta: { id?: unknown; schema_version: number; [field: string]: unknown };
+  attempts: number;
+  dead_letter?: Record<string, unknown>;
+  [field: string]: unknown;
 }
 
 /** Your side effect. Throw (or reject) to fail: the id stays unmarked and the delivery is retried. */

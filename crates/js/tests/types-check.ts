@@ -21,7 +21,8 @@ export async function check(): Promise<void> {
 
   const outcome: Outcome = await process('{}', store, async (env: DecodedEnvelope) => {
     const job: string = env.job;
-    const id: string | null | undefined = env.meta.id;
+    // Any JSON value for a fail-open delivery: narrow before use.
+    const id: string | null = typeof env.meta.id === 'string' ? env.meta.id : null;
     return [job, id];
   }, { ttlMs: 1000, claimLeaseMs: 500, keyPrefix: 'p:', scope: 's', maxBytes: 10 });
   const kind: OutcomeKind = outcome.kind;
