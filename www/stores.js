@@ -16,6 +16,10 @@ export class SimClock {
     this.offset += ms;
     if (this.storageKey) localStorage.setItem(this.storageKey, String(this.offset));
   }
+  reset() {
+    this.offset = 0;
+    if (this.storageKey) localStorage.removeItem(this.storageKey);
+  }
 }
 
 /** The Rust InMemoryStore with a manual clock. */
@@ -98,6 +102,7 @@ export function persistentStore() {
     const keys = [];
     for (let i = 0; i < localStorage.length; i += 1) keys.push(localStorage.key(i));
     for (const k of keys) if (k.startsWith(DONE) || k.startsWith(CLAIM)) localStorage.removeItem(k);
+    clock.reset(); // a reset store starts at the real time again
   };
   return {
     kind: 'persistent',
