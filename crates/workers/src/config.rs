@@ -1,4 +1,5 @@
-//! Configuration from `wrangler.toml` `[vars]` (all values are strings).
+//! Configuration from `wrangler.toml` `[vars]` (strings, or unquoted numbers and
+//! booleans, read as their text).
 //!
 //! | var                          | default          | meaning                                   |
 //! |------------------------------|------------------|-------------------------------------------|
