@@ -5,7 +5,8 @@ set -euo pipefail
 
 if ! command -v redis-server >/dev/null; then
   echo "with-redis: installing redis-server"
-  apt-get update -qq && apt-get install -y -qq redis-server >/dev/null
+  SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO=sudo
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server >/dev/null
 fi
 
 # A free port: let the kernel pick one, then hand it to redis.
