@@ -12,6 +12,7 @@
 //! | `DEDUPE_RETRY_DELAY_SECONDS` | (none)           | delay for retried messages (up to 43200)  |
 //! | `DEDUPE_PARK_DELAY_SECONDS`  | `45`             | delay for parked messages (up to 43200)   |
 //! | `DEDUPE_DEAD_LETTER`         | (none)           | queue producer binding for poison messages |
+//! | `DEDUPE_MAX_RETRIES`         | (none)           | the queue's `max_retries`: last-attempt failures are dead-lettered with `reason: "failed"` |
 //! | `DEDUPE_DO_BINDING`          | `DEDUPE_DO`      | the `DedupeShard` Durable Object binding  |
 //! | `DEDUPE_KV_BINDING`          | `DEDUPE_KV`      | the KV namespace binding                  |
 //!
@@ -84,6 +85,7 @@ pub struct DedupeConfig {
     pub claim_lease: Option<Duration>,
     pub retry_delay_seconds: Option<u32>,
     pub park_delay_seconds: u32,
+    pub max_retries: Option<u32>,
     pub dead_letter_binding: Option<String>,
     pub durable_object_binding: String,
     pub kv_binding: String,
@@ -161,6 +163,7 @@ impl DedupeConfig {
             retry_delay_seconds: delay("DEDUPE_RETRY_DELAY_SECONDS")?,
             park_delay_seconds: delay("DEDUPE_PARK_DELAY_SECONDS")?
                 .unwrap_or(DEFAULT_PARK_DELAY_SECONDS),
+            max_retries: number("DEDUPE_MAX_RETRIES", 0, 100)?.map(|n| n as u32),
             dead_letter_binding: get("DEDUPE_DEAD_LETTER"),
             durable_object_binding: get("DEDUPE_DO_BINDING").unwrap_or_else(|| "DEDUPE_DO".into()),
             kv_binding: get("DEDUPE_KV_BINDING").unwrap_or_else(|| "DEDUPE_KV".into()),
@@ -231,6 +234,9 @@ impl DedupeConfig {
             consumer = consumer.with_retry_delay(delay);
         }
         consumer = consumer.with_park_delay(self.park_delay_seconds);
+        if let Some(max) = self.max_retries {
+            consumer = consumer.with_max_retries(max);
+        }
         Ok(consumer)
     }
 }

@@ -7,7 +7,7 @@ use wasm_bindgen::JsValue;
 use worker::{Queue, QueueContentType, RawMessageBuilder};
 
 use crate::batch::{QueueBatch, QueueMessage, describe};
-use crate::dead_letter::{PoisonDelivery, wrap};
+use crate::dead_letter::{DeadDelivery, wrap};
 
 /// What the handler gets for each delivery it must run.
 pub struct Delivery<'d, 'm> {
@@ -101,6 +101,7 @@ pub struct QueueConsumer<S, O = ()> {
     dead_letter: Option<Queue>,
     retry_delay_seconds: Option<u32>,
     park_delay_seconds: u32,
+    max_retries: Option<u32>,
 }
 
 /// How long a parked message waits before its redelivery, by default: long enough
@@ -117,6 +118,7 @@ impl<S: Store, O: Observer> QueueConsumer<S, O> {
             dead_letter: None,
             retry_delay_seconds: None,
             park_delay_seconds: DEFAULT_PARK_DELAY_SECONDS,
+            max_retries: None,
         }
     }
 
@@ -136,6 +138,15 @@ impl<S: Store, O: Observer> QueueConsumer<S, O> {
     /// delay (default [`DEFAULT_PARK_DELAY_SECONDS`]).
     pub fn with_park_delay(mut self, seconds: u32) -> Self {
         self.park_delay_seconds = seconds;
+        self
+    }
+
+    /// The queue's `max_retries`. With a dead-letter producer, a handler failure
+    /// on the last attempt is sent there with a `dead_letter` block (`reason:
+    /// "failed"`, the handler's error) and acked, instead of reaching Cloudflare's
+    /// dead-letter queue without one.
+    pub fn with_max_retries(mut self, max_retries: u32) -> Self {
+        self.max_retries = Some(max_retries);
         self
     }
 
@@ -173,8 +184,8 @@ impl<S: Store, O: Observer> QueueConsumer<S, O> {
             let mut reason = outcome.reason();
             let action = match outcome.disposition() {
                 Disposition::Ack => Action::Ack,
-                Disposition::Retry => Action::Retry,
-                Disposition::Poison => {
+                Disposition::Retry if !self.is_last_failure(message, outcome) => Action::Retry,
+                Disposition::Retry | Disposition::Poison => {
                     match self.dead_letter(batch, message, body, outcome).await {
                         Ok(true) => Action::DeadLettered,
                         Ok(false) => Action::Retry,
@@ -225,21 +236,37 @@ impl<S: Store, O: Observer> QueueConsumer<S, O> {
         }
     }
 
-    /// Sends a poison message to the dead-letter producer. `Ok(false)`: none is
-    /// configured, so the message is retried instead.
-    async fn dead_letter<E>(
+    /// A handler failure on the queue's last attempt (known only with
+    /// [`QueueConsumer::with_max_retries`]).
+    fn is_last_failure<E>(&self, message: &QueueMessage, outcome: &Outcome<E>) -> bool {
+        let failed = matches!(outcome, Outcome::Failed(_) | Outcome::FailOpen(Err(_)));
+        failed && self.max_retries.is_some_and(|max| message.attempts() > max)
+    }
+
+    /// Sends a poison message, or a last-attempt failure, to the dead-letter
+    /// producer. `Ok(false)`: none is configured, so the message is retried.
+    async fn dead_letter<E: Display>(
         &self,
         batch: &QueueBatch,
         message: &QueueMessage,
         body: &[u8],
         outcome: &Outcome<E>,
     ) -> Result<bool, String> {
-        let (Some(producer), Outcome::Rejected(rejection)) = (&self.dead_letter, outcome) else {
+        let Some(producer) = &self.dead_letter else {
             return Ok(false);
         };
-        let wrapped = wrap(&PoisonDelivery {
+        let (reason, error, exception) = match outcome {
+            Outcome::Rejected(rejection) => ("poison", rejection.to_string(), rejection.code()),
+            Outcome::Failed(e) | Outcome::FailOpen(Err(e)) => {
+                ("failed", e.to_string(), "handler-error")
+            }
+            _ => return Ok(false),
+        };
+        let wrapped = wrap(&DeadDelivery {
             body,
-            rejection,
+            reason,
+            error,
+            exception,
             original_queue: &batch.queue(),
             attempts: message.attempts(),
             failed_at_ms: js_sys::Date::now() as u64,

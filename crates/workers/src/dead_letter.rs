@@ -1,30 +1,36 @@
-//! The BabelQueue `dead_letter` block for a poison message.
+//! The BabelQueue `dead_letter` block for a message the consumer gives up on:
+//! poison (not a valid envelope) or, on its last allowed attempt, a handler
+//! failure.
 //!
 //! A body that is a JSON object gets the block added at the top level (the
 //! envelope's own place for it); anything else (malformed JSON, a bare string or
 //! number) is kept verbatim under `body` beside the block, so nothing is lost.
 
-use bq_dedupe::Rejection;
 use serde_json::{Map, Value, json};
 
-/// What is known about the poison delivery.
-pub struct PoisonDelivery<'a> {
+/// What is known about the delivery being dead-lettered.
+pub struct DeadDelivery<'a> {
     pub body: &'a [u8],
-    pub rejection: &'a Rejection,
+    /// `poison` or `failed` (the schema's other reason, `unknown_urn`, is the
+    /// handler's business).
+    pub reason: &'static str,
+    /// Human-readable: the rejection or the handler's error.
+    pub error: String,
+    /// A stable code: the rejection code, or `handler-error`.
+    pub exception: &'a str,
     pub original_queue: &'a str,
     /// Delivery attempts made (Cloudflare's count).
     pub attempts: u32,
     pub failed_at_ms: u64,
 }
 
-/// The dead-letter message for a poison delivery.
-pub fn wrap(delivery: &PoisonDelivery<'_>) -> Value {
-    // The schema's `lang` enum has no Rust entry, so `lang` is left out; the
-    // rejection's stable code goes in `exception`.
+/// The dead-letter message for a delivery.
+pub fn wrap(delivery: &DeadDelivery<'_>) -> Value {
+    // The schema's `lang` enum has no Rust entry, so `lang` is left out.
     let block = json!({
-        "reason": "poison",
-        "error": delivery.rejection.to_string(),
-        "exception": delivery.rejection.code(),
+        "reason": delivery.reason,
+        "error": delivery.error,
+        "exception": delivery.exception,
         "failed_at": delivery.failed_at_ms,
         "original_queue": delivery.original_queue,
         "attempts": delivery.attempts,
@@ -53,9 +59,11 @@ mod tests {
 
     fn poison(body: &[u8]) -> Value {
         let rejection = Message::parse(body, &Limits::default()).unwrap_err();
-        wrap(&PoisonDelivery {
+        wrap(&DeadDelivery {
             body,
-            rejection: &rejection,
+            reason: "poison",
+            error: rejection.to_string(),
+            exception: rejection.code(),
             original_queue: "orders",
             attempts: 1,
             failed_at_ms: 1_700_000_000_000,

@@ -114,20 +114,36 @@ describe("handler failures", () => {
       assert.equal(after.skips, 1);
     }));
 
-  test("fails until max_retries: dead-letter queue, id never remembered", () =>
-    withWorker({ consumer: { maxRetries: 2 } }, async (worker) => {
+  test("fails until max_retries: dead-lettered with reason failed and the error, id never remembered", () =>
+    withWorker({ vars: { DEDUPE_MAX_RETRIES: "2" }, consumer: { maxRetries: 2 } }, async (worker) => {
       await worker.publish([envelope("doomed", { always_fail: true }), envelope("fine")]);
       const stats = await worker.waitForStats(
         (s) => s.dead_letters_received >= 1,
         "the dead letter",
       );
       assert.equal(stats.failures, 3, "first delivery + 2 retries");
+      assert.equal(stats.dead_lettered, 1, "the consumer sent it, on the last attempt");
       assert.equal(stats.runs, 1, "the other message in the batch was unaffected");
       const { dead_letters } = await worker.deadLetters();
       assert.equal(dead_letters.length, 1);
       assert.equal(dead_letters[0].meta.id, "doomed");
+      assert.equal(dead_letters[0].dead_letter.reason, "failed");
+      assert.equal(dead_letters[0].dead_letter.attempts, 3);
+      assert.match(dead_letters[0].dead_letter.error, /told to fail \(attempt 2\)/);
       assert.deepEqual((await worker.seen(["doomed", "fine"])).seen, [false, true]);
       assert.deepEqual((await worker.effects()).effects, { fine: 1 });
+    }));
+
+  test("fails until max_retries without DEDUPE_MAX_RETRIES: the queue's own DLQ takes it unwrapped", () =>
+    withWorker({ vars: { DEDUPE_MAX_RETRIES: "" }, consumer: { maxRetries: 1 } }, async (worker) => {
+      await worker.publish([envelope("doomed-raw", { always_fail: true })]);
+      const stats = await worker.waitForStats((s) => s.dead_letters_received >= 1, "the DLQ");
+      assert.equal(stats.failures, 2);
+      assert.equal(stats.dead_lettered, 0);
+      const [letter] = (await worker.deadLetters()).dead_letters;
+      assert.equal(letter.meta.id, "doomed-raw");
+      assert.equal(letter.dead_letter, undefined, "moved by the queue, as published");
+      assert.deepEqual((await worker.seen(["doomed-raw"])).seen, [false]);
     }));
 
   test("a panicking handler: nothing acked or remembered; its claims block until the lease ends", () =>
