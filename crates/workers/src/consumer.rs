@@ -181,42 +181,8 @@ impl<S: Store, O: Observer> QueueConsumer<S, O> {
         let mut report = BatchReport::default();
         let mut unsettled: Vec<String> = Vec::new();
         for ((message, body), outcome) in messages.iter().zip(&bodies).zip(&outcomes) {
-            let mut reason = outcome.reason();
-            let action = match outcome.disposition() {
-                Disposition::Ack => Action::Ack,
-                Disposition::Retry if !self.is_last_failure(message, outcome) => Action::Retry,
-                Disposition::Retry | Disposition::Poison => {
-                    match self.dead_letter(batch, message, body, outcome).await {
-                        Ok(true) => Action::DeadLettered,
-                        Ok(false) => Action::Retry,
-                        Err(e) => {
-                            reason = Some(format!(
-                                "{}; dead-letter send failed: {e}",
-                                reason.unwrap_or_default()
-                            ));
-                            Action::Retry
-                        }
-                    }
-                }
-            };
-            let settled = match action {
-                Action::Ack | Action::DeadLettered => {
-                    if let Err(e) = message.ack() {
-                        // Harmless: a normal return acks every unsettled message.
-                        worker::console_error!("bq-dedupe: ack of {} failed: {e}", message.id());
-                    }
-                    Ok(())
-                }
-                Action::Retry => {
-                    let delay = match outcome.kind() {
-                        OutcomeKind::Parked => Some(self.park_delay_seconds),
-                        _ => self.retry_delay_seconds,
-                    };
-                    // Refused with a delay (out of range, say): retry without one.
-                    message.retry(delay).or_else(|_| message.retry(None))
-                }
-            };
-            if let Err(e) = settled {
+            let (action, reason) = self.action_for(batch, message, body, outcome).await;
+            if let Err(e) = self.settle(message, action, outcome.kind()) {
                 worker::console_error!("bq-dedupe: retry of message {} failed: {e}", message.id());
                 unsettled.push(format!("{}: {e}", message.id()));
             }
@@ -233,6 +199,63 @@ impl<S: Store, O: Observer> QueueConsumer<S, O> {
                 count: unsettled.len(),
                 first: first.clone(),
             }),
+        }
+    }
+
+    /// What to do with a message given its outcome (dead-lettering it here when
+    /// that is the answer), and the reason to report.
+    async fn action_for<E: Display>(
+        &self,
+        batch: &QueueBatch,
+        message: &QueueMessage,
+        body: &[u8],
+        outcome: &Outcome<E>,
+    ) -> (Action, Option<String>) {
+        let reason = outcome.reason();
+        match outcome.disposition() {
+            Disposition::Ack => (Action::Ack, reason),
+            Disposition::Retry if !self.is_last_failure(message, outcome) => {
+                (Action::Retry, reason)
+            }
+            Disposition::Retry | Disposition::Poison => {
+                match self.dead_letter(batch, message, body, outcome).await {
+                    Ok(true) => (Action::DeadLettered, reason),
+                    Ok(false) => (Action::Retry, reason),
+                    Err(e) => {
+                        let why = format!(
+                            "{}; dead-letter send failed: {e}",
+                            reason.unwrap_or_default()
+                        );
+                        (Action::Retry, Some(why))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Acks or retries the message. Only a failed retry is an error: a failed ack
+    /// is harmless (a normal return acks every unsettled message).
+    fn settle(
+        &self,
+        message: &QueueMessage,
+        action: Action,
+        kind: OutcomeKind,
+    ) -> Result<(), String> {
+        match action {
+            Action::Ack | Action::DeadLettered => {
+                if let Err(e) = message.ack() {
+                    worker::console_error!("bq-dedupe: ack of {} failed: {e}", message.id());
+                }
+                Ok(())
+            }
+            Action::Retry => {
+                let delay = match kind {
+                    OutcomeKind::Parked => Some(self.park_delay_seconds),
+                    _ => self.retry_delay_seconds,
+                };
+                // Refused with a delay (out of range, say): retry without one.
+                message.retry(delay).or_else(|_| message.retry(None))
+            }
         }
     }
 
