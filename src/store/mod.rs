@@ -261,3 +261,102 @@ macro_rules! forward_store {
 }
 
 forward_store!(&S, Arc<S>, Box<S>);
+
+/// Implements [`Store`] for an enum whose every variant holds one store, by calling
+/// the same method on the variant's store: for a "whichever backend was configured"
+/// type.
+///
+/// ```
+/// use bq_dedupe::{InMemoryStore, store::PerKey};
+///
+/// enum Configured {
+///     Plain(InMemoryStore),
+///     OneCallPerKey(PerKey<'static, InMemoryStore>),
+/// }
+/// bq_dedupe::delegate_store!(Configured { Plain, OneCallPerKey });
+/// ```
+#[macro_export]
+macro_rules! delegate_store {
+    ($enum:ident { $($variant:ident),+ $(,)? }) => {
+        impl $crate::Store for $enum {
+            async fn seen(&self, key: &str) -> $crate::StoreResult<bool> {
+                match self { $($enum::$variant(s) => s.seen(key).await,)+ }
+            }
+            async fn remember(
+                &self,
+                key: &str,
+                ttl: ::std::option::Option<::std::time::Duration>,
+            ) -> $crate::StoreResult<()> {
+                match self { $($enum::$variant(s) => s.remember(key, ttl).await,)+ }
+            }
+            async fn forget(&self, key: &str) -> $crate::StoreResult<()> {
+                match self { $($enum::$variant(s) => s.forget(key).await,)+ }
+            }
+            fn capabilities(&self) -> $crate::Capabilities {
+                match self { $($enum::$variant(s) => s.capabilities(),)+ }
+            }
+            async fn seen_many(&self, keys: &[&str]) -> $crate::StoreResult<::std::vec::Vec<bool>> {
+                match self { $($enum::$variant(s) => s.seen_many(keys).await,)+ }
+            }
+            async fn remember_many(
+                &self,
+                keys: &[&str],
+                ttl: ::std::option::Option<::std::time::Duration>,
+            ) -> $crate::StoreResult<()> {
+                match self { $($enum::$variant(s) => s.remember_many(keys, ttl).await,)+ }
+            }
+            async fn claim(
+                &self,
+                key: &str,
+                lease: ::std::time::Duration,
+            ) -> $crate::StoreResult<$crate::Claim> {
+                match self { $($enum::$variant(s) => s.claim(key, lease).await,)+ }
+            }
+            async fn release(&self, key: &str, token: &$crate::ClaimToken) -> $crate::StoreResult<()> {
+                match self { $($enum::$variant(s) => s.release(key, token).await,)+ }
+            }
+            async fn claim_many(
+                &self,
+                keys: &[&str],
+                lease: ::std::time::Duration,
+            ) -> $crate::StoreResult<::std::vec::Vec<$crate::Claim>> {
+                match self { $($enum::$variant(s) => s.claim_many(keys, lease).await,)+ }
+            }
+            async fn commit_many(
+                &self,
+                done: &[&str],
+                ttl: ::std::option::Option<::std::time::Duration>,
+                release: &[(&str, &$crate::ClaimToken)],
+            ) -> $crate::StoreResult<()> {
+                match self { $($enum::$variant(s) => s.commit_many(done, ttl, release).await,)+ }
+            }
+        }
+    };
+}
+
+/// A store used through its single-key calls only (`seen`, `remember`, `claim`,
+/// `release`): the batch forms are the trait's defaults, one call per key. For a
+/// backend without batch calls, and as the baseline a batch store is measured
+/// against.
+pub struct PerKey<'a, S: ?Sized>(pub &'a S);
+
+impl<S: Store + ?Sized> Store for PerKey<'_, S> {
+    async fn seen(&self, key: &str) -> StoreResult<bool> {
+        self.0.seen(key).await
+    }
+    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
+        self.0.remember(key, ttl).await
+    }
+    async fn forget(&self, key: &str) -> StoreResult<()> {
+        self.0.forget(key).await
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
+        self.0.claim(key, lease).await
+    }
+    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
+        self.0.release(key, token).await
+    }
+}

@@ -3,7 +3,7 @@
 //! Every import is a synchronous call, so every future here is ready on its first
 //! poll. What the host reports in `capabilities()` decides which imports are used:
 //! - `batch` false: the `*-many` methods run the trait's own single-call loops
-//!   (through [`OneByOne`]), so the host's `*-many` functions are never called;
+//!   (through [`PerKey`]), so the host's `*-many` functions are never called;
 //! - `claim` false: `claim`, `claim_many` and `release` fail with `unsupported`
 //!   without calling the host (the guard then answers `store-unavailable`);
 //! - `ttl` false: `remember` always passes no TTL.
@@ -11,6 +11,7 @@
 use std::cell::OnceCell;
 use std::time::Duration;
 
+use bq_dedupe::store::PerKey;
 use bq_dedupe::{Capabilities, Claim, ClaimToken, Store, StoreError, StoreResult};
 
 use crate::bindings::babelqueue::idempotency::store as host;
@@ -69,14 +70,14 @@ impl Store for HostStore {
 
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
         if !self.caps().batch {
-            return OneByOne(self).seen_many(keys).await;
+            return PerKey(self).seen_many(keys).await;
         }
         Ok(host::seen_many(keys)?)
     }
 
     async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
         if !self.caps().batch {
-            return OneByOne(self).remember_many(keys, ttl).await;
+            return PerKey(self).remember_many(keys, ttl).await;
         }
         Ok(host::remember_many(keys, self.ttl_ms(ttl))?)
     }
@@ -94,7 +95,7 @@ impl Store for HostStore {
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
         self.check_claim()?;
         if !self.caps().batch {
-            return OneByOne(self).claim_many(keys, lease).await;
+            return PerKey(self).claim_many(keys, lease).await;
         }
         let answers = host::claim_many(keys, millis(lease))?;
         Ok(answers.into_iter().map(Into::into).collect())
@@ -110,42 +111,12 @@ impl Store for HostStore {
         // The release part of `commit-many` needs `claim` too; without it (only
         // reachable with a forged claim token) the loop's `release` says unsupported.
         if !caps.batch || !(caps.claim || release.is_empty()) {
-            return OneByOne(self).commit_many(done, ttl, release).await;
+            return PerKey(self).commit_many(done, ttl, release).await;
         }
         let release: Vec<(&str, &str)> = release
             .iter()
             .map(|(key, token)| (*key, token.0.as_str()))
             .collect();
         Ok(host::commit_many(done, self.ttl_ms(ttl), &release)?)
-    }
-}
-
-/// The host store's single-key calls only: the batch methods of this wrapper are
-/// the `Store` trait's default loops over them.
-struct OneByOne<'a>(&'a HostStore);
-
-impl Store for OneByOne<'_> {
-    async fn seen(&self, key: &str) -> StoreResult<bool> {
-        self.0.seen(key).await
-    }
-
-    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
-        self.0.remember(key, ttl).await
-    }
-
-    async fn forget(&self, key: &str) -> StoreResult<()> {
-        self.0.forget(key).await
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.0.capabilities()
-    }
-
-    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
-        self.0.claim(key, lease).await
-    }
-
-    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
-        self.0.release(key, token).await
     }
 }

@@ -338,53 +338,7 @@ impl Store for JsObjectStore {
     }
 }
 
-/// Dispatches to the in-memory store or the JS object.
-macro_rules! dispatch {
-    ($self:ident, $s:ident => $call:expr) => {
-        match $self {
-            AnyStore::Memory($s) => $call,
-            AnyStore::Js($s) => $call,
-        }
-    };
-}
-
-impl Store for AnyStore {
-    async fn seen(&self, key: &str) -> StoreResult<bool> {
-        dispatch!(self, s => s.seen(key).await)
-    }
-    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
-        dispatch!(self, s => s.remember(key, ttl).await)
-    }
-    async fn forget(&self, key: &str) -> StoreResult<()> {
-        dispatch!(self, s => s.forget(key).await)
-    }
-    fn capabilities(&self) -> Capabilities {
-        dispatch!(self, s => s.capabilities())
-    }
-    async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
-        dispatch!(self, s => s.seen_many(keys).await)
-    }
-    async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
-        dispatch!(self, s => s.remember_many(keys, ttl).await)
-    }
-    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
-        dispatch!(self, s => s.claim(key, lease).await)
-    }
-    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
-        dispatch!(self, s => s.release(key, token).await)
-    }
-    async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
-        dispatch!(self, s => s.claim_many(keys, lease).await)
-    }
-    async fn commit_many(
-        &self,
-        done: &[&str],
-        ttl: Option<Duration>,
-        release: &[(&str, &ClaimToken)],
-    ) -> StoreResult<()> {
-        dispatch!(self, s => s.commit_many(done, ttl, release).await)
-    }
-}
+bq_dedupe::delegate_store!(AnyStore { Memory, Js });
 
 /// For `claim` results handed back to JS by the in-memory class.
 pub fn claim_to_js(claim: &Claim) -> JsValue {

@@ -1,10 +1,6 @@
 //! [`AnyStore`]: a store picked at run time from a spec string.
 
-use std::time::Duration;
-
-use bq_dedupe::{
-    Capabilities, Claim, ClaimToken, InMemoryStore, Store, StoreError, StoreErrorKind, StoreResult,
-};
+use bq_dedupe::{InMemoryStore, StoreError, StoreErrorKind, StoreResult};
 
 use crate::{RedisStore, SqliteStore, StoreStats};
 
@@ -127,63 +123,12 @@ fn split_prefix(spec: &str) -> Result<(String, String), StoreError> {
     Ok((url, prefix))
 }
 
-/// Calls the same method on whichever store this is.
-macro_rules! delegate {
-    ($self:ident, $s:ident => $call:expr) => {
-        match $self {
-            AnyStore::Memory($s) => $call,
-            AnyStore::Sqlite($s) => $call,
-            AnyStore::Redis($s) => $call,
-        }
-    };
-}
-
-impl Store for AnyStore {
-    async fn seen(&self, key: &str) -> StoreResult<bool> {
-        delegate!(self, s => s.seen(key).await)
-    }
-
-    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
-        delegate!(self, s => s.remember(key, ttl).await)
-    }
-
-    async fn forget(&self, key: &str) -> StoreResult<()> {
-        delegate!(self, s => s.forget(key).await)
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        delegate!(self, s => s.capabilities())
-    }
-
-    async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
-        delegate!(self, s => s.seen_many(keys).await)
-    }
-
-    async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
-        delegate!(self, s => s.remember_many(keys, ttl).await)
-    }
-
-    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
-        delegate!(self, s => s.claim(key, lease).await)
-    }
-
-    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
-        delegate!(self, s => s.release(key, token).await)
-    }
-
-    async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
-        delegate!(self, s => s.claim_many(keys, lease).await)
-    }
-
-    async fn commit_many(
-        &self,
-        done: &[&str],
-        ttl: Option<Duration>,
-        release: &[(&str, &ClaimToken)],
-    ) -> StoreResult<()> {
-        delegate!(self, s => s.commit_many(done, ttl, release).await)
-    }
-}
+// Calls the same method on whichever store this is.
+bq_dedupe::delegate_store!(AnyStore {
+    Memory,
+    Sqlite,
+    Redis
+});
 
 #[cfg(test)]
 mod tests {

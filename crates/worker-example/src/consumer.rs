@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use bq_dedupe_workers::bq_dedupe::store::PerKey;
 use bq_dedupe_workers::bq_dedupe::{OutcomeKind, Store};
 use bq_dedupe_workers::{
     Action, BatchReport, ConsumeError, DedupeConfig, Delivery, QueueBatch, QueueConsumer,
@@ -12,7 +13,6 @@ use serde::Deserialize;
 use worker::{Context, Delay, Env, Result};
 
 use crate::effects::{CounterUpdate, EffectLogClient, Invocation};
-use crate::naive::PerMessage;
 
 /// What an envelope's `data` may tell the example handler to do (tests use these).
 #[derive(Deserialize, Default)]
@@ -52,7 +52,7 @@ pub async fn consume(batch: QueueBatch, env: Env, _ctx: Context) -> Result<()> {
     let naive = switch("EXAMPLE_NAIVE_STORE", "on");
     let effects = (!switch("EXAMPLE_EFFECT_LOG", "off")).then_some(&log);
     let report = if naive {
-        run(config.consumer(&env, PerMessage(store))?, &batch, effects).await?
+        run(config.consumer(&env, PerKey(&store))?, &batch, effects).await?
     } else {
         run(config.consumer(&env, store)?, &batch, effects).await?
     };

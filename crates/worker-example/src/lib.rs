@@ -7,12 +7,13 @@
 //!   and consumer counters (strongly consistent, so tests can count exactly);
 //! - [`publish`]: `POST /publish`;
 //! - [`store_api`]: the dedupe store over HTTP (`/forget`, `/store/*`), used by
-//!   the playground;
-//! - [`naive`]: a per-message store adapter, the benchmark's baseline.
+//!   the playground.
+//!
+//! The benchmark's baseline (`EXAMPLE_NAIVE_STORE=on`) is the same store behind
+//! the core's per-key wrapper (`bq_dedupe::store::PerKey`).
 
 mod consumer;
 mod effects;
-mod naive;
 mod publish;
 mod store_api;
 
