@@ -76,16 +76,21 @@ pub(crate) fn check_options(what: &str, o: &JsValue, known: &[&str]) -> Result<(
     Ok(())
 }
 
-/// An optional non-negative number option.
-pub(crate) fn opt_number(what: &str, o: &JsValue, key: &str) -> Result<Option<f64>, JsValue> {
+/// `o[key]` when `o` is an object and the value is neither `undefined` nor `null`.
+fn opt_prop(o: &JsValue, key: &str) -> Option<JsValue> {
     let v = if o.is_object() {
         prop(o, key)
     } else {
         JsValue::UNDEFINED
     };
-    if v.is_undefined() || v.is_null() {
+    (!v.is_undefined() && !v.is_null()).then_some(v)
+}
+
+/// An optional non-negative number option.
+pub(crate) fn opt_number(what: &str, o: &JsValue, key: &str) -> Result<Option<f64>, JsValue> {
+    let Some(v) = opt_prop(o, key) else {
         return Ok(None);
-    }
+    };
     match v.as_f64() {
         Some(n) if n.is_finite() && n >= 0.0 => Ok(Some(n)),
         _ => Err(type_error(&format!(
@@ -95,14 +100,9 @@ pub(crate) fn opt_number(what: &str, o: &JsValue, key: &str) -> Result<Option<f6
 }
 
 fn opt_string(o: &JsValue, key: &str) -> Result<Option<String>, JsValue> {
-    let v = if o.is_object() {
-        prop(o, key)
-    } else {
-        JsValue::UNDEFINED
-    };
-    if v.is_undefined() || v.is_null() {
+    let Some(v) = opt_prop(o, key) else {
         return Ok(None);
-    }
+    };
     v.as_string()
         .map(Some)
         .ok_or_else(|| type_error(&format!("options.{key} must be a string")))
