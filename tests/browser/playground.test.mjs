@@ -4,16 +4,14 @@
 // (git-ignored). Needs `scripts/build-js.sh` first (make browser-test does both).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, readFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
 import { serveWww } from '../../scripts/serve-www.mjs';
+import { launchChromium } from './chromium.mjs';
 
 const here = (p) => fileURLToPath(new URL(p, import.meta.url));
 const ARTIFACTS = here('./artifacts/');
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 mkdirSync(ARTIFACTS, { recursive: true });
 
 // The manifest's full count, computed here independently of the page and the package.
@@ -21,26 +19,19 @@ const manifest = JSON.parse(readFileSync(here('../conformance/manifest.json'), '
 const FULL_COUNT = manifest.cases.length + 1 + manifest.idempotency.sequences.cases.length;
 
 let server;
+let chromium;
 let browser;
-let profile;
 
 before(async () => {
   assert.ok(existsSync(here('../../www/pkg/bq_dedupe_bg.wasm')), 'www/pkg is missing: run scripts/build-js.sh');
   server = await serveWww({ port: 0 });
-  profile = mkdtempSync(join(tmpdir(), 'bq-chromium-'));
-  browser = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
-    viewport: { width: 1280, height: 900 },
-  });
+  chromium = await launchChromium();
+  browser = chromium.context;
 });
 
 after(async () => {
-  await browser?.close();
+  await chromium?.close();
   await server?.close();
-  if (profile) rmSync(profile, { recursive: true, force: true });
 });
 
 /** A fresh page on the playground with empty localStorage, loaded and ready. */

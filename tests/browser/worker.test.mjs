@@ -4,36 +4,26 @@
 // (scripts/build-worker.sh; make browser-test does it).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
 import { envelope, startWorker } from '../../crates/workers/tests/harness.mjs';
+import { launchChromium } from './chromium.mjs';
 
 const ARTIFACTS = fileURLToPath(new URL('./artifacts/', import.meta.url));
 mkdirSync(ARTIFACTS, { recursive: true });
 
 let worker;
-let browser;
-let profile;
+let chromium;
 
 before(async () => {
   worker = await startWorker({ assets: true });
-  profile = mkdtempSync(join(tmpdir(), 'bq-chromium-'));
-  browser = await chromium.launchPersistentContext(profile, {
-    executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
-    viewport: { width: 1280, height: 900 },
-  });
+  chromium = await launchChromium();
 });
 
 after(async () => {
-  await browser?.close();
+  await chromium?.close();
   await worker?.dispose();
-  if (profile) rmSync(profile, { recursive: true, force: true });
 });
 
 const idle = (page) => page.waitForFunction(() => document.body.dataset.busy !== 'true');
@@ -45,7 +35,7 @@ async function decisions(page) {
 
 test('served by the example worker, the playground shares its Durable Object store with the queue consumer', async () => {
   const url = await worker.mf.ready;
-  const page = await browser.newPage();
+  const page = await chromium.context.newPage();
   const errors = [];
   page.on('pageerror', (e) => errors.push(e.message));
   await page.goto(url.href);
