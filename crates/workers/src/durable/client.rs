@@ -7,7 +7,7 @@ use futures_util::future::{join_all, try_join_all};
 use wasm_bindgen::JsValue;
 use worker::{Method, ObjectNamespace, Request, RequestInit};
 
-use super::protocol::{ClaimReply, Entry, Release, ShardReply, ShardRequest};
+use super::protocol::{ClaimReply, Entry, MAX_SAFE_MS, Release, ShardReply, ShardRequest};
 use crate::round_trips::RoundTrips;
 use crate::shard::{shard_name, shard_of};
 
@@ -145,9 +145,6 @@ fn scatter<T: Clone>(
         .map(|a| a.ok_or_else(|| StoreError::internal(format!("a key got no {what}"))))
         .collect()
 }
-
-/// The largest integer JS numbers (and so the object's timestamps) hold exactly.
-const MAX_SAFE_MS: u64 = (1 << 53) - 1;
 
 /// A duration in whole milliseconds for the wire: at least 1, at most 2^53 - 1.
 fn wire_ms(duration: Duration) -> u64 {

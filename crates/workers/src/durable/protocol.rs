@@ -3,6 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The largest integer a JS number holds exactly: no duration or timestamp on the
+/// wire, or stored by a shard, exceeds it (a row read back must still fit).
+pub const MAX_SAFE_MS: u64 = (1 << 53) - 1;
+
 /// A request to one shard. Keys are exact store keys (any length).
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "kebab-case")]

@@ -3,7 +3,7 @@
 use serde::Deserialize;
 use worker::{Result, SqlStorage, SqlStorageValue};
 
-use super::protocol::{ClaimReply, Entry, Release, ShardReply, ShardRequest};
+use super::protocol::{ClaimReply, Entry, MAX_SAFE_MS, Release, ShardReply, ShardRequest};
 
 /// `token` NULL: remembered (done); otherwise an in-flight claim owned by that
 /// token. `expires_at` NULL: never expires. Rows past `expires_at` count as absent
@@ -192,7 +192,6 @@ fn new_token(now: i64) -> String {
 
 /// `now + ms`, kept within what a JS number (and so a row read back) holds exactly.
 fn expiry_after(now: i64, ms: u64) -> i64 {
-    const MAX_SAFE: i64 = (1 << 53) - 1;
     now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
-        .min(MAX_SAFE)
+        .min(MAX_SAFE_MS as i64)
 }
