@@ -23,10 +23,7 @@ js-test: js-build
 
 browser-setup:
 	@scripts/ensure-tools.sh chromium >/dev/null
-	@stamp=tests/browser/node_modules/.package-lock.json; \
-	if [[ ! -f $$stamp || tests/browser/package.json -nt $$stamp ]]; then \
-	  (cd tests/browser && npm install --no-audit --no-fund) && touch $$stamp; \
-	fi
+	@scripts/ensure-tools.sh npm tests/browser >/dev/null
 
 browser-test: js-build browser-setup workers-build
 	node --test tests/browser/

@@ -32,8 +32,7 @@ EXTRA_TESTS += workers-test
 ## setup-workers: the npm tools (wrangler, miniflare, esbuild, binaryen) and the
 ## pinned cargo tools worker-build runs; each skipped when already present.
 setup-workers:
-	@stamp=node_modules/.package-lock.json; \
-	  if [[ ! -f $$stamp || package.json -nt $$stamp ]]; then npm install --no-audit --no-fund && touch $$stamp; fi
+	@scripts/ensure-tools.sh npm . >/dev/null
 	@scripts/ensure-tools.sh wasm-bindgen >/dev/null
 	@scripts/ensure-tools.sh worker-build >/dev/null
 

@@ -36,17 +36,8 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
 size() { stat -c %s "$1"; }
 
 # --- tools -----------------------------------------------------------------
-if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
-    rustup target add wasm32-unknown-unknown
-fi
-# npm install only when node_modules is missing or older than package(-lock).json.
-stamp="$JS_TOOLS/node_modules/.package-lock.json"
-if [[ ! -f "$stamp" || "$JS_TOOLS/package.json" -nt "$stamp" ||
-    ("$JS_TOOLS/package-lock.json" -nt "$stamp" && -f "$JS_TOOLS/package-lock.json") ]]; then
-    echo "== npm install (binaryen, jco) in crates/component/js"
-    (cd "$JS_TOOLS" && npm install --no-audit --no-fund)
-    touch "$stamp"
-fi
+# The wasm32 target, and binaryen + jco (npm install only when stale).
+"$ROOT/scripts/ensure-tools.sh" npm "$JS_TOOLS" >/dev/null
 WASM_OPT="$JS_TOOLS/node_modules/.bin/wasm-opt"
 
 # --- guest module ------------------------------------------------------------

@@ -35,14 +35,7 @@ size() { stat -c %s "$1"; }
 
 # --- tools -------------------------------------------------------------------
 WB="$("$ROOT/scripts/ensure-tools.sh" wasm-bindgen)"
-# npm install only when node_modules is missing or older than package(-lock).json.
-stamp="$JS/node_modules/.package-lock.json"
-if [[ ! -f "$stamp" || "$JS/package.json" -nt "$stamp" ||
-    ("$JS/package-lock.json" -nt "$stamp" && -f "$JS/package-lock.json") ]]; then
-    echo "== npm install (binaryen, typescript) in crates/js"
-    (cd "$JS" && npm install --no-audit --no-fund)
-    touch "$stamp"
-fi
+"$ROOT/scripts/ensure-tools.sh" npm "$JS" >/dev/null # binaryen, typescript
 WASM_OPT="$JS/node_modules/.bin/wasm-opt"
 
 # --- the module ----------------------------------------------------------------

@@ -17,12 +17,7 @@ BUDGET="${BQ_WORKER_BUDGET:-1048576}" # 1 MiB, gzip'd .wasm
 # Tools: skip whatever is present at the pinned version.
 export WASM_BINDGEN_BIN="$(scripts/ensure-tools.sh wasm-bindgen)"
 WORKER_BUILD="$(scripts/ensure-tools.sh worker-build)"
-stamp="node_modules/.package-lock.json"
-if [[ ! -f "$stamp" || package.json -nt "$stamp" ]]; then
-    echo "== npm install (wrangler, miniflare, esbuild, binaryen)" >&2
-    npm install --no-audit --no-fund >&2
-    touch "$stamp"
-fi
+scripts/ensure-tools.sh npm "$ROOT" >/dev/null # wrangler, miniflare, esbuild, binaryen
 case "$(uname -m)" in
 x86_64) esbuild_pkg=linux-x64 ;;
 aarch64 | arm64) esbuild_pkg=linux-arm64 ;;

@@ -5,6 +5,8 @@
 #   scripts/ensure-tools.sh wasm-bindgen   # wasm-bindgen-cli (must equal Cargo.lock's wasm-bindgen)
 #   scripts/ensure-tools.sh worker-build   # worker-build (workers-rs bundler)
 #   scripts/ensure-tools.sh chromium       # Debian chromium (headless browser tests)
+#   scripts/ensure-tools.sh npm DIR        # `npm install` in DIR when node_modules is
+#                                          # missing or older than package(-lock).json
 #
 # Prints the tool's path on stdout; progress goes to stderr.
 set -euo pipefail
@@ -19,7 +21,7 @@ have_version() { # have_version BIN VERSION
 rustup target list --installed | grep -qx wasm32-unknown-unknown \
     || rustup target add wasm32-unknown-unknown >&2
 
-case "${1:?usage: $0 wasm-bindgen|worker-build|chromium}" in
+case "${1:?usage: $0 wasm-bindgen|worker-build|chromium|npm DIR}" in
 wasm-bindgen)
     # `--locked` fails for this version (a locked dependency is not in the index).
     have_version wasm-bindgen "$WASM_BINDGEN_VERSION" \
@@ -39,6 +41,17 @@ chromium)
             || { $SUDO apt-get update >&2 && $SUDO apt-get install -y chromium >&2; }
     fi
     command -v chromium
+    ;;
+npm)
+    dir="${2:?usage: $0 npm DIR}"
+    stamp="$dir/node_modules/.package-lock.json"
+    if [[ ! -f "$stamp" || "$dir/package.json" -nt "$stamp" ||
+        (-f "$dir/package-lock.json" && "$dir/package-lock.json" -nt "$stamp") ]]; then
+        echo "== npm install in $dir" >&2
+        (cd "$dir" && npm install --no-audit --no-fund) >&2
+        touch "$stamp"
+    fi
+    echo "$dir/node_modules"
     ;;
 *)
     echo "unknown tool: $1" >&2
