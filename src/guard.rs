@@ -6,21 +6,29 @@
 //! [`Guard::decide_batch`] asks the store (one call), the host runs what it was told
 //! to run, and [`Guard::complete_batch`] commits (one call) and resolves every
 //! delivery's [`Outcome`].
+//!
+//! In between, [`Guard::process_batch`] keeps the batch's claims alive and writes
+//! finished work as it goes (see [`crate::lease`]); commits in claiming mode are
+//! fenced, so a lease lost while a handler ran is reported
+//! ([`Outcome::RanLeaseLost`]) instead of read as a plain success.
 
 use std::future::Future;
 use std::ops::AsyncFnMut;
 use std::panic::AssertUnwindSafe;
 use std::pin::pin;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
 use foldhash::fast::RandomState;
 
+use crate::clock::Clock;
 use crate::envelope::{Limits, Message, Rejection};
 use crate::key::KeySpace;
+use crate::lease::{LeasePolicy, NoTimer, Progress, Timer};
 use crate::observe::{Event, Observer, StoreOp};
 use crate::outcome::{Outcome, OutcomeKind};
-use crate::store::{Claim, ClaimToken, Store, StoreError, StoreResult};
+use crate::store::{Claim, ClaimToken, Settled, Settlement, Store, StoreError, StoreResult};
 
 /// How the guard behaves. The defaults are the spec's: no TTL, no claiming, ids
 /// verbatim, 1 MiB envelopes.
@@ -35,6 +43,8 @@ pub struct Options {
     pub keyspace: KeySpace,
     /// Input limits for decoding.
     pub limits: Limits,
+    /// When a slow batch renews its claims and writes its finished work.
+    pub leases: LeasePolicy,
 }
 
 /// What the guard decided for one delivery, before its handler runs.
@@ -116,24 +126,34 @@ impl<E> From<Result<(), E>> for HandlerResult<E> {
 /// }
 /// assert_eq!(effects, 1);
 /// ```
-pub struct Guard<S, O = ()> {
+pub struct Guard<S, O = (), T = NoTimer> {
     store: S,
     options: Options,
     observer: O,
+    /// Time for leases and checkpoints (the system clock natively; none on
+    /// `wasm32-unknown-unknown` unless the host gives one).
+    clock: Option<Arc<dyn Clock>>,
+    timer: T,
 }
 
 impl<S: Store> Guard<S, ()> {
     /// A guard with the default [`Options`] and no observer.
     pub fn new(store: S) -> Self {
+        #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+        let clock: Option<Arc<dyn Clock>> = Some(Arc::new(crate::clock::SystemClock));
+        #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+        let clock: Option<Arc<dyn Clock>> = None;
         Guard {
             store,
             options: Options::default(),
             observer: (),
+            clock,
+            timer: NoTimer,
         }
     }
 }
 
-impl<S: Store, O: Observer> Guard<S, O> {
+impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     /// Remembered ids expire after `ttl`.
     pub fn with_ttl(mut self, ttl: Duration) -> Self {
         self.options.ttl = Some(ttl);
@@ -157,11 +177,31 @@ impl<S: Store, O: Observer> Guard<S, O> {
     }
 
     /// Reports every decision and store error to `observer`.
-    pub fn with_observer<O2: Observer>(self, observer: O2) -> Guard<S, O2> {
+    pub fn with_observer<O2: Observer>(self, observer: O2) -> Guard<S, O2, T> {
         Guard {
             store: self.store,
             options: self.options,
             observer,
+            clock: self.clock,
+            timer: self.timer,
+        }
+    }
+
+    /// Reads time (lease renewals, checkpoints) from `clock`.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Races every handler against `timer`, so claims are renewed (and finished
+    /// work written) while one long handler runs, not only between handlers.
+    pub fn with_timer<T2: Timer>(self, timer: T2) -> Guard<S, O, T2> {
+        Guard {
+            store: self.store,
+            options: self.options,
+            observer: self.observer,
+            clock: self.clock,
+            timer,
         }
     }
 
@@ -193,6 +233,11 @@ impl<S: Store, O: Observer> Guard<S, O> {
         body: &[u8],
         mut handler: impl AsyncFnMut(&Message<'_>) -> Result<(), E>,
     ) -> Outcome<E> {
+        if self.options.claim_lease.is_some() && self.timer.available() {
+            // A claim to keep alive while the handler runs: the batch path does it.
+            let mut outcomes = self.process_batch(&[body], handler).await;
+            return outcomes.pop().unwrap_or(Outcome::Parked);
+        }
         let (message, decision) = self.decide_one(body).await;
         let result = run_if_told(&mut handler, message.as_ref(), &decision).await;
         self.complete(decision, result).await
@@ -201,6 +246,10 @@ impl<S: Store, O: Observer> Guard<S, O> {
     /// Puts a batch through the guard with one store call to decide and one to
     /// record, running `handler` in order for each delivery that should run.
     /// Deliveries sharing a key run at most once (see [`Verdict::Duplicate`]).
+    ///
+    /// A slow batch makes more calls: before each handler (and on the timer's
+    /// ticks, see [`Guard::with_timer`]) a due checkpoint remembers the successes
+    /// so far and renews the claims still held ([`crate::lease`]).
     pub async fn process_batch<B: AsRef<[u8]>, E>(
         &self,
         bodies: &[B],
@@ -218,13 +267,163 @@ impl<S: Store, O: Observer> Guard<S, O> {
         bodies: &[B],
         mut handler: impl AsyncFnMut(usize, &Message<'_>) -> Result<(), E>,
     ) -> Vec<Outcome<E>> {
-        let (messages, decisions) = self.plan(bodies).await;
-        let mut results = Vec::with_capacity(decisions.len());
-        for (i, (message, decision)) in messages.iter().zip(&decisions).enumerate() {
+        let (messages, mut decisions) = self.plan(bodies).await;
+        let mut progress = Progress::new(decisions.len(), self.now());
+        for (i, message) in messages.iter().enumerate() {
+            let Some(message) = message.as_ref().filter(|_| decisions[i].should_run()) else {
+                continue;
+            };
+            if progress.due(&self.options.leases, self.renewing(), self.now()) {
+                self.checkpoint(&decisions, &mut progress, i, false).await;
+            }
+            if progress.lost[i] {
+                // Its claim went (expired and taken, or forgotten) before it ran.
+                decisions[i].verdict = Verdict::Park;
+                decisions[i].claim = None;
+                continue;
+            }
             let mut at_i = async |msg: &Message<'_>| handler(i, msg).await;
-            results.push(run_if_told(&mut at_i, message.as_ref(), decision).await);
+            let result = self
+                .run_kept_alive(&mut at_i, message, &decisions, &mut progress, i)
+                .await;
+            if matches!(result, HandlerResult::Ok) && decisions[i].verdict == Verdict::Run {
+                progress.waiting.push(i);
+                progress
+                    .waiting_since
+                    .get_or_insert_with(|| self.now().unwrap_or(0));
+            }
+            progress.results[i] = Some(result);
         }
-        self.complete_batch(decisions, results).await
+        self.finish(decisions, progress).await
+    }
+
+    fn now(&self) -> Option<u64> {
+        self.clock.as_ref().map(|c| c.now_ms())
+    }
+
+    /// The lease to keep claims alive for: claiming mode on a store that renews.
+    fn renewing(&self) -> Option<Duration> {
+        self.options
+            .claim_lease
+            .filter(|_| self.store.capabilities().lease)
+    }
+
+    /// Runs delivery `i`'s handler; with a timer, checkpoints on its ticks until
+    /// the handler is done. A checkpoint that has started is finished before the
+    /// result is returned, so a store write is never cut off halfway.
+    async fn run_kept_alive<E>(
+        &self,
+        handler: &mut impl AsyncFnMut(&Message<'_>) -> Result<(), E>,
+        msg: &Message<'_>,
+        decisions: &[Decision],
+        progress: &mut Progress<E>,
+        i: usize,
+    ) -> HandlerResult<E> {
+        let lease = self.renewing();
+        let mut run = pin!(run_caught(handler, msg));
+        if !self.timer.available() || (lease.is_none() && progress.waiting.is_empty()) {
+            return run.await;
+        }
+        let every = Progress::<E>::tick(&self.options.leases, lease);
+        loop {
+            let started = std::cell::Cell::new(false);
+            let mut tick = pin!(async {
+                self.timer.sleep(every).await;
+                started.set(true);
+                if progress.due(&self.options.leases, lease, self.now()) {
+                    self.checkpoint(decisions, progress, i, true).await;
+                }
+            });
+            let mut result = None;
+            let ticked = std::future::poll_fn(|cx| {
+                if result.is_none() {
+                    if let Poll::Ready(r) = run.as_mut().poll(cx) {
+                        result = Some(r);
+                    }
+                }
+                match (result.is_some(), started.get()) {
+                    // Done before the tick: nothing of the tick has happened.
+                    (true, false) => Poll::Ready(false),
+                    _ => tick.as_mut().poll(cx).map(|()| true),
+                }
+            })
+            .await;
+            if let Some(r) = result {
+                return r;
+            }
+            debug_assert!(ticked);
+        }
+    }
+
+    /// One store call: remembers the waiting successes (fenced in claiming mode)
+    /// and renews every claim from `from` on that is still to run (or, when
+    /// `running`, is running: delivery `from`).
+    async fn checkpoint<E>(
+        &self,
+        decisions: &[Decision],
+        progress: &mut Progress<E>,
+        from: usize,
+        running: bool,
+    ) {
+        let lease = self.renewing();
+        let remember: Vec<(&str, Option<&ClaimToken>)> = progress
+            .waiting
+            .iter()
+            .map(|&i| (key_at(decisions, i), self.fence_token(&decisions[i])))
+            .collect();
+        let renew: Vec<(usize, (&str, &ClaimToken))> = match lease {
+            None => Vec::new(),
+            Some(_) => (from..decisions.len())
+                .filter(|&j| decisions[j].should_run() && !progress.lost[j])
+                .filter_map(|j| Some((j, (key_at(decisions, j), decisions[j].claim.as_ref()?))))
+                .collect(),
+        };
+        if remember.is_empty() && renew.is_empty() {
+            progress.renewed_at = self.now();
+            return;
+        }
+        let renew_keys: Vec<(&str, &ClaimToken)> = renew.iter().map(|(_, c)| *c).collect();
+        let step = Settlement {
+            remember: &remember,
+            ttl: self.options.ttl,
+            release: &[],
+            renew: &renew_keys,
+            lease: lease.unwrap_or_default(),
+        };
+        let settled = self.settle(&step).await;
+        let Ok(settled) = settled else {
+            // Unknown: the successes stay waiting and are written at the commit.
+            return;
+        };
+        for (&i, kept) in progress.waiting.iter().zip(&settled.kept) {
+            progress.written[i] = Some(*kept);
+        }
+        progress.waiting.clear();
+        progress.waiting_since = None;
+        for ((j, _), renewed) in renew.iter().zip(&settled.renewed) {
+            // The running delivery's claim is settled by its fenced commit.
+            match (renewed, running && *j == from) {
+                (true, _) => {}
+                (false, false) => progress.lost[*j] = true,
+                (false, true) => self.observe_lease_lost_early(&decisions[*j]),
+            }
+        }
+        progress.renewed_at = self.now();
+    }
+
+    /// The token a success is committed under: its claim, when the store fences.
+    fn fence_token<'d>(&self, decision: &'d Decision) -> Option<&'d ClaimToken> {
+        decision
+            .claim
+            .as_ref()
+            .filter(|_| self.store.capabilities().lease)
+    }
+
+    /// A renewal found the running handler's claim gone; its commit will say so.
+    fn observe_lease_lost_early(&self, decision: &Decision) {
+        self.observer.observe(Event::LeaseLost {
+            key: decision.key.as_deref(),
+        });
     }
 
     /// Decides one delivery (see [`Guard::decide_batch`]).
@@ -256,9 +455,27 @@ impl<S: Store, O: Observer> Guard<S, O> {
         result: Option<HandlerResult<E>>,
     ) -> Outcome<E> {
         let recorded = match settlement(&decision, &result) {
-            Settle::Remember(key) => self.commit(&[key], &[]).await,
-            Settle::Release(key, token) => self.commit(&[], &[(key, token)]).await,
-            Settle::Nothing => Ok(()),
+            Settle::Remember(key) => {
+                let remember = [(key, self.fence_token(&decision))];
+                let step = Settlement {
+                    remember: &remember,
+                    ttl: self.options.ttl,
+                    ..Settlement::default()
+                };
+                self.settle(&step)
+                    .await
+                    .map(|s| s.kept.first().copied().unwrap_or(true))
+            }
+            Settle::Release(key, token) => {
+                let release = [(key, token)];
+                let step = Settlement {
+                    release: &release,
+                    ..Settlement::default()
+                };
+                let _ = self.settle(&step).await;
+                Ok(true)
+            }
+            Settle::Nothing => Ok(true),
         };
         let outcome = resolve(&decision.verdict, result, &recorded, None);
         self.observe_outcome(&decision, &outcome);
@@ -266,31 +483,81 @@ impl<S: Store, O: Observer> Guard<S, O> {
     }
 
     /// Records a batch with one store call: remembers the keys whose handler
-    /// succeeded, releases the claims of those that failed, and resolves every
-    /// delivery's outcome. `results[i]` is the handler result for `decisions[i]`
-    /// (`None` where it did not run).
+    /// succeeded (fenced in claiming mode), releases the claims of those that
+    /// failed, and resolves every delivery's outcome. `results[i]` is the handler
+    /// result for `decisions[i]` (`None` where it did not run).
     pub async fn complete_batch<E>(
         &self,
         decisions: Vec<Decision>,
-        mut results: Vec<Option<HandlerResult<E>>>,
+        results: Vec<Option<HandlerResult<E>>>,
     ) -> Vec<Outcome<E>> {
-        results.resize_with(decisions.len(), || None);
-        let mut done: Vec<&str> = Vec::new();
-        let mut release: Vec<(&str, &ClaimToken)> = Vec::new();
-        for (decision, result) in decisions.iter().zip(&results) {
-            match settlement(decision, result) {
-                Settle::Remember(key) => done.push(key),
-                Settle::Release(key, token) => release.push((key, token)),
-                Settle::Nothing => {}
+        let mut progress = Progress::new(decisions.len(), None);
+        for (i, result) in results.into_iter().enumerate().take(decisions.len()) {
+            if matches!(result, Some(HandlerResult::Ok)) && decisions[i].verdict == Verdict::Run {
+                progress.waiting.push(i);
             }
+            progress.results[i] = result;
         }
-        let recorded = self.commit(&done, &release).await;
+        self.finish(decisions, progress).await
+    }
+
+    /// The commit: writes what is still waiting and releases what did not
+    /// succeed (one call), then resolves every outcome.
+    async fn finish<E>(&self, decisions: Vec<Decision>, progress: Progress<E>) -> Vec<Outcome<E>> {
+        let Progress {
+            results,
+            mut written,
+            lost,
+            waiting,
+            ..
+        } = progress;
+        let remember: Vec<(&str, Option<&ClaimToken>)> = waiting
+            .iter()
+            .map(|&i| (key_at(&decisions, i), self.fence_token(&decisions[i])))
+            .collect();
+        let release: Vec<(&str, &ClaimToken)> = decisions
+            .iter()
+            .zip(&results)
+            .zip(&lost)
+            .filter(|(_, lost)| !**lost)
+            .filter_map(
+                |((decision, result), _)| match settlement(decision, result) {
+                    Settle::Release(key, token) => Some((key, token)),
+                    _ => None,
+                },
+            )
+            .collect();
+        let step = Settlement {
+            remember: &remember,
+            ttl: self.options.ttl,
+            release: &release,
+            ..Settlement::default()
+        };
+        let committed = match (remember.is_empty(), release.is_empty()) {
+            (true, true) => Ok(Settled::default()),
+            _ => self.settle(&step).await,
+        };
+        let mut commit_error = None;
+        match committed {
+            Ok(settled) => {
+                for (&i, kept) in waiting.iter().zip(&settled.kept) {
+                    written[i] = Some(*kept);
+                }
+            }
+            Err(e) if !remember.is_empty() => commit_error = Some(e),
+            Err(_) => {} // Releases only: the leases run out by themselves.
+        }
 
         let mut outcomes: Vec<Outcome<E>> = Vec::with_capacity(decisions.len());
-        for (decision, result) in decisions.iter().zip(results) {
+        for ((decision, result), written) in decisions.iter().zip(results).zip(written) {
             let leader = match decision.verdict {
                 Verdict::Duplicate(of) => outcomes.get(of),
                 _ => None,
+            };
+            let recorded = match (written, &commit_error) {
+                (Some(kept), _) => Ok(kept),
+                (None, Some(e)) => Err(e.clone()),
+                (None, None) => Ok(true),
             };
             let outcome = resolve(&decision.verdict, result, &recorded, leader);
             self.observe_outcome(decision, &outcome);
@@ -434,27 +701,63 @@ impl<S: Store, O: Observer> Guard<S, O> {
         }
     }
 
-    /// Remembers `done` and releases `release` in as few calls as the store allows.
-    async fn commit(&self, done: &[&str], release: &[(&str, &ClaimToken)]) -> StoreResult<()> {
-        let ttl = self.options.ttl;
-        let result = match (done, release) {
-            ([], []) => return Ok(()),
-            ([one], []) => self.store.remember(one, ttl).await,
-            (many, []) => self.store.remember_many(many, ttl).await,
-            ([], [(key, token)]) => self.store.release(key, token).await,
-            _ => self.store.commit_many(done, ttl, release).await,
+    /// One batch step in as few calls as the store allows; store errors are
+    /// reported to the observer (a failed release only there: it changes no
+    /// outcome, the lease runs out by itself).
+    async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
+        let ttl = step.ttl;
+        let plain = step.renew.is_empty() && step.remember.iter().all(|(_, t)| t.is_none());
+        let result = match (step.remember, step.release) {
+            ([], []) if step.renew.is_empty() => Ok(Settled::default()),
+            ([(key, None)], []) if plain => self.store.remember(key, ttl).await.map(|()| Settled {
+                kept: vec![true],
+                ..Settled::default()
+            }),
+            (many, []) if plain => {
+                let keys: Vec<&str> = many.iter().map(|(key, _)| *key).collect();
+                self.store
+                    .remember_many(&keys, ttl)
+                    .await
+                    .map(|()| Settled {
+                        kept: vec![true; keys.len()],
+                        ..Settled::default()
+                    })
+            }
+            ([], [(key, token)]) if plain => {
+                let released = self.store.release(key, token).await;
+                Ok(Settled {
+                    release_error: released.err(),
+                    ..Settled::default()
+                })
+            }
+            _ => self.store.settle(step).await,
         };
-        let op = if done.is_empty() {
-            StoreOp::Release
+        let op = if step.remember.is_empty() {
+            StoreOp::Renew
         } else {
             StoreOp::Remember
         };
-        self.report_store_error(op, &result);
-        // A failed release alone changes no outcome: the lease runs out by itself.
-        if done.is_empty() { Ok(()) } else { result }
+        match &result {
+            Ok(settled) => {
+                if let Some(error) = &settled.release_error {
+                    self.observer.observe(Event::StoreError {
+                        op: StoreOp::Release,
+                        error,
+                    });
+                }
+            }
+            Err(error) if step.remember.is_empty() && step.renew.is_empty() => {
+                self.observer.observe(Event::StoreError {
+                    op: StoreOp::Release,
+                    error,
+                });
+            }
+            Err(error) => self.observer.observe(Event::StoreError { op, error }),
+        }
+        result
     }
 
-    fn report_store_error<T>(&self, op: StoreOp, result: &StoreResult<T>) {
+    fn report_store_error<R>(&self, op: StoreOp, result: &StoreResult<R>) {
         if let Err(error) = result {
             self.observer.observe(Event::StoreError { op, error });
         }
@@ -510,17 +813,18 @@ fn after_seen(answer: Result<bool, &StoreError>) -> Verdict {
     }
 }
 
-/// A delivery's outcome from its verdict, its handler's result, whether the batch's
-/// successes were recorded, and (for an in-batch duplicate) the leader's outcome.
+/// A delivery's outcome from its verdict, its handler's result, whether its
+/// success was recorded (`Ok(false)`: recorded after its claim was lost), and (for an in-batch duplicate) the leader's outcome.
 fn resolve<E>(
     verdict: &Verdict,
     result: Option<HandlerResult<E>>,
-    recorded: &StoreResult<()>,
+    recorded: &StoreResult<bool>,
     leader: Option<&Outcome<E>>,
 ) -> Outcome<E> {
     match (verdict, result) {
         (Verdict::Run, Some(HandlerResult::Ok)) => match recorded {
-            Ok(()) => Outcome::Ran,
+            Ok(true) => Outcome::Ran,
+            Ok(false) => Outcome::RanLeaseLost,
             Err(e) => Outcome::RanUnrecorded(e.clone()),
         },
         (Verdict::FailOpen, Some(HandlerResult::Ok)) => Outcome::FailOpen(Ok(())),
@@ -555,9 +859,12 @@ fn checked_len<T>(answers: StoreResult<Vec<T>>, expected: usize) -> StoreResult<
 /// skip here; anything else means retry here, without running.
 fn follow<E>(leader: Option<&Outcome<E>>) -> Outcome<E> {
     match leader.map(Outcome::kind) {
-        Some(OutcomeKind::Ran | OutcomeKind::RanUnrecorded | OutcomeKind::Skipped) => {
-            Outcome::Skipped
-        }
+        Some(
+            OutcomeKind::Ran
+            | OutcomeKind::RanUnrecorded
+            | OutcomeKind::RanLeaseLost
+            | OutcomeKind::Skipped,
+        ) => Outcome::Skipped,
         Some(OutcomeKind::StoreUnavailable) => match leader {
             Some(Outcome::StoreUnavailable(e)) => Outcome::StoreUnavailable(e.clone()),
             _ => Outcome::Parked,

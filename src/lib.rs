@@ -7,6 +7,7 @@
 //! - [`Store`]: the seen-set (`seen` / `remember` / `forget` plus optional batch,
 //!   TTL and claim extensions), and [`InMemoryStore`], the reference store.
 //! - [`Guard`]: the decision sequence around a handler, for one delivery or a batch.
+//! - [`lease`]: keeping a slow batch's claims alive and writing its progress.
 //! - [`observe`]: counters and hooks for every decision.
 //! - [`conformance`]: the BabelQueue conformance manifest runner.
 //!
@@ -22,6 +23,7 @@ pub mod conformance;
 pub mod envelope;
 mod guard;
 mod key;
+pub mod lease;
 pub mod observe;
 mod outcome;
 pub mod store;
@@ -30,10 +32,12 @@ pub use clock::{Clock, ManualClock};
 pub use envelope::{Envelope, Limits, Message, Rejection};
 pub use guard::{Decision, Guard, HandlerResult, Options, Verdict};
 pub use key::{InvalidScope, KeySpace};
+pub use lease::{LeasePolicy, NoTimer, Timer};
 pub use observe::{CounterSnapshot, Counters, Event, Observer};
 pub use outcome::{Disposition, Outcome, OutcomeKind};
 pub use store::{
-    Capabilities, Claim, ClaimToken, InMemoryStore, Store, StoreError, StoreErrorKind, StoreResult,
+    Capabilities, Claim, ClaimToken, InMemoryStore, Settled, Settlement, Store, StoreError,
+    StoreErrorKind, StoreResult,
 };
 
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]

@@ -12,6 +12,8 @@ pub enum StoreOp {
     Remember,
     Claim,
     Release,
+    /// A checkpoint that only renewed claims.
+    Renew,
     Forget,
 }
 
@@ -25,6 +27,9 @@ pub enum Event<'a> {
     },
     /// A store call failed (the outcome event says what that meant).
     StoreError { op: StoreOp, error: &'a StoreError },
+    /// A renewal found a running handler's claim gone: its outcome will be
+    /// `run-ok-lease-lost` if it succeeds. Reported early for alerting.
+    LeaseLost { key: Option<&'a str> },
 }
 
 /// Receives every [`Event`]. Implemented for `()` (ignore), closures, and [`Counters`].
@@ -60,6 +65,7 @@ pub struct Counters {
     store_unavailable: AtomicU64,
     store_errors: AtomicU64,
     remember_failed: AtomicU64,
+    lease_lost: AtomicU64,
 }
 
 /// A point-in-time copy of [`Counters`].
@@ -80,6 +86,9 @@ pub struct CounterSnapshot {
     pub store_errors: u64,
     /// Successful runs whose id could not be remembered.
     pub remember_failed: u64,
+    /// Successful runs whose claim had been lost by their commit
+    /// (`run-ok-lease-lost`): possible duplicate effects.
+    pub lease_lost: u64,
 }
 
 impl Counters {
@@ -99,6 +108,7 @@ impl Counters {
             store_unavailable: get(&self.store_unavailable),
             store_errors: get(&self.store_errors),
             remember_failed: get(&self.remember_failed),
+            lease_lost: get(&self.lease_lost),
         }
     }
 }
@@ -110,11 +120,16 @@ impl Observer for Counters {
         };
         match event {
             Event::StoreError { .. } => bump(&self.store_errors),
+            Event::LeaseLost { .. } => {}
             Event::Outcome { kind, .. } => match kind {
                 OutcomeKind::Ran => bump(&self.runs),
                 OutcomeKind::RanUnrecorded => {
                     bump(&self.runs);
                     bump(&self.remember_failed);
+                }
+                OutcomeKind::RanLeaseLost => {
+                    bump(&self.runs);
+                    bump(&self.lease_lost);
                 }
                 OutcomeKind::Failed | OutcomeKind::Panicked => bump(&self.failures),
                 OutcomeKind::Skipped => bump(&self.skips),

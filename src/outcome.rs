@@ -14,6 +14,13 @@ pub enum Outcome<E> {
     /// is still acked (see the crate docs: re-running a succeeded handler is the
     /// worse duplicate); the error is here and reported to the observer.
     RanUnrecorded(StoreError),
+    /// run-ok-lease-lost: the handler ran and succeeded, but its claim had been
+    /// lost by then (it expired and another consumer took it, or the id was
+    /// forgotten), so another consumer may have run the same id too. Acked: the
+    /// effect already happened. Counted and reported: check the effect for a
+    /// duplicate, and lengthen the lease (or shorten the handler) so renewals
+    /// keep it.
+    RanLeaseLost,
     /// run-failed: the handler returned an error, given back unchanged. The id is
     /// left unmarked (and any claim released), so a redelivery runs it again.
     Failed(E),
@@ -51,6 +58,7 @@ pub enum Disposition {
 pub enum OutcomeKind {
     Ran,
     RanUnrecorded,
+    RanLeaseLost,
     Failed,
     Panicked,
     Skipped,
@@ -67,6 +75,7 @@ impl OutcomeKind {
         match self {
             OutcomeKind::Ran => "run-ok",
             OutcomeKind::RanUnrecorded => "run-ok-unrecorded",
+            OutcomeKind::RanLeaseLost => "run-ok-lease-lost",
             OutcomeKind::Failed => "run-failed",
             OutcomeKind::Panicked => "run-panicked",
             OutcomeKind::Skipped => "skip",
@@ -80,9 +89,10 @@ impl OutcomeKind {
 
     pub fn disposition(self) -> Disposition {
         match self {
-            OutcomeKind::Ran | OutcomeKind::RanUnrecorded | OutcomeKind::Skipped => {
-                Disposition::Ack
-            }
+            OutcomeKind::Ran
+            | OutcomeKind::RanUnrecorded
+            | OutcomeKind::RanLeaseLost
+            | OutcomeKind::Skipped => Disposition::Ack,
             OutcomeKind::FailOpen => Disposition::Ack,
             OutcomeKind::Failed
             | OutcomeKind::Panicked
@@ -99,6 +109,7 @@ impl OutcomeKind {
             self,
             OutcomeKind::Ran
                 | OutcomeKind::RanUnrecorded
+                | OutcomeKind::RanLeaseLost
                 | OutcomeKind::Failed
                 | OutcomeKind::Panicked
                 | OutcomeKind::FailOpen
@@ -112,6 +123,7 @@ impl<E> Outcome<E> {
         match self {
             Outcome::Ran => OutcomeKind::Ran,
             Outcome::RanUnrecorded(_) => OutcomeKind::RanUnrecorded,
+            Outcome::RanLeaseLost => OutcomeKind::RanLeaseLost,
             Outcome::Failed(_) => OutcomeKind::Failed,
             Outcome::Panicked(_) => OutcomeKind::Panicked,
             Outcome::Skipped => OutcomeKind::Skipped,
@@ -137,6 +149,7 @@ impl<E> Outcome<E> {
             Outcome::Failed(e) | Outcome::FailOpen(Err(e)) => Some(e.to_string()),
             Outcome::Panicked(msg) => Some(format!("handler panicked: {msg}")),
             Outcome::Rejected(r) => Some(r.to_string()),
+            Outcome::RanLeaseLost => Some("the claim was lost before the commit".into()),
             _ => None,
         }
     }

@@ -400,7 +400,7 @@ fn batch_in_claiming_mode_makes_one_claim_and_one_commit_call() {
     let outcomes = run_batch(&guard, &bodies, &["id-7"], &Cell::new(0));
     assert_eq!(outcomes[7], Outcome::Failed("id-7 failed".into()));
     assert_eq!(outcomes.iter().filter(|o| **o == Outcome::Ran).count(), 99);
-    assert_eq!(guard.store().calls(), vec!["claim_many", "commit_many"]);
+    assert_eq!(guard.store().calls(), vec!["claim_many", "settle"]);
     assert!(
         guard.store().inner.claimed().is_empty(),
         "failure's claim released, successes' ended"
@@ -616,7 +616,7 @@ fn indexed_batch_handler_sees_each_running_delivery_s_position() {
 }
 
 /// Only the three spec calls plus single claims: the batch forms are the trait's
-/// defaults (`claim_each`, `commit_each`). Claiming "bad" and remembering fail.
+/// defaults (`claim_each`, `settle_each`). Claiming "bad" and remembering fail.
 struct SingleCallStore(InMemoryStore);
 
 impl Store for SingleCallStore {
@@ -662,7 +662,12 @@ fn a_failed_remember_in_a_commit_still_releases_the_failed_runs_claims() {
     let bq_dedupe::Claim::Acquired(token) = &claims[1] else {
         panic!("{claims:?}")
     };
-    let result = block_on_ready(store.commit_many(&["ok"], None, &[("failed", token)])).unwrap();
+    let step = bq_dedupe::Settlement {
+        remember: &[("ok", None)],
+        release: &[("failed", token)],
+        ..Default::default()
+    };
+    let result = block_on_ready(store.settle(&step)).unwrap();
     assert!(result.is_err(), "the remember failure is reported");
     assert_eq!(
         store.0.claimed(),

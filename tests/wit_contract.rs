@@ -11,7 +11,7 @@ use wit_parser::{
 
 /// Every Rust `OutcomeKind`. The exhaustive `match` in `outcome_kind_index` makes
 /// adding a variant a compile error here until this list (and the WIT) follow.
-const ALL_OUTCOME_KINDS: [OutcomeKind; 10] = [
+const ALL_OUTCOME_KINDS: [OutcomeKind; 11] = [
     OutcomeKind::Ran,
     OutcomeKind::RanUnrecorded,
     OutcomeKind::Failed,
@@ -22,6 +22,7 @@ const ALL_OUTCOME_KINDS: [OutcomeKind; 10] = [
     OutcomeKind::Parked,
     OutcomeKind::Rejected,
     OutcomeKind::StoreUnavailable,
+    OutcomeKind::RanLeaseLost,
 ];
 
 fn outcome_kind_index(kind: OutcomeKind) -> usize {
@@ -36,6 +37,7 @@ fn outcome_kind_index(kind: OutcomeKind) -> usize {
         OutcomeKind::Parked => 7,
         OutcomeKind::Rejected => 8,
         OutcomeKind::StoreUnavailable => 9,
+        OutcomeKind::RanLeaseLost => 10,
     }
 }
 
@@ -287,16 +289,16 @@ fn sigs(items: &[(&str, &str)]) -> BTreeMap<String, String> {
 }
 
 #[test]
-fn package_is_babelqueue_idempotency_1_0_0_and_self_contained() {
+fn package_is_babelqueue_idempotency_1_1_0_and_self_contained() {
     let c = load();
     let package = &c.resolve.packages[c.package];
     assert_eq!(package.name.namespace, "babelqueue");
     assert_eq!(package.name.name, "idempotency");
     assert_eq!(
         package.name.version.as_ref().map(|v| v.to_string()),
-        Some("1.0.0".to_string())
+        Some("1.1.0".to_string())
     );
-    assert_eq!(package.name.to_string(), "babelqueue:idempotency@1.0.0");
+    assert_eq!(package.name.to_string(), "babelqueue:idempotency@1.1.0");
 
     // No dependencies at all, so in particular no WASI.
     assert_eq!(
@@ -306,7 +308,7 @@ fn package_is_babelqueue_idempotency_1_0_0_and_self_contained() {
     );
     assert_eq!(
         package.interfaces.keys().cloned().collect::<BTreeSet<_>>(),
-        names(&["types", "store", "handler", "guard", "consumer"])
+        names(&["types", "store", "leases", "handler", "guard", "consumer"])
     );
     assert_eq!(
         package.worlds.keys().cloned().collect::<BTreeSet<_>>(),
@@ -326,16 +328,16 @@ fn worlds_import_and_export_exactly_the_contracted_interfaces() {
     // `types` holds only types; it is imported implicitly wherever an imported or
     // exported interface `use`s it, and is the only import beyond the listed ones.
     let expected: [(&str, &[&str], &[&str]); 4] = [
-        ("dedupe-guard", &["types", "store"], &["guard"]),
+        ("dedupe-guard", &["types", "store", "leases"], &["guard"]),
         (
             "dedupe-consumer",
-            &["types", "store", "handler"],
+            &["types", "store", "leases", "handler"],
             &["consumer"],
         ),
         // The shipped component: both guards, one import set.
         (
             "dedupe",
-            &["types", "store", "handler"],
+            &["types", "store", "leases", "handler"],
             &["guard", "consumer"],
         ),
         ("handler-plugin", &[], &["handler"]),
@@ -426,6 +428,21 @@ fn function_signatures_match_the_contract() {
                 "commit-many",
                 "func(done: list<string>, ttl-ms: option<u64>, \
                  release: list<tuple<string, string>>) -> result<_, store-error>"
+            ),
+        ])
+    );
+    // 1.1.0: the lease functions live in their own interface, so every 1.0
+    // function above is unchanged.
+    assert_eq!(
+        c.signatures("leases"),
+        sigs(&[
+            ("supported", "func() -> bool"),
+            ("now-ms", "func() -> u64"),
+            (
+                "settle",
+                "func(remember: list<tuple<string, option<string>>>, ttl-ms: option<u64>, \
+                 release: list<tuple<string, string>>, renew: list<tuple<string, string>>, \
+                 lease-ms: u64) -> result<settled, store-error>"
             ),
         ])
     );
@@ -565,7 +582,7 @@ fn types_interface_matches_the_contract() {
                 "outcome",
                 "variant outcome { run-ok, run-ok-unrecorded(store-error), run-failed(string), \
                  run-panicked(string), skip, fail-open, fail-open-failed(string), park, \
-                 rejected(rejection), store-unavailable(store-error) }"
+                 rejected(rejection), store-unavailable(store-error), run-ok-lease-lost }"
             ),
         ])
     );
@@ -672,6 +689,8 @@ fn outcome_cases_are_the_rust_outcome_kind_codes_in_order() {
             "park",
             "rejected",
             "store-unavailable",
+            // 1.1.0 appends its case, so every 1.0 case keeps its place.
+            "run-ok-lease-lost",
         ]
     );
 

@@ -18,7 +18,7 @@ use std::time::Duration;
 use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 
-use super::{Capabilities, Claim, ClaimToken, Store, StoreError, StoreResult};
+use super::{Capabilities, Claim, ClaimToken, Settled, Settlement, Store, StoreError, StoreResult};
 use crate::clock::Clock;
 
 /// Slot flag: the id is text in the arena (otherwise a UUID's 16 bytes).
@@ -519,6 +519,7 @@ impl Store for InMemoryStore {
         Capabilities {
             claim: true,
             ttl: self.clock.is_some(),
+            lease: true,
         }
     }
 
@@ -561,30 +562,76 @@ impl Store for InMemoryStore {
             .collect())
     }
 
-    async fn commit_many(
+    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
+        let now = self.now();
+        Ok(renew_locked(&mut *self.lock()?, key, token, now, lease))
+    }
+
+    async fn remember_fenced(
         &self,
-        done: &[&str],
+        key: &str,
+        token: &ClaimToken,
         ttl: Option<Duration>,
-        release: &[(&str, &ClaimToken)],
-    ) -> StoreResult<()> {
+    ) -> StoreResult<bool> {
+        let now = self.now();
+        let mut inner = self.lock()?;
+        let expiry = self.expiry(&inner.table, ttl)?;
+        self.remember_fenced_locked(&mut inner, key, Some(token), expiry, now)
+    }
+
+    /// Under one lock, so a batch step is all-or-nothing for other consumers.
+    async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
+        let now = self.now();
         let mut inner = self.lock()?;
         // Releases first: they cannot fail, and a failed remember must not skip them.
-        for (key, token) in release {
+        for (key, token) in step.release {
             release_locked(&mut inner, key, token);
         }
-        if done.is_empty() {
-            return Ok(());
-        }
-        let expiry = self.expiry(&inner.table, ttl)?;
-        for key in done {
-            inner.claims.remove(*key);
-            inner.table.remember(key, expiry, self.capacity)?;
-        }
-        Ok(())
+        let renewed = step
+            .renew
+            .iter()
+            .map(|(key, token)| renew_locked(&mut inner, key, token, now, step.lease))
+            .collect();
+        let expiry = match step.remember {
+            [] => NEVER,
+            _ => self.expiry(&inner.table, step.ttl)?,
+        };
+        let kept = step
+            .remember
+            .iter()
+            .map(|(key, token)| self.remember_fenced_locked(&mut inner, key, *token, expiry, now))
+            .collect::<StoreResult<Vec<bool>>>()?;
+        Ok(Settled {
+            kept,
+            renewed,
+            release_error: None,
+        })
     }
 }
 
 impl InMemoryStore {
+    /// Remembers `key`: plainly without a token; with one, fenced (see
+    /// [`Store::remember_fenced`]). Answers whether the claim was still ours.
+    fn remember_fenced_locked(
+        &self,
+        inner: &mut Inner,
+        key: &str,
+        token: Option<&ClaimToken>,
+        expiry: u32,
+        now: Option<u64>,
+    ) -> StoreResult<bool> {
+        let ours = match (token, inner.claims.get(key)) {
+            (None, _) => true,
+            (Some(token), Some((t, _))) if t.to_string() == token.0 => true,
+            (Some(_), Some((_, until))) if lease_live(*until, now) => return Ok(false),
+            (Some(_), _) if inner.table.seen(key, now) => return Ok(false),
+            (Some(_), _) => false,
+        };
+        inner.claims.remove(key);
+        inner.table.remember(key, expiry, self.capacity)?;
+        Ok(ours)
+    }
+
     fn claim_locked(
         &self,
         inner: &mut Inner,
@@ -606,6 +653,24 @@ impl InMemoryStore {
         let until = now.map(|n| n.saturating_add(lease.as_millis() as u64));
         inner.claims.insert(key.to_owned(), (token, until));
         Claim::Acquired(ClaimToken(token.to_string()))
+    }
+}
+
+/// Extends the claim if `token` still owns it (a lapsed claim nobody took over is
+/// still its owner's).
+fn renew_locked(
+    inner: &mut Inner,
+    key: &str,
+    token: &ClaimToken,
+    now: Option<u64>,
+    lease: Duration,
+) -> bool {
+    match inner.claims.get_mut(key) {
+        Some((t, until)) if t.to_string() == token.0 => {
+            *until = now.map(|n| n.saturating_add(lease.as_millis() as u64));
+            true
+        }
+        _ => false,
     }
 }
 

@@ -101,6 +101,42 @@ pub struct Capabilities {
     pub claim: bool,
     /// `remember` honours a TTL.
     pub ttl: bool,
+    /// Claims can be kept alive and commits are fenced: `renew` extends a claim
+    /// only for its owner, and `remember_fenced` records an id only while the
+    /// committing token still owns its claim. Without it, claiming mode works as
+    /// before leases were kept: no renewal, and a lost lease goes unnoticed.
+    pub lease: bool,
+}
+
+/// The writes of one batch step, applied by [`Store::settle`] in one call where
+/// the backend can (one transaction, one script, one request per shard).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Settlement<'a> {
+    /// Keys whose handler succeeded. With a token (claiming mode) the key is
+    /// remembered fenced: see [`Store::remember_fenced`]. Without one, plainly.
+    pub remember: &'a [(&'a str, Option<&'a ClaimToken>)],
+    /// How long remembered keys count as seen (`None`: until forgotten).
+    pub ttl: Option<Duration>,
+    /// Claims to give up (their handler failed or did not run).
+    pub release: &'a [(&'a str, &'a ClaimToken)],
+    /// Claims to extend to `lease` from now, where their token still owns them.
+    pub renew: &'a [(&'a str, &'a ClaimToken)],
+    /// The lease `renew` extends to.
+    pub lease: Duration,
+}
+
+/// What [`Store::settle`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settled {
+    /// One per `remember` entry: `true` if the id was recorded under its own
+    /// claim (always `true` without a token); `false` if the claim had been lost.
+    pub kept: Vec<bool>,
+    /// One per `renew` entry: `true` if the claim is still ours and now lasts
+    /// another lease; `false` if it was lost.
+    pub renewed: Vec<bool>,
+    /// A release that failed. It changes no outcome (the lease runs out by
+    /// itself), so it is reported here instead of failing the settlement.
+    pub release_error: Option<StoreError>,
 }
 
 /// A record of processed message ids.
@@ -160,15 +196,34 @@ pub trait Store {
         claim_each(self, keys, lease).await
     }
 
-    /// Settles a batch in one call where the backend can: remembers `done` and
-    /// releases the claims in `release`.
-    async fn commit_many(
+    /// Extends a claim to `lease` from now if `token` still owns it (live or
+    /// lapsed but not taken over). `false`: the claim is lost (taken by another
+    /// consumer, remembered, forgotten, or expired and gone).
+    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
+        let _ = (key, token, lease);
+        Err(StoreError::unsupported("this store cannot renew claims"))
+    }
+
+    /// The fenced commit: remembers `key` if `token` still owns its claim and
+    /// answers `true`. Otherwise answers `false` (the lease was lost): the key is
+    /// then remembered only if it is free (no live claim of another consumer,
+    /// not already remembered), so the effect that did happen is not run again,
+    /// and another consumer's live claim is never overwritten.
+    async fn remember_fenced(
         &self,
-        done: &[&str],
+        key: &str,
+        token: &ClaimToken,
         ttl: Option<Duration>,
-        release: &[(&str, &ClaimToken)],
-    ) -> StoreResult<()> {
-        commit_each(self, done, ttl, release).await
+    ) -> StoreResult<bool> {
+        let _ = (key, token, ttl);
+        Err(StoreError::unsupported("this store cannot fence commits"))
+    }
+
+    /// Applies one batch step: remembers, releases and renews (see
+    /// [`Settlement`]) in as few calls as the backend allows. `Err` means the
+    /// remembered part is unknown; the guard then reports those runs unrecorded.
+    async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
+        settle_each(self, step).await
     }
 }
 
@@ -197,24 +252,42 @@ pub async fn claim_each<S: Store + ?Sized>(
     Ok(answers)
 }
 
-/// `commit_many` as `remember_many` plus single `release` calls. Every release is
-/// attempted even when remembering fails; the first error is returned.
-pub async fn commit_each<S: Store + ?Sized>(
+/// `settle` as single calls: releases first (a failure there is kept in
+/// [`Settled::release_error`], never turned into a failed remember), then renewals,
+/// then the remembers (plain ones through `remember_many`, fenced ones one by one).
+pub async fn settle_each<S: Store + ?Sized>(
     store: &S,
-    done: &[&str],
-    ttl: Option<Duration>,
-    release: &[(&str, &ClaimToken)],
-) -> StoreResult<()> {
-    let mut first_error = None;
-    if !done.is_empty() {
-        first_error = store.remember_many(done, ttl).await.err();
-    }
-    for (key, token) in release {
+    step: &Settlement<'_>,
+) -> StoreResult<Settled> {
+    let mut settled = Settled::default();
+    for (key, token) in step.release {
         if let Err(e) = store.release(key, token).await {
-            first_error.get_or_insert(e);
+            settled.release_error.get_or_insert(e);
         }
     }
-    first_error.map_or(Ok(()), Err)
+    for (key, token) in step.renew {
+        settled
+            .renewed
+            .push(store.renew(key, token, step.lease).await?);
+    }
+    let plain: Vec<&str> = step
+        .remember
+        .iter()
+        .filter(|(_, token)| token.is_none())
+        .map(|(key, _)| *key)
+        .collect();
+    match plain.as_slice() {
+        [] => {}
+        [one] => store.remember(one, step.ttl).await?,
+        many => store.remember_many(many, step.ttl).await?,
+    }
+    for (key, token) in step.remember {
+        settled.kept.push(match token {
+            Some(token) => store.remember_fenced(key, token, step.ttl).await?,
+            None => true,
+        });
+    }
+    Ok(settled)
 }
 
 /// Forwards every call, so a store can be shared by reference or `Arc`.
@@ -248,13 +321,19 @@ macro_rules! forward_store {
             async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
                 (**self).claim_many(keys, lease).await
             }
-            async fn commit_many(
+            async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
+                (**self).renew(key, token, lease).await
+            }
+            async fn remember_fenced(
                 &self,
-                done: &[&str],
+                key: &str,
+                token: &ClaimToken,
                 ttl: Option<Duration>,
-                release: &[(&str, &ClaimToken)],
-            ) -> StoreResult<()> {
-                (**self).commit_many(done, ttl, release).await
+            ) -> StoreResult<bool> {
+                (**self).remember_fenced(key, token, ttl).await
+            }
+            async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
+                (**self).settle(step).await
             }
         }
     )*};
@@ -322,20 +401,34 @@ macro_rules! delegate_store {
             ) -> $crate::StoreResult<::std::vec::Vec<$crate::Claim>> {
                 match self { $($enum::$variant(s) => s.claim_many(keys, lease).await,)+ }
             }
-            async fn commit_many(
+            async fn renew(
                 &self,
-                done: &[&str],
+                key: &str,
+                token: &$crate::ClaimToken,
+                lease: ::std::time::Duration,
+            ) -> $crate::StoreResult<bool> {
+                match self { $($enum::$variant(s) => s.renew(key, token, lease).await,)+ }
+            }
+            async fn remember_fenced(
+                &self,
+                key: &str,
+                token: &$crate::ClaimToken,
                 ttl: ::std::option::Option<::std::time::Duration>,
-                release: &[(&str, &$crate::ClaimToken)],
-            ) -> $crate::StoreResult<()> {
-                match self { $($enum::$variant(s) => s.commit_many(done, ttl, release).await,)+ }
+            ) -> $crate::StoreResult<bool> {
+                match self { $($enum::$variant(s) => s.remember_fenced(key, token, ttl).await,)+ }
+            }
+            async fn settle(
+                &self,
+                step: &$crate::store::Settlement<'_>,
+            ) -> $crate::StoreResult<$crate::store::Settled> {
+                match self { $($enum::$variant(s) => s.settle(step).await,)+ }
             }
         }
     };
 }
 
 /// A store used through its single-key calls only (`seen`, `remember`, `claim`,
-/// `release`): the batch forms are the trait's defaults, one call per key. For a
+/// `release`, `renew`, `remember_fenced`): the batch forms are the trait's defaults, one call per key. For a
 /// backend without batch calls, and as the baseline a batch store is measured
 /// against.
 pub struct PerKey<'a, S: ?Sized>(pub &'a S);
@@ -358,5 +451,16 @@ impl<S: Store + ?Sized> Store for PerKey<'_, S> {
     }
     async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
         self.0.release(key, token).await
+    }
+    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
+        self.0.renew(key, token, lease).await
+    }
+    async fn remember_fenced(
+        &self,
+        key: &str,
+        token: &ClaimToken,
+        ttl: Option<Duration>,
+    ) -> StoreResult<bool> {
+        self.0.remember_fenced(key, token, ttl).await
     }
 }

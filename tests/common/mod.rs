@@ -5,7 +5,10 @@
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
-use bq_dedupe::{Capabilities, Claim, ClaimToken, InMemoryStore, Store, StoreError, StoreResult};
+use bq_dedupe::{
+    Capabilities, Claim, ClaimToken, InMemoryStore, Settled, Settlement, Store, StoreError,
+    StoreResult,
+};
 
 /// A valid envelope whose `meta.id` is `id` (a JSON value, so tests can pass
 /// numbers, null, or leave it out with `None`).
@@ -87,6 +90,7 @@ impl Store for FlakyStore {
         Capabilities {
             claim: self.can_claim,
             ttl: true,
+            lease: self.can_claim,
         }
     }
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
@@ -119,17 +123,21 @@ impl Store for FlakyStore {
         self.call("release", &self.faults.release)?;
         self.inner.release(key, token).await
     }
-    async fn commit_many(
+    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
+        self.call("renew", &self.faults.claim)?;
+        self.inner.renew(key, token, lease).await
+    }
+    async fn remember_fenced(
         &self,
-        done: &[&str],
+        key: &str,
+        token: &ClaimToken,
         ttl: Option<Duration>,
-        release: &[(&str, &ClaimToken)],
-    ) -> StoreResult<()> {
-        self.call("commit_many", &self.faults.remember)?;
-        self.inner.remember_many(done, ttl).await?;
-        for (k, t) in release {
-            self.inner.release(k, t).await?;
-        }
-        Ok(())
+    ) -> StoreResult<bool> {
+        self.call("remember_fenced", &self.faults.remember)?;
+        self.inner.remember_fenced(key, token, ttl).await
+    }
+    async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
+        self.call("settle", &self.faults.remember)?;
+        self.inner.settle(step).await
     }
 }
