@@ -3,7 +3,10 @@
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use bq_dedupe::{Capabilities, Claim, ClaimToken, Store, StoreError, StoreErrorKind, StoreResult};
+use bq_dedupe::{
+    Capabilities, Claim, ClaimToken, Settled, Settlement, Store, StoreError, StoreErrorKind,
+    StoreResult,
+};
 use redis::{Client, Connection, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
 use crate::{StoreStats, new_token, ttl_ms};
@@ -19,6 +22,21 @@ const DONE: &[u8] = b"d";
 /// after its lease ran out belongs to someone else).
 const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
                        return redis.call('DEL', KEYS[1]) end return 0";
+
+/// Extends a claim only for its owner: 1 if renewed, 0 if the claim is gone.
+const RENEW: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+                     return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0";
+
+/// The fenced commit, in one atomic step per key. ARGV: our claim value, the
+/// remembered value, the TTL in ms (0: none). The owner's claim becomes
+/// remembered (1). A lost claim (0): the key is remembered only if it is gone
+/// (expired or forgotten); a remembered key or another consumer's claim is left.
+const COMMIT: &str = "local v = redis.call('GET', KEYS[1]) \
+    if v == ARGV[1] or v == false then \
+      if ARGV[3] == '0' then redis.call('SET', KEYS[1], ARGV[2]) \
+      else redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end \
+      if v == ARGV[1] then return 1 end \
+    end return 0";
 
 /// A [`Store`] on a Redis server, shared by every consumer that reaches it.
 ///
@@ -243,6 +261,7 @@ impl Store for RedisStore {
         Capabilities {
             claim: true,
             ttl: true,
+            lease: true,
         }
     }
 
@@ -320,20 +339,34 @@ impl Store for RedisStore {
             .collect())
     }
 
-    async fn commit_many(
+    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
+        let step = Settlement {
+            renew: &[(key, token)],
+            lease,
+            ..Settlement::default()
+        };
+        Ok(self.settle(&step).await?.renewed.first() == Some(&true))
+    }
+
+    async fn remember_fenced(
         &self,
-        done: &[&str],
+        key: &str,
+        token: &ClaimToken,
         ttl: Option<Duration>,
-        release: &[(&str, &ClaimToken)],
-    ) -> StoreResult<()> {
-        if done.is_empty() && release.is_empty() {
-            return Ok(());
-        }
+    ) -> StoreResult<bool> {
+        let step = Settlement {
+            remember: &[(key, Some(token))],
+            ttl,
+            ..Settlement::default()
+        };
+        Ok(self.settle(&step).await?.kept.first() == Some(&true))
+    }
+
+    /// One pipeline (one round trip): each key's step is one atomic command or
+    /// script, so a batch needs no cross-key transaction.
+    async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
         let mut pipe = redis::pipe();
-        for key in done {
-            push_remember(&mut pipe, self.key(key), ttl);
-        }
-        for (key, token) in release {
+        for (key, token) in step.release {
             pipe.cmd("EVAL")
                 .arg(RELEASE)
                 .arg(1)
@@ -341,6 +374,52 @@ impl Store for RedisStore {
                 .arg(claim_value(token))
                 .ignore();
         }
-        self.run(|conn| pipe.exec(conn))
+        for (key, token) in step.renew {
+            pipe.cmd("EVAL")
+                .arg(RENEW)
+                .arg(1)
+                .arg(self.key(key))
+                .arg(claim_value(token))
+                .arg(ttl_ms(step.lease));
+        }
+        let ttl = step.ttl.map_or(0, ttl_ms);
+        for (key, token) in step.remember {
+            match token {
+                Some(token) => {
+                    pipe.cmd("EVAL")
+                        .arg(COMMIT)
+                        .arg(1)
+                        .arg(self.key(key))
+                        .arg(claim_value(token))
+                        .arg(DONE)
+                        .arg(ttl);
+                }
+                None => push_remember(&mut pipe, self.key(key), step.ttl),
+            }
+        }
+        if step.release.is_empty() && step.renew.is_empty() && step.remember.is_empty() {
+            return Ok(Settled::default());
+        }
+        let fenced = step.remember.iter().filter(|(_, t)| t.is_some()).count();
+        let replies: Vec<i64> = self.run(|conn| pipe.query(conn))?;
+        if replies.len() != step.renew.len() + fenced {
+            return Err(StoreError::internal(
+                "redis: settle pipeline answered short",
+            ));
+        }
+        let (renewed, mut commits) = (
+            replies[..step.renew.len()].iter(),
+            replies[step.renew.len()..].iter(),
+        );
+        let kept = step
+            .remember
+            .iter()
+            .map(|(_, token)| token.is_none() || commits.next() == Some(&1))
+            .collect();
+        Ok(Settled {
+            kept,
+            renewed: renewed.map(|&r| r == 1).collect(),
+            release_error: None,
+        })
     }
 }

@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bq_dedupe::{
-    Capabilities, Claim, ClaimToken, Clock, Store, StoreError, StoreResult, SystemClock,
+    Capabilities, Claim, ClaimToken, Clock, Settled, Settlement, Store, StoreError, StoreResult,
+    SystemClock,
 };
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 
@@ -38,6 +39,22 @@ const CLAIM: &str = "INSERT INTO bq_dedupe (key, state, token, expires_at) VALUE
 const STATE: &str = "SELECT state FROM bq_dedupe WHERE key = ?1";
 
 const RELEASE: &str = "DELETE FROM bq_dedupe WHERE key = ?1 AND state = 0 AND token = ?2";
+
+/// A claim is its token's while the row still carries it (live, or lapsed and not
+/// taken over): renewing extends it.
+const RENEW: &str =
+    "UPDATE bq_dedupe SET expires_at = ?3 WHERE key = ?1 AND state = 0 AND token = ?2";
+
+/// The fenced commit, step one: the owner's claim becomes `done`.
+const COMMIT_OWN: &str = "UPDATE bq_dedupe SET state = 1, token = NULL, expires_at = ?3
+    WHERE key = ?1 AND state = 0 AND token = ?2";
+
+/// Step two, when the claim was lost: remember the key only if it is free (no
+/// row, or an expired one), never over another consumer's live claim.
+const COMMIT_IF_FREE: &str =
+    "INSERT INTO bq_dedupe (key, state, token, expires_at) VALUES (?1, 1, NULL, ?2)
+    ON CONFLICT(key) DO UPDATE SET state = 1, token = NULL, expires_at = excluded.expires_at
+    WHERE bq_dedupe.expires_at IS NOT NULL AND bq_dedupe.expires_at <= ?3";
 
 const FORGET: &str = "DELETE FROM bq_dedupe WHERE key = ?1";
 
@@ -172,6 +189,38 @@ fn claim_in(conn: &Connection, key: &str, now: i64, lease_ms: u64) -> rusqlite::
     })
 }
 
+/// The fenced commit inside the caller's transaction: `true` if `token` still
+/// owned the claim.
+fn remember_fenced_in(
+    conn: &Connection,
+    key: &str,
+    token: &ClaimToken,
+    until: Option<i64>,
+    now: i64,
+) -> rusqlite::Result<bool> {
+    let own = conn
+        .prepare_cached(COMMIT_OWN)?
+        .execute(params![key, token.0, until])?;
+    if own == 1 {
+        return Ok(true);
+    }
+    conn.prepare_cached(COMMIT_IF_FREE)?
+        .execute(params![key, until, now])?;
+    Ok(false)
+}
+
+fn renew_in(
+    conn: &Connection,
+    key: &str,
+    token: &ClaimToken,
+    until: i64,
+) -> rusqlite::Result<bool> {
+    let changed = conn
+        .prepare_cached(RENEW)?
+        .execute(params![key, token.0, until])?;
+    Ok(changed == 1)
+}
+
 fn remember_in(conn: &Connection, keys: &[&str], until: Option<i64>) -> rusqlite::Result<()> {
     let mut stmt = conn.prepare_cached(REMEMBER)?;
     for key in keys {
@@ -222,6 +271,7 @@ impl Store for SqliteStore {
         Capabilities {
             claim: true,
             ttl: true,
+            lease: true,
         }
     }
 
@@ -280,24 +330,58 @@ impl Store for SqliteStore {
         Ok(answers)
     }
 
-    async fn commit_many(
+    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
+        let until = self.now().saturating_add(ttl_ms(lease) as i64);
+        let conn = self.lock()?;
+        renew_in(&conn, key, token, until).map_err(error)
+    }
+
+    async fn remember_fenced(
         &self,
-        done: &[&str],
+        key: &str,
+        token: &ClaimToken,
         ttl: Option<Duration>,
-        release: &[(&str, &ClaimToken)],
-    ) -> StoreResult<()> {
-        let until = self.until(ttl);
+    ) -> StoreResult<bool> {
+        let step = Settlement {
+            remember: &[(key, Some(token))],
+            ttl,
+            ..Settlement::default()
+        };
+        let settled = self.settle(&step).await?;
+        Ok(settled.kept.first().copied().unwrap_or(false))
+    }
+
+    /// One write transaction: releases, renewals and (fenced) remembers are
+    /// applied together or not at all.
+    async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
+        let now = self.now();
+        let until = self.until(step.ttl);
+        let lease_until = now.saturating_add(ttl_ms(step.lease) as i64);
         let mut conn = self.lock()?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(error)?;
-        remember_in(&tx, done, until).map_err(error)?;
+        let mut settled = Settled::default();
         {
-            let mut stmt = tx.prepare_cached(RELEASE).map_err(error)?;
-            for (key, token) in release {
-                stmt.execute(params![key, token.0]).map_err(error)?;
+            let mut release = tx.prepare_cached(RELEASE).map_err(error)?;
+            for (key, token) in step.release {
+                release.execute(params![key, token.0]).map_err(error)?;
             }
         }
-        tx.commit().map_err(error)
+        for (key, token) in step.renew {
+            settled
+                .renewed
+                .push(renew_in(&tx, key, token, lease_until).map_err(error)?);
+        }
+        for (key, token) in step.remember {
+            settled.kept.push(match token {
+                Some(token) => remember_fenced_in(&tx, key, token, until, now).map_err(error)?,
+                None => remember_in(&tx, &[key], until)
+                    .map(|()| true)
+                    .map_err(error)?,
+            });
+        }
+        tx.commit().map_err(error)?;
+        Ok(settled)
     }
 }

@@ -26,7 +26,8 @@ fn check_all(store: &AnyStore) {
         store.capabilities(),
         Capabilities {
             claim: true,
-            ttl: true
+            ttl: true,
+            lease: true,
         }
     );
     check_basics(store);

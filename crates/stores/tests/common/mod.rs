@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use bq_dedupe::{Claim, ClaimToken, Guard, Outcome, Store, block_on_ready};
+use bq_dedupe::{Claim, ClaimToken, Guard, Outcome, Settlement, Store, block_on_ready};
 
 /// Drives a ready future (every store here is synchronous).
 pub fn ready<F: Future>(f: F) -> F::Output {
@@ -245,7 +245,7 @@ pub fn check_batches<S: Store>(store: &S) {
     assert_eq!(ready(store.seen_many(&[])).unwrap(), Vec::<bool>::new());
     ready(store.remember_many(&[], None)).unwrap();
     assert_eq!(ready(store.claim_many(&[], lease)).unwrap(), vec![]);
-    ready(store.commit_many(&[], None, &[])).unwrap();
+    ready(store.settle(&Settlement::default())).unwrap();
 
     ready(store.remember_many(&["b-1", "b-3"], None)).unwrap();
     assert_eq!(
@@ -262,7 +262,12 @@ pub fn check_batches<S: Store>(store: &S) {
     };
     assert_ne!(t2, t5);
     // b-2 succeeded, b-5 failed: one call settles both.
-    ready(store.commit_many(&["b-2"], None, &[("b-5", t5)])).unwrap();
+    let step = Settlement {
+        remember: &[("b-2", Some(t2))],
+        release: &[("b-5", t5)],
+        ..Settlement::default()
+    };
+    assert_eq!(ready(store.settle(&step)).unwrap().kept, vec![true]);
     assert_eq!(
         ready(store.seen_many(&["b-2", "b-5"])).unwrap(),
         vec![true, false]
@@ -282,4 +287,104 @@ pub fn deliver<S: Store>(guard: &Guard<S>, id: &str, ok: bool) -> Outcome<String
     ready(guard.process(envelope(id).as_bytes(), async |_| {
         if ok { Ok(()) } else { Err("boom".into()) }
     }))
+}
+
+/// The claim a fresh `claim` must take.
+pub fn acquire<S: Store>(store: &S, key: &str, lease: Duration) -> ClaimToken {
+    match ready(store.claim(key, lease)).unwrap() {
+        Claim::Acquired(token) => token,
+        other => panic!("{key}: expected a claim, got {other:?}"),
+    }
+}
+
+/// Leases kept and lost (see the table in docs/stores.md): renewals and fenced
+/// commits succeed only for the claim's owner. `expire()` must make a claim of
+/// `short` run out (a manual clock advanced, or a real sleep).
+pub fn check_leases<S: Store>(store: &S, short: Duration, expire: impl Fn()) {
+    let long = Duration::from_secs(60);
+    assert!(store.capabilities().lease, "this store keeps leases");
+
+    // Kept: renewed, then committed under its own claim.
+    let mine = acquire(store, "l-kept", short);
+    assert_eq!(ready(store.renew("l-kept", &mine, long)).unwrap(), true);
+    expire();
+    assert_eq!(
+        ready(store.claim("l-kept", long)).unwrap(),
+        Claim::Held,
+        "the renewed claim outlives its first lease"
+    );
+    assert_eq!(
+        ready(store.remember_fenced("l-kept", &mine, None)).unwrap(),
+        true
+    );
+    assert!(ready(store.seen("l-kept")).unwrap());
+
+    // Lost to another consumer: its lease ran out and someone else claimed.
+    let first = acquire(store, "l-taken", short);
+    expire();
+    let second = acquire(store, "l-taken", long);
+    assert_eq!(ready(store.renew("l-taken", &first, long)).unwrap(), false);
+    assert_eq!(
+        ready(store.remember_fenced("l-taken", &first, None)).unwrap(),
+        false,
+        "the first owner's commit is fenced off"
+    );
+    assert!(
+        !ready(store.seen("l-taken")).unwrap(),
+        "the lost commit did not overwrite the live claim"
+    );
+    assert_eq!(
+        ready(store.remember_fenced("l-taken", &second, None)).unwrap(),
+        true
+    );
+    assert!(ready(store.seen("l-taken")).unwrap());
+
+    // Lost to a forget while the handler ran: reported lost, and the effect that
+    // did happen is still remembered (the key was free).
+    let token = acquire(store, "l-forgotten", long);
+    ready(store.forget("l-forgotten")).unwrap();
+    assert_eq!(
+        ready(store.renew("l-forgotten", &token, long)).unwrap(),
+        false
+    );
+    assert_eq!(
+        ready(store.remember_fenced("l-forgotten", &token, None)).unwrap(),
+        false
+    );
+    assert!(ready(store.seen("l-forgotten")).unwrap());
+
+    // Lost because another consumer already finished the id.
+    let late = acquire(store, "l-done", short);
+    expire();
+    let winner = acquire(store, "l-done", long);
+    assert!(ready(store.remember_fenced("l-done", &winner, None)).unwrap());
+    assert_eq!(
+        ready(store.remember_fenced("l-done", &late, None)).unwrap(),
+        false
+    );
+
+    // One settle: remember fenced, release, renew, answered in order.
+    let a = acquire(store, "l-a", long);
+    let b = acquire(store, "l-b", long);
+    let c = acquire(store, "l-c", long);
+    let step = Settlement {
+        remember: &[("l-a", Some(&a)), ("l-plain", None), ("l-c", Some(&b))],
+        ttl: None,
+        release: &[("l-b", &b)],
+        renew: &[("l-c", &c), ("l-b", &a)],
+        lease: long,
+    };
+    let settled = ready(store.settle(&step)).unwrap();
+    assert_eq!(settled.kept, vec![true, true, false]);
+    assert_eq!(settled.renewed, vec![true, false]);
+    assert_eq!(settled.release_error, None);
+    assert_eq!(
+        ready(store.seen_many(&["l-a", "l-plain", "l-b", "l-c"])).unwrap(),
+        vec![true, true, false, false],
+        "a wrong token neither commits nor breaks l-c's live claim"
+    );
+    assert!(matches!(
+        ready(store.claim("l-b", long)).unwrap(),
+        Claim::Acquired(_)
+    ));
 }

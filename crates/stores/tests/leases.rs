@@ -1,0 +1,230 @@
+//! Claims that hold: renewals and fenced commits on every store, and two
+//! consumers racing over a batch slower than its lease (threads, real time).
+
+mod common;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bq_dedupe::{Counters, Guard, InMemoryStore, ManualClock, Outcome, OutcomeKind, Store};
+use bq_dedupe_stores::{RedisStore, SqliteStore};
+use common::{RedisCleanup, TempDb, check_leases, envelope, ready, redis_prefix, redis_url};
+
+const SHORT: Duration = Duration::from_millis(200);
+
+#[test]
+fn memory_renews_and_fences_only_for_the_owner() {
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let store = InMemoryStore::with_clock(clock.clone());
+    check_leases(&store, SHORT, || clock.advance(250));
+}
+
+#[test]
+fn sqlite_renews_and_fences_only_for_the_owner() {
+    let db = TempDb::new("leases");
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let store = SqliteStore::open(db.path())
+        .unwrap()
+        .with_clock(clock.clone());
+    check_leases(&store, SHORT, || clock.advance(250));
+}
+
+#[test]
+fn redis_renews_and_fences_only_for_the_owner() {
+    let url = redis_url().expect("the store tests run with a real Redis (make test starts one)");
+    let prefix = redis_prefix("leases");
+    let _clean = RedisCleanup {
+        url: url.clone(),
+        prefix: prefix.clone(),
+    };
+    let store = RedisStore::connect(&url, prefix).unwrap();
+    check_leases(&store, SHORT, || {
+        std::thread::sleep(Duration::from_millis(350))
+    });
+}
+
+/// Effects per id, shared by the two consumers.
+#[derive(Default)]
+struct Effects(Mutex<std::collections::BTreeMap<String, u32>>);
+
+impl Effects {
+    fn bump(&self, id: &str) {
+        *self.0.lock().unwrap().entry(id.to_string()).or_default() += 1;
+    }
+    fn each_once(&self, ids: &[String]) {
+        let effects = self.0.lock().unwrap();
+        for id in ids {
+            assert_eq!(effects.get(id), Some(&1), "effects per id: {effects:?}");
+        }
+    }
+}
+
+/// Consumer A takes a batch of 4 ids whose handlers take `work` each (4 x work is
+/// well over the lease); consumer B, on its own connection, delivers the same 4
+/// ids `b_after` later. Exactly one effect per id; B skips or parks.
+fn two_consumers_over_a_slow_batch<S: Store + Send + Sync>(
+    open: impl Fn() -> S + Sync,
+    tag: &str,
+    lease: Duration,
+    work: Duration,
+    b_after: Duration,
+) {
+    let ids: Vec<String> = (0..4)
+        .map(|i| common::unique(&format!("{tag}-{i}")))
+        .collect();
+    let bodies: Vec<String> = ids.iter().map(|id| envelope(id)).collect();
+    let effects = Effects::default();
+    let run = |delay: Duration| {
+        std::thread::sleep(delay);
+        let counters = Arc::new(Counters::new());
+        let guard = Guard::new(open())
+            .with_claiming(lease)
+            .with_observer(counters.clone());
+        let outcomes = ready(guard.process_batch(&bodies, async |msg| {
+            std::thread::sleep(work);
+            effects.bump(msg.id().unwrap_or_default());
+            Ok::<(), String>(())
+        }));
+        (outcomes, counters.snapshot())
+    };
+    let ((a, a_counts), (b, _)) = std::thread::scope(|s| {
+        let a = s.spawn(|| run(Duration::ZERO));
+        let b = s.spawn(|| run(b_after));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    effects.each_once(&ids);
+    assert!(a.iter().all(|o| *o == Outcome::Ran), "A: {a:?}");
+    assert_eq!(a_counts.lease_lost, 0);
+    assert!(
+        b.iter()
+            .all(|o| matches!(o.kind(), OutcomeKind::Skipped | OutcomeKind::Parked)),
+        "B: {b:?}"
+    );
+}
+
+#[test]
+fn memory_two_consumers_over_a_batch_slower_than_its_lease_run_each_id_once() {
+    let store = Arc::new(InMemoryStore::new());
+    two_consumers_over_a_slow_batch(
+        || store.clone(),
+        "mem-slow",
+        Duration::from_millis(600),
+        Duration::from_millis(300),
+        Duration::from_millis(800),
+    );
+}
+
+#[test]
+fn sqlite_two_consumers_over_a_batch_slower_than_its_lease_run_each_id_once() {
+    let db = TempDb::new("slow-batch");
+    two_consumers_over_a_slow_batch(
+        || SqliteStore::open(db.path()).unwrap(),
+        "sqlite-slow",
+        Duration::from_millis(600),
+        Duration::from_millis(300),
+        Duration::from_millis(800),
+    );
+}
+
+#[test]
+fn redis_two_consumers_over_a_batch_slower_than_its_lease_run_each_id_once() {
+    let url = redis_url().expect("the store tests run with a real Redis (make test starts one)");
+    let prefix = redis_prefix("slow-batch");
+    let _clean = RedisCleanup {
+        url: url.clone(),
+        prefix: prefix.clone(),
+    };
+    two_consumers_over_a_slow_batch(
+        || RedisStore::connect(&url, prefix.clone()).unwrap(),
+        "redis-slow",
+        Duration::from_millis(600),
+        Duration::from_millis(300),
+        Duration::from_millis(800),
+    );
+}
+
+/// A's only handler outlives its lease with no timer to renew it; B takes the
+/// lapsed claim and runs too. A's commit is fenced: `run-ok-lease-lost`, counted,
+/// and B's own commit is the one that records the id.
+fn lost_lease_is_reported<S: Store + Send + Sync>(open: impl Fn() -> S + Sync, tag: &str) {
+    let id = common::unique(tag);
+    let body = envelope(&id);
+    let runs = AtomicU32::new(0);
+    let lease = Duration::from_millis(300);
+    let counters = Arc::new(Counters::new());
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| {
+            let guard = Guard::new(open())
+                .with_claiming(lease)
+                .with_observer(counters.clone());
+            ready(guard.process(body.as_bytes(), async |_| {
+                std::thread::sleep(Duration::from_millis(900));
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<(), String>(())
+            }))
+        });
+        let b = s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(500));
+            let guard = Guard::new(open()).with_claiming(Duration::from_secs(30));
+            ready(guard.process(body.as_bytes(), async |_| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<(), String>(())
+            }))
+        });
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "both ran: the lease was lost"
+    );
+    assert_eq!(b, Outcome::Ran);
+    assert_eq!(a, Outcome::RanLeaseLost, "never a silent run-ok");
+    assert_eq!(a.kind().code(), "run-ok-lease-lost");
+    assert_eq!(counters.snapshot().lease_lost, 1);
+    assert!(ready(open().seen(&id)).unwrap());
+}
+
+#[test]
+fn memory_lost_lease_is_run_ok_lease_lost() {
+    let store = Arc::new(InMemoryStore::new());
+    lost_lease_is_reported(|| store.clone(), "mem-lost");
+}
+
+#[test]
+fn sqlite_lost_lease_is_run_ok_lease_lost() {
+    let db = TempDb::new("lost-lease");
+    lost_lease_is_reported(|| SqliteStore::open(db.path()).unwrap(), "sqlite-lost");
+}
+
+#[test]
+fn redis_lost_lease_is_run_ok_lease_lost() {
+    let url = redis_url().expect("the store tests run with a real Redis (make test starts one)");
+    let prefix = redis_prefix("lost-lease");
+    let _clean = RedisCleanup {
+        url: url.clone(),
+        prefix: prefix.clone(),
+    };
+    lost_lease_is_reported(
+        || RedisStore::connect(&url, prefix.clone()).unwrap(),
+        "redis-lost",
+    );
+}
+
+/// A forget while the handler runs also loses the claim: reported, and the id
+/// is remembered (the effect did happen).
+#[test]
+fn sqlite_forget_during_the_handler_is_run_ok_lease_lost() {
+    let db = TempDb::new("forget-lease");
+    let id = common::unique("forget");
+    let guard =
+        Guard::new(SqliteStore::open(db.path()).unwrap()).with_claiming(Duration::from_secs(30));
+    let other = SqliteStore::open(db.path()).unwrap();
+    let outcome = ready(guard.process(envelope(&id).as_bytes(), async |_| {
+        ready(other.forget(&id)).unwrap();
+        Ok::<(), String>(())
+    }));
+    assert_eq!(outcome, Outcome::RanLeaseLost);
+    assert!(ready(other.seen(&id)).unwrap());
+}
