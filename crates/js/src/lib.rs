@@ -135,6 +135,7 @@ fn options(o: &Option<JsValue>) -> Result<Options, JsValue> {
         claim_lease: ms("claimLeaseMs")?,
         keyspace,
         limits,
+        ..Options::default()
     })
 }
 

@@ -11,7 +11,8 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bq_dedupe::{
-    Capabilities, Claim, ClaimToken, InMemoryStore, Store, StoreError, StoreErrorKind, StoreResult,
+    Capabilities, Claim, ClaimToken, InMemoryStore, Settled, Settlement, Store, StoreError,
+    StoreErrorKind, StoreResult,
 };
 use js_sys::{Array, Object, Promise, Reflect};
 use wasm_bindgen::JsCast;
@@ -246,6 +247,7 @@ impl Store for JsObjectStore {
         Capabilities {
             claim: self.has.claim,
             ttl: true,
+            lease: false,
         }
     }
 
@@ -310,16 +312,14 @@ impl Store for JsObjectStore {
         array.iter().map(|c| claim_of(&c)).collect()
     }
 
-    async fn commit_many(
-        &self,
-        done: &[&str],
-        ttl: Option<Duration>,
-        release: &[(&str, &ClaimToken)],
-    ) -> StoreResult<()> {
-        if !self.has.commit_many {
-            return bq_dedupe::store::commit_each(self, done, ttl, release).await;
+    async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
+        let plain = step.renew.is_empty() && step.remember.iter().all(|(_, t)| t.is_none());
+        if !(self.has.commit_many && plain) {
+            return bq_dedupe::store::settle_each(self, step).await;
         }
-        let releases: Array = release
+        let done: Vec<&str> = step.remember.iter().map(|(k, _)| *k).collect();
+        let releases: Array = step
+            .release
             .iter()
             .map(|(key, token)| {
                 let o = Object::new();
@@ -331,10 +331,13 @@ impl Store for JsObjectStore {
         self.call(
             "commitMany",
             self.obj
-                .commit_many(&keys_array(done), ttl.map(ms), &releases),
+                .commit_many(&keys_array(&done), step.ttl.map(ms), &releases),
         )
-        .await
-        .map(drop)
+        .await?;
+        Ok(Settled {
+            kept: vec![true; done.len()],
+            ..Settled::default()
+        })
     }
 }
 
