@@ -90,7 +90,9 @@ pub async fn run_conformance(
             std::sync::Arc::new(DateClock),
         )))
     } else {
-        AnyStore::from_js(&store_value).map_err(|e| type_error(&e))?
+        AnyStore::from_js(&store_value)
+            .map_err(|e| type_error(&e))?
+            .0
     };
 
     let mut fixtures: Vec<(String, Result<Vec<u8>, String>)> = Vec::new();

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use bq_dedupe::observe::Event;
 use bq_dedupe::{
-    Disposition, Guard, KeySpace, Limits, Message, Observer, Options, Outcome, Rejection,
+    Disposition, Guard, KeySpace, Limits, Message, Observer, Options, Outcome, Rejection, Timer,
 };
 use js_sys::{Function, Object, Reflect, Uint8Array};
 use wasm_bindgen::JsCast;
@@ -256,11 +256,49 @@ fn handler_of(value: JsValue) -> Result<Function, JsValue> {
         .map_err(|_| type_error("handler must be a function"))
 }
 
-fn guard(store: &JsValue, opts: &Option<JsValue>) -> Result<Guard<AnyStore, KeyLog>, JsValue> {
+// ---- time ---------------------------------------------------------------------
+
+#[wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(js_name = setTimeout)]
+    fn set_timeout(callback: &Function, ms: f64) -> JsValue;
+    #[wasm_bindgen(js_name = clearTimeout)]
+    fn clear_timeout(id: &JsValue);
+}
+
+/// The host's `setTimeout` as the guard's timer: a slow handler is raced against
+/// it, so claims are renewed (and finished work written) while it runs.
+pub struct JsTimer;
+
+/// Clears a pending timeout when the sleep is dropped (the handler finished
+/// first), so no timer outlives the call (and keeps Node running).
+struct Pending(JsValue);
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        clear_timeout(&self.0);
+    }
+}
+
+impl Timer for JsTimer {
+    async fn sleep(&self, duration: Duration) {
+        let mut id = JsValue::UNDEFINED;
+        let ms = duration.as_millis() as f64;
+        let fired = js_sys::Promise::new(&mut |resolve, _| id = set_timeout(&resolve, ms));
+        let _pending = Pending(id);
+        let _ = wasm_bindgen_futures::JsFuture::from(fired).await;
+    }
+}
+
+type JsGuard = Guard<AnyStore, KeyLog, JsTimer>;
+
+fn guard(store: &JsValue, opts: &Option<JsValue>) -> Result<JsGuard, JsValue> {
     let options = options(opts)?;
-    let store = AnyStore::from_js(store).map_err(|e| type_error(&e))?;
+    let (store, clock) = AnyStore::from_js(store).map_err(|e| type_error(&e))?;
     Ok(Guard::new(store)
         .with_options(options)
+        .with_clock(clock)
+        .with_timer(JsTimer)
         .with_observer(KeyLog::default()))
 }
 

@@ -28,8 +28,9 @@ impl Clock for DateClock {
     }
 }
 
-/// The live stores by handle (the last handle given out, then `(handle, store)`).
-type Registry = (u32, Vec<(u32, Weak<CoreStore>)>);
+/// The live stores by handle (the last handle given out, then `(handle, store,
+/// its manual clock)`).
+type Registry = (u32, Vec<(u32, Weak<CoreStore>, Option<Arc<ManualClock>>)>);
 
 thread_local! {
     static REGISTRY: RefCell<Registry> = const { RefCell::new((0, Vec::new())) };
@@ -43,8 +44,10 @@ const HANDLE: &str = "__bqHandle";
 const IDS_PER_INSTANCE: f64 = 2_097_152.0;
 
 /// The Rust store behind a JS `InMemoryStore` object, if `value` is one of this
-/// module's. Another copy's store is `None` (it is then used through its methods).
-pub fn lookup(value: &JsValue) -> Result<Option<Rc<CoreStore>>, String> {
+/// module's, and its manual clock if it has one (the guard then reads time from
+/// it too, so a test that advances the store's clock drives renewals). Another
+/// copy's store is `None` (it is then used through its methods).
+pub fn lookup(value: &JsValue) -> Result<Option<Found>, String> {
     const FREED: &str = "this InMemoryStore has been freed";
     if !value.is_object() {
         return Ok(None);
@@ -65,12 +68,15 @@ pub fn lookup(value: &JsValue) -> Result<Option<Rc<CoreStore>>, String> {
         r.borrow()
             .1
             .iter()
-            .find(|(known, _)| f64::from(*known) == id)
-            .and_then(|(_, weak)| weak.upgrade())
+            .find(|(known, ..)| f64::from(*known) == id)
+            .and_then(|(_, weak, clock)| Some((weak.upgrade()?, clock.clone())))
             .map(Some)
             .ok_or_else(|| FREED.to_string())
     })
 }
+
+/// A registered store and its manual clock.
+pub type Found = (Rc<CoreStore>, Option<Arc<ManualClock>>);
 
 /// The reference in-memory seen-set (process-local, optional TTL and capacity).
 #[wasm_bindgen(js_name = InMemoryStore)]
@@ -107,8 +113,8 @@ impl JsInMemoryStore {
             let mut r = r.borrow_mut();
             r.0 = (r.0 + 1) % (IDS_PER_INSTANCE as u32);
             let id = r.0;
-            r.1.retain(|(_, w)| w.strong_count() > 0);
-            r.1.push((id, Rc::downgrade(&store)));
+            r.1.retain(|(_, w, _)| w.strong_count() > 0);
+            r.1.push((id, Rc::downgrade(&store), manual.clone()));
             id
         });
         Ok(JsInMemoryStore {

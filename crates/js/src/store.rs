@@ -1,23 +1,31 @@
 //! The core's [`Store`] trait over what JavaScript passes as the store: either the
 //! Rust [`crate::memory::InMemoryStore`] class (used directly, no JS calls) or any
-//! JS object with `seen` / `remember` / `forget` and optional batch and claim
-//! methods, each returning a value or a promise of it.
+//! JS object with `seen` / `remember` / `forget` and optional batch, claim and
+//! lease methods, each returning a value or a promise of it.
+//!
+//! Leases (`Capabilities::lease`: claims renewed while work runs, fenced commits)
+//! need `claim` + `release` and either `settle(step)` (one call per batch step) or
+//! both `renew` and `rememberFenced` (one call per key). A store without them
+//! works as before leases: no renewal, and commits are plain `remember`s.
 //!
 //! A thrown error or a rejected promise becomes a [`StoreError`] (kind from the
 //! error's `kind`/`code` property when it is one of the core's codes, else
 //! `unavailable`); the guard turns that into its typed outcome.
 
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bq_dedupe::{
-    Capabilities, Claim, ClaimToken, InMemoryStore, Settled, Settlement, Store, StoreError,
+    Capabilities, Claim, ClaimToken, Clock, InMemoryStore, Settled, Settlement, Store, StoreError,
     StoreErrorKind, StoreResult,
 };
 use js_sys::{Array, Object, Promise, Reflect};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
+
+use crate::memory::DateClock;
 
 #[wasm_bindgen]
 extern "C" {
@@ -41,6 +49,17 @@ extern "C" {
     fn release(this: &JsStore, key: &str, token: &str) -> Result<JsValue, JsValue>;
     #[wasm_bindgen(method, catch, js_name = claimMany)]
     fn claim_many(this: &JsStore, keys: &Array, lease_ms: f64) -> Result<JsValue, JsValue>;
+    #[wasm_bindgen(method, catch)]
+    fn renew(this: &JsStore, key: &str, token: &str, lease_ms: f64) -> Result<JsValue, JsValue>;
+    #[wasm_bindgen(method, catch, js_name = rememberFenced)]
+    fn remember_fenced(
+        this: &JsStore,
+        key: &str,
+        token: &str,
+        ttl_ms: Option<f64>,
+    ) -> Result<JsValue, JsValue>;
+    #[wasm_bindgen(method, catch, js_name = settle)]
+    fn settle_js(this: &JsStore, step: &Object) -> Result<JsValue, JsValue>;
     #[wasm_bindgen(method, catch, js_name = commitMany)]
     fn commit_many(
         this: &JsStore,
@@ -58,6 +77,9 @@ struct Has {
     claim: bool,
     claim_many: bool,
     commit_many: bool,
+    /// `renew` and `rememberFenced`.
+    fenced: bool,
+    settle: bool,
 }
 
 /// A JS object used as a store.
@@ -73,10 +95,16 @@ pub enum AnyStore {
 }
 
 impl AnyStore {
-    /// The store a JS caller passed, or a `TypeError` message saying why it is not one.
-    pub fn from_js(value: &JsValue) -> Result<AnyStore, String> {
-        if let Some(memory) = crate::memory::lookup(value)? {
-            return Ok(AnyStore::Memory(memory));
+    /// The store a JS caller passed (and the clock a guard over it reads: an
+    /// `InMemoryStore`'s manual clock, else `Date.now`), or a `TypeError` message
+    /// saying why it is not one.
+    pub fn from_js(value: &JsValue) -> Result<(AnyStore, Arc<dyn Clock>), String> {
+        if let Some((memory, manual)) = crate::memory::lookup(value)? {
+            let clock: Arc<dyn Clock> = match manual {
+                Some(m) => m,
+                None => Arc::new(DateClock),
+            };
+            return Ok((AnyStore::Memory(memory), clock));
         }
         if !value.is_object() {
             return Err(
@@ -94,11 +122,14 @@ impl AnyStore {
             claim: is_function(value, "claim") && is_function(value, "release"),
             claim_many: is_function(value, "claimMany"),
             commit_many: is_function(value, "commitMany"),
+            fenced: is_function(value, "renew") && is_function(value, "rememberFenced"),
+            settle: is_function(value, "settle"),
         };
-        Ok(AnyStore::Js(JsObjectStore {
+        let store = AnyStore::Js(JsObjectStore {
             obj: value.clone().unchecked_into(),
             has,
-        }))
+        });
+        Ok((store, Arc::new(DateClock)))
     }
 }
 
@@ -217,6 +248,16 @@ impl JsObjectStore {
         settle(result).await.map_err(|e| store_error(op, e))
     }
 
+    fn check_fenced(&self) -> StoreResult<()> {
+        if self.has.fenced {
+            Ok(())
+        } else {
+            Err(StoreError::unsupported(
+                "this store cannot keep leases (it has no renew/rememberFenced methods)",
+            ))
+        }
+    }
+
     fn check_claim(&self) -> StoreResult<()> {
         if self.has.claim {
             Ok(())
@@ -247,7 +288,7 @@ impl Store for JsObjectStore {
         Capabilities {
             claim: self.has.claim,
             ttl: true,
-            lease: false,
+            lease: self.has.claim && (self.has.settle || self.has.fenced),
         }
     }
 
@@ -312,33 +353,99 @@ impl Store for JsObjectStore {
         array.iter().map(|c| claim_of(&c)).collect()
     }
 
+    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
+        self.check_fenced()?;
+        let value = self.call("renew", self.obj.renew(key, &token.0, ms(lease)));
+        Ok(value.await?.is_truthy())
+    }
+
+    async fn remember_fenced(
+        &self,
+        key: &str,
+        token: &ClaimToken,
+        ttl: Option<Duration>,
+    ) -> StoreResult<bool> {
+        self.check_fenced()?;
+        let value = self.obj.remember_fenced(key, &token.0, ttl.map(ms));
+        Ok(self.call("rememberFenced", value).await?.is_truthy())
+    }
+
+    /// `settle(step)` when the store has it; else `commitMany` for a plain step
+    /// (no tokens, no renewals: what a store without leases is ever given); else
+    /// the core's one call per key.
     async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
         let plain = step.renew.is_empty() && step.remember.iter().all(|(_, t)| t.is_none());
+        let ttl = step
+            .ttl
+            .map_or(JsValue::UNDEFINED, |d| JsValue::from_f64(ms(d)));
+        if self.has.settle {
+            let o = Object::new();
+            let remember: Array = step
+                .remember
+                .iter()
+                .map(|(key, token)| claim_ref(key, *token))
+                .collect();
+            crate::set(&o, "remember", &remember);
+            crate::set(&o, "ttlMs", &ttl);
+            crate::set(&o, "release", &claim_refs(step.release));
+            crate::set(&o, "renew", &claim_refs(step.renew));
+            crate::set(&o, "leaseMs", &JsValue::from_f64(ms(step.lease)));
+            let reply = self.call("settle", self.obj.settle_js(&o)).await?;
+            return Ok(Settled {
+                kept: flags(&reply, "kept", step.remember.len())?,
+                renewed: flags(&reply, "renewed", step.renew.len())?,
+                release_error: None,
+            });
+        }
         if !(self.has.commit_many && plain) {
             return bq_dedupe::store::settle_each(self, step).await;
         }
-        let done: Vec<&str> = step.remember.iter().map(|(k, _)| *k).collect();
-        let releases: Array = step
-            .release
+        let done: Array = step
+            .remember
             .iter()
-            .map(|(key, token)| {
-                let o = Object::new();
-                let _ = Reflect::set(&o, &"key".into(), &JsValue::from_str(key));
-                let _ = Reflect::set(&o, &"token".into(), &JsValue::from_str(&token.0));
-                JsValue::from(o)
-            })
+            .map(|(k, _)| JsValue::from_str(k))
             .collect();
-        self.call(
-            "commitMany",
-            self.obj
-                .commit_many(&keys_array(&done), step.ttl.map(ms), &releases),
-        )
-        .await?;
+        let value = self
+            .obj
+            .commit_many(&done, ttl.as_f64(), &claim_refs(step.release));
+        self.call("commitMany", value).await?;
         Ok(Settled {
-            kept: vec![true; done.len()],
+            kept: vec![true; step.remember.len()],
             ..Settled::default()
         })
     }
+}
+
+/// `{ key, token }` (no `token` for a plain remember).
+fn claim_ref(key: &str, token: Option<&ClaimToken>) -> JsValue {
+    let o = Object::new();
+    crate::set(&o, "key", &JsValue::from_str(key));
+    if let Some(token) = token {
+        crate::set(&o, "token", &JsValue::from_str(&token.0));
+    }
+    o.into()
+}
+
+fn claim_refs(claims: &[(&str, &ClaimToken)]) -> Array {
+    claims
+        .iter()
+        .map(|(key, token)| claim_ref(key, Some(token)))
+        .collect()
+}
+
+/// `reply[name]`: `n` booleans (anything when `n` is 0).
+fn flags(reply: &JsValue, name: &str, n: usize) -> StoreResult<Vec<bool>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let answers = bools("settle", crate::prop(reply, name))?;
+    if answers.len() != n {
+        return Err(StoreError::new(
+            StoreErrorKind::Internal,
+            "settle: expected {kept: boolean[], renewed: boolean[]}, one per entry",
+        ));
+    }
+    Ok(answers)
 }
 
 bq_dedupe::delegate_store!(AnyStore { Memory, Js });

@@ -48,9 +48,40 @@ export type MaybePromise<T> = T | PromiseLike<T>;
 /** The answer to a claim. */
 export type ClaimResult = { state: "acquired"; token: string } | { state: "seen" } | { state: "held" };
 
+/** A claim to give up or renew in a `Settlement`. */
+export interface ClaimRef { key: string; token: string }
+
 /**
- * A seen-set. `seen` / `remember` / `forget` are required; the batch methods and the
- * claim pair (`claim` + `release`, needed for `claimLeaseMs`) are optional.
+ * One batch step for `DedupeStore.settle`: remember the ids whose handler succeeded
+ * (fenced: with a `token`, only while that token still owns the claim), give up the
+ * `release` claims, extend the `renew` claims to `leaseMs` from now where their
+ * token still owns them.
+ */
+export interface Settlement {
+  /** With `token`: see `rememberFenced`. Without: a plain `remember`. */
+  remember: Array<{ key: string; token?: string }>;
+  ttlMs: number | undefined;
+  /** Never fail the step for a release that fails: the lease runs out by itself. */
+  release: ClaimRef[];
+  renew: ClaimRef[];
+  leaseMs: number;
+}
+
+/** One flag per `remember` entry (`false`: its claim was lost) and per `renew` entry (`false`: lost). */
+export interface SettleResult { kept: boolean[]; renewed: boolean[] }
+
+/**
+ * A seen-set. `seen` / `remember` / `forget` are required; the batch methods, the
+ * claim pair (`claim` + `release`, needed for `claimLeaseMs`) and the lease methods
+ * are optional.
+ *
+ * Leases (claims renewed while a slow handler runs, fenced commits that report
+ * `run-ok-lease-lost`) need `claim` + `release` and either `settle` (one call per
+ * batch step) or both `renew` and `rememberFenced` (one call per key). A store
+ * without them works as before: claims are not renewed (keep the lease above the
+ * whole batch's time), the commit is a plain `remember` (`commitMany` when present),
+ * and a lease lost while the handler ran is reported as `run-ok`.
+ *
  * Throw (or reject) to report a failure; an error with `kind` (or `code`) set to
  * "unavailable" | "unsupported" | "invalid" | "internal" keeps that kind.
  */
@@ -63,13 +94,29 @@ export interface DedupeStore {
   claim?(key: string, leaseMs: number): MaybePromise<ClaimResult | "seen" | "held">;
   release?(key: string, token: string): MaybePromise<unknown>;
   claimMany?(keys: string[], leaseMs: number): MaybePromise<Array<ClaimResult | "seen" | "held">>;
-  commitMany?(done: string[], ttlMs: number | undefined, releases: Array<{ key: string; token: string }>): MaybePromise<unknown>;
+  /** Remembers `done` and gives up `releases` in one call (used when there is no `settle`, for steps without tokens). */
+  commitMany?(done: string[], ttlMs: number | undefined, releases: ClaimRef[]): MaybePromise<unknown>;
+  /** Extends the claim to `leaseMs` from now if `token` still owns it; `false`: lost. */
+  renew?(key: string, token: string, leaseMs: number): MaybePromise<boolean>;
+  /**
+   * The fenced commit: remembers `key` and answers `true` if `token` still owns its
+   * claim; otherwise answers `false`, and remembers `key` only if it is free (never
+   * over another consumer's live claim).
+   */
+  rememberFenced?(key: string, token: string, ttlMs: number | undefined): MaybePromise<boolean>;
+  /** A whole batch step in one call (see `Settlement`); takes precedence over the single-key methods. */
+  settle?(step: Settlement): MaybePromise<SettleResult>;
 }
 
 export interface DedupeOptions {
   /** Remembered ids expire after this many milliseconds (default: never). */
   ttlMs?: number;
-  /** Claiming mode: take an in-flight claim with this lease before running (the store needs claim/release). */
+  /**
+   * Claiming mode: take an in-flight claim with this lease before running (the store
+   * needs claim/release). With a lease-capable store the claims are renewed every
+   * third of the lease while handlers run (on `setTimeout`), so a slow handler keeps
+   * its claim.
+   */
   claimLeaseMs?: number;
   /** Prepended to every store key. */
   keyPrefix?: string;
@@ -80,7 +127,7 @@ export interface DedupeOptions {
 }
 
 export type OutcomeKind =
-  | "run-ok" | "run-ok-unrecorded" | "run-failed" | "run-panicked" | "skip"
+  | "run-ok" | "run-ok-unrecorded" | "run-ok-lease-lost" | "run-failed" | "run-panicked" | "skip"
   | "fail-open" | "fail-open-failed" | "park" | "rejected" | "store-unavailable";
 
 export type Disposition = "ack" | "retry" | "poison";

@@ -2,7 +2,7 @@
 // package's .d.ts describes real shapes, and wrong uses are errors (each
 // expect-error directive at the end must meet an error, or tsc fails).
 import init, { process, processBatch, forget, dedupeKey, validate, InMemoryStore } from '../pkg/web/bq_dedupe.js';
-import type { DedupeStore, Outcome, OutcomeKind, Disposition, Validation, StoreEntry, ClaimResult, DecodedEnvelope } from '../pkg/web/bq_dedupe.js';
+import type { DedupeStore, Outcome, OutcomeKind, Disposition, Validation, StoreEntry, ClaimResult, DecodedEnvelope, Settlement, SettleResult } from '../pkg/web/bq_dedupe.js';
 import { runConformance, conformanceCount } from '../conformance.js';
 import type { ConformanceReport } from '../conformance.js';
 
@@ -18,6 +18,18 @@ export async function check(): Promise<void> {
     claim: async (): Promise<ClaimResult> => ({ state: 'acquired', token: 't' }),
     release: () => undefined,
   };
+
+  const leased: DedupeStore = {
+    ...store,
+    renew: async (_key, _token, leaseMs) => leaseMs > 0,
+    rememberFenced: (_key, token, _ttlMs) => token === 't',
+    settle: async (step: Settlement): Promise<SettleResult> => ({
+      kept: step.remember.map((r) => r.token === undefined || r.token === 't'),
+      renewed: step.renew.map(({ token }) => token === 't'),
+    }),
+  };
+  const lost: OutcomeKind = 'run-ok-lease-lost';
+  await processBatch(['{}'], leased, () => {}, { claimLeaseMs: 300 });
 
   const outcome: Outcome = await process('{}', store, async (env: DecodedEnvelope) => {
     const job: string = env.job;
@@ -52,6 +64,8 @@ export async function check(): Promise<void> {
   );
   const n: number = conformanceCount({}) + report.passed;
 
+  // @ts-expect-error: settle answers { kept, renewed }
+  await process('{}', { ...store, settle: () => [true] }, () => {});
   // @ts-expect-error: not an outcome code
   const badKind: OutcomeKind = 'ran';
   // @ts-expect-error: the handler must be a function
@@ -65,5 +79,5 @@ export async function check(): Promise<void> {
   // @ts-expect-error: a rejection carries no failOpen
   validate('{}').failOpen;
 
-  void [kind, disposition, key, code, batch, k, entries, n, badKind, notNull];
+  void [lost, kind, disposition, key, code, batch, k, entries, n, badKind, notNull];
 }

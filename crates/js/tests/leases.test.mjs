@@ -1,0 +1,153 @@
+// Leases kept alive while slow handlers run (the guard's setTimeout timer and
+// clock), fenced commits (run-ok-lease-lost), and what a JS store without the
+// lease methods still gets. Real time: a 300 ms lease against 1 s handlers.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { bq, envelope, expiringStore, sleep } from './helpers.mjs';
+
+const LEASE = { claimLeaseMs: 300 };
+const IDS = ['order-1', 'order-2'];
+
+/**
+ * Consumer A runs a batch of IDS with a 1 s handler each; 500 ms in (the 300 ms
+ * lease would have run out without renewals), consumer B gets the same batch on
+ * the same store with the same handler. Returns both batches' kinds and the
+ * number of effects per id.
+ */
+async function twoConsumers(store) {
+  const effects = new Map();
+  const slow = async (env) => {
+    effects.set(env.meta.id, (effects.get(env.meta.id) ?? 0) + 1);
+    await sleep(1000);
+  };
+  const batch = IDS.map((id) => envelope(id));
+  const a = bq.processBatch(batch, store, slow, LEASE);
+  await sleep(500);
+  const b = await bq.processBatch(batch, store, slow, LEASE);
+  const kinds = (outcomes) => outcomes.map((o) => o.kind);
+  return { a: kinds(await a), b: kinds(b), effects: Object.fromEntries(effects) };
+}
+
+const once = Object.fromEntries(IDS.map((id) => [id, 1]));
+
+test('a 1 s handler under a 300 ms lease keeps its claims: a concurrent processBatch on the same ids parks, one effect per id (InMemoryStore)', async () => {
+  const store = new bq.InMemoryStore();
+  const { a, b, effects } = await twoConsumers(store);
+  assert.deepEqual(a, ['run-ok', 'run-ok']);
+  assert.deepEqual(b, ['park', 'park']);
+  assert.deepEqual(effects, once);
+  const again = await bq.processBatch(IDS.map((id) => envelope(id)), store, () => assert.fail('ran again'), LEASE);
+  assert.deepEqual(again.map((o) => o.kind), ['skip', 'skip']);
+});
+
+test('a JS store with settle(): claims renewed during a 1 s handler, the concurrent batch parks, one effect per id', async () => {
+  const store = expiringStore('settle');
+  const { a, b, effects } = await twoConsumers(store);
+  assert.deepEqual(a, ['run-ok', 'run-ok']);
+  assert.deepEqual(b, ['park', 'park']);
+  assert.deepEqual(effects, once);
+  assert.ok(store.calls.includes('settle'), 'renewed through settle');
+  assert.ok(!store.calls.includes('commitMany') && !store.calls.includes('renew'));
+});
+
+test('a JS store with renew() + rememberFenced(): claims renewed during a 1 s handler, the concurrent batch parks, one effect per id', async () => {
+  const store = expiringStore('fenced');
+  const { a, b, effects } = await twoConsumers(store);
+  assert.deepEqual(a, ['run-ok', 'run-ok']);
+  assert.deepEqual(b, ['park', 'park']);
+  assert.deepEqual(effects, once);
+  assert.ok(store.calls.includes('renew'));
+  assert.ok(store.calls.includes('rememberFenced'));
+});
+
+test('a JS store without lease methods keeps the old behaviour: no renewal, so the concurrent batch runs the ids again and both report run-ok', async () => {
+  const store = expiringStore('none');
+  const { a, b, effects } = await twoConsumers(store);
+  // What the README documents for such a store: keep the lease above the batch's time.
+  assert.deepEqual(a, ['run-ok', 'run-ok']);
+  assert.deepEqual(b, ['run-ok', 'run-ok']);
+  assert.deepEqual(effects, Object.fromEntries(IDS.map((id) => [id, 2])));
+  assert.deepEqual(store.calls.sort(), ['claimMany', 'claimMany', 'rememberMany', 'rememberMany'], 'one claim and one commit call per batch, no renewals');
+});
+
+test('a fast batch on a lease-capable JS store still costs two store calls: claimMany and settle', async () => {
+  const store = expiringStore('settle');
+  const outcomes = await bq.processBatch(['a', 'b', 'c'].map((id) => envelope(id)), store, () => {}, { claimLeaseMs: 30000, ttlMs: 60000 });
+  assert.deepEqual(outcomes.map((o) => o.kind), ['run-ok', 'run-ok', 'run-ok']);
+  assert.deepEqual(store.calls, ['claimMany', 'settle']);
+  assert.deepEqual([...store.done.entries()], [['a', 60000], ['b', 60000], ['c', 60000]]);
+});
+
+test('forgetting the id while its handler runs gives run-ok-lease-lost (ack), and the id is still remembered (InMemoryStore)', async () => {
+  const store = new bq.InMemoryStore();
+  const outcome = await bq.process(envelope('lost-1'), store, async () => {
+    await bq.forget('lost-1', store);
+  }, { claimLeaseMs: 30000 });
+  assert.equal(outcome.kind, 'run-ok-lease-lost');
+  assert.equal(outcome.disposition, 'ack');
+  assert.equal(outcome.ran, true);
+  assert.equal(outcome.key, 'lost-1');
+  assert.match(outcome.reason, /claim was lost/);
+  assert.equal(store.seen('lost-1'), true, 'the effect happened: the free key is remembered');
+});
+
+test('a lease that expires and is taken by another consumer mid-handler: that one runs, this one reports run-ok-lease-lost (manual clock)', async () => {
+  const store = new bq.InMemoryStore({ manualClock: true, now: 1_000_000 });
+  const opts = { claimLeaseMs: 1000 };
+  let effects = 0;
+  let inner;
+  const outer = await bq.process(envelope('taken-1'), store, async () => {
+    effects += 1;
+    store.advance(5000); // this consumer stalls past its lease
+    inner = await bq.process(envelope('taken-1'), store, () => { effects += 1; }, opts);
+  }, opts);
+  assert.equal(inner.kind, 'run-ok');
+  assert.equal(outer.kind, 'run-ok-lease-lost');
+  assert.equal(outer.disposition, 'ack');
+  assert.equal(effects, 2, 'the lost lease is the one case where an effect can happen twice, and it is reported');
+});
+
+test('a lease lost on a JS store with settle() or renew/rememberFenced is reported as run-ok-lease-lost', async () => {
+  for (const leases of ['settle', 'fenced']) {
+    const store = expiringStore(leases);
+    const outcome = await bq.process(envelope('lost-js'), store, async () => {
+      store.claims.delete('lost-js'); // e.g. expired and swept
+    }, LEASE);
+    assert.equal(outcome.kind, 'run-ok-lease-lost', leases);
+    assert.ok(store.done.has('lost-js'));
+  }
+});
+
+test('a JS store without lease methods cannot tell a lost lease: the commit is a plain remember and the outcome run-ok (documented)', async () => {
+  const store = expiringStore('none');
+  const outcome = await bq.process(envelope('lost-plain'), store, async () => {
+    store.claims.delete('lost-plain');
+    await sleep(400); // longer than the lease: nothing renews it
+  }, LEASE);
+  assert.equal(outcome.kind, 'run-ok');
+  assert.deepEqual(store.calls, ['claim', 'remember']);
+});
+
+test('with a manual clock the guard renews by the store\'s clock: advancing past the lease while the handler runs keeps the claim', async () => {
+  const store = new bq.InMemoryStore({ manualClock: true, now: 0 });
+  const opts = { claimLeaseMs: 1000 };
+  let second;
+  const first = await bq.process(envelope('held-1'), store, async () => {
+    for (let i = 0; i < 3; i += 1) {
+      store.advance(400); // 1200 ms of store time in all: past the 1000 ms lease
+      await sleep(400); // the guard's timer ticks every lease / 3 = 333 ms and renews
+    }
+    second = await bq.process(envelope('held-1'), store, () => assert.fail('ran twice'), opts);
+  }, opts);
+  assert.equal(second.kind, 'park');
+  assert.equal(first.kind, 'run-ok');
+});
+
+test('a handler that finishes before the timer leaves no timer behind (the process can exit at once)', async () => {
+  const store = new bq.InMemoryStore();
+  const before = process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+  const outcome = await bq.process(envelope('quick-1'), store, async () => { await sleep(5); }, { claimLeaseMs: 30000 });
+  assert.equal(outcome.kind, 'run-ok');
+  const after = process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+  assert.equal(after, before);
+});
