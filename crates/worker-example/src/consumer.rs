@@ -7,7 +7,7 @@ use bq_dedupe_workers::bq_dedupe::store::PerKey;
 use bq_dedupe_workers::bq_dedupe::{OutcomeKind, Store};
 use bq_dedupe_workers::{
     Action, BatchReport, ConsumeError, DedupeConfig, Delivery, QueueBatch, QueueConsumer,
-    RoundTrips,
+    RoundTrips, WorkersTimer,
 };
 use serde::Deserialize;
 use worker::{Context, Delay, Env, Result};
@@ -60,7 +60,7 @@ pub async fn consume(batch: QueueBatch, env: Env, _ctx: Context) -> Result<()> {
 }
 
 async fn run<S: Store>(
-    consumer: QueueConsumer<S>,
+    consumer: QueueConsumer<S, (), WorkersTimer>,
     batch: &QueueBatch,
     effects: Option<&EffectLogClient>,
 ) -> std::result::Result<BatchReport, ConsumeError> {
@@ -106,7 +106,15 @@ fn counters(report: &BatchReport, round_trips: u64) -> CounterUpdate {
     let add = vec![
         ("batches", 1),
         ("deliveries", report.messages.len() as i64),
-        ("runs", n(&[OutcomeKind::Ran, OutcomeKind::RanUnrecorded])),
+        (
+            "runs",
+            n(&[
+                OutcomeKind::Ran,
+                OutcomeKind::RanUnrecorded,
+                OutcomeKind::RanLeaseLost,
+            ]),
+        ),
+        ("lease_lost", n(&[OutcomeKind::RanLeaseLost])),
         (
             "failures",
             n(&[

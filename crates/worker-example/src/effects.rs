@@ -28,6 +28,7 @@ pub const COUNTERS: &[&str] = &[
     "skips",
     "fail_open",
     "parked",
+    "lease_lost",
     "poison",
     "dead_lettered",
     "store_errors",

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use bq_dedupe_workers::bq_dedupe::store::Settlement;
 use bq_dedupe_workers::bq_dedupe::{Claim, ClaimToken, Store, StoreError};
 use bq_dedupe_workers::{DedupeConfig, RoundTrips, WorkersStore};
 use serde::Deserialize;
@@ -163,11 +164,18 @@ pub async fn release(mut req: Request, env: Env) -> Result<Response> {
         .map(|r| (r.key.as_str(), ClaimToken(r.token.clone())))
         .collect();
     let refs: Vec<(&str, &ClaimToken)> = tokens.iter().map(|(k, t)| (*k, t)).collect();
+    let step = Settlement {
+        release: &refs,
+        ..Settlement::default()
+    };
     reply(
         store
-            .commit_many(&[], None, &refs)
+            .settle(&step)
             .await
-            .map(|()| json!({ "ok": true })),
+            .and_then(|settled| match settled.release_error {
+                Some(e) => Err(e),
+                None => Ok(json!({ "ok": true })),
+            }),
     )
 }
 

@@ -4,11 +4,12 @@
 //! | var                          | default          | meaning                                   |
 //! |------------------------------|------------------|-------------------------------------------|
 //! | `DEDUPE_STORE`               | `durable-object` | `durable-object` or `kv`                  |
-//! | `DEDUPE_TTL_SECONDS`         | `0`: forever     | how long an id counts as seen (up to 100 years) |
+//! | `DEDUPE_TTL_SECONDS`         | `1252800` (14 d 12 h) | how long an id counts as seen (up to 100 years); `forever` or `0`: until forgotten |
 //! | `DEDUPE_SHARDS`              | `1`              | Durable Objects the ids are spread over (1..=1024) |
+//! | `DEDUPE_PREVIOUS_SHARDS`     | (none)           | while resharding: the count before the change (`N`), or `sha256-mod:N` for objects of a version before jump hashing |
 //! | `DEDUPE_KEY_PREFIX`          | (empty)          | namespace for the ids (end it with a separator, e.g. `orders:`) |
 //! | `DEDUPE_CLAIMING`            | `on` (DO), `off` (KV) | take an atomic claim before running (`on`/`off`) |
-//! | `DEDUPE_CLAIM_LEASE_SECONDS` | `120`            | how long a claim lasts (1 s to 100 years) |
+//! | `DEDUPE_CLAIM_LEASE_SECONDS` | `120`            | how long a claim lasts without renewal (1 s to 100 years) |
 //! | `DEDUPE_RETRY_DELAY_SECONDS` | (none)           | delay for retried messages (up to 43200)  |
 //! | `DEDUPE_PARK_DELAY_SECONDS`  | `45`             | delay for parked messages (up to 43200)   |
 //! | `DEDUPE_DEAD_LETTER`         | (none)           | queue producer binding for poison messages |
@@ -16,14 +17,50 @@
 //! | `DEDUPE_DO_BINDING`          | `DEDUPE_DO`      | the `DedupeShard` Durable Object binding  |
 //! | `DEDUPE_KV_BINDING`          | `DEDUPE_KV`      | the KV namespace binding                  |
 //!
-//! Claims are taken for a whole batch before its first handler runs, so the lease
-//! must outlast the batch's worst-case run (`max_batch_size` x the slowest
-//! handler), or a concurrent consumer may claim an id that has not run yet. And keep
-//! `max_retries x DEDUPE_PARK_DELAY_SECONDS` above the lease: a message parked
-//! behind a crashed consumer's claim then runs once the lease ends instead of
-//! reaching the dead-letter queue.
+//! **Leases are kept alive.** Claims are taken for a whole batch before its first
+//! handler runs, and the guard renews the ones still held while the batch runs:
+//! before each handler and, on a `setTimeout` tick, while one slow handler runs
+//! (every `lease / 3`). So the lease only has to outlast the gap a renewal can
+//! miss (a stalled isolate, a store outage), not the batch: the old rule "lease
+//! above `max_batch_size` x the slowest handler" no longer applies. If a claim is
+//! lost anyway (it ran out and another consumer took it, or the id was forgotten)
+//! the success is reported as `run-ok-lease-lost` (acked, counted) instead of
+//! `run-ok`: check that effect for a duplicate. Successes are written at the
+//! latest 1 s after they finish (or once 100 wait), so an invocation that dies
+//! mid-batch re-runs at most that much. Keep `max_retries x
+//! DEDUPE_PARK_DELAY_SECONDS` above the lease: a message parked behind a crashed
+//! consumer's claim then runs once the lease ends instead of reaching the
+//! dead-letter queue.
+//!
+//! **The default window** is 14 days + 12 hours: a Queues message lives at most
+//! 14 days (the longest retention) and a retry can be delayed by at most 12 hours,
+//! so no redelivery Cloudflare can make arrives after its id has expired, and
+//! storage stops growing without bound (one Durable Object holds at most 10 GB).
+//! Set `DEDUPE_TTL_SECONDS=forever` (or `0`, as before) to remember ids until
+//! they are forgotten, e.g. to dedupe producers that re-publish old messages.
+//!
+//! **Resharding** (changing `DEDUPE_SHARDS` from N to M) without forgetting:
+//! 1. deploy with `DEDUPE_SHARDS=M` and `DEDUPE_PREVIOUS_SHARDS=N` together;
+//! 2. keep it so for at least the dedupe window (`DEDUPE_TTL_SECONDS`; for
+//!    `forever`, for as long as old ids matter), and keep the old objects;
+//! 3. then drop `DEDUPE_PREVIOUS_SHARDS`.
+//!
+//! While it is set, an id that the new layout does not know is also looked up in
+//! the old one (only ids whose object differs between the two, about `1 - N/M` of
+//! them when growing): remembered there, it is skipped; claimed there, parked.
+//! New claims and every write go to the new layout. Ids are spread by jump
+//! consistent hashing and shard `i` keeps its object name whatever the count, so
+//! growing keeps most ids where they are and the old objects stay in use. Without
+//! the setting the moved ids are forgotten and run again. A version before jump
+//! hashing used `sha256 % N` over objects named `bq-dedupe/<N>/<i>`: migrate from
+//! it with `DEDUPE_PREVIOUS_SHARDS=sha256-mod:N` (with one shard nothing is needed:
+//! its object, `bq-dedupe/1/0`, is shard 0 of every layout). During a *gradual*
+//! deployment, consumers of the old version read only the old layout, so they do
+//! not see claims and writes the new version made: switch versions at once.
 
 use std::time::Duration;
+
+use std::sync::Arc;
 
 use bq_dedupe::{Guard, KeySpace};
 use wasm_bindgen::JsValue;
@@ -33,12 +70,19 @@ use crate::consumer::{DEFAULT_PARK_DELAY_SECONDS, QueueConsumer};
 use crate::durable::DurableObjectStore;
 use crate::kv::{self, KvStore};
 use crate::round_trips::RoundTrips;
+use crate::shard::Layout;
 use crate::store::WorkersStore;
+use crate::time::{JsClock, WorkersTimer};
 
 /// The longest TTL or lease accepted: 100 years (expiry times stay exact in JS).
 pub const MAX_SECONDS: u64 = 100 * 365 * 24 * 3600;
 /// Cloudflare's longest retry delay: 12 hours.
 pub const MAX_DELAY_SECONDS: u64 = 12 * 3600;
+/// The longest a Queues message is retained: 14 days.
+pub const MAX_RETENTION_SECONDS: u64 = 14 * 24 * 3600;
+/// The default dedupe window: every redelivery Cloudflare can make (the longest
+/// retention plus the longest retry delay), 1,252,800 s.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(MAX_RETENTION_SECONDS + MAX_DELAY_SECONDS);
 
 /// A var's text: strings as they are, numbers and booleans written without quotes
 /// in wrangler.toml as their JSON text, anything else as JSON (so the parse error
@@ -80,6 +124,8 @@ pub struct DedupeConfig {
     pub store: StoreKind,
     pub ttl: Option<Duration>,
     pub shards: u32,
+    /// While resharding: the layout before the change (`DEDUPE_PREVIOUS_SHARDS`).
+    pub previous_layout: Option<Layout>,
     pub key_prefix: String,
     /// `Some(lease)`: claiming on.
     pub claim_lease: Option<Duration>,
@@ -143,21 +189,53 @@ impl DedupeConfig {
                     .into(),
             ));
         }
-        // 0 (or unset): remembered until forgotten.
-        let ttl = number("DEDUPE_TTL_SECONDS", 0, MAX_SECONDS)?
-            .filter(|&s| s > 0)
-            .map(Duration::from_secs);
+        // Unset: the default window; `forever` or 0: remembered until forgotten.
+        let ttl = match get("DEDUPE_TTL_SECONDS").as_deref() {
+            Some("forever") => None,
+            _ => match number("DEDUPE_TTL_SECONDS", 0, MAX_SECONDS)? {
+                None => Some(DEFAULT_TTL),
+                Some(0) => None,
+                Some(s) => Some(Duration::from_secs(s)),
+            },
+        };
         if store == StoreKind::Kv {
             kv::check_ttl(ttl)
                 .map_err(|e| ConfigError(format!("DEDUPE_TTL_SECONDS: {}", e.message)))?;
         }
         let shards = number("DEDUPE_SHARDS", 1, 1024)?.unwrap_or(1);
+        let previous_layout = match get("DEDUPE_PREVIOUS_SHARDS") {
+            None => None,
+            Some(text) => {
+                let (legacy, count) = match text.strip_prefix("sha256-mod:") {
+                    Some(count) => (true, count.trim()),
+                    None => (false, text.as_str()),
+                };
+                match count.parse::<u32>() {
+                    Ok(n @ 1..=1024) if legacy => Some(Layout::Sha256Mod(n)),
+                    Ok(n @ 1..=1024) => Some(Layout::Jump(n)),
+                    _ => {
+                        return Err(ConfigError(format!(
+                            "DEDUPE_PREVIOUS_SHARDS must be the shard count before the change \
+                             (1..=1024), or sha256-mod:N for objects of a version before jump \
+                             hashing, got {text:?}"
+                        )));
+                    }
+                }
+            }
+        };
+        if previous_layout.is_some() && store == StoreKind::Kv {
+            return Err(ConfigError(
+                "DEDUPE_PREVIOUS_SHARDS is for the Durable Object store: KV is not sharded".into(),
+            ));
+        }
         let lease = number("DEDUPE_CLAIM_LEASE_SECONDS", 1, MAX_SECONDS)?.unwrap_or(120);
         let delay = |name| number(name, 0, MAX_DELAY_SECONDS).map(|d| d.map(|s| s as u32));
         Ok(DedupeConfig {
             store,
             ttl,
             shards: shards as u32,
+            // The same layout as now: nothing to migrate.
+            previous_layout: previous_layout.filter(|&p| p != Layout::Jump(shards as u32)),
             key_prefix: get("DEDUPE_KEY_PREFIX").unwrap_or_default(),
             claim_lease: claiming.then(|| Duration::from_secs(lease)),
             retry_delay_seconds: delay("DEDUPE_RETRY_DELAY_SECONDS")?,
@@ -189,7 +267,9 @@ impl DedupeConfig {
                         ))
                     })?;
                 WorkersStore::DurableObject(
-                    DurableObjectStore::new(namespace, self.shards).with_round_trips(round_trips),
+                    DurableObjectStore::new(namespace, self.shards)
+                        .with_previous(self.previous_layout)
+                        .with_round_trips(round_trips),
                 )
             }
             StoreKind::Kv => {
@@ -201,10 +281,14 @@ impl DedupeConfig {
         })
     }
 
-    /// A guard over `store` with this configuration's TTL, claiming and prefix.
-    pub fn guard<S: bq_dedupe::Store>(&self, store: S) -> Guard<S> {
-        let mut guard =
-            Guard::new(store).with_keyspace(KeySpace::new().with_prefix(&self.key_prefix));
+    /// A guard over `store` with this configuration's TTL, claiming and prefix,
+    /// reading time from `Date.now` and racing handlers against `setTimeout`, so
+    /// claims are renewed while a slow handler runs.
+    pub fn guard<S: bq_dedupe::Store>(&self, store: S) -> Guard<S, (), WorkersTimer> {
+        let mut guard = Guard::new(store)
+            .with_keyspace(KeySpace::new().with_prefix(&self.key_prefix))
+            .with_clock(Arc::new(JsClock))
+            .with_timer(WorkersTimer);
         if let Some(ttl) = self.ttl {
             guard = guard.with_ttl(ttl);
         }
@@ -220,7 +304,7 @@ impl DedupeConfig {
         &self,
         env: &Env,
         store: S,
-    ) -> Result<QueueConsumer<S>, ConfigError> {
+    ) -> Result<QueueConsumer<S, (), WorkersTimer>, ConfigError> {
         let mut consumer = QueueConsumer::new(self.guard(store));
         if let Some(binding) = &self.dead_letter_binding {
             let producer = env.queue(binding).map_err(|e| {
@@ -241,7 +325,7 @@ impl DedupeConfig {
     }
 }
 
-impl QueueConsumer<WorkersStore> {
+impl QueueConsumer<WorkersStore, (), WorkersTimer> {
     /// Everything from `wrangler.toml`: the store, the guard and the consumer.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let config = DedupeConfig::from_env(env)?;
@@ -269,8 +353,53 @@ mod tests {
         assert_eq!(c.shards, 1);
         assert_eq!(c.claim_lease, Some(Duration::from_secs(120)));
         assert_eq!(c.park_delay_seconds, 45);
-        assert_eq!(c.ttl, None);
+        assert_eq!(c.ttl, Some(DEFAULT_TTL));
+        assert_eq!(c.previous_layout, None);
         assert_eq!(c.durable_object_binding, "DEDUPE_DO");
+    }
+
+    #[test]
+    fn default_window_is_the_longest_retention_plus_the_longest_retry_delay() {
+        assert_eq!(DEFAULT_TTL, Duration::from_secs(14 * 86_400 + 12 * 3_600));
+        assert_eq!(config(&[]).unwrap().ttl, Some(DEFAULT_TTL));
+        assert_eq!(
+            config(&[("DEDUPE_TTL_SECONDS", "")]).unwrap().ttl,
+            Some(DEFAULT_TTL)
+        );
+        // Forever stays available, spelled out or as the 0 it always was.
+        assert_eq!(
+            config(&[("DEDUPE_TTL_SECONDS", "forever")]).unwrap().ttl,
+            None
+        );
+        assert_eq!(config(&[("DEDUPE_TTL_SECONDS", "0")]).unwrap().ttl, None);
+        assert_eq!(
+            config(&[("DEDUPE_TTL_SECONDS", "60")]).unwrap().ttl,
+            Some(Duration::from_secs(60))
+        );
+        // KV takes the default too (it is far above KV's 60 s minimum).
+        let kv = config(&[("DEDUPE_STORE", "kv")]).unwrap();
+        assert_eq!(kv.ttl, Some(DEFAULT_TTL));
+    }
+
+    #[test]
+    fn previous_shards_names_the_layout_before_the_change() {
+        let c = config(&[("DEDUPE_SHARDS", "4"), ("DEDUPE_PREVIOUS_SHARDS", "1")]).unwrap();
+        assert_eq!(c.previous_layout, Some(Layout::Jump(1)));
+        let c = config(&[
+            ("DEDUPE_SHARDS", "4"),
+            ("DEDUPE_PREVIOUS_SHARDS", "sha256-mod:2"),
+        ])
+        .unwrap();
+        assert_eq!(c.previous_layout, Some(Layout::Sha256Mod(2)));
+        // The same count as now: nothing to migrate.
+        let c = config(&[("DEDUPE_SHARDS", "4"), ("DEDUPE_PREVIOUS_SHARDS", "4")]).unwrap();
+        assert_eq!(c.previous_layout, None);
+        let e = config(&[("DEDUPE_PREVIOUS_SHARDS", "0")]).unwrap_err();
+        assert!(e.0.contains("DEDUPE_PREVIOUS_SHARDS"), "{e}");
+        let e = config(&[("DEDUPE_PREVIOUS_SHARDS", "mod:2")]).unwrap_err();
+        assert!(e.0.contains("sha256-mod:N"), "{e}");
+        let e = config(&[("DEDUPE_STORE", "kv"), ("DEDUPE_PREVIOUS_SHARDS", "2")]).unwrap_err();
+        assert!(e.0.contains("KV"), "{e}");
     }
 
     #[test]

@@ -2,7 +2,9 @@
 
 use std::fmt::Display;
 
-use bq_dedupe::{Disposition, Guard, Message, Observer, Outcome, OutcomeKind, Store};
+use bq_dedupe::{
+    Disposition, Guard, Message, NoTimer, Observer, Outcome, OutcomeKind, Store, Timer,
+};
 use wasm_bindgen::JsValue;
 use worker::{Queue, QueueContentType, RawMessageBuilder};
 
@@ -91,13 +93,20 @@ impl From<ConsumeError> for worker::Error {
 
 /// Dedupes Queues batches with a [`Guard`] and settles every message.
 ///
-/// Per message: run-ok, skip and fail-open successes are acked; handler failures,
+/// Per message: run-ok (also `run-ok-lease-lost`: the effect happened, but the
+/// claim had been lost, so check for a duplicate), skip and fail-open successes
+/// are acked; handler failures,
 /// parked claims and store errors are retried (after the retry delay, if set);
 /// poison (an invalid envelope) goes to the dead-letter producer and is acked, or,
 /// with no producer configured, is retried so the queue's own `max_retries` and
 /// `dead_letter_queue` take it. Nothing is acked silently.
-pub struct QueueConsumer<S, O = ()> {
-    guard: Guard<S, O>,
+///
+/// Build the guard with a clock and a timer ([`crate::DedupeConfig::guard`] does:
+/// `Date.now` and `setTimeout`) so claims are renewed while a slow handler runs;
+/// with [`NoTimer`] they are renewed only between handlers, and without a clock
+/// not at all.
+pub struct QueueConsumer<S, O = (), T = NoTimer> {
+    guard: Guard<S, O, T>,
     dead_letter: Option<Queue>,
     retry_delay_seconds: Option<u32>,
     park_delay_seconds: u32,
@@ -111,8 +120,8 @@ pub struct QueueConsumer<S, O = ()> {
 /// of a consumer that crashed.
 pub const DEFAULT_PARK_DELAY_SECONDS: u32 = 45;
 
-impl<S: Store, O: Observer> QueueConsumer<S, O> {
-    pub fn new(guard: Guard<S, O>) -> Self {
+impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
+    pub fn new(guard: Guard<S, O, T>) -> Self {
         QueueConsumer {
             guard,
             dead_letter: None,
@@ -150,13 +159,15 @@ impl<S: Store, O: Observer> QueueConsumer<S, O> {
         self
     }
 
-    pub fn guard(&self) -> &Guard<S, O> {
+    pub fn guard(&self) -> &Guard<S, O, T> {
         &self.guard
     }
 
     /// Dedupes `batch`, runs `handler` for every delivery that should run (in
     /// order; an in-batch duplicate runs once), records the results with one store
-    /// call, then acks, retries or dead-letters each message.
+    /// call, then acks, retries or dead-letters each message. A slow batch also
+    /// renews its claims and writes its finished work as it goes (one more store
+    /// call per checkpoint, see `bq_dedupe::lease`).
     ///
     /// A handler error affects only its own message. `Err` when the batch cannot
     /// be read or a retry cannot be recorded (see [`ConsumeError`]): return it.

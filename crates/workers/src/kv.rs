@@ -120,6 +120,7 @@ impl Store for KvStore {
         Capabilities {
             claim: false,
             ttl: true,
+            lease: false,
         }
     }
 

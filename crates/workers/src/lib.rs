@@ -4,12 +4,19 @@
 //! A thin layer over the core ([`bq_dedupe::Guard`]); each module is one binding:
 //! - [`QueueConsumer`]: decode a batch, decide it with one store call, run the
 //!   handler, commit with one store call, then `ack()` / `retry()` / dead-letter each
-//!   message by its outcome.
+//!   message by its outcome. While a slow batch runs, its claims are renewed
+//!   (before each handler, and on a `setTimeout` tick during one long handler),
+//!   and a success whose claim was lost anyway is `run-ok-lease-lost` (acked).
+//! - [`shard`]: which object holds an id (jump consistent hashing, pinned), so
+//!   `DEDUPE_SHARDS` can grow with `DEDUPE_PREVIOUS_SHARDS` set during the change
+//!   (see [`config`] for the procedure).
 //! - [`durable`]: the strongly consistent store: the [`durable::DedupeShard`]
 //!   Durable Object (SQLite-backed, atomic claims, batch RPC, TTL sweep alarm) and
 //!   [`durable::DurableObjectStore`], the client that shards ids over N objects.
 //! - [`kv`]: the best-effort Workers KV store (eventually consistent, no claims).
-//! - [`config`]: everything above, configured from `wrangler.toml` vars.
+//! - [`config`]: everything above, configured from `wrangler.toml` vars (the
+//!   default dedupe window is 14 days + 12 hours, every redelivery Cloudflare can
+//!   make; `DEDUPE_TTL_SECONDS=forever` keeps ids until forgotten).
 //!
 //! Cloudflare counts deliveries from 1 (`Message.attempts`); a BabelQueue envelope
 //! counts failed attempts from 0. The handler sees
@@ -60,14 +67,16 @@ mod dead_letter;
 pub mod durable;
 pub mod kv;
 mod round_trips;
-mod shard;
+pub mod shard;
 mod store;
+mod time;
 
 pub use batch::{QueueBatch, QueueMessage};
 pub use config::{ConfigError, DedupeConfig, StoreKind};
 pub use consumer::{Action, BatchReport, ConsumeError, Delivery, QueueConsumer};
 pub use round_trips::RoundTrips;
 pub use store::WorkersStore;
+pub use time::{JsClock, WorkersTimer};
 
 /// Re-exported so a worker needs no direct dependency on the core.
 pub use bq_dedupe;

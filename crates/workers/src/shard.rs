@@ -1,24 +1,85 @@
-//! Stable hashing: which shard holds a key, and a KV-safe name for a long key.
+//! Stable hashing: which Durable Object holds a key, and a KV-safe name for a
+//! long key.
 //!
-//! SHA-256, so the choice never changes between builds, processes or versions
-//! (a seeded hasher would move ids between shards and forget them).
+//! A key's hash is the first 8 bytes of its SHA-256 (big-endian), so the choice
+//! never changes between builds, processes or versions (a seeded hasher would
+//! move ids between shards and forget them).
+//!
+//! The shard of a key is **jump consistent hashing** (Lamping & Veach, 2014) of
+//! that hash over N shards: when N grows to M, only the ids that must move
+//! (about `1 - N/M` of them) change shard, and they move only to the new shards
+//! N..M. Shard `i`'s object name does not contain N, so an object keeps its ids
+//! across a change of N: shard 0 is `bq-dedupe/1/0` (the name the one-shard
+//! layout always had, so a one-shard deployment upgrades in place), shard `i >
+//! 0` is `bq-dedupe/jump/<i>`.
+//!
+//! Before jump hashing the shard was `hash % N` over objects named
+//! `bq-dedupe/<N>/<i>` ([`Layout::Sha256Mod`]); those objects keep that meaning
+//! and stay reachable as a previous layout (`DEDUPE_PREVIOUS_SHARDS=sha256-mod:N`).
 
 use sha2::{Digest, Sha256};
 
-/// The shard (0..shards) that holds `key`.
-pub fn shard_of(key: &str, shards: u32) -> u32 {
-    if shards <= 1 {
-        return 0;
-    }
-    let digest = Sha256::digest(key.as_bytes());
-    let head = u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"));
-    (head % u64::from(shards)) as u32
+/// How ids are spread over Durable Objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Jump consistent hashing over this many shards (the current layout).
+    Jump(u32),
+    /// `hash % N` over objects named `bq-dedupe/<N>/<i>` (before jump hashing).
+    Sha256Mod(u32),
 }
 
-/// The Durable Object name of shard `index` of `shards`. The count is part of the
-/// name, so changing it starts fresh objects instead of misrouting ids.
-pub fn shard_name(index: u32, shards: u32) -> String {
-    format!("bq-dedupe/{shards}/{index}")
+impl Layout {
+    /// How many shards the layout has (at least 1).
+    pub fn shards(self) -> u32 {
+        match self {
+            Layout::Jump(n) | Layout::Sha256Mod(n) => n.max(1),
+        }
+    }
+
+    /// The shard (0..shards) that holds the key with this [`key_hash`].
+    pub fn shard_of_hash(self, hash: u64) -> u32 {
+        match self {
+            Layout::Jump(n) => jump(hash, n.max(1)),
+            Layout::Sha256Mod(n) => (hash % u64::from(n.max(1))) as u32,
+        }
+    }
+
+    /// The shard that holds `key`.
+    pub fn shard_of(self, key: &str) -> u32 {
+        self.shard_of_hash(key_hash(key))
+    }
+
+    /// The Durable Object name of shard `index`.
+    pub fn object_name(self, index: u32) -> String {
+        match self {
+            Layout::Jump(_) if index == 0 => "bq-dedupe/1/0".into(),
+            Layout::Jump(_) => format!("bq-dedupe/jump/{index}"),
+            Layout::Sha256Mod(n) => format!("bq-dedupe/{}/{index}", n.max(1)),
+        }
+    }
+
+    /// The object holding the key with this hash.
+    pub fn object_of_hash(self, hash: u64) -> String {
+        self.object_name(self.shard_of_hash(hash))
+    }
+}
+
+/// The stable 64-bit hash of a key: the first 8 bytes of its SHA-256.
+pub fn key_hash(key: &str) -> u64 {
+    let digest = Sha256::digest(key.as_bytes());
+    u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"))
+}
+
+/// Jump consistent hash: a bucket in `0..buckets` for `key`, moving only
+/// `1/buckets` of the keys (to the new bucket) when `buckets` grows by one.
+pub fn jump(mut key: u64, buckets: u32) -> u32 {
+    let (mut b, mut j) = (-1i64, 0i64);
+    while j < i64::from(buckets) {
+        b = j;
+        key = key.wrapping_mul(2_862_933_555_777_941_757).wrapping_add(1);
+        j = ((b + 1) as f64 * ((1u64 << 31) as f64 / ((key >> 33) + 1) as f64)) as i64;
+    }
+    b.max(0) as u32
 }
 
 /// Lowercase hex SHA-256 of `key` (64 characters).
@@ -38,19 +99,88 @@ mod tests {
 
     #[test]
     fn one_shard_takes_everything() {
-        assert_eq!(shard_of("anything", 1), 0);
-        assert_eq!(shard_of("anything", 0), 0);
+        assert_eq!(Layout::Jump(1).shard_of("anything"), 0);
+        assert_eq!(Layout::Jump(0).shard_of("anything"), 0);
+        assert_eq!(Layout::Sha256Mod(1).shard_of("anything"), 0);
+    }
+
+    /// Pinned: known ids land on known shards. A change of hash or shard function
+    /// would move remembered ids to objects that do not know them, so it must
+    /// fail here first.
+    #[test]
+    fn shard_choice_is_pinned_for_known_ids() {
+        let ids = [
+            "id-A",
+            "order-1",
+            "00000001-b5a6-4789-90ab-cdef01234567",
+            "",
+        ];
+        let pinned: [(u32, [u32; 4]); 5] = [
+            (2, [0, 1, 0, 1]),
+            (4, [0, 2, 2, 2]),
+            (8, [0, 5, 2, 5]),
+            (16, [14, 10, 2, 5]),
+            (1024, [400, 214, 418, 22]),
+        ];
+        for (n, want) in pinned {
+            let got: Vec<u32> = ids.iter().map(|id| Layout::Jump(n).shard_of(id)).collect();
+            assert_eq!(got, want, "jump layout, {n} shards");
+        }
+        // The key hash: SHA-256's first 8 bytes, big-endian.
+        assert_eq!(key_hash("id-A"), 0xb628_4402_132d_b723);
     }
 
     #[test]
-    fn shard_choice_is_stable_and_spread() {
-        // Pinned: a change here would move remembered ids to other shards.
-        assert_eq!(shard_of("id-A", 8), shard_of("id-A", 8));
+    fn growing_the_count_moves_only_the_ids_that_must_move() {
+        let ids: Vec<String> = (0..4000).map(|i| format!("id-{i}")).collect();
+        for (from, to) in [(1, 4), (4, 5), (8, 16)] {
+            let moved = ids
+                .iter()
+                .filter(|id| Layout::Jump(from).shard_of(id) != Layout::Jump(to).shard_of(id))
+                .count();
+            let expected = ids.len() as f64 * (1.0 - f64::from(from) / f64::from(to));
+            assert!(
+                (moved as f64 - expected).abs() < expected * 0.1 + 40.0,
+                "{from} -> {to}: {moved} moved, about {expected} expected"
+            );
+            // A moved id goes to a new shard, never between old ones.
+            assert!(ids.iter().all(|id| {
+                let (a, b) = (
+                    Layout::Jump(from).shard_of(id),
+                    Layout::Jump(to).shard_of(id),
+                );
+                a == b || b >= from
+            }));
+        }
+    }
+
+    #[test]
+    fn shards_are_evenly_used() {
         let mut used = [0u32; 8];
         for i in 0..800 {
-            used[shard_of(&format!("id-{i}"), 8) as usize] += 1;
+            used[Layout::Jump(8).shard_of(&format!("id-{i}")) as usize] += 1;
         }
         assert!(used.iter().all(|&n| n > 50), "{used:?}");
+    }
+
+    #[test]
+    fn object_names_keep_their_meaning() {
+        // The one-shard object is the same in both layouts (both hold every id).
+        assert_eq!(Layout::Jump(4).object_name(0), "bq-dedupe/1/0");
+        assert_eq!(Layout::Sha256Mod(1).object_name(0), "bq-dedupe/1/0");
+        // Jump names do not depend on the count: an object keeps its ids as N grows.
+        assert_eq!(Layout::Jump(4).object_name(3), "bq-dedupe/jump/3");
+        assert_eq!(Layout::Jump(64).object_name(3), "bq-dedupe/jump/3");
+        // The old layout's objects keep their old names.
+        assert_eq!(Layout::Sha256Mod(4).object_name(3), "bq-dedupe/4/3");
+    }
+
+    #[test]
+    fn the_old_modulo_layout_is_unchanged() {
+        // What `sha256 % N` chose before jump hashing, pinned so old objects stay
+        // reachable for a migration.
+        assert_eq!(Layout::Sha256Mod(8).shard_of("id-A"), 3);
+        assert_eq!(Layout::Sha256Mod(8).object_name(3), "bq-dedupe/8/3");
     }
 
     #[test]

@@ -2,32 +2,55 @@
 
 use std::time::Duration;
 
+use bq_dedupe::store::{Settled, Settlement};
 use bq_dedupe::{Capabilities, Claim, ClaimToken, Store, StoreError, StoreResult};
 use futures_util::future::{join_all, try_join_all};
 use wasm_bindgen::JsValue;
 use worker::{Method, ObjectNamespace, Request, RequestInit};
 
-use super::protocol::{ClaimReply, Entry, MAX_SAFE_MS, Release, ShardReply, ShardRequest};
+use super::protocol::{
+    ClaimReply, Entry, MAX_SAFE_MS, PeekState, Release, Remember, ShardReply, ShardRequest,
+};
 use crate::round_trips::RoundTrips;
-use crate::shard::{shard_name, shard_of};
+use crate::shard::{Layout, key_hash};
 
 /// The seen-set in `shards` Durable Objects of `namespace` (the `DedupeShard`
-/// class). Every batch call makes one request per shard it touches, concurrently.
+/// class), spread by jump consistent hashing (see [`Layout`]). Every batch call
+/// makes one request per shard it touches, concurrently.
+///
+/// While resharding, [`DurableObjectStore::with_previous`] names the layout before
+/// the change: an id the new layout does not know is looked up there too (only
+/// ids whose object differs between the two layouts), so ids remembered or
+/// claimed before the change still count. Everything is written to the new layout.
 pub struct DurableObjectStore {
     namespace: ObjectNamespace,
-    shards: u32,
+    layout: Layout,
+    previous: Option<Layout>,
     round_trips: RoundTrips,
 }
 
+/// Which object a request goes to, and which of the call's keys it carries.
+struct Group {
+    object: String,
+    members: Vec<usize>,
+}
+
 impl DurableObjectStore {
-    /// `shards` >= 1. Changing it later starts from empty objects (the count is
-    /// part of each object's name), so pick it once per queue.
+    /// `shards` >= 1, spread by jump consistent hashing: growing it later moves
+    /// only the ids that must move (see [`DurableObjectStore::with_previous`]).
     pub fn new(namespace: ObjectNamespace, shards: u32) -> Self {
         DurableObjectStore {
             namespace,
-            shards: shards.max(1),
+            layout: Layout::Jump(shards.max(1)),
+            previous: None,
             round_trips: RoundTrips::new(),
         }
+    }
+
+    /// Resharding: `previous` is the layout before the change (see the type's docs).
+    pub fn with_previous(mut self, previous: Option<Layout>) -> Self {
+        self.previous = previous.filter(|&p| p != self.layout);
+        self
     }
 
     /// Counts this store's requests into `counter`.
@@ -41,16 +64,27 @@ impl DurableObjectStore {
     }
 
     pub fn shards(&self) -> u32 {
-        self.shards
+        self.layout.shards()
+    }
+
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    pub fn previous(&self) -> Option<Layout> {
+        self.previous
     }
 
     /// The live rows of every shard (with `expired`, also expired rows not yet
-    /// swept), up to `limit` per shard.
+    /// swept), up to `limit` per shard. The current layout only.
     pub async fn entries(&self, limit: u32, expired: bool) -> StoreResult<Vec<Entry>> {
-        let replies = try_join_all(
-            (0..self.shards)
-                .map(|shard| self.call(shard, ShardRequest::Entries { limit, expired })),
-        )
+        let replies = try_join_all((0..self.layout.shards()).map(|shard| {
+            let object = self.layout.object_name(shard);
+            async move {
+                self.call(&object, ShardRequest::Entries { limit, expired })
+                    .await
+            }
+        }))
         .await?;
         Ok(replies
             .into_iter()
@@ -58,29 +92,41 @@ impl DurableObjectStore {
             .collect())
     }
 
-    /// Groups key indexes by shard, in first-seen order.
-    fn by_shard<'k>(&self, keys: impl IntoIterator<Item = &'k str>) -> Vec<(u32, Vec<usize>)> {
-        let mut groups: Vec<(u32, Vec<usize>)> = Vec::new();
+    /// Groups key indexes by the object of `layout` holding them, in first-seen order.
+    fn by_object<'k>(layout: Layout, keys: impl IntoIterator<Item = &'k str>) -> Vec<Group> {
+        let mut groups: Vec<Group> = Vec::new();
         for (i, key) in keys.into_iter().enumerate() {
-            let shard = shard_of(key, self.shards);
-            match groups.iter_mut().find(|(s, _)| *s == shard) {
-                Some((_, members)) => members.push(i),
-                None => groups.push((shard, vec![i])),
+            let object = layout.object_of_hash(key_hash(key));
+            match groups.iter_mut().find(|g| g.object == object) {
+                Some(group) => group.members.push(i),
+                None => groups.push(Group {
+                    object,
+                    members: vec![i],
+                }),
             }
         }
         groups
     }
 
-    /// One request to one shard.
-    async fn call(&self, shard: u32, request: ShardRequest) -> StoreResult<ShardReply> {
+    /// Is `key` in a different object in the previous layout than in this one
+    /// (so the previous one must be asked about it)?
+    fn moved(&self, key: &str) -> bool {
+        self.previous.is_some_and(|previous| {
+            let hash = key_hash(key);
+            previous.object_of_hash(hash) != self.layout.object_of_hash(hash)
+        })
+    }
+
+    /// One request to one object.
+    async fn call(&self, object: &str, request: ShardRequest) -> StoreResult<ShardReply> {
         self.round_trips.add(1);
         let unavailable = |what: &str, e: &dyn std::fmt::Display| {
-            StoreError::unavailable(format!("dedupe shard {shard}: {what}: {e}"))
+            StoreError::unavailable(format!("dedupe shard {object}: {what}: {e}"))
         };
         let body = serde_json::to_string(&request).map_err(|e| unavailable("encode", &e))?;
         let stub = self
             .namespace
-            .get_by_name(&shard_name(shard, self.shards))
+            .get_by_name(object)
             .map_err(|e| unavailable("stub", &e))?;
         let mut init = RequestInit::new();
         init.with_method(Method::Post)
@@ -96,7 +142,7 @@ impl DurableObjectStore {
             let text = response.text().await.unwrap_or_default();
             return Err(StoreError::backend(
                 status >= 500,
-                format!("dedupe shard {shard}: HTTP {status}: {text}"),
+                format!("dedupe shard {object}: HTTP {status}: {text}"),
             ));
         }
         response
@@ -105,19 +151,95 @@ impl DurableObjectStore {
             .map_err(|e| unavailable("reply", &e))
     }
 
-    /// Sends `make(keys of the shard)` to every shard holding one of `keys`
-    /// (concurrently) and returns the replies with each shard's key indexes.
+    /// Sends `make(keys of the object)` to every object of `layout` holding one
+    /// of `keys` (concurrently) and returns the replies with each object's key
+    /// indexes.
     async fn fan_out(
         &self,
+        layout: Layout,
         keys: &[&str],
         make: impl Fn(Vec<String>) -> ShardRequest,
     ) -> StoreResult<Vec<(Vec<usize>, ShardReply)>> {
-        let groups = self.by_shard(keys.iter().copied());
-        try_join_all(groups.into_iter().map(|(shard, members)| {
+        let groups = Self::by_object(layout, keys.iter().copied());
+        try_join_all(groups.into_iter().map(|Group { object, members }| {
             let request = make(members.iter().map(|&i| keys[i].to_string()).collect());
-            async move { Ok((members, self.call(shard, request).await?)) }
+            async move { Ok((members, self.call(&object, request).await?)) }
         }))
         .await
+    }
+
+    /// `seen` in `layout`.
+    async fn seen_in(&self, layout: Layout, keys: &[&str]) -> StoreResult<Vec<bool>> {
+        let parts = self
+            .fan_out(layout, keys, |keys| ShardRequest::Seen { keys })
+            .await?;
+        let parts = parts.into_iter().map(|(m, r)| (m, r.seen)).collect();
+        scatter(keys.len(), parts, "seen answers")
+    }
+
+    /// What the previous layout knows of `keys` (read-only).
+    async fn peek_previous(&self, previous: Layout, keys: &[&str]) -> StoreResult<Vec<PeekState>> {
+        let parts = self
+            .fan_out(previous, keys, |keys| ShardRequest::Peek { keys })
+            .await?;
+        let parts = parts.into_iter().map(|(m, r)| (m, r.peek)).collect();
+        scatter(keys.len(), parts, "peek answers")
+    }
+
+    /// Claims `keys` in the current layout, one request per object. If any
+    /// object fails, the claims the others took are released (best effort)
+    /// before the error is returned, so a partial failure does not park those
+    /// ids for a whole lease.
+    async fn claim_here(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
+        let lease_ms = wire_ms(lease);
+        let groups = Self::by_object(self.layout, keys.iter().copied());
+        let replies = join_all(groups.into_iter().map(|Group { object, members }| {
+            let request = ShardRequest::Claim {
+                keys: members.iter().map(|&i| keys[i].to_string()).collect(),
+                lease_ms,
+            };
+            async move { (members, self.call(&object, request).await) }
+        }))
+        .await;
+        if let Some(error) = replies.iter().find_map(|(_, r)| r.as_ref().err()).cloned() {
+            let mut taken: Vec<(&str, ClaimToken)> = Vec::new();
+            for (members, reply) in &replies {
+                let claims = reply.as_ref().ok().and_then(|r| r.claims.as_ref());
+                for (&i, claim) in members.iter().zip(claims.into_iter().flatten()) {
+                    if let ClaimReply::Acquired { token } = claim {
+                        taken.push((keys[i], ClaimToken(token.clone())));
+                    }
+                }
+            }
+            self.release_all(&taken).await;
+            return Err(error);
+        }
+        let parts = replies
+            .into_iter()
+            .map(|(m, r)| (m, r.ok().and_then(|r| r.claims)))
+            .collect();
+        let claims = scatter(keys.len(), parts, "claims")?;
+        Ok(claims
+            .into_iter()
+            .map(|claim| match claim {
+                ClaimReply::Acquired { token } => Claim::Acquired(ClaimToken(token)),
+                ClaimReply::Seen => Claim::Seen,
+                ClaimReply::Held => Claim::Held,
+            })
+            .collect())
+    }
+
+    /// Gives claims back, best effort (the leases run out by themselves).
+    async fn release_all(&self, taken: &[(&str, ClaimToken)]) {
+        if taken.is_empty() {
+            return;
+        }
+        let release: Vec<(&str, &ClaimToken)> = taken.iter().map(|(k, t)| (*k, t)).collect();
+        let step = Settlement {
+            release: &release,
+            ..Settlement::default()
+        };
+        let _ = self.settle(&step).await;
     }
 }
 
@@ -151,10 +273,6 @@ fn wire_ms(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).map_or(MAX_SAFE_MS, |ms| ms.clamp(1, MAX_SAFE_MS))
 }
 
-fn ttl_ms(ttl: Option<Duration>) -> Option<u64> {
-    ttl.map(wire_ms)
-}
-
 impl Store for DurableObjectStore {
     async fn seen(&self, key: &str) -> StoreResult<bool> {
         Ok(self.seen_many(&[key]).await?[0])
@@ -164,30 +282,63 @@ impl Store for DurableObjectStore {
         self.remember_many(&[key], ttl).await
     }
 
+    /// Forgets in the current layout and, while resharding, in the previous one.
     async fn forget(&self, key: &str) -> StoreResult<()> {
-        let keys = vec![key.to_string()];
-        self.call(shard_of(key, self.shards), ShardRequest::Forget { keys })
-            .await
-            .map(drop)
+        let hash = key_hash(key);
+        let here = self.layout.object_of_hash(hash);
+        let forget = |object: String| async move {
+            let keys = vec![key.to_string()];
+            self.call(&object, ShardRequest::Forget { keys }).await
+        };
+        match self.previous.map(|p| p.object_of_hash(hash)) {
+            Some(there) if there != here => {
+                try_join_all([forget(here), forget(there)]).await?;
+            }
+            _ => {
+                forget(here).await?;
+            }
+        }
+        Ok(())
     }
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             claim: true,
             ttl: true,
+            lease: true,
         }
     }
 
+    /// One request per object; while resharding, the keys the current layout
+    /// does not know and that live elsewhere in the previous one are asked there
+    /// (one more request per previous object touched).
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
-        let parts = self
-            .fan_out(keys, |keys| ShardRequest::Seen { keys })
-            .await?;
-        let parts = parts.into_iter().map(|(m, r)| (m, r.seen)).collect();
-        scatter(keys.len(), parts, "seen answers")
+        let mut seen = self.seen_in(self.layout, keys).await?;
+        let Some(previous) = self.previous else {
+            return Ok(seen);
+        };
+        let ask: Vec<usize> = (0..keys.len())
+            .filter(|&i| !seen[i] && self.moved(keys[i]))
+            .collect();
+        if ask.is_empty() {
+            return Ok(seen);
+        }
+        let asked: Vec<&str> = ask.iter().map(|&i| keys[i]).collect();
+        let before = self.seen_in(previous, &asked).await?;
+        for (&i, was) in ask.iter().zip(before) {
+            seen[i] = was;
+        }
+        Ok(seen)
     }
 
     async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
-        self.commit_many(keys, ttl, &[]).await
+        let remember: Vec<(&str, Option<&ClaimToken>)> = keys.iter().map(|k| (*k, None)).collect();
+        let step = Settlement {
+            remember: &remember,
+            ttl,
+            ..Settlement::default()
+        };
+        self.settle(&step).await.map(drop)
     }
 
     async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
@@ -195,84 +346,169 @@ impl Store for DurableObjectStore {
     }
 
     async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
-        self.commit_many(&[], None, &[(key, token)]).await
+        let release = [(key, token)];
+        let step = Settlement {
+            release: &release,
+            ..Settlement::default()
+        };
+        match self.settle(&step).await?.release_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
-    /// One request per shard. If any shard fails, the claims the others took are
-    /// released (best effort) before the error is returned, so a partial failure
-    /// does not park those ids for a whole lease.
+    /// One request per object. While resharding, a key claimed here that lives
+    /// elsewhere in the previous layout is also looked up there (read-only, one
+    /// request per previous object touched): remembered there, it answers `Seen`;
+    /// claimed there, `Held`; either way the claim just taken is given back.
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
-        let lease_ms = wire_ms(lease);
-        let groups = self.by_shard(keys.iter().copied());
-        let replies = join_all(groups.into_iter().map(|(shard, members)| {
-            let request = ShardRequest::Claim {
-                keys: members.iter().map(|&i| keys[i].to_string()).collect(),
+        let mut claims = self.claim_here(keys, lease).await?;
+        let Some(previous) = self.previous else {
+            return Ok(claims);
+        };
+        let ask: Vec<usize> = (0..keys.len())
+            .filter(|&i| matches!(claims[i], Claim::Acquired(_)) && self.moved(keys[i]))
+            .collect();
+        if ask.is_empty() {
+            return Ok(claims);
+        }
+        let asked: Vec<&str> = ask.iter().map(|&i| keys[i]).collect();
+        let states = match self.peek_previous(previous, &asked).await {
+            Ok(states) => states,
+            Err(e) => {
+                let taken: Vec<(&str, ClaimToken)> = (0..keys.len())
+                    .filter_map(|i| match &claims[i] {
+                        Claim::Acquired(token) => Some((keys[i], token.clone())),
+                        _ => None,
+                    })
+                    .collect();
+                self.release_all(&taken).await;
+                return Err(e);
+            }
+        };
+        let mut give_back: Vec<(&str, ClaimToken)> = Vec::new();
+        for (&i, state) in ask.iter().zip(states) {
+            let answer = match state {
+                PeekState::Free => continue,
+                PeekState::Seen => Claim::Seen,
+                PeekState::Held => Claim::Held,
+            };
+            if let Claim::Acquired(token) = std::mem::replace(&mut claims[i], answer) {
+                give_back.push((keys[i], token));
+            }
+        }
+        self.release_all(&give_back).await;
+        Ok(claims)
+    }
+
+    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
+        let renew = [(key, token)];
+        let step = Settlement {
+            renew: &renew,
+            lease,
+            ..Settlement::default()
+        };
+        Ok(self
+            .settle(&step)
+            .await?
+            .renewed
+            .first()
+            .copied()
+            .unwrap_or(false))
+    }
+
+    async fn remember_fenced(
+        &self,
+        key: &str,
+        token: &ClaimToken,
+        ttl: Option<Duration>,
+    ) -> StoreResult<bool> {
+        let remember = [(key, Some(token))];
+        let step = Settlement {
+            remember: &remember,
+            ttl,
+            ..Settlement::default()
+        };
+        Ok(self
+            .settle(&step)
+            .await?
+            .kept
+            .first()
+            .copied()
+            .unwrap_or(false))
+    }
+
+    /// One request per object touched, each applied in the object's transaction.
+    /// An object that fails with only releases to do is reported in
+    /// [`Settled::release_error`] (its leases run out by themselves); one that
+    /// fails with remembers or renewals fails the call, since what it recorded
+    /// is unknown.
+    async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
+        let (n_remember, n_release) = (step.remember.len(), step.release.len());
+        let all = step
+            .remember
+            .iter()
+            .map(|(key, _)| *key)
+            .chain(step.release.iter().map(|(key, _)| *key))
+            .chain(step.renew.iter().map(|(key, _)| *key));
+        let groups = Self::by_object(self.layout, all);
+        let ttl_ms = step.ttl.map(wire_ms);
+        let lease_ms = wire_ms(step.lease);
+        let replies = join_all(groups.into_iter().map(|Group { object, members }| {
+            let (mut remember, mut release, mut renew) = (Vec::new(), Vec::new(), Vec::new());
+            let (mut remember_at, mut renew_at) = (Vec::new(), Vec::new());
+            for i in members {
+                if i < n_remember {
+                    let (key, token) = step.remember[i];
+                    remember.push(Remember {
+                        key: key.to_string(),
+                        token: token.map(|t| t.0.clone()),
+                    });
+                    remember_at.push(i);
+                } else if i < n_remember + n_release {
+                    let (key, token) = step.release[i - n_remember];
+                    release.push(release_of(key, token));
+                } else {
+                    let r = i - n_remember - n_release;
+                    let (key, token) = step.renew[r];
+                    renew.push(release_of(key, token));
+                    renew_at.push(r);
+                }
+            }
+            let request = ShardRequest::Settle {
+                remember,
+                ttl_ms,
+                release,
+                renew,
                 lease_ms,
             };
-            async move { (members, self.call(shard, request).await) }
+            async move { (remember_at, renew_at, self.call(&object, request).await) }
         }))
         .await;
-        if let Some(error) = replies.iter().find_map(|(_, r)| r.as_ref().err()).cloned() {
-            let mut taken: Vec<(&str, ClaimToken)> = Vec::new();
-            for (members, reply) in &replies {
-                let claims = reply.as_ref().ok().and_then(|r| r.claims.as_ref());
-                for (&i, claim) in members.iter().zip(claims.into_iter().flatten()) {
-                    if let ClaimReply::Acquired { token } = claim {
-                        taken.push((keys[i], ClaimToken(token.clone())));
-                    }
+        let mut settled = Settled::default();
+        let mut kept = Vec::new();
+        let mut renewed = Vec::new();
+        for (remember_at, renew_at, reply) in replies {
+            match reply {
+                Ok(reply) => {
+                    kept.push((remember_at, reply.kept));
+                    renewed.push((renew_at, reply.renewed));
                 }
+                Err(e) if remember_at.is_empty() && renew_at.is_empty() => {
+                    settled.release_error.get_or_insert(e);
+                }
+                Err(e) => return Err(e),
             }
-            let release: Vec<(&str, &ClaimToken)> = taken.iter().map(|(k, t)| (*k, t)).collect();
-            let _ = self.commit_many(&[], None, &release).await;
-            return Err(error);
         }
-        let parts = replies
-            .into_iter()
-            .map(|(m, r)| (m, r.ok().and_then(|r| r.claims)))
-            .collect();
-        let claims = scatter(keys.len(), parts, "claims")?;
-        Ok(claims
-            .into_iter()
-            .map(|claim| match claim {
-                ClaimReply::Acquired { token } => Claim::Acquired(ClaimToken(token)),
-                ClaimReply::Seen => Claim::Seen,
-                ClaimReply::Held => Claim::Held,
-            })
-            .collect())
+        settled.kept = scatter(n_remember, kept, "remember answers")?;
+        settled.renewed = scatter(step.renew.len(), renewed, "renew answers")?;
+        Ok(settled)
     }
+}
 
-    /// One request per shard touched: its remembered keys and released claims.
-    async fn commit_many(
-        &self,
-        done: &[&str],
-        ttl: Option<Duration>,
-        release: &[(&str, &ClaimToken)],
-    ) -> StoreResult<()> {
-        let all = done
-            .iter()
-            .copied()
-            .chain(release.iter().map(|(key, _)| *key));
-        let groups = self.by_shard(all);
-        try_join_all(groups.into_iter().map(|(shard, members)| {
-            let mut done_here = Vec::new();
-            let mut release_here = Vec::new();
-            for i in members {
-                match i.checked_sub(done.len()) {
-                    None => done_here.push(done[i].to_string()),
-                    Some(r) => release_here.push(Release {
-                        key: release[r].0.to_string(),
-                        token: release[r].1.0.clone(),
-                    }),
-                }
-            }
-            let request = ShardRequest::Commit {
-                done: done_here,
-                ttl_ms: ttl_ms(ttl),
-                release: release_here,
-            };
-            self.call(shard, request)
-        }))
-        .await
-        .map(drop)
+fn release_of(key: &str, token: &ClaimToken) -> Release {
+    Release {
+        key: key.to_string(),
+        token: token.0.clone(),
     }
 }

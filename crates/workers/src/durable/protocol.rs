@@ -16,13 +16,34 @@ pub enum ShardRequest {
     /// Atomically, for each key: seen, held by a live claim, or claimed now.
     Claim { keys: Vec<String>, lease_ms: u64 },
     /// Remember `done` (for `ttl_ms`, or forever) and release the claims in
-    /// `release` that the given tokens still own.
+    /// `release` that the given tokens still own. (Sent by clients before
+    /// `settle`; still answered.)
     Commit {
         done: Vec<String>,
         ttl_ms: Option<u64>,
         #[serde(default)]
         release: Vec<Release>,
     },
+    /// One batch step, in this order: release the claims in `release` that their
+    /// tokens still own; renew the claims in `renew` to `lease_ms` from now where
+    /// their token still owns them (live, or lapsed and not taken over); remember
+    /// `remember` (for `ttl_ms`, or forever), fenced where a token is given (see
+    /// `bq_dedupe::Store::remember_fenced`). Reply: `kept` (one per remember) and
+    /// `renewed` (one per renew).
+    Settle {
+        #[serde(default)]
+        remember: Vec<Remember>,
+        ttl_ms: Option<u64>,
+        #[serde(default)]
+        release: Vec<Release>,
+        #[serde(default)]
+        renew: Vec<Release>,
+        #[serde(default)]
+        lease_ms: u64,
+    },
+    /// Read-only: for each key, remembered (`seen`), claimed by a live claim
+    /// (`held`) or neither (`free`). Asked of a previous layout while resharding.
+    Peek { keys: Vec<String> },
     /// Drop keys and their claims.
     Forget { keys: Vec<String> },
     /// The rows (for inspection: the playground, `/store/entries`): live ones, or
@@ -38,6 +59,23 @@ pub enum ShardRequest {
 pub struct Release {
     pub key: String,
     pub token: String,
+}
+
+/// A key to remember; with a token, fenced by that claim.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Remember {
+    pub key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+/// What a shard knows of a key (the `peek` answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PeekState {
+    Free,
+    Seen,
+    Held,
 }
 
 /// A claim attempt's answer.
@@ -66,6 +104,12 @@ pub struct ShardReply {
     pub seen: Option<Vec<bool>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claims: Option<Vec<ClaimReply>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<Vec<bool>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renewed: Option<Vec<bool>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peek: Option<Vec<PeekState>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forgotten: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

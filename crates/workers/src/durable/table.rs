@@ -3,7 +3,9 @@
 use serde::Deserialize;
 use worker::{Result, SqlStorage, SqlStorageValue};
 
-use super::protocol::{ClaimReply, Entry, MAX_SAFE_MS, Release, ShardReply, ShardRequest};
+use super::protocol::{
+    ClaimReply, Entry, MAX_SAFE_MS, PeekState, Release, Remember, ShardReply, ShardRequest,
+};
 
 /// `token` NULL: remembered (done); otherwise an in-flight claim owned by that
 /// token. `expires_at` NULL: never expires. Rows past `expires_at` count as absent
@@ -91,11 +93,59 @@ impl IdTable {
                     expiry = until;
                 }
                 for Release { key, token } in release {
-                    self.sql.exec(
-                        "DELETE FROM ids WHERE key = ? AND token = ?",
-                        vec![key.into(), token.into()],
-                    )?;
+                    self.release(&key, &token)?;
                 }
+            }
+            ShardRequest::Settle {
+                remember,
+                ttl_ms,
+                release,
+                renew,
+                lease_ms,
+            } => {
+                // Releases first: a release must never be skipped by a later step.
+                for Release { key, token } in release {
+                    self.release(&key, &token)?;
+                }
+                let until = expiry_after(now, lease_ms);
+                let mut renewed = Vec::with_capacity(renew.len());
+                for Release { key, token } in &renew {
+                    let ours = self.owns(key, token)?;
+                    if ours {
+                        self.upsert(key, Some(token), Some(until))?;
+                        expiry = earliest(expiry, Some(until));
+                    }
+                    renewed.push(ours);
+                }
+                let done_until = ttl_ms.map(|ttl| expiry_after(now, ttl));
+                let mut kept = Vec::with_capacity(remember.len());
+                for Remember { key, token } in &remember {
+                    let (write, ours) = match token {
+                        None => (true, true),
+                        Some(token) if self.owns(key, token)? => (true, true),
+                        // Lost: remembered only if free (never over another
+                        // consumer's live claim, nor an id already remembered).
+                        Some(_) => (self.live_row(key, now)?.is_none(), false),
+                    };
+                    if write {
+                        self.upsert(key, None, done_until)?;
+                        expiry = earliest(expiry, done_until);
+                    }
+                    kept.push(ours);
+                }
+                reply.kept = Some(kept);
+                reply.renewed = Some(renewed);
+            }
+            ShardRequest::Peek { keys } => {
+                let mut states = Vec::with_capacity(keys.len());
+                for key in &keys {
+                    states.push(match self.live_row(key, now)? {
+                        None => PeekState::Free,
+                        Some(Row { token: None, .. }) => PeekState::Seen,
+                        Some(_) => PeekState::Held,
+                    });
+                }
+                reply.peek = Some(states);
             }
             ShardRequest::Forget { keys } => {
                 let mut forgotten = 0;
@@ -154,6 +204,28 @@ impl IdTable {
             .filter(|row| row.expires_at.is_none_or(|at| at > now)))
     }
 
+    /// Does `token` still own the key's claim? Live or lapsed, as long as no one
+    /// took it over (and the sweep has not removed it).
+    fn owns(&self, key: &str, token: &str) -> Result<bool> {
+        let rows: Vec<Row> = self
+            .sql
+            .exec(
+                "SELECT token, expires_at FROM ids WHERE key = ? AND token = ?",
+                vec![key.into(), token.into()],
+            )?
+            .to_array()?;
+        Ok(!rows.is_empty())
+    }
+
+    /// Drops the key's claim if `token` still owns it.
+    fn release(&self, key: &str, token: &str) -> Result<()> {
+        self.sql.exec(
+            "DELETE FROM ids WHERE key = ? AND token = ?",
+            vec![key.into(), token.into()],
+        )?;
+        Ok(())
+    }
+
     fn upsert(&self, key: &str, token: Option<&str>, expires_at: Option<i64>) -> Result<()> {
         let token = token.map_or(SqlStorageValue::Null, SqlStorageValue::from);
         let expires_at = expires_at.map_or(SqlStorageValue::Null, SqlStorageValue::from);
@@ -180,6 +252,14 @@ impl IdTable {
             .exec("SELECT MIN(expires_at) AS next FROM ids", None)?
             .one()?;
         Ok(next.next)
+    }
+}
+
+/// The earlier of two optional expiries (`None`: nothing to sweep).
+fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
