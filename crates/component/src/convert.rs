@@ -27,6 +27,7 @@ pub fn options(options: wit::Options) -> Result<bq::Options, bq::StoreError> {
         claim_lease: options.claim_lease_ms.map(Duration::from_millis),
         keyspace,
         limits: limits(options.max_bytes),
+        leases: bq::LeasePolicy::default(),
     })
 }
 
@@ -94,6 +95,7 @@ impl From<wit::Capabilities> for bq::Capabilities {
         bq::Capabilities {
             claim: caps.claim,
             ttl: caps.ttl,
+            lease: false,
         }
     }
 }
@@ -238,6 +240,7 @@ impl From<bq::Outcome<String>> for wit::Outcome {
         match outcome {
             bq::Outcome::Ran => wit::Outcome::RunOk,
             bq::Outcome::RanUnrecorded(e) => wit::Outcome::RunOkUnrecorded(e.into()),
+            bq::Outcome::RanLeaseLost => wit::Outcome::RunOkLeaseLost,
             bq::Outcome::Failed(e) => wit::Outcome::RunFailed(e),
             bq::Outcome::Panicked(msg) => wit::Outcome::RunPanicked(msg),
             bq::Outcome::Skipped => wit::Outcome::Skip,

@@ -1,6 +1,6 @@
 //! The `bq_dedupe` core as one WASI-free WebAssembly component (WIT world
-//! `babelqueue:idempotency/dedupe@1.0.0`): it exports `guard` and `consumer` and
-//! imports `store` and `handler`.
+//! `babelqueue:idempotency/dedupe@1.1.0`): it exports `guard` and `consumer` and
+//! imports `store`, `leases` and `handler`.
 //!
 //! A thin adapter, with no dedupe logic of its own: every export builds a
 //! `bq_dedupe::Guard` over the host's store ([`store::HostStore`]) from the call's
@@ -53,7 +53,9 @@ fn with_guard<T>(
         Ok(options) => options,
         Err(invalid) => return refuse(invalid),
     };
-    let guard = Guard::new(HostStore::new()).with_options(options);
+    let guard = Guard::new(HostStore::new())
+        .with_options(options)
+        .with_clock(std::sync::Arc::new(store::HostClock));
     block_on_ready(call(&guard))
         .unwrap_or_else(|not_ready| refuse(StoreError::internal(not_ready.to_string())))
 }

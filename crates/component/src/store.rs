@@ -7,13 +7,18 @@
 //! - `claim` false: `claim`, `claim_many` and `release` fail with `unsupported`
 //!   without calling the host (the guard then answers `store-unavailable`);
 //! - `ttl` false: `remember` always passes no TTL.
+//! - `leases.supported()` false (1.1.0): no renewals and unfenced commits, the 1.0
+//!   behaviour; true: every batch step goes through `leases.settle`.
 
 use std::cell::OnceCell;
 use std::time::Duration;
 
 use bq_dedupe::store::PerKey;
-use bq_dedupe::{Capabilities, Claim, ClaimToken, Store, StoreError, StoreResult};
+use bq_dedupe::{
+    Capabilities, Claim, ClaimToken, Clock, Settled, Settlement, Store, StoreError, StoreResult,
+};
 
+use crate::bindings::babelqueue::idempotency::leases;
 use crate::bindings::babelqueue::idempotency::store as host;
 use crate::bindings::babelqueue::idempotency::types as wit;
 use crate::convert::millis;
@@ -24,6 +29,18 @@ pub struct HostStore {
     /// `store.capabilities()`, asked at most once per export call, and only when
     /// the call reaches the store.
     caps: OnceCell<wit::Capabilities>,
+    /// `leases.supported()`, asked at most once per export call.
+    leases: OnceCell<bool>,
+}
+
+/// The host's clock (`leases.now-ms`), read only when a batch has claims to keep
+/// alive or work waiting to be written.
+pub struct HostClock;
+
+impl Clock for HostClock {
+    fn now_ms(&self) -> u64 {
+        leases::now_ms()
+    }
 }
 
 impl HostStore {
@@ -33,6 +50,10 @@ impl HostStore {
 
     fn caps(&self) -> wit::Capabilities {
         *self.caps.get_or_init(host::capabilities)
+    }
+
+    fn leases(&self) -> bool {
+        *self.leases.get_or_init(leases::supported)
     }
 
     fn ttl_ms(&self, ttl: Option<Duration>) -> Option<u64> {
@@ -65,7 +86,9 @@ impl Store for HostStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.caps().into()
+        let mut caps: Capabilities = self.caps().into();
+        caps.lease = caps.claim && self.leases();
+        caps
     }
 
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
@@ -101,22 +124,86 @@ impl Store for HostStore {
         Ok(answers.into_iter().map(Into::into).collect())
     }
 
-    async fn commit_many(
+    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
+        let step = Settlement {
+            renew: &[(key, token)],
+            lease,
+            ..Settlement::default()
+        };
+        Ok(self.settle(&step).await?.renewed.first() == Some(&true))
+    }
+
+    async fn remember_fenced(
         &self,
-        done: &[&str],
+        key: &str,
+        token: &ClaimToken,
         ttl: Option<Duration>,
-        release: &[(&str, &ClaimToken)],
-    ) -> StoreResult<()> {
+    ) -> StoreResult<bool> {
+        let step = Settlement {
+            remember: &[(key, Some(token))],
+            ttl,
+            ..Settlement::default()
+        };
+        Ok(self.settle(&step).await?.kept.first() == Some(&true))
+    }
+
+    async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
+        if !self.capabilities().lease {
+            return self.settle_1_0(step).await;
+        }
+        let remember: Vec<(&str, Option<&str>)> = step
+            .remember
+            .iter()
+            .map(|(key, token)| (*key, token.map(|t| t.0.as_str())))
+            .collect();
+        let settled = leases::settle(
+            &remember,
+            self.ttl_ms(step.ttl),
+            &token_pairs(step.release),
+            &token_pairs(step.renew),
+            millis(step.lease),
+        )?;
+        Ok(Settled {
+            kept: settled.kept,
+            renewed: settled.renewed,
+            release_error: settled.release_error.map(Into::into),
+        })
+    }
+}
+
+/// (key, token) pairs as the WIT passes them.
+fn token_pairs<'a>(claims: &[(&'a str, &'a ClaimToken)]) -> Vec<(&'a str, &'a str)> {
+    claims.iter().map(|(k, t)| (*k, t.0.as_str())).collect()
+}
+
+impl HostStore {
+    /// A host without `leases`: the 1.0 calls (`commit-many`, or one call per
+    /// key). The guard asks for no renewal or fence then; were it asked, the
+    /// answers say the claims were kept, which is all 1.0 could promise.
+    async fn settle_1_0(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
+        let done: Vec<&str> = step.remember.iter().map(|(key, _)| *key).collect();
         let caps = self.caps();
         // The release part of `commit-many` needs `claim` too; without it (only
         // reachable with a forged claim token) the loop's `release` says unsupported.
-        if !caps.batch || !(caps.claim || release.is_empty()) {
-            return PerKey(self).commit_many(done, ttl, release).await;
+        if !caps.batch || !(caps.claim || step.release.is_empty()) {
+            let mut release_error = None;
+            for (key, token) in step.release {
+                if let Err(e) = self.release(key, token).await {
+                    release_error.get_or_insert(e);
+                }
+            }
+            PerKey(self).remember_many(&done, step.ttl).await?;
+            return Ok(Settled {
+                kept: vec![true; done.len()],
+                renewed: vec![true; step.renew.len()],
+                release_error,
+            });
         }
-        let release: Vec<(&str, &str)> = release
-            .iter()
-            .map(|(key, token)| (*key, token.0.as_str()))
-            .collect();
-        Ok(host::commit_many(done, self.ttl_ms(ttl), &release)?)
+        host::commit_many(&done, self.ttl_ms(step.ttl), &token_pairs(step.release))?;
+        Ok(Settled {
+            kept: vec![true; done.len()],
+            renewed: vec![true; step.renew.len()],
+            release_error: None,
+        })
     }
 }

@@ -44,7 +44,18 @@ impl Handler {
 
 impl handler::Host for HostState {
     fn handle(&mut self, envelope: String) -> Result<(), String> {
-        self.handler.handle(&envelope)
+        let HostState {
+            store,
+            handler,
+            claims,
+        } = self;
+        match handler {
+            // Work of unknown length: keep the guest's claims alive meanwhile.
+            Handler::Exec(_) | Handler::Plugin(_) if !claims.is_empty() => {
+                claims.kept_alive_during(store, || handler.handle(&envelope))
+            }
+            _ => handler.handle(&envelope),
+        }
     }
 }
 

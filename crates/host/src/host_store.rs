@@ -1,11 +1,13 @@
-//! The component's imported `store`, served by a real backend (`AnyStore`).
+//! The component's imported `store` and `leases`, served by a real backend
+//! (`AnyStore`). Every claim granted and settled is noted in
+//! [`crate::keep_alive::HeldClaims`], so a long handler's claims can be renewed.
 
 use std::time::Duration;
 
-use bq_dedupe::{Claim, ClaimToken, Store, StoreErrorKind, block_on_ready};
+use bq_dedupe::{Claim, ClaimToken, Settlement, Store, StoreErrorKind, block_on_ready};
 
 use crate::runtime::HostState;
-use crate::wit::dedupe::babelqueue::idempotency::{store, types};
+use crate::wit::dedupe::babelqueue::idempotency::{leases, store, types};
 
 type WitResult<T> = Result<T, types::StoreError>;
 
@@ -45,6 +47,14 @@ fn ms(v: Option<u64>) -> Option<Duration> {
     v.map(Duration::from_millis)
 }
 
+/// (key, token) pairs as the core takes them.
+fn pairs<'a>(
+    pairs: &'a [(String, String)],
+    tokens: &'a [ClaimToken],
+) -> Vec<(&'a str, &'a ClaimToken)> {
+    pairs.iter().map(|(k, _)| k.as_str()).zip(tokens).collect()
+}
+
 fn strs(keys: &[String]) -> Vec<&str> {
     keys.iter().map(String::as_str).collect()
 }
@@ -66,9 +76,6 @@ impl store::Host for HostState {
     fn remember(&mut self, key: String, ttl_ms: Option<u64>) -> WitResult<()> {
         ready(self.store.remember(&key, ms(ttl_ms)))
     }
-    fn forget(&mut self, key: String) -> WitResult<()> {
-        ready(self.store.forget(&key))
-    }
     fn seen_many(&mut self, keys: Vec<String>) -> WitResult<Vec<bool>> {
         ready(self.store.seen_many(&strs(&keys)))
     }
@@ -76,16 +83,24 @@ impl store::Host for HostState {
         ready(self.store.remember_many(&strs(&keys), ms(ttl_ms)))
     }
     fn claim(&mut self, key: String, lease_ms: u64) -> WitResult<types::Claim> {
-        ready(self.store.claim(&key, Duration::from_millis(lease_ms))).map(claim_to_wit)
+        let mut claims = self.claim_many(vec![key], lease_ms)?;
+        claims.pop().ok_or_else(|| types::StoreError {
+            kind: types::StoreErrorKind::Internal,
+            message: "claim gave no answer".into(),
+        })
     }
     fn claim_many(&mut self, keys: Vec<String>, lease_ms: u64) -> WitResult<Vec<types::Claim>> {
-        let claims = ready(
-            self.store
-                .claim_many(&strs(&keys), Duration::from_millis(lease_ms)),
-        )?;
+        let lease = Duration::from_millis(lease_ms);
+        let claims = ready(self.store.claim_many(&strs(&keys), lease))?;
+        for (key, claim) in keys.iter().zip(&claims) {
+            if let Claim::Acquired(token) = claim {
+                self.claims.granted(key, token, lease);
+            }
+        }
         Ok(claims.into_iter().map(claim_to_wit).collect())
     }
     fn release(&mut self, key: String, token: String) -> WitResult<()> {
+        self.claims.ended(&key);
         ready(self.store.release(&key, &ClaimToken(token)))
     }
     fn commit_many(
@@ -94,12 +109,73 @@ impl store::Host for HostState {
         ttl_ms: Option<u64>,
         release: Vec<(String, String)>,
     ) -> WitResult<()> {
-        let tokens: Vec<ClaimToken> = release.iter().map(|(_, t)| ClaimToken(t.clone())).collect();
-        let release: Vec<(&str, &ClaimToken)> = release
+        let remember: Vec<(String, Option<String>)> = done.into_iter().map(|k| (k, None)).collect();
+        let settled = leases::Host::settle(self, remember, ttl_ms, release, Vec::new(), 0)?;
+        match settled.release_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+    fn forget(&mut self, key: String) -> WitResult<()> {
+        self.claims.ended(&key);
+        ready(self.store.forget(&key))
+    }
+}
+
+impl leases::Host for HostState {
+    fn supported(&mut self) -> bool {
+        self.store.capabilities().lease
+    }
+    fn now_ms(&mut self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    }
+    fn settle(
+        &mut self,
+        remember: Vec<(String, Option<String>)>,
+        ttl_ms: Option<u64>,
+        release: Vec<(String, String)>,
+        renew: Vec<(String, String)>,
+        lease_ms: u64,
+    ) -> WitResult<leases::Settled> {
+        let tokens = |pairs: &[(String, String)]| -> Vec<ClaimToken> {
+            pairs.iter().map(|(_, t)| ClaimToken(t.clone())).collect()
+        };
+        let (release_tokens, renew_tokens) = (tokens(&release), tokens(&renew));
+        let remember_tokens: Vec<Option<ClaimToken>> = remember
+            .iter()
+            .map(|(_, t)| t.clone().map(ClaimToken))
+            .collect();
+        let remember_pairs: Vec<(&str, Option<&ClaimToken>)> = remember
             .iter()
             .map(|(k, _)| k.as_str())
-            .zip(&tokens)
+            .zip(remember_tokens.iter().map(Option::as_ref))
             .collect();
-        ready(self.store.commit_many(&strs(&done), ms(ttl_ms), &release))
+        let step = Settlement {
+            remember: &remember_pairs,
+            ttl: ms(ttl_ms),
+            release: &pairs(&release, &release_tokens),
+            renew: &pairs(&renew, &renew_tokens),
+            lease: Duration::from_millis(lease_ms),
+        };
+        let settled = ready(self.store.settle(&step))?;
+        for key in remember
+            .iter()
+            .map(|(k, _)| k)
+            .chain(release.iter().map(|(k, _)| k))
+        {
+            self.claims.ended(key);
+        }
+        for ((key, _), renewed) in renew.iter().zip(&settled.renewed) {
+            if !renewed {
+                self.claims.ended(key);
+            }
+        }
+        Ok(leases::Settled {
+            kept: settled.kept,
+            renewed: settled.renewed,
+            release_error: settled.release_error.map(to_wit),
+        })
     }
 }

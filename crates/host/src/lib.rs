@@ -4,6 +4,7 @@
 
 pub mod handler;
 mod host_store;
+pub mod keep_alive;
 pub mod runtime;
 pub mod wit;
 

@@ -9,6 +9,7 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Engine, Store};
 
 use crate::handler::Handler;
+use crate::keep_alive::HeldClaims;
 use crate::wit::dedupe::Dedupe;
 use crate::wit::dedupe::babelqueue::idempotency::types::{Options, Outcome, Rejection, StoreError};
 
@@ -16,6 +17,8 @@ use crate::wit::dedupe::babelqueue::idempotency::types::{Options, Outcome, Rejec
 pub struct HostState {
     pub store: AnyStore,
     pub handler: Handler,
+    /// Claims the guest holds, kept alive from a thread while a handler runs.
+    pub claims: HeldClaims,
 }
 
 /// The component built by `scripts/build-component.sh`, unless overridden by
@@ -50,7 +53,12 @@ impl Runtime {
             })?;
         let mut linker = Linker::new(&engine);
         Dedupe::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
-        let mut store = Store::new(&engine, HostState { store, handler });
+        let state = HostState {
+            store,
+            handler,
+            claims: HeldClaims::default(),
+        };
+        let mut store = Store::new(&engine, state);
         let bindings = Dedupe::instantiate(&mut store, &component, &linker)?;
         Ok(Runtime {
             component,

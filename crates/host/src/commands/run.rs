@@ -74,6 +74,11 @@ fn describe(outcome: &Outcome) -> (&'static str, &'static str, Option<String>) {
             "run-ok-unrecorded",
             Some(format!("ran, but not recorded: {}", e.message)),
         ),
+        Outcome::RunOkLeaseLost => (
+            "run",
+            "run-ok-lease-lost",
+            Some("ran, but its claim was lost first: the id may have run elsewhere too".into()),
+        ),
         Outcome::RunFailed(m) => ("failed", "run-failed", Some(m.clone())),
         Outcome::RunPanicked(m) => ("failed", "run-panicked", Some(m.clone())),
         Outcome::Skip => ("skip", "skip", None),
