@@ -26,6 +26,7 @@ use bq_dedupe::{
 use js_sys::{Function, Object, Reflect, Uint8Array};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::future_to_promise;
 
 use crate::store::{AnyStore, message_of, settle};
 
@@ -68,7 +69,7 @@ pub(crate) fn check_options(what: &str, o: &JsValue, known: &[&str]) -> Result<(
         let key = key.as_string().unwrap_or_default();
         if !known.contains(&key.as_str()) {
             return Err(type_error(&format!(
-                "{what}: unknown option {key:?} (expected one of {})",
+                "{what}: unknown option \"{key}\" (expected one of {})",
                 known.join(", ")
             )));
         }
@@ -304,40 +305,39 @@ fn guard(store: &JsValue, opts: &Option<JsValue>) -> Result<JsGuard, JsValue> {
 
 // ---- exports ----------------------------------------------------------------
 
-/// Puts one delivery through the guard: decode, decide, run `handler` if needed,
-/// record. Resolves to an `Outcome`; rejects only for a bad argument (not a
-/// store, not a function, bad options). The core's batch of one: the same single-key
-/// store calls as `Guard::process`, and one code path to ship.
-#[wasm_bindgen(unchecked_return_type = "Outcome")]
-pub async fn process(
-    #[wasm_bindgen(unchecked_param_type = "EnvelopeInput")] envelope: JsValue,
-    #[wasm_bindgen(unchecked_param_type = "DedupeStore | InMemoryStore")] store: JsValue,
-    #[wasm_bindgen(unchecked_param_type = "Handler")] handler: JsValue,
-    #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: Option<JsValue>,
-) -> Result<JsValue, JsValue> {
-    let outcomes = run_batch(&[envelope], store, handler, options).await?;
-    Ok(outcomes.into_iter().next().unwrap_or(JsValue::UNDEFINED))
+/// What one of the promise-returning exports does. They share one future type,
+/// so the module carries one copy of the promise glue instead of three.
+enum Call {
+    One(JsValue),
+    Batch(JsValue),
+    Forget(String),
 }
 
-/// Puts a batch through the guard: one store call to decide, one to record;
-/// deliveries sharing an id run at most once. Resolves to one `Outcome` per
-/// envelope, in order.
-#[wasm_bindgen(js_name = processBatch, unchecked_return_type = "Outcome[]")]
-pub async fn process_batch(
-    #[wasm_bindgen(unchecked_param_type = "EnvelopeInput[]")] envelopes: JsValue,
-    #[wasm_bindgen(unchecked_param_type = "DedupeStore | InMemoryStore")] store: JsValue,
-    #[wasm_bindgen(unchecked_param_type = "Handler")] handler: JsValue,
-    #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: Option<JsValue>,
+async fn call(
+    call: Call,
+    store: JsValue,
+    handler: JsValue,
+    options: Option<JsValue>,
 ) -> Result<JsValue, JsValue> {
-    if !js_sys::Array::is_array(&envelopes) {
-        return Err(type_error("envelopes must be an array"));
-    }
-    let envelopes: Vec<JsValue> = js_sys::Array::from(&envelopes).to_vec();
-    let out: js_sys::Array = run_batch(&envelopes, store, handler, options)
-        .await?
-        .into_iter()
-        .collect();
-    Ok(out.into())
+    let (envelopes, one) = match call {
+        Call::Forget(id) => {
+            let guard = guard(&store, &options)?;
+            return match guard.forget(&id).await {
+                Ok(()) => Ok(JsValue::UNDEFINED),
+                Err(e) => Err(js_error(&e.to_string())),
+            };
+        }
+        Call::One(envelope) => (vec![envelope], true),
+        Call::Batch(envelopes) if js_sys::Array::is_array(&envelopes) => {
+            (js_sys::Array::from(&envelopes).to_vec(), false)
+        }
+        Call::Batch(_) => return Err(type_error("envelopes must be an array")),
+    };
+    let mut outcomes = run_batch(&envelopes, store, handler, options).await?;
+    Ok(match one {
+        true => outcomes.pop().unwrap_or(JsValue::UNDEFINED),
+        false => outcomes.into_iter().collect::<js_sys::Array>().into(),
+    })
 }
 
 async fn run_batch(
@@ -377,19 +377,42 @@ async fn run_batch(
         .collect())
 }
 
+/// Puts one delivery through the guard: decode, decide, run `handler` if needed,
+/// record. Resolves to an `Outcome`; rejects only for a bad argument (not a
+/// store, not a function, bad options). The core's batch of one: the same single-key
+/// store calls as `Guard::process`, and one code path to ship.
+#[wasm_bindgen(unchecked_return_type = "Promise<Outcome>")]
+pub fn process(
+    #[wasm_bindgen(unchecked_param_type = "EnvelopeInput")] envelope: JsValue,
+    #[wasm_bindgen(unchecked_param_type = "DedupeStore | InMemoryStore")] store: JsValue,
+    #[wasm_bindgen(unchecked_param_type = "Handler")] handler: JsValue,
+    #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: Option<JsValue>,
+) -> js_sys::Promise {
+    future_to_promise(call(Call::One(envelope), store, handler, options))
+}
+
+/// Puts a batch through the guard: one store call to decide, one to record;
+/// deliveries sharing an id run at most once. Resolves to one `Outcome` per
+/// envelope, in order.
+#[wasm_bindgen(js_name = processBatch, unchecked_return_type = "Promise<Outcome[]>")]
+pub fn process_batch(
+    #[wasm_bindgen(unchecked_param_type = "EnvelopeInput[]")] envelopes: JsValue,
+    #[wasm_bindgen(unchecked_param_type = "DedupeStore | InMemoryStore")] store: JsValue,
+    #[wasm_bindgen(unchecked_param_type = "Handler")] handler: JsValue,
+    #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: Option<JsValue>,
+) -> js_sys::Promise {
+    future_to_promise(call(Call::Batch(envelopes), store, handler, options))
+}
+
 /// Forgets a `meta.id` (namespaced by the options' prefix/scope like every key),
 /// so its next delivery runs again.
-#[wasm_bindgen]
-pub async fn forget(
+#[wasm_bindgen(unchecked_return_type = "Promise<void>")]
+pub fn forget(
     id: String,
     #[wasm_bindgen(unchecked_param_type = "DedupeStore | InMemoryStore")] store: JsValue,
     #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: Option<JsValue>,
-) -> Result<(), JsValue> {
-    let guard = guard(&store, &options)?;
-    guard
-        .forget(&id)
-        .await
-        .map_err(|e| js_error(&e.to_string()))
+) -> js_sys::Promise {
+    future_to_promise(call(Call::Forget(id), store, JsValue::UNDEFINED, options))
 }
 
 /// The store key of an envelope (`meta.id`, namespaced by the options), or `null`
