@@ -27,9 +27,11 @@ export function envelope(id, data = {}) {
 /**
  * Starts the worker. `vars` override wrangler.toml [vars]; `consumer` overrides
  * the bq-orders consumer (maxRetries, maxBatchSize, ...); `assets` serves www/ at /.
- * Deliveries are immediate (maxBatchTimeout 0) and retries undelayed.
+ * Deliveries are immediate (maxBatchTimeout 0) and retries undelayed. `persist`: a
+ * directory where Durable Object and KV state outlives the worker (a restart with
+ * other vars finds it again); otherwise state is in memory.
  */
-export async function startWorker({ vars = {}, consumer = {}, assets = false } = {}) {
+export async function startWorker({ vars = {}, consumer = {}, assets = false, persist } = {}) {
   const { workerOptions, main } = unstable_getMiniflareWorkerOptions(
     path.join(ROOT, "wrangler.toml"),
   );
@@ -50,6 +52,7 @@ export async function startWorker({ vars = {}, consumer = {}, assets = false } =
     scriptPath: main,
     bindings: { ...workerOptions.bindings, ...vars },
     queueConsumers,
+    ...(persist ? { durableObjectsPersist: persist, kvPersist: persist } : {}),
     log: new Log(process.env.BQ_WORKER_LOG ? LogLevel.DEBUG : LogLevel.WARN),
   });
   await mf.ready;

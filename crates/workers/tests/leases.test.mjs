@@ -1,0 +1,222 @@
+// Leases kept alive, lost leases, resharding and the default window, on real
+// workerd (Miniflare), driven through the example worker's queue() handler.
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { describe, test } from "node:test";
+import { envelope, sleep, startWorker } from "./harness.mjs";
+
+async function withWorker(options, body) {
+  const worker = await startWorker(options);
+  try {
+    return await body(worker);
+  } finally {
+    await worker.dispose();
+  }
+}
+
+let seq = 0;
+/** One queue message for `worker.dispatchQueue`, as the runtime would send it. */
+const msg = (body) => ({ id: `m-${++seq}`, timestamp: new Date(), attempts: 1, body });
+
+const delta = (after, before) =>
+  Object.fromEntries(Object.keys(after).map((k) => [k, after[k] - (before[k] ?? 0)]));
+
+describe("leases kept alive", () => {
+  test(
+    "2 s lease, 3 handlers of 1.2 s: a second queue() started after the lease would have run out " +
+      "skips or parks every id (the claims were renewed) -> exactly one effect per id",
+    () =>
+      withWorker({ vars: { DEDUPE_CLAIM_LEASE_SECONDS: "2" } }, async (worker) => {
+        const ids = ["slow-0", "slow-1", "slow-2"];
+        const batch = () => ids.map((id) => msg(envelope(id, { sleep_ms: 1200 })));
+        const first = worker.dispatchQueue(batch());
+        await sleep(2500); // past the 2 s lease of every claim the first one took
+        const second = await worker.dispatchQueue(batch());
+        const firstResult = await first;
+
+        assert.equal(firstResult.outcome, "ok", JSON.stringify(firstResult));
+        assert.equal(firstResult.explicitAcks.length, 3, "the first invocation ran and acked all 3");
+        const effects = await worker.effects();
+        assert.deepEqual(effects.effects, { "slow-0": 1, "slow-1": 1, "slow-2": 1 });
+        assert.equal(effects.invocations_total, 3, "no handler ran twice");
+        const stats = await worker.stats();
+        assert.equal(stats.runs, 3);
+        assert.equal(stats.lease_lost, 0, "no claim was lost");
+        assert.equal(stats.skips + stats.parked, 3, JSON.stringify(stats));
+        assert.ok(stats.skips >= 1, `slow-0 was remembered at a checkpoint: ${JSON.stringify(stats)}`);
+        assert.equal(
+          second.retryMessages.length + second.explicitAcks.length,
+          3,
+          JSON.stringify(second),
+        );
+        // The slow batch renewed and checkpointed: more than its 2 calls.
+        assert.ok(stats.store_round_trips > 2 + 2, JSON.stringify(stats));
+      }),
+  );
+
+  test(
+    "2 s lease, one handler of 3.5 s: renewed on setTimeout ticks while it runs, so a " +
+      "queue() started at 2.5 s parks -> one effect",
+    () =>
+      withWorker({ vars: { DEDUPE_CLAIM_LEASE_SECONDS: "2" } }, async (worker) => {
+        const first = worker.dispatchQueue([msg(envelope("long-1", { sleep_ms: 3500 }))]);
+        await sleep(2500);
+        const second = await worker.dispatchQueue([msg(envelope("long-1", { sleep_ms: 3500 }))]);
+        assert.equal(second.retryMessages.length, 1, `parked: ${JSON.stringify(second)}`);
+        const firstResult = await first;
+        assert.equal(firstResult.explicitAcks.length, 1, JSON.stringify(firstResult));
+        const stats = await worker.stats();
+        assert.deepEqual(
+          { runs: stats.runs, parked: stats.parked, lease_lost: stats.lease_lost },
+          { runs: 1, parked: 1, lease_lost: 0 },
+        );
+        assert.deepEqual((await worker.effects()).effects, { "long-1": 1 });
+      }),
+  );
+
+  test("a fast batch still costs 2 store round trips with leases renewed", () =>
+    withWorker({ vars: { DEDUPE_CLAIM_LEASE_SECONDS: "2" } }, async (worker) => {
+      const result = await worker.dispatchQueue(
+        Array.from({ length: 20 }, (_, i) => msg(envelope(`fast-${i}`))),
+      );
+      assert.equal(result.outcome, "ok");
+      const stats = await worker.stats();
+      assert.equal(stats.runs, 20);
+      assert.equal(stats.store_round_trips, 2);
+    }));
+});
+
+describe("lost leases", () => {
+  test(
+    "the id forgotten while its handler runs: run-ok-lease-lost, acked, counted in /stats, " +
+      "and the id is remembered (it was free)",
+    () =>
+      withWorker({ vars: { DEDUPE_CLAIM_LEASE_SECONDS: "3" } }, async (worker) => {
+        const running = worker.dispatchQueue([msg(envelope("lost-1", { sleep_ms: 1500 }))]);
+        await sleep(400);
+        await worker.request("POST", "/store/forget", { keys: ["lost-1"] });
+        const result = await running;
+        assert.equal(result.outcome, "ok", JSON.stringify(result));
+        assert.equal(result.explicitAcks.length, 1, "acked: the effect already happened");
+        const stats = await worker.stats();
+        assert.equal(stats.lease_lost, 1, JSON.stringify(stats));
+        assert.equal(stats.runs, 1, "a lease-lost run is still a run");
+        assert.deepEqual((await worker.seen(["lost-1"])).seen, [true]);
+        assert.deepEqual((await worker.effects()).effects, { "lost-1": 1 });
+      }),
+  );
+
+  test(
+    "the claim taken over by another consumer while the handler runs: run-ok-lease-lost, " +
+      "and the other consumer's live claim is not overwritten",
+    () =>
+      withWorker({ vars: { DEDUPE_CLAIM_LEASE_SECONDS: "3" } }, async (worker) => {
+        const running = worker.dispatchQueue([msg(envelope("stolen-1", { sleep_ms: 1500 }))]);
+        await sleep(400);
+        await worker.request("POST", "/store/forget", { keys: ["stolen-1"] });
+        const other = await worker.request("POST", "/store/claim", {
+          keys: ["stolen-1"],
+          lease_ms: 60_000,
+        });
+        assert.equal(other.claims[0].state, "acquired");
+        const result = await running;
+        assert.equal(result.explicitAcks.length, 1, JSON.stringify(result));
+        const stats = await worker.stats();
+        assert.equal(stats.lease_lost, 1, JSON.stringify(stats));
+        const { entries } = await worker.request("GET", "/store/entries");
+        assert.deepEqual(
+          entries.map((e) => [e.key, e.state]),
+          [["stolen-1", "claimed"]],
+          "still the other consumer's claim, not remembered over it",
+        );
+        await worker.request("POST", "/store/release", {
+          releases: [{ key: "stolen-1", token: other.claims[0].token }],
+        });
+        assert.deepEqual((await worker.seen(["stolen-1"])).seen, [false]);
+      }),
+  );
+});
+
+describe("resharding", () => {
+  // Of reshard-0..39, jump consistent hashing moves 34 off shard 0 at 4 shards
+  // (computed independently of the worker: SHA-256's first 8 bytes, jump hash).
+  const ids = Array.from({ length: 40 }, (_, i) => `reshard-${i}`);
+  const MOVED_AT_4 = 34;
+  const held = Array.from({ length: 8 }, (_, i) => `held-${i}`);
+
+  test(
+    "1 -> 4 shards with DEDUPE_PREVIOUS_SHARDS=1 on persisted state: ids processed before " +
+      "the change are skipped, ids claimed before it park; without the setting the moved ids run again",
+    async () => {
+      const dir = mkdtempSync(path.join(tmpdir(), "bq-reshard-"));
+      try {
+        await withWorker({ vars: { DEDUPE_SHARDS: "1" }, persist: dir }, async (worker) => {
+          const stats = await worker.publishAndWait(ids.map((id) => envelope(id)));
+          assert.equal(stats.runs, 40);
+          const claimed = await worker.request("POST", "/store/claim", {
+            keys: held,
+            lease_ms: 120_000,
+          });
+          assert.ok(claimed.claims.every((c) => c.state === "acquired"));
+        });
+
+        // Restarted with the new count and the old one as the previous layout.
+        await withWorker(
+          { vars: { DEDUPE_SHARDS: "4", DEDUPE_PREVIOUS_SHARDS: "1" }, persist: dir },
+          async (worker) => {
+            const before = await worker.stats();
+            const after = await worker.publishAndWait(ids.map((id) => envelope(id)));
+            const d = delta(after, before);
+            assert.equal(d.runs, 0, `no id ran again: ${JSON.stringify(d)}`);
+            assert.equal(d.skips, 40);
+            assert.deepEqual((await worker.seen(ids)).seen, ids.map(() => true));
+            const parked = await worker.publishAndWait(held.map((id) => envelope(id)));
+            const p = delta(parked, after);
+            assert.equal(p.parked, 8, `claims of the old layout still exclude: ${JSON.stringify(p)}`);
+            assert.equal(p.runs, 0);
+          },
+        );
+
+        // Without the setting: the ids jump hashing moved off shard 0 are forgotten.
+        await withWorker({ vars: { DEDUPE_SHARDS: "4" }, persist: dir }, async (worker) => {
+          const before = await worker.stats();
+          const after = await worker.publishAndWait(ids.map((id) => envelope(id)));
+          const d = delta(after, before);
+          assert.equal(d.runs, MOVED_AT_4, `the moved ids ran again: ${JSON.stringify(d)}`);
+          assert.equal(d.skips, 40 - MOVED_AT_4, "the ids still on shard 0 were found");
+        });
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  );
+});
+
+describe("the dedupe window", () => {
+  const DEFAULT_TTL_MS = (14 * 24 + 12) * 3600 * 1000;
+
+  test("DEDUPE_TTL_SECONDS unset: a remembered id expires 14 days + 12 hours out", () =>
+    withWorker({ vars: { DEDUPE_TTL_SECONDS: "" } }, async (worker) => {
+      const start = Date.now();
+      await worker.publishAndWait([envelope("window-default")]);
+      const { entries } = await worker.request("GET", "/store/entries");
+      assert.equal(entries.length, 1);
+      const [row] = entries;
+      assert.equal(row.state, "done");
+      assert.ok(
+        row.expires_at >= start + DEFAULT_TTL_MS && row.expires_at <= Date.now() + DEFAULT_TTL_MS,
+        `expires_at ${row.expires_at} is ${(row.expires_at - start) / 86_400_000} days out`,
+      );
+    }));
+
+  for (const spelling of ["forever", "0"]) {
+    test(`DEDUPE_TTL_SECONDS=${spelling}: a remembered id never expires`, () =>
+      withWorker({ vars: { DEDUPE_TTL_SECONDS: spelling } }, async (worker) => {
+        await worker.publishAndWait([envelope("window-forever")]);
+        const { entries } = await worker.request("GET", "/store/entries");
+        assert.deepEqual(entries, [{ key: "window-forever", state: "done", expires_at: null }]);
+      }));
+  }
+});
