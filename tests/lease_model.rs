@@ -112,6 +112,9 @@ fn body(id: u8, fail: bool) -> String {
     .to_string()
 }
 
+/// One consumer's batch in progress.
+type Run<'a> = Pin<Box<dyn Future<Output = Vec<Outcome<String>>> + 'a>>;
+
 fn check(batches: [Vec<(u8, bool)>; 2], steps: Vec<Step>) -> Result<(), TestCaseError> {
     let clock = Arc::new(ManualClock::new(1_000_000));
     let inner = Arc::new(InMemoryStore::with_clock(clock.clone()));
@@ -151,10 +154,10 @@ fn check(batches: [Vec<(u8, bool)>; 2], steps: Vec<Step>) -> Result<(), TestCase
             .or_default() += 1;
         Ok(())
     };
-    let mut runs: Vec<Pin<Box<dyn Future<Output = Vec<Outcome<String>>> + '_>>> = guards
+    let mut runs: Vec<Run<'_>> = guards
         .iter()
         .zip(&bodies)
-        .map(|(g, b)| Box::pin(g.process_batch(b, handler)) as Pin<Box<dyn Future<Output = _>>>)
+        .map(|(g, b)| Box::pin(g.process_batch(b, handler)) as Run<'_>)
         .collect();
     let mut done: [Option<Vec<Outcome<String>>>; 2] = [None, None];
     let mut cx = Context::from_waker(Waker::noop());

@@ -2,6 +2,8 @@
 //! the semantics every store must have.
 
 #![allow(dead_code)]
+// `true` / `false` spelled out: which way a lease went is the point of each check.
+#![allow(clippy::bool_assert_comparison)]
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
