@@ -33,7 +33,7 @@ function el(tag, props = {}, ...children) {
 /** The playground's five decisions (plus store-unavailable) from the core's outcome code. */
 function decisionOf(kind) {
   switch (kind) {
-    case 'run-ok': case 'run-ok-unrecorded': case 'run-failed': case 'run-panicked': return 'run';
+    case 'run-ok': case 'run-ok-unrecorded': case 'run-ok-lease-lost': case 'run-failed': case 'run-panicked': return 'run';
     case 'skip': return 'skip';
     case 'fail-open': case 'fail-open-failed': return 'fail-open';
     case 'park': return 'park';
@@ -279,6 +279,28 @@ async function main() {
     for (const outcome of outcomes) await push(rowOf(outcome, v, false, undefined, 'deliver (concurrent)'));
   }
 
+  /**
+   * Consumer A's claim is lost while its handler runs: with a clock to move, A
+   * stalls past its lease and consumer B takes the id and runs it; otherwise the
+   * id is forgotten mid-run. A lease-capable store reports run-ok-lease-lost for A.
+   */
+  async function deliverLeaseLost(body) {
+    const v = bq.validate(body);
+    const opts = { ...options(), claimLeaseMs: Number($('lease-ms').value) || 30000 };
+    let taken = null;
+    const outcome = await bq.process(body, session.store, async () => {
+      if (session.canAdvance && v.valid && v.id !== null) {
+        session.advance(opts.claimLeaseMs + 1000);
+        renderClock();
+        taken = await bq.process(body, session.store, () => {}, opts);
+      } else if (v.valid && v.id !== null) {
+        await bq.forget(v.id, session.store, options());
+      }
+    }, opts);
+    if (taken) await push(rowOf(taken, v, false, undefined, 'deliver (consumer B, after A\u2019s lease ran out)'));
+    await push(rowOf(outcome, v, false, undefined, taken ? 'deliver (consumer A, stalled)' : 'deliver (forgotten mid-run)'));
+  }
+
   const editorId = () => {
     const v = bq.validate(editor.value);
     return v.valid ? v.id : null;
@@ -292,6 +314,7 @@ async function main() {
   $('deliver').addEventListener('click', () => enqueue(() => deliver(editor.value, false)));
   $('deliver-throw').addEventListener('click', () => enqueue(() => deliver(editor.value, true)));
   $('deliver-twice').addEventListener('click', () => enqueue(() => deliverConcurrently(editor.value)));
+  $('deliver-lease-lost').addEventListener('click', () => enqueue(() => deliverLeaseLost(editor.value)));
   $('deliver-fixture').addEventListener('click', () => enqueue(async () => {
     const path = $('fixture-select').value;
     if (path) await deliver(await fixtureText(path), false);

@@ -1,5 +1,6 @@
 // The playground's stores, all behind the package's DedupeStore interface
-// (seen / remember / forget, plus claim / release):
+// (seen / remember / forget, plus claim / release; the memory and persistent
+// stores also keep leases: renew / rememberFenced):
 //   - memory:     the Rust InMemoryStore (manual clock, so "advance" moves its TTLs);
 //   - persistent: localStorage (survives a reload), synchronous;
 //   - worker:     the example worker's Durable Object store over HTTP (same origin).
@@ -82,6 +83,17 @@ export function persistentStore() {
     },
     release: (key, token) => {
       if (read(CLAIM + key)?.token === token) localStorage.removeItem(CLAIM + key);
+    },
+    // Leases: a claim is ours while its token is stored (live, or lapsed and not taken over).
+    renew: (key, token, leaseMs) => {
+      if (read(CLAIM + key)?.token !== token) return false;
+      localStorage.setItem(CLAIM + key, JSON.stringify({ token, until: clock.now() + leaseMs }));
+      return true;
+    },
+    rememberFenced: (key, token, ttlMs) => {
+      const ours = read(CLAIM + key)?.token === token;
+      if (ours || (!live(key) && !liveClaim(key))) store.remember(key, ttlMs);
+      return ours;
     },
   };
   const entries = async () => {

@@ -208,6 +208,24 @@ test('two concurrent deliveries of one id both run without claiming; with claimi
   await page.close();
 });
 
+test('a claim lost while the handler runs shows run-ok-lease-lost: another consumer took the id after the lease ran out (memory and persistent stores)', async () => {
+  const page = await openPlayground();
+  for (const store of ['memory', 'persistent']) {
+    await page.selectOption('#store-select', store);
+    await idle(page);
+    await setEditor(page, envelope(`lost-${store}`));
+    await page.click('#deliver-lease-lost');
+    const got = await rows(page);
+    assert.deepEqual(got.map((r) => [r.decision, r.kind]), [['run', 'run-ok'], ['run', 'run-ok-lease-lost']], store);
+    await page.click('#deliver');
+    assert.equal((await rows(page))[2].kind, 'skip', `${store}: the id is remembered`);
+  }
+  assert.match(await page.textContent('.lede'), /run-ok-lease-lost/, 'the legend names the new kind');
+  await page.screenshot({ path: join(ARTIFACTS, '07c-lease-lost.png'), fullPage: true });
+  assert.deepEqual(page.errors, []);
+  await page.close();
+});
+
 test('with the persistent store a delivered id is skipped after a page reload', async () => {
   const page = await openPlayground();
   await page.selectOption('#store-select', 'persistent');
