@@ -46,6 +46,7 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
         .post_async("/store/release", |req, ctx| {
             store_api::release(req, ctx.env)
         })
+        .post_async("/store/settle", |req, ctx| store_api::settle(req, ctx.env))
         .get_async("/store/entries", |req, ctx| {
             store_api::entries(req, ctx.env)
         })

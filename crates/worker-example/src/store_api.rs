@@ -179,6 +179,74 @@ pub async fn release(mut req: Request, env: Env) -> Result<Response> {
     )
 }
 
+#[derive(Deserialize)]
+struct SettleBody {
+    #[serde(default)]
+    remember: Vec<RememberItem>,
+    #[serde(default)]
+    release: Vec<ReleaseItem>,
+    #[serde(default)]
+    renew: Vec<ReleaseItem>,
+    #[serde(default)]
+    ttl_ms: Option<u64>,
+    #[serde(default)]
+    lease_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct RememberItem {
+    key: String,
+    #[serde(default)]
+    token: Option<String>,
+}
+
+/// `POST /store/settle {"remember": [{key, token?}], "release": [{key, token}],
+/// "renew": [{key, token}], "ttl_ms"?, "lease_ms"?}`: one batch step, as the
+/// guard makes it. Answers `kept`, `renewed` and `release_error` (or `null`).
+pub async fn settle(mut req: Request, env: Env) -> Result<Response> {
+    let step: SettleBody = match body(&mut req).await {
+        Ok(b) => b,
+        Err(message) => return Response::error(message, 400),
+    };
+    let (_, store) = open(&env)?;
+    let token = |t: &str| ClaimToken(t.to_string());
+    let remember_tokens: Vec<(&str, Option<ClaimToken>)> = step
+        .remember
+        .iter()
+        .map(|r| (r.key.as_str(), r.token.as_deref().map(token)))
+        .collect();
+    let release_tokens: Vec<(&str, ClaimToken)> = step
+        .release
+        .iter()
+        .map(|r| (r.key.as_str(), token(&r.token)))
+        .collect();
+    let renew_tokens: Vec<(&str, ClaimToken)> = step
+        .renew
+        .iter()
+        .map(|r| (r.key.as_str(), token(&r.token)))
+        .collect();
+    let remember: Vec<(&str, Option<&ClaimToken>)> = remember_tokens
+        .iter()
+        .map(|(k, t)| (*k, t.as_ref()))
+        .collect();
+    let release: Vec<(&str, &ClaimToken)> = release_tokens.iter().map(|(k, t)| (*k, t)).collect();
+    let renew: Vec<(&str, &ClaimToken)> = renew_tokens.iter().map(|(k, t)| (*k, t)).collect();
+    let settlement = Settlement {
+        remember: &remember,
+        ttl: step.ttl_ms.map(Duration::from_millis),
+        release: &release,
+        renew: &renew,
+        lease: Duration::from_millis(step.lease_ms.unwrap_or(60_000)),
+    };
+    reply(store.settle(&settlement).await.map(|settled| {
+        json!({
+            "kept": settled.kept,
+            "renewed": settled.renewed,
+            "release_error": settled.release_error.map(|e| e.to_string()),
+        })
+    }))
+}
+
 /// `GET /store/entries[?expired=1]`: the live rows; with `expired=1` also the
 /// expired rows the sweep alarm has not removed yet.
 pub async fn entries(req: Request, env: Env) -> Result<Response> {

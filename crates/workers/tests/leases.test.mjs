@@ -220,3 +220,52 @@ describe("the dedupe window", () => {
       }));
   }
 });
+
+describe("settle across shards", () => {
+  // With 4 shards, "settle-1" lives on shard 0 and the 3 MB key on shard 3
+  // (a value SQLite in a Durable Object refuses, so that shard's request fails).
+  const huge = "k".repeat(3 * 1024 * 1024);
+
+  test(
+    "a shard that fails with only a release to do is a release error, not a failed " +
+      "remember: the other shard's remember is kept",
+    () =>
+      withWorker({ vars: { DEDUPE_SHARDS: "4" } }, async (worker) => {
+        const settled = await worker.request("POST", "/store/settle", {
+          remember: [{ key: "settle-1" }],
+          release: [{ key: huge, token: "t" }],
+        });
+        assert.deepEqual(settled.kept, [true], JSON.stringify(settled).slice(0, 300));
+        assert.match(settled.release_error ?? "", /dedupe shard bq-dedupe\/jump\/3/);
+        assert.deepEqual((await worker.seen(["settle-1"])).seen, [true]);
+      }),
+  );
+
+  test("renew and a fenced remember in one settle request per shard: only the owner's token counts", () =>
+    withWorker({ vars: { DEDUPE_SHARDS: "4" } }, async (worker) => {
+      const keys = ["settle-0", "settle-1", "settle-2"];
+      const { claims } = await worker.request("POST", "/store/claim", { keys, lease_ms: 60_000 });
+      const [a, b, c] = claims.map((cl) => cl.token);
+      const settled = await worker.request("POST", "/store/settle", {
+        remember: [
+          { key: "settle-0", token: a },
+          { key: "settle-1", token: "not-the-owner" },
+        ],
+        renew: [
+          { key: "settle-2", token: c },
+          { key: "settle-1", token: "not-the-owner" },
+        ],
+        lease_ms: 60_000,
+      });
+      assert.deepEqual(settled, { kept: [true, false], renewed: [true, false], release_error: null });
+      const { entries } = await worker.request("GET", "/store/entries");
+      const state = Object.fromEntries(entries.map((e) => [e.key, e.state]));
+      assert.deepEqual(state, { "settle-0": "done", "settle-1": "claimed", "settle-2": "claimed" });
+      // settle-1's claim is still its owner's: that token (and only it) releases it.
+      const released = await worker.request("POST", "/store/settle", {
+        release: [{ key: "settle-1", token: b }],
+      });
+      assert.equal(released.release_error, null);
+      assert.equal((await worker.request("GET", "/store/entries")).entries.length, 2);
+    }));
+});
