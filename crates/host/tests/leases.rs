@@ -59,7 +59,7 @@ fn spawn_run(args: &[&str], lines: &[String]) -> Child {
 /// outcome code per meta.id from a finished run.
 fn outcomes(out: &Output) -> BTreeMap<String, String> {
     assert!(
-        out.status.success(),
+        matches!(out.status.code(), Some(0 | 3)),
         "bq-dedupe run failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );

@@ -72,8 +72,8 @@ fn run(store: &str, plugin: &Path, input: &str) -> Vec<Value> {
         .unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(
-        out.status.success(),
-        "{}",
+        matches!(out.status.code(), Some(0 | 3)),
+        "verdicts, not an error: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout)

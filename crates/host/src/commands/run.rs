@@ -11,6 +11,7 @@ use anyhow::{Context, Result, bail};
 use bq_dedupe::{Limits, Message};
 use bq_dedupe_stores::AnyStore;
 use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use bq_dedupe_host::handler::{Handler, Plugin};
@@ -178,7 +179,16 @@ pub fn run(component: &Path, args: RunArgs) -> Result<ExitCode> {
     opts.ttl_ms = args.ttl.map(|d| d.as_millis() as u64);
     opts.claim_lease_ms = args.claim.then_some(args.lease.as_millis() as u64);
 
-    let progress = std::io::stderr().is_terminal();
+    // A spinner with the rate on a terminal; nothing when stderr is a pipe or file.
+    let progress = if std::io::stderr().is_terminal() {
+        ProgressBar::new_spinner()
+    } else {
+        ProgressBar::hidden()
+    };
+    progress.set_style(
+        ProgressStyle::with_template("{spinner} {pos} lines, {per_sec} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
     let started = Instant::now();
     let mut counts: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut stdout = std::io::stdout().lock();
@@ -203,25 +213,37 @@ pub fn run(component: &Path, args: RunArgs) -> Result<ExitCode> {
             writeln!(stdout, "{record}")?;
         }
         stdout.flush()?;
-        if progress && n % 10_000 < args.batch as u64 {
-            eprint!(
-                "\r{n} lines, {:.0}/s",
-                n as f64 / started.elapsed().as_secs_f64()
-            );
-        }
+        progress.set_position(n);
     }
+    progress.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();
-    if progress {
-        eprintln!();
-    }
     eprintln!(
         "summary: {} lines in {secs:.2}s ({:.0}/s) {}",
         n,
         n as f64 / secs.max(1e-9),
         serde_json::to_string(&counts)?
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(exit_code(&counts))
 }
+
+/// Exit 0 when every delivery is done (acked), [`EXIT_RETRY`] when any needs a
+/// redelivery (failed, parked, store unavailable, trapped), else [`EXIT_POISON`]
+/// when any was rejected as poison. Errors before or during the run exit 2.
+fn exit_code(counts: &BTreeMap<&'static str, u64>) -> ExitCode {
+    let any = |decision: &str| counts.get(decision).is_some_and(|&n| n > 0);
+    if any("failed") || any("park") {
+        ExitCode::from(EXIT_RETRY)
+    } else if any("reject") {
+        ExitCode::from(EXIT_POISON)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// `bq-dedupe run` exit status: some deliveries need a retry.
+pub const EXIT_RETRY: u8 = 3;
+/// `bq-dedupe run` exit status: no retry needed, but some lines were poison.
+pub const EXIT_POISON: u8 = 4;
 
 #[cfg(test)]
 mod tests {
