@@ -57,6 +57,7 @@ setup:
 lint:
 	cargo fmt --all --check
 	cargo clippy $(TEST_CRATES) --all-targets -- -D warnings
+	cargo clippy -p babelqueue-dedupe --features tracing,exact-json --all-targets -- -D warnings
 
 # The core must stay portable: build it for the target the component and the JS package use.
 wasm:
@@ -73,7 +74,7 @@ host:
 	cargo build --quiet -p babelqueue-dedupe-host
 
 unit: component-build
-	scripts/with-redis.sh bash -c 'cargo test $(TEST_CRATES) --all-targets && cargo test $(TEST_CRATES) --doc && scripts/host-conformance.sh'
+	scripts/with-redis.sh bash -c 'cargo test $(TEST_CRATES) --all-targets && cargo test $(TEST_CRATES) --doc && cargo test -p babelqueue-dedupe --features tracing --test tracing_observer && scripts/host-conformance.sh'
 
 conformance:
 	cargo run --quiet --example conformance

@@ -145,3 +145,46 @@ impl Observer for Counters {
         }
     }
 }
+
+/// Every outcome and store error as a [`tracing`] event (feature `tracing`), for
+/// native hosts that already collect traces: outcomes that need a look
+/// (`run-ok-lease-lost`, `run-ok-unrecorded`, `store-unavailable`) at WARN, failures
+/// and parks at INFO, the rest at DEBUG; store errors at WARN. Fields: `key`,
+/// `outcome` (the kebab code), `op`, `error`.
+#[cfg(feature = "tracing")]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Tracing;
+
+#[cfg(feature = "tracing")]
+impl Observer for Tracing {
+    fn observe(&self, event: Event<'_>) {
+        match event {
+            Event::Outcome { key, kind } => {
+                let key = key.unwrap_or("");
+                let outcome = kind.code();
+                match kind {
+                    OutcomeKind::RanLeaseLost
+                    | OutcomeKind::RanUnrecorded
+                    | OutcomeKind::StoreUnavailable => {
+                        tracing::warn!(key, outcome, "bq-dedupe outcome")
+                    }
+                    OutcomeKind::Failed
+                    | OutcomeKind::Panicked
+                    | OutcomeKind::FailOpenFailed
+                    | OutcomeKind::Parked
+                    | OutcomeKind::Rejected => tracing::info!(key, outcome, "bq-dedupe outcome"),
+                    _ => tracing::debug!(key, outcome, "bq-dedupe outcome"),
+                }
+            }
+            Event::StoreError { op, error } => {
+                tracing::warn!(op = ?op, error = %error, "bq-dedupe store error")
+            }
+            Event::LeaseLost { key } => {
+                tracing::warn!(
+                    key = key.unwrap_or(""),
+                    "bq-dedupe claim lost while its handler runs"
+                )
+            }
+        }
+    }
+}
