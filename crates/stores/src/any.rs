@@ -2,16 +2,20 @@
 
 use bq_dedupe::{InMemoryStore, StoreError, StoreErrorKind, StoreResult};
 
-use crate::{RedisStore, SqliteStore, StoreStats};
+use crate::postgres::DEFAULT_POSTGRES_TABLE;
+use crate::{Dialect, PostgresStore, RedisStore, SqliteStore, StoreStats};
 
-/// The key prefix of a `redis://` spec without `?prefix=`.
-pub const DEFAULT_REDIS_PREFIX: &str = "bq:idem:";
+/// The key prefix of a `redis://` spec without `?prefix=` or `?dialect=`: our
+/// own format's, a prefix no other SDK uses (the PHP SDK's is `bq:idem:`, the Go
+/// SDK's `bq:idemp:`; `?dialect=php|go` defaults to theirs).
+pub const DEFAULT_REDIS_PREFIX: &str = "bq:dedupe:";
 
 /// One of the stores, chosen at run time (see the crate docs for the spec syntax).
 pub enum AnyStore {
     Memory(InMemoryStore),
     Sqlite(SqliteStore),
     Redis(RedisStore),
+    Postgres(PostgresStore),
 }
 
 impl std::fmt::Debug for AnyStore {
@@ -20,6 +24,7 @@ impl std::fmt::Debug for AnyStore {
             AnyStore::Memory(_) => f.write_str("AnyStore::Memory"),
             AnyStore::Sqlite(s) => write!(f, "AnyStore::Sqlite({s:?})"),
             AnyStore::Redis(s) => write!(f, "AnyStore::Redis({s:?})"),
+            AnyStore::Postgres(s) => write!(f, "AnyStore::Postgres({s:?})"),
         }
     }
 }
@@ -42,14 +47,23 @@ impl From<RedisStore> for AnyStore {
     }
 }
 
+impl From<PostgresStore> for AnyStore {
+    fn from(s: PostgresStore) -> Self {
+        AnyStore::Postgres(s)
+    }
+}
+
 fn invalid(message: impl Into<String>) -> StoreError {
     StoreError::new(StoreErrorKind::Invalid, message)
 }
 
 impl AnyStore {
-    /// Opens the store a spec names: `memory`, `sqlite:PATH` or
-    /// `redis://HOST[:PORT][/DB][?prefix=P]`. A bad spec is `Invalid`; a backend
-    /// that cannot be reached is `Unavailable`.
+    /// Opens the store a spec names: `memory`, `sqlite:PATH`,
+    /// `redis://HOST[:PORT][/DB][?prefix=P][&dialect=D]`,
+    /// `redis+cluster://HOST:PORT[,HOST:PORT...][?prefix=P][&dialect=D]` or
+    /// `postgres://...[?table=T]` (see the crate docs). A bad spec is `Invalid`,
+    /// TLS (`rediss://`, `sslmode=require`) is `Unsupported`; a backend that
+    /// cannot be reached is `Unavailable`.
     pub fn from_spec(spec: &str) -> Result<AnyStore, StoreError> {
         if spec == "memory" {
             return Ok(AnyStore::Memory(InMemoryStore::new()));
@@ -61,11 +75,25 @@ impl AnyStore {
             return SqliteStore::open(path).map(AnyStore::Sqlite);
         }
         if spec.starts_with("redis://") || spec.starts_with("rediss://") {
-            let (url, prefix) = split_prefix(spec)?;
-            return RedisStore::connect(&url, prefix).map(AnyStore::Redis);
+            let (url, prefix, dialect) = split_redis(spec)?;
+            return RedisStore::connect_dialect(&url, prefix, dialect).map(AnyStore::Redis);
+        }
+        if let Some(rest) = spec
+            .strip_prefix("redis+cluster://")
+            .or_else(|| spec.strip_prefix("rediss+cluster://"))
+        {
+            let tls = spec.starts_with("rediss");
+            let (url, prefix, dialect) = split_redis(&format!("redis://{rest}"))?;
+            let nodes = cluster_nodes(&url, tls)?;
+            return RedisStore::connect_cluster(&nodes, prefix, dialect).map(AnyStore::Redis);
+        }
+        if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
+            let (url, table) = split_table(spec)?;
+            return PostgresStore::connect(&url, &table).map(AnyStore::Postgres);
         }
         Err(invalid(format!(
-            "unknown store spec {:?}: use memory, sqlite:PATH or redis://HOST:PORT[/DB][?prefix=P]",
+            "unknown store spec {:?}: use memory, sqlite:PATH, redis://HOST:PORT[/DB][?prefix=P&dialect=native|php|go], \
+             redis+cluster://HOST:PORT[,HOST:PORT...] or postgres://USER@HOST:PORT/DB[?table=T]",
             spec.split(['/', '?', '@']).next().unwrap_or_default()
         )))
     }
@@ -83,6 +111,7 @@ impl AnyStore {
             }
             AnyStore::Sqlite(s) => s.stats(),
             AnyStore::Redis(s) => s.stats(),
+            AnyStore::Postgres(s) => s.stats(),
         }
     }
 
@@ -92,27 +121,29 @@ impl AnyStore {
             AnyStore::Memory(s) => Ok(s.purge_expired() as u64),
             AnyStore::Sqlite(s) => s.purge_expired(),
             AnyStore::Redis(s) => s.purge_expired(),
+            AnyStore::Postgres(s) => s.purge_expired(),
         }
     }
 }
 
-/// Takes `prefix=` out of a Redis URL's query (the client would not know it),
-/// returning the URL for the client and the key prefix.
-fn split_prefix(spec: &str) -> Result<(String, String), StoreError> {
+/// Splits a URL's query into our own parameters (`names`) and the rest, which
+/// goes to the client unchanged. Values are percent-decoded.
+fn take_params(spec: &str, names: &[&str]) -> Result<(String, Vec<(String, String)>), StoreError> {
     let Some((base, query)) = spec.split_once('?') else {
-        return Ok((spec.to_owned(), DEFAULT_REDIS_PREFIX.to_owned()));
+        return Ok((spec.to_owned(), Vec::new()));
     };
-    let mut prefix = DEFAULT_REDIS_PREFIX.to_owned();
+    let mut ours = Vec::new();
     let mut rest = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.strip_prefix("prefix=") {
-            Some(value) => {
-                prefix = percent_encoding::percent_decode_str(value)
-                    .decode_utf8()
-                    .map_err(|_| invalid("redis spec: prefix is not UTF-8 once decoded"))?
-                    .into_owned();
-            }
-            None => rest.push(pair),
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if names.contains(&name) {
+            let value = percent_encoding::percent_decode_str(value)
+                .decode_utf8()
+                .map_err(|_| invalid(format!("store spec: {name} is not UTF-8 once decoded")))?
+                .into_owned();
+            ours.push((name.to_owned(), value));
+        } else {
+            rest.push(pair);
         }
     }
     let url = if rest.is_empty() {
@@ -120,14 +151,80 @@ fn split_prefix(spec: &str) -> Result<(String, String), StoreError> {
     } else {
         format!("{base}?{}", rest.join("&"))
     };
-    Ok((url, prefix))
+    Ok((url, ours))
+}
+
+/// Takes `prefix=` and `dialect=` out of a Redis URL's query (the client would
+/// not know them), returning the URL for the client, the key prefix (the
+/// dialect's own by default) and the dialect.
+fn split_redis(spec: &str) -> Result<(String, String, Dialect), StoreError> {
+    let (url, ours) = take_params(spec, &["prefix", "dialect"])?;
+    let mut dialect = Dialect::Native;
+    let mut prefix = None;
+    for (name, value) in ours {
+        if name == "dialect" {
+            dialect = Dialect::from_name(&value).ok_or_else(|| {
+                invalid(format!(
+                    "redis spec: unknown dialect {value:?} (use native, php or go)"
+                ))
+            })?;
+        } else {
+            prefix = Some(value);
+        }
+    }
+    let prefix = prefix.unwrap_or_else(|| dialect.default_prefix().to_owned());
+    Ok((url, prefix, dialect))
+}
+
+/// The node URLs of `redis://[USERINFO@]H:P,H:P[/...]`: each node gets the
+/// userinfo; a database number is refused (a cluster has only database 0).
+fn cluster_nodes(url: &str, tls: bool) -> Result<Vec<String>, StoreError> {
+    let scheme = if tls { "rediss://" } else { "redis://" };
+    let rest = url.strip_prefix("redis://").unwrap_or(url);
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    if !matches!(tail, "" | "/" | "/0") {
+        return Err(invalid(
+            "redis+cluster spec: a cluster has no database number or client parameters; \
+             use redis+cluster://HOST:PORT[,HOST:PORT...][?prefix=P&dialect=D]",
+        ));
+    }
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    let nodes: Vec<String> = hosts
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(|h| match userinfo {
+            Some(u) => format!("{scheme}{u}@{h}"),
+            None => format!("{scheme}{h}"),
+        })
+        .collect();
+    if nodes.is_empty() {
+        return Err(invalid("redis+cluster spec: no HOST:PORT given"));
+    }
+    Ok(nodes)
+}
+
+/// Takes `table=` out of a PostgreSQL URL's query.
+fn split_table(spec: &str) -> Result<(String, String), StoreError> {
+    let (url, ours) = take_params(spec, &["table"])?;
+    let table = ours
+        .into_iter()
+        .next_back()
+        .map_or_else(|| DEFAULT_POSTGRES_TABLE.to_owned(), |(_, v)| v);
+    Ok((url, table))
 }
 
 // Calls the same method on whichever store this is.
 bq_dedupe::delegate_store!(AnyStore {
     Memory,
     Sqlite,
-    Redis
+    Redis,
+    Postgres
 });
 
 #[cfg(test)]
@@ -136,7 +233,10 @@ mod tests {
 
     #[test]
     fn prefix_is_taken_out_of_the_redis_url() {
-        let split = |s| split_prefix(s).unwrap();
+        let split = |s| {
+            let (url, prefix, _) = split_redis(s).unwrap();
+            (url, prefix)
+        };
         assert_eq!(
             split("redis://h:1/2"),
             ("redis://h:1/2".into(), DEFAULT_REDIS_PREFIX.into())
@@ -150,12 +250,80 @@ mod tests {
             ("redis://h/0?protocol=resp3&x=1".into(), "a b:".into())
         );
         assert_eq!(split("redis://h?prefix="), ("redis://h".into(), "".into()));
-        assert!(split_prefix("redis://h?prefix=%ff").is_err());
+        assert!(split_redis("redis://h?prefix=%ff").is_err());
+    }
+
+    #[test]
+    fn dialects_pick_their_sdks_prefix() {
+        let split = |s| split_redis(s).unwrap();
+        assert_eq!(
+            split("redis://h?dialect=php"),
+            ("redis://h".into(), "bq:idem:".into(), Dialect::Php)
+        );
+        assert_eq!(
+            split("redis://h/1?dialect=go&x=1"),
+            ("redis://h/1?x=1".into(), "bq:idemp:".into(), Dialect::Go)
+        );
+        assert_eq!(
+            split("redis://h?dialect=php&prefix=app:"),
+            ("redis://h".into(), "app:".into(), Dialect::Php)
+        );
+        assert_eq!(split("redis://h").2, Dialect::Native);
+        assert_eq!(
+            split_redis("redis://h?dialect=java").unwrap_err().kind,
+            StoreErrorKind::Invalid
+        );
+    }
+
+    #[test]
+    fn cluster_specs_name_every_node() {
+        assert_eq!(
+            cluster_nodes("redis://:pw@a:1,b:2", false).unwrap(),
+            vec!["redis://:pw@a:1", "redis://:pw@b:2"]
+        );
+        assert_eq!(
+            cluster_nodes("redis://a:1/", false).unwrap(),
+            vec!["redis://a:1"]
+        );
+        assert!(cluster_nodes("redis://a:1/3", false).is_err());
+        assert!(cluster_nodes("redis://", false).is_err());
+    }
+
+    #[test]
+    fn table_is_taken_out_of_the_postgres_url() {
+        assert_eq!(
+            split_table("postgres://u@h:5/db?table=seen&connect_timeout=3").unwrap(),
+            (
+                "postgres://u@h:5/db?connect_timeout=3".into(),
+                "seen".into()
+            )
+        );
+        assert_eq!(
+            split_table("postgres://u@h/db").unwrap().1,
+            DEFAULT_POSTGRES_TABLE
+        );
+        let e = AnyStore::from_spec("postgres://u:pw@h/db?table=a;drop").unwrap_err();
+        assert_eq!(e.kind, StoreErrorKind::Invalid);
+        assert!(!e.message.contains("pw"), "no secrets in errors: {e}");
+    }
+
+    #[test]
+    fn tls_is_refused_with_a_clear_message() {
+        for spec in [
+            "rediss://h:1",
+            "rediss+cluster://h:1,h:2",
+            "postgres://u:pw@h/db?sslmode=require",
+        ] {
+            let e = AnyStore::from_spec(spec).unwrap_err();
+            assert_eq!(e.kind, StoreErrorKind::Unsupported, "{spec}: {e}");
+            assert!(e.message.contains("TLS"), "{e}");
+            assert!(!e.message.contains("pw"), "no secrets in errors: {e}");
+        }
     }
 
     #[test]
     fn unknown_and_empty_specs_are_invalid() {
-        for spec in ["", "mem", "sqlite:", "postgres://u:pw@h/db"] {
+        for spec in ["", "mem", "sqlite:", "mysql://u:pw@h/db"] {
             let e = AnyStore::from_spec(spec).unwrap_err();
             assert_eq!(e.kind, StoreErrorKind::Invalid, "{spec}");
             assert!(!e.message.contains("pw"), "no secrets in errors: {e}");

@@ -2,11 +2,18 @@
 //!
 //! - [`SqliteStore`]: an embedded SQLite file. Survives restarts; shared by every
 //!   process on one machine that opens the same file.
-//! - [`RedisStore`]: a Redis server. Shared by every consumer that reaches it.
+//! - [`RedisStore`]: a Redis server or a Redis Cluster, in our own record format
+//!   or the PHP or Go SDK's ([`Dialect`]). Shared by every consumer that reaches it.
+//! - [`PostgresStore`]: a PostgreSQL table in the Go SDK's schema, claims in a
+//!   table beside it. Shared with Go consumers.
 //! - [`AnyStore`]: one of those or the core's `InMemoryStore`, chosen at run time
 //!   from a spec string.
 //!
-//! All three can claim atomically (claiming mode) and honour TTLs. Their methods
+//! The record format of every backend and dialect, and what each other SDK sees
+//! of it, is one table in `docs/stores.md`.
+//!
+//! All of them can claim atomically (claiming mode) and honour TTLs, except
+//! Redis in the Go dialect (no in-flight state: plain mode only). Their methods
 //! do blocking I/O and return ready futures, so sync hosts drive them with
 //! [`bq_dedupe::block_on_ready`]; async hosts should call them off the reactor.
 //!
@@ -16,12 +23,19 @@
 //! |---|---|
 //! | `memory` | `InMemoryStore` (process-local, lost on exit) |
 //! | `sqlite:PATH` | `SqliteStore` at `PATH` (parent folders are created) |
-//! | `redis://HOST[:PORT][/DB][?prefix=P]` | `RedisStore`, keys `P + key` |
+//! | `redis://HOST[:PORT][/DB][?prefix=P][&dialect=D]` | `RedisStore`, keys `P + key` |
+//! | `redis+cluster://HOST:PORT[,HOST:PORT...][?prefix=P][&dialect=D]` | `RedisStore` on a Redis Cluster |
+//! | `postgres://[USER[:PW]@]HOST[:PORT]/DB[?table=T]` | `PostgresStore`, tables `T` and `T_claims` |
 //!
-//! The Redis prefix defaults to [`DEFAULT_REDIS_PREFIX`] (`bq:idem:`); it is
-//! percent-decoded (`?prefix=app%201:`), and `?prefix=` gives no prefix. Other
-//! query parameters and a password (`redis://:secret@host`) go to the Redis client
-//! unchanged.
+//! `D` is `native` (the default), `php` or `go`. The Redis prefix defaults to the
+//! dialect's: [`DEFAULT_REDIS_PREFIX`] (`bq:dedupe:`, used by no other SDK) for
+//! ours, `bq:idem:` for PHP's, `bq:idemp:` for Go's; it is percent-decoded
+//! (`?prefix=app%201:`), and `?prefix=` gives no prefix. Other query parameters and
+//! a password (`redis://:secret@host`) go to the client unchanged. The table
+//! defaults to Go's, `babelqueue_idempotency` (`postgresql://` works too).
+//!
+//! TLS is not built in: `rediss://` and `sslmode=require` are refused
+//! (`Unsupported`, with a message saying so).
 //!
 //! ```no_run
 //! use bq_dedupe::{block_on_ready, Guard};
@@ -33,6 +47,7 @@
 //! ```
 
 mod any;
+mod postgres;
 mod redis;
 mod sqlite;
 
@@ -43,7 +58,8 @@ use std::time::Duration;
 use bq_dedupe::ClaimToken;
 
 pub use any::{AnyStore, DEFAULT_REDIS_PREFIX};
-pub use redis::RedisStore;
+pub use postgres::{DEFAULT_POSTGRES_TABLE, PostgresStore};
+pub use redis::{Dialect, RedisStore};
 pub use sqlite::SqliteStore;
 
 /// What a store holds right now, for inspection and metrics.

@@ -1,4 +1,6 @@
-//! [`RedisStore`]: the seen-set as plain Redis string keys.
+//! [`RedisStore`]: the seen-set as plain Redis string keys, on one server or a
+//! Redis Cluster, in one of three record formats ([`Dialect`]; the table of
+//! formats is `docs/stores.md`).
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -7,7 +9,8 @@ use bq_dedupe::{
     Capabilities, Claim, ClaimToken, Settled, Settlement, Store, StoreError, StoreErrorKind,
     StoreResult,
 };
-use redis::{Client, Connection, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+use redis::cluster::{ClusterClient, ClusterConnection, cluster_pipe};
+use redis::{Client, Cmd, Connection, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
 use crate::{StoreStats, new_token, ttl_ms};
 
@@ -15,43 +18,199 @@ use crate::{StoreStats, new_token, ttl_ms};
 /// hanging the consumer.
 const TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The value of a remembered key; a claim is `c:<token>`.
-const DONE: &[u8] = b"d";
+/// Whose records a [`RedisStore`] reads and writes (see `docs/stores.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Dialect {
+    /// bq-dedupe's own: `d` once remembered, `c:<token>` while claimed, under
+    /// `bq:dedupe:` (a prefix no other SDK uses). Claims have owners: renewals
+    /// and commits are fenced by token. A value under the prefix that is neither
+    /// is a store error (`Internal`), never read as a claim or as seen.
+    #[default]
+    Native,
+    /// The PHP SDK's `RedisStore`: `1` while claimed (the lease is the key's
+    /// expiry), `2` once remembered, under `bq:idem:`. No owner token: a release,
+    /// renewal or commit cannot tell two claimers apart, so the store reports
+    /// `lease: false` (claims are not renewed and commits are not fenced; use a
+    /// lease longer than the slowest batch, PHP's default is 3600 s). A value that
+    /// is neither `1` nor `2` is a store error.
+    Php,
+    /// The Go SDK's Redis store: `1` once remembered (`seen` is `EXISTS`, as in
+    /// Go: any value counts), under `bq:idemp:`. No in-flight state: `claim` is
+    /// refused (`Unsupported`, capability `claim: false`); plain mode works.
+    Go,
+}
+
+impl Dialect {
+    /// The name in a spec (`?dialect=`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Dialect::Native => "native",
+            Dialect::Php => "php",
+            Dialect::Go => "go",
+        }
+    }
+
+    /// The dialect a spec names, if any.
+    pub fn from_name(name: &str) -> Option<Dialect> {
+        match name {
+            "native" | "bq-dedupe" => Some(Dialect::Native),
+            "php" => Some(Dialect::Php),
+            "go" => Some(Dialect::Go),
+            _ => None,
+        }
+    }
+
+    /// The key prefix used when a spec gives none: the one each SDK writes.
+    pub fn default_prefix(self) -> &'static str {
+        match self {
+            Dialect::Native => "bq:dedupe:",
+            Dialect::Php => "bq:idem:",
+            Dialect::Go => "bq:idemp:",
+        }
+    }
+
+    /// The value of a remembered key.
+    fn done(self) -> &'static [u8] {
+        match self {
+            Dialect::Native => b"d",
+            Dialect::Php => b"2",
+            Dialect::Go => b"1",
+        }
+    }
+
+    /// The value of a claim, for the Lua scripts' `ARGV[1]`.
+    fn claim_value(self, token: &ClaimToken) -> Vec<u8> {
+        match self {
+            Dialect::Native => format!("c:{}", token.0).into_bytes(),
+            Dialect::Php | Dialect::Go => b"1".to_vec(),
+        }
+    }
+
+    /// The scripts' foreign-value test: `n` for ours, `p` for PHP's.
+    fn mode(self) -> &'static str {
+        match self {
+            Dialect::Native => "n",
+            _ => "p",
+        }
+    }
+
+    /// What a stored value is, in this dialect.
+    fn read(self, value: &[u8]) -> Record {
+        match self {
+            Dialect::Native if value == b"d" => Record::Done,
+            Dialect::Native if value.starts_with(b"c:") => Record::Claimed,
+            Dialect::Php if value == b"2" => Record::Done,
+            Dialect::Php if value == b"1" => Record::Claimed,
+            Dialect::Go => Record::Done,
+            _ => Record::Foreign,
+        }
+    }
+}
+
+/// A stored value, read in a dialect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Record {
+    Done,
+    Claimed,
+    Foreign,
+}
+
+/// Lua: is `v` (a GET reply) a value this dialect does not write? ARGV mode
+/// `n` (ours: `d` or `c:...`) or `p` (PHP's: `1` or `2`).
+const FOREIGN: &str = "local function foreign(v, mode) \
+      if not v then return false end \
+      if mode == 'p' then return v ~= '1' and v ~= '2' end \
+      return v ~= 'd' and string.sub(v, 1, 2) ~= 'c:' end ";
 
 /// Compare-and-delete, so only the claim's owner can release it (a claim re-taken
-/// after its lease ran out belongs to someone else).
+/// after its lease ran out belongs to someone else). In PHP's format the value is
+/// `1` for every claimer: PHP's own release script, unable to tell them apart.
 const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
                        return redis.call('DEL', KEYS[1]) end return 0";
 
-/// Extends a claim only for its owner: 1 if renewed, 0 if the claim is gone.
-const RENEW: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
-                     return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0";
+/// Extends a claim only for its owner: 1 if renewed, 0 if the claim is gone, -1
+/// if the key holds a value of another format. ARGV: claim value, lease ms, mode.
+fn renew_script() -> String {
+    format!(
+        "{FOREIGN} local v = redis.call('GET', KEYS[1]) \
+         if v == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end \
+         if foreign(v, ARGV[3]) then return -1 end return 0"
+    )
+}
 
 /// The fenced commit, in one atomic step per key. ARGV: our claim value, the
-/// remembered value, the TTL in ms (0: none). The owner's claim becomes
+/// remembered value, the TTL in ms (0: none), mode. The owner's claim becomes
 /// remembered (1). A lost claim (0): the key is remembered only if it is gone
 /// (expired or forgotten); a remembered key or another consumer's claim is left.
-const COMMIT: &str = "local v = redis.call('GET', KEYS[1]) \
-    if v == ARGV[1] or v == false then \
-      if ARGV[3] == '0' then redis.call('SET', KEYS[1], ARGV[2]) \
-      else redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end \
-      if v == ARGV[1] then return 1 end \
-    end return 0";
+/// A value of another format: -1, nothing written.
+fn commit_script() -> String {
+    format!(
+        "{FOREIGN} local v = redis.call('GET', KEYS[1]) \
+         if foreign(v, ARGV[4]) then return -1 end \
+         if v == ARGV[1] or v == false then \
+           if ARGV[3] == '0' then redis.call('SET', KEYS[1], ARGV[2]) \
+           else redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end \
+           if v == ARGV[1] then return 1 end \
+         end return 0"
+    )
+}
 
-/// A [`Store`] on a Redis server, shared by every consumer that reaches it.
+/// Where the store's connection goes: one server, or a Redis Cluster.
+enum Target {
+    Single(Client),
+    Cluster(ClusterClient),
+}
+
+enum Conn {
+    Single(Connection),
+    Cluster(Box<ClusterConnection>),
+}
+
+impl Conn {
+    /// The commands in one pipeline: one round trip on a single server; on a
+    /// cluster the client groups them by the node owning each key's slot (one
+    /// round trip per node touched). Every command names one key, so nothing is
+    /// ever cross-slot.
+    fn pipeline(&mut self, cmds: Vec<Cmd>) -> RedisResult<Vec<Value>> {
+        if cmds.is_empty() {
+            return Ok(Vec::new());
+        }
+        match self {
+            Conn::Single(conn) => {
+                let mut pipe = redis::pipe();
+                for cmd in cmds {
+                    pipe.add_command(cmd);
+                }
+                pipe.query(conn)
+            }
+            Conn::Cluster(conn) => {
+                let mut pipe = cluster_pipe();
+                for cmd in cmds {
+                    pipe.add_command(cmd);
+                }
+                pipe.query(conn)
+            }
+        }
+    }
+}
+
+/// A [`Store`] on Redis (one server or a cluster), shared by every consumer that
+/// reaches it.
 ///
-/// Each store key is `key_prefix + key`, a string whose value is `d` once
-/// remembered or `c:<token>` while claimed; TTLs and leases are Redis expiries
-/// (`PX`), so Redis deletes expired entries itself. A claim is `SET NX`, atomic
-/// across all clients. Batches are pipelined: one round trip each.
+/// Each store key is `key_prefix + key`, a string whose value depends on the
+/// [`Dialect`]; TTLs and leases are Redis expiries (`PX`), so Redis deletes
+/// expired entries itself. A claim is `SET NX`, atomic across all clients. A
+/// batch is one pipeline of single-key commands and scripts (one round trip on a
+/// single server, one per node on a cluster).
 ///
 /// One connection, behind a lock; an I/O error drops it and the call is retried
 /// once on a fresh connection before the store reports itself unavailable.
 /// Durability is the server's (RDB/AOF settings).
 pub struct RedisStore {
-    client: Client,
-    conn: Mutex<Option<Connection>>,
+    target: Target,
+    conn: Mutex<Option<Conn>>,
     prefix: String,
+    dialect: Dialect,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -59,22 +218,80 @@ impl std::fmt::Debug for RedisStore {
         // No URL: it may carry a password.
         f.debug_struct("RedisStore")
             .field("prefix", &self.prefix)
+            .field("dialect", &self.dialect)
+            .field("cluster", &matches!(self.target, Target::Cluster(_)))
             .finish_non_exhaustive()
     }
 }
 
+/// `rediss://` is refused: TLS is not compiled in (see `docs/stores.md`).
+fn refuse_tls(url: &str) -> StoreResult<()> {
+    if url.starts_with("rediss://") || url.contains("://rediss") {
+        return Err(StoreError::unsupported(
+            "redis: TLS (rediss://) is not built into this store; reach Redis over a private \
+             network or a local TLS proxy (e.g. stunnel) and use redis://",
+        ));
+    }
+    Ok(())
+}
+
 impl RedisStore {
-    /// Connects to `url` (`redis://[:PASSWORD@]HOST[:PORT][/DB]`); every key is
-    /// stored as `key_prefix + key`.
+    /// Connects to `url` (`redis://[:PASSWORD@]HOST[:PORT][/DB]`) in our own
+    /// format; every key is stored as `key_prefix + key`.
     pub fn connect(url: &str, key_prefix: impl Into<String>) -> Result<Self, StoreError> {
+        Self::connect_dialect(url, key_prefix, Dialect::Native)
+    }
+
+    /// Connects to one server, reading and writing `dialect`'s records.
+    pub fn connect_dialect(
+        url: &str,
+        key_prefix: impl Into<String>,
+        dialect: Dialect,
+    ) -> Result<Self, StoreError> {
+        refuse_tls(url)?;
         let client = Client::open(url).map_err(|e| {
             StoreError::new(StoreErrorKind::Invalid, format!("redis: bad url: {e}"))
         })?;
-        let conn = open(&client).map_err(error)?;
+        Self::open_target(Target::Single(client), key_prefix.into(), dialect)
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes
+    /// (`redis://[:PASSWORD@]HOST:PORT` each), reading and writing `dialect`'s
+    /// records.
+    pub fn connect_cluster(
+        nodes: &[String],
+        key_prefix: impl Into<String>,
+        dialect: Dialect,
+    ) -> Result<Self, StoreError> {
+        for node in nodes {
+            refuse_tls(node)?;
+        }
+        if nodes.is_empty() {
+            return Err(StoreError::new(
+                StoreErrorKind::Invalid,
+                "redis cluster: no node given",
+            ));
+        }
+        let client = ClusterClient::builder(nodes.iter().map(String::as_str))
+            .connection_timeout(TIMEOUT)
+            .response_timeout(TIMEOUT)
+            .build()
+            .map_err(|e| {
+                StoreError::new(
+                    StoreErrorKind::Invalid,
+                    format!("redis cluster: bad node list: {e}"),
+                )
+            })?;
+        Self::open_target(Target::Cluster(client), key_prefix.into(), dialect)
+    }
+
+    fn open_target(target: Target, prefix: String, dialect: Dialect) -> StoreResult<Self> {
+        let conn = open(&target).map_err(error)?;
         Ok(RedisStore {
-            client,
+            target,
             conn: Mutex::new(Some(conn)),
-            prefix: key_prefix.into(),
+            prefix,
+            dialect,
         })
     }
 
@@ -83,12 +300,27 @@ impl RedisStore {
         &self.prefix
     }
 
-    /// Counts the keys under the prefix (`SCAN`, then `MGET` per page): remembered
-    /// ids and claims. Keys under the prefix that are neither are not counted.
-    /// `expired` is always 0: Redis deletes expired keys itself.
+    /// The record format this store reads and writes.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// Counts the keys under the prefix (`SCAN`, then the values per page):
+    /// remembered ids and claims. Keys under the prefix that are neither are not
+    /// counted. `expired` is always 0: Redis deletes expired keys itself. On a
+    /// cluster, `Unsupported` (a scan would have to visit every node).
     pub fn stats(&self) -> StoreResult<StoreStats> {
+        if matches!(self.target, Target::Cluster(_)) {
+            return Err(StoreError::unsupported(
+                "redis cluster: stats would scan every node; count with redis-cli --cluster call",
+            ));
+        }
         let pattern = format!("{}*", glob_escape(&self.prefix));
+        let dialect = self.dialect;
         self.run(|conn| {
+            let Conn::Single(conn) = conn else {
+                unreachable!("checked above")
+            };
             let mut stats = StoreStats::default();
             let mut cursor = 0u64;
             loop {
@@ -106,10 +338,10 @@ impl RedisStore {
                     }
                     let values: Vec<Option<Vec<u8>>> = mget.query(conn)?;
                     for value in values.into_iter().flatten() {
-                        if value == DONE {
-                            stats.remembered += 1;
-                        } else if value.starts_with(b"c:") {
-                            stats.claimed += 1;
+                        match dialect.read(&value) {
+                            Record::Done => stats.remembered += 1,
+                            Record::Claimed => stats.claimed += 1,
+                            Record::Foreign => {}
                         }
                     }
                 }
@@ -133,7 +365,7 @@ impl RedisStore {
         k
     }
 
-    fn lock(&self) -> StoreResult<MutexGuard<'_, Option<Connection>>> {
+    fn lock(&self) -> StoreResult<MutexGuard<'_, Option<Conn>>> {
         self.conn
             .lock()
             .map_err(|_| StoreError::internal("redis: connection lock poisoned by a panic"))
@@ -142,13 +374,13 @@ impl RedisStore {
     /// Runs `op` on the connection, reconnecting and retrying once after an I/O
     /// error. Every operation here is safe to repeat: a claim that landed before
     /// the connection broke is recognised by its token (see [`decide`]).
-    fn run<T>(&self, op: impl Fn(&mut Connection) -> RedisResult<T>) -> StoreResult<T> {
+    fn run<T>(&self, op: impl Fn(&mut Conn) -> RedisResult<T>) -> StoreResult<T> {
         let mut slot = self.lock()?;
         let mut retried = false;
         loop {
             let conn = match slot.as_mut() {
                 Some(conn) => conn,
-                None => slot.insert(open(&self.client).map_err(error)?),
+                None => slot.insert(open(&self.target).map_err(error)?),
             };
             match op(conn) {
                 Ok(value) => return Ok(value),
@@ -163,13 +395,98 @@ impl RedisStore {
             }
         }
     }
+
+    /// One pipeline of `cmds`, answered one value per command.
+    fn pipeline(&self, cmds: Vec<Cmd>) -> StoreResult<Vec<Value>> {
+        let n = cmds.len();
+        let replies = self.run(|conn| conn.pipeline(cmds.clone()))?;
+        if replies.len() != n {
+            return Err(StoreError::internal("redis: pipeline answered short"));
+        }
+        Ok(replies)
+    }
+
+    /// The error for a value under our prefix that this dialect does not write.
+    fn foreign(&self, what: &str) -> StoreError {
+        StoreError::internal(format!(
+            "redis: a key under {:?} holds a value that is not a {} record ({what}); \
+             another SDK's records? pick its dialect (?dialect=php or ?dialect=go) or another prefix",
+            self.prefix,
+            self.dialect.name()
+        ))
+    }
+
+    /// Refuses claims in the Go dialect, which has no in-flight state.
+    fn claims_allowed(&self) -> StoreResult<()> {
+        if self.dialect == Dialect::Go {
+            return Err(StoreError::unsupported(
+                "redis (dialect go): the Go SDK's records have no in-flight state, so claiming \
+                 mode is refused; run without claiming, or use dialect php or native",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `SET key <done> [PX ttl]`.
+    fn remember_cmd(&self, key: &str, ttl: Option<Duration>) -> Cmd {
+        let mut set = redis::cmd("SET");
+        set.arg(self.key(key)).arg(self.dialect.done());
+        if let Some(ttl) = ttl {
+            set.arg("PX").arg(ttl_ms(ttl));
+        }
+        set
+    }
+
+    /// What a GET reply says about a key: seen, or an error for a foreign value.
+    fn seen_value(&self, value: &Value) -> StoreResult<bool> {
+        match value {
+            Value::Nil => Ok(false),
+            Value::BulkString(v) => match self.dialect.read(v) {
+                Record::Done => Ok(true),
+                Record::Claimed => Ok(false),
+                Record::Foreign => Err(self.foreign("read")),
+            },
+            Value::Int(n) => Ok(*n > 0), // EXISTS, in the Go dialect
+            other => Err(StoreError::internal(format!(
+                "redis: unexpected reply {other:?}"
+            ))),
+        }
+    }
+
+    /// A claim's answer from its `SET NX` reply and the `GET` that followed it.
+    fn decide(&self, set: &Value, got: &Value, token: ClaimToken) -> StoreResult<Claim> {
+        let ours = self.dialect.claim_value(&token);
+        Ok(match (set, got) {
+            (Value::Okay, _) => Claim::Acquired(token),
+            (Value::SimpleString(s), _) if s == "OK" => Claim::Acquired(token),
+            (_, Value::BulkString(v)) => match self.dialect.read(v) {
+                Record::Done => Claim::Seen,
+                // Our own claim, set by an attempt whose reply was lost before a
+                // reconnect (only our format can tell: PHP's claims are all `1`).
+                Record::Claimed if self.dialect == Dialect::Native && *v == ours => {
+                    Claim::Acquired(token)
+                }
+                Record::Claimed => Claim::Held,
+                Record::Foreign => return Err(self.foreign("claim")),
+            },
+            // Nil: the holder finished and was forgotten, or its lease ran out,
+            // between our SET and GET. Held is the safe answer (the guard re-checks,
+            // then parks).
+            _ => Claim::Held,
+        })
+    }
 }
 
-fn open(client: &Client) -> RedisResult<Connection> {
-    let conn = client.get_connection_with_timeout(TIMEOUT)?;
-    conn.set_read_timeout(Some(TIMEOUT))?;
-    conn.set_write_timeout(Some(TIMEOUT))?;
-    Ok(conn)
+fn open(target: &Target) -> RedisResult<Conn> {
+    match target {
+        Target::Single(client) => {
+            let conn = client.get_connection_with_timeout(TIMEOUT)?;
+            conn.set_read_timeout(Some(TIMEOUT))?;
+            conn.set_write_timeout(Some(TIMEOUT))?;
+            Ok(Conn::Single(conn))
+        }
+        Target::Cluster(client) => Ok(Conn::Cluster(Box::new(client.get_connection()?))),
+    }
 }
 
 /// Network trouble and a server that is loading, read-only or failing over may
@@ -204,91 +521,72 @@ fn glob_escape(s: &str) -> String {
     out
 }
 
-fn claim_value(token: &ClaimToken) -> String {
-    format!("c:{}", token.0)
-}
-
-/// `SET key d [PX ttl]`, queued on a pipeline.
-fn push_remember(pipe: &mut redis::Pipeline, key: Vec<u8>, ttl: Option<Duration>) {
-    let set = pipe.cmd("SET").arg(key).arg(DONE);
-    if let Some(ttl) = ttl {
-        set.arg("PX").arg(ttl_ms(ttl));
-    }
-    set.ignore();
-}
-
-/// A claim's answer from its `SET NX` reply and the `GET` that followed it.
-fn decide(set: &Value, got: &Value, token: ClaimToken) -> Claim {
-    let ours = claim_value(&token);
-    match (set, got) {
-        (Value::Okay, _) => Claim::Acquired(token),
-        (Value::SimpleString(s), _) if s == "OK" => Claim::Acquired(token),
-        (_, Value::BulkString(v)) if v == DONE => Claim::Seen,
-        // Our own claim, set by an attempt whose reply was lost before a reconnect.
-        (_, Value::BulkString(v)) if *v == ours.as_bytes() => Claim::Acquired(token),
-        // Another claim, or nil: the holder finished and was forgotten, or its lease
-        // ran out, between our SET and GET. Held is the safe answer (the guard
-        // re-checks, then parks).
-        _ => Claim::Held,
-    }
+fn eval(script: &str, key: Vec<u8>) -> Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(script).arg(1).arg(key);
+    cmd
 }
 
 impl Store for RedisStore {
     async fn seen(&self, key: &str) -> StoreResult<bool> {
-        let key = self.key(key);
-        let value: Option<Vec<u8>> = self.run(|conn| redis::cmd("GET").arg(&key).query(conn))?;
-        Ok(value.as_deref() == Some(DONE))
+        Ok(self.seen_many(&[key]).await?[0])
     }
 
     async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
-        let key = self.key(key);
-        self.run(|conn| {
-            let mut set = redis::cmd("SET");
-            set.arg(&key).arg(DONE);
-            if let Some(ttl) = ttl {
-                set.arg("PX").arg(ttl_ms(ttl));
-            }
-            set.exec(conn)
-        })
+        self.remember_many(&[key], ttl).await
     }
 
     async fn forget(&self, key: &str) -> StoreResult<()> {
-        let key = self.key(key);
-        self.run(|conn| redis::cmd("DEL").arg(&key).exec(conn))
+        let mut del = redis::cmd("DEL");
+        del.arg(self.key(key));
+        self.pipeline(vec![del]).map(|_| ())
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            claim: true,
-            ttl: true,
-            lease: true,
+        match self.dialect {
+            Dialect::Native => Capabilities {
+                claim: true,
+                ttl: true,
+                lease: true,
+            },
+            Dialect::Php => Capabilities {
+                claim: true,
+                ttl: true,
+                lease: false,
+            },
+            Dialect::Go => Capabilities {
+                claim: false,
+                ttl: true,
+                lease: false,
+            },
         }
     }
 
+    /// One pipeline of `GET`s (`EXISTS` in the Go dialect): no `MGET`, so a
+    /// batch never spans slots on a cluster.
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut mget = redis::cmd("MGET");
-        for key in keys {
-            mget.arg(self.key(key));
-        }
-        let values: Vec<Option<Vec<u8>>> = self.run(|conn| mget.query(conn))?;
-        if values.len() != keys.len() {
-            return Err(StoreError::internal("redis: MGET answered the wrong count"));
-        }
-        Ok(values.iter().map(|v| v.as_deref() == Some(DONE)).collect())
+        let op = if self.dialect == Dialect::Go {
+            "EXISTS"
+        } else {
+            "GET"
+        };
+        let cmds = keys
+            .iter()
+            .map(|key| {
+                let mut cmd = redis::cmd(op);
+                cmd.arg(self.key(key));
+                cmd
+            })
+            .collect();
+        self.pipeline(cmds)?
+            .iter()
+            .map(|v| self.seen_value(v))
+            .collect()
     }
 
     async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
-        if keys.is_empty() {
-            return Ok(());
-        }
-        let mut pipe = redis::pipe();
-        for key in keys {
-            push_remember(&mut pipe, self.key(key), ttl);
-        }
-        self.run(|conn| pipe.exec(conn))
+        let cmds = keys.iter().map(|k| self.remember_cmd(k, ttl)).collect();
+        self.pipeline(cmds).map(|_| ())
     }
 
     async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
@@ -299,44 +597,39 @@ impl Store for RedisStore {
     }
 
     async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
-        let key = self.key(key);
-        let value = claim_value(token);
-        self.run(|conn| {
-            redis::cmd("EVAL")
-                .arg(RELEASE)
-                .arg(1)
-                .arg(&key)
-                .arg(&value)
-                .exec(conn)
-        })
+        self.claims_allowed()?;
+        let mut cmd = eval(RELEASE, self.key(key));
+        cmd.arg(self.dialect.claim_value(token));
+        self.pipeline(vec![cmd]).map(|_| ())
     }
 
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
+        self.claims_allowed()?;
         if keys.is_empty() {
             return Ok(Vec::new());
         }
         // Tokens are made once, so a retried pipeline recognises its own claims.
         let tokens: Vec<ClaimToken> = keys.iter().map(|_| new_token()).collect();
-        let mut pipe = redis::pipe();
+        let mut cmds = Vec::with_capacity(2 * keys.len());
         for (key, token) in keys.iter().zip(&tokens) {
             let key = self.key(key);
-            pipe.cmd("SET")
-                .arg(&key)
-                .arg(claim_value(token))
+            let mut set = redis::cmd("SET");
+            set.arg(&key)
+                .arg(self.dialect.claim_value(token))
                 .arg("NX")
                 .arg("PX")
                 .arg(ttl_ms(lease));
-            pipe.cmd("GET").arg(key);
+            let mut get = redis::cmd("GET");
+            get.arg(key);
+            cmds.push(set);
+            cmds.push(get);
         }
-        let replies: Vec<Value> = self.run(|conn| pipe.query(conn))?;
-        if replies.len() != 2 * keys.len() {
-            return Err(StoreError::internal("redis: claim pipeline answered short"));
-        }
-        Ok(replies
+        let replies = self.pipeline(cmds)?;
+        replies
             .chunks_exact(2)
             .zip(tokens)
-            .map(|(pair, token)| decide(&pair[0], &pair[1], token))
-            .collect())
+            .map(|(pair, token)| self.decide(&pair[0], &pair[1], token))
+            .collect()
     }
 
     async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
@@ -362,63 +655,62 @@ impl Store for RedisStore {
         Ok(self.settle(&step).await?.kept.first() == Some(&true))
     }
 
-    /// One pipeline (one round trip): each key's step is one atomic command or
-    /// script, so a batch needs no cross-key transaction.
+    /// One pipeline: each key's step is one atomic command or script, so a batch
+    /// needs no cross-key transaction (and works on a cluster). In PHP's format a
+    /// renewal or fenced commit goes by the value `1` alone (any claimer's).
     async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
-        let mut pipe = redis::pipe();
-        for (key, token) in step.release {
-            pipe.cmd("EVAL")
-                .arg(RELEASE)
-                .arg(1)
-                .arg(self.key(key))
-                .arg(claim_value(token))
-                .ignore();
-        }
-        for (key, token) in step.renew {
-            pipe.cmd("EVAL")
-                .arg(RENEW)
-                .arg(1)
-                .arg(self.key(key))
-                .arg(claim_value(token))
-                .arg(ttl_ms(step.lease));
-        }
-        let ttl = step.ttl.map_or(0, ttl_ms);
-        for (key, token) in step.remember {
-            match token {
-                Some(token) => {
-                    pipe.cmd("EVAL")
-                        .arg(COMMIT)
-                        .arg(1)
-                        .arg(self.key(key))
-                        .arg(claim_value(token))
-                        .arg(DONE)
-                        .arg(ttl);
-                }
-                None => push_remember(&mut pipe, self.key(key), step.ttl),
-            }
-        }
         if step.release.is_empty() && step.renew.is_empty() && step.remember.is_empty() {
             return Ok(Settled::default());
         }
-        let fenced = step.remember.iter().filter(|(_, t)| t.is_some()).count();
-        let replies: Vec<i64> = self.run(|conn| pipe.query(conn))?;
-        if replies.len() != step.renew.len() + fenced {
-            return Err(StoreError::internal(
-                "redis: settle pipeline answered short",
-            ));
+        let fenced = step.remember.iter().any(|(_, t)| t.is_some());
+        if !step.release.is_empty() || !step.renew.is_empty() || fenced {
+            self.claims_allowed()?;
         }
-        let (renewed, mut commits) = (
-            replies[..step.renew.len()].iter(),
-            replies[step.renew.len()..].iter(),
-        );
-        let kept = step
-            .remember
-            .iter()
-            .map(|(_, token)| token.is_none() || commits.next() == Some(&1))
-            .collect();
+        let dialect = self.dialect;
+        let (renew, commit) = (renew_script(), commit_script());
+        let mut cmds = Vec::new();
+        for (key, token) in step.release {
+            let mut cmd = eval(RELEASE, self.key(key));
+            cmd.arg(dialect.claim_value(token));
+            cmds.push(cmd);
+        }
+        for (key, token) in step.renew {
+            let mut cmd = eval(&renew, self.key(key));
+            cmd.arg(dialect.claim_value(token))
+                .arg(ttl_ms(step.lease))
+                .arg(dialect.mode());
+            cmds.push(cmd);
+        }
+        let ttl = step.ttl.map_or(0, ttl_ms);
+        for (key, token) in step.remember {
+            cmds.push(match token {
+                Some(token) => {
+                    let mut cmd = eval(&commit, self.key(key));
+                    cmd.arg(dialect.claim_value(token))
+                        .arg(dialect.done())
+                        .arg(ttl)
+                        .arg(dialect.mode());
+                    cmd
+                }
+                None => self.remember_cmd(key, step.ttl),
+            });
+        }
+        let replies = self.pipeline(cmds)?;
+        let answer = |v: &Value| match v {
+            Value::Int(-1) => Err(self.foreign("settle")),
+            Value::Int(n) => Ok(*n == 1),
+            _ => Ok(true), // SET's OK
+        };
+        let replies = &replies[step.release.len()..];
+        let (renewed, commits) = replies.split_at(step.renew.len());
         Ok(Settled {
-            kept,
-            renewed: renewed.map(|&r| r == 1).collect(),
+            kept: step
+                .remember
+                .iter()
+                .zip(commits)
+                .map(|((_, token), v)| if token.is_some() { answer(v) } else { Ok(true) })
+                .collect::<StoreResult<_>>()?,
+            renewed: renewed.iter().map(answer).collect::<StoreResult<_>>()?,
             release_error: None,
         })
     }

@@ -71,7 +71,7 @@ fn any_redis_delegates_every_method() {
 }
 
 #[test]
-fn any_redis_spec_defaults_to_the_bq_idem_prefix() {
+fn any_redis_spec_defaults_to_a_prefix_no_other_sdk_uses() {
     let Some(url) = redis_url() else {
         return;
     };
@@ -80,7 +80,9 @@ fn any_redis_spec_defaults_to_the_bq_idem_prefix() {
         panic!("{store:?}");
     };
     assert_eq!(redis.prefix(), DEFAULT_REDIS_PREFIX);
-    assert_eq!(DEFAULT_REDIS_PREFIX, "bq:idem:");
+    // Not the PHP SDK's `bq:idem:` nor the Go SDK's `bq:idemp:` (docs/stores.md).
+    assert_eq!(DEFAULT_REDIS_PREFIX, "bq:dedupe:");
+    assert_eq!(redis.dialect(), bq_dedupe_stores::Dialect::Native);
     // Only reads: the default prefix may be shared with real consumers.
     assert!(store.stats().is_ok());
 }

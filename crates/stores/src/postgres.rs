@@ -1,0 +1,537 @@
+//! [`PostgresStore`]: remembered ids in the Go SDK's table, claims in a table of
+//! their own. The record formats are in `docs/stores.md`.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use bq_dedupe::{
+    Capabilities, Claim, ClaimToken, Settled, Settlement, Store, StoreError, StoreErrorKind,
+    StoreResult,
+};
+use postgres::types::{ToSql, Type};
+use postgres::{Config, NoTls};
+use r2d2_postgres::PostgresConnectionManager;
+use r2d2_postgres::r2d2::{Pool, PooledConnection};
+
+use crate::{StoreStats, new_token, ttl_ms};
+
+/// The Go SDK's table name, the default of `?table=`.
+pub const DEFAULT_POSTGRES_TABLE: &str = "babelqueue_idempotency";
+
+/// Connect timeout, and how long a call waits for a pooled connection.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connections per store: a consumer makes one call at a time, a few spare let a
+/// shared store (`Arc`) serve several threads.
+const POOL_SIZE: u32 = 4;
+
+/// A live remembered row (Go's `seen`): no expiry, or one in the future.
+const LIVE: &str = "(expires_at IS NULL OR expires_at > now())";
+
+/// A [`Store`] on PostgreSQL, sharing its seen-set with the Go SDK's Postgres store.
+///
+/// - Remembered ids are rows of `TABLE` (default [`DEFAULT_POSTGRES_TABLE`]) in
+///   Go's schema (`message_id`, `created_at`, `expires_at`), written with Go's
+///   statement, so a Go consumer and this store read and write one set.
+/// - In-flight claims (owner token, lease expiry) live in `TABLE_claims`, which
+///   the Go store never reads: a Go consumer only ever sees committed rows.
+/// - A commit inserts the row and drops the claim in one statement (one
+///   transaction). `seen_many` and `settle` are one statement each (one round
+///   trip); `claim_many` is two: the claim, then a re-check of the remembered rows
+///   on a fresh snapshot (a commit that landed while the claim was being taken is
+///   seen there, and the claim given back: `Seen`).
+///
+/// Connections come from an `r2d2` pool (up to 4). TLS is not built in: a spec
+/// asking for it (`sslmode=require`) is refused when opened.
+pub struct PostgresStore {
+    pool: Pool<PostgresConnectionManager<NoTls>>,
+    table: String,
+    claims: String,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // No URL: it may carry a password.
+        f.debug_struct("PostgresStore")
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+fn invalid(message: impl Into<String>) -> StoreError {
+    StoreError::new(StoreErrorKind::Invalid, message)
+}
+
+/// A table name Go would accept and PostgreSQL folds the same way for both
+/// (unquoted): letters, digits and `_`, not starting with a digit, optionally
+/// `schema.table`; short enough for the `_claims` table beside it.
+fn check_table(table: &str) -> StoreResult<()> {
+    let ident = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 56
+            && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !s.starts_with(|c: char| c.is_ascii_digit())
+    };
+    let ok = match table.split_once('.') {
+        Some((schema, name)) => ident(schema) && ident(name),
+        None => ident(table),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(format!(
+            "postgres: table {table:?} is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, optionally schema.table, at most 56 characters)"
+        )))
+    }
+}
+
+/// PostgreSQL `text` cannot hold U+0000: such an id is refused, typed, before
+/// any statement is sent (the Go store cannot store it either).
+fn check_keys<'a>(keys: impl IntoIterator<Item = &'a str>) -> StoreResult<()> {
+    if keys.into_iter().any(|k| k.contains('\0')) {
+        return Err(invalid(
+            "postgres: an id containing U+0000 cannot be stored in a text column",
+        ));
+    }
+    Ok(())
+}
+
+/// Connection trouble, a server shutting down, a serialization failure or a
+/// deadlock may pass (`Unavailable`); anything else is `Internal`.
+fn error(e: postgres::Error) -> StoreError {
+    let transient = e.is_closed()
+        || e.code().is_some_and(|c| {
+            let c = c.code();
+            c.starts_with("08")
+                || c.starts_with("57P")
+                || c == "40001"
+                || c == "40P01"
+                || c == "53300"
+        })
+        || e.as_db_error().is_none();
+    // The Display of a db error is its message; the source is kept out (it may
+    // echo connection parameters).
+    StoreError::backend(transient, format!("postgres: {e}"))
+}
+
+/// A TTL or lease as a `bigint` of milliseconds (`None`: no expiry).
+fn ms(d: Option<Duration>) -> Option<i64> {
+    d.map(|d| ttl_ms(d) as i64)
+}
+
+impl PostgresStore {
+    /// Connects to `url` (`postgres://[USER[:PASSWORD]@]HOST[:PORT]/DB[?...]`, any
+    /// parameter libpq-style URLs take) and creates the tables if missing.
+    pub fn connect(url: &str, table: &str) -> StoreResult<Self> {
+        check_table(table)?;
+        let config: Config = url
+            .parse()
+            .map_err(|e| invalid(format!("postgres: bad url: {e}")))?;
+        if matches!(config.get_ssl_mode(), postgres::config::SslMode::Require) {
+            return Err(StoreError::unsupported(
+                "postgres: TLS is not built into this store (sslmode=require); \
+                 connect through a local TLS proxy (e.g. stunnel or pgbouncer) or a private network",
+            ));
+        }
+        let mut config = config;
+        config.connect_timeout(TIMEOUT);
+        let manager = PostgresConnectionManager::new(config, NoTls);
+        let pool = Pool::builder()
+            .max_size(POOL_SIZE)
+            .min_idle(Some(1))
+            .connection_timeout(TIMEOUT)
+            .build(manager)
+            .map_err(|e| StoreError::unavailable(format!("postgres: cannot connect: {e}")))?;
+        let claims = format!("{table}_claims");
+        let store = PostgresStore {
+            pool,
+            table: table.to_owned(),
+            claims,
+        };
+        store.create_tables()?;
+        Ok(store)
+    }
+
+    /// The table of remembered ids (Go's); claims are in `TABLE_claims`.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    fn conn(&self) -> StoreResult<PooledConnection<PostgresConnectionManager<NoTls>>> {
+        self.pool
+            .get()
+            .map_err(|e| StoreError::unavailable(format!("postgres: no connection: {e}")))
+    }
+
+    fn create_tables(&self) -> StoreResult<()> {
+        let (t, c) = (&self.table, &self.claims);
+        let index = t.replace('.', "_");
+        let ddl = format!(
+            "CREATE TABLE IF NOT EXISTS {t} (
+                message_id TEXT NOT NULL PRIMARY KEY,
+                created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+                expires_at TIMESTAMPTZ NULL);
+             CREATE INDEX IF NOT EXISTS {index}_expires_at_idx ON {t} (expires_at);
+             CREATE TABLE IF NOT EXISTS {c} (
+                message_id TEXT NOT NULL PRIMARY KEY,
+                token      TEXT NOT NULL,
+                expires_at TIMESTAMPTZ NOT NULL);"
+        );
+        let mut conn = self.conn()?;
+        match conn.batch_execute(&ddl) {
+            Ok(()) => Ok(()),
+            // Two processes creating the tables at once: one wins, the other's
+            // CREATE ... IF NOT EXISTS can still fail on the catalog's unique index.
+            Err(e)
+                if e.code()
+                    .is_some_and(|c| c.code() == "23505" || c.code() == "42P07") =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(error(e)),
+        }
+    }
+
+    /// Live remembered ids and claims, and the expired rows still stored.
+    pub fn stats(&self) -> StoreResult<StoreStats> {
+        let (t, c) = (&self.table, &self.claims);
+        let sql = format!(
+            "SELECT (SELECT count(*) FROM {t} WHERE {LIVE}),
+                    (SELECT count(*) FROM {c} WHERE expires_at > now()),
+                    (SELECT count(*) FROM {t} WHERE NOT {LIVE})
+                  + (SELECT count(*) FROM {c} WHERE expires_at <= now())"
+        );
+        let row = self.conn()?.query_one(&sql, &[]).map_err(error)?;
+        let n = |i: usize| row.get::<_, i64>(i).max(0) as u64;
+        Ok(StoreStats {
+            remembered: n(0),
+            claimed: n(1),
+            expired: n(2),
+        })
+    }
+
+    /// Deletes expired rows and lapsed claims (Go's optional GC); how many went.
+    pub fn purge_expired(&self) -> StoreResult<u64> {
+        let (t, c) = (&self.table, &self.claims);
+        let sql = format!(
+            "WITH a AS (DELETE FROM {t} WHERE NOT {LIVE} RETURNING 1),
+                  b AS (DELETE FROM {c} WHERE expires_at <= now() RETURNING 1)
+             SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM b)"
+        );
+        let row = self.conn()?.query_one(&sql, &[]).map_err(error)?;
+        Ok(row.get::<_, i64>(0).max(0) as u64)
+    }
+
+    /// Go's remember, for every key given (deduplicated: one `INSERT` may not
+    /// touch a row twice), ending any claim on them; one statement.
+    fn remember_keys(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
+        let step = Settlement {
+            remember: &keys.iter().map(|k| (*k, None)).collect::<Vec<_>>(),
+            ttl,
+            ..Settlement::default()
+        };
+        self.settle_now(&step).map(|_| ())
+    }
+
+    /// The whole settlement in one statement (an implicit transaction):
+    /// releases, renewals, and the remembers (own claims dropped and their rows
+    /// inserted; a lost claim's row inserted only if no other live claim holds
+    /// the key; Go's `ON CONFLICT` keeps a live row as it is).
+    fn settle_now(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
+        if step.remember.is_empty() && step.release.is_empty() && step.renew.is_empty() {
+            return Ok(Settled::default());
+        }
+        check_keys(
+            step.remember
+                .iter()
+                .map(|(k, _)| *k)
+                .chain(step.release.iter().map(|(k, _)| *k))
+                .chain(step.renew.iter().map(|(k, _)| *k)),
+        )?;
+        // One row per remembered key (a fenced entry wins over a plain one of the
+        // same key: it carries the token the answer is about).
+        let mut seen_keys = HashSet::new();
+        let mut rem: Vec<(&str, Option<&str>)> = Vec::new();
+        for (key, token) in step.remember.iter().filter(|(_, t)| t.is_some()) {
+            if seen_keys.insert(*key) {
+                rem.push((key, token.map(|t| t.0.as_str())));
+            }
+        }
+        for (key, _) in step.remember.iter().filter(|(_, t)| t.is_none()) {
+            if seen_keys.insert(*key) {
+                rem.push((key, None));
+            }
+        }
+        rem.sort_unstable(); // a stable lock order across consumers
+        let rem_keys: Vec<&str> = rem.iter().map(|(k, _)| *k).collect();
+        let rem_tokens: Vec<Option<&str>> = rem.iter().map(|(_, t)| *t).collect();
+        let rel_keys: Vec<&str> = step.release.iter().map(|(k, _)| *k).collect();
+        let rel_tokens: Vec<&str> = step.release.iter().map(|(_, t)| t.0.as_str()).collect();
+        let ren_keys: Vec<&str> = step.renew.iter().map(|(k, _)| *k).collect();
+        let ren_tokens: Vec<&str> = step.renew.iter().map(|(_, t)| t.0.as_str()).collect();
+        let ttl = ms(step.ttl);
+        let lease = ttl_ms(step.lease) as i64;
+        let (t, c) = (&self.table, &self.claims);
+        let sql = format!(
+            "WITH
+             rel AS (DELETE FROM {c} USING unnest($4::text[], $5::text[]) r(k, tok)
+                     WHERE {c}.message_id = r.k AND {c}.token = r.tok),
+             ren AS (UPDATE {c} SET expires_at = now() + $8::bigint * interval '1 millisecond'
+                     FROM unnest($6::text[], $7::text[]) n(k, tok)
+                     WHERE {c}.message_id = n.k AND {c}.token = n.tok
+                     RETURNING n.k, n.tok),
+             own AS (DELETE FROM {c} USING unnest($1::text[], $2::text[]) m(k, tok)
+                     WHERE {c}.message_id = m.k
+                       AND (m.tok IS NULL OR {c}.token = m.tok OR {c}.expires_at <= now())
+                     RETURNING m.k, ({c}.token = m.tok) AS mine),
+             ins AS (INSERT INTO {t} (message_id, expires_at)
+                     SELECT m.k, CASE WHEN $3::bigint IS NULL THEN NULL
+                                      ELSE now() + $3::bigint * interval '1 millisecond' END
+                     FROM unnest($1::text[], $2::text[]) m(k, tok)
+                     WHERE m.tok IS NULL
+                        OR NOT EXISTS (SELECT 1 FROM {c} x WHERE x.message_id = m.k
+                                       AND x.token <> m.tok AND x.expires_at > now())
+                     ON CONFLICT (message_id) DO UPDATE
+                       SET created_at = now(), expires_at = EXCLUDED.expires_at
+                       WHERE {t}.expires_at IS NOT NULL AND {t}.expires_at <= now())
+             SELECT 0 AS part, k, NULL::text AS tok FROM own WHERE mine
+             UNION ALL SELECT 1, k, tok FROM ren"
+        );
+        let params: [(&(dyn ToSql + Sync), Type); 8] = [
+            (&rem_keys, Type::TEXT_ARRAY),
+            (&rem_tokens, Type::TEXT_ARRAY),
+            (&ttl, Type::INT8),
+            (&rel_keys, Type::TEXT_ARRAY),
+            (&rel_tokens, Type::TEXT_ARRAY),
+            (&ren_keys, Type::TEXT_ARRAY),
+            (&ren_tokens, Type::TEXT_ARRAY),
+            (&lease, Type::INT8),
+        ];
+        let rows = self.conn()?.query_typed(&sql, &params).map_err(error)?;
+        let mut kept_keys = HashSet::new();
+        let mut renewed = HashSet::new();
+        for row in &rows {
+            let part: i32 = row.get(0);
+            let key: String = row.get(1);
+            if part == 0 {
+                kept_keys.insert(key);
+            } else {
+                renewed.insert((key, row.get::<_, String>(2)));
+            }
+        }
+        Ok(Settled {
+            kept: step
+                .remember
+                .iter()
+                .map(|(key, token)| token.is_none() || kept_keys.contains(*key))
+                .collect(),
+            renewed: step
+                .renew
+                .iter()
+                .map(|(key, token)| renewed.contains(&(key.to_string(), token.0.clone())))
+                .collect(),
+            release_error: None,
+        })
+    }
+}
+
+impl Store for PostgresStore {
+    async fn seen(&self, key: &str) -> StoreResult<bool> {
+        Ok(self.seen_many(&[key]).await?[0])
+    }
+
+    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
+        self.remember_keys(&[key], ttl)
+    }
+
+    async fn forget(&self, key: &str) -> StoreResult<()> {
+        check_keys([key])?;
+        let (t, c) = (&self.table, &self.claims);
+        let sql = format!(
+            "WITH a AS (DELETE FROM {t} WHERE message_id = $1)
+             DELETE FROM {c} WHERE message_id = $1"
+        );
+        self.conn()?
+            .query_typed(&sql, &[(&key, Type::TEXT)])
+            .map(|_| ())
+            .map_err(error)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            claim: true,
+            ttl: true,
+            lease: true,
+        }
+    }
+
+    /// One statement: the keys with a live row.
+    async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        check_keys(keys.iter().copied())?;
+        let sql = format!(
+            "SELECT message_id FROM {} WHERE message_id = ANY($1::text[]) AND {LIVE}",
+            self.table
+        );
+        let rows = self
+            .conn()?
+            .query_typed(&sql, &[(&keys, Type::TEXT_ARRAY)])
+            .map_err(error)?;
+        let live: HashSet<String> = rows.iter().map(|r| r.get(0)).collect();
+        Ok(keys.iter().map(|k| live.contains(*k)).collect())
+    }
+
+    async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        self.remember_keys(keys, ttl)
+    }
+
+    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
+        Ok(self.claim_many(&[key], lease).await?.remove(0))
+    }
+
+    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
+        let step = Settlement {
+            release: &[(key, token)],
+            ..Settlement::default()
+        };
+        self.settle_now(&step).map(|_| ())
+    }
+
+    /// Two statements: claim every free key (no live row, no live claim: a lapsed
+    /// claim is taken over), then, on a fresh snapshot, find the keys remembered
+    /// meanwhile and give their new claims back.
+    async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        check_keys(keys.iter().copied())?;
+        // A key repeated in one batch is claimed once; its repeats find the claim.
+        let mut firsts: Vec<&str> = Vec::new();
+        let mut unique = HashSet::new();
+        for key in keys {
+            if unique.insert(*key) {
+                firsts.push(key);
+            }
+        }
+        firsts.sort_unstable(); // a stable lock order across consumers
+        let tokens: Vec<ClaimToken> = firsts.iter().map(|_| new_token()).collect();
+        let token_strs: Vec<&str> = tokens.iter().map(|t| t.0.as_str()).collect();
+        let lease = ttl_ms(lease) as i64;
+        let (t, c) = (&self.table, &self.claims);
+        let claim = format!(
+            "INSERT INTO {c} (message_id, token, expires_at)
+             SELECT u.k, u.tok, now() + $3::bigint * interval '1 millisecond'
+             FROM unnest($1::text[], $2::text[]) u(k, tok)
+             WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE {t}.message_id = u.k AND {LIVE})
+             ON CONFLICT (message_id) DO UPDATE
+               SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
+               WHERE {c}.expires_at <= now()
+             RETURNING message_id"
+        );
+        let recheck = format!(
+            "WITH done AS (SELECT message_id FROM {t}
+                           WHERE message_id = ANY($1::text[]) AND {LIVE}),
+                  back AS (DELETE FROM {c} USING done
+                           WHERE {c}.message_id = done.message_id AND {c}.token = ANY($2::text[]))
+             SELECT message_id FROM done"
+        );
+        let mut conn = self.conn()?;
+        let acquired: HashSet<String> = conn
+            .query_typed(
+                &claim,
+                &[
+                    (&firsts, Type::TEXT_ARRAY),
+                    (&token_strs, Type::TEXT_ARRAY),
+                    (&lease, Type::INT8),
+                ],
+            )
+            .map_err(error)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let done: HashSet<String> = conn
+            .query_typed(
+                &recheck,
+                &[(&firsts, Type::TEXT_ARRAY), (&token_strs, Type::TEXT_ARRAY)],
+            )
+            .map_err(error)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut token_of: std::collections::HashMap<&str, ClaimToken> =
+            firsts.iter().copied().zip(tokens).collect();
+        Ok(keys
+            .iter()
+            .map(|key| {
+                if done.contains(*key) {
+                    Claim::Seen
+                } else if acquired.contains(*key) {
+                    match token_of.remove(key) {
+                        Some(token) => Claim::Acquired(token),
+                        None => Claim::Held, // a repeat of a key claimed just now
+                    }
+                } else {
+                    Claim::Held
+                }
+            })
+            .collect())
+    }
+
+    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
+        let step = Settlement {
+            renew: &[(key, token)],
+            lease,
+            ..Settlement::default()
+        };
+        Ok(self.settle_now(&step)?.renewed.first() == Some(&true))
+    }
+
+    async fn remember_fenced(
+        &self,
+        key: &str,
+        token: &ClaimToken,
+        ttl: Option<Duration>,
+    ) -> StoreResult<bool> {
+        let step = Settlement {
+            remember: &[(key, Some(token))],
+            ttl,
+            ..Settlement::default()
+        };
+        Ok(self.settle_now(&step)?.kept.first() == Some(&true))
+    }
+
+    /// One statement, one round trip (see [`PostgresStore`]).
+    async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
+        self.settle_now(step)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names_are_plain_identifiers() {
+        for ok in ["babelqueue_idempotency", "_t1", "app.seen", "T"] {
+            assert!(check_table(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "1t",
+            "a-b",
+            "a;drop",
+            "a.b.c",
+            "\"q\"",
+            ".t",
+            "s.",
+            &"x".repeat(57),
+        ] {
+            assert_eq!(check_table(bad).unwrap_err().kind, StoreErrorKind::Invalid);
+        }
+    }
+}

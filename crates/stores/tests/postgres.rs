@@ -1,0 +1,187 @@
+//! `PostgresStore` against a real server at `BQ_TEST_POSTGRES_URL` (`make test`
+//! starts one; without it these tests fail). The record format checked here is
+//! the PostgreSQL rows of the table in docs/stores.md.
+
+mod common;
+
+use std::time::Duration;
+
+use bq_dedupe::{Claim, Guard, Outcome, OutcomeKind, Store, StoreErrorKind};
+use bq_dedupe_stores::{AnyStore, PostgresStore, StoreStats};
+use common::{
+    PgCleanup, check_basics, check_batches, check_claims, check_hostile_keys_where, check_leases,
+    deliver, postgres_table, postgres_url, ready,
+};
+
+/// A store on a fresh table, and the cleanup of that table.
+fn store(tag: &str) -> (PostgresStore, PgCleanup) {
+    let url = postgres_url();
+    let table = postgres_table(tag);
+    let store = PostgresStore::connect(&url, &table).unwrap();
+    (store, PgCleanup { url, table })
+}
+
+fn sql(url: &str) -> postgres::Client {
+    postgres::Client::connect(url, postgres::NoTls).unwrap()
+}
+
+#[test]
+fn postgres_basics() {
+    let (store, _clean) = store("basics");
+    check_basics(&store);
+}
+
+#[test]
+fn postgres_claims_and_release_by_owner_only() {
+    let (store, _clean) = store("claims");
+    check_claims(&store);
+}
+
+#[test]
+fn postgres_batches_agree_with_single_calls() {
+    let (store, _clean) = store("batches");
+    check_batches(&store);
+}
+
+#[test]
+fn postgres_hostile_keys_are_stored_exactly() {
+    let (store, clean) = store("hostile");
+    check_hostile_keys_where(&store, |k| !k.contains('\0'));
+    // The SQL-looking id was a value, not a statement: the table is still there.
+    ready(store.remember("'); DROP TABLE bq_dedupe; --", None)).unwrap();
+    let n: i64 = sql(&clean.url)
+        .query_one(
+            &format!("SELECT count(*) FROM {} WHERE message_id = $1", clean.table),
+            &[&"'); DROP TABLE bq_dedupe; --"],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 1);
+}
+
+#[test]
+fn postgres_refuses_ids_with_nul_typed() {
+    let (store, _clean) = store("nul");
+    for key in ["a\0b", "\0"] {
+        let e = ready(store.seen(key)).unwrap_err();
+        assert_eq!(e.kind, StoreErrorKind::Invalid, "{e}");
+        assert!(e.message.contains("U+0000"), "{e}");
+        assert!(ready(store.remember(key, None)).is_err());
+        assert!(ready(store.claim(key, Duration::from_secs(5))).is_err());
+    }
+}
+
+#[test]
+fn postgres_renews_and_fences_only_for_the_owner() {
+    let (store, _clean) = store("leases");
+    check_leases(&store, Duration::from_millis(200), || {
+        std::thread::sleep(Duration::from_millis(350))
+    });
+}
+
+/// The rows are Go's: `message_id`, `created_at`, `expires_at` (NULL without a
+/// TTL); a claim is only in `T_claims`, so Go never sees it.
+#[test]
+fn postgres_rows_are_the_go_schema_and_claims_stay_in_their_own_table() {
+    let (store, clean) = store("rows");
+    let mut db = sql(&clean.url);
+    ready(store.remember("forever", None)).unwrap();
+    ready(store.remember("a-day", Some(Duration::from_secs(86_400)))).unwrap();
+    let Claim::Acquired(token) = ready(store.claim("busy", Duration::from_secs(60))).unwrap()
+    else {
+        panic!("free key");
+    };
+    let rows = db
+        .query(
+            &format!(
+                "SELECT message_id, expires_at IS NULL, \
+                        expires_at > now() + interval '23 hours', created_at <= now() \
+                 FROM {} ORDER BY message_id",
+                clean.table
+            ),
+            &[],
+        )
+        .unwrap();
+    let rows: Vec<(String, bool, Option<bool>, bool)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("a-day".into(), false, Some(true), true),
+            ("forever".into(), true, None, true),
+        ],
+        "a claim is not a row of the Go table"
+    );
+    let claim: (String, String) = db
+        .query_one(
+            &format!("SELECT message_id, token FROM {}_claims", clean.table),
+            &[],
+        )
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!(claim, ("busy".into(), token.0.clone()));
+    // The commit inserts the row and drops the claim together.
+    assert!(ready(store.remember_fenced("busy", &token, None)).unwrap());
+    let claims: i64 = db
+        .query_one(&format!("SELECT count(*) FROM {}_claims", clean.table), &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(claims, 0);
+    assert_eq!(
+        store.stats().unwrap(),
+        StoreStats {
+            remembered: 3,
+            claimed: 0,
+            expired: 0
+        }
+    );
+}
+
+#[test]
+fn postgres_ttl_expires_and_purge_deletes() {
+    let (store, _clean) = store("ttl");
+    ready(store.remember("short", Some(Duration::from_millis(150)))).unwrap();
+    ready(store.claim("lapsing", Duration::from_millis(150))).unwrap();
+    assert!(ready(store.seen("short")).unwrap());
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !ready(store.seen("short")).unwrap(),
+        "expired rows are unseen"
+    );
+    assert!(matches!(
+        ready(store.claim("lapsing", Duration::from_secs(60))).unwrap(),
+        Claim::Acquired(_)
+    ));
+    assert_eq!(store.stats().unwrap().expired, 1);
+    assert_eq!(store.purge_expired().unwrap(), 1);
+    assert_eq!(store.stats().unwrap().expired, 0);
+    // An expired row is re-remembered by Go's statement.
+    ready(store.remember("short", None)).unwrap();
+    assert!(ready(store.seen("short")).unwrap());
+}
+
+#[test]
+fn postgres_through_a_spec_with_table_and_a_guard() {
+    let url = postgres_url();
+    let table = postgres_table("spec");
+    let _clean = PgCleanup {
+        url: url.clone(),
+        table: table.clone(),
+    };
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let store = AnyStore::from_spec(&format!("{url}{sep}table={table}")).unwrap();
+    assert!(matches!(store, AnyStore::Postgres(_)));
+    let guard = Guard::new(&store).with_claiming(Duration::from_secs(30));
+    assert_eq!(deliver(&guard, "g-1", true), Outcome::Ran);
+    assert_eq!(deliver(&guard, "g-1", true).kind(), OutcomeKind::Skipped);
+    assert_eq!(deliver(&guard, "g-2", false).kind(), OutcomeKind::Failed);
+    assert_eq!(deliver(&guard, "g-2", true), Outcome::Ran);
+}
+
+#[test]
+fn postgres_unreachable_is_unavailable() {
+    let e = PostgresStore::connect("postgres://postgres@127.0.0.1:1/postgres", "t").unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::Unavailable, "{e}");
+}
