@@ -3,6 +3,7 @@
 # playground's copy of it:
 #
 #   scripts/build-js.sh            # -> crates/js/pkg/{web,node}/, www/pkg/, www/conformance/
+#                                  #    (also `npm pack`'s prepack step in crates/js)
 #   scripts/build-js.sh test       # ... and pkg/conformance-node/: a test build with the core's
 #                                  #     conformance runner (feature `conformance`), for the Node tests
 #
@@ -61,16 +62,44 @@ if [[ ! -f "$STAMP" || "$RAW" -nt "$STAMP" || "$WASM_OPT" -nt "$STAMP" || "${BAS
     mkdir -p "$PKG"
     "$WB" --target web --out-dir "$PKG/web" --out-name "$NAME" "$RAW"
     "$WB" --target nodejs --out-dir "$PKG/node" --out-name "$NAME" "$RAW"
-    # The package is "type": "module"; the nodejs glue is CommonJS.
+    # One .wasm for both: the two targets differ only in their JS glue (the module's
+    # imports are named the same), so pkg/node/ loads pkg/web/'s copy. Checked here,
+    # so a wasm-bindgen that made them differ fails the build instead of shipping the
+    # wrong module to Node.
+    if ! cmp -s "$PKG/web/${NAME}_bg.wasm" "$PKG/node/${NAME}_bg.wasm"; then
+        echo "wasm-bindgen's web and nodejs modules differ: pkg/node/ can no longer share pkg/web/${NAME}_bg.wasm" >&2
+        exit 1
+    fi
+    rm "$PKG/node/${NAME}_bg.wasm" "$PKG/node/${NAME}_bg.wasm.d.ts"
+    # The package is "type": "module"; the nodejs glue is CommonJS: .cjs, typed by a
+    # .d.cts (a .d.ts there would be read as ESM, and `import x = require()` fails
+    # with TS1471 under node16/nodenext).
     mv "$PKG/node/$NAME.js" "$PKG/node/$NAME.cjs"
+    mv "$PKG/node/$NAME.d.ts" "$PKG/node/$NAME.d.cts"
+    grep -q '^const wasmPath = `${__dirname}/'"${NAME}_bg.wasm"'`;$' "$PKG/node/$NAME.cjs" || {
+        echo "the nodejs glue no longer loads its module as expected (wasmPath)" >&2
+        exit 1
+    }
+    sed -i 's|^const wasmPath = `${__dirname}/|const wasmPath = `${__dirname}/../web/|' "$PKG/node/$NAME.cjs"
     # The .d.ts: options arguments are optional (unchecked_param_type drops the `?`),
-    # and the raw wasm exports of InitOutput say `unknown`, not `any`.
-    for dts in "$PKG/web/$NAME.d.ts" "$PKG/node/$NAME.d.ts"; do
+    # the raw wasm exports of InitOutput say `unknown`, not `any`, and `Symbol.dispose`
+    # (InMemoryStore's [Symbol.dispose]) is declared, so no `lib` setting
+    # (esnext.disposable) is needed; it merges with the lib's own declaration.
+    for dts in "$PKG/web/$NAME.d.ts" "$PKG/node/$NAME.d.cts"; do
         sed -i -E -e 's/\b(options): (DedupeOptions|InMemoryStoreOptions)\)/\1?: \2)/' \
             -e '/^    readonly /s/\bany\b/unknown/g' "$dts"
+        cat >>"$dts" <<'DTS'
+
+declare global {
+    interface SymbolConstructor {
+        /** `Symbol.dispose` (explicit resource management), declared so that no `lib` setting is needed. */
+        readonly dispose: unique symbol;
+    }
+}
+DTS
     done
-    sed -i -E '/^export const /s/\bany\b/unknown/g' "$PKG"/{web,node}/"${NAME}_bg.wasm.d.ts"
-    if grep -nw any "$PKG"/{web,node}/*.d.ts | grep -v '^\S*:[0-9]*: *\*\|//'; then
+    sed -i -E '/^export const /s/\bany\b/unknown/g' "$PKG/web/${NAME}_bg.wasm.d.ts"
+    if grep -nw any "$PKG"/web/*.d.ts "$PKG"/node/*.d.cts | grep -v '^\S*:[0-9]*: *\*\|//'; then
         echo "the .d.ts mentions 'any'" >&2
         exit 1
     fi
@@ -81,10 +110,6 @@ if [[ ! -f "$STAMP" || "$RAW" -nt "$STAMP" || "$WASM_OPT" -nt "$STAMP" || "${BAS
         --enable-reference-types --enable-bulk-memory --enable-nontrapping-float-to-int \
         --enable-sign-ext --enable-mutable-globals --enable-multivalue \
         "$PKG/bindgen.wasm" -o "$PKG/web/${NAME}_bg.wasm"
-    "$WASM_OPT" -Oz --strip-debug --strip-producers \
-        --enable-reference-types --enable-bulk-memory --enable-nontrapping-float-to-int \
-        --enable-sign-ext --enable-mutable-globals --enable-multivalue \
-        "$PKG/node/${NAME}_bg.wasm" -o "$PKG/node/${NAME}_bg.wasm"
     echo "wasm-opt -Oz: $(since "$t")"
     touch "$STAMP"
 else

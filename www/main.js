@@ -263,7 +263,7 @@ async function main() {
   async function deliver(body, throws, expect) {
     const v = bq.validate(body);
     const handlerError = new Error('handler throws (toggled in the playground)');
-    const outcome = await bq.process(body, session.store, () => {
+    const outcome = await bq.dedupe(body, session.store, () => {
       if (throws) throw handlerError;
     }, options());
     await push(rowOf(outcome, v, throws, expect));
@@ -275,7 +275,7 @@ async function main() {
     const v = bq.validate(body);
     const slow = () => new Promise((resolve) => { setTimeout(resolve, 300); });
     const opts = options();
-    const outcomes = await Promise.all([0, 1].map(() => bq.process(body, session.store, slow, opts)));
+    const outcomes = await Promise.all([0, 1].map(() => bq.dedupe(body, session.store, slow, opts)));
     for (const outcome of outcomes) await push(rowOf(outcome, v, false, undefined, 'deliver (concurrent)'));
   }
 
@@ -288,11 +288,11 @@ async function main() {
     const v = bq.validate(body);
     const opts = { ...options(), claimLeaseMs: Number($('lease-ms').value) || 30000 };
     let taken = null;
-    const outcome = await bq.process(body, session.store, async () => {
+    const outcome = await bq.dedupe(body, session.store, async () => {
       if (session.canAdvance && v.valid && v.id !== null) {
         session.advance(opts.claimLeaseMs + 1000);
         renderClock();
-        taken = await bq.process(body, session.store, () => {}, opts);
+        taken = await bq.dedupe(body, session.store, () => {}, opts);
       } else if (v.valid && v.id !== null) {
         await bq.forget(v.id, session.store, options());
       }

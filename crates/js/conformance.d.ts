@@ -1,9 +1,9 @@
 // Types of conformance.js (hand-written; checked by tests/types-check.ts).
-import type { DedupeStore, InMemoryStore, process, forget, dedupeKey, validate } from './pkg/web/bq_dedupe.js';
+import type { DedupeStore, InMemoryStore, dedupe, forget, dedupeKey, validate } from './pkg/web/bq_dedupe.js';
 
 /** The package's exports the runner drives. */
 export interface DedupeApi {
-  process: typeof process;
+  dedupe: typeof dedupe;
   forget: typeof forget;
   dedupeKey: typeof dedupeKey;
   validate: typeof validate;

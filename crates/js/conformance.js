@@ -1,5 +1,5 @@
 // The BabelQueue conformance manifest, run through this package's public API
-// (validate, dedupeKey, process, forget): the same reading of manifest.json as the
+// (validate, dedupeKey, dedupe, forget): the same reading of manifest.json as the
 // core's runner (src/conformance.rs), so Node, the browser playground and the Rust
 // tests judge the same things:
 //   - every envelope case: valid ones must validate and match their `expect` block,
@@ -73,7 +73,7 @@ async function checkSequence(api, seq, template, store, options) {
     if (d.forget_before) await api.forget(d.meta_id, store, options);
     envelope.meta.id = d.meta_id;
     const succeed = d.outcome !== 'throw';
-    const outcome = await api.process(JSON.stringify(envelope), store, () => {
+    const outcome = await api.dedupe(JSON.stringify(envelope), store, () => {
       if (!succeed) throw new Error('handler threw');
     }, options);
     const effect = outcome.ran ? 'run' : outcome.kind;
@@ -95,7 +95,7 @@ export function conformanceCount(manifest) {
 /**
  * Runs the manifest through `api` (this package's exports).
  * options.store: a factory returning the store for each sequence (default: a new
- * api.InMemoryStore); options.claimLeaseMs: passed to process (claiming mode).
+ * api.InMemoryStore); options.claimLeaseMs: passed to dedupe (claiming mode).
  * onResult(result) sees each result as it is decided.
  */
 export async function runConformance(api, manifest, loadFixture, options = {}, onResult = () => {}) {

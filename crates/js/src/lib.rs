@@ -1,7 +1,8 @@
-//! The bq-dedupe core for JavaScript (wasm-bindgen): `process`, `processBatch`,
+//! The bq-dedupe core for JavaScript (wasm-bindgen): `dedupe`, `dedupeBatch`,
 //! `dedupeKey`, `validate`, `forget`, `runConformance` and the `InMemoryStore`
-//! class. A thin adapter: every decision is the core's [`Guard`]; this crate only
-//! turns JS values into the core's inputs (bytes, a [`Store`], a handler) and its
+//! class (`process` and `processBatch`: deprecated aliases of the first two). A
+//! thin adapter: every decision is the core's [`Guard`]; this crate only turns JS
+//! values into the core's inputs (bytes, a [`Store`], a handler) and its
 //! [`Outcome`]s into plain JS objects with the core's codes.
 
 #[cfg(feature = "conformance")]
@@ -382,7 +383,7 @@ async fn run_batch(
 /// store, not a function, bad options). The core's batch of one: the same single-key
 /// store calls as `Guard::process`, and one code path to ship.
 #[wasm_bindgen(unchecked_return_type = "Promise<Outcome>")]
-pub fn process(
+pub fn dedupe(
     #[wasm_bindgen(unchecked_param_type = "EnvelopeInput")] envelope: JsValue,
     #[wasm_bindgen(unchecked_param_type = "DedupeStore | InMemoryStore")] store: JsValue,
     #[wasm_bindgen(unchecked_param_type = "Handler")] handler: JsValue,
@@ -391,9 +392,35 @@ pub fn process(
     future_to_promise(call(Call::One(envelope), store, handler, options))
 }
 
+/// The old name of `dedupe` (the same function).
+///
+/// @deprecated Use `dedupe`: `process` shadows Node's global `process`.
+#[wasm_bindgen(unchecked_return_type = "Promise<Outcome>")]
+pub fn process(
+    #[wasm_bindgen(unchecked_param_type = "EnvelopeInput")] envelope: JsValue,
+    #[wasm_bindgen(unchecked_param_type = "DedupeStore | InMemoryStore")] store: JsValue,
+    #[wasm_bindgen(unchecked_param_type = "Handler")] handler: JsValue,
+    #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: Option<JsValue>,
+) -> js_sys::Promise {
+    dedupe(envelope, store, handler, options)
+}
+
 /// Puts a batch through the guard: one store call to decide, one to record;
 /// deliveries sharing an id run at most once. Resolves to one `Outcome` per
 /// envelope, in order.
+#[wasm_bindgen(js_name = dedupeBatch, unchecked_return_type = "Promise<Outcome[]>")]
+pub fn dedupe_batch(
+    #[wasm_bindgen(unchecked_param_type = "EnvelopeInput[]")] envelopes: JsValue,
+    #[wasm_bindgen(unchecked_param_type = "DedupeStore | InMemoryStore")] store: JsValue,
+    #[wasm_bindgen(unchecked_param_type = "Handler")] handler: JsValue,
+    #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: Option<JsValue>,
+) -> js_sys::Promise {
+    future_to_promise(call(Call::Batch(envelopes), store, handler, options))
+}
+
+/// The old name of `dedupeBatch` (the same function).
+///
+/// @deprecated Use `dedupeBatch` (renamed with `process` -> `dedupe`).
 #[wasm_bindgen(js_name = processBatch, unchecked_return_type = "Promise<Outcome[]>")]
 pub fn process_batch(
     #[wasm_bindgen(unchecked_param_type = "EnvelopeInput[]")] envelopes: JsValue,
@@ -401,7 +428,7 @@ pub fn process_batch(
     #[wasm_bindgen(unchecked_param_type = "Handler")] handler: JsValue,
     #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: Option<JsValue>,
 ) -> js_sys::Promise {
-    future_to_promise(call(Call::Batch(envelopes), store, handler, options))
+    dedupe_batch(envelopes, store, handler, options)
 }
 
 /// Forgets a `meta.id` (namespaced by the options' prefix/scope like every key),

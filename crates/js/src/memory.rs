@@ -1,7 +1,7 @@
 //! `InMemoryStore` for JavaScript: the core's reference store, with the browser's
 //! clock (`Date.now`) or a manual one for simulations (`advance(ms)`).
 //!
-//! Passed as the `store` argument of `process` & co. it is used directly (no JS
+//! Passed as the `store` argument of `dedupe` & co. it is used directly (no JS
 //! calls per store operation): each instance is registered under a handle that
 //! [`lookup`] finds again from the JS object.
 

@@ -1,8 +1,9 @@
-// process / processBatch / forget / dedupeKey / validate / InMemoryStore from
+// dedupe / dedupeBatch / forget / dedupeKey / validate / InMemoryStore from
 // Node: sync and async stores and handlers, thrown errors, malformed input,
 // claiming, batches, TTLs. Outcome codes are the core's (src/outcome.rs).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { bq, envelope, mapStore } from './helpers.mjs';
 
 const ok = () => {};
@@ -10,8 +11,8 @@ const ok = () => {};
 test('a redelivery is skipped: run-ok then skip, the handler runs once (Rust InMemoryStore)', async () => {
   const store = new bq.InMemoryStore();
   let runs = 0;
-  const first = await bq.process(envelope('id-1'), store, () => { runs += 1; });
-  const second = await bq.process(envelope('id-1'), store, () => { runs += 1; });
+  const first = await bq.dedupe(envelope('id-1'), store, () => { runs += 1; });
+  const second = await bq.dedupe(envelope('id-1'), store, () => { runs += 1; });
   assert.deepEqual(first, { kind: 'run-ok', disposition: 'ack', ran: true, key: 'id-1' });
   assert.deepEqual(second, { kind: 'skip', disposition: 'ack', ran: false, key: 'id-1' });
   assert.equal(runs, 1);
@@ -24,7 +25,7 @@ test('the handler receives the decoded envelope as a plain object, job filled in
   const env = envelope('id-2', { custom: [1, 2] });
   delete env.job;
   env.urn = 'urn:babel:x';
-  await bq.process(JSON.stringify(env), store, (e) => { got = e; });
+  await bq.dedupe(JSON.stringify(env), store, (e) => { got = e; });
   assert.equal(got.job, 'urn:babel:x');
   assert.deepEqual(got.custom, [1, 2]);
   assert.equal(got.meta.id, 'id-2');
@@ -34,16 +35,16 @@ test('the handler receives the decoded envelope as a plain object, job filled in
 test('envelopes are accepted as an object, JSON text or UTF-8 bytes, all with the same key', async () => {
   const store = new bq.InMemoryStore();
   const text = JSON.stringify(envelope('same'));
-  assert.equal((await bq.process(envelope('same'), store, ok)).kind, 'run-ok');
-  assert.equal((await bq.process(text, store, ok)).kind, 'skip');
-  assert.equal((await bq.process(new TextEncoder().encode(text), store, ok)).kind, 'skip');
+  assert.equal((await bq.dedupe(envelope('same'), store, ok)).kind, 'run-ok');
+  assert.equal((await bq.dedupe(text, store, ok)).kind, 'skip');
+  assert.equal((await bq.dedupe(new TextEncoder().encode(text), store, ok)).kind, 'skip');
 });
 
 test('a synchronous JS store works and sees the verbatim id as its key', async () => {
   const store = mapStore('sync');
-  assert.equal((await bq.process(envelope(' A '), store, ok)).kind, 'run-ok');
-  assert.equal((await bq.process(envelope(' A '), store, ok)).kind, 'skip');
-  assert.equal((await bq.process(envelope(' a '), store, ok)).kind, 'run-ok');
+  assert.equal((await bq.dedupe(envelope(' A '), store, ok)).kind, 'run-ok');
+  assert.equal((await bq.dedupe(envelope(' A '), store, ok)).kind, 'skip');
+  assert.equal((await bq.dedupe(envelope(' a '), store, ok)).kind, 'run-ok');
   assert.deepEqual([...store.done.keys()], [' A ', ' a ']);
   assert.deepEqual(store.calls, ['seen', 'remember', 'seen', 'seen', 'remember']);
 });
@@ -56,29 +57,29 @@ test('an async store and an async handler are awaited in order', async () => {
     await new Promise((r) => setTimeout(r, 5));
     order.push('handler-end');
   };
-  const outcome = await bq.process(envelope('async-1'), store, handler, { ttlMs: 1500 });
+  const outcome = await bq.dedupe(envelope('async-1'), store, handler, { ttlMs: 1500 });
   assert.equal(outcome.kind, 'run-ok');
   assert.deepEqual(order, ['handler-start', 'handler-end']);
   assert.equal(store.done.get('async-1'), 1500, 'remember got the TTL in ms');
-  assert.equal((await bq.process(envelope('async-1'), store, handler)).kind, 'skip');
+  assert.equal((await bq.dedupe(envelope('async-1'), store, handler)).kind, 'skip');
 });
 
 test('a handler that throws gives run-failed (retry), the error unchanged, and the id stays unmarked', async () => {
   const store = new bq.InMemoryStore();
   const boom = new Error('payment gateway timeout');
-  const failed = await bq.process(envelope('id-3'), store, () => { throw boom; });
+  const failed = await bq.dedupe(envelope('id-3'), store, () => { throw boom; });
   assert.equal(failed.kind, 'run-failed');
   assert.equal(failed.disposition, 'retry');
   assert.equal(failed.ran, true);
   assert.equal(failed.error, boom);
   assert.equal(failed.reason, 'payment gateway timeout');
   assert.equal(store.seen('id-3'), false);
-  assert.equal((await bq.process(envelope('id-3'), store, ok)).kind, 'run-ok');
+  assert.equal((await bq.dedupe(envelope('id-3'), store, ok)).kind, 'run-ok');
 });
 
 test('an async handler that rejects (even with a non-Error) gives run-failed', async () => {
   const store = mapStore('async');
-  const outcome = await bq.process(envelope('id-4'), store, async () => Promise.reject({ why: 'nope' }));
+  const outcome = await bq.dedupe(envelope('id-4'), store, async () => Promise.reject({ why: 'nope' }));
   assert.equal(outcome.kind, 'run-failed');
   assert.deepEqual(outcome.error, { why: 'nope' });
   assert.equal(outcome.reason, '{"why":"nope"}');
@@ -89,11 +90,11 @@ test('no usable meta.id fails open: absent, null, empty and non-string ids all r
   const store = mapStore('sync');
   for (const id of [undefined, null, '', 42, true, { a: 1 }]) {
     for (let i = 0; i < 2; i += 1) {
-      const outcome = await bq.process(envelope(id), store, ok);
+      const outcome = await bq.dedupe(envelope(id), store, ok);
       assert.deepEqual(outcome, { kind: 'fail-open', disposition: 'ack', ran: true, key: null }, `id ${JSON.stringify(id)}`);
     }
   }
-  const failed = await bq.process(envelope(''), store, () => { throw new Error('x'); });
+  const failed = await bq.dedupe(envelope(''), store, () => { throw new Error('x'); });
   assert.equal(failed.kind, 'fail-open-failed');
   assert.equal(failed.disposition, 'retry');
   assert.deepEqual(store.calls, [], 'fail-open never touches the store');
@@ -102,7 +103,7 @@ test('no usable meta.id fails open: absent, null, empty and non-string ids all r
 test('a store whose seen() throws gives store-unavailable (retry) and the handler does not run', async () => {
   let runs = 0;
   const store = { seen() { throw new Error('redis down'); }, remember: ok, forget: ok };
-  const outcome = await bq.process(envelope('id-5'), store, () => { runs += 1; });
+  const outcome = await bq.dedupe(envelope('id-5'), store, () => { runs += 1; });
   assert.equal(outcome.kind, 'store-unavailable');
   assert.equal(outcome.disposition, 'retry');
   assert.deepEqual(outcome.storeError, { code: 'unavailable', message: 'seen: redis down' });
@@ -111,14 +112,14 @@ test('a store whose seen() throws gives store-unavailable (retry) and the handle
 
 test('a store whose seen() rejects with a typed error keeps its kind', async () => {
   const store = { seen: async () => { throw Object.assign(new Error('bad key'), { kind: 'invalid' }); }, remember: ok, forget: ok };
-  const outcome = await bq.process(envelope('id-6'), store, ok);
+  const outcome = await bq.dedupe(envelope('id-6'), store, ok);
   assert.equal(outcome.kind, 'store-unavailable');
   assert.equal(outcome.storeError.code, 'invalid');
 });
 
 test('a store whose remember() fails after a successful run gives run-ok-unrecorded, still acked', async () => {
   const store = { seen: () => false, remember: async () => { throw new Error('disk full'); }, forget: ok };
-  const outcome = await bq.process(envelope('id-7'), store, ok);
+  const outcome = await bq.dedupe(envelope('id-7'), store, ok);
   assert.equal(outcome.kind, 'run-ok-unrecorded');
   assert.equal(outcome.disposition, 'ack');
   assert.match(outcome.storeError.message, /disk full/);
@@ -127,10 +128,10 @@ test('a store whose remember() fails after a successful run gives run-ok-unrecor
 test('forget() lets an id run again, namespaced like the keys; a failing forget rejects', async () => {
   const store = new bq.InMemoryStore();
   const options = { keyPrefix: 'app:', scope: 'billing' };
-  assert.equal((await bq.process(envelope('id-8'), store, ok, options)).key, 'app:billing:id-8');
-  assert.equal((await bq.process(envelope('id-8'), store, ok, options)).kind, 'skip');
+  assert.equal((await bq.dedupe(envelope('id-8'), store, ok, options)).key, 'app:billing:id-8');
+  assert.equal((await bq.dedupe(envelope('id-8'), store, ok, options)).kind, 'skip');
   await bq.forget('id-8', store, options);
-  assert.equal((await bq.process(envelope('id-8'), store, ok, options)).kind, 'run-ok');
+  assert.equal((await bq.dedupe(envelope('id-8'), store, ok, options)).kind, 'run-ok');
   const broken = { seen: ok, remember: ok, forget: () => { throw new Error('nope'); } };
   await assert.rejects(bq.forget('x', broken), /forget: nope/);
 });
@@ -156,7 +157,7 @@ test('malformed input is rejected (poison) with the core rejection code, never a
     [JSON.stringify(envelope('x', { pad: 'x'.repeat(2_000_000) })), 'too-large'],
   ];
   for (const [input, code] of cases) {
-    const outcome = await bq.process(input, store, handler);
+    const outcome = await bq.dedupe(input, store, handler);
     assert.equal(outcome.kind, 'rejected', code);
     assert.equal(outcome.disposition, 'poison', code);
     assert.equal(outcome.rejection.code, code);
@@ -165,25 +166,25 @@ test('malformed input is rejected (poison) with the core rejection code, never a
   }
   assert.equal(runs, 0);
   assert.deepEqual(store.calls, []);
-  const small = await bq.process(envelope('x'), store, handler, { maxBytes: 20 });
+  const small = await bq.dedupe(envelope('x'), store, handler, { maxBytes: 20 });
   assert.equal(small.rejection.code, 'too-large');
 });
 
 test('bad arguments reject with a TypeError that says what is wrong', async () => {
   const store = new bq.InMemoryStore();
-  await assert.rejects(bq.process(envelope('a'), store, 'not a function'), { name: 'TypeError', message: 'handler must be a function' });
-  await assert.rejects(bq.process(envelope('a'), null, ok), TypeError);
-  await assert.rejects(bq.process(envelope('a'), { seen: ok, remember: ok }, ok), /store\.forget is not a function/);
-  await assert.rejects(bq.process(envelope('a'), store, ok, { ttl: 5 }), /unknown option "ttl"/);
-  await assert.rejects(bq.process(envelope('a'), store, ok, { ttlMs: -1 }), /ttlMs must be a non-negative number/);
-  await assert.rejects(bq.process(envelope('a'), store, ok, { scope: 'a:b' }), /invalid key scope/);
-  await assert.rejects(bq.processBatch('nope', store, ok), /envelopes must be an array/);
+  await assert.rejects(bq.dedupe(envelope('a'), store, 'not a function'), { name: 'TypeError', message: 'handler must be a function' });
+  await assert.rejects(bq.dedupe(envelope('a'), null, ok), TypeError);
+  await assert.rejects(bq.dedupe(envelope('a'), { seen: ok, remember: ok }, ok), /store\.forget is not a function/);
+  await assert.rejects(bq.dedupe(envelope('a'), store, ok, { ttl: 5 }), /unknown option "ttl"/);
+  await assert.rejects(bq.dedupe(envelope('a'), store, ok, { ttlMs: -1 }), /ttlMs must be a non-negative number/);
+  await assert.rejects(bq.dedupe(envelope('a'), store, ok, { scope: 'a:b' }), /invalid key scope/);
+  await assert.rejects(bq.dedupeBatch('nope', store, ok), /envelopes must be an array/);
   assert.throws(() => new bq.InMemoryStore({ manual: true }), /unknown option "manual"/);
   const freed = new bq.InMemoryStore();
   const handle = { __bqHandle: freed.__bqHandle };
   freed.free();
-  await assert.rejects(bq.process(envelope('a'), handle, ok), /freed/);
-  await assert.rejects(bq.process(envelope('a'), freed, ok), /freed/, 'the freed object itself');
+  await assert.rejects(bq.dedupe(envelope('a'), handle, ok), /freed/);
+  await assert.rejects(bq.dedupe(envelope('a'), freed, ok), /freed/, 'the freed object itself');
 });
 
 test('dedupeKey returns the namespaced key, null for fail-open, and throws a RejectionError when invalid', () => {
@@ -204,10 +205,10 @@ test('validate reports id, key, fail-open and the rejection reason', () => {
   assert.equal(bq.validate('').valid, false);
 });
 
-test('processBatch: one seenMany and one rememberMany for the batch, in-batch duplicates run once', async () => {
+test('dedupeBatch: one seenMany and one rememberMany for the batch, in-batch duplicates run once', async () => {
   const store = mapStore('async', { batch: true });
   const runs = [];
-  const outcomes = await bq.processBatch(
+  const outcomes = await bq.dedupeBatch(
     [envelope('a'), envelope('b'), envelope('a'), envelope(undefined), '{', envelope('c')],
     store,
     async (e) => { runs.push(e.meta.id ?? null); },
@@ -216,13 +217,13 @@ test('processBatch: one seenMany and one rememberMany for the batch, in-batch du
   assert.deepEqual(outcomes.map((o) => o.key), ['a', 'b', 'a', null, null, 'c']);
   assert.deepEqual(runs, ['a', 'b', null, 'c']);
   assert.deepEqual(store.calls, ['seenMany', 'rememberMany']);
-  const again = await bq.processBatch([envelope('a'), envelope('d')], store, ok);
+  const again = await bq.dedupeBatch([envelope('a'), envelope('d')], store, ok);
   assert.deepEqual(again.map((o) => o.kind), ['skip', 'run-ok']);
 });
 
-test('processBatch: a failed delivery parks its in-batch duplicate and a store without batch methods is called per key', async () => {
+test('dedupeBatch: a failed delivery parks its in-batch duplicate and a store without batch methods is called per key', async () => {
   const store = mapStore('sync');
-  const outcomes = await bq.processBatch([envelope('x'), envelope('x'), envelope('y')], store, (e) => {
+  const outcomes = await bq.dedupeBatch([envelope('x'), envelope('x'), envelope('y')], store, (e) => {
     if (e.meta.id === 'x') throw new Error('fail x');
   });
   assert.deepEqual(outcomes.map((o) => o.kind), ['run-failed', 'park', 'run-ok']);
@@ -235,30 +236,30 @@ test('claiming with a JS store: concurrent deliveries of one id run the handler 
   let release;
   const gate = new Promise((r) => { release = r; });
   const handler = async () => { runs += 1; await gate; };
-  const first = bq.process(envelope('c-1'), store, handler, { claimLeaseMs: 30_000 });
+  const first = bq.dedupe(envelope('c-1'), store, handler, { claimLeaseMs: 30_000 });
   await new Promise((r) => setTimeout(r, 20));
-  const second = await bq.process(envelope('c-1'), store, handler, { claimLeaseMs: 30_000 });
+  const second = await bq.dedupe(envelope('c-1'), store, handler, { claimLeaseMs: 30_000 });
   assert.equal(second.kind, 'park');
   assert.equal(second.disposition, 'retry');
   release();
   assert.equal((await first).kind, 'run-ok');
   assert.equal(runs, 1);
-  assert.equal((await bq.process(envelope('c-1'), store, handler, { claimLeaseMs: 30_000 })).kind, 'skip');
+  assert.equal((await bq.dedupe(envelope('c-1'), store, handler, { claimLeaseMs: 30_000 })).kind, 'skip');
   assert.ok(store.calls.includes('claim'));
 });
 
 test('claiming with a JS store: a throwing handler releases its claim so the redelivery runs', async () => {
   const store = mapStore('sync', { claims: true });
-  const failed = await bq.process(envelope('c-2'), store, () => { throw new Error('x'); }, { claimLeaseMs: 1000 });
+  const failed = await bq.dedupe(envelope('c-2'), store, () => { throw new Error('x'); }, { claimLeaseMs: 1000 });
   assert.equal(failed.kind, 'run-failed');
   assert.equal(store.claims.size, 0);
   assert.deepEqual(store.calls, ['claim', 'release']);
-  assert.equal((await bq.process(envelope('c-2'), store, ok, { claimLeaseMs: 1000 })).kind, 'run-ok');
+  assert.equal((await bq.dedupe(envelope('c-2'), store, ok, { claimLeaseMs: 1000 })).kind, 'run-ok');
 });
 
 test('claiming with a batch JS store uses one claimMany and one commitMany', async () => {
   const store = mapStore('async', { claims: true, batch: true });
-  const outcomes = await bq.processBatch([envelope('p'), envelope('q')], store, (e) => {
+  const outcomes = await bq.dedupeBatch([envelope('p'), envelope('q')], store, (e) => {
     if (e.meta.id === 'q') throw new Error('q fails');
   }, { claimLeaseMs: 1000 });
   assert.deepEqual(outcomes.map((o) => o.kind), ['run-ok', 'run-failed']);
@@ -268,7 +269,7 @@ test('claiming with a batch JS store uses one claimMany and one commitMany', asy
 });
 
 test('claiming on a store without claim/release fails closed (store-unavailable, unsupported)', async () => {
-  const outcome = await bq.process(envelope('c-3'), mapStore('sync'), ok, { claimLeaseMs: 1000 });
+  const outcome = await bq.dedupe(envelope('c-3'), mapStore('sync'), ok, { claimLeaseMs: 1000 });
   assert.equal(outcome.kind, 'store-unavailable');
   assert.equal(outcome.storeError.code, 'unsupported');
 });
@@ -276,24 +277,24 @@ test('claiming on a store without claim/release fails closed (store-unavailable,
 test('InMemoryStore with a manual clock: TTLs and claim leases expire when the clock advances', async () => {
   const store = new bq.InMemoryStore({ manualClock: true, now: 1_000_000 });
   assert.equal(store.now, 1_000_000);
-  await bq.process(envelope('t-1'), store, ok, { ttlMs: 10_000 });
-  await bq.process(envelope('t-2'), store, ok);
+  await bq.dedupe(envelope('t-1'), store, ok, { ttlMs: 10_000 });
+  await bq.dedupe(envelope('t-2'), store, ok);
   assert.deepEqual(store.entries(), [
     { key: 't-1', state: 'done', expiresAt: 1_010_000 },
     { key: 't-2', state: 'done', expiresAt: null },
   ]);
   store.advance(9_999);
-  assert.equal((await bq.process(envelope('t-1'), store, ok)).kind, 'skip');
+  assert.equal((await bq.dedupe(envelope('t-1'), store, ok)).kind, 'skip');
   store.advance(1);
-  assert.equal((await bq.process(envelope('t-1'), store, ok, { ttlMs: 10_000 })).kind, 'run-ok');
+  assert.equal((await bq.dedupe(envelope('t-1'), store, ok, { ttlMs: 10_000 })).kind, 'run-ok');
 
   const claim = store.claim('c', 5_000);
   assert.equal(claim.state, 'acquired');
   assert.deepEqual(store.claim('c', 5_000), { state: 'held' });
   assert.deepEqual(store.entries().at(-1), { key: 'c', state: 'claimed', expiresAt: null });
-  assert.equal((await bq.process(envelope('c'), store, ok, { claimLeaseMs: 5_000 })).kind, 'park');
+  assert.equal((await bq.dedupe(envelope('c'), store, ok, { claimLeaseMs: 5_000 })).kind, 'park');
   store.advance(5_000);
-  assert.equal((await bq.process(envelope('c'), store, ok, { claimLeaseMs: 5_000 })).kind, 'run-ok');
+  assert.equal((await bq.dedupe(envelope('c'), store, ok, { claimLeaseMs: 5_000 })).kind, 'run-ok');
   assert.throws(() => new bq.InMemoryStore().advance(1), /manual clock/);
 });
 
@@ -310,22 +311,22 @@ test('InMemoryStore can be used directly as a sync JS store too', () => {
 
 test('a handler or store that throws undefined (or rejects with nothing) still settles with a typed outcome', async () => {
   const store = mapStore('sync');
-  const thrown = await bq.process(envelope('u-1'), store, () => { throw undefined; });
+  const thrown = await bq.dedupe(envelope('u-1'), store, () => { throw undefined; });
   assert.equal(thrown.kind, 'run-failed');
-  const rejected = await bq.process(envelope('u-2'), store, async () => { await Promise.reject(); });
+  const rejected = await bq.dedupe(envelope('u-2'), store, async () => { await Promise.reject(); });
   assert.equal(rejected.kind, 'run-failed');
   const badStore = { seen: () => Promise.reject(), remember: ok, forget: ok };
-  const unavailable = await bq.process(envelope('u-3'), badStore, ok);
+  const unavailable = await bq.dedupe(envelope('u-3'), badStore, ok);
   assert.equal(unavailable.kind, 'store-unavailable');
   // And the module still works afterwards.
-  assert.equal((await bq.process(envelope('u-4'), store, ok)).kind, 'run-ok');
+  assert.equal((await bq.dedupe(envelope('u-4'), store, ok)).kind, 'run-ok');
 });
 
 test('claiming per key: a claim that fails gives back the claims the batch already took', async () => {
   const store = mapStore('sync', { claims: true });
   const claim = store.claim;
   store.claim = (k, lease) => { if (k === 'cb-bad') throw new Error('claim down'); return claim(k, lease); };
-  const outcomes = await bq.processBatch([envelope('cb-1'), envelope('cb-2'), envelope('cb-bad')], store, ok,
+  const outcomes = await bq.dedupeBatch([envelope('cb-1'), envelope('cb-2'), envelope('cb-bad')], store, ok,
     { claimLeaseMs: 60_000 });
   assert.deepEqual(outcomes.map((o) => o.kind), ['store-unavailable', 'store-unavailable', 'store-unavailable']);
   assert.equal(store.claims.size, 0, `claims left: ${[...store.claims.keys()]}`);
@@ -334,7 +335,7 @@ test('claiming per key: a claim that fails gives back the claims the batch alrea
 test('claiming per key: a failed remember still releases the claim of a failed run', async () => {
   const store = mapStore('sync', { claims: true });
   store.remember = () => { throw new Error('remember down'); };
-  const outcomes = await bq.processBatch([envelope('cr-ok'), envelope('cr-fail')], store,
+  const outcomes = await bq.dedupeBatch([envelope('cr-ok'), envelope('cr-fail')], store,
     (e) => { if (e.meta.id === 'cr-fail') throw new Error('no'); }, { claimLeaseMs: 60_000 });
   assert.deepEqual(outcomes.map((o) => o.kind), ['run-ok-unrecorded', 'run-failed']);
   assert.ok(!store.claims.has('cr-fail'), 'the failed run can be redelivered at once');
@@ -343,7 +344,7 @@ test('claiming per key: a failed remember still releases the claim of a failed r
 test('a claim token that is not a string is refused (it could not be released unchanged)', async () => {
   const store = mapStore('sync', { claims: true });
   store.claim = () => ({ state: 'acquired', token: 1 });
-  const outcome = await bq.process(envelope('nt-1'), store, ok, { claimLeaseMs: 1000 });
+  const outcome = await bq.dedupe(envelope('nt-1'), store, ok, { claimLeaseMs: 1000 });
   assert.equal(outcome.kind, 'store-unavailable');
   assert.match(outcome.reason, /string token/);
 });
@@ -356,7 +357,24 @@ test("another module copy's InMemoryStore is used through its methods, never as 
     __bqHandle: foreign.__bqHandle + 2 ** 21 * (foreign.__bqHandle >= 2 ** 50 ? -1 : 1),
     seen: (k) => foreign.seen(k), remember: (k, t) => foreign.remember(k, t), forget: (k) => foreign.forget(k),
   };
-  assert.equal((await bq.process(envelope('f-1'), imposter, ok)).kind, 'run-ok');
+  assert.equal((await bq.dedupe(envelope('f-1'), imposter, ok)).kind, 'run-ok');
   assert.equal(foreign.seen('f-1'), true);
   assert.equal(ours.seen('f-1'), false);
+});
+
+test('process and processBatch: deprecated aliases of dedupe and dedupeBatch (marked @deprecated in the .d.ts)', async () => {
+  const store = new bq.InMemoryStore();
+  let runs = 0;
+  const ok = () => { runs += 1; };
+  assert.equal((await bq.process(envelope('alias-1'), store, ok)).kind, 'run-ok');
+  assert.equal((await bq.dedupe(envelope('alias-1'), store, ok)).kind, 'skip');
+  const batch = await bq.processBatch([envelope('alias-1'), envelope('alias-2')], store, ok);
+  assert.deepEqual(batch.map((o) => o.kind), ['skip', 'run-ok']);
+  assert.equal(runs, 2);
+  for (const file of ['../pkg/web/bq_dedupe.d.ts', '../pkg/node/bq_dedupe.d.cts']) {
+    const dts = readFileSync(new URL(file, import.meta.url), 'utf8');
+    for (const [old, now] of [['process', 'dedupe'], ['processBatch', 'dedupeBatch']]) {
+      assert.match(dts, new RegExp(`@deprecated Use \`${now}\`[^/]*\\*/\\nexport function ${old}\\(`), `${file}: ${old}`);
+    }
+  }
 });

@@ -54,7 +54,7 @@ test('conformance passes in full on an async JS store with claim/release in clai
   assert.ok(stores.some((s) => s.calls.includes('release')), 'a thrown handler released its claim');
 });
 
-test('each idempotency sequence, driven delivery by delivery through process(), gives the manifest effects', async () => {
+test('each idempotency sequence, driven delivery by delivery through dedupe(), gives the manifest effects', async () => {
   const template = JSON.parse(await loadFixture(parsed.idempotency.dedup_key.envelope_file));
   for (const seq of parsed.idempotency.sequences.cases) {
     const store = new bq.InMemoryStore();
@@ -62,7 +62,7 @@ test('each idempotency sequence, driven delivery by delivery through process(), 
     for (const d of seq.deliveries) {
       if (d.forget_before) await bq.forget(d.meta_id, store);
       template.meta.id = d.meta_id;
-      const outcome = await bq.process(template, store, async () => {
+      const outcome = await bq.dedupe(template, store, async () => {
         effects += 1;
         if (d.outcome === 'throw') throw new Error('handler threw');
       });

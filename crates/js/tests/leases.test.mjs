@@ -21,22 +21,22 @@ async function twoConsumers(store) {
     await sleep(1000);
   };
   const batch = IDS.map((id) => envelope(id));
-  const a = bq.processBatch(batch, store, slow, LEASE);
+  const a = bq.dedupeBatch(batch, store, slow, LEASE);
   await sleep(500);
-  const b = await bq.processBatch(batch, store, slow, LEASE);
+  const b = await bq.dedupeBatch(batch, store, slow, LEASE);
   const kinds = (outcomes) => outcomes.map((o) => o.kind);
   return { a: kinds(await a), b: kinds(b), effects: Object.fromEntries(effects) };
 }
 
 const once = Object.fromEntries(IDS.map((id) => [id, 1]));
 
-test('a 1 s handler under a 300 ms lease keeps its claims: a concurrent processBatch on the same ids parks, one effect per id (InMemoryStore)', async () => {
+test('a 1 s handler under a 300 ms lease keeps its claims: a concurrent dedupeBatch on the same ids parks, one effect per id (InMemoryStore)', async () => {
   const store = new bq.InMemoryStore();
   const { a, b, effects } = await twoConsumers(store);
   assert.deepEqual(a, ['run-ok', 'run-ok']);
   assert.deepEqual(b, ['park', 'park']);
   assert.deepEqual(effects, once);
-  const again = await bq.processBatch(IDS.map((id) => envelope(id)), store, () => assert.fail('ran again'), LEASE);
+  const again = await bq.dedupeBatch(IDS.map((id) => envelope(id)), store, () => assert.fail('ran again'), LEASE);
   assert.deepEqual(again.map((o) => o.kind), ['skip', 'skip']);
 });
 
@@ -72,7 +72,7 @@ test('a JS store without lease methods keeps the old behaviour: no renewal, so t
 
 test('a fast batch on a lease-capable JS store still costs two store calls: claimMany and settle', async () => {
   const store = expiringStore('settle');
-  const outcomes = await bq.processBatch(['a', 'b', 'c'].map((id) => envelope(id)), store, () => {}, { claimLeaseMs: 30000, ttlMs: 60000 });
+  const outcomes = await bq.dedupeBatch(['a', 'b', 'c'].map((id) => envelope(id)), store, () => {}, { claimLeaseMs: 30000, ttlMs: 60000 });
   assert.deepEqual(outcomes.map((o) => o.kind), ['run-ok', 'run-ok', 'run-ok']);
   assert.deepEqual(store.calls, ['claimMany', 'settle']);
   assert.deepEqual([...store.done.entries()], [['a', 60000], ['b', 60000], ['c', 60000]]);
@@ -80,7 +80,7 @@ test('a fast batch on a lease-capable JS store still costs two store calls: clai
 
 test('forgetting the id while its handler runs gives run-ok-lease-lost (ack), and the id is still remembered (InMemoryStore)', async () => {
   const store = new bq.InMemoryStore();
-  const outcome = await bq.process(envelope('lost-1'), store, async () => {
+  const outcome = await bq.dedupe(envelope('lost-1'), store, async () => {
     await bq.forget('lost-1', store);
   }, { claimLeaseMs: 30000 });
   assert.equal(outcome.kind, 'run-ok-lease-lost');
@@ -96,10 +96,10 @@ test('a lease that expires and is taken by another consumer mid-handler: that on
   const opts = { claimLeaseMs: 1000 };
   let effects = 0;
   let inner;
-  const outer = await bq.process(envelope('taken-1'), store, async () => {
+  const outer = await bq.dedupe(envelope('taken-1'), store, async () => {
     effects += 1;
     store.advance(5000); // this consumer stalls past its lease
-    inner = await bq.process(envelope('taken-1'), store, () => { effects += 1; }, opts);
+    inner = await bq.dedupe(envelope('taken-1'), store, () => { effects += 1; }, opts);
   }, opts);
   assert.equal(inner.kind, 'run-ok');
   assert.equal(outer.kind, 'run-ok-lease-lost');
@@ -110,7 +110,7 @@ test('a lease that expires and is taken by another consumer mid-handler: that on
 test('a lease lost on a JS store with settle() or renew/rememberFenced is reported as run-ok-lease-lost', async () => {
   for (const leases of ['settle', 'fenced']) {
     const store = expiringStore(leases);
-    const outcome = await bq.process(envelope('lost-js'), store, async () => {
+    const outcome = await bq.dedupe(envelope('lost-js'), store, async () => {
       store.claims.delete('lost-js'); // e.g. expired and swept
     }, LEASE);
     assert.equal(outcome.kind, 'run-ok-lease-lost', leases);
@@ -120,7 +120,7 @@ test('a lease lost on a JS store with settle() or renew/rememberFenced is report
 
 test('a JS store without lease methods cannot tell a lost lease: the commit is a plain remember and the outcome run-ok (documented)', async () => {
   const store = expiringStore('none');
-  const outcome = await bq.process(envelope('lost-plain'), store, async () => {
+  const outcome = await bq.dedupe(envelope('lost-plain'), store, async () => {
     store.claims.delete('lost-plain');
     await sleep(400); // longer than the lease: nothing renews it
   }, LEASE);
@@ -132,12 +132,12 @@ test('with a manual clock the guard renews by the store\'s clock: advancing past
   const store = new bq.InMemoryStore({ manualClock: true, now: 0 });
   const opts = { claimLeaseMs: 1000 };
   let second;
-  const first = await bq.process(envelope('held-1'), store, async () => {
+  const first = await bq.dedupe(envelope('held-1'), store, async () => {
     for (let i = 0; i < 3; i += 1) {
       store.advance(400); // 1200 ms of store time in all: past the 1000 ms lease
       await sleep(400); // the guard's timer ticks every lease / 3 = 333 ms and renews
     }
-    second = await bq.process(envelope('held-1'), store, () => assert.fail('ran twice'), opts);
+    second = await bq.dedupe(envelope('held-1'), store, () => assert.fail('ran twice'), opts);
   }, opts);
   assert.equal(second.kind, 'park');
   assert.equal(first.kind, 'run-ok');
@@ -146,7 +146,7 @@ test('with a manual clock the guard renews by the store\'s clock: advancing past
 test('a handler that finishes before the timer leaves no timer behind (the process can exit at once)', async () => {
   const store = new bq.InMemoryStore();
   const before = process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
-  const outcome = await bq.process(envelope('quick-1'), store, async () => { await sleep(5); }, { claimLeaseMs: 30000 });
+  const outcome = await bq.dedupe(envelope('quick-1'), store, async () => { await sleep(5); }, { claimLeaseMs: 30000 });
   assert.equal(outcome.kind, 'run-ok');
   const after = process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
   assert.equal(after, before);

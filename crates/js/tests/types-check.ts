@@ -1,7 +1,7 @@
 // Type-checked (never run) by types.test.mjs with `tsc --noEmit --strict`: the
 // package's .d.ts describes real shapes, and wrong uses are errors (each
 // expect-error directive at the end must meet an error, or tsc fails).
-import init, { process, processBatch, forget, dedupeKey, validate, InMemoryStore } from '../pkg/web/bq_dedupe.js';
+import init, { dedupe, dedupeBatch, forget, dedupeKey, validate, InMemoryStore } from '../pkg/web/bq_dedupe.js';
 import type { DedupeStore, Outcome, OutcomeKind, Disposition, Validation, StoreEntry, ClaimResult, DecodedEnvelope, Settlement, SettleResult } from '../pkg/web/bq_dedupe.js';
 import { runConformance, conformanceCount } from '../conformance.js';
 import type { ConformanceReport } from '../conformance.js';
@@ -29,9 +29,9 @@ export async function check(): Promise<void> {
     }),
   };
   const lost: OutcomeKind = 'run-ok-lease-lost';
-  await processBatch(['{}'], leased, () => {}, { claimLeaseMs: 300 });
+  await dedupeBatch(['{}'], leased, () => {}, { claimLeaseMs: 300 });
 
-  const outcome: Outcome = await process('{}', store, async (env: DecodedEnvelope) => {
+  const outcome: Outcome = await dedupe('{}', store, async (env: DecodedEnvelope) => {
     const job: string = env.job;
     // Any JSON value for a fail-open delivery: narrow before use.
     const id: string | null = typeof env.meta.id === 'string' ? env.meta.id : null;
@@ -41,7 +41,7 @@ export async function check(): Promise<void> {
   const disposition: Disposition = outcome.disposition;
   const key: string | null = outcome.key;
   const code: string | undefined = outcome.rejection?.code ?? outcome.storeError?.code;
-  const batch: Outcome[] = await processBatch([{ job: 'j' }, '{}', new Uint8Array(2)], memory, () => {});
+  const batch: Outcome[] = await dedupeBatch([{ job: 'j' }, '{}', new Uint8Array(2)], memory, () => {});
   await forget('id', plain);
   const k: string | null = dedupeKey('{}');
   const v: Validation = validate({ meta: { id: 'x' } });
@@ -57,7 +57,7 @@ export async function check(): Promise<void> {
   const claim: ClaimResult = memory.claim('k', 1000);
   if (claim.state === 'acquired') memory.release('k', claim.token);
   const report: ConformanceReport = await runConformance(
-    { process, forget, dedupeKey, validate, InMemoryStore },
+    { dedupe, forget, dedupeKey, validate, InMemoryStore },
     '{}',
     async (path: string) => path,
     { claimLeaseMs: 10 },
@@ -65,15 +65,15 @@ export async function check(): Promise<void> {
   const n: number = conformanceCount({}) + report.passed;
 
   // @ts-expect-error: settle answers { kept, renewed }
-  await process('{}', { ...store, settle: () => [true] }, () => {});
+  await dedupe('{}', { ...store, settle: () => [true] }, () => {});
   // @ts-expect-error: not an outcome code
   const badKind: OutcomeKind = 'ran';
   // @ts-expect-error: the handler must be a function
-  await process('{}', store, 'handler');
+  await dedupe('{}', store, 'handler');
   // @ts-expect-error: a store needs seen/remember/forget
-  await process('{}', { seen: () => true }, () => {});
+  await dedupe('{}', { seen: () => true }, () => {});
   // @ts-expect-error: unknown option
-  await process('{}', store, () => {}, { ttl: 5 });
+  await dedupe('{}', store, () => {}, { ttl: 5 });
   // @ts-expect-error: the key may be null
   const notNull: string = dedupeKey('{}');
   // @ts-expect-error: a rejection carries no failOpen

@@ -11,8 +11,8 @@ const here = (p) => fileURLToPath(new URL(p, import.meta.url));
 const tsc = here('../node_modules/typescript/bin/tsc');
 
 test('the .d.ts files declare no `any`', () => {
-  for (const file of ['../pkg/web/bq_dedupe.d.ts', '../pkg/node/bq_dedupe.d.ts', '../pkg/web/bq_dedupe_bg.wasm.d.ts',
-    '../pkg/node/bq_dedupe_bg.wasm.d.ts', '../conformance.d.ts']) {
+  for (const file of ['../pkg/web/bq_dedupe.d.ts', '../pkg/node/bq_dedupe.d.cts', '../pkg/web/bq_dedupe_bg.wasm.d.ts',
+    '../conformance.d.ts']) {
     const code = readFileSync(here(file), 'utf8').replace(/\/\*[\s\S]*?\*\//g, '').replace(/\/\/.*$/gm, '');
     assert.doesNotMatch(code, /\bany\b/, file);
   }
