@@ -1,14 +1,20 @@
 //! A queue message body as the bytes the core decodes.
 //!
-//! Producers send strings (`contentType: "text"`), bytes (`"bytes"`) or JSON values
-//! (`"json"`, the default); all three reach the core as the same UTF-8 JSON text.
+//! Producers send strings (`contentType: "text"`), bytes (`"bytes"`), JSON values
+//! (`"json"`, the default) or structured clones (`"v8"`); all of them reach the
+//! core as the same UTF-8 JSON text. A JS `Map` (what serde-wasm-bindgen makes of
+//! a serde map, e.g. a `serde_json::Value` sent with workers-rs `Queue::send`) is
+//! read as the object it stands for wherever it survives (`"v8"` keeps it; the
+//! `"json"` content type has already turned it into `{}` in the producer, see
+//! [`crate::send_envelope`]).
 
-use js_sys::{ArrayBuffer, JSON, Uint8Array};
+use js_sys::{ArrayBuffer, JSON, Map, Object, Uint8Array};
+use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 
-/// The body's bytes. A value JSON cannot represent (`undefined`, a V8-serialized
-/// Map, a cycle) becomes empty bytes, which the core rejects as malformed, so it
-/// takes the poison path instead of vanishing.
+/// The body's bytes. A value JSON cannot represent (`undefined`, a cycle, a
+/// BigInt) becomes empty bytes, which the core rejects as malformed, so it takes
+/// the poison path instead of vanishing.
 pub fn body_bytes(body: &JsValue) -> Vec<u8> {
     if let Some(text) = body.as_string() {
         return text.into_bytes();
@@ -29,8 +35,31 @@ pub fn body_bytes(body: &JsValue) -> Vec<u8> {
         )
         .to_vec();
     }
-    match JSON::stringify(body) {
-        Ok(text) => text.as_string().unwrap_or_default().into_bytes(),
-        Err(_) => Vec::new(),
+    // Plain JSON first (no call back into wasm per value). JSON.stringify writes
+    // a Map as `{}`: only when the text has an empty object (or the body is a
+    // Map) can a Map have been lost, and then the replacer reads Maps as objects.
+    let plain = stringify(body, None);
+    if !body.is_instance_of::<Map>() && plain.as_ref().is_some_and(|t| !t.contains("{}")) {
+        return plain.unwrap_or_default().into_bytes();
     }
+    let replacer = Closure::<dyn FnMut(JsValue, JsValue) -> JsValue>::new(
+        |_key: JsValue, value: JsValue| -> JsValue {
+            if value.is_instance_of::<Map>() {
+                Object::from_entries(&value).map_or(value, Into::into)
+            } else {
+                value
+            }
+        },
+    );
+    stringify(body, Some(replacer.as_ref()))
+        .unwrap_or_default()
+        .into_bytes()
+}
+
+fn stringify(body: &JsValue, replacer: Option<&JsValue>) -> Option<String> {
+    let text = match replacer {
+        None => JSON::stringify(body),
+        Some(replacer) => JSON::stringify_with_replacer(body, replacer),
+    };
+    text.ok().and_then(|t| t.as_string())
 }

@@ -55,6 +55,37 @@ pub struct MessageReport {
     pub action: Action,
     /// Why it failed, was rejected or could not be recorded.
     pub reason: Option<String>,
+    /// Cloudflare's delivery count of this message (`Message.attempts`, from 1).
+    pub queue_attempts: u32,
+    /// A redelivery: this Cloudflare message was delivered before
+    /// (`queue_attempts > 1`), whatever happened to it this time.
+    pub redelivery: bool,
+    /// A duplicate publish: a new Cloudflare message (first delivery) whose
+    /// `meta.id` was already known: remembered or in this batch (skipped), or
+    /// claimed by another consumer (parked).
+    pub duplicate_publish: bool,
+}
+
+impl MessageReport {
+    fn new(
+        message: &QueueMessage,
+        kind: OutcomeKind,
+        action: Action,
+        reason: Option<String>,
+    ) -> Self {
+        let queue_attempts = message.attempts();
+        let redelivery = queue_attempts > 1;
+        MessageReport {
+            queue_message_id: message.id(),
+            kind,
+            action,
+            reason,
+            queue_attempts,
+            redelivery,
+            duplicate_publish: !redelivery
+                && matches!(kind, OutcomeKind::Skipped | OutcomeKind::Parked),
+        }
+    }
 }
 
 /// The results of a batch, in delivery order.
@@ -70,6 +101,17 @@ impl BatchReport {
 
     pub fn count_action(&self, action: Action) -> usize {
         self.messages.iter().filter(|m| m.action == action).count()
+    }
+
+    /// Messages Cloudflare delivered again (see [`MessageReport::redelivery`]).
+    pub fn redeliveries(&self) -> usize {
+        self.messages.iter().filter(|m| m.redelivery).count()
+    }
+
+    /// New messages whose `meta.id` was already known (see
+    /// [`MessageReport::duplicate_publish`]).
+    pub fn duplicate_publishes(&self) -> usize {
+        self.messages.iter().filter(|m| m.duplicate_publish).count()
     }
 }
 
@@ -111,7 +153,11 @@ pub struct QueueConsumer<S, O = (), T = NoTimer> {
     retry_delay_seconds: Option<u32>,
     park_delay_seconds: u32,
     max_retries: Option<u32>,
+    on_message: Option<MessageObserver>,
 }
+
+/// What [`QueueConsumer::on_message`] keeps.
+type MessageObserver = Box<dyn Fn(&MessageReport)>;
 
 /// How long a parked message waits before its redelivery, by default: long enough
 /// for the claim holder to finish, so parking does not burn the queue's
@@ -128,7 +174,31 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             retry_delay_seconds: None,
             park_delay_seconds: DEFAULT_PARK_DELAY_SECONDS,
             max_retries: None,
+            on_message: None,
         }
+    }
+
+    /// Reports every decision and store error of the guard to `observer` (a
+    /// closure, `Arc<bq_dedupe::Counters>`, your metrics): the same as
+    /// `Guard::with_observer`, for a consumer built by
+    /// [`QueueConsumer::from_env`] or [`crate::DedupeConfig::consumer`].
+    pub fn with_observer<O2: Observer>(self, observer: O2) -> QueueConsumer<S, O2, T> {
+        QueueConsumer {
+            guard: self.guard.with_observer(observer),
+            dead_letter: self.dead_letter,
+            retry_delay_seconds: self.retry_delay_seconds,
+            park_delay_seconds: self.park_delay_seconds,
+            max_retries: self.max_retries,
+            on_message: self.on_message,
+        }
+    }
+
+    /// Calls `f` with each message's report once it is settled: what the queue
+    /// adds to the guard's events (the action taken, redelivery or duplicate
+    /// publish, Cloudflare's attempts).
+    pub fn on_message(mut self, f: impl Fn(&MessageReport) + 'static) -> Self {
+        self.on_message = Some(Box::new(f));
+        self
     }
 
     /// Poison messages are sent here (wrapped with a `dead_letter` block), then acked.
@@ -197,12 +267,16 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
                 worker::console_error!("bq-dedupe: retry of message {} failed: {e}", message.id());
                 unsettled.push(format!("{}: {e}", message.id()));
             }
-            report.messages.push(MessageReport {
-                queue_message_id: message.id(),
-                kind: outcome.kind(),
-                action,
-                reason,
-            });
+            let reason = match (outcome, body.as_slice()) {
+                // What workers-rs `Queue::send(&serde_json::Value)` delivers.
+                (Outcome::Rejected(_), b"{}") => Some(empty_body_hint(message, reason)),
+                _ => reason,
+            };
+            let entry = MessageReport::new(message, outcome.kind(), action, reason);
+            if let Some(f) = &self.on_message {
+                f(&entry);
+            }
+            report.messages.push(entry);
         }
         match unsettled.first() {
             None => Ok(report),
@@ -313,4 +387,16 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             .map_err(|e| e.to_string())?;
         Ok(true)
     }
+}
+
+/// The reason for a `{}` body, which is what workers-rs `Queue::send` of a serde
+/// map (a `serde_json::Value`) delivers: said in the log and the report.
+fn empty_body_hint(message: &QueueMessage, reason: Option<String>) -> String {
+    let hint = format!(
+        "{}; the body is {{}}: a serde map (e.g. serde_json::Value) published with \
+         workers-rs Queue::send arrives empty, publish it with bq_dedupe_workers::send_envelope",
+        reason.unwrap_or_default()
+    );
+    worker::console_warn!("bq-dedupe: message {}: {hint}", message.id());
+    hint
 }

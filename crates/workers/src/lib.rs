@@ -66,6 +66,7 @@ mod consumer;
 mod dead_letter;
 pub mod durable;
 pub mod kv;
+mod producer;
 mod round_trips;
 pub mod shard;
 mod store;
@@ -73,7 +74,8 @@ mod time;
 
 pub use batch::{QueueBatch, QueueMessage};
 pub use config::{ConfigError, DedupeConfig, StoreKind};
-pub use consumer::{Action, BatchReport, ConsumeError, Delivery, QueueConsumer};
+pub use consumer::{Action, BatchReport, ConsumeError, Delivery, MessageReport, QueueConsumer};
+pub use producer::{send_envelope, send_envelopes};
 pub use round_trips::RoundTrips;
 pub use store::WorkersStore;
 pub use time::{JsClock, WorkersTimer};
@@ -81,38 +83,58 @@ pub use time::{JsClock, WorkersTimer};
 /// Re-exported so a worker needs no direct dependency on the core.
 pub use bq_dedupe;
 
+/// What [`queue_consumer!`] expands to names only these paths, so a worker needs no
+/// direct dependency on `js-sys`, `wasm-bindgen` or `wasm-bindgen-futures` (and
+/// the versions always match the adapter's). Not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use ::js_sys;
+    pub use ::wasm_bindgen;
+    pub use ::worker;
+    pub use ::worker::wasm_bindgen_futures;
+}
+
 /// Exports `queue` (the Queues consumer entry point) calling
 /// `async fn $handler(QueueBatch, worker::Env, worker::Context) -> worker::Result<()>`.
 ///
 /// Use it instead of `#[event(queue)]`: worker 0.8.7's `MessageBatch` does not expose
 /// `Message.attempts`, which [`QueueBatch`] reads. An `Err` from the handler throws,
-/// so Cloudflare retries every message not yet acked.
+/// so Cloudflare retries every message not yet acked. The expansion names its
+/// dependencies through this crate (`js_sys` too, which the `wasm_bindgen` export
+/// of an `async fn` needs under worker-build's `WASM_BINDGEN_USE_JS_SYS`), so it
+/// builds in a worker that depends only on this crate and `worker`.
 #[macro_export]
 #[rustfmt::skip] // rustfmt re-indents the attribute on every run
 macro_rules! queue_consumer {
     ($handler:path) => {
-        #[::worker::wasm_bindgen::prelude::wasm_bindgen(
+        #[$crate::__private::wasm_bindgen::prelude::wasm_bindgen(
             js_name = queue,
-            wasm_bindgen = ::worker::wasm_bindgen,
-            wasm_bindgen_futures = ::worker::wasm_bindgen_futures
+            wasm_bindgen = $crate::__private::wasm_bindgen,
+            wasm_bindgen_futures = $crate::__private::wasm_bindgen_futures,
+            js_sys = $crate::__private::js_sys
         )]
         pub async fn __bq_dedupe_queue(
-            batch: ::worker::worker_sys::MessageBatch,
-            env: ::worker::Env,
-            ctx: ::worker::worker_sys::Context,
-        ) -> ::std::result::Result<::worker::wasm_bindgen::JsValue, ::worker::wasm_bindgen::JsValue>
-        {
+            batch: $crate::__private::worker::worker_sys::MessageBatch,
+            env: $crate::__private::worker::Env,
+            ctx: $crate::__private::worker::worker_sys::Context,
+        ) -> ::std::result::Result<
+            $crate::__private::wasm_bindgen::JsValue,
+            $crate::__private::wasm_bindgen::JsValue,
+        > {
             match $handler(
                 $crate::QueueBatch::from(batch),
                 env,
-                ::worker::Context::new(ctx),
+                $crate::__private::worker::Context::new(ctx),
             )
             .await
             {
-                Ok(()) => Ok(::worker::wasm_bindgen::JsValue::UNDEFINED),
+                Ok(()) => Ok($crate::__private::wasm_bindgen::JsValue::UNDEFINED),
                 Err(e) => {
-                    ::worker::console_error!("bq-dedupe queue consumer failed: {}", e);
-                    Err(::worker::wasm_bindgen::JsValue::from(e.to_string()))
+                    $crate::__private::worker::console_error!(
+                        "bq-dedupe queue consumer failed: {}",
+                        e
+                    );
+                    Err($crate::__private::wasm_bindgen::JsValue::from(e.to_string()))
                 }
             }
         }
