@@ -8,8 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bq_dedupe::{Counters, Guard, InMemoryStore, ManualClock, Outcome, OutcomeKind, Store};
-use bq_dedupe_stores::{RedisStore, SqliteStore};
-use common::{RedisCleanup, TempDb, check_leases, envelope, ready, redis_prefix, redis_url};
+use bq_dedupe_stores::{Dialect, PostgresStore, RedisStore, SqliteStore};
+use common::{
+    ClusterCleanup, PgCleanup, RedisCleanup, TempDb, check_leases, cluster_nodes, envelope,
+    postgres_table, postgres_url, ready, redis_cluster_spec, redis_prefix, redis_url,
+};
 
 const SHORT: Duration = Duration::from_millis(200);
 
@@ -227,4 +230,75 @@ fn sqlite_forget_during_the_handler_is_run_ok_lease_lost() {
     }));
     assert_eq!(outcome, Outcome::RanLeaseLost);
     assert!(ready(other.seen(&id)).unwrap());
+}
+
+fn postgres(tag: &str) -> (String, PgCleanup) {
+    let url = postgres_url();
+    let table = postgres_table(tag);
+    drop(PostgresStore::connect(&url, &table).unwrap());
+    (table.clone(), PgCleanup { url, table })
+}
+
+fn cluster(tag: &str) -> (Vec<String>, String, ClusterCleanup) {
+    let spec = redis_cluster_spec();
+    let prefix = redis_prefix(tag);
+    let nodes = cluster_nodes(&spec);
+    (nodes, prefix.clone(), ClusterCleanup { spec, prefix })
+}
+
+#[test]
+fn postgres_two_consumers_over_a_batch_slower_than_its_lease_run_each_id_once() {
+    let (table, clean) = postgres("slow_batch");
+    two_consumers_over_a_slow_batch(
+        || PostgresStore::connect(&clean.url, &table).unwrap(),
+        "pg-slow",
+        Duration::from_millis(600),
+        Duration::from_millis(300),
+        Duration::from_millis(800),
+    );
+}
+
+#[test]
+fn postgres_lost_lease_is_run_ok_lease_lost() {
+    let (table, clean) = postgres("lost_lease");
+    lost_lease_is_reported(
+        || PostgresStore::connect(&clean.url, &table).unwrap(),
+        "pg-lost",
+    );
+}
+
+#[test]
+fn postgres_forget_during_the_handler_is_run_ok_lease_lost() {
+    let (table, clean) = postgres("forget_lease");
+    let id = common::unique("forget");
+    let guard = Guard::new(PostgresStore::connect(&clean.url, &table).unwrap())
+        .with_claiming(Duration::from_secs(30));
+    let other = PostgresStore::connect(&clean.url, &table).unwrap();
+    let outcome = ready(guard.process(envelope(&id).as_bytes(), async |_| {
+        ready(other.forget(&id)).unwrap();
+        Ok::<(), String>(())
+    }));
+    assert_eq!(outcome, Outcome::RanLeaseLost);
+    assert!(ready(other.seen(&id)).unwrap());
+}
+
+#[test]
+fn cluster_two_consumers_over_a_batch_slower_than_its_lease_run_each_id_once() {
+    let (nodes, prefix, _clean) = cluster("slow-batch");
+    two_consumers_over_a_slow_batch(
+        || RedisStore::connect_cluster(&nodes, prefix.clone(), Dialect::Native).unwrap(),
+        "cluster-slow",
+        Duration::from_millis(600),
+        Duration::from_millis(300),
+        Duration::from_millis(800),
+    );
+}
+
+#[test]
+fn cluster_lost_lease_is_run_ok_lease_lost() {
+    let (nodes, prefix, _clean) = cluster("lost-lease");
+    lost_lease_is_reported(
+        || RedisStore::connect_cluster(&nodes, prefix.clone(), Dialect::Native).unwrap(),
+        "cluster-lost",
+    );
 }

@@ -7,8 +7,11 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use bq_dedupe::{Claim, Guard, OutcomeKind, Store};
-use bq_dedupe_stores::{AnyStore, RedisStore, SqliteStore};
-use common::{RedisCleanup, TempDb, envelope, ready, redis_prefix, redis_url};
+use bq_dedupe_stores::{AnyStore, Dialect, PostgresStore, RedisStore, SqliteStore};
+use common::{
+    ClusterCleanup, PgCleanup, RedisCleanup, TempDb, cluster_nodes, envelope, postgres_table,
+    postgres_url, ready, redis_cluster_spec, redis_prefix, redis_url,
+};
 
 const THREADS: usize = 16;
 const ROUNDS: usize = 5;
@@ -120,6 +123,102 @@ fn redis_guard_race_16_connections_runs_handler_once() {
         prefix: prefix.clone(),
     };
     guard_race(|| AnyStore::from(RedisStore::connect(&url, prefix.clone()).unwrap()));
+}
+
+fn postgres(tag: &str) -> (String, PgCleanup) {
+    let url = postgres_url();
+    let table = postgres_table(tag);
+    // Created once up front, so the 16 connections race on the claim, not the DDL.
+    drop(PostgresStore::connect(&url, &table).unwrap());
+    (table.clone(), PgCleanup { url, table })
+}
+
+#[test]
+fn postgres_claim_race_16_connections_one_acquired() {
+    let (table, clean) = postgres("race");
+    claim_race(|| PostgresStore::connect(&clean.url, &table).unwrap());
+}
+
+#[test]
+fn postgres_guard_race_16_connections_runs_handler_once() {
+    let (table, clean) = postgres("guard_race");
+    guard_race(|| PostgresStore::connect(&clean.url, &table).unwrap());
+}
+
+/// 16 consumers each deliver the same batch of 20 ids at once on PostgreSQL;
+/// each id runs exactly once (claims and commits of overlapping batches).
+#[test]
+fn postgres_batch_race_16_connections_runs_each_id_once() {
+    let (table, clean) = postgres("batch_race");
+    let barrier = Barrier::new(THREADS);
+    let ids: Vec<String> = (0..20).map(|i| common::unique(&format!("b{i}"))).collect();
+    let bodies: Vec<String> = ids.iter().map(|id| envelope(id)).collect();
+    let runs = std::sync::Mutex::new(std::collections::BTreeMap::<String, u32>::new());
+    std::thread::scope(|s| {
+        for n in 0..THREADS {
+            let (barrier, bodies, runs, table, url) =
+                (&barrier, &bodies, &runs, &table, &clean.url);
+            s.spawn(move || {
+                let store = PostgresStore::connect(url, table).unwrap();
+                let guard = Guard::new(store).with_claiming(Duration::from_secs(60));
+                // Half the consumers see the batch reversed: overlapping locks in
+                // both orders.
+                let mut mine = bodies.clone();
+                if n % 2 == 1 {
+                    mine.reverse();
+                }
+                barrier.wait();
+                ready(guard.process_batch(&mine, async |msg| {
+                    *runs
+                        .lock()
+                        .unwrap()
+                        .entry(msg.id().unwrap().to_string())
+                        .or_default() += 1;
+                    Ok::<(), String>(())
+                }));
+            });
+        }
+    });
+    let runs = runs.into_inner().unwrap();
+    for id in &ids {
+        assert!(
+            runs.get(id).copied().unwrap_or(0) <= 1,
+            "{id} ran twice: {runs:?}"
+        );
+    }
+}
+
+fn cluster(tag: &str) -> (Vec<String>, String, ClusterCleanup) {
+    let spec = redis_cluster_spec();
+    let prefix = redis_prefix(tag);
+    let nodes = cluster_nodes(&spec);
+    (nodes, prefix.clone(), ClusterCleanup { spec, prefix })
+}
+
+#[test]
+fn cluster_claim_race_16_connections_one_acquired() {
+    let (nodes, prefix, _clean) = cluster("race");
+    claim_race(|| RedisStore::connect_cluster(&nodes, prefix.clone(), Dialect::Native).unwrap());
+}
+
+#[test]
+fn cluster_guard_race_16_connections_runs_handler_once() {
+    let (nodes, prefix, _clean) = cluster("guard-race");
+    guard_race(|| RedisStore::connect_cluster(&nodes, prefix.clone(), Dialect::Native).unwrap());
+}
+
+#[test]
+fn redis_php_dialect_claim_race_16_connections_one_acquired() {
+    let Some(url) = redis_url() else {
+        panic!("the race tests run with a real Redis (make test starts one)");
+    };
+    let prefix = redis_prefix("php-race");
+    let _clean = RedisCleanup {
+        url: url.clone(),
+        prefix: prefix.clone(),
+    };
+    claim_race(|| RedisStore::connect_dialect(&url, prefix.clone(), Dialect::Php).unwrap());
+    guard_race(|| RedisStore::connect_dialect(&url, prefix.clone(), Dialect::Php).unwrap());
 }
 
 #[test]

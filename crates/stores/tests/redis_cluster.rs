@@ -1,0 +1,136 @@
+//! `RedisStore` on a real 3-node Redis Cluster at `BQ_TEST_REDIS_CLUSTER_URL`
+//! (`make test` starts one; without it these tests fail). Keys of one batch land
+//! on different slots and nodes: every batch is per-key commands and scripts,
+//! never a cross-slot `MGET`. The record format is Redis (native) in
+//! docs/stores.md.
+
+mod common;
+
+use std::time::Duration;
+
+use bq_dedupe::{Claim, Guard, Outcome, OutcomeKind, Store, StoreErrorKind};
+use bq_dedupe_stores::{AnyStore, Dialect, RedisStore};
+use common::{
+    ClusterCleanup, check_basics, check_batches, check_claims, check_hostile_keys, check_leases,
+    cluster_nodes, deliver, ready, redis_cluster_spec, redis_prefix,
+};
+
+fn store(tag: &str) -> (RedisStore, ClusterCleanup) {
+    store_in(tag, Dialect::Native)
+}
+
+fn store_in(tag: &str, dialect: Dialect) -> (RedisStore, ClusterCleanup) {
+    let spec = redis_cluster_spec();
+    let prefix = redis_prefix(tag);
+    let store =
+        RedisStore::connect_cluster(&cluster_nodes(&spec), prefix.clone(), dialect).unwrap();
+    (store, ClusterCleanup { spec, prefix })
+}
+
+#[test]
+fn cluster_basics() {
+    let (store, _clean) = store("basics");
+    check_basics(&store);
+}
+
+#[test]
+fn cluster_claims_and_release_by_owner_only() {
+    let (store, _clean) = store("claims");
+    check_claims(&store);
+}
+
+#[test]
+fn cluster_batches_agree_with_single_calls() {
+    let (store, _clean) = store("batches");
+    check_batches(&store);
+}
+
+#[test]
+fn cluster_hostile_keys_are_stored_exactly() {
+    let (store, _clean) = store("hostile");
+    check_hostile_keys(&store);
+}
+
+#[test]
+fn cluster_renews_and_fences_only_for_the_owner() {
+    let (store, _clean) = store("leases");
+    check_leases(&store, Duration::from_millis(200), || {
+        std::thread::sleep(Duration::from_millis(350))
+    });
+}
+
+/// A batch of 100 ids spread over every node: one `seen_many`, `claim_many` and
+/// `settle` each, where an `MGET` of the same keys is refused as cross-slot.
+#[test]
+fn cluster_batch_of_100_spans_every_node() {
+    let (store, clean) = store("wide");
+    let ids: Vec<String> = (0..100).map(|i| format!("wide-{i}")).collect();
+    let keys: Vec<&str> = ids.iter().map(String::as_str).collect();
+    // What a batch would meet as one MGET on a node (the cluster client
+    // splits one by slot itself; the server refuses it).
+    let mut conn = redis::Client::open(cluster_nodes(&clean.spec)[0].as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut mget = redis::cmd("MGET");
+    for id in &ids {
+        mget.arg(format!("{}{id}", clean.prefix));
+    }
+    let e = mget.query::<Vec<Option<String>>>(&mut conn).unwrap_err();
+    assert!(e.to_string().to_uppercase().contains("CROSSSLOT"), "{e}");
+
+    let lease = Duration::from_secs(60);
+    let claims = ready(store.claim_many(&keys, lease)).unwrap();
+    assert!(claims.iter().all(|c| matches!(c, Claim::Acquired(_))));
+    let guard = Guard::new(&store).with_claiming(lease);
+    let bodies: Vec<String> = ids.iter().map(|id| common::envelope(id)).collect();
+    let other = ready(guard.process_batch(&bodies, async |_| Ok::<(), String>(())));
+    assert!(
+        other.iter().all(|o| o.kind() == OutcomeKind::Parked),
+        "held by the first claims: {other:?}"
+    );
+    let remember: Vec<_> = keys
+        .iter()
+        .zip(&claims)
+        .map(|(k, c)| match c {
+            Claim::Acquired(t) => (*k, Some(t)),
+            _ => unreachable!(),
+        })
+        .collect();
+    let settled = ready(store.settle(&bq_dedupe::Settlement {
+        remember: &remember,
+        ..Default::default()
+    }))
+    .unwrap();
+    assert_eq!(settled.kept, vec![true; 100]);
+    assert_eq!(ready(store.seen_many(&keys)).unwrap(), vec![true; 100]);
+    let again = ready(guard.process_batch(&bodies, async |_| Ok::<(), String>(())));
+    assert!(again.iter().all(|o| o.kind() == OutcomeKind::Skipped));
+}
+
+#[test]
+fn cluster_spec_opens_every_dialect() {
+    let spec = redis_cluster_spec();
+    let prefix = redis_prefix("spec");
+    let _clean = ClusterCleanup {
+        spec: spec.clone(),
+        prefix: prefix.clone(),
+    };
+    for dialect in ["native", "php", "go"] {
+        let full = format!(
+            "{spec}?dialect={dialect}&prefix={}",
+            prefix.replace(':', "%3A")
+        );
+        let store = AnyStore::from_spec(&full).unwrap();
+        let AnyStore::Redis(redis) = &store else {
+            panic!("{store:?}");
+        };
+        assert_eq!(redis.dialect().name(), dialect);
+        let guard = Guard::new(&store);
+        let id = format!("{dialect}-1");
+        assert_eq!(deliver(&guard, &id, true), Outcome::Ran);
+        assert_eq!(deliver(&guard, &id, true).kind(), OutcomeKind::Skipped);
+    }
+    let e = store_in("php-stats", Dialect::Php).0.stats().unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::Unsupported);
+}

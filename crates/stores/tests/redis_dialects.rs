@@ -1,0 +1,141 @@
+//! The PHP and Go dialects of `RedisStore` on a real server (`BQ_TEST_REDIS_URL`,
+//! started by `make test`; without it these tests fail). The formats are the
+//! Redis (php) and Redis (go) rows of docs/stores.md.
+
+mod common;
+
+use std::time::Duration;
+
+use bq_dedupe::{
+    Capabilities, Claim, ClaimToken, Guard, Outcome, OutcomeKind, Store, StoreErrorKind,
+};
+use bq_dedupe_stores::{Dialect, RedisStore};
+use common::{
+    RedisCleanup, check_batches, check_hostile_keys, deliver, ready, redis_prefix, redis_url,
+};
+
+fn url() -> String {
+    redis_url().expect("the dialect tests run with a real Redis (make test starts one)")
+}
+
+fn store(tag: &str, dialect: Dialect) -> (RedisStore, RedisCleanup) {
+    let url = url();
+    let prefix = redis_prefix(tag);
+    let store = RedisStore::connect_dialect(&url, prefix.clone(), dialect).unwrap();
+    (store, RedisCleanup { url, prefix })
+}
+
+fn raw(url: &str) -> redis::Connection {
+    redis::Client::open(url).unwrap().get_connection().unwrap()
+}
+
+#[test]
+fn php_dialect_capabilities_say_no_lease() {
+    let (store, _clean) = store("php-caps", Dialect::Php);
+    assert_eq!(
+        store.capabilities(),
+        Capabilities {
+            claim: true,
+            ttl: true,
+            lease: false
+        }
+    );
+}
+
+#[test]
+fn php_dialect_batches_and_hostile_keys() {
+    let (store, _clean) = store("php-batches", Dialect::Php);
+    check_batches(&store);
+    check_hostile_keys(&store);
+}
+
+/// What PHP's format cannot give: a release or renewal by value alone, so a
+/// stale or wrong token releases another claimer's claim.
+#[test]
+fn php_dialect_claims_are_1_and_cannot_tell_claimers_apart() {
+    let (store, clean) = store("php-claims", Dialect::Php);
+    let mut conn = raw(&clean.url);
+    let key = format!("{}c-1", clean.prefix);
+    let Claim::Acquired(_mine) = ready(store.claim("c-1", Duration::from_secs(60))).unwrap() else {
+        panic!("free key");
+    };
+    let value: String = redis::cmd("GET").arg(&key).query(&mut conn).unwrap();
+    assert_eq!(value, "1");
+    let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
+    assert!(
+        pttl > 50_000 && pttl <= 60_000,
+        "the lease is the expiry: {pttl}"
+    );
+    assert_eq!(
+        ready(store.claim("c-1", Duration::from_secs(60))).unwrap(),
+        Claim::Held
+    );
+    ready(store.release("c-1", &ClaimToken("someone else".into()))).unwrap();
+    assert!(
+        matches!(
+            ready(store.claim("c-1", Duration::from_secs(60))).unwrap(),
+            Claim::Acquired(_)
+        ),
+        "no owner token: any release frees the claim (documented)"
+    );
+    ready(store.remember("c-1", None)).unwrap();
+    let value: String = redis::cmd("GET").arg(&key).query(&mut conn).unwrap();
+    assert_eq!(value, "2");
+    let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
+    assert_eq!(pttl, -1, "PHP's commit has no expiry");
+    assert_eq!(
+        ready(store.claim("c-1", Duration::from_secs(60))).unwrap(),
+        Claim::Seen
+    );
+}
+
+#[test]
+fn php_dialect_claiming_guard_runs_once_then_skips() {
+    let (store, _clean) = store("php-guard", Dialect::Php);
+    let guard = Guard::new(&store).with_claiming(Duration::from_secs(30));
+    assert_eq!(deliver(&guard, "g-1", true), Outcome::Ran);
+    assert_eq!(deliver(&guard, "g-1", true).kind(), OutcomeKind::Skipped);
+    assert_eq!(deliver(&guard, "g-2", false).kind(), OutcomeKind::Failed);
+    assert_eq!(deliver(&guard, "g-2", true), Outcome::Ran);
+}
+
+#[test]
+fn go_dialect_plain_mode_works_and_claiming_is_refused() {
+    let (store, clean) = store("go", Dialect::Go);
+    assert_eq!(
+        store.capabilities(),
+        Capabilities {
+            claim: false,
+            ttl: true,
+            lease: false
+        }
+    );
+    let e = ready(store.claim("x", Duration::from_secs(5))).unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::Unsupported);
+    assert!(e.message.contains("claiming mode is refused"), "{e}");
+    assert!(ready(store.claim_many(&["x", "y"], Duration::from_secs(5))).is_err());
+
+    let guard = Guard::new(&store);
+    assert_eq!(deliver(&guard, "g-1", true), Outcome::Ran);
+    assert_eq!(deliver(&guard, "g-1", true).kind(), OutcomeKind::Skipped);
+    let mut conn = raw(&clean.url);
+    let value: String = redis::cmd("GET")
+        .arg(format!("{}g-1", clean.prefix))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(value, "1", "Go's remembered value");
+    ready(store.remember_many(&["a", "b"], Some(Duration::from_secs(60)))).unwrap();
+    assert_eq!(
+        ready(store.seen_many(&["a", "b", "c"])).unwrap(),
+        vec![true, true, false]
+    );
+    ready(store.forget("a")).unwrap();
+    assert!(!ready(store.seen("a")).unwrap());
+}
+
+#[test]
+fn dialects_default_to_their_sdks_prefixes() {
+    assert_eq!(Dialect::Native.default_prefix(), "bq:dedupe:");
+    assert_eq!(Dialect::Php.default_prefix(), "bq:idem:");
+    assert_eq!(Dialect::Go.default_prefix(), "bq:idemp:");
+}
