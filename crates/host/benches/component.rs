@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use bq_dedupe::{InMemoryStore, Limits, Message};
 use bq_dedupe_host::handler::Handler;
-use bq_dedupe_host::runtime::{Runtime, default_component_path, options};
+use bq_dedupe_host::runtime::{Runtime, default_component, options};
 use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::Outcome;
 use bq_dedupe_stores::AnyStore;
 use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
@@ -35,7 +35,7 @@ fn deliveries() -> usize {
 
 fn runtime() -> Runtime {
     let store = AnyStore::Memory(InMemoryStore::new());
-    Runtime::load(&default_component_path(), store, Handler::Mark).expect("the component loads")
+    Runtime::load(&default_component(), store, Handler::Mark).expect("the component loads")
 }
 
 /// Counts runs and skips, and checks the handler ran once per distinct id.

@@ -17,7 +17,7 @@ use clap::{Parser, Subcommand};
     about = "Dedupe BabelQueue envelopes by meta.id through the dedupe component"
 )]
 struct Cli {
-    /// The dedupe component (default: $BQ_DEDUPE_COMPONENT, else the workspace build).
+    /// The dedupe component (default: $BQ_DEDUPE_COMPONENT, else the one built in).
     #[arg(long, global = true)]
     component: Option<PathBuf>,
     #[command(subcommand)]
@@ -61,9 +61,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let component = cli
-        .component
-        .unwrap_or_else(runtime::default_component_path);
+    let component = runtime::ComponentSource::choose(cli.component);
     let result = match cli.command {
         Command::Conformance { store, manifest } => {
             commands::conformance::run(&component, &store, manifest)

@@ -21,15 +21,52 @@ pub struct HostState {
     pub claims: HeldClaims,
 }
 
-/// The component built by `scripts/build-component.sh`, unless overridden by
-/// `--component` or `$BQ_DEDUPE_COMPONENT`.
-pub fn default_component_path() -> PathBuf {
-    std::env::var_os("BQ_DEDUPE_COMPONENT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../target/component/bq_dedupe.component.wasm")
-        })
+/// The component built into this binary at compile time (empty if none was).
+const BUILT_IN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/component.wasm"));
+
+/// Which dedupe component to run.
+#[derive(Debug, Clone)]
+pub enum ComponentSource {
+    /// A component file (`--component`, `$BQ_DEDUPE_COMPONENT`).
+    File(PathBuf),
+    /// The one built into the binary.
+    BuiltIn,
+}
+
+impl ComponentSource {
+    /// `--component`, else `$BQ_DEDUPE_COMPONENT`, else the built-in component,
+    /// else the workspace build's path (whose absence is reported with the fix).
+    pub fn choose(flag: Option<PathBuf>) -> Self {
+        match flag.or_else(|| std::env::var_os("BQ_DEDUPE_COMPONENT").map(PathBuf::from)) {
+            Some(path) => ComponentSource::File(path),
+            None if !BUILT_IN.is_empty() => ComponentSource::BuiltIn,
+            None => ComponentSource::File(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../target/component/bq_dedupe.component.wasm"),
+            ),
+        }
+    }
+
+    fn compile(&self, engine: &Engine) -> Result<Component> {
+        match self {
+            ComponentSource::BuiltIn => Component::from_binary(engine, BUILT_IN)
+                .map_err(anyhow::Error::from)
+                .context("loading the built-in dedupe component"),
+            ComponentSource::File(path) => Component::from_file(engine, path)
+                .map_err(anyhow::Error::from)
+                .with_context(|| {
+                    format!(
+                        "loading the dedupe component {} (build it with scripts/build-component.sh)",
+                        path.display()
+                    )
+                }),
+        }
+    }
+}
+
+/// The default component: see [`ComponentSource::choose`].
+pub fn default_component() -> ComponentSource {
+    ComponentSource::choose(None)
 }
 
 /// One instance of the dedupe component with its host state.
@@ -41,16 +78,9 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    pub fn load(path: &Path, store: AnyStore, handler: Handler) -> Result<Self> {
+    pub fn load(source: &ComponentSource, store: AnyStore, handler: Handler) -> Result<Self> {
         let engine = Engine::default();
-        let component = Component::from_file(&engine, path)
-            .map_err(anyhow::Error::from)
-            .with_context(|| {
-                format!(
-                    "loading the dedupe component {} (build it with scripts/build-component.sh)",
-                    path.display()
-                )
-            })?;
+        let component = source.compile(&engine)?;
         let mut linker = Linker::new(&engine);
         Dedupe::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
         let state = HostState {

@@ -2,10 +2,10 @@
 
 /// The dedupe component: imports `store` and `handler`, exports `guard` and `consumer`.
 pub mod dedupe {
-    wasmtime::component::bindgen!({ path: "../../wit", world: "dedupe" });
+    wasmtime::component::bindgen!({ path: "wit", world: "dedupe" });
 }
 
 /// A handler plugin: exports `handler`.
 pub mod plugin {
-    wasmtime::component::bindgen!({ path: "../../wit", world: "handler-plugin" });
+    wasmtime::component::bindgen!({ path: "wit", world: "handler-plugin" });
 }

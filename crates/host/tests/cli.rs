@@ -471,3 +471,58 @@ fn run_exit_status_says_whether_anything_needs_a_retry() {
     let error = bq(&["run", "--store", "nosuch:x"], "");
     assert_eq!(error.status.code(), Some(2));
 }
+
+/// The binary on its own, as `cargo install --path crates/host` leaves it: copied
+/// out of the repository, run from a directory outside it, with no environment
+/// pointing back. The component and the conformance manifest are built in.
+#[test]
+fn installed_binary_works_outside_the_repository_with_what_is_built_in() {
+    let outside = std::env::temp_dir().join(format!("bq-dedupe-installed-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&outside);
+    std::fs::create_dir_all(outside.join("bin")).unwrap();
+    let bin = outside.join("bin/bq-dedupe");
+    std::fs::copy(BIN, &bin).unwrap();
+    let run = |args: &[&str], stdin: &str| {
+        let mut child = Command::new(&bin)
+            .args(args)
+            .current_dir(&outside)
+            .env_remove("BQ_DEDUPE_COMPONENT")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let conformance = run(&["conformance", "--store", "memory"], "");
+    let text = String::from_utf8_lossy(&conformance.stdout);
+    assert!(
+        conformance.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&conformance.stderr)
+    );
+    assert!(text.contains("13 passed, 0 failed"), "{text}");
+    let input = [envelope("i-1"), envelope("i-1")].join("\n");
+    let out = run(&["run"], &input);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d = decisions(&out);
+    assert_eq!(
+        (d[0]["decision"].as_str(), d[1]["decision"].as_str()),
+        (Some("run"), Some("skip"))
+    );
+    assert!(
+        outside.join(".bq-dedupe/seen.db").exists(),
+        "the embedded default store lives where it runs"
+    );
+    let _ = std::fs::remove_dir_all(&outside);
+}

@@ -1,15 +1,19 @@
 //! `bq-dedupe forget` and `bq-dedupe stats`.
 
-use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
 use bq_dedupe_stores::AnyStore;
 
 use bq_dedupe_host::handler::Handler;
-use bq_dedupe_host::runtime::{Runtime, options};
+use bq_dedupe_host::runtime::{ComponentSource, Runtime, options};
 
-pub fn forget(component: &Path, store: &str, prefix: &str, ids: &[String]) -> Result<ExitCode> {
+pub fn forget(
+    component: &ComponentSource,
+    store: &str,
+    prefix: &str,
+    ids: &[String],
+) -> Result<ExitCode> {
     let mut runtime = Runtime::load(component, AnyStore::from_spec(store)?, Handler::Mark)?;
     let mut failed = false;
     for id in ids {

@@ -1,6 +1,5 @@
 //! `bq-dedupe check`: validate envelopes, one verdict per line.
 
-use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
@@ -9,7 +8,7 @@ use bq_dedupe_stores::AnyStore;
 use serde_json::json;
 
 use bq_dedupe_host::handler::Handler;
-use bq_dedupe_host::runtime::Runtime;
+use bq_dedupe_host::runtime::{ComponentSource, Runtime};
 use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::RejectionCode;
 
 /// The WIT rejection code in its kebab spelling (the core's `Rejection::code`).
@@ -28,7 +27,7 @@ fn code(code: RejectionCode) -> &'static str {
     }
 }
 
-pub fn run(component: &Path, input: &str) -> Result<ExitCode> {
+pub fn run(component: &ComponentSource, input: &str) -> Result<ExitCode> {
     // Validation never touches the store; an in-memory one satisfies the import.
     let mut runtime = Runtime::load(component, AnyStore::from_spec("memory")?, Handler::Mark)?;
     let mut invalid = 0u64;

@@ -10,7 +10,7 @@ use bq_dedupe_stores::AnyStore;
 use serde_json::Value;
 
 use bq_dedupe_host::handler::Handler;
-use bq_dedupe_host::runtime::{Runtime, options};
+use bq_dedupe_host::runtime::{ComponentSource, Runtime, options};
 use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::Outcome;
 
 struct ComponentSubject {
@@ -94,13 +94,43 @@ impl Subject for ComponentSubject {
     }
 }
 
-pub fn run(component: &Path, store: &str, manifest: Option<PathBuf>) -> Result<ExitCode> {
-    let manifest = manifest.unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/conformance/manifest.json")
-    });
-    let text = std::fs::read_to_string(&manifest)
-        .with_context(|| format!("reading {}", manifest.display()))?;
-    let dir = manifest.parent().map(Path::to_path_buf).unwrap_or_default();
+/// The vendored BabelQueue conformance manifest (`tests/conformance/`, linked into
+/// this crate as `conformance/`), built in so an installed binary has it.
+const BUILT_IN_MANIFEST: &str = include_str!("../../conformance/manifest.json");
+
+/// The manifest's fixtures, by their manifest-relative path.
+fn built_in_fixture(file: &str) -> Option<&'static [u8]> {
+    macro_rules! fixtures {
+        ($($name:literal),* $(,)?) => {
+            match file {
+                $(concat!("fixtures/", $name) => Some(include_bytes!(concat!("../../conformance/fixtures/", $name)).as_slice()),)*
+                _ => None,
+            }
+        };
+    }
+    fixtures!(
+        "dead-lettered.json",
+        "invalid-missing-urn.json",
+        "invalid-unknown-schema-version.json",
+        "order-created.json",
+        "unicode-and-numbers.json",
+        "urn-alias.json",
+    )
+}
+
+pub fn run(
+    component: &ComponentSource,
+    store: &str,
+    manifest: Option<PathBuf>,
+) -> Result<ExitCode> {
+    // The vendored manifest is built in; a file given on the command line wins.
+    let (text, dir) = match &manifest {
+        Some(path) => (
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+            Some(path.parent().map(Path::to_path_buf).unwrap_or_default()),
+        ),
+        None => (BUILT_IN_MANIFEST.to_string(), None),
+    };
     let store = AnyStore::from_spec(store).map_err(|e| anyhow::anyhow!("store {store}: {e}"))?;
     let runtime = Runtime::load(component, store, Handler::Mark)?;
     let mut subject = ComponentSubject {
@@ -108,7 +138,12 @@ pub fn run(component: &Path, store: &str, manifest: Option<PathBuf>) -> Result<E
         prefix: String::new(),
         resets: 0,
     };
-    let load = |file: &str| std::fs::read(dir.join(file)).map_err(|e| format!("{file}: {e}"));
+    let load = |file: &str| match &dir {
+        Some(dir) => std::fs::read(dir.join(file)).map_err(|e| format!("{file}: {e}")),
+        None => built_in_fixture(file)
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| format!("{file}: not a built-in fixture")),
+    };
     let report = conformance::run(&text, load, &mut subject, |r| println!("{r}"))
         .map_err(anyhow::Error::msg)?;
     println!("{}", report.summary());

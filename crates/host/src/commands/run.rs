@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use bq_dedupe_host::handler::{Handler, Plugin};
-use bq_dedupe_host::runtime::{Runtime, options};
+use bq_dedupe_host::runtime::{ComponentSource, Runtime, options};
 use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::{Options, Outcome};
 
 #[derive(Args)]
@@ -163,7 +163,7 @@ fn decide(runtime: &mut Runtime, opts: &Options, batch: Vec<(u64, Vec<u8>)>) -> 
         .collect()
 }
 
-pub fn run(component: &Path, args: RunArgs) -> Result<ExitCode> {
+pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
     let handler = match (&args.exec, &args.handler) {
         (Some(cmd), _) => Handler::Exec(cmd.clone()),
         (None, Some(path)) => Handler::Plugin(Box::new(Plugin::load(path)?)),
