@@ -1,0 +1,19 @@
+use bq_dedupe::{Disposition, Guard, InMemoryStore, Message, block_on_ready};
+
+fn main() {
+    let guard = Guard::new(InMemoryStore::new()); // or SqliteStore, RedisStore, ...
+    let body = include_bytes!("minimal-envelope.json");
+    for delivery in 1..=2 {
+        let outcome = block_on_ready(guard.process(body, async |msg: &Message<'_>| {
+            println!("charging order {}", msg.id().unwrap_or("?")); // your side effect
+            Ok::<(), String>(())
+        }))
+        .expect("a synchronous store completes at once"); // async hosts just .await
+        println!("delivery {delivery}: {}", outcome.kind().code()); // run-ok, then skip
+        match outcome.disposition() {
+            Disposition::Ack => {}    // acknowledge the message
+            Disposition::Retry => {}  // let the queue redeliver it
+            Disposition::Poison => {} // dead-letter it
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! The README's snippets are the files they name, and those files work: every
+//! fenced block right after a `<!-- file: PATH -->` marker must equal PATH's text.
+//! The files are compiled (examples/, examples/user-worker) or run by other tests;
+//! here the envelope is decoded and the quick start is run.
+
+use std::path::Path;
+use std::process::Command;
+
+use bq_dedupe::{Limits, Message};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// (path, block) for every marked snippet of `doc`.
+fn snippets(doc: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut lines = doc.lines();
+    while let Some(line) = lines.next() {
+        let Some(path) = line
+            .trim()
+            .strip_prefix("<!-- file: ")
+            .and_then(|l| l.strip_suffix(" -->"))
+        else {
+            continue;
+        };
+        let fence = lines.next().unwrap_or_default();
+        assert!(
+            fence.starts_with("```"),
+            "{path}: a fenced block must follow its marker"
+        );
+        let block: Vec<&str> = lines
+            .by_ref()
+            .take_while(|l| !l.starts_with("```"))
+            .collect();
+        out.push((path.to_string(), block.join("\n")));
+    }
+    out
+}
+
+#[test]
+fn readme_snippets_are_the_files_they_name() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let found = snippets(&readme);
+    assert!(
+        found.len() >= 4,
+        "marked snippets: {:?}",
+        found.iter().map(|(p, _)| p).collect::<Vec<_>>()
+    );
+    for (path, block) in found {
+        let file = std::fs::read_to_string(root().join(&path))
+            .unwrap_or_else(|e| panic!("README names {path}: {e}"));
+        assert_eq!(
+            block.trim_end(),
+            file.trim_end(),
+            "README's copy of {path} differs from the file"
+        );
+    }
+}
+
+#[test]
+fn readme_minimal_envelope_is_valid() {
+    let body = std::fs::read(root().join("examples/minimal-envelope.json")).unwrap();
+    let msg = Message::parse(&body, &Limits::default()).expect("the README's envelope is accepted");
+    assert_eq!(msg.id(), Some("5f0c8a4e-2b1d-4c3a-9e8f-0a1b2c3d4e5f"));
+}
+
+#[test]
+fn readme_quick_start_runs_then_skips() {
+    // `cargo test` builds the examples next to the test binaries' folder.
+    let exe = std::env::current_exe().unwrap();
+    let examples = exe.parent().and_then(Path::parent).unwrap().join("examples");
+    let out = Command::new(examples.join("quickstart"))
+        .output()
+        .expect("cargo test builds examples/quickstart.rs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("delivery 1: run-ok") && stdout.contains("delivery 2: skip"),
+        "{stdout}"
+    );
+    assert_eq!(stdout.matches("charging order").count(), 1, "{stdout}");
+}
