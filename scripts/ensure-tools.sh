@@ -5,8 +5,9 @@
 #   scripts/ensure-tools.sh wasm-bindgen   # wasm-bindgen-cli (must equal Cargo.lock's wasm-bindgen)
 #   scripts/ensure-tools.sh worker-build   # worker-build (workers-rs bundler)
 #   scripts/ensure-tools.sh chromium       # Debian chromium (headless browser tests)
-#   scripts/ensure-tools.sh npm DIR        # `npm install` in DIR when node_modules is
-#                                          # missing or older than package(-lock).json
+#   scripts/ensure-tools.sh npm DIR        # `npm ci` in DIR (its committed package-lock.json)
+#                                          # when node_modules is missing or older than
+#                                          # package(-lock).json
 #
 # Prints the tool's path on stdout; progress goes to stderr.
 set -euo pipefail
@@ -43,12 +44,18 @@ chromium)
     command -v chromium
     ;;
 npm)
+    # `npm ci`: exactly the committed lock file, which it never rewrites (`npm
+    # install` may, so a test run would leave the tree changed); it fails when the
+    # lock does not match package.json. Every tools folder commits its lock.
     dir="${2:?usage: $0 npm DIR}"
+    if [[ ! -f "$dir/package-lock.json" ]]; then
+        echo "no package-lock.json in $dir: make one (npm install --package-lock-only) and commit it" >&2
+        exit 1
+    fi
     stamp="$dir/node_modules/.package-lock.json"
-    if [[ ! -f "$stamp" || "$dir/package.json" -nt "$stamp" ||
-        (-f "$dir/package-lock.json" && "$dir/package-lock.json" -nt "$stamp") ]]; then
-        echo "== npm install in $dir" >&2
-        (cd "$dir" && npm install --no-audit --no-fund) >&2
+    if [[ ! -f "$stamp" || "$dir/package.json" -nt "$stamp" || "$dir/package-lock.json" -nt "$stamp" ]]; then
+        echo "== npm ci in $dir" >&2
+        (cd "$dir" && npm ci --no-audit --no-fund) >&2
         touch "$stamp"
     fi
     echo "$dir/node_modules"
