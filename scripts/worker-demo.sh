@@ -8,6 +8,9 @@
 #   3. publishes it again (a redelivery of everything);
 #   4. prints GET /effects, GET /stats and GET /dead-letters, then stops the worker.
 # BQ_DEMO_KEEP=1 leaves the worker running (the playground is at http://127.0.0.1:PORT/).
+# Every route needs `Authorization: Bearer <token>`: a random token is made for the
+# run (printed; the playground's worker store asks for it), and the example
+# handler's test directives are switched on (EXAMPLE_TEST_DIRECTIVES=1, local only).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,9 +28,12 @@ fi
 rm -rf "$STATE"
 mkdir -p "$STATE"
 export WRANGLER_SEND_METRICS=false
+TOKEN="$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"
+AUTH="Authorization: Bearer $TOKEN"
 # Its own process group (npx -> wrangler -> workerd), so stopping it stops them all.
 setsid npx wrangler dev --ip 127.0.0.1 --port "$PORT" --inspector-port 0 \
     --persist-to "$STATE" --show-interactive-dev-session=false \
+    --var "EXAMPLE_ADMIN_TOKEN:$TOKEN" --var EXAMPLE_TEST_DIRECTIVES:1 \
     >"$STATE/wrangler.log" 2>&1 &
 WRANGLER=$!
 stop() {
@@ -42,12 +48,12 @@ stop() {
 trap stop EXIT
 
 for _ in $(seq 300); do
-    curl -sf "$BASE/stats" >/dev/null 2>&1 && break
+    curl -sf -H "$AUTH" "$BASE/stats" >/dev/null 2>&1 && break
     kill -0 "$WRANGLER" 2>/dev/null || { cat "$STATE/wrangler.log"; exit 1; }
     sleep 0.2
 done
-curl -sf "$BASE/stats" >/dev/null || { cat "$STATE/wrangler.log"; exit 1; }
-echo "== wrangler dev: $BASE (state in $STATE/)"
+curl -sf -H "$AUTH" "$BASE/stats" >/dev/null || { cat "$STATE/wrangler.log"; exit 1; }
+echo "== wrangler dev: $BASE (state in $STATE/; admin token for this run: $TOKEN)"
 
 # Every line as a raw string, so malformed ones are published exactly as written,
 # plus one order whose handler fails its first attempt (the example handler obeys
@@ -58,7 +64,7 @@ lines=$(python3 -c 'import json,sys; print(len(json.loads(sys.argv[1])))' "$payl
 
 wait_for() { # wait_for N: until N deliveries (and their dead letters) are done
     for _ in $(seq 300); do
-        python3 - "$1" "$(curl -sf "$BASE/stats")" <<'PY' && return 0
+        python3 - "$1" "$(curl -sf -H "$AUTH" "$BASE/stats")" <<'PY' && return 0
 import json, sys
 want, stats = int(sys.argv[1]), json.loads(sys.argv[2])
 sys.exit(0 if stats["deliveries"] >= want and stats["dead_letters_received"] >= stats["dead_lettered"] else 1)
@@ -70,19 +76,19 @@ PY
 }
 
 echo "== publish $SAMPLE + one flaky order ($lines messages, with duplicates)"
-curl -sf -X POST "$BASE/publish" -H 'content-type: application/json' -d "$payload"; echo
+curl -sf -H "$AUTH" -X POST "$BASE/publish" -H 'content-type: application/json' -d "$payload"; echo
 wait_for $((lines + 1)) # + the flaky order's retry
 echo "== publish it all again (every message redelivered)"
-curl -sf -X POST "$BASE/publish" -H 'content-type: application/json' -d "$payload"; echo
+curl -sf -H "$AUTH" -X POST "$BASE/publish" -H 'content-type: application/json' -d "$payload"; echo
 wait_for $((2 * lines + 1))
 
 pretty() { python3 -m json.tool; }
 echo "== GET /effects (side effects per meta.id; total includes fail-open runs)"
-curl -sf "$BASE/effects" | pretty
+curl -sf -H "$AUTH" "$BASE/effects" | pretty
 echo "== GET /stats"
-curl -sf "$BASE/stats" | pretty
+curl -sf -H "$AUTH" "$BASE/stats" | pretty
 echo "== GET /dead-letters (poison, wrapped with a dead_letter block)"
-curl -sf "$BASE/dead-letters" | python3 -c 'import json,sys; [print(json.dumps(d)[:160]) for d in json.load(sys.stdin)["dead_letters"]]'
+curl -sf -H "$AUTH" "$BASE/dead-letters" | python3 -c 'import json,sys; [print(json.dumps(d)[:160]) for d in json.load(sys.stdin)["dead_letters"]]'
 if [[ "${BQ_DEMO_KEEP:-}" == 1 ]]; then
-    echo "== still running: $BASE/ (playground), stop with: kill -- -$WRANGLER"
+    echo "== still running: $BASE/ (playground; its worker store asks for the token $TOKEN), stop with: kill -- -$WRANGLER"
 fi

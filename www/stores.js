@@ -3,7 +3,8 @@
 // stores also keep leases: renew / rememberFenced):
 //   - memory:     the Rust InMemoryStore (manual clock, so "advance" moves its TTLs);
 //   - persistent: localStorage (survives a reload), synchronous;
-//   - worker:     the example worker's Durable Object store over HTTP (same origin).
+//   - worker:     the example worker's Durable Object store over HTTP (same origin;
+//                 asks for the worker's admin token, EXAMPLE_ADMIN_TOKEN).
 // Each also lists its entries for the timeline: [{ key, state, expiresAt }].
 
 /** A simulated clock: the real time plus an offset the page can advance. */
@@ -129,8 +130,31 @@ export function persistentStore() {
   };
 }
 
-async function post(path, body) {
+// The example worker's routes need `Authorization: Bearer <EXAMPLE_ADMIN_TOKEN>`.
+// The page asks for the token once per tab (kept in sessionStorage) and asks
+// again after the worker refused it.
+const TOKEN_KEY = 'bq-dedupe-worker-token';
+
+function workerToken({ ask = true } = {}) {
+  let token = sessionStorage.getItem(TOKEN_KEY);
+  if (!token && ask && typeof prompt === 'function') {
+    token = (prompt('The example worker\u2019s admin token (EXAMPLE_ADMIN_TOKEN; make dev prints it):') ?? '').trim();
+    if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  }
+  return token || '';
+}
+
+async function workerFetch(path, init = {}) {
   const res = await fetch(path, {
+    ...init,
+    headers: { ...(init.headers ?? {}), authorization: `Bearer ${workerToken()}` },
+  });
+  if (res.status === 401) sessionStorage.removeItem(TOKEN_KEY); // ask again next time
+  return res;
+}
+
+async function post(path, body) {
+  const res = await workerFetch(path, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify(body),
@@ -143,10 +167,15 @@ async function post(path, body) {
   return res.json();
 }
 
-/** Does this origin answer `GET stats` with JSON (i.e. is the page served by the example worker)? */
+/**
+ * Is the page served by the example worker? Its `GET stats` answers JSON with
+ * the token, or 401 with `WWW-Authenticate: Bearer` without one (no token is
+ * needed to find out). A worker with no token configured (403) offers no store.
+ */
 export async function workerAvailable() {
   try {
     const res = await fetch('stats', { headers: { accept: 'application/json' } });
+    if (res.status === 401) return (res.headers.get('www-authenticate') ?? '').startsWith('Bearer');
     if (!res.ok || !(res.headers.get('content-type') ?? '').includes('json')) return false;
     await res.json();
     return true;
@@ -157,6 +186,7 @@ export async function workerAvailable() {
 
 /** The example worker's Durable Object store over its HTTP endpoints (relative URLs). */
 export function workerStore() {
+  workerToken(); // asked for now, when the store is chosen
   const ttl = (ms) => (ms === undefined || ms === null ? null : ms);
   const store = {
     seen: async (key) => (await post('store/seen', { keys: [key] })).seen[0],
@@ -169,7 +199,7 @@ export function workerStore() {
     release: async (key, token) => { await post('store/release', { releases: [{ key, token }] }); },
   };
   const entries = async () => {
-    const res = await fetch('store/entries', { headers: { accept: 'application/json' } });
+    const res = await workerFetch('store/entries', { headers: { accept: 'application/json' } });
     if (!res.ok) throw new Error(`store/entries: HTTP ${res.status}`);
     return (await res.json()).entries.map((e) => ({ key: e.key, state: e.state, expiresAt: e.expires_at ?? null }));
   };

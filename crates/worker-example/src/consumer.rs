@@ -1,10 +1,12 @@
 //! The queue consumer: `bq-orders` through bq-dedupe, and its dead-letter queue
 //! into the effect log.
 
+use std::cell::Cell;
+use std::rc::Rc;
 use std::time::Duration;
 
 use bq_dedupe_workers::bq_dedupe::store::PerKey;
-use bq_dedupe_workers::bq_dedupe::{OutcomeKind, Store};
+use bq_dedupe_workers::bq_dedupe::{Event, OutcomeKind, Store};
 use bq_dedupe_workers::{
     Action, BatchReport, ConsumeError, DedupeConfig, Delivery, QueueBatch, QueueConsumer,
     RoundTrips, WorkersTimer,
@@ -12,6 +14,7 @@ use bq_dedupe_workers::{
 use serde::Deserialize;
 use worker::{Context, Delay, Env, Result};
 
+use crate::access::directives_enabled;
 use crate::effects::{CounterUpdate, EffectLogClient, Invocation};
 
 /// What an envelope's `data` may tell the example handler to do (tests use these).
@@ -50,58 +53,95 @@ pub async fn consume(batch: QueueBatch, env: Env, _ctx: Context) -> Result<()> {
     let switch = |name: &str, on: &str| env.var(name).is_ok_and(|v| v.to_string() == on);
     // Benchmark switches: the naive adapter, and a handler without I/O.
     let naive = switch("EXAMPLE_NAIVE_STORE", "on");
-    let effects = (!switch("EXAMPLE_EFFECT_LOG", "off")).then_some(&log);
-    let report = if naive {
-        run(config.consumer(&env, PerKey(&store))?, &batch, effects).await?
-    } else {
-        run(config.consumer(&env, store)?, &batch, effects).await?
+    let handler = Handler {
+        effects: (!switch("EXAMPLE_EFFECT_LOG", "off")).then_some(&log),
+        directives: directives_enabled(&env),
     };
-    log.count(&counters(&report, round_trips.get())).await
+    let observed = Observed::default();
+    let report = if naive {
+        run(
+            config.consumer(&env, PerKey(&store))?,
+            &batch,
+            &handler,
+            &observed,
+        )
+        .await?
+    } else {
+        run(config.consumer(&env, store)?, &batch, &handler, &observed).await?
+    };
+    log.count(&counters(&report, round_trips.get(), &observed))
+        .await
+}
+
+/// What the consumer's observers saw: the guard's events and the adapter's
+/// per-message reports (so `/stats` shows the observer path works end to end).
+#[derive(Default, Clone)]
+struct Observed {
+    outcomes: Rc<Cell<i64>>,
+    messages: Rc<Cell<i64>>,
 }
 
 async fn run<S: Store>(
     consumer: QueueConsumer<S, (), WorkersTimer>,
     batch: &QueueBatch,
-    effects: Option<&EffectLogClient>,
+    handler: &Handler<'_>,
+    observed: &Observed,
 ) -> std::result::Result<BatchReport, ConsumeError> {
+    let outcomes = observed.outcomes.clone();
+    let messages = observed.messages.clone();
     consumer
-        .consume(batch, async |delivery| handle(delivery, effects).await)
+        .with_observer(move |event: Event<'_>| {
+            if let Event::Outcome { .. } = event {
+                outcomes.set(outcomes.get() + 1);
+            }
+        })
+        .on_message(move |_| messages.set(messages.get() + 1))
+        .consume(batch, async |delivery| handler.handle(delivery).await)
         .await
 }
 
 /// The example handler: its side effect is one row in the effect log (none when
-/// the log is switched off for a benchmark).
-async fn handle(
-    delivery: &Delivery<'_, '_>,
-    effects: Option<&EffectLogClient>,
-) -> std::result::Result<(), String> {
-    let message = delivery.message();
-    let directives = serde_json::from_str::<Envelope>(message.raw())
-        .map(|e| e.data)
-        .unwrap_or_default();
-    if directives.sleep_ms > 0 {
-        Delay::from(Duration::from_millis(directives.sleep_ms)).await;
+/// the log is switched off for a benchmark). It obeys the test directives in
+/// `data` only when `EXAMPLE_TEST_DIRECTIVES=1` (local runs).
+struct Handler<'a> {
+    effects: Option<&'a EffectLogClient>,
+    directives: bool,
+}
+
+impl Handler<'_> {
+    async fn handle(&self, delivery: &Delivery<'_, '_>) -> std::result::Result<(), String> {
+        let message = delivery.message();
+        let directives = if self.directives {
+            serde_json::from_str::<Envelope>(message.raw())
+                .map(|e| e.data)
+                .unwrap_or_default()
+        } else {
+            Directives::default()
+        };
+        if directives.sleep_ms > 0 {
+            Delay::from(Duration::from_millis(directives.sleep_ms)).await;
+        }
+        if directives.panic {
+            panic!("example handler told to panic");
+        }
+        let attempt = delivery.attempts();
+        let fail = directives.always_fail || attempt < directives.fail_attempts;
+        let invocation = Invocation {
+            id: message.id().map(str::to_string),
+            fired: !fail,
+        };
+        if let Some(log) = self.effects {
+            log.record(&invocation).await.map_err(|e| e.to_string())?;
+        }
+        if fail {
+            return Err(format!("example handler told to fail (attempt {attempt})"));
+        }
+        Ok(())
     }
-    if directives.panic {
-        panic!("example handler told to panic");
-    }
-    let attempt = delivery.attempts();
-    let fail = directives.always_fail || attempt < directives.fail_attempts;
-    let invocation = Invocation {
-        id: message.id().map(str::to_string),
-        fired: !fail,
-    };
-    if let Some(log) = effects {
-        log.record(&invocation).await.map_err(|e| e.to_string())?;
-    }
-    if fail {
-        return Err(format!("example handler told to fail (attempt {attempt})"));
-    }
-    Ok(())
 }
 
 /// The batch's counts for `GET /stats`.
-fn counters(report: &BatchReport, round_trips: u64) -> CounterUpdate {
+fn counters(report: &BatchReport, round_trips: u64, observed: &Observed) -> CounterUpdate {
     let n = |kinds: &[OutcomeKind]| kinds.iter().map(|&k| report.count(k) as i64).sum::<i64>();
     let add = vec![
         ("batches", 1),
@@ -139,6 +179,10 @@ fn counters(report: &BatchReport, round_trips: u64) -> CounterUpdate {
             n(&[OutcomeKind::StoreUnavailable, OutcomeKind::RanUnrecorded]),
         ),
         ("store_round_trips", round_trips as i64),
+        ("redeliveries", report.redeliveries() as i64),
+        ("duplicate_publishes", report.duplicate_publishes() as i64),
+        ("observed_outcomes", observed.outcomes.get()),
+        ("observed_messages", observed.messages.get()),
     ];
     CounterUpdate {
         add: add.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),

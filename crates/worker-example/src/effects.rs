@@ -35,6 +35,10 @@ pub const COUNTERS: &[&str] = &[
     "store_round_trips",
     "max_batch_round_trips",
     "dead_letters_received",
+    "redeliveries",
+    "duplicate_publishes",
+    "observed_outcomes",
+    "observed_messages",
 ];
 
 /// One handler invocation: `fired` when its side effect happened.

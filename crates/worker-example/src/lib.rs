@@ -7,11 +7,15 @@
 //!   and consumer counters (strongly consistent, so tests can count exactly);
 //! - [`publish`]: `POST /publish`;
 //! - [`store_api`]: the dedupe store over HTTP (`/forget`, `/store/*`), used by
-//!   the playground.
+//!   the playground;
+//! - [`access`]: every route needs `Authorization: Bearer <EXAMPLE_ADMIN_TOKEN>`
+//!   (none configured: all refused), bodies are size-limited, and the handler's
+//!   test directives work only with `EXAMPLE_TEST_DIRECTIVES=1` (local runs).
 //!
 //! The benchmark's baseline (`EXAMPLE_NAIVE_STORE=on`) is the same store behind
 //! the core's per-key wrapper (`bq_dedupe::store::PerKey`).
 
+mod access;
 mod consumer;
 mod effects;
 mod publish;
@@ -27,6 +31,10 @@ bq_dedupe_workers::queue_consumer!(consumer::consume);
 
 #[event(fetch)]
 async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
+    // Every route needs the admin token (the playground is served before this).
+    if let Some(refusal) = access::refuse(&req, &env)? {
+        return Ok(refusal);
+    }
     Router::new()
         .post_async("/publish", |req, ctx| publish::publish(req, ctx.env))
         .get_async("/effects", |_, ctx| effects::forward(ctx.env, "/effects"))

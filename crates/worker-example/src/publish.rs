@@ -13,9 +13,10 @@ const PRODUCER: &str = "ORDERS";
 const SEND_BATCH_MAX: usize = 100;
 
 pub async fn publish(mut req: Request, env: Env) -> Result<Response> {
-    let items = match req.json::<Value>().await {
+    let items = match crate::access::json_body::<Value>(&mut req, &env).await? {
         Ok(Value::Array(items)) => items,
-        _ => return Response::error("body must be a JSON array of envelopes or strings", 400),
+        Ok(_) => return Response::error("body must be a JSON array of envelopes or strings", 400),
+        Err(refusal) => return Ok(refusal),
     };
     let queue = env.queue(PRODUCER)?;
     let mut sent = 0;

@@ -60,16 +60,17 @@ fn reply(result: std::result::Result<Value, StoreError>) -> Result<Response> {
     }
 }
 
-async fn body<T: serde::de::DeserializeOwned>(req: &mut Request) -> std::result::Result<T, String> {
-    req.json::<T>()
-        .await
-        .map_err(|e| format!("bad request body: {e}"))
+async fn body<T: serde::de::DeserializeOwned>(
+    req: &mut Request,
+    env: &Env,
+) -> Result<std::result::Result<T, Response>> {
+    crate::access::json_body(req, env).await
 }
 
 pub async fn forget(mut req: Request, env: Env) -> Result<Response> {
-    let ids: Ids = match body(&mut req).await {
+    let ids: Ids = match body(&mut req, &env).await? {
         Ok(b) => b,
-        Err(message) => return Response::error(message, 400),
+        Err(refusal) => return Ok(refusal),
     };
     let (config, store) = open(&env)?;
     let guard = config.guard(store);
@@ -85,9 +86,9 @@ pub async fn forget(mut req: Request, env: Env) -> Result<Response> {
 
 /// `POST /store/forget {"keys": [...]}`: by exact store key (no prefix added).
 pub async fn forget_keys(mut req: Request, env: Env) -> Result<Response> {
-    let keys: Keys = match body(&mut req).await {
+    let keys: Keys = match body(&mut req, &env).await? {
         Ok(b) => b,
-        Err(message) => return Response::error(message, 400),
+        Err(refusal) => return Ok(refusal),
     };
     let (_, store) = open(&env)?;
     for key in &keys.keys {
@@ -99,9 +100,9 @@ pub async fn forget_keys(mut req: Request, env: Env) -> Result<Response> {
 }
 
 pub async fn seen(mut req: Request, env: Env) -> Result<Response> {
-    let keys: Keys = match body(&mut req).await {
+    let keys: Keys = match body(&mut req, &env).await? {
         Ok(b) => b,
-        Err(message) => return Response::error(message, 400),
+        Err(refusal) => return Ok(refusal),
     };
     let (_, store) = open(&env)?;
     let refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
@@ -114,9 +115,9 @@ pub async fn seen(mut req: Request, env: Env) -> Result<Response> {
 }
 
 pub async fn remember(mut req: Request, env: Env) -> Result<Response> {
-    let keys: Keys = match body(&mut req).await {
+    let keys: Keys = match body(&mut req, &env).await? {
         Ok(b) => b,
-        Err(message) => return Response::error(message, 400),
+        Err(refusal) => return Ok(refusal),
     };
     let (_, store) = open(&env)?;
     let refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
@@ -130,9 +131,9 @@ pub async fn remember(mut req: Request, env: Env) -> Result<Response> {
 }
 
 pub async fn claim(mut req: Request, env: Env) -> Result<Response> {
-    let keys: Keys = match body(&mut req).await {
+    let keys: Keys = match body(&mut req, &env).await? {
         Ok(b) => b,
-        Err(message) => return Response::error(message, 400),
+        Err(refusal) => return Ok(refusal),
     };
     let (_, store) = open(&env)?;
     let refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
@@ -153,9 +154,9 @@ pub async fn claim(mut req: Request, env: Env) -> Result<Response> {
 }
 
 pub async fn release(mut req: Request, env: Env) -> Result<Response> {
-    let releases: Releases = match body(&mut req).await {
+    let releases: Releases = match body(&mut req, &env).await? {
         Ok(b) => b,
-        Err(message) => return Response::error(message, 400),
+        Err(refusal) => return Ok(refusal),
     };
     let (_, store) = open(&env)?;
     let tokens: Vec<(&str, ClaimToken)> = releases
@@ -204,9 +205,9 @@ struct RememberItem {
 /// "renew": [{key, token}], "ttl_ms"?, "lease_ms"?}`: one batch step, as the
 /// guard makes it. Answers `kept`, `renewed` and `release_error` (or `null`).
 pub async fn settle(mut req: Request, env: Env) -> Result<Response> {
-    let step: SettleBody = match body(&mut req).await {
+    let step: SettleBody = match body(&mut req, &env).await? {
         Ok(b) => b,
-        Err(message) => return Response::error(message, 400),
+        Err(refusal) => return Ok(refusal),
     };
     let (_, store) = open(&env)?;
     let token = |t: &str| ClaimToken(t.to_string());

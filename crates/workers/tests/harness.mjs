@@ -9,6 +9,10 @@ import { unstable_getMiniflareWorkerOptions } from "wrangler";
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../..");
 export const QUEUE = "bq-orders";
+/** The admin token the tests configure (EXAMPLE_ADMIN_TOKEN) and send. */
+export const TOKEN = "test-admin-token-0123456789";
+/** The Authorization header every route of the example needs. */
+export const AUTH = { authorization: `Bearer ${TOKEN}` };
 export const DLQ = "bq-orders-dlq";
 
 const FIXTURE = JSON.parse(
@@ -29,7 +33,9 @@ export function envelope(id, data = {}) {
  * the bq-orders consumer (maxRetries, maxBatchSize, ...); `assets` serves www/ at /.
  * Deliveries are immediate (maxBatchTimeout 0) and retries undelayed. `persist`: a
  * directory where Durable Object and KV state outlives the worker (a restart with
- * other vars finds it again); otherwise state is in memory.
+ * other vars finds it again); otherwise state is in memory. The admin token
+ * (TOKEN) and the test directives are on unless `vars` says otherwise (a var
+ * set to `undefined` is left out).
  */
 export async function startWorker({ vars = {}, consumer = {}, assets = false, persist } = {}) {
   const { workerOptions, main } = unstable_getMiniflareWorkerOptions(
@@ -50,7 +56,14 @@ export async function startWorker({ vars = {}, consumer = {}, assets = false, pe
     modules: true,
     cf: false, // no network: skip fetching the Request.cf placeholder
     scriptPath: main,
-    bindings: { ...workerOptions.bindings, ...vars },
+    bindings: Object.fromEntries(
+      Object.entries({
+        ...workerOptions.bindings,
+        EXAMPLE_ADMIN_TOKEN: TOKEN,
+        EXAMPLE_TEST_DIRECTIVES: "1",
+        ...vars,
+      }).filter(([, v]) => v !== undefined),
+    ),
     queueConsumers,
     ...(persist ? { durableObjectsPersist: persist, kvPersist: persist } : {}),
     log: new Log(process.env.BQ_WORKER_LOG ? LogLevel.DEBUG : LogLevel.WARN),
@@ -71,7 +84,7 @@ class Worker {
   async request(method, route, body) {
     const res = await this.mf.dispatchFetch(`http://worker${route}`, {
       method,
-      headers: body === undefined ? {} : { "content-type": "application/json" },
+      headers: body === undefined ? AUTH : { ...AUTH, "content-type": "application/json" },
       body: body === undefined ? undefined : JSON.stringify(body),
     });
     const text = await res.text();

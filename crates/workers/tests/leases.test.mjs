@@ -230,7 +230,7 @@ describe("settle across shards", () => {
     "a shard that fails with only a release to do is a release error, not a failed " +
       "remember: the other shard's remember is kept",
     () =>
-      withWorker({ vars: { DEDUPE_SHARDS: "4" } }, async (worker) => {
+      withWorker({ vars: { DEDUPE_SHARDS: "4", EXAMPLE_MAX_BODY_BYTES: String(8 << 20) } }, async (worker) => {
         const settled = await worker.request("POST", "/store/settle", {
           remember: [{ key: "settle-1" }],
           release: [{ key: huge, token: "t" }],
@@ -242,7 +242,7 @@ describe("settle across shards", () => {
   );
 
   test("renew and a fenced remember in one settle request per shard: only the owner's token counts", () =>
-    withWorker({ vars: { DEDUPE_SHARDS: "4" } }, async (worker) => {
+    withWorker({ vars: { DEDUPE_SHARDS: "4", EXAMPLE_MAX_BODY_BYTES: String(8 << 20) } }, async (worker) => {
       const keys = ["settle-0", "settle-1", "settle-2"];
       const { claims } = await worker.request("POST", "/store/claim", { keys, lease_ms: 60_000 });
       const [a, b, c] = claims.map((cl) => cl.token);

@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { ROOT, envelope, sleep, startWorker } from "./harness.mjs";
+import { AUTH, ROOT, envelope, sleep, startWorker } from "./harness.mjs";
 
 const manifest = JSON.parse(
   readFileSync(path.join(ROOT, "tests/conformance/manifest.json"), "utf8"),
@@ -46,6 +46,30 @@ describe("conformance sequences as queue traffic", () => {
         assert.equal(effects.invocations_total, sequence.expected_effects);
       }));
   }
+});
+
+describe("redeliveries apart from duplicate publishes", () => {
+  test("/stats counts Cloudflare redeliveries (attempts > 1) and new messages with a known meta.id apart, through the report and the observers", () =>
+    withWorker({}, async (worker) => {
+      // One batch: dup-x twice (a duplicate publish in the batch), flaky fails
+      // its first attempt (Cloudflare redelivers it: a redelivery, which runs).
+      let stats = await worker.publishAndWait(
+        [envelope("rd-x"), envelope("rd-x"), envelope("rd-flaky", { fail_attempts: 1 })],
+        4,
+      );
+      assert.equal(stats.deliveries, 4);
+      assert.equal(stats.duplicate_publishes, 1, JSON.stringify(stats));
+      assert.equal(stats.redeliveries, 1, JSON.stringify(stats));
+      // Published again later: new messages whose ids are remembered.
+      stats = await worker.publishAndWait([envelope("rd-x"), envelope("rd-flaky")]);
+      assert.equal(stats.duplicate_publishes, 3);
+      assert.equal(stats.redeliveries, 1);
+      assert.equal(stats.skips, 3);
+      assert.deepEqual((await worker.effects()).effects, { "rd-flaky": 1, "rd-x": 1 });
+      // The guard's observer saw every outcome, the message observer every message.
+      assert.equal(stats.observed_outcomes, stats.deliveries);
+      assert.equal(stats.observed_messages, stats.deliveries);
+    }));
 });
 
 describe("duplicate publishes", () => {
@@ -303,6 +327,7 @@ describe("TTL", () => {
       async (worker) => {
         const res = await worker.mf.dispatchFetch("http://worker/store/seen", {
           method: "POST",
+          headers: AUTH,
           body: JSON.stringify({ keys: ["k"] }),
         });
         assert.equal(res.status, 500);
@@ -377,6 +402,7 @@ describe("HTTP surface", () => {
   test("POST /publish rejects a non-array body with 400", async () => {
     const res = await worker.mf.dispatchFetch("http://worker/publish", {
       method: "POST",
+      headers: AUTH,
       body: JSON.stringify({ not: "an array" }),
     });
     assert.equal(res.status, 400);
@@ -400,17 +426,19 @@ describe("HTTP surface", () => {
       assert.deepEqual((await prefixed.effects()).effects, { "f-1": 2 });
     }));
 
-  test("a shard request that fails halfway is rolled back: no claim is left behind", async () => {
+  test("a shard request that fails halfway is rolled back: no claim is left behind", () =>
     // SQLite in a Durable Object refuses a value over 2 MB: the second key fails
-    // after the first was claimed in the same request.
-    const res = await worker.mf.dispatchFetch("http://worker/store/claim", {
-      method: "POST",
-      body: JSON.stringify({ keys: ["rollback-1", "k".repeat(3 * 1024 * 1024)], lease_ms: 60000 }),
-    });
-    assert.equal(res.status, 503, await res.text());
-    const retry = await worker.request("POST", "/store/claim", { keys: ["rollback-1"], lease_ms: 60000 });
-    assert.equal(retry.claims[0].state, "acquired", "the first key's claim was rolled back");
-  });
+    // after the first was claimed in the same request (bodies allowed up to 8 MiB).
+    withWorker({ vars: { EXAMPLE_MAX_BODY_BYTES: String(8 << 20) } }, async (big) => {
+      const res = await big.mf.dispatchFetch("http://worker/store/claim", {
+        method: "POST",
+        headers: AUTH,
+        body: JSON.stringify({ keys: ["rollback-1", "k".repeat(3 * 1024 * 1024)], lease_ms: 60000 }),
+      });
+      assert.equal(res.status, 503, await res.text());
+      const retry = await big.request("POST", "/store/claim", { keys: ["rollback-1"], lease_ms: 60000 });
+      assert.equal(retry.claims[0].state, "acquired", "the first key's claim was rolled back");
+    }));
 
   test("/store/claim then /store/release round-trips a claim", async () => {
     const claimed = await worker.request("POST", "/store/claim", { keys: ["c1"], lease_ms: 60000 });
