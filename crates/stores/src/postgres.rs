@@ -96,6 +96,14 @@ fn check_keys<'a>(keys: impl IntoIterator<Item = &'a str>) -> StoreResult<()> {
     Ok(())
 }
 
+/// The connection is gone: closed, or the server ended the session (admin
+/// shutdown, crash, a failover: SQLSTATE 57P01..57P03, class 08).
+fn connection_lost(e: &postgres::Error) -> bool {
+    e.is_closed()
+        || e.code()
+            .is_some_and(|c| c.code().starts_with("57P") || c.code().starts_with("08"))
+}
+
 /// Connection trouble, a server shutting down, a serialization failure or a
 /// deadlock may pass (`Unavailable`); anything else is `Internal`.
 fn error(e: postgres::Error) -> StoreError {
@@ -109,9 +117,17 @@ fn error(e: postgres::Error) -> StoreError {
                 || c == "53300"
         })
         || e.as_db_error().is_none();
-    // The Display of a db error is its message; the source is kept out (it may
-    // echo connection parameters).
-    StoreError::backend(transient, format!("postgres: {e}"))
+    // A db error's own text (severity, SQLSTATE, message); never the config.
+    let message = match e.as_db_error() {
+        Some(db) => format!(
+            "postgres: {} {}: {}",
+            db.severity(),
+            db.code().code(),
+            db.message()
+        ),
+        None => format!("postgres: {e}"),
+    };
+    StoreError::backend(transient, message)
 }
 
 /// A TTL or lease as a `bigint` of milliseconds (`None`: no expiry).
@@ -139,6 +155,10 @@ impl PostgresStore {
         let pool = Pool::builder()
             .max_size(POOL_SIZE)
             .min_idle(Some(1))
+            // No health-check query before each use (one more round trip per
+            // call): a broken connection is found by the call, which is retried
+            // once on a fresh one ([`PostgresStore::run`]).
+            .test_on_check_out(false)
             .connection_timeout(TIMEOUT)
             .build(manager)
             .map_err(|e| StoreError::unavailable(format!("postgres: cannot connect: {e}")))?;
@@ -161,6 +181,28 @@ impl PostgresStore {
         self.pool
             .get()
             .map_err(|e| StoreError::unavailable(format!("postgres: no connection: {e}")))
+    }
+
+    /// Runs `op` on a pooled connection; a connection found closed (the server
+    /// restarted, the network dropped it) is discarded and `op` retried once on a
+    /// fresh one. Every operation is safe to repeat: a repeated claim finds its
+    /// own first claim and answers `Held`, a repeated commit `false` (lost), both
+    /// on the safe side.
+    fn run<T>(
+        &self,
+        op: impl Fn(&mut postgres::Client) -> Result<T, postgres::Error>,
+    ) -> StoreResult<T> {
+        // Each idle connection in the pool may be one the server dropped.
+        let mut attempts = POOL_SIZE + 1;
+        loop {
+            let mut conn = self.conn()?;
+            match op(&mut conn) {
+                Err(e) if attempts > 1 && (connection_lost(&e) || conn.is_closed()) => {
+                    attempts -= 1;
+                }
+                result => return result.map_err(error),
+            }
+        }
     }
 
     fn create_tables(&self) -> StoreResult<()> {
@@ -201,7 +243,7 @@ impl PostgresStore {
                     (SELECT count(*) FROM {t} WHERE NOT {LIVE})
                   + (SELECT count(*) FROM {c} WHERE expires_at <= now())"
         );
-        let row = self.conn()?.query_one(&sql, &[]).map_err(error)?;
+        let row = self.run(|c| c.query_one(&sql, &[]))?;
         let n = |i: usize| row.get::<_, i64>(i).max(0) as u64;
         Ok(StoreStats {
             remembered: n(0),
@@ -218,7 +260,7 @@ impl PostgresStore {
                   b AS (DELETE FROM {c} WHERE expires_at <= now() RETURNING 1)
              SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM b)"
         );
-        let row = self.conn()?.query_one(&sql, &[]).map_err(error)?;
+        let row = self.run(|c| c.query_one(&sql, &[]))?;
         Ok(row.get::<_, i64>(0).max(0) as u64)
     }
 
@@ -307,7 +349,7 @@ impl PostgresStore {
             (&ren_tokens, Type::TEXT_ARRAY),
             (&lease, Type::INT8),
         ];
-        let rows = self.conn()?.query_typed(&sql, &params).map_err(error)?;
+        let rows = self.run(|c| c.query_typed(&sql, &params))?;
         let mut kept_keys = HashSet::new();
         let mut renewed = HashSet::new();
         for row in &rows {
@@ -351,10 +393,7 @@ impl Store for PostgresStore {
             "WITH a AS (DELETE FROM {t} WHERE message_id = $1)
              DELETE FROM {c} WHERE message_id = $1"
         );
-        self.conn()?
-            .query_typed(&sql, &[(&key, Type::TEXT)])
-            .map(|_| ())
-            .map_err(error)
+        self.run(|c| c.query_typed(&sql, &[(&key, Type::TEXT)]).map(|_| ()))
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -375,10 +414,7 @@ impl Store for PostgresStore {
             "SELECT message_id FROM {} WHERE message_id = ANY($1::text[]) AND {LIVE}",
             self.table
         );
-        let rows = self
-            .conn()?
-            .query_typed(&sql, &[(&keys, Type::TEXT_ARRAY)])
-            .map_err(error)?;
+        let rows = self.run(|c| c.query_typed(&sql, &[(&keys, Type::TEXT_ARRAY)]))?;
         let live: HashSet<String> = rows.iter().map(|r| r.get(0)).collect();
         Ok(keys.iter().map(|k| live.contains(*k)).collect())
     }
@@ -403,7 +439,7 @@ impl Store for PostgresStore {
     }
 
     /// Two statements: claim every free key (no live row, no live claim: a lapsed
-    /// claim is taken over), then, on a fresh snapshot, find the keys remembered
+    /// claim is taken over, our own token's is ours again), then, on a fresh snapshot, find the keys remembered
     /// meanwhile and give their new claims back.
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
         if keys.is_empty() {
@@ -430,7 +466,7 @@ impl Store for PostgresStore {
              WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE {t}.message_id = u.k AND {LIVE})
              ON CONFLICT (message_id) DO UPDATE
                SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
-               WHERE {c}.expires_at <= now()
+               WHERE {c}.expires_at <= now() OR {c}.token = EXCLUDED.token
              RETURNING message_id"
         );
         let recheck = format!(
@@ -440,29 +476,23 @@ impl Store for PostgresStore {
                            WHERE {c}.message_id = done.message_id AND {c}.token = ANY($2::text[]))
              SELECT message_id FROM done"
         );
-        let mut conn = self.conn()?;
-        let acquired: HashSet<String> = conn
-            .query_typed(
-                &claim,
-                &[
-                    (&firsts, Type::TEXT_ARRAY),
-                    (&token_strs, Type::TEXT_ARRAY),
-                    (&lease, Type::INT8),
-                ],
-            )
-            .map_err(error)?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        let done: HashSet<String> = conn
-            .query_typed(
-                &recheck,
-                &[(&firsts, Type::TEXT_ARRAY), (&token_strs, Type::TEXT_ARRAY)],
-            )
-            .map_err(error)?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+        let rows = |conn: &mut postgres::Client, sql: &str, keys: bool| {
+            let lease_param: (&(dyn ToSql + Sync), Type) = (&lease, Type::INT8);
+            let mut params: Vec<(&(dyn ToSql + Sync), Type)> =
+                vec![(&firsts, Type::TEXT_ARRAY), (&token_strs, Type::TEXT_ARRAY)];
+            if keys {
+                params.push(lease_param);
+            }
+            conn.query_typed(sql, &params).map(|rows| {
+                rows.iter()
+                    .map(|r| r.get::<_, String>(0))
+                    .collect::<HashSet<String>>()
+            })
+        };
+        // The pair is repeated whole after a broken connection: the tokens are
+        // the same, so a claim that landed the first time is recognised as ours.
+        let (acquired, done) =
+            self.run(|conn| Ok((rows(conn, &claim, true)?, rows(conn, &recheck, false)?)))?;
         let mut token_of: std::collections::HashMap<&str, ClaimToken> =
             firsts.iter().copied().zip(tokens).collect();
         Ok(keys

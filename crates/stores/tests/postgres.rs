@@ -185,3 +185,34 @@ fn postgres_unreachable_is_unavailable() {
     let e = PostgresStore::connect("postgres://postgres@127.0.0.1:1/postgres", "t").unwrap_err();
     assert_eq!(e.kind, StoreErrorKind::Unavailable, "{e}");
 }
+
+/// The server drops the store's connections (a restart, a failover): the next
+/// call is retried on a fresh connection and succeeds.
+#[test]
+fn postgres_reconnects_after_its_connections_are_terminated() {
+    let url = postgres_url();
+    let table = postgres_table("reconnect");
+    let _clean = PgCleanup {
+        url: url.clone(),
+        table: table.clone(),
+    };
+    let app = common::unique("bq-reconnect");
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let store =
+        PostgresStore::connect(&format!("{url}{sep}application_name={app}"), &table).unwrap();
+    ready(store.remember("before", None)).unwrap();
+    let killed: i64 = sql(&url)
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+            &[&app],
+        )
+        .unwrap()
+        .get(0);
+    assert!(killed >= 1, "{killed}");
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(ready(store.seen("before")).unwrap());
+    assert!(matches!(
+        ready(store.claim("after", Duration::from_secs(60))).unwrap(),
+        Claim::Acquired(_)
+    ));
+}
