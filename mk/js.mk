@@ -2,12 +2,14 @@
 #
 #   make js-build       crates/js -> crates/js/pkg/{web,node} + www/pkg (wasm-bindgen, wasm-opt, size budget)
 #   make js-test        the package's Node tests (node --test crates/js/tests/), incl. the
-#                       core's conformance runner in a test build next to the JS runner
+#                       core's conformance runner in a test build next to the JS runner, and
+#                       tests/pack.test.mjs: `npm pack` of a clean copy of the tree installed in a
+#                       scratch project (ESM, CommonJS, tsc 5.9 + 7.0, the README's examples)
 #   make browser-test   the playground end to end in headless Chromium (tests/browser)
 #   make playground     serve www/ on http://127.0.0.1:8788/
 #
-# Every tool is installed only when missing (scripts/ensure-tools.sh, npm install
-# only when node_modules is older than package.json).
+# Every tool is installed only when missing (scripts/ensure-tools.sh: `npm ci` from
+# the committed lock file, only when node_modules is older than package(-lock).json).
 
 PLAYGROUND_PORT ?= 8788
 
@@ -17,7 +19,10 @@ js-build:
 	scripts/build-js.sh
 
 # `test` also builds pkg/conformance-node (the core's conformance runner, for the tests).
-js-test: js-build
+# The pack test also needs the TypeScript versions (crates/js/pack-test) and, for the
+# README's browser example, Chromium (browser-setup).
+js-test: js-build browser-setup
+	@scripts/ensure-tools.sh npm crates/js/pack-test >/dev/null
 	scripts/build-js.sh test
 	node --test crates/js/tests/
 
