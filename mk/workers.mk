@@ -10,11 +10,13 @@ WORKER_STATE := .wrangler-state
 workers-build:
 	scripts/build-worker.sh
 
-# The example is a wasm32 cdylib: lint it for the target it ships to.
+# The adapter and the example ship as wasm32: lint them for that target.
 workers-lint:
-	cargo clippy -p babelqueue-dedupe-worker-example --target wasm32-unknown-unknown -- -D warnings
+	cargo clippy -p babelqueue-dedupe-workers -p babelqueue-dedupe-worker-example --target wasm32-unknown-unknown -- -D warnings
 
-## workers-test: every scenario of the adapter as queue traffic on workerd.
+## workers-test: every scenario of the adapter as queue traffic on workerd, the
+## locked example routes, and a user's own worker (examples/user-worker) built
+## outside the workspace with worker-build.
 workers-test: workers-build workers-lint
 	node --test --test-reporter=spec crates/workers/tests/
 

@@ -22,11 +22,12 @@
 //! counts failed attempts from 0. The handler sees
 //! `envelope.attempts + (queue attempts - 1)` as [`Delivery::attempts`].
 //!
-//! A consumer (the README's example, compiled here):
+//! A consumer (the quick start of `docs/workers.md`; `examples/user-worker` is
+//! the complete worker, built and run on workerd by `make workers-test`):
 //!
 //! ```no_run
 //! use bq_dedupe_workers::bq_dedupe::OutcomeKind;
-//! use bq_dedupe_workers::{QueueBatch, QueueConsumer};
+//! use bq_dedupe_workers::{Delivery, QueueBatch, QueueConsumer};
 //! use worker::{Context, Env, Result};
 //!
 //! // The Durable Object class that wrangler.toml binds as the dedupe store.
@@ -37,27 +38,28 @@
 //! async fn consume(batch: QueueBatch, env: Env, _ctx: Context) -> Result<()> {
 //!     let consumer = QueueConsumer::from_env(&env)?; // DEDUPE_* vars
 //!     let report = consumer
-//!         .consume(&batch, async |delivery| {
-//!             let order = delivery.message().envelope().map_err(|e| e.to_string())?;
-//!             charge(&order.data, delivery.attempts()).await // Err: retried, id not remembered
-//!         })
+//!         .consume(&batch, async |delivery| charge(&env, delivery).await)
 //!         .await?; // Err: the batch could not be read or a retry not recorded
 //!     worker::console_log!(
-//!         "{} ran, {} skipped",
+//!         "{} ran, {} skipped ({} duplicate publishes, {} redeliveries)",
 //!         report.count(OutcomeKind::Ran),
-//!         report.count(OutcomeKind::Skipped)
+//!         report.count(OutcomeKind::Skipped),
+//!         report.duplicate_publishes(),
+//!         report.redeliveries(),
 //!     );
 //!     Ok(())
 //! }
 //!
-//! async fn charge(
-//!     order: &serde_json::Map<String, serde_json::Value>,
-//!     attempt: u64,
-//! ) -> std::result::Result<(), String> {
-//!     let _ = (order, attempt);
+//! async fn charge(env: &Env, delivery: &Delivery<'_, '_>) -> std::result::Result<(), String> {
+//!     let order = delivery.message().envelope().map_err(|e| e.to_string())?;
+//!     let _ = (env, order.data, delivery.attempts());
 //!     Ok(())
 //! }
 //! ```
+//!
+//! Producers: [`send_envelope`] / [`send_envelopes`] send any `Serialize` as a
+//! plain JSON object (workers-rs `Queue::send` turns a `serde_json::Value` into a
+//! JS `Map`, which the `json` content type stores as `{}`).
 
 mod batch;
 mod body;
