@@ -1,5 +1,7 @@
 //! The README's snippets are the files they name, and those files work: every
-//! fenced block right after a `<!-- file: PATH -->` marker must equal PATH's text.
+//! fenced block right after a `<!-- file: PATH -->` marker must equal PATH's text,
+//! and one after `<!-- from: PATH -->` must appear in PATH verbatim (the JS
+//! package's README, whose examples its pack test runs).
 //! The files are compiled (examples/, examples/user-worker) or run by other tests;
 //! here the envelope is decoded and the quick start is run.
 
@@ -12,16 +14,29 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// (path, block) for every marked snippet of `doc`.
-fn snippets(doc: &str) -> Vec<(String, String)> {
+/// How a snippet relates to the file it names.
+#[derive(Debug, PartialEq)]
+enum Mark {
+    /// The whole file.
+    File,
+    /// A passage of it.
+    From,
+}
+
+/// (mark, path, block) for every marked snippet of `doc`.
+fn snippets(doc: &str) -> Vec<(Mark, String, String)> {
     let mut out = Vec::new();
     let mut lines = doc.lines();
     while let Some(line) = lines.next() {
-        let Some(path) = line
-            .trim()
-            .strip_prefix("<!-- file: ")
-            .and_then(|l| l.strip_suffix(" -->"))
-        else {
+        let line = line.trim();
+        let (mark, rest) = if let Some(rest) = line.strip_prefix("<!-- file: ") {
+            (Mark::File, rest)
+        } else if let Some(rest) = line.strip_prefix("<!-- from: ") {
+            (Mark::From, rest)
+        } else {
+            continue;
+        };
+        let Some(path) = rest.strip_suffix(" -->") else {
             continue;
         };
         let fence = lines.next().unwrap_or_default();
@@ -33,7 +48,7 @@ fn snippets(doc: &str) -> Vec<(String, String)> {
             .by_ref()
             .take_while(|l| !l.starts_with("```"))
             .collect();
-        out.push((path.to_string(), block.join("\n")));
+        out.push((mark, path.to_string(), block.join("\n")));
     }
     out
 }
@@ -42,19 +57,22 @@ fn snippets(doc: &str) -> Vec<(String, String)> {
 fn readme_snippets_are_the_files_they_name() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let found = snippets(&readme);
-    assert!(
-        found.len() >= 4,
-        "marked snippets: {:?}",
-        found.iter().map(|(p, _)| p).collect::<Vec<_>>()
-    );
-    for (path, block) in found {
-        let file = std::fs::read_to_string(root().join(&path))
+    let paths: Vec<&str> = found.iter().map(|(_, p, _)| p.as_str()).collect();
+    assert!(found.len() >= 5, "marked snippets: {paths:?}");
+    for (mark, path, block) in &found {
+        let file = std::fs::read_to_string(root().join(path))
             .unwrap_or_else(|e| panic!("README names {path}: {e}"));
-        assert_eq!(
-            block.trim_end(),
-            file.trim_end(),
-            "README's copy of {path} differs from the file"
-        );
+        match mark {
+            Mark::File => assert_eq!(
+                block.trim_end(),
+                file.trim_end(),
+                "README's copy of {path} differs from the file"
+            ),
+            Mark::From => assert!(
+                file.contains(block.trim_end()),
+                "README's snippet is not in {path}:\n{block}"
+            ),
+        }
     }
 }
 
@@ -69,7 +87,11 @@ fn readme_minimal_envelope_is_valid() {
 fn readme_quick_start_runs_then_skips() {
     // `cargo test` builds the examples next to the test binaries' folder.
     let exe = std::env::current_exe().unwrap();
-    let examples = exe.parent().and_then(Path::parent).unwrap().join("examples");
+    let examples = exe
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join("examples");
     let out = Command::new(examples.join("quickstart"))
         .output()
         .expect("cargo test builds examples/quickstart.rs");
