@@ -30,18 +30,54 @@ const getCoreModule = (file) => {
   return modules.get(file);
 };
 
-/** A fresh component instance over `store` and `handler` (import objects of closures). */
-async function component(store, handler = { handle: () => {} }) {
+/** A host without lease support (WIT 1.1 `leases.supported()` false): the 1.0 behaviour. */
+const noLeases = { supported: () => false, nowMs: () => BigInt(Date.now()), settle: () => { throw 'unsupported'; } };
+
+/**
+ * A fresh component instance over `store` and `handler` (import objects of closures),
+ * and `leases` (default: none).
+ */
+async function component(store, handler = { handle: () => {} }, leases = noLeases) {
   const imports = {
     // jco 1.35 reads the unversioned keys; the .d.ts names the versioned ones.
     'babelqueue:idempotency/store': store,
-    'babelqueue:idempotency/store@1.0.0': store,
+    'babelqueue:idempotency/store@1.1.0': store,
+    'babelqueue:idempotency/leases': leases,
+    'babelqueue:idempotency/leases@1.1.0': leases,
     'babelqueue:idempotency/handler': handler,
-    'babelqueue:idempotency/handler@1.0.0': handler,
+    'babelqueue:idempotency/handler@1.1.0': handler,
     'babelqueue:idempotency/types': {},
-    'babelqueue:idempotency/types@1.0.0': {},
+    'babelqueue:idempotency/types@1.1.0': {},
   };
   return instantiate(getCoreModule, imports);
+}
+
+/**
+ * `leases` over a memoryStore's maps: renew and fenced commits by token, as a JS
+ * host would write them.
+ */
+function memoryLeases(mem) {
+  const calls = [];
+  return {
+    calls,
+    supported: () => true,
+    nowMs: () => BigInt(Date.now()),
+    settle: (remember, ttlMs, release, renew, _leaseMs) => {
+      calls.push({ remember, release, renew });
+      for (const [key, token] of release) if (mem.claims.get(key) === token) mem.claims.delete(key);
+      const renewed = renew.map(([key, token]) => mem.claims.get(key) === token);
+      const kept = remember.map(([key, token]) => {
+        const ours = token === undefined || mem.claims.get(key) === token;
+        const free = !mem.claims.has(key) && !mem.remembered.has(key);
+        if (ours || free) {
+          mem.remembered.set(key, ttlMs);
+          mem.claims.delete(key);
+        }
+        return ours;
+      });
+      return { kept, renewed, releaseError: undefined };
+    },
+  };
 }
 
 /**
@@ -115,6 +151,27 @@ const template = JSON.parse(fixture(manifest.idempotency.dedup_key.envelope_file
 const envelopeWithId = (id) => JSON.stringify({ ...template, meta: { ...template.meta, id } });
 const RAN = new Set(['run-ok', 'run-ok-unrecorded', 'run-failed', 'run-panicked', 'fail-open', 'fail-open-failed']);
 const effectOf = (outcome) => (RAN.has(outcome.tag) ? 'run' : outcome.tag === 'skip' ? 'skip' : outcome.tag);
+
+test('leases 1.1: a claim forgotten while the handler runs is run-ok-lease-lost, never a silent run-ok', async () => {
+  const mem = memoryStore();
+  const leases = memoryLeases(mem);
+  const env = envelopeWithId('lease-1');
+  const handler = { handle: () => mem.store.forget('lease-1') }; // someone forgets the id mid-run
+  const c = await component(mem.store, handler, leases);
+  const outcome = c.consumer.process(env, { ...defaults, claimLeaseMs: 60_000n });
+  assert.equal(outcome.tag, 'run-ok-lease-lost');
+  assert.ok(mem.remembered.has('lease-1'), 'the effect happened, so the free key is remembered');
+  assert.deepEqual(leases.calls.at(-1).remember, [['lease-1', 'token-1']], 'committed fenced, with its token');
+});
+
+test('leases 1.1: a host answering supported() false gets the 1.0 calls (commit-many, no settle)', async () => {
+  const mem = memoryStore();
+  const c = await component(mem.store);
+  const bodies = ['a', 'b'].map(envelopeWithId);
+  const outcomes = c.consumer.processBatch(bodies, { ...defaults, claimLeaseMs: 60_000n });
+  assert.deepEqual(outcomes.map((o) => o.tag), ['run-ok', 'run-ok']);
+  assert.ok(mem.names().includes('commitMany') || mem.names().includes('rememberMany'), mem.names().join(','));
+});
 
 test('conformance: the six idempotency sequences through consumer.process', async (t) => {
   assert.equal(manifest.idempotency.sequences.cases.length, 6);
@@ -267,11 +324,12 @@ test('claiming mode, batch: one claim-many, one commit-many that remembers and r
   assert.ok(remembered.has('id-A') && !remembered.has('id-B'));
   assert.equal(handled.length, 2);
 
-  // Without the batch capability the same batch claims and settles key by key.
+  // Without the batch capability the same batch claims and settles key by key
+  // (releases first: a failed release never reads as a failed remember).
   const single = memoryStore({ caps: { batch: false, claim: true, ttl: true } });
   const c = await component(single.store, handler);
   c.consumer.processBatch([envelopeWithId('id-A'), failing], options);
-  assert.deepEqual(single.names(), ['capabilities', 'claim', 'claim', 'remember', 'release']);
+  assert.deepEqual(single.names(), ['capabilities', 'claim', 'claim', 'release', 'remember']);
 });
 
 test('capabilities: no claim -> unsupported without calling claim; no batch -> single calls; no ttl -> none', async () => {
