@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs a command with a throwaway PostgreSQL cluster on loopback, and stops it
 # after. The command sees BQ_TEST_POSTGRES_URL. Installs Debian's postgresql if
-# missing. Run as root (the server runs as the postgres user) or as a user who
+# missing. pg_stat_statements is loaded (the benchmark counts statements with
+# it). Run as root (the server runs as the postgres user) or as a user who
 # can run initdb itself.
 set -euo pipefail
 
@@ -27,7 +28,7 @@ stop() {
 trap stop EXIT
 as_pg "'$bin/initdb' -D '$dir/data' -A trust -U postgres" >/dev/null
 as_pg "'$bin/pg_ctl' -D '$dir/data' -l '$dir/log' -w \
-  -o \"-p $port -k '$dir' -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off\" start" >/dev/null
+  -o \"-p $port -k '$dir' -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c shared_preload_libraries=pg_stat_statements\" start" >/dev/null
 echo "with-postgres: $("$bin/postgres" --version) on 127.0.0.1:$port"
 
 export BQ_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/postgres"

@@ -37,9 +37,10 @@ const LIVE: &str = "(expires_at IS NULL OR expires_at > now())";
 ///   the Go store never reads: a Go consumer only ever sees committed rows.
 /// - A commit inserts the row and drops the claim in one statement (one
 ///   transaction). `seen_many` and `settle` are one statement each (one round
-///   trip); `claim_many` is two: the claim, then a re-check of the remembered rows
-///   on a fresh snapshot (a commit that landed while the claim was being taken is
-///   seen there, and the claim given back: `Seen`).
+///   trip); `claim_many` is one when it claims nothing, else two: the claim, then
+///   a re-check of the claimed keys on a fresh snapshot (a commit that landed
+///   while the claim was being taken is seen there, and the claim given back:
+///   `Seen`).
 ///
 /// Connections come from an `r2d2` pool (up to 4). TLS is not built in: a spec
 /// asking for it (`sslmode=require`) is refused when opened.
@@ -438,9 +439,11 @@ impl Store for PostgresStore {
         self.settle_now(&step).map(|_| ())
     }
 
-    /// Two statements: claim every free key (no live row, no live claim: a lapsed
-    /// claim is taken over, our own token's is ours again), then, on a fresh snapshot, find the keys remembered
-    /// meanwhile and give their new claims back.
+    /// One statement when nothing is claimed (every key seen or held), else two:
+    /// find the remembered keys and claim every free one (no live row, no live
+    /// claim: a lapsed claim is taken over, our own token's is ours again), then,
+    /// on a fresh snapshot, find the claimed keys remembered meanwhile and give
+    /// their new claims back.
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
         if keys.is_empty() {
             return Ok(Vec::new());
@@ -459,40 +462,64 @@ impl Store for PostgresStore {
         let token_strs: Vec<&str> = tokens.iter().map(|t| t.0.as_str()).collect();
         let lease = ttl_ms(lease) as i64;
         let (t, c) = (&self.table, &self.claims);
+        // Statement one: the keys already remembered, and a claim on every other
+        // free key, answered as (seen?, key).
         let claim = format!(
-            "INSERT INTO {c} (message_id, token, expires_at)
-             SELECT u.k, u.tok, now() + $3::bigint * interval '1 millisecond'
-             FROM unnest($1::text[], $2::text[]) u(k, tok)
-             WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE {t}.message_id = u.k AND {LIVE})
-             ON CONFLICT (message_id) DO UPDATE
-               SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
-               WHERE {c}.expires_at <= now() OR {c}.token = EXCLUDED.token
-             RETURNING message_id"
+            "WITH done AS (SELECT message_id FROM {t}
+                           WHERE message_id = ANY($1::text[]) AND {LIVE}),
+                  ins AS (INSERT INTO {c} (message_id, token, expires_at)
+                          SELECT u.k, u.tok, now() + $3::bigint * interval '1 millisecond'
+                          FROM unnest($1::text[], $2::text[]) u(k, tok)
+                          WHERE u.k NOT IN (SELECT message_id FROM done)
+                          ON CONFLICT (message_id) DO UPDATE
+                            SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
+                            WHERE {c}.expires_at <= now() OR {c}.token = EXCLUDED.token
+                          RETURNING message_id)
+             SELECT true, message_id FROM done UNION ALL SELECT false, message_id FROM ins"
         );
+        // Statement two, only when something was claimed: on a fresh snapshot,
+        // the claimed keys remembered meanwhile; their new claims are given back.
         let recheck = format!(
             "WITH done AS (SELECT message_id FROM {t}
                            WHERE message_id = ANY($1::text[]) AND {LIVE}),
                   back AS (DELETE FROM {c} USING done
                            WHERE {c}.message_id = done.message_id AND {c}.token = ANY($2::text[]))
-             SELECT message_id FROM done"
+             SELECT true, message_id FROM done"
         );
-        let rows = |conn: &mut postgres::Client, sql: &str, keys: bool| {
-            let lease_param: (&(dyn ToSql + Sync), Type) = (&lease, Type::INT8);
-            let mut params: Vec<(&(dyn ToSql + Sync), Type)> =
-                vec![(&firsts, Type::TEXT_ARRAY), (&token_strs, Type::TEXT_ARRAY)];
-            if keys {
-                params.push(lease_param);
+        let rows =
+            |conn: &mut postgres::Client, sql: &str, keys: &Vec<&str>, lease: Option<&i64>| {
+                let mut params: Vec<(&(dyn ToSql + Sync), Type)> =
+                    vec![(keys, Type::TEXT_ARRAY), (&token_strs, Type::TEXT_ARRAY)];
+                if let Some(lease) = lease {
+                    params.push((lease, Type::INT8));
+                }
+                conn.query_typed(sql, &params).map(|rows| {
+                    let (mut done, mut acquired) = (HashSet::new(), HashSet::new());
+                    for r in rows {
+                        let key: String = r.get(1);
+                        if r.get::<_, bool>(0) {
+                            done.insert(key);
+                        } else {
+                            acquired.insert(key);
+                        }
+                    }
+                    (done, acquired)
+                })
+            };
+        // Repeated whole after a broken connection: the tokens are the same, so a
+        // claim that landed the first time is recognised as ours.
+        let (done, acquired) = self.run(|conn| {
+            let (mut done, acquired) = rows(conn, &claim, &firsts, Some(&lease))?;
+            if !acquired.is_empty() {
+                let mine: Vec<&str> = firsts
+                    .iter()
+                    .copied()
+                    .filter(|k| acquired.contains(*k))
+                    .collect();
+                done.extend(rows(conn, &recheck, &mine, None)?.0);
             }
-            conn.query_typed(sql, &params).map(|rows| {
-                rows.iter()
-                    .map(|r| r.get::<_, String>(0))
-                    .collect::<HashSet<String>>()
-            })
-        };
-        // The pair is repeated whole after a broken connection: the tokens are
-        // the same, so a claim that landed the first time is recognised as ours.
-        let (acquired, done) =
-            self.run(|conn| Ok((rows(conn, &claim, true)?, rows(conn, &recheck, false)?)))?;
+            Ok((done, acquired))
+        })?;
         let mut token_of: std::collections::HashMap<&str, ClaimToken> =
             firsts.iter().copied().zip(tokens).collect();
         Ok(keys
