@@ -23,7 +23,7 @@ include mk/*.mk
 # `make` alone is the demo, not the first rule of an included file.
 .DEFAULT_GOAL := dev
 
-.PHONY: dev demo-host demo-native test setup setup-fuzz setup-bench lint wasm component-build component-test host unit conformance fuzz bench
+.PHONY: dev demo-host demo-native test setup setup-fuzz setup-bench lint wasm component-build component-test host unit conformance packages fuzz bench
 
 ## dev: the example worker on local workerd (`wrangler dev`, state in .wrangler-state/):
 ## publish the sample stream twice and print the effects (see mk/workers.mk).
@@ -46,7 +46,7 @@ demo-native: setup
 ## test: formatting, lints, the wasm32 build, the component (+ its JS test), every
 ## Rust test with a real Redis, conformance through the component on every store,
 ## a fuzz smoke, and the native conformance run.
-test: setup lint wasm component-test unit fuzz conformance $(EXTRA_TESTS)
+test: setup lint wasm component-test unit fuzz conformance packages $(EXTRA_TESTS)
 
 setup:
 	@rustup target list --installed | grep -qx wasm32-unknown-unknown \
@@ -78,6 +78,14 @@ unit: component-build
 
 conformance:
 	cargo run --quiet --example conformance
+
+# The crates a user depends on or installs package and build from their packaged
+# sources alone (cargo verifies them together, so unpublished path dependencies
+# resolve); every other crate says publish = false.
+PUBLISHED := -p babelqueue-dedupe -p babelqueue-dedupe-stores -p babelqueue-dedupe-workers \
+  -p babelqueue-dedupe-host
+packages: component-build
+	cargo publish --dry-run --allow-dirty $(PUBLISHED)
 
 # cargo-fuzz needs a nightly toolchain; without one the smoke run is skipped, loudly.
 setup-fuzz:
