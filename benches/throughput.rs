@@ -6,6 +6,8 @@
 //!   `InMemoryStore` per iteration;
 //! - `process_batch_100`: the same deliveries in chunks of 100 through
 //!   `Guard::process_batch`;
+//! - `process_presized`: `process` on a store made with
+//!   `InMemoryStore::with_reserved(distinct ids)` (no table growth);
 //! - `decode_only`: `Message::parse` alone (the floor under both).
 //!
 //! ```text
@@ -196,6 +198,21 @@ fn dedupe_throughput(c: &mut Criterion) {
             fresh_guard,
             |guard| {
                 let tally = run_process_batch(&guard, &lines);
+                assert_eq!(tally.effects, expected_effects);
+                (guard, tally)
+            },
+            BatchSize::PerIteration,
+        )
+    });
+
+    // The same, on a store told up front how many ids to expect
+    // (`InMemoryStore::with_reserved`): no table growth while filling.
+    let distinct_ids = distinct;
+    group.bench_function("process_presized", |b| {
+        b.iter_batched(
+            || Guard::new(InMemoryStore::new().with_reserved(distinct_ids)),
+            |guard| {
+                let tally = run_process(&guard, &lines);
                 assert_eq!(tally.effects, expected_effects);
                 (guard, tally)
             },

@@ -265,15 +265,40 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     pub async fn process_batch_indexed<B: AsRef<[u8]>, E>(
         &self,
         bodies: &[B],
-        mut handler: impl AsyncFnMut(usize, &Message<'_>) -> Result<(), E>,
+        handler: impl AsyncFnMut(usize, &Message<'_>) -> Result<(), E>,
     ) -> Vec<Outcome<E>> {
+        self.run_batch(bodies, handler).await.1
+    }
+
+    /// [`Guard::process_batch`] that also hands back each delivery's store key
+    /// (`None`: no usable id, or not a valid envelope), so a caller that reports
+    /// ids need not decode the bodies again ([`KeySpace::id_of`] turns a key back
+    /// into its `meta.id`). Same store calls, same handler calls, same outcomes.
+    pub async fn process_batch_keyed<B: AsRef<[u8]>, E>(
+        &self,
+        bodies: &[B],
+        mut handler: impl AsyncFnMut(&Message<'_>) -> Result<(), E>,
+    ) -> Vec<(Option<String>, Outcome<E>)> {
+        let (decisions, outcomes) = self
+            .run_batch(bodies, async |_, msg| handler(msg).await)
+            .await;
+        decisions.into_iter().map(|d| d.key).zip(outcomes).collect()
+    }
+
+    async fn run_batch<B: AsRef<[u8]>, E>(
+        &self,
+        bodies: &[B],
+        mut handler: impl AsyncFnMut(usize, &Message<'_>) -> Result<(), E>,
+    ) -> (Vec<Decision>, Vec<Outcome<E>>) {
         let (messages, mut decisions) = self.plan(bodies).await;
-        let mut progress = Progress::new(decisions.len(), self.now());
+        // The renewal clock starts only where there are claims to keep alive.
+        let started = self.renewing().and_then(|_| self.now());
+        let mut progress = Progress::new(decisions.len(), started);
         for (i, message) in messages.iter().enumerate() {
             let Some(message) = message.as_ref().filter(|_| decisions[i].should_run()) else {
                 continue;
             };
-            if progress.due(&self.options.leases, self.renewing(), self.now()) {
+            if progress.due(&self.options.leases, self.renewing(), || self.now()) {
                 self.checkpoint(&decisions, &mut progress, i, false).await;
             }
             if progress.lost[i] {
@@ -294,7 +319,8 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             }
             progress.results[i] = Some(result);
         }
-        self.finish(decisions, progress).await
+        let outcomes = self.finish(&decisions, progress).await;
+        (decisions, outcomes)
     }
 
     fn now(&self) -> Option<u64> {
@@ -330,7 +356,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             let mut tick = pin!(async {
                 self.timer.sleep(every).await;
                 started.set(true);
-                if progress.due(&self.options.leases, lease, self.now()) {
+                if progress.due(&self.options.leases, lease, || self.now()) {
                     self.checkpoint(decisions, progress, i, true).await;
                 }
             });
@@ -455,6 +481,12 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         result: Option<HandlerResult<E>>,
     ) -> Outcome<E> {
         let recorded = match settlement(&decision, &result) {
+            Settle::Remember(key) if self.fence_token(&decision).is_none() => {
+                // A plain remember: the store's own call, no settlement to build.
+                let result = self.store.remember(key, self.options.ttl).await;
+                self.report_store_error(StoreOp::Remember, &result);
+                result.map(|()| true)
+            }
             Settle::Remember(key) => {
                 let remember = [(key, self.fence_token(&decision))];
                 let step = Settlement {
@@ -498,12 +530,12 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             }
             progress.results[i] = result;
         }
-        self.finish(decisions, progress).await
+        self.finish(&decisions, progress).await
     }
 
     /// The commit: writes what is still waiting and releases what did not
     /// succeed (one call), then resolves every outcome.
-    async fn finish<E>(&self, decisions: Vec<Decision>, progress: Progress<E>) -> Vec<Outcome<E>> {
+    async fn finish<E>(&self, decisions: &[Decision], progress: Progress<E>) -> Vec<Outcome<E>> {
         let Progress {
             results,
             mut written,
@@ -513,7 +545,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         } = progress;
         let remember: Vec<(&str, Option<&ClaimToken>)> = waiting
             .iter()
-            .map(|&i| (key_at(&decisions, i), self.fence_token(&decisions[i])))
+            .map(|&i| (key_at(decisions, i), self.fence_token(&decisions[i])))
             .collect();
         let release: Vec<(&str, &ClaimToken)> = decisions
             .iter()

@@ -111,13 +111,23 @@ impl<E> Progress<E> {
         }
     }
 
-    /// Is a checkpoint due at `now` (ms, if the guard has a clock)?
-    /// `renewing`: there are claims to keep alive.
-    pub fn due(&self, policy: &LeasePolicy, lease: Option<Duration>, now: Option<u64>) -> bool {
+    /// Is a checkpoint due at `now()` (ms, if the guard has a clock)?
+    /// `renewing`: there are claims to keep alive. The clock is read only when
+    /// time can make a checkpoint due: some success is waiting, or claims are
+    /// being kept alive (so a batch with nothing to write reads no clock).
+    pub fn due(
+        &self,
+        policy: &LeasePolicy,
+        lease: Option<Duration>,
+        now: impl FnOnce() -> Option<u64>,
+    ) -> bool {
         if self.waiting.len() >= policy.checkpoint_every.max(1) {
             return true;
         }
-        let Some(now) = now else { return false };
+        if self.waiting_since.is_none() && (lease.is_none() || self.renewed_at.is_none()) {
+            return false;
+        }
+        let Some(now) = now() else { return false };
         let since = |at: Option<u64>| at.map(|t| Duration::from_millis(now.saturating_sub(t)));
         let write_due = since(self.waiting_since).is_some_and(|d| d >= policy.checkpoint_after);
         let renew_due = lease.is_some_and(|lease| {

@@ -113,7 +113,30 @@ struct Table {
     oldest: usize,
     /// Expiry seconds count from here (ms since the Unix epoch).
     epoch_ms: u64,
+    /// The UUID keys the last `seen`/`seen_many` did not find, parsed and hashed,
+    /// in call order: the `remember` that usually follows takes them from here
+    /// instead of parsing and hashing each key a second time.
+    memo: Vec<Parsed>,
+    /// Where the next lookup in `memo` starts (remembers come in key order).
+    memo_next: usize,
 }
+
+/// A UUID key as parsed once: its text (to match a later key exactly), its 16
+/// bytes and its hash. Purely a function of the text, so never stale.
+#[cfg_attr(target_family = "wasm", allow(dead_code))]
+struct Parsed {
+    text: [u8; 36],
+    uuid: [u8; 16],
+    hash: u64,
+}
+
+/// How far past `memo_next` a lookup looks (deliveries that failed or were not
+/// remembered leave gaps).
+#[cfg(not(target_family = "wasm"))]
+const MEMO_SCAN: usize = 4;
+/// The most keys `memo` holds.
+#[cfg(not(target_family = "wasm"))]
+const MEMO_MAX: usize = 4096;
 
 impl Table {
     fn new(epoch_ms: u64) -> Self {
@@ -127,6 +150,64 @@ impl Table {
             dead: 0,
             oldest: 0,
             epoch_ms,
+            memo: Vec::new(),
+            memo_next: 0,
+        }
+    }
+
+    /// Room for `n` more ids without growing (no rehash, no copy while filling).
+    /// On wasm32 only the slot vectors are reserved: a second instance of the
+    /// index's rehash code does not fit the JS package's size budget.
+    fn reserve(&mut self, n: usize) {
+        self.slots.reserve(n);
+        self.meta.reserve(n);
+        #[cfg(not(target_family = "wasm"))]
+        let Table {
+            index,
+            slots,
+            meta,
+            arena,
+            hasher,
+            ..
+        } = self;
+        #[cfg(not(target_family = "wasm"))]
+        index.reserve(n, |&j| {
+            Self::hash(hasher, Self::slot_repr(slots, meta, arena, j as usize))
+        });
+    }
+
+    /// Starts a new run of lookups whose misses are kept for the remembers.
+    fn begin_lookups(&mut self) {
+        self.memo.clear();
+        self.memo_next = 0;
+    }
+
+    /// `key`'s representation and hash: from `memo` when a lookup just parsed it.
+    /// (Native only: on wasm32 the shortcut is left out for the JS package's size
+    /// budget, and every key is parsed where it is used.)
+    fn parsed<'k>(&mut self, key: &'k str) -> (Repr<'k>, u64) {
+        #[cfg(not(target_family = "wasm"))]
+        if let Ok(text) = <&[u8; 36]>::try_from(key.as_bytes()) {
+            let end = (self.memo_next + MEMO_SCAN).min(self.memo.len());
+            if let Some(j) = (self.memo_next..end).find(|&j| self.memo[j].text == *text) {
+                self.memo_next = j + 1;
+                let p = &self.memo[j];
+                return (Repr::Uuid(p.uuid), p.hash);
+            }
+        }
+        let repr = Repr::of(key);
+        (repr, Self::hash(&self.hasher, repr))
+    }
+
+    /// Keeps a missed UUID key for the remember that usually follows.
+    #[cfg_attr(target_family = "wasm", allow(unused_variables))]
+    fn keep_parsed(&mut self, key: &str, repr: Repr, hash: u64) {
+        #[cfg(not(target_family = "wasm"))]
+        if let (Repr::Uuid(uuid), Ok(text)) = (repr, <[u8; 36]>::try_from(key.as_bytes())) {
+            if self.memo.len() >= MEMO_MAX {
+                self.begin_lookups();
+            }
+            self.memo.push(Parsed { text, uuid, hash });
         }
     }
 
@@ -182,21 +263,23 @@ impl Table {
     }
 
     fn seen(&mut self, key: &str, now_ms: Option<u64>) -> bool {
-        let repr = Repr::of(key);
-        let hash = Self::hash(&self.hasher, repr);
-        match self.find(repr, hash) {
+        let (repr, hash) = self.parsed(key);
+        let seen = match self.find(repr, hash) {
             Some(i) if self.expired(i, now_ms) => {
                 self.remove(i, hash);
                 false
             }
             Some(_) => true,
             None => false,
+        };
+        if !seen {
+            self.keep_parsed(key, repr, hash);
         }
+        seen
     }
 
     fn remember(&mut self, key: &str, expiry: u32, capacity: Option<usize>) -> StoreResult<()> {
-        let repr = Repr::of(key);
-        let hash = Self::hash(&self.hasher, repr);
+        let (repr, hash) = self.parsed(key);
         if let Some(i) = self.find(repr, hash) {
             // Remembering again renews the entry (and revives an expired one).
             self.meta[i] = (self.meta[i] & TEXT) | expiry;
@@ -408,6 +491,15 @@ impl InMemoryStore {
         }
     }
 
+    /// Makes room for `ids` ids up front, so filling the store to that size never
+    /// grows (rehashes, copies) its table. A hint: more ids still fit.
+    pub fn with_reserved(self, ids: usize) -> Self {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.table.reserve(ids);
+        }
+        self
+    }
+
     /// Keeps at most `max_entries` ids, evicting the oldest first.
     pub fn with_capacity_limit(mut self, max_entries: usize) -> Self {
         self.capacity = Some(max_entries.max(1));
@@ -433,14 +525,15 @@ impl InMemoryStore {
             .map_err(|_| StoreError::internal("in-memory store lock poisoned by a panic"))
     }
 
+    /// The expiry field for `ttl`; the clock is read only for a TTL.
     fn expiry(&self, table: &Table, ttl: Option<Duration>) -> StoreResult<u32> {
-        match (ttl, self.now()) {
-            (None, _) => Ok(NEVER),
-            (Some(ttl), Some(now)) => {
+        let Some(ttl) = ttl else { return Ok(NEVER) };
+        match self.now() {
+            Some(now) => {
                 self.timed.store(true, Ordering::Relaxed);
                 Ok(table.expiry_secs(now, ttl))
             }
-            (Some(_), None) => Err(StoreError::unsupported(
+            None => Err(StoreError::unsupported(
                 "a TTL needs a clock: build the store with InMemoryStore::with_clock",
             )),
         }
@@ -488,6 +581,14 @@ impl InMemoryStore {
     }
 }
 
+/// Remembering or forgetting ends any claim on the key (no hashing when there
+/// are no claims, as in plain mode).
+fn end_claim(inner: &mut Inner, key: &str) {
+    if !inner.claims.is_empty() {
+        inner.claims.remove(key);
+    }
+}
+
 fn lease_live(until: Option<u64>, now: Option<u64>) -> bool {
     match (until, now) {
         (Some(until), Some(now)) => now < until,
@@ -498,13 +599,15 @@ fn lease_live(until: Option<u64>, now: Option<u64>) -> bool {
 impl Store for InMemoryStore {
     async fn seen(&self, key: &str) -> StoreResult<bool> {
         let now = self.now_if_timed();
-        Ok(self.lock()?.table.seen(key, now))
+        let mut inner = self.lock()?;
+        inner.table.begin_lookups();
+        Ok(inner.table.seen(key, now))
     }
 
     async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
         let mut inner = self.lock()?;
         let expiry = self.expiry(&inner.table, ttl)?;
-        inner.claims.remove(key);
+        end_claim(&mut inner, key);
         inner.table.remember(key, expiry, self.capacity)
     }
 
@@ -526,14 +629,16 @@ impl Store for InMemoryStore {
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
         let now = self.now_if_timed();
         let mut inner = self.lock()?;
+        inner.table.begin_lookups();
         Ok(keys.iter().map(|k| inner.table.seen(k, now)).collect())
     }
 
     async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
         let mut inner = self.lock()?;
         let expiry = self.expiry(&inner.table, ttl)?;
+        inner.table.reserve(keys.len());
         for key in keys {
-            inner.claims.remove(*key);
+            end_claim(&mut inner, key);
             inner.table.remember(key, expiry, self.capacity)?;
         }
         Ok(())
@@ -542,6 +647,7 @@ impl Store for InMemoryStore {
     async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
         let now = self.now();
         let mut inner = self.lock()?;
+        inner.table.begin_lookups();
         Ok(self.claim_locked(&mut inner, key, now, lease))
     }
 
@@ -556,6 +662,7 @@ impl Store for InMemoryStore {
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
         let now = self.now();
         let mut inner = self.lock()?;
+        inner.table.begin_lookups();
         Ok(keys
             .iter()
             .map(|key| self.claim_locked(&mut inner, key, now, lease))
@@ -581,8 +688,14 @@ impl Store for InMemoryStore {
 
     /// Under one lock, so a batch step is all-or-nothing for other consumers.
     async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
-        let now = self.now();
+        // Time matters to renewals and fenced remembers only.
+        let fenced = step.remember.iter().any(|(_, token)| token.is_some());
+        let now = match step.renew.is_empty() && !fenced {
+            true => None,
+            false => self.now(),
+        };
         let mut inner = self.lock()?;
+        inner.table.reserve(step.remember.len());
         // Releases first: they cannot fail, and a failed remember must not skip them.
         for (key, token) in step.release {
             release_locked(&mut inner, key, token);
@@ -627,7 +740,7 @@ impl InMemoryStore {
             (Some(_), _) if inner.table.seen(key, now) => return Ok(false),
             (Some(_), _) => false,
         };
-        inner.claims.remove(key);
+        end_claim(inner, key);
         inner.table.remember(key, expiry, self.capacity)?;
         Ok(ours)
     }
