@@ -158,7 +158,9 @@ fn commit_script() -> String {
 /// Where the store's connection goes: one server, or a Redis Cluster.
 enum Target {
     Single(Client),
-    Cluster(ClusterClient),
+    /// The client, and the node URLs it was given (their credentials reach the
+    /// other nodes too, for [`RedisStore::stats`]).
+    Cluster(ClusterClient, Vec<String>),
 }
 
 enum Conn {
@@ -219,7 +221,7 @@ impl std::fmt::Debug for RedisStore {
         f.debug_struct("RedisStore")
             .field("prefix", &self.prefix)
             .field("dialect", &self.dialect)
-            .field("cluster", &matches!(self.target, Target::Cluster(_)))
+            .field("cluster", &matches!(self.target, Target::Cluster(..)))
             .finish_non_exhaustive()
     }
 }
@@ -282,7 +284,11 @@ impl RedisStore {
                     format!("redis cluster: bad node list: {e}"),
                 )
             })?;
-        Self::open_target(Target::Cluster(client), key_prefix.into(), dialect)
+        Self::open_target(
+            Target::Cluster(client, nodes.to_vec()),
+            key_prefix.into(),
+            dialect,
+        )
     }
 
     fn open_target(target: Target, prefix: String, dialect: Dialect) -> StoreResult<Self> {
@@ -308,49 +314,52 @@ impl RedisStore {
     /// Counts the keys under the prefix (`SCAN`, then the values per page):
     /// remembered ids and claims. Keys under the prefix that are neither are not
     /// counted. `expired` is always 0: Redis deletes expired keys itself. On a
-    /// cluster, `Unsupported` (a scan would have to visit every node).
+    /// cluster every master is scanned (found with `CLUSTER NODES`).
     pub fn stats(&self) -> StoreResult<StoreStats> {
-        if matches!(self.target, Target::Cluster(_)) {
-            return Err(StoreError::unsupported(
-                "redis cluster: stats would scan every node; count with redis-cli --cluster call",
-            ));
-        }
         let pattern = format!("{}*", glob_escape(&self.prefix));
         let dialect = self.dialect;
-        self.run(|conn| {
-            let Conn::Single(conn) = conn else {
-                unreachable!("checked above")
+        let Target::Cluster(_, nodes) = &self.target else {
+            return self.run(|conn| match conn {
+                Conn::Single(conn) => scan_stats(conn, &pattern, dialect),
+                Conn::Cluster(_) => unreachable!("a single server's connection"),
+            });
+        };
+        let text: String = self.run(|conn| match conn {
+            Conn::Cluster(conn) => redis::cmd("CLUSTER").arg("NODES").query(&mut **conn),
+            Conn::Single(conn) => redis::cmd("CLUSTER").arg("NODES").query(conn),
+        })?;
+        let base =
+            redis::IntoConnectionInfo::into_connection_info(nodes[0].as_str()).map_err(error)?;
+        let mut total = StoreStats::default();
+        for line in text.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(addr), Some(flags)) = (fields.get(1), fields.get(2)) else {
+                continue;
             };
-            let mut stats = StoreStats::default();
-            let mut cursor = 0u64;
-            loop {
-                let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(1000)
-                    .query(conn)?;
-                if !keys.is_empty() {
-                    let mut mget = redis::cmd("MGET");
-                    for key in &keys {
-                        mget.arg(key);
-                    }
-                    let values: Vec<Option<Vec<u8>>> = mget.query(conn)?;
-                    for value in values.into_iter().flatten() {
-                        match dialect.read(&value) {
-                            Record::Done => stats.remembered += 1,
-                            Record::Claimed => stats.claimed += 1,
-                            Record::Foreign => {}
-                        }
-                    }
-                }
-                if next == 0 {
-                    return Ok(stats);
-                }
-                cursor = next;
+            if !flags.split(',').any(|f| f == "master") || flags.contains("fail") {
+                continue;
             }
-        })
+            // ip:port@cport[,hostname]
+            let hostport = addr.split(['@', ',']).next().unwrap_or_default();
+            let Some((host, port)) = hostport.rsplit_once(':') else {
+                continue;
+            };
+            let port: u16 = port
+                .parse()
+                .map_err(|_| StoreError::internal(format!("redis cluster: bad node {addr}")))?;
+            let info = base
+                .clone()
+                .set_addr(redis::ConnectionAddr::Tcp(host.to_owned(), port));
+            let client = Client::open(info).map_err(error)?;
+            let mut conn = match open(&Target::Single(client)).map_err(error)? {
+                Conn::Single(conn) => conn,
+                Conn::Cluster(_) => unreachable!("a single server's connection"),
+            };
+            let node = scan_stats(&mut conn, &pattern, dialect).map_err(error)?;
+            total.remembered += node.remembered;
+            total.claimed += node.claimed;
+        }
+        Ok(total)
     }
 
     /// Nothing to do: Redis expires keys itself. Always `Ok(0)`.
@@ -485,7 +494,43 @@ fn open(target: &Target) -> RedisResult<Conn> {
             conn.set_write_timeout(Some(TIMEOUT))?;
             Ok(Conn::Single(conn))
         }
-        Target::Cluster(client) => Ok(Conn::Cluster(Box::new(client.get_connection()?))),
+        Target::Cluster(client, _) => Ok(Conn::Cluster(Box::new(client.get_connection()?))),
+    }
+}
+
+/// The store's records on one server: `SCAN MATCH pattern`, then the values of
+/// each page in one pipeline.
+fn scan_stats(conn: &mut Connection, pattern: &str, dialect: Dialect) -> RedisResult<StoreStats> {
+    let mut stats = StoreStats::default();
+    let mut cursor = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query(conn)?;
+        if !keys.is_empty() {
+            // A pipeline of GETs, not MGET: a page's keys may span slots, which a
+            // cluster node refuses in one command.
+            let mut pipe = redis::pipe();
+            for key in &keys {
+                pipe.cmd("GET").arg(key);
+            }
+            let values: Vec<Option<Vec<u8>>> = pipe.query(conn)?;
+            for value in values.into_iter().flatten() {
+                match dialect.read(&value) {
+                    Record::Done => stats.remembered += 1,
+                    Record::Claimed => stats.claimed += 1,
+                    Record::Foreign => {}
+                }
+            }
+        }
+        if next == 0 {
+            return Ok(stats);
+        }
+        cursor = next;
     }
 }
 

@@ -8,8 +8,8 @@ mod common;
 
 use std::time::Duration;
 
-use bq_dedupe::{Claim, Guard, Outcome, OutcomeKind, Store, StoreErrorKind};
-use bq_dedupe_stores::{AnyStore, Dialect, RedisStore};
+use bq_dedupe::{Claim, Guard, Outcome, OutcomeKind, Store};
+use bq_dedupe_stores::{AnyStore, Dialect, RedisStore, StoreStats};
 use common::{
     ClusterCleanup, check_basics, check_batches, check_claims, check_hostile_keys, check_leases,
     cluster_nodes, deliver, ready, redis_cluster_spec, redis_prefix,
@@ -131,6 +131,27 @@ fn cluster_spec_opens_every_dialect() {
         assert_eq!(deliver(&guard, &id, true), Outcome::Ran);
         assert_eq!(deliver(&guard, &id, true).kind(), OutcomeKind::Skipped);
     }
-    let e = store_in("php-stats", Dialect::Php).0.stats().unwrap_err();
-    assert_eq!(e.kind, StoreErrorKind::Unsupported);
+}
+
+/// `stats` scans every master: ids and claims spread over the nodes all count.
+#[test]
+fn cluster_stats_count_every_node() {
+    for dialect in [Dialect::Native, Dialect::Php] {
+        let (store, _clean) = store_in("stats", dialect);
+        let ids: Vec<String> = (0..30).map(|i| format!("s-{i}")).collect();
+        let keys: Vec<&str> = ids.iter().map(String::as_str).collect();
+        ready(store.remember_many(&keys, None)).unwrap();
+        let claims: Vec<String> = (0..5).map(|i| format!("c-{i}")).collect();
+        let claim_keys: Vec<&str> = claims.iter().map(String::as_str).collect();
+        ready(store.claim_many(&claim_keys, Duration::from_secs(60))).unwrap();
+        assert_eq!(
+            store.stats().unwrap(),
+            StoreStats {
+                remembered: 30,
+                claimed: 5,
+                expired: 0
+            },
+            "{dialect:?}"
+        );
+    }
 }
