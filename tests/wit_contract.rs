@@ -499,6 +499,10 @@ fn function_signatures_match_the_contract() {
                 "func(envelope: string, options: options) -> result<option<string>, rejection>"
             ),
             (
+                "dedupe-key-checked",
+                "func(envelope: string, options: options) -> result<option<string>, key-error>"
+            ),
+            (
                 "decode",
                 "func(envelope: string) -> result<string, rejection>"
             ),
@@ -515,6 +519,10 @@ fn function_signatures_match_the_contract() {
             (
                 "process-batch",
                 "func(envelopes: list<string>, options: options) -> list<outcome>"
+            ),
+            (
+                "process-batch-ids",
+                "func(envelopes: list<string>, options: options) -> list<processed>"
             ),
             (
                 "forget",
@@ -583,6 +591,14 @@ fn types_interface_matches_the_contract() {
                 "variant outcome { run-ok, run-ok-unrecorded(store-error), run-failed(string), \
                  run-panicked(string), skip, fail-open, fail-open-failed(string), park, \
                  rejected(rejection), store-unavailable(store-error), run-ok-lease-lost }"
+            ),
+            (
+                "key-error",
+                "variant key-error { rejected(rejection), invalid-options(store-error) }"
+            ),
+            (
+                "processed",
+                "record processed { id: option<string>, outcome: outcome }"
             ),
         ])
     );

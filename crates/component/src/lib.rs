@@ -138,13 +138,25 @@ impl guard::Guest for Component {
         envelope: String,
         options: wit::Options,
     ) -> Result<Option<String>, wit::Rejection> {
-        // The WIT result has no store-error channel: an invalid `key-scope` traps
-        // here, as the contract says (`options.key-scope`).
-        let options = match convert::options(options) {
-            Ok(options) => options,
-            Err(invalid) => panic!("dedupe-key: {}", invalid.message),
-        };
-        let msg = Message::parse(envelope.as_bytes(), &options.limits)?;
+        // The 1.0 result has no store-error channel: an invalid `key-scope` traps
+        // here, as the contract says; `dedupe-key-checked` returns it instead.
+        match Self::dedupe_key_checked(envelope, options) {
+            Ok(key) => Ok(key),
+            Err(wit::KeyError::Rejected(rejection)) => Err(rejection),
+            Err(wit::KeyError::InvalidOptions(invalid)) => {
+                panic!("dedupe-key: {}", invalid.message)
+            }
+        }
+    }
+
+    fn dedupe_key_checked(
+        envelope: String,
+        options: wit::Options,
+    ) -> Result<Option<String>, wit::KeyError> {
+        let options =
+            convert::options(options).map_err(|e| wit::KeyError::InvalidOptions(e.into()))?;
+        let msg = Message::parse(envelope.as_bytes(), &options.limits)
+            .map_err(|r| wit::KeyError::Rejected(r.into()))?;
         Ok(msg.id().map(|id| options.keyspace.key(id).into_owned()))
     }
 
@@ -171,6 +183,36 @@ impl consumer::Guest for Component {
                 outcomes.into_iter().map(Into::into).collect()
             },
             |e| vec![wit::Outcome::StoreUnavailable(e.into()); n],
+        )
+    }
+
+    fn process_batch_ids(envelopes: Vec<String>, options: wit::Options) -> Vec<wit::Processed> {
+        let n = envelopes.len();
+        with_guard(
+            options,
+            async |g| {
+                let keyspace = &g.options().keyspace;
+                let keyed = g.process_batch_keyed(&envelopes, call_handler).await;
+                keyed
+                    .into_iter()
+                    .map(|(key, outcome)| wit::Processed {
+                        id: key
+                            .as_deref()
+                            .and_then(|k| keyspace.id_of(k))
+                            .map(str::to_owned),
+                        outcome: outcome.into(),
+                    })
+                    .collect()
+            },
+            |e| {
+                let refused = wit::Outcome::StoreUnavailable(e.into());
+                (0..n)
+                    .map(|_| wit::Processed {
+                        id: None,
+                        outcome: refused.clone(),
+                    })
+                    .collect()
+            },
         )
     }
 

@@ -126,10 +126,13 @@ impl Plugin {
         {
             Ok(result) => result,
             Err(trap) => {
-                // A trapped instance cannot be called again; the message is retried.
+                // A trapped instance (and its whole store) cannot be entered again:
+                // a fresh store and instance; the message is retried.
+                let mut store = Store::new(self.component.engine(), ());
                 if let Ok(fresh) =
-                    HandlerPlugin::instantiate(&mut self.store, &self.component, &self.linker)
+                    HandlerPlugin::instantiate(&mut store, &self.component, &self.linker)
                 {
+                    self.store = store;
                     self.bindings = fresh;
                 }
                 Err(format!("handler plugin trapped: {trap}"))

@@ -11,7 +11,9 @@ use wasmtime::{Engine, Store};
 use crate::handler::Handler;
 use crate::keep_alive::HeldClaims;
 use crate::wit::dedupe::Dedupe;
-use crate::wit::dedupe::babelqueue::idempotency::types::{Options, Outcome, Rejection, StoreError};
+use crate::wit::dedupe::babelqueue::idempotency::types::{
+    KeyError, Options, Outcome, Processed, Rejection, StoreError,
+};
 
 /// What the component's imports reach: the store and the handler.
 pub struct HostState {
@@ -102,16 +104,32 @@ impl Runtime {
         self.store.data_mut()
     }
 
-    /// A trap leaves an instance unusable: start a fresh one on the same state.
+    /// A trap leaves the instance unusable, and with it the whole wasmtime
+    /// `Store` (the component model forbids entering it again): move the host
+    /// state (the store connection, the handler, the held claims) into a fresh
+    /// `Store` with a fresh instance. The call that trapped is still an error:
+    /// its caller reports those deliveries as failed (retried), never as done.
     fn recover<T>(&mut self, result: wasmtime::Result<T>) -> Result<T> {
         if result.is_err() {
-            self.bindings = Dedupe::instantiate(&mut self.store, &self.component, &self.linker)
-                .map_err(anyhow::Error::from)
+            self.reinstantiate()
                 .context("re-instantiating the component after a trap")?;
         }
         result
             .map_err(anyhow::Error::from)
             .context("the dedupe component trapped")
+    }
+
+    fn reinstantiate(&mut self) -> Result<()> {
+        let engine = self.component.engine().clone();
+        let stand_in = HostState {
+            store: AnyStore::Memory(bq_dedupe::InMemoryStore::new()),
+            handler: Handler::Mark,
+            claims: HeldClaims::default(),
+        };
+        let trapped = std::mem::replace(&mut self.store, Store::new(&engine, stand_in));
+        self.store = Store::new(&engine, trapped.into_data());
+        self.bindings = Dedupe::instantiate(&mut self.store, &self.component, &self.linker)?;
+        Ok(())
     }
 
     pub fn process(&mut self, envelope: &str, options: &Options) -> Result<Outcome> {
@@ -131,6 +149,32 @@ impl Runtime {
             .bindings
             .babelqueue_idempotency_consumer()
             .call_process_batch(&mut self.store, envelopes, options);
+        self.recover(r)
+    }
+
+    /// `consumer.process-batch-ids`: each outcome with its delivery's `meta.id`.
+    pub fn process_batch_ids(
+        &mut self,
+        envelopes: &[String],
+        options: &Options,
+    ) -> Result<Vec<Processed>> {
+        let r = self
+            .bindings
+            .babelqueue_idempotency_consumer()
+            .call_process_batch_ids(&mut self.store, envelopes, options);
+        self.recover(r)
+    }
+
+    /// `guard.dedupe-key-checked`: an invalid `key-scope` is a typed error.
+    pub fn dedupe_key_checked(
+        &mut self,
+        envelope: &str,
+        options: &Options,
+    ) -> Result<Result<Option<String>, KeyError>> {
+        let r = self
+            .bindings
+            .babelqueue_idempotency_guard()
+            .call_dedupe_key_checked(&mut self.store, envelope, options);
         self.recover(r)
     }
 

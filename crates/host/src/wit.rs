@@ -2,7 +2,12 @@
 
 /// The dedupe component: imports `store` and `handler`, exports `guard` and `consumer`.
 pub mod dedupe {
-    wasmtime::component::bindgen!({ path: "wit", world: "dedupe" });
+    wasmtime::component::bindgen!({
+        path: "wit",
+        world: "dedupe",
+        // Outcomes compare in tests and in hosts that match on them.
+        additional_derives: [PartialEq],
+    });
 }
 
 /// A handler plugin: exports `handler`.
