@@ -161,7 +161,11 @@ fn exec_handler_failure_leaves_the_id_for_the_retry() {
         flag.display()
     );
     let input = [envelope("x"), envelope("x"), envelope("x")].join("\n");
-    let out = bq(&["run", "--store", &spec, "--exec", &cmd], &input);
+    // One delivery per call: each redelivery of x is a new attempt.
+    let out = bq(
+        &["run", "--store", &spec, "--exec", &cmd, "--batch", "1"],
+        &input,
+    );
     assert_eq!(
         out.status.code(),
         Some(3),
@@ -176,6 +180,25 @@ fn exec_handler_failure_leaves_the_id_for_the_retry() {
     );
     assert_eq!(d[1]["decision"], "run");
     assert_eq!(d[2]["decision"], "skip");
+
+    // Batched (the default): the copies of x in the same batch follow the first,
+    // which failed, so they park (redeliver later) instead of running at once; the
+    // id stays unmarked, and the next run runs it.
+    let spec = format!("sqlite:{}", dir.join("batched.db").display());
+    std::fs::write(&flag, "").unwrap();
+    let out = bq(&["run", "--store", &spec, "--exec", &cmd], &input);
+    assert_eq!(out.status.code(), Some(3));
+    let d: Vec<Value> = decisions(&out)
+        .iter()
+        .map(|d| d["decision"].clone())
+        .collect();
+    assert_eq!(d, [json!("failed"), json!("park"), json!("park")]);
+    let again = bq(&["run", "--store", &spec, "--exec", &cmd], &input);
+    let d: Vec<Value> = decisions(&again)
+        .iter()
+        .map(|d| d["decision"].clone())
+        .collect();
+    assert_eq!(d, [json!("run"), json!("skip"), json!("skip")]);
 }
 
 /// 16 processes deliver the same id at the same moment, in claiming mode: the
@@ -525,4 +548,61 @@ fn installed_binary_works_outside_the_repository_with_what_is_built_in() {
         "the embedded default store lives where it runs"
     );
     let _ = std::fs::remove_dir_all(&outside);
+}
+
+/// Batching is on by default, cut by a time window: a line on a stream that then
+/// goes quiet gets its verdict promptly, long before the batch of 100 could fill
+/// or stdin close, and every later line too, in order.
+#[test]
+fn run_batches_by_default_but_a_quiet_stream_gets_each_verdict_within_the_window() {
+    let mut child = Command::new(BIN)
+        .args(["run", "--store", "memory", "--window", "20ms"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let (send, verdicts) = std::sync::mpsc::channel::<Value>();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            let _ = send.send(serde_json::from_str(&line).unwrap());
+        }
+    });
+    // Generous: the window is 20 ms; only a batch waiting to fill would miss it.
+    let within = std::time::Duration::from_secs(10);
+    let inputs = [
+        envelope("w1"),
+        "garbage".into(),
+        envelope("w1"),
+        envelope("w2"),
+    ];
+    let expected = ["run", "reject", "skip", "run"];
+    for (n, (input, want)) in inputs.iter().zip(expected).enumerate() {
+        writeln!(stdin, "{input}").unwrap();
+        stdin.flush().unwrap();
+        let got = verdicts
+            .recv_timeout(within)
+            .unwrap_or_else(|e| panic!("no verdict for line {} while stdin is open: {e}", n + 1));
+        assert_eq!(got["line"], n as u64 + 1, "{got}");
+        assert_eq!(got["decision"], want, "{got}");
+    }
+    drop(stdin);
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    assert_eq!(status.code(), Some(4), "a poison line, nothing to retry");
+    // A burst is still batched: many lines, one verdict each, in order.
+    let burst: Vec<String> = (0..1000)
+        .map(|i| envelope(&format!("b{}", i % 700)))
+        .collect();
+    let out = bq(&["run", "--store", "memory"], &burst.join("\n"));
+    let got = decisions(&out);
+    assert_eq!(got.len(), 1000);
+    for (i, d) in got.iter().enumerate() {
+        assert_eq!(d["line"], i as u64 + 1);
+        assert_eq!(d["id"], json!(format!("b{}", i % 700)));
+        assert_eq!(d["decision"], if i < 700 { "run" } else { "skip" }, "{d}");
+    }
 }

@@ -20,8 +20,8 @@ pub fn reject_bytes(line: &[u8]) -> Rejection {
 
 /// Lines of a file, or of stdin for `-`, as raw bytes (a line that is not UTF-8
 /// is still a line, to be rejected rather than stop the stream).
-pub fn lines(input: &str) -> Result<impl Iterator<Item = std::io::Result<Vec<u8>>>> {
-    let reader: Box<dyn Read> = match input {
+pub fn lines(input: &str) -> Result<impl Iterator<Item = std::io::Result<Vec<u8>>> + Send + use<>> {
+    let reader: Box<dyn Read + Send> = match input {
         "-" => Box::new(std::io::stdin()),
         path => Box::new(std::fs::File::open(path).with_context(|| format!("opening {path}"))?),
     };

@@ -2,9 +2,10 @@
 //! component, one JSON decision per line on stdout, a summary on stderr.
 
 use std::collections::BTreeMap;
-use std::io::{IsTerminal, Write};
+use std::io::{BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -12,11 +13,10 @@ use bq_dedupe::{Limits, Message};
 use bq_dedupe_stores::AnyStore;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::json;
 
 use bq_dedupe_host::handler::{Handler, Plugin};
 use bq_dedupe_host::runtime::{ComponentSource, Runtime, options};
-use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::{Options, Outcome};
+use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::{Options, Outcome, Processed};
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -43,8 +43,13 @@ pub struct RunArgs {
     handler: Option<PathBuf>,
     /// Deliveries per component call (process-batch): one store round trip to
     /// decide and one to record per batch, duplicates inside a batch collapsed.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    /// A batch is cut early when `--window` has passed since its first line.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
     batch: u32,
+    /// The longest a line waits for its batch to fill (e.g. 5ms, 1s): a slow
+    /// stream still gets each verdict within about this much of its line.
+    #[arg(long, value_parser = parse_duration, default_value = "5ms")]
+    window: Duration,
     /// Input file, or - for stdin.
     #[arg(default_value = "-")]
     input: String,
@@ -99,6 +104,7 @@ fn describe(outcome: &Outcome) -> (&'static str, &'static str, Option<String>) {
     }
 }
 
+/// One printed verdict: (line, decision, outcome code, reason, meta.id).
 type Verdict = (
     u64,
     &'static str,
@@ -107,12 +113,13 @@ type Verdict = (
     Option<String>,
 );
 
-/// Puts a batch of lines through the component: (line, decision, outcome code,
-/// reason, meta.id) for each.
+/// Puts a batch of lines through the component (`consumer.process-batch-ids`,
+/// which decodes each line once and hands its `meta.id` back): one verdict per
+/// line, in order. A line that is not UTF-8 cannot cross and is rejected here.
 fn decide(runtime: &mut Runtime, opts: &Options, batch: Vec<(u64, Vec<u8>)>) -> Vec<Verdict> {
     let mut verdicts: Vec<Option<Verdict>> = Vec::with_capacity(batch.len());
-    let mut texts: Vec<String> = Vec::new();
-    let mut ids: Vec<(u64, Option<String>)> = Vec::new();
+    let mut texts: Vec<String> = Vec::with_capacity(batch.len());
+    let mut lines: Vec<u64> = Vec::with_capacity(batch.len());
     for (line, bytes) in batch {
         match String::from_utf8(bytes) {
             Err(e) => {
@@ -120,47 +127,92 @@ fn decide(runtime: &mut Runtime, opts: &Options, batch: Vec<(u64, Vec<u8>)>) -> 
                 verdicts.push(Some((line, "reject", "rejected", Some(reason), None)));
             }
             Ok(text) => {
-                let id = Message::parse_str(&text, &Limits::default())
-                    .ok()
-                    .and_then(|m| m.id().map(str::to_owned));
-                ids.push((line, id));
+                lines.push(line);
                 texts.push(text);
                 verdicts.push(None);
             }
         }
     }
-    let outcomes = match texts.as_slice() {
+    let processed = match texts.as_slice() {
         [] => Ok(Vec::new()),
-        [one] => runtime.process(one, opts).map(|o| vec![o]),
-        many => runtime.process_batch(many, opts),
-    }
-    .and_then(|outcomes| {
-        if outcomes.len() == texts.len() {
-            Ok(outcomes)
-        } else {
-            Err(anyhow::anyhow!(
-                "the component answered {} of {} deliveries",
-                outcomes.len(),
-                texts.len()
-            ))
-        }
-    });
-    let mut decided = ids
-        .into_iter()
-        .enumerate()
-        .map(|(i, (line, id))| match &outcomes {
-            Ok(outcomes) => {
-                let (decision, code, reason) = describe(&outcomes[i]);
-                (line, decision, code, reason, id)
-            }
-            // The instance was replaced; these messages are not acked.
-            Err(e) => (line, "failed", "trap", Some(format!("{e:#}")), id),
-        });
-    // Every `None` slot is a text, and `decided` yields one verdict per text.
+        many => runtime.process_batch_ids(many, opts),
+    };
+    let decided = resolve(&lines, &texts, processed);
+    // Every `None` slot is a text, and `decided` holds one verdict per text.
+    let mut decided = decided.into_iter();
     verdicts
         .into_iter()
         .filter_map(|v| v.or_else(|| decided.next()))
         .collect()
+}
+
+/// The verdicts of one component call, one per text. A call that trapped (the
+/// instance has been replaced) or answered the wrong number of deliveries leaves
+/// every one of its deliveries unacked: `failed`, outcome `trap`, so it is
+/// retried, never lost; only then are the ids read natively, for the report.
+fn resolve(lines: &[u64], texts: &[String], processed: Result<Vec<Processed>>) -> Vec<Verdict> {
+    let processed = processed.and_then(|p| {
+        if p.len() == texts.len() {
+            Ok(p)
+        } else {
+            Err(anyhow::anyhow!(
+                "the component answered {} of {} deliveries",
+                p.len(),
+                texts.len()
+            ))
+        }
+    });
+    match processed {
+        Ok(processed) => lines
+            .iter()
+            .zip(processed)
+            .map(|(&line, Processed { id, outcome })| {
+                let (decision, code, reason) = describe(&outcome);
+                (line, decision, code, reason, id)
+            })
+            .collect(),
+        Err(e) => {
+            let reason = format!("{e:#}");
+            lines
+                .iter()
+                .zip(texts)
+                .map(|(&line, text)| {
+                    let id = Message::parse_str(text, &Limits::default())
+                        .ok()
+                        .and_then(|m| m.id().map(str::to_owned));
+                    (line, "failed", "trap", Some(reason.clone()), id)
+                })
+                .collect()
+        }
+    }
+}
+
+/// Writes one verdict as a JSON line: `{"decision","id","line","outcome","reason"}`
+/// (the keys in this order, as before).
+fn write_verdict(out: &mut impl Write, v: &Verdict) -> std::io::Result<()> {
+    let (line, decision, code, reason, id) = v;
+    let string = |out: &mut dyn Write, s: &str| -> std::io::Result<()> {
+        serde_json::to_writer(out, s).map_err(std::io::Error::other)
+    };
+    let option = |out: &mut dyn Write, s: &Option<String>| match s {
+        Some(s) => string(out, s),
+        None => out.write_all(b"null"),
+    };
+    out.write_all(b"{\"decision\":")?;
+    string(out, decision)?;
+    out.write_all(b",\"id\":")?;
+    option(out, id)?;
+    write!(out, ",\"line\":{line},\"outcome\":")?;
+    string(out, code)?;
+    out.write_all(b",\"reason\":")?;
+    option(out, reason)?;
+    out.write_all(b"}\n")
+}
+
+/// What the reader thread hands the deciding loop.
+enum Read {
+    Line(u64, Vec<u8>),
+    Failed(std::io::Error),
 }
 
 pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
@@ -191,28 +243,58 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
     );
     let started = Instant::now();
     let mut counts: BTreeMap<&'static str, u64> = BTreeMap::new();
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+
+    // Lines are read on their own thread, so a batch can be cut by time as well
+    // as by size: a slow stream gets its verdicts within `--window`.
+    let (send, lines) = mpsc::sync_channel::<Read>(4 * args.batch as usize);
+    let source = super::lines(&args.input)?;
+    std::thread::spawn(move || {
+        for (n, line) in (1u64..).zip(source) {
+            let read = match line {
+                Ok(line) => Read::Line(n, line),
+                Err(e) => Read::Failed(e),
+            };
+            let failed = matches!(read, Read::Failed(_));
+            if send.send(read).is_err() || failed {
+                return;
+            }
+        }
+    });
+
     let mut n = 0u64;
-    let mut pending: Vec<(u64, Vec<u8>)> = Vec::new();
-    let mut lines = super::lines(&args.input)?.peekable();
-    while let Some(line) = lines.next() {
-        n += 1;
-        let line = line?;
-        if !line.iter().all(u8::is_ascii_whitespace) {
-            pending.push((n, line));
+    let mut pending: Vec<(u64, Vec<u8>)> = Vec::with_capacity(args.batch as usize);
+    let mut ended = false;
+    while !ended {
+        // Wait for the first line of a batch as long as it takes; then for the
+        // rest until the batch is full or its window has passed.
+        let mut deadline: Option<Instant> = None;
+        while pending.len() < args.batch as usize {
+            let next = match deadline {
+                None => lines.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(at) => lines.recv_timeout(at.saturating_duration_since(Instant::now())),
+            };
+            match next {
+                Ok(Read::Line(at, line)) => {
+                    n = at;
+                    deadline.get_or_insert_with(|| Instant::now() + args.window);
+                    if !line.iter().all(u8::is_ascii_whitespace) {
+                        pending.push((at, line));
+                    }
+                }
+                Ok(Read::Failed(e)) => {
+                    // What was read is decided and printed before the error ends the run.
+                    flush_batch(&mut runtime, &opts, &mut pending, &mut stdout, &mut counts)?;
+                    return Err(e.into());
+                }
+                Err(RecvTimeoutError::Timeout) => break,
+                Err(RecvTimeoutError::Disconnected) => {
+                    ended = true;
+                    break;
+                }
+            }
         }
-        if pending.len() < args.batch as usize && lines.peek().is_some() {
-            continue;
-        }
-        for (line, decision, code, reason, id) in
-            decide(&mut runtime, &opts, std::mem::take(&mut pending))
-        {
-            *counts.entry(decision).or_default() += 1;
-            // One line per delivery, flushed at once: what is printed has happened.
-            let record = json!({"line": line, "id": id, "decision": decision, "outcome": code, "reason": reason});
-            writeln!(stdout, "{record}")?;
-        }
-        stdout.flush()?;
+        flush_batch(&mut runtime, &opts, &mut pending, &mut stdout, &mut counts)?;
         progress.set_position(n);
     }
     progress.finish_and_clear();
@@ -224,6 +306,27 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
         serde_json::to_string(&counts)?
     );
     Ok(exit_code(&counts))
+}
+
+/// Decides the pending lines and prints their verdicts, flushed at once: what is
+/// printed has happened.
+fn flush_batch(
+    runtime: &mut Runtime,
+    opts: &Options,
+    pending: &mut Vec<(u64, Vec<u8>)>,
+    out: &mut impl Write,
+    counts: &mut BTreeMap<&'static str, u64>,
+) -> Result<()> {
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let batch = std::mem::replace(pending, Vec::with_capacity(pending.capacity()));
+    for verdict in decide(runtime, opts, batch) {
+        *counts.entry(verdict.1).or_default() += 1;
+        write_verdict(out, &verdict)?;
+    }
+    out.flush()?;
+    Ok(())
 }
 
 /// Exit 0 when every delivery is done (acked), [`EXIT_RETRY`] when any needs a
@@ -247,8 +350,37 @@ pub const EXIT_POISON: u8 = 4;
 
 #[cfg(test)]
 mod tests {
-    use super::parse_duration;
+    use super::{parse_duration, resolve};
     use std::time::Duration;
+
+    /// A call that trapped: every delivery of it is reported, in order, as failed
+    /// with outcome `trap` (retried, exit 3), with its id read natively.
+    #[test]
+    fn a_trapped_call_reports_each_of_its_deliveries_as_failed() {
+        let texts = vec![
+            r#"{"job":"j","trace_id":"t","data":{},"meta":{"id":"a","schema_version":1}}"#
+                .to_string(),
+            "garbage".to_string(),
+        ];
+        let verdicts = resolve(
+            &[3, 5],
+            &texts,
+            Err(anyhow::anyhow!("wasm trap: unreachable")),
+        );
+        assert_eq!(verdicts.len(), 2);
+        assert_eq!(verdicts[0].0, 3);
+        assert_eq!((verdicts[0].1, verdicts[0].2), ("failed", "trap"));
+        assert_eq!(verdicts[0].4.as_deref(), Some("a"));
+        assert!(verdicts[0].3.as_deref().unwrap().contains("unreachable"));
+        assert_eq!(
+            (verdicts[1].0, verdicts[1].1, verdicts[1].4.clone()),
+            (5, "failed", None)
+        );
+        // A short answer is treated the same way: nothing is left unreported.
+        let short = resolve(&[1, 2], &texts, Ok(Vec::new()));
+        assert!(short.iter().all(|v| v.1 == "failed" && v.2 == "trap"));
+        assert_eq!(short.len(), 2);
+    }
 
     #[test]
     fn durations_parse_with_units() {
