@@ -313,6 +313,7 @@ mod tests {
             "rediss://h:1",
             "rediss+cluster://h:1,h:2",
             "postgres://u:pw@h/db?sslmode=require",
+            "postgres://u:pw@h/db?sslmode=verify-full",
         ] {
             let e = AnyStore::from_spec(spec).unwrap_err();
             assert_eq!(e.kind, StoreErrorKind::Unsupported, "{spec}: {e}");

@@ -86,6 +86,13 @@ fn check_table(table: &str) -> StoreResult<()> {
     }
 }
 
+fn tls_refused() -> StoreError {
+    StoreError::unsupported(
+        "postgres: TLS is not built into this store (sslmode=require/verify-*); \
+         connect through a local TLS proxy (e.g. stunnel or pgbouncer) or a private network",
+    )
+}
+
 /// PostgreSQL `text` cannot hold U+0000: such an id is refused, typed, before
 /// any statement is sent (the Go store cannot store it either).
 fn check_keys<'a>(keys: impl IntoIterator<Item = &'a str>) -> StoreResult<()> {
@@ -141,14 +148,14 @@ impl PostgresStore {
     /// parameter libpq-style URLs take) and creates the tables if missing.
     pub fn connect(url: &str, table: &str) -> StoreResult<Self> {
         check_table(table)?;
+        if url.contains("sslmode=verify-") {
+            return Err(tls_refused());
+        }
         let config: Config = url
             .parse()
             .map_err(|e| invalid(format!("postgres: bad url: {e}")))?;
         if matches!(config.get_ssl_mode(), postgres::config::SslMode::Require) {
-            return Err(StoreError::unsupported(
-                "postgres: TLS is not built into this store (sslmode=require); \
-                 connect through a local TLS proxy (e.g. stunnel or pgbouncer) or a private network",
-            ));
+            return Err(tls_refused());
         }
         let mut config = config;
         config.connect_timeout(TIMEOUT);
@@ -214,7 +221,14 @@ impl PostgresStore {
                 message_id TEXT NOT NULL PRIMARY KEY,
                 created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
                 expires_at TIMESTAMPTZ NULL);
-             CREATE INDEX IF NOT EXISTS {index}_expires_at_idx ON {t} (expires_at);
+             DO $$ BEGIN
+               -- Go's index on expires_at, whatever it is named; ours only if none.
+               IF NOT EXISTS (SELECT 1 FROM pg_index i
+                              JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+                              WHERE i.indrelid = '{t}'::regclass AND a.attname = 'expires_at') THEN
+                 CREATE INDEX IF NOT EXISTS {index}_expires_at_idx ON {t} (expires_at);
+               END IF;
+             END $$;
              CREATE TABLE IF NOT EXISTS {c} (
                 message_id TEXT NOT NULL PRIMARY KEY,
                 token      TEXT NOT NULL,

@@ -216,3 +216,40 @@ fn postgres_reconnects_after_its_connections_are_terminated() {
         Claim::Acquired(_)
     ));
 }
+
+/// A table the Go store created first (its own index name on `expires_at`) is
+/// used as it is: no second index, and our claims table beside it.
+#[test]
+fn postgres_uses_a_table_the_go_store_created() {
+    let url = postgres_url();
+    let table = postgres_table("go_made");
+    let _clean = PgCleanup {
+        url: url.clone(),
+        table: table.clone(),
+    };
+    let mut db = sql(&url);
+    db.batch_execute(&format!(
+        "CREATE TABLE {table} (message_id TEXT NOT NULL PRIMARY KEY,
+             created_at TIMESTAMPTZ NOT NULL DEFAULT now(), expires_at TIMESTAMPTZ NULL);
+         CREATE INDEX go_{table} ON {table} (expires_at);
+         INSERT INTO {table} (message_id) VALUES ('from-go');"
+    ))
+    .unwrap();
+    let store = PostgresStore::connect(&url, &table).unwrap();
+    assert!(ready(store.seen("from-go")).unwrap());
+    let mut indexes: Vec<String> = db
+        .query(
+            "SELECT indexname FROM pg_indexes WHERE tablename = $1",
+            &[&table],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    indexes.sort();
+    let mut want = vec![format!("go_{table}"), format!("{table}_pkey")];
+    want.sort();
+    assert_eq!(indexes, want, "Go's index kept, no second one");
+    // Opening it again (another consumer starting) changes nothing.
+    drop(PostgresStore::connect(&url, &table).unwrap());
+}
