@@ -2,7 +2,7 @@
 //! Redis Cluster, in one of three record formats ([`Dialect`]; the table of
 //! formats is `docs/stores.md`).
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use bq_dedupe::{
@@ -408,7 +408,16 @@ impl RedisStore {
     /// One pipeline of `cmds`, answered one value per command.
     fn pipeline(&self, cmds: Vec<Cmd>) -> StoreResult<Vec<Value>> {
         let n = cmds.len();
-        let replies = self.run(|conn| conn.pipeline(cmds.clone()))?;
+        let replies = self.run(|conn| match conn.pipeline(cmds.clone()) {
+            // A server that has not seen our scripts yet (first use, a restart,
+            // a failover, SCRIPT FLUSH): load them and send the batch again. Every
+            // step is safe to repeat (see `run`).
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                load_scripts(conn)?;
+                conn.pipeline(cmds.clone())
+            }
+            other => other,
+        })?;
         if replies.len() != n {
             return Err(StoreError::internal("redis: pipeline answered short"));
         }
@@ -566,9 +575,53 @@ fn glob_escape(s: &str) -> String {
     out
 }
 
-fn eval(script: &str, key: Vec<u8>) -> Cmd {
-    let mut cmd = redis::cmd("EVAL");
-    cmd.arg(script).arg(1).arg(key);
+/// A script, sent by its SHA1 (`EVALSHA`: a batch of 100 commits is a few KB,
+/// not the script text 100 times); loaded on a server's first `NOSCRIPT`.
+struct Lua {
+    code: String,
+    sha: String,
+}
+
+impl Lua {
+    fn new(code: String) -> Self {
+        let sha = redis::Script::new(&code).get_hash().to_owned();
+        Lua { code, sha }
+    }
+}
+
+/// The three scripts, made once.
+struct Scripts {
+    release: Lua,
+    renew: Lua,
+    commit: Lua,
+}
+
+fn scripts() -> &'static Scripts {
+    static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
+    SCRIPTS.get_or_init(|| Scripts {
+        release: Lua::new(RELEASE.to_owned()),
+        renew: Lua::new(renew_script()),
+        commit: Lua::new(commit_script()),
+    })
+}
+
+/// `SCRIPT LOAD` of every script (on a cluster the client sends it to every node).
+fn load_scripts(conn: &mut Conn) -> RedisResult<()> {
+    let s = scripts();
+    for lua in [&s.release, &s.renew, &s.commit] {
+        let mut load = redis::cmd("SCRIPT");
+        load.arg("LOAD").arg(&lua.code);
+        let _: Value = match conn {
+            Conn::Single(c) => load.query(c)?,
+            Conn::Cluster(c) => load.query(&mut **c)?,
+        };
+    }
+    Ok(())
+}
+
+fn eval(script: &Lua, key: Vec<u8>) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(&script.sha).arg(1).arg(key);
     cmd
 }
 
@@ -643,7 +696,7 @@ impl Store for RedisStore {
 
     async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
         self.claims_allowed()?;
-        let mut cmd = eval(RELEASE, self.key(key));
+        let mut cmd = eval(&scripts().release, self.key(key));
         cmd.arg(self.dialect.claim_value(token));
         self.pipeline(vec![cmd]).map(|_| ())
     }
@@ -712,15 +765,15 @@ impl Store for RedisStore {
             self.claims_allowed()?;
         }
         let dialect = self.dialect;
-        let (renew, commit) = (renew_script(), commit_script());
+        let (release, renew, commit) = (&scripts().release, &scripts().renew, &scripts().commit);
         let mut cmds = Vec::new();
         for (key, token) in step.release {
-            let mut cmd = eval(RELEASE, self.key(key));
+            let mut cmd = eval(release, self.key(key));
             cmd.arg(dialect.claim_value(token));
             cmds.push(cmd);
         }
         for (key, token) in step.renew {
-            let mut cmd = eval(&renew, self.key(key));
+            let mut cmd = eval(renew, self.key(key));
             cmd.arg(dialect.claim_value(token))
                 .arg(ttl_ms(step.lease))
                 .arg(dialect.mode());
@@ -730,7 +783,7 @@ impl Store for RedisStore {
         for (key, token) in step.remember {
             cmds.push(match token {
                 Some(token) => {
-                    let mut cmd = eval(&commit, self.key(key));
+                    let mut cmd = eval(commit, self.key(key));
                     cmd.arg(dialect.claim_value(token))
                         .arg(dialect.done())
                         .arg(ttl)

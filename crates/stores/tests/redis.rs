@@ -229,3 +229,32 @@ fn redis_unreachable_server_is_unavailable() {
     let e = RedisStore::connect("not a url", "p:").unwrap_err();
     assert_eq!(e.kind, StoreErrorKind::Invalid, "{e}");
 }
+
+/// Scripts go by SHA (`EVALSHA`); a server that lost them (restart, failover,
+/// `SCRIPT FLUSH`) gets them again and the batch goes through.
+#[test]
+fn redis_scripts_are_reloaded_after_script_flush() {
+    let url = redis_url().expect("the Redis tests run with a real Redis (make test starts one)");
+    let prefix = redis_prefix("flush");
+    let _clean = RedisCleanup {
+        url: url.clone(),
+        prefix: prefix.clone(),
+    };
+    let store = RedisStore::connect(&url, prefix).unwrap();
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    for round in 0..2 {
+        let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
+        let id = format!("f-{round}");
+        let Claim::Acquired(token) = ready(store.claim(&id, Duration::from_secs(60))).unwrap()
+        else {
+            panic!("free key");
+        };
+        assert!(ready(store.renew(&id, &token, Duration::from_secs(60))).unwrap());
+        let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
+        assert!(ready(store.remember_fenced(&id, &token, None)).unwrap());
+        assert!(ready(store.seen(&id)).unwrap());
+    }
+}

@@ -155,3 +155,37 @@ fn cluster_stats_count_every_node() {
         );
     }
 }
+
+/// Every node forgets the scripts (as after a failover to a fresh replica): the
+/// next batch loads them again and goes through.
+#[test]
+fn cluster_scripts_are_reloaded_after_script_flush() {
+    let (store, clean) = store("flush");
+    let flush = || {
+        for node in cluster_nodes(&clean.spec) {
+            let mut conn = redis::Client::open(node.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
+        }
+    };
+    let ids: Vec<String> = (0..20).map(|i| format!("f-{i}")).collect();
+    let keys: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let claims = ready(store.claim_many(&keys, Duration::from_secs(60))).unwrap();
+    flush();
+    let remember: Vec<_> = keys
+        .iter()
+        .zip(&claims)
+        .map(|(k, c)| match c {
+            Claim::Acquired(t) => (*k, Some(t)),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let settled = ready(store.settle(&bq_dedupe::Settlement {
+        remember: &remember,
+        ..Default::default()
+    }))
+    .unwrap();
+    assert_eq!(settled.kept, vec![true; 20]);
+}
