@@ -58,7 +58,11 @@ measure() { # name spec mode counter...
     sleep 0.2 # pg_stat_statements counts a statement when it ends
     local before after rate
     before=$("$@")
-    rate=$("$BQ" "${args[@]}" "$work/stream.jsonl" 2>&1 >/dev/null | sed -n 's/^summary: .*(\([0-9]*\)\/s).*/\1/p')
+    # A run that parks or fails some deliveries exits non-zero: still measured,
+    # and its summary line says what happened.
+    "$BQ" "${args[@]}" "$work/stream.jsonl" >/dev/null 2>"$work/err" || true
+    rate=$(sed -n 's/^summary: .*(\([0-9]*\)\/s).*/\1/p' "$work/err")
+    grep -q '"run":\|"skip":' "$work/err" || { echo "$name $mode $pass:"; cat "$work/err"; } >&2
     after=$("$@")
     printf '| %s | %s | %s | %s | %.1f |\n' "$name" "$mode" "$pass" "$rate" \
       "$(python3 -c "print(($after - $before - ${ADJUST:-0}) / $batches)")"
