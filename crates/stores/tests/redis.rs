@@ -1,4 +1,4 @@
-//! `RedisStore` against a real server at `BQ_TEST_REDIS_URL` (skipped when unset).
+//! `RedisStore` against a real server at `BQ_TEST_REDIS_URL` (a failure when unset).
 
 mod common;
 
