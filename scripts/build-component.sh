@@ -6,7 +6,7 @@
 #   scripts/build-component.sh js     # ... and the jco transpile -> target/component/js/
 #   scripts/build-component.sh test   # ... and `node --test crates/component/js/component.test.mjs`
 #
-# Steps: cargo build (wasm32-unknown-unknown, profile `component`), wasm-opt -Oz
+# Steps: cargo build (wasm32-unknown-unknown, profile `component` at opt-level 3), wasm-opt -O3 (-Oz for a small build)
 # (npm binaryen@132.0.0), then bq-componentize (the wit-component crate: encode,
 # validate, list the imports, refuse any import outside babelqueue:idempotency/*).
 # Prints raw / wasm-opt / component / gzip sizes and fails when the component is
@@ -46,6 +46,11 @@ WASM_OPT="$JS_TOOLS/node_modules/.bin/wasm-opt"
 # line tables): set here because the profile lives in the root Cargo.toml.
 export CARGO_PROFILE_COMPONENT_DEBUG=false
 export CARGO_PROFILE_COMPONENT_STRIP=debuginfo
+# Built for speed: the component serves server-side hosts and has 256 KiB, and
+# opt-level 3 fits (the profile's "z" is what the 150 KiB budget once needed;
+# BQ_COMPONENT_OPT_LEVEL=z builds the small one). The JS package has its own profile.
+export CARGO_PROFILE_COMPONENT_OPT_LEVEL="${BQ_COMPONENT_OPT_LEVEL:-3}"
+case "$CARGO_PROFILE_COMPONENT_OPT_LEVEL" in z | s) WASM_OPT_FLAG=-Oz ;; *) WASM_OPT_FLAG=-O3 ;; esac
 t=$(now)
 cargo build -p babelqueue-dedupe-component --target wasm32-unknown-unknown --profile component
 RAW="$CARGO_TARGET_DIR/wasm32-unknown-unknown/component/babelqueue_dedupe_component.wasm"
@@ -56,10 +61,10 @@ OPT="$OUT_DIR/bq_dedupe.opt.wasm"
 # Features come from the module's target_features section; custom sections (the
 # component-type that wit-bindgen embeds) are kept.
 if [[ ! -f "$OPT" || "$RAW" -nt "$OPT" || "$WASM_OPT" -nt "$OPT" ]]; then
-    "$WASM_OPT" -Oz --strip-debug --strip-producers "$RAW" -o "$OPT"
-    echo "wasm-opt -Oz: $(since "$t")"
+    "$WASM_OPT" "$WASM_OPT_FLAG" --strip-debug --strip-producers "$RAW" -o "$OPT"
+    echo "wasm-opt $WASM_OPT_FLAG: $(since "$t")"
 else
-    echo "wasm-opt -Oz: up to date"
+    echo "wasm-opt $WASM_OPT_FLAG: up to date"
 fi
 
 # --- component ---------------------------------------------------------------
