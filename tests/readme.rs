@@ -55,10 +55,13 @@ fn snippets(doc: &str) -> Vec<(Mark, String, String)> {
 
 #[test]
 fn readme_snippets_are_the_files_they_name() {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let found = snippets(&readme);
+    // The README, and the docs pages whose snippets are compiled files too.
+    let found: Vec<_> = ["README.md", "docs/component.md"]
+        .iter()
+        .flat_map(|doc| snippets(&std::fs::read_to_string(root().join(doc)).unwrap()))
+        .collect();
     let paths: Vec<&str> = found.iter().map(|(_, p, _)| p.as_str()).collect();
-    assert!(found.len() >= 5, "marked snippets: {paths:?}");
+    assert!(found.len() >= 6, "marked snippets: {paths:?}");
     for (mark, path, block) in &found {
         let file = std::fs::read_to_string(root().join(path))
             .unwrap_or_else(|e| panic!("README names {path}: {e}"));
