@@ -28,7 +28,7 @@ struct Cli {
 enum Command {
     /// Run a BabelQueue conformance manifest through the component.
     Conformance {
-        /// memory | sqlite:PATH | redis://HOST:PORT[/DB][?prefix=P]
+        /// memory | sqlite:PATH | redis://... | redis+cluster://... | postgres://... (see `run --help`)
         #[arg(long, default_value = DEFAULT_STORE)]
         store: String,
         /// The manifest (default: the vendored tests/conformance/manifest.json).

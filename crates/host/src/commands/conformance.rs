@@ -131,7 +131,8 @@ pub fn run(
         ),
         None => (BUILT_IN_MANIFEST.to_string(), None),
     };
-    let store = AnyStore::from_spec(store).map_err(|e| anyhow::anyhow!("store {store}: {e}"))?;
+    let store = AnyStore::from_spec(store)
+        .map_err(|e| anyhow::anyhow!("store {}: {e}", bq_dedupe_host::shown_spec(store)))?;
     let runtime = Runtime::load(component, store, Handler::Mark)?;
     let mut subject = ComponentSubject {
         runtime,

@@ -20,7 +20,8 @@ use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::{Options, Outco
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// memory | sqlite:PATH | redis://HOST:PORT[/DB][?prefix=P]
+    /// memory | sqlite:PATH | redis://HOST:PORT[/DB][?dialect=D&prefix=P] |
+    /// redis+cluster://HOST:PORT[,HOST:PORT...] | postgres://USER@HOST:PORT/DB[?table=T]
     #[arg(long, default_value = bq_dedupe_host::DEFAULT_STORE)]
     store: String,
     /// Remember ids for this long (e.g. 90s, 15m, 24h, 7d; default: forever).
@@ -222,9 +223,12 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
         (None, None) => Handler::Mark,
     };
     let store = AnyStore::from_spec(&args.store)
-        .with_context(|| format!("opening store {}", args.store))?;
+        .with_context(|| format!("opening store {}", bq_dedupe_host::shown_spec(&args.store)))?;
     if args.claim && !bq_dedupe::Store::capabilities(&store).claim {
-        bail!("store {} cannot claim", args.store);
+        bail!(
+            "store {} cannot claim",
+            bq_dedupe_host::shown_spec(&args.store)
+        );
     }
     let mut runtime = Runtime::load(component, store, handler)?;
     let mut opts = options(&args.prefix);
