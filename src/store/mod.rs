@@ -252,6 +252,39 @@ pub async fn claim_each<S: Store + ?Sized>(
     Ok(answers)
 }
 
+/// `renew` as a one-claim [`Store::settle`], for stores whose batch step is the
+/// primitive (one transaction, script or request serves both).
+pub async fn renew_by_settle<S: Store + ?Sized>(
+    store: &S,
+    key: &str,
+    token: &ClaimToken,
+    lease: Duration,
+) -> StoreResult<bool> {
+    let renew = [(key, token)];
+    let step = Settlement {
+        renew: &renew,
+        lease,
+        ..Settlement::default()
+    };
+    Ok(store.settle(&step).await?.renewed.first() == Some(&true))
+}
+
+/// `remember_fenced` as a one-key [`Store::settle`] (see [`renew_by_settle`]).
+pub async fn remember_fenced_by_settle<S: Store + ?Sized>(
+    store: &S,
+    key: &str,
+    token: &ClaimToken,
+    ttl: Option<Duration>,
+) -> StoreResult<bool> {
+    let remember = [(key, Some(token))];
+    let step = Settlement {
+        remember: &remember,
+        ttl,
+        ..Settlement::default()
+    };
+    Ok(store.settle(&step).await?.kept.first() == Some(&true))
+}
+
 /// `settle` as single calls: releases first (a failure there is kept in
 /// [`Settled::release_error`], never turned into a failed remember), then renewals,
 /// then the remembers (plain ones through `remember_many`, fenced ones one by one).

@@ -125,12 +125,7 @@ impl Store for HostStore {
     }
 
     async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
-        let step = Settlement {
-            renew: &[(key, token)],
-            lease,
-            ..Settlement::default()
-        };
-        Ok(self.settle(&step).await?.renewed.first() == Some(&true))
+        bq_dedupe::store::renew_by_settle(self, key, token, lease).await
     }
 
     async fn remember_fenced(
@@ -139,12 +134,7 @@ impl Store for HostStore {
         token: &ClaimToken,
         ttl: Option<Duration>,
     ) -> StoreResult<bool> {
-        let step = Settlement {
-            remember: &[(key, Some(token))],
-            ttl,
-            ..Settlement::default()
-        };
-        Ok(self.settle(&step).await?.kept.first() == Some(&true))
+        bq_dedupe::store::remember_fenced_by_settle(self, key, token, ttl).await
     }
 
     async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {

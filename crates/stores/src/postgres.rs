@@ -554,12 +554,7 @@ impl Store for PostgresStore {
     }
 
     async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
-        let step = Settlement {
-            renew: &[(key, token)],
-            lease,
-            ..Settlement::default()
-        };
-        Ok(self.settle_now(&step)?.renewed.first() == Some(&true))
+        bq_dedupe::store::renew_by_settle(self, key, token, lease).await
     }
 
     async fn remember_fenced(
@@ -568,12 +563,7 @@ impl Store for PostgresStore {
         token: &ClaimToken,
         ttl: Option<Duration>,
     ) -> StoreResult<bool> {
-        let step = Settlement {
-            remember: &[(key, Some(token))],
-            ttl,
-            ..Settlement::default()
-        };
-        Ok(self.settle_now(&step)?.kept.first() == Some(&true))
+        bq_dedupe::store::remember_fenced_by_settle(self, key, token, ttl).await
     }
 
     /// One statement, one round trip (see [`PostgresStore`]).

@@ -731,12 +731,7 @@ impl Store for RedisStore {
     }
 
     async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
-        let step = Settlement {
-            renew: &[(key, token)],
-            lease,
-            ..Settlement::default()
-        };
-        Ok(self.settle(&step).await?.renewed.first() == Some(&true))
+        bq_dedupe::store::renew_by_settle(self, key, token, lease).await
     }
 
     async fn remember_fenced(
@@ -745,12 +740,7 @@ impl Store for RedisStore {
         token: &ClaimToken,
         ttl: Option<Duration>,
     ) -> StoreResult<bool> {
-        let step = Settlement {
-            remember: &[(key, Some(token))],
-            ttl,
-            ..Settlement::default()
-        };
-        Ok(self.settle(&step).await?.kept.first() == Some(&true))
+        bq_dedupe::store::remember_fenced_by_settle(self, key, token, ttl).await
     }
 
     /// One pipeline: each key's step is one atomic command or script, so a batch

@@ -342,13 +342,7 @@ impl Store for SqliteStore {
         token: &ClaimToken,
         ttl: Option<Duration>,
     ) -> StoreResult<bool> {
-        let step = Settlement {
-            remember: &[(key, Some(token))],
-            ttl,
-            ..Settlement::default()
-        };
-        let settled = self.settle(&step).await?;
-        Ok(settled.kept.first().copied().unwrap_or(false))
+        bq_dedupe::store::remember_fenced_by_settle(self, key, token, ttl).await
     }
 
     /// One write transaction: releases, renewals and (fenced) remembers are

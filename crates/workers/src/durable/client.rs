@@ -402,19 +402,7 @@ impl Store for DurableObjectStore {
     }
 
     async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
-        let renew = [(key, token)];
-        let step = Settlement {
-            renew: &renew,
-            lease,
-            ..Settlement::default()
-        };
-        Ok(self
-            .settle(&step)
-            .await?
-            .renewed
-            .first()
-            .copied()
-            .unwrap_or(false))
+        bq_dedupe::store::renew_by_settle(self, key, token, lease).await
     }
 
     async fn remember_fenced(
@@ -423,19 +411,7 @@ impl Store for DurableObjectStore {
         token: &ClaimToken,
         ttl: Option<Duration>,
     ) -> StoreResult<bool> {
-        let remember = [(key, Some(token))];
-        let step = Settlement {
-            remember: &remember,
-            ttl,
-            ..Settlement::default()
-        };
-        Ok(self
-            .settle(&step)
-            .await?
-            .kept
-            .first()
-            .copied()
-            .unwrap_or(false))
+        bq_dedupe::store::remember_fenced_by_settle(self, key, token, ttl).await
     }
 
     /// One request per object touched, each applied in the object's transaction.
