@@ -84,8 +84,15 @@ conformance:
 # resolve); every other crate says publish = false.
 PUBLISHED := -p babelqueue-dedupe -p babelqueue-dedupe-stores -p babelqueue-dedupe-workers \
   -p babelqueue-dedupe-host
+# Cargo treats a registry crate of one version as immutable (its extraction and its
+# build are reused), so a changed crate of the same version would be verified
+# against stale sources: drop our own extractions and builds first. The verify
+# builds get their own target directory, so only ours are rebuilt.
+PUBLISH_TARGET := target/publish-check
 packages: component-build
-	cargo publish --dry-run --allow-dirty $(PUBLISHED)
+	rm -rf $${CARGO_HOME:-$$HOME/.cargo}/registry/src/-*/babelqueue-dedupe*
+	cargo clean --quiet --target-dir $(PUBLISH_TARGET) $(PUBLISHED)
+	CARGO_TARGET_DIR=$(PUBLISH_TARGET) cargo publish --dry-run --allow-dirty $(PUBLISHED)
 
 # cargo-fuzz needs a nightly toolchain; without one the smoke run is skipped, loudly.
 setup-fuzz:
