@@ -2,26 +2,14 @@
 //! and a real Redis (`BQ_TEST_REDIS_URL`, started by `make test`).
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::Path;
+use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_bq-dedupe");
+mod common;
 
-/// A fresh directory under target/ for one test.
-fn scratch(name: &str) -> PathBuf {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
-        "../../target/host-tests/{name}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use common::{BIN, bq, decisions, scratch};
 
 /// The Redis `make test` starts. Missing means the run is misconfigured: fail,
 /// never pass as skipped.
@@ -35,33 +23,6 @@ fn redis_url() -> Option<String> {
 /// A Redis spec with a prefix of its own, so tests never see each other's keys.
 fn redis_spec(url: &str, name: &str) -> String {
     format!("{url}?prefix=bq-test:{name}:{}:", std::process::id())
-}
-
-fn bq(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("bq-dedupe starts");
-    let mut input = child.stdin.take().unwrap();
-    let stdin = stdin.to_owned();
-    let writer = std::thread::spawn(move || {
-        let _ = input.write_all(stdin.as_bytes());
-    });
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap();
-    out
-}
-
-fn decisions(out: &Output) -> Vec<Value> {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| {
-            serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON decision: {l:?}: {e}"))
-        })
-        .collect()
 }
 
 fn envelope(id: &str) -> String {

@@ -6,13 +6,14 @@
 //! clients (`psql`, `redis-cli`), the way the other SDKs write them.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-const BIN: &str = env!("CARGO_BIN_EXE_bq-dedupe");
+mod common;
+
+use common::{BIN, bq, decisions, scratch};
 
 fn var(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
@@ -28,15 +29,6 @@ fn unique(tag: &str) -> String {
         std::process::id(),
         N.fetch_add(1, Ordering::SeqCst)
     )
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../target/host-tests")
-        .join(unique(name));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 fn with_query(url: &str, query: &str) -> String {
@@ -65,31 +57,6 @@ fn redis_spec(tag: &str, dialect: &str) -> (String, String) {
         &format!("dialect={dialect}&prefix={}", prefix.replace(':', "%3A")),
     );
     (spec, prefix)
-}
-
-fn bq(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("bq-dedupe starts");
-    let mut input = child.stdin.take().unwrap();
-    let stdin = stdin.to_owned();
-    let writer = std::thread::spawn(move || {
-        let _ = input.write_all(stdin.as_bytes());
-    });
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap();
-    out
-}
-
-fn decisions(out: &Output) -> Vec<Value> {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
-        .collect()
 }
 
 fn envelope(id: &str) -> String {

@@ -1,0 +1,56 @@
+//! Shared by the `bq-dedupe` end-to-end tests: the binary, scratch folders, and
+//! running it with input on stdin.
+
+#![allow(dead_code)] // each test file uses its own subset
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_bq-dedupe");
+
+/// A fresh directory under target/ for one test, unique per process and call.
+pub fn scratch(name: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "../../target/host-tests/{name}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs `bq-dedupe ARGS` with `stdin` written from a thread (so a large input
+/// cannot deadlock against a full stdout pipe) and waits for it.
+pub fn bq(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("bq-dedupe starts");
+    let mut input = child.stdin.take().unwrap();
+    let stdin = stdin.to_owned();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(stdin.as_bytes());
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    out
+}
+
+/// The JSON verdicts `run` printed, one per line.
+pub fn decisions(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON decision: {l:?}: {e}"))
+        })
+        .collect()
+}
