@@ -24,14 +24,21 @@ fn claim_race<S: Store>(open: impl Fn() -> S + Sync) {
         let threads: Vec<_> = (0..THREADS)
             .map(|_| {
                 s.spawn(|| {
-                    let store = open();
-                    (0..ROUNDS)
+                    // A thread whose open or claim fails still meets every barrier, so
+                    // the others are not left waiting: the failure is raised after.
+                    let store = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&open));
+                    let answers: Vec<Result<Claim, String>> = (0..ROUNDS)
                         .map(|round| {
                             barrier.wait();
+                            let store = store.as_ref().map_err(|_| "open panicked".to_string())?;
                             ready(store.claim(&format!("race-{round}"), Duration::from_secs(60)))
-                                .unwrap()
+                                .map_err(|e| e.to_string())
                         })
-                        .collect::<Vec<Claim>>()
+                        .collect();
+                    answers
+                        .into_iter()
+                        .collect::<Result<Vec<Claim>, String>>()
+                        .unwrap()
                 })
             })
             .collect();
@@ -63,8 +70,11 @@ fn guard_race<S: Store>(open: impl Fn() -> S + Sync) {
         let threads: Vec<_> = (0..THREADS)
             .map(|_| {
                 s.spawn(|| {
-                    let guard = Guard::new(open()).with_claiming(Duration::from_secs(60));
+                    // Meet the barrier even if opening fails, so no thread waits forever.
+                    let store = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&open));
                     barrier.wait();
+                    let store = store.unwrap_or_else(|_| panic!("opening the store panicked"));
+                    let guard = Guard::new(store).with_claiming(Duration::from_secs(60));
                     ready(guard.process(body.as_bytes(), async |_| {
                         runs.fetch_add(1, Ordering::SeqCst);
                         std::thread::sleep(Duration::from_millis(20));
