@@ -88,7 +88,9 @@ fn readme_minimal_envelope_is_valid() {
 
 #[test]
 fn readme_quick_start_runs_then_skips() {
-    // `cargo test` builds the examples next to the test binaries' folder.
+    // `cargo test --all-targets` builds examples as test harnesses, not as the program a
+    // user runs; the plain binary comes from `cargo build --example quickstart`, which
+    // `make unit` runs first (a nested cargo here would wait on the build lock).
     let exe = std::env::current_exe().unwrap();
     let examples = exe
         .parent()
@@ -97,7 +99,7 @@ fn readme_quick_start_runs_then_skips() {
         .join("examples");
     let out = Command::new(examples.join("quickstart"))
         .output()
-        .expect("cargo test builds examples/quickstart.rs");
+        .expect("examples/quickstart is built: run `cargo build --example quickstart` first");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
