@@ -24,6 +24,7 @@ use foldhash::fast::RandomState;
 
 use crate::clock::Clock;
 use crate::envelope::{Limits, Message, Rejection};
+use crate::fingerprint::{self, Fingerprint};
 use crate::key::KeySpace;
 use crate::lease::{LeasePolicy, NoTimer, Progress, Timer};
 use crate::observe::{Event, Observer, StoreOp};
@@ -45,6 +46,11 @@ pub struct Options {
     pub limits: Limits,
     /// When a slow batch renews its claims and writes its finished work.
     pub leases: LeasePolicy,
+    /// Remember a fingerprint of each success's `data`, so a later delivery of
+    /// the same id with another payload is a [`Outcome::PayloadMismatch`]
+    /// (dead-lettered, not run) instead of a skip. Our record format only: a store
+    /// that writes another SDK's records refuses it (see [`crate::fingerprint`]).
+    pub fingerprint: bool,
 }
 
 /// What the guard decided for one delivery, before its handler runs.
@@ -63,6 +69,9 @@ pub enum Verdict {
     Duplicate(usize),
     /// Not a valid envelope: do not run; dead-letter.
     Reject(Rejection),
+    /// Already processed with a different `data` ([`Options::fingerprint`]): do
+    /// not run; dead-letter.
+    PayloadMismatch,
     /// The store could not answer: do not run; retry (fail-closed).
     StoreUnavailable(StoreError),
 }
@@ -75,6 +84,8 @@ pub struct Decision {
     pub key: Option<String>,
     /// The claim taken for this delivery in claiming mode.
     pub claim: Option<ClaimToken>,
+    /// The payload's fingerprint, with [`Options::fingerprint`] on.
+    pub fingerprint: Option<Fingerprint>,
 }
 
 impl Decision {
@@ -83,6 +94,7 @@ impl Decision {
             verdict,
             key: None,
             claim: None,
+            fingerprint: None,
         }
     }
 
@@ -166,6 +178,12 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         self
     }
 
+    /// Payload fingerprints (see [`Options::fingerprint`]).
+    pub fn with_fingerprint(mut self) -> Self {
+        self.options.fingerprint = true;
+        self
+    }
+
     pub fn with_keyspace(mut self, keyspace: KeySpace) -> Self {
         self.options.keyspace = keyspace;
         self
@@ -220,7 +238,12 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     /// Forgets `id` (a `meta.id`, namespaced like every other key) so its next
     /// delivery runs again.
     pub async fn forget(&self, id: &str) -> StoreResult<()> {
-        let result = self.store.forget(&self.options.keyspace.key(id)).await;
+        let key = self.options.keyspace.key(id);
+        let mut result = self.store.forget(&key).await;
+        if result.is_ok() && self.options.fingerprint {
+            // Its next success records a fingerprint afresh.
+            result = self.store.forget(&fingerprint::marker_key(&key)).await;
+        }
         self.report_store_error(StoreOp::Forget, &result);
         result
     }
@@ -392,11 +415,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         running: bool,
     ) {
         let lease = self.renewing();
-        let remember: Vec<(&str, Option<&ClaimToken>)> = progress
-            .waiting
-            .iter()
-            .map(|&i| (key_at(decisions, i), self.fence_token(&decisions[i])))
-            .collect();
+        let remember = self.remember_list(decisions, &progress.waiting);
         let renew: Vec<(usize, (&str, &ClaimToken))> = match lease {
             None => Vec::new(),
             Some(_) => (from..decisions.len())
@@ -435,6 +454,27 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             }
         }
         progress.renewed_at = self.now();
+    }
+
+    /// What remembering the successes at `waiting` writes: their keys (fenced in
+    /// claiming mode), in order, then their fingerprint records (plain). The
+    /// store's `kept` answers line up with `waiting` for that reason.
+    fn remember_list<'d>(
+        &self,
+        decisions: &'d [Decision],
+        waiting: &[usize],
+    ) -> Vec<(&'d str, Option<&'d ClaimToken>)> {
+        let mut remember: Vec<(&str, Option<&ClaimToken>)> = waiting
+            .iter()
+            .map(|&i| (key_at(decisions, i), self.fence_token(&decisions[i])))
+            .collect();
+        for &i in waiting {
+            if let Some(fp) = &decisions[i].fingerprint {
+                remember.push((fp.marker_key.as_str(), None));
+                remember.push((fp.record_key.as_str(), None));
+            }
+        }
+        remember
     }
 
     /// The token a success is committed under: its claim, when the store fences.
@@ -481,14 +521,9 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         result: Option<HandlerResult<E>>,
     ) -> Outcome<E> {
         let recorded = match settlement(&decision, &result) {
-            Settle::Remember(key) if self.fence_token(&decision).is_none() => {
-                // A plain remember: the store's own call, no settlement to build.
-                let result = self.store.remember(key, self.options.ttl).await;
-                self.report_store_error(StoreOp::Remember, &result);
-                result.map(|()| true)
-            }
-            Settle::Remember(key) => {
-                let remember = [(key, self.fence_token(&decision))];
+            Settle::Remember => {
+                // A plain remember of one key is the store's own `remember` call.
+                let remember = self.remember_list(std::slice::from_ref(&decision), &[0]);
                 let step = Settlement {
                     remember: &remember,
                     ttl: self.options.ttl,
@@ -543,10 +578,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             waiting,
             ..
         } = progress;
-        let remember: Vec<(&str, Option<&ClaimToken>)> = waiting
-            .iter()
-            .map(|&i| (key_at(decisions, i), self.fence_token(&decisions[i])))
-            .collect();
+        let remember = self.remember_list(decisions, &waiting);
         let release: Vec<(&str, &ClaimToken)> = decisions
             .iter()
             .zip(&results)
@@ -613,13 +645,42 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         };
         let decision = match message.id() {
             None => Decision::unkeyed(Verdict::FailOpen),
-            Some(id) => Decision {
-                verdict: Verdict::Run,
-                key: Some(self.options.keyspace.key(id).into_owned()),
-                claim: None,
-            },
+            Some(id) => {
+                let key = self.options.keyspace.key(id).into_owned();
+                match self.fingerprint_of(&message, &key) {
+                    Ok(fingerprint) => Decision {
+                        verdict: Verdict::Run,
+                        key: Some(key),
+                        claim: None,
+                        fingerprint,
+                    },
+                    Err(refused) => Decision::unkeyed(Verdict::StoreUnavailable(refused)),
+                }
+            }
         };
         (Some(message), decision)
+    }
+
+    /// The delivery's fingerprint with [`Options::fingerprint`] on; refused (every
+    /// keyed delivery fails closed) where fingerprints cannot be kept.
+    fn fingerprint_of(&self, message: &Message<'_>, key: &str) -> StoreResult<Option<Fingerprint>> {
+        if !self.options.fingerprint {
+            return Ok(None);
+        }
+        if let Some(format) = self.store.shared_format() {
+            return Err(StoreError::unsupported(format!(
+                "payload fingerprints need our own record format; this store keeps {format} records"
+            )));
+        }
+        #[cfg(feature = "fingerprint")]
+        return Ok(Fingerprint::of(message.raw(), key));
+        #[cfg(not(feature = "fingerprint"))]
+        {
+            let _ = (message, key);
+            Err(StoreError::unsupported(
+                "payload fingerprints: this build leaves out the `fingerprint` feature",
+            ))
+        }
     }
 
     /// Classifies every body, collapses in-batch duplicates, and asks the store
@@ -657,7 +718,12 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             }
         }
         for (i, leader) in followers {
-            decisions[i].verdict = Verdict::Duplicate(leader);
+            decisions[i].verdict = if same_payload(&decisions[i], &decisions[leader]) {
+                Verdict::Duplicate(leader)
+            } else {
+                // One id, two payloads in one batch: the first one runs.
+                Verdict::PayloadMismatch
+            };
         }
         self.ask_store(&mut decisions, &unique).await;
         (messages, decisions)
@@ -667,9 +733,40 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     /// `seen` in plain mode, `claim` in claiming mode.
     async fn ask_store(&self, decisions: &mut [Decision], unique: &[usize]) {
         match self.options.claim_lease {
-            _ if unique.is_empty() => {}
+            _ if unique.is_empty() => return,
             Some(lease) => self.claim_all(unique, decisions, lease).await,
             None => self.check_all(unique, decisions).await,
+        }
+        self.check_fingerprints(unique, decisions).await;
+    }
+
+    /// For each skip at `unique` that has a fingerprint: one more call (only when
+    /// the batch has skips) reads its marker and record. Marker without record:
+    /// the id was processed with another payload.
+    async fn check_fingerprints(&self, unique: &[usize], decisions: &mut [Decision]) {
+        let skips: Vec<usize> = unique
+            .iter()
+            .copied()
+            .filter(|&i| {
+                decisions[i].verdict == Verdict::Skip && decisions[i].fingerprint.is_some()
+            })
+            .collect();
+        if skips.is_empty() {
+            return;
+        }
+        let keys: Vec<&str> = skips
+            .iter()
+            .filter_map(|&i| decisions[i].fingerprint.as_ref())
+            .flat_map(|fp| [fp.marker_key.as_str(), fp.record_key.as_str()])
+            .collect();
+        let answers = checked_len(self.store.seen_many(&keys).await, keys.len());
+        self.report_store_error(StoreOp::Seen, &answers);
+        for (n, &i) in skips.iter().enumerate() {
+            decisions[i].verdict = match &answers {
+                Ok(a) if a[2 * n] && !a[2 * n + 1] => Verdict::PayloadMismatch,
+                Ok(_) => Verdict::Skip,
+                Err(e) => Verdict::StoreUnavailable(e.clone()),
+            };
         }
     }
 
@@ -798,7 +895,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
 
 /// What recording one delivery takes.
 enum Settle<'d> {
-    Remember(&'d str),
+    Remember,
     Release(&'d str, &'d ClaimToken),
     Nothing,
 }
@@ -813,7 +910,7 @@ fn settlement<'d, E>(decision: &'d Decision, result: &Option<HandlerResult<E>>) 
         result,
         &decision.claim,
     ) {
-        (Verdict::Run, Some(key), Some(HandlerResult::Ok), _) => Settle::Remember(key),
+        (Verdict::Run, Some(_), Some(HandlerResult::Ok), _) => Settle::Remember,
         (Verdict::Run, Some(key), _, Some(token)) => Settle::Release(key, token),
         _ => Settle::Nothing,
     }
@@ -828,6 +925,15 @@ async fn run_if_told<E>(
     match message {
         Some(msg) if decision.should_run() => Some(run_caught(handler, msg).await),
         _ => None,
+    }
+}
+
+/// Do two deliveries of one key carry the same payload (as far as fingerprints
+/// are kept)?
+fn same_payload(a: &Decision, b: &Decision) -> bool {
+    match (&a.fingerprint, &b.fingerprint) {
+        (Some(a), Some(b)) => a.hash == b.hash,
+        _ => true,
     }
 }
 
@@ -870,6 +976,7 @@ fn resolve<E>(
         (Verdict::Skip, _) => Outcome::Skipped,
         (Verdict::Park, _) => Outcome::Parked,
         (Verdict::Reject(r), _) => Outcome::Rejected(r.clone()),
+        (Verdict::PayloadMismatch, _) => Outcome::PayloadMismatch,
         (Verdict::StoreUnavailable(e), _) => Outcome::StoreUnavailable(e.clone()),
         (Verdict::Duplicate(_), _) => follow(leader),
     }

@@ -21,6 +21,7 @@
 pub mod clock;
 pub mod conformance;
 pub mod envelope;
+pub mod fingerprint;
 mod guard;
 mod key;
 pub mod lease;

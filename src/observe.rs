@@ -66,6 +66,7 @@ pub struct Counters {
     store_errors: AtomicU64,
     remember_failed: AtomicU64,
     lease_lost: AtomicU64,
+    payload_mismatch: AtomicU64,
 }
 
 /// A point-in-time copy of [`Counters`].
@@ -89,6 +90,9 @@ pub struct CounterSnapshot {
     /// Successful runs whose claim had been lost by their commit
     /// (`run-ok-lease-lost`): possible duplicate effects.
     pub lease_lost: u64,
+    /// Deliveries not run because their id was processed with another payload
+    /// (`payload-mismatch`, dead-lettered).
+    pub payload_mismatch: u64,
 }
 
 impl Counters {
@@ -109,6 +113,7 @@ impl Counters {
             store_errors: get(&self.store_errors),
             remember_failed: get(&self.remember_failed),
             lease_lost: get(&self.lease_lost),
+            payload_mismatch: get(&self.payload_mismatch),
         }
     }
 }
@@ -141,6 +146,7 @@ impl Observer for Counters {
                 OutcomeKind::Parked => bump(&self.parked),
                 OutcomeKind::Rejected => bump(&self.rejected),
                 OutcomeKind::StoreUnavailable => bump(&self.store_unavailable),
+                OutcomeKind::PayloadMismatch => bump(&self.payload_mismatch),
             },
         }
     }
@@ -148,7 +154,8 @@ impl Observer for Counters {
 
 /// Every outcome and store error as a [`tracing`] event (feature `tracing`), for
 /// native hosts that already collect traces: outcomes that need a look
-/// (`run-ok-lease-lost`, `run-ok-unrecorded`, `store-unavailable`) at WARN, failures
+/// (`run-ok-lease-lost`, `run-ok-unrecorded`, `store-unavailable`,
+/// `payload-mismatch`) at WARN, failures
 /// and parks at INFO, the rest at DEBUG; store errors at WARN. Fields: `key`,
 /// `outcome` (the kebab code), `op`, `error`.
 #[cfg(feature = "tracing")]
@@ -165,7 +172,8 @@ impl Observer for Tracing {
                 match kind {
                     OutcomeKind::RanLeaseLost
                     | OutcomeKind::RanUnrecorded
-                    | OutcomeKind::StoreUnavailable => {
+                    | OutcomeKind::StoreUnavailable
+                    | OutcomeKind::PayloadMismatch => {
                         tracing::warn!(key, outcome, "bq-dedupe outcome")
                     }
                     OutcomeKind::Failed

@@ -40,6 +40,10 @@ pub enum Outcome<E> {
     /// The store could not say whether the id was processed, so the handler did
     /// not run (fail-closed). Retry.
     StoreUnavailable(StoreError),
+    /// payload-mismatch: the id was already processed with a different `data`
+    /// ([`crate::Options::fingerprint`]). The handler did not run; dead-letter the
+    /// message, so the reused id is looked at instead of acked away.
+    PayloadMismatch,
 }
 
 /// What the transport should do with the delivery.
@@ -67,6 +71,7 @@ pub enum OutcomeKind {
     Parked,
     Rejected,
     StoreUnavailable,
+    PayloadMismatch,
 }
 
 impl OutcomeKind {
@@ -84,6 +89,7 @@ impl OutcomeKind {
             OutcomeKind::Parked => "park",
             OutcomeKind::Rejected => "rejected",
             OutcomeKind::StoreUnavailable => "store-unavailable",
+            OutcomeKind::PayloadMismatch => "payload-mismatch",
         }
     }
 
@@ -99,7 +105,7 @@ impl OutcomeKind {
             | OutcomeKind::FailOpenFailed
             | OutcomeKind::Parked
             | OutcomeKind::StoreUnavailable => Disposition::Retry,
-            OutcomeKind::Rejected => Disposition::Poison,
+            OutcomeKind::Rejected | OutcomeKind::PayloadMismatch => Disposition::Poison,
         }
     }
 
@@ -132,6 +138,7 @@ impl<E> Outcome<E> {
             Outcome::Parked => OutcomeKind::Parked,
             Outcome::Rejected(_) => OutcomeKind::Rejected,
             Outcome::StoreUnavailable(_) => OutcomeKind::StoreUnavailable,
+            Outcome::PayloadMismatch => OutcomeKind::PayloadMismatch,
         }
     }
 
@@ -150,6 +157,9 @@ impl<E> Outcome<E> {
             Outcome::Panicked(msg) => Some(format!("handler panicked: {msg}")),
             Outcome::Rejected(r) => Some(r.to_string()),
             Outcome::RanLeaseLost => Some("the claim was lost before the commit".into()),
+            Outcome::PayloadMismatch => {
+                Some("the id was already processed with a different payload".into())
+            }
             _ => None,
         }
     }

@@ -11,7 +11,7 @@ use wit_parser::{
 
 /// Every Rust `OutcomeKind`. The exhaustive `match` in `outcome_kind_index` makes
 /// adding a variant a compile error here until this list (and the WIT) follow.
-const ALL_OUTCOME_KINDS: [OutcomeKind; 11] = [
+const ALL_OUTCOME_KINDS: [OutcomeKind; 12] = [
     OutcomeKind::Ran,
     OutcomeKind::RanUnrecorded,
     OutcomeKind::Failed,
@@ -23,6 +23,7 @@ const ALL_OUTCOME_KINDS: [OutcomeKind; 11] = [
     OutcomeKind::Rejected,
     OutcomeKind::StoreUnavailable,
     OutcomeKind::RanLeaseLost,
+    OutcomeKind::PayloadMismatch,
 ];
 
 fn outcome_kind_index(kind: OutcomeKind) -> usize {
@@ -38,6 +39,7 @@ fn outcome_kind_index(kind: OutcomeKind) -> usize {
         OutcomeKind::Rejected => 8,
         OutcomeKind::StoreUnavailable => 9,
         OutcomeKind::RanLeaseLost => 10,
+        OutcomeKind::PayloadMismatch => 11,
     }
 }
 
@@ -575,7 +577,7 @@ fn types_interface_matches_the_contract() {
             (
                 "verdict",
                 "variant verdict { run, fail-open, skip, park, duplicate(u32), \
-                 reject(rejection), store-unavailable(store-error) }"
+                 reject(rejection), store-unavailable(store-error), payload-mismatch }"
             ),
             (
                 "decision",
@@ -590,7 +592,8 @@ fn types_interface_matches_the_contract() {
                 "outcome",
                 "variant outcome { run-ok, run-ok-unrecorded(store-error), run-failed(string), \
                  run-panicked(string), skip, fail-open, fail-open-failed(string), park, \
-                 rejected(rejection), store-unavailable(store-error), run-ok-lease-lost }"
+                 rejected(rejection), store-unavailable(store-error), run-ok-lease-lost, \
+                 payload-mismatch }"
             ),
             (
                 "key-error",
@@ -705,8 +708,9 @@ fn outcome_cases_are_the_rust_outcome_kind_codes_in_order() {
             "park",
             "rejected",
             "store-unavailable",
-            // 1.1.0 appends its case, so every 1.0 case keeps its place.
+            // 1.1.0 appends its cases, so every 1.0 case keeps its place.
             "run-ok-lease-lost",
+            "payload-mismatch",
         ]
     );
 

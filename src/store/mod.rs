@@ -161,6 +161,14 @@ pub trait Store {
         Capabilities::default()
     }
 
+    /// `Some(name)` when this store reads and writes another SDK's records (a
+    /// Go or PHP dialect, the Go SDK's PostgreSQL table): the guard then adds no
+    /// records of its own there, so payload fingerprints are refused. `None`
+    /// (the default): the store's records are ours.
+    fn shared_format(&self) -> Option<&'static str> {
+        None
+    }
+
     /// `seen` for many keys, answers in the same order.
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
         let mut answers = Vec::with_capacity(keys.len());
@@ -339,6 +347,9 @@ macro_rules! forward_store {
             fn capabilities(&self) -> Capabilities {
                 (**self).capabilities()
             }
+            fn shared_format(&self) -> Option<&'static str> {
+                (**self).shared_format()
+            }
             async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
                 (**self).seen_many(keys).await
             }
@@ -406,6 +417,9 @@ macro_rules! delegate_store {
             }
             fn capabilities(&self) -> $crate::Capabilities {
                 match self { $($enum::$variant(s) => s.capabilities(),)+ }
+            }
+            fn shared_format(&self) -> ::std::option::Option<&'static str> {
+                match self { $($enum::$variant(s) => s.shared_format(),)+ }
             }
             async fn seen_many(&self, keys: &[&str]) -> $crate::StoreResult<::std::vec::Vec<bool>> {
                 match self { $($enum::$variant(s) => s.seen_many(keys).await,)+ }
@@ -478,6 +492,9 @@ impl<S: Store + ?Sized> Store for PerKey<'_, S> {
     }
     fn capabilities(&self) -> Capabilities {
         self.0.capabilities()
+    }
+    fn shared_format(&self) -> Option<&'static str> {
+        self.0.shared_format()
     }
     async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
         self.0.claim(key, lease).await

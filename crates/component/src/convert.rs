@@ -28,6 +28,8 @@ pub fn options(options: wit::Options) -> Result<bq::Options, bq::StoreError> {
         keyspace,
         limits: limits(options.max_bytes),
         leases: bq::LeasePolicy::default(),
+        // The 1.x options record has no field for it.
+        fingerprint: false,
     })
 }
 
@@ -166,6 +168,7 @@ impl From<bq::Verdict> for wit::Verdict {
             }
             bq::Verdict::Reject(r) => wit::Verdict::Reject(r.into()),
             bq::Verdict::StoreUnavailable(e) => wit::Verdict::StoreUnavailable(e.into()),
+            bq::Verdict::PayloadMismatch => wit::Verdict::PayloadMismatch,
         }
     }
 }
@@ -201,12 +204,15 @@ pub fn returned(d: wit::Decision) -> Returned {
             bq::Verdict::Reject(stand_in)
         }
         wit::Verdict::StoreUnavailable(e) => bq::Verdict::StoreUnavailable(e.into()),
+        wit::Verdict::PayloadMismatch => bq::Verdict::PayloadMismatch,
     };
     Returned {
         decision: bq::Decision {
             verdict,
             key: d.key,
             claim: d.claim_token.map(bq::ClaimToken),
+            // The WIT decision carries none: fingerprints stay off in the component.
+            fingerprint: None,
         },
         rejection,
     }
@@ -249,6 +255,7 @@ impl From<bq::Outcome<String>> for wit::Outcome {
             bq::Outcome::Parked => wit::Outcome::Park,
             bq::Outcome::Rejected(r) => wit::Outcome::Rejected(r.into()),
             bq::Outcome::StoreUnavailable(e) => wit::Outcome::StoreUnavailable(e.into()),
+            bq::Outcome::PayloadMismatch => wit::Outcome::PayloadMismatch,
         }
     }
 }

@@ -169,7 +169,10 @@ fn counters(report: &BatchReport, round_trips: u64, observed: &Observed) -> Coun
             n(&[OutcomeKind::FailOpen, OutcomeKind::FailOpenFailed]),
         ),
         ("parked", n(&[OutcomeKind::Parked])),
-        ("poison", n(&[OutcomeKind::Rejected])),
+        (
+            "poison",
+            n(&[OutcomeKind::Rejected, OutcomeKind::PayloadMismatch]),
+        ),
         (
             "dead_lettered",
             report.count_action(Action::DeadLettered) as i64,

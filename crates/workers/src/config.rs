@@ -13,6 +13,7 @@
 //! | `DEDUPE_RETRY_DELAY_SECONDS` | (none)           | delay for retried messages (up to 43200)  |
 //! | `DEDUPE_PARK_DELAY_SECONDS`  | `45`             | delay for parked messages (up to 43200)   |
 //! | `DEDUPE_DEAD_LETTER`         | (none)           | queue producer binding for poison messages |
+//! | `DEDUPE_FINGERPRINT`         | `off`            | `on`: remember a hash of each `data`; an id reused with another payload is `payload-mismatch` (dead-lettered) |
 //! | `DEDUPE_MAX_RETRIES`         | (none)           | the queue's `max_retries`: last-attempt failures are dead-lettered with `reason: "failed"` |
 //! | `DEDUPE_DO_BINDING`          | `DEDUPE_DO`      | the `DedupeShard` Durable Object binding  |
 //! | `DEDUPE_KV_BINDING`          | `DEDUPE_KV`      | the KV namespace binding                  |
@@ -129,6 +130,8 @@ pub struct DedupeConfig {
     pub key_prefix: String,
     /// `Some(lease)`: claiming on.
     pub claim_lease: Option<Duration>,
+    /// Payload fingerprints (`DEDUPE_FINGERPRINT`).
+    pub fingerprint: bool,
     pub retry_delay_seconds: Option<u32>,
     pub park_delay_seconds: u32,
     pub max_retries: Option<u32>,
@@ -179,6 +182,15 @@ impl DedupeConfig {
             Some(other) => {
                 return Err(ConfigError(format!(
                     "DEDUPE_CLAIMING must be \"on\" or \"off\", got {other:?}"
+                )));
+            }
+        };
+        let fingerprint = match get("DEDUPE_FINGERPRINT").as_deref() {
+            None | Some("off" | "false") => false,
+            Some("on" | "true") => true,
+            Some(other) => {
+                return Err(ConfigError(format!(
+                    "DEDUPE_FINGERPRINT must be \"on\" or \"off\", got {other:?}"
                 )));
             }
         };
@@ -238,6 +250,7 @@ impl DedupeConfig {
             previous_layout: previous_layout.filter(|&p| p != Layout::Jump(shards as u32)),
             key_prefix: get("DEDUPE_KEY_PREFIX").unwrap_or_default(),
             claim_lease: claiming.then(|| Duration::from_secs(lease)),
+            fingerprint,
             retry_delay_seconds: delay("DEDUPE_RETRY_DELAY_SECONDS")?,
             park_delay_seconds: delay("DEDUPE_PARK_DELAY_SECONDS")?
                 .unwrap_or(DEFAULT_PARK_DELAY_SECONDS),
@@ -294,6 +307,9 @@ impl DedupeConfig {
         }
         if let Some(lease) = self.claim_lease {
             guard = guard.with_claiming(lease);
+        }
+        if self.fingerprint {
+            guard = guard.with_fingerprint();
         }
         guard
     }

@@ -365,6 +365,11 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         };
         let (reason, error, exception) = match outcome {
             Outcome::Rejected(rejection) => ("poison", rejection.to_string(), rejection.code()),
+            Outcome::PayloadMismatch => (
+                "poison",
+                "the id was already processed with a different payload".to_string(),
+                "payload-mismatch",
+            ),
             Outcome::Failed(e) | Outcome::FailOpen(Err(e)) => {
                 ("failed", e.to_string(), "handler-error")
             }

@@ -97,6 +97,11 @@ fn describe(outcome: &Outcome) -> (&'static str, &'static str, Option<String>) {
             Some("another consumer holds the claim; redeliver later".into()),
         ),
         Outcome::Rejected(r) => ("reject", "rejected", Some(r.message.clone())),
+        Outcome::PayloadMismatch => (
+            "reject",
+            "payload-mismatch",
+            Some("already processed with a different payload".into()),
+        ),
         Outcome::StoreUnavailable(e) => (
             "failed",
             "store-unavailable",

@@ -1,0 +1,269 @@
+//! Payload fingerprints (`Options::fingerprint`): an id reused with another `data`
+//! is a `payload-mismatch` (dead-lettered, not run); a redelivery, however its
+//! payload is encoded, is still a skip.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bq_dedupe::{
+    Disposition, Guard, InMemoryStore, ManualClock, Message, Outcome, Store, StoreErrorKind,
+    StoreResult, block_on_ready,
+};
+use common::FlakyStore;
+
+fn envelope(id: &str, data: &str) -> String {
+    format!(
+        r#"{{"job":"urn:babel:orders:created","trace_id":"t-1","data":{data},"meta":{{"id":"{id}","schema_version":1}},"attempts":0}}"#
+    )
+}
+
+/// Runs `bodies` as one batch; returns the outcome codes and the ids that ran.
+fn batch<S: Store>(guard: &Guard<S>, bodies: &[String]) -> (Vec<&'static str>, Vec<String>) {
+    let mut ran = Vec::new();
+    let outcomes = block_on_ready(guard.process_batch(bodies, async |m: &Message<'_>| {
+        ran.push(m.id().unwrap_or_default().to_string());
+        Ok::<(), String>(())
+    }))
+    .expect("a synchronous store");
+    (outcomes.iter().map(|o| o.kind().code()).collect(), ran)
+}
+
+fn one<S: Store>(guard: &Guard<S>, body: &str) -> (&'static str, bool) {
+    let mut ran = false;
+    let outcome = block_on_ready(guard.process(body.as_bytes(), async |_: &Message<'_>| {
+        ran = true;
+        Ok::<(), String>(())
+    }))
+    .expect("a synchronous store");
+    (outcome.kind().code(), ran)
+}
+
+#[test]
+fn a_reused_id_with_another_payload_is_a_mismatch_and_does_not_run() {
+    let guard = Guard::new(InMemoryStore::new()).with_fingerprint();
+    assert_eq!(
+        one(&guard, &envelope("o-1", r#"{"total":10}"#)),
+        ("run-ok", true)
+    );
+    // The same payload, spelled differently: a redelivery.
+    assert_eq!(
+        one(&guard, &envelope("o-1", r#"{ "total" : 10 }"#)),
+        ("skip", false)
+    );
+    let mut ran = false;
+    let outcome = block_on_ready(guard.process(
+        envelope("o-1", r#"{"total":99}"#).as_bytes(),
+        async |_: &Message<'_>| {
+            ran = true;
+            Ok::<(), String>(())
+        },
+    ))
+    .unwrap();
+    assert!(!ran, "a mismatch never runs");
+    assert_eq!(outcome, Outcome::PayloadMismatch);
+    assert_eq!(outcome.disposition(), Disposition::Poison);
+    assert!(outcome.reason().unwrap().contains("different payload"));
+    // It stays a mismatch: nothing was overwritten by it.
+    assert_eq!(
+        one(&guard, &envelope("o-1", r#"{"total":99}"#)),
+        ("payload-mismatch", false)
+    );
+    assert_eq!(
+        one(&guard, &envelope("o-1", r#"{"total":10}"#)),
+        ("skip", false)
+    );
+}
+
+#[test]
+fn claiming_mode_checks_fingerprints_too() {
+    let guard = Guard::new(InMemoryStore::new())
+        .with_claiming(Duration::from_secs(30))
+        .with_fingerprint();
+    assert_eq!(
+        one(&guard, &envelope("c-1", r#"{"a":[1,2]}"#)),
+        ("run-ok", true)
+    );
+    assert_eq!(
+        one(&guard, &envelope("c-1", r#"{"a":[1,2]}"#)),
+        ("skip", false)
+    );
+    assert_eq!(
+        one(&guard, &envelope("c-1", r#"{"a":[2,1]}"#)),
+        ("payload-mismatch", false)
+    );
+    assert!(
+        guard.store().claimed().is_empty(),
+        "a mismatch takes no claim"
+    );
+}
+
+#[test]
+fn ids_remembered_without_fingerprints_are_skipped_not_mismatched() {
+    let store = InMemoryStore::new();
+    let before = Guard::new(&store);
+    assert_eq!(
+        one(&before, &envelope("old", r#"{"v":1}"#)),
+        ("run-ok", true)
+    );
+    // Turned on later (or another consumer remembered it): no marker, so a skip.
+    let after = Guard::new(&store).with_fingerprint();
+    assert_eq!(one(&after, &envelope("old", r#"{"v":2}"#)), ("skip", false));
+    // And a consumer without the option reads fingerprinted ids as plain ones.
+    assert_eq!(
+        one(&after, &envelope("new", r#"{"v":1}"#)),
+        ("run-ok", true)
+    );
+    assert_eq!(
+        one(&before, &envelope("new", r#"{"v":2}"#)),
+        ("skip", false)
+    );
+}
+
+#[test]
+fn in_one_batch_the_first_payload_runs_and_another_is_a_mismatch() {
+    let guard = Guard::new(InMemoryStore::new()).with_fingerprint();
+    let bodies = [
+        envelope("b-1", r#"{"n":1}"#),
+        envelope("b-1", r#"{"n":1}"#),
+        envelope("b-1", r#"{"n":2}"#),
+        envelope("b-2", r#"{"n":1}"#),
+    ];
+    let (codes, ran) = batch(&guard, &bodies);
+    assert_eq!(codes, ["run-ok", "skip", "payload-mismatch", "run-ok"]);
+    assert_eq!(ran, ["b-1", "b-2"]);
+    let (codes, ran) = batch(&guard, &bodies);
+    assert_eq!(codes, ["skip", "skip", "payload-mismatch", "skip"]);
+    assert!(ran.is_empty());
+}
+
+#[test]
+fn a_fresh_batch_costs_two_store_calls_and_skips_one_more() {
+    let guard = Guard::new(FlakyStore::new()).with_fingerprint();
+    let fresh: Vec<String> = (0..100)
+        .map(|i| envelope(&format!("f-{i}"), &format!(r#"{{"i":{i}}}"#)))
+        .collect();
+    let (codes, _) = batch(&guard, &fresh);
+    assert!(codes.iter().all(|c| *c == "run-ok"), "{codes:?}");
+    assert_eq!(guard.store().calls(), ["seen_many", "remember_many"]);
+    // Each success is one id and its two companion records.
+    assert_eq!(guard.store().inner.len(), 300);
+
+    guard.store().calls.borrow_mut().clear();
+    let (codes, _) = batch(&guard, &fresh);
+    assert!(codes.iter().all(|c| *c == "skip"), "{codes:?}");
+    assert_eq!(guard.store().calls(), ["seen_many", "seen_many"]);
+}
+
+/// Answers for ids; fails every read of a fingerprint record.
+struct CompanionsDown(InMemoryStore);
+
+impl Store for CompanionsDown {
+    async fn seen(&self, key: &str) -> StoreResult<bool> {
+        self.0.seen(key).await
+    }
+    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
+        self.0.remember(key, ttl).await
+    }
+    async fn forget(&self, key: &str) -> StoreResult<()> {
+        self.0.forget(key).await
+    }
+    async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
+        if keys.iter().any(|k| k.starts_with('\u{1f}')) {
+            return Err(bq_dedupe::StoreError::unavailable(
+                "fingerprints: backend down",
+            ));
+        }
+        self.0.seen_many(keys).await
+    }
+    async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
+        self.0.remember_many(keys, ttl).await
+    }
+}
+
+#[test]
+fn a_failed_fingerprint_read_fails_closed() {
+    let guard = Guard::new(CompanionsDown(InMemoryStore::new())).with_fingerprint();
+    assert_eq!(one(&guard, &envelope("x", r#"{"v":1}"#)), ("run-ok", true));
+    // The id is known processed, but whether with this payload is unknown: retry.
+    let bodies = [envelope("x", r#"{"v":2}"#), envelope("y", r#"{"v":1}"#)];
+    let (codes, ran) = batch(&guard, &bodies);
+    assert_eq!(codes, ["store-unavailable", "run-ok"]);
+    assert_eq!(ran, ["y"]);
+}
+
+#[test]
+fn forgetting_an_id_forgets_its_fingerprint_marker() {
+    let guard = Guard::new(InMemoryStore::new()).with_fingerprint();
+    assert_eq!(one(&guard, &envelope("g", r#"{"v":1}"#)).0, "run-ok");
+    block_on_ready(guard.forget("g")).unwrap().unwrap();
+    // It runs again with a new payload, which is then the remembered one.
+    assert_eq!(one(&guard, &envelope("g", r#"{"v":2}"#)), ("run-ok", true));
+    assert_eq!(one(&guard, &envelope("g", r#"{"v":2}"#)), ("skip", false));
+    assert_eq!(
+        one(&guard, &envelope("g", r#"{"v":3}"#)),
+        ("payload-mismatch", false)
+    );
+}
+
+#[test]
+fn companion_records_expire_with_the_id() {
+    let clock = Arc::new(ManualClock::new(1_000));
+    let store = InMemoryStore::with_clock(clock.clone());
+    let guard = Guard::new(&store)
+        .with_ttl(Duration::from_secs(60))
+        .with_fingerprint();
+    assert_eq!(one(&guard, &envelope("t", r#"{"v":1}"#)).0, "run-ok");
+    clock.advance(61_000);
+    assert_eq!(
+        store.purge_expired(),
+        3,
+        "the id and both companion records"
+    );
+    assert_eq!(one(&guard, &envelope("t", r#"{"v":2}"#)), ("run-ok", true));
+}
+
+/// A store that keeps another SDK's records: fingerprints are refused there.
+struct GoFormat(InMemoryStore);
+
+impl Store for GoFormat {
+    async fn seen(&self, key: &str) -> StoreResult<bool> {
+        self.0.seen(key).await
+    }
+    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
+        self.0.remember(key, ttl).await
+    }
+    async fn forget(&self, key: &str) -> StoreResult<()> {
+        self.0.forget(key).await
+    }
+    fn shared_format(&self) -> Option<&'static str> {
+        Some("the Go SDK's")
+    }
+}
+
+#[test]
+fn a_store_of_another_sdks_format_refuses_fingerprints_without_running() {
+    let guard = Guard::new(GoFormat(InMemoryStore::new())).with_fingerprint();
+    let mut ran = false;
+    let outcome = block_on_ready(guard.process(
+        envelope("z", "{}").as_bytes(),
+        async |_: &Message<'_>| {
+            ran = true;
+            Ok::<(), String>(())
+        },
+    ))
+    .unwrap();
+    match outcome {
+        Outcome::StoreUnavailable(e) => {
+            assert_eq!(e.kind, StoreErrorKind::Unsupported);
+            assert!(e.message.contains("Go SDK"), "{}", e.message);
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(!ran);
+    assert!(guard.store().0.is_empty(), "nothing written");
+    // Without the option the store works as always.
+    let plain = Guard::new(GoFormat(InMemoryStore::new()));
+    assert_eq!(one(&plain, &envelope("z", "{}")), ("run-ok", true));
+}
