@@ -7,13 +7,16 @@
 #                       scratch project (ESM, CommonJS, tsc 5.9 + 7.0, the README's examples)
 #   make browser-test   the playground end to end in headless Chromium (tests/browser)
 #   make playground     serve www/ on http://127.0.0.1:8788/
+#   make js-bench       the package against plain JS in Node (JSON.parse + a Set), dedupe and
+#                       dedupeBatch side by side on the bench workload (crates/js/bench/node.mjs);
+#                       it measures, it asserts no timing
 #
 # Every tool is installed only when missing (scripts/ensure-tools.sh: `npm ci` from
 # the committed lock file, only when node_modules is older than package(-lock).json).
 
 PLAYGROUND_PORT ?= 8788
 
-.PHONY: js-build js-test browser-test playground browser-setup
+.PHONY: js-build js-test js-bench browser-test playground browser-setup
 
 js-build:
 	scripts/build-js.sh
@@ -25,6 +28,15 @@ js-test: js-build browser-setup
 	@scripts/ensure-tools.sh npm crates/js/pack-test >/dev/null
 	scripts/build-js.sh test
 	node --test crates/js/tests/
+
+# JS_BENCH_LINES: how many workload lines (the issue's figure: 100,000).
+JS_BENCH_LINES ?= 100000
+JS_BENCH_WORKLOAD ?= target/bench/workload.jsonl
+
+js-bench: js-build
+	@test -s $(JS_BENCH_WORKLOAD) || { mkdir -p $(dir $(JS_BENCH_WORKLOAD)) && \
+	  cargo run --quiet --release --example gen_workload -- $(JS_BENCH_WORKLOAD); }
+	node crates/js/bench/node.mjs $(JS_BENCH_WORKLOAD) $(JS_BENCH_LINES)
 
 browser-setup:
 	@scripts/ensure-tools.sh chromium >/dev/null

@@ -18,13 +18,14 @@ mod types;
 static TALC: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
 
 use std::cell::RefCell;
+use std::ops::Range;
 use std::time::Duration;
 
 use bq_dedupe::observe::Event;
 use bq_dedupe::{
     Disposition, Guard, KeySpace, Limits, Message, Observer, Options, Outcome, Rejection, Timer,
 };
-use js_sys::{Function, Object, Reflect, Uint8Array};
+use js_sys::{Array, Function, Object, Uint8Array};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
@@ -43,8 +44,51 @@ pub(crate) fn js_error(message: &str) -> JsValue {
     js_sys::Error::new(message).into()
 }
 
-pub(crate) fn set(o: &Object, key: &str, value: &JsValue) {
-    let _ = Reflect::set(o, &JsValue::from_str(key), value);
+// ---- crossing the boundary cheaply ---------------------------------------------
+//
+// A Rust string handed to JS is decoded by a `TextDecoder` call each time, which
+// costs more than the property set it is for: property names and codes are made
+// into JS strings once (`interned`), the envelope's own JS text is parsed for the
+// handler, and a key is sliced out of it (`key_js`).
+
+#[wasm_bindgen]
+extern "C" {
+    /// `Reflect.set` on an object this module made (it cannot throw: no `catch`).
+    #[wasm_bindgen(js_namespace = Reflect, js_name = set)]
+    fn reflect_set(target: &JsValue, key: &JsValue, value: &JsValue) -> bool;
+    /// `Reflect.get` on an object (no `catch`: only for values that cannot throw).
+    #[wasm_bindgen(js_namespace = Reflect, js_name = get)]
+    fn reflect_get(target: &JsValue, key: &JsValue) -> JsValue;
+    /// `JSON.parse` of a JS string (no copy through wasm memory).
+    #[wasm_bindgen(js_namespace = JSON, js_name = parse, catch)]
+    fn parse_text(text: &JsValue) -> Result<JsValue, JsValue>;
+    #[wasm_bindgen(js_name = TextEncoder)]
+    type Utf8Encoder;
+    #[wasm_bindgen(constructor, js_class = TextEncoder)]
+    fn new() -> Utf8Encoder;
+    #[wasm_bindgen(method)]
+    fn encode(this: &Utf8Encoder, text: &JsValue) -> Uint8Array;
+}
+
+thread_local! {
+    static INTERNED: RefCell<Vec<(&'static str, &'static JsValue)>> = const { RefCell::new(Vec::new()) };
+    static ENCODER: Utf8Encoder = Utf8Encoder::new();
+}
+
+/// The JS string for a static Rust string (a name or a code), made once.
+pub(crate) fn interned(s: &'static str) -> &'static JsValue {
+    INTERNED.with_borrow_mut(|known| {
+        if let Some((_, v)) = known.iter().find(|(k, _)| std::ptr::eq(*k, s)) {
+            return *v;
+        }
+        let v: &'static JsValue = Box::leak(Box::new(JsValue::from_str(s)));
+        known.push((s, v));
+        v
+    })
+}
+
+pub(crate) fn set(o: &Object, key: &'static str, value: &JsValue) {
+    reflect_set(o, interned(key), value);
 }
 
 fn str_or_null(s: Option<&str>) -> JsValue {
@@ -54,8 +98,8 @@ fn str_or_null(s: Option<&str>) -> JsValue {
 // ---- options ----------------------------------------------------------------
 
 /// A property of an options object (`undefined` when absent).
-pub(crate) fn prop(o: &JsValue, key: &str) -> JsValue {
-    Reflect::get(o, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
+pub(crate) fn prop(o: &JsValue, key: &'static str) -> JsValue {
+    js_sys::Reflect::get(o, interned(key)).unwrap_or(JsValue::UNDEFINED)
 }
 
 /// Checks an options object: `undefined`/`null` or an object with only `known` keys.
@@ -79,7 +123,7 @@ pub(crate) fn check_options(what: &str, o: &JsValue, known: &[&str]) -> Result<(
 }
 
 /// `o[key]` when `o` is an object and the value is neither `undefined` nor `null`.
-fn opt_prop(o: &JsValue, key: &str) -> Option<JsValue> {
+fn opt_prop(o: &JsValue, key: &'static str) -> Option<JsValue> {
     let v = if o.is_object() {
         prop(o, key)
     } else {
@@ -89,7 +133,11 @@ fn opt_prop(o: &JsValue, key: &str) -> Option<JsValue> {
 }
 
 /// An optional non-negative number option.
-pub(crate) fn opt_number(what: &str, o: &JsValue, key: &str) -> Result<Option<f64>, JsValue> {
+pub(crate) fn opt_number(
+    what: &str,
+    o: &JsValue,
+    key: &'static str,
+) -> Result<Option<f64>, JsValue> {
     let Some(v) = opt_prop(o, key) else {
         return Ok(None);
     };
@@ -101,7 +149,7 @@ pub(crate) fn opt_number(what: &str, o: &JsValue, key: &str) -> Result<Option<f6
     }
 }
 
-fn opt_string(o: &JsValue, key: &str) -> Result<Option<String>, JsValue> {
+fn opt_string(o: &JsValue, key: &'static str) -> Result<Option<String>, JsValue> {
     let Some(v) = opt_prop(o, key) else {
         return Ok(None);
     };
@@ -143,30 +191,85 @@ fn options(o: &Option<JsValue>) -> Result<Options, JsValue> {
 
 // ---- envelopes --------------------------------------------------------------
 
-/// The wire bytes of an envelope given as a string, a `Uint8Array` or a JS value
-/// (serialised with `JSON.stringify`). `Err`: it cannot be turned into bytes.
-fn body_of(value: &JsValue) -> Result<Vec<u8>, String> {
-    if let Some(s) = value.as_string() {
-        return Ok(s.into_bytes());
+/// A batch's envelopes as bytes (one buffer) and, for the handler, each one's JSON
+/// text as a JS string when it has one (given as a string, or `JSON.stringify`'d;
+/// a `Uint8Array` has none), so that the handler's `JSON.parse` reads the JS string
+/// instead of a copy decoded back out of wasm memory.
+struct Batch {
+    buf: Vec<u8>,
+    /// Each envelope's bytes in `buf`, or why it has none.
+    ranges: Vec<Result<Range<usize>, String>>,
+    texts: Vec<Option<JsValue>>,
+}
+
+impl Batch {
+    fn of(envelopes: &Array) -> Batch {
+        let mut batch = Batch {
+            buf: Vec::new(),
+            ranges: Vec::new(),
+            texts: Vec::new(),
+        };
+        for item in envelopes.iter() {
+            let text = text_of(&item);
+            let start = batch.buf.len();
+            let range = match &text {
+                Ok(Some(text)) => {
+                    let text = text.as_string().unwrap_or_default();
+                    batch.buf.extend_from_slice(text.as_bytes());
+                    Ok(start..batch.buf.len())
+                }
+                Ok(None) => {
+                    let bytes = item.unchecked_ref::<Uint8Array>();
+                    batch.buf.resize(start + bytes.length() as usize, 0);
+                    bytes.copy_to(&mut batch.buf[start..]);
+                    Ok(start..batch.buf.len())
+                }
+                Err(why) => Err(why.clone()),
+            };
+            batch.ranges.push(range);
+            batch.texts.push(text.ok().flatten());
+        }
+        batch
     }
-    if let Some(bytes) = value.dyn_ref::<Uint8Array>() {
-        return Ok(bytes.to_vec());
+
+    fn of_one(envelope: &JsValue) -> Result<Vec<u8>, Rejection> {
+        let batch = Batch::of(&Array::of1(envelope));
+        match &batch.ranges[0] {
+            Ok(range) => Ok(batch.buf[range.clone()].to_vec()),
+            Err(why) => Err(Rejection::NotJson(why.clone())),
+        }
     }
-    if value.is_undefined() {
+
+    fn bodies(&self) -> Vec<&[u8]> {
+        self.ranges
+            .iter()
+            .map(|r| r.as_ref().map_or(&[][..], |r| &self.buf[r.clone()]))
+            .collect()
+    }
+}
+
+/// An envelope's JSON text: itself when a string, `None` for a `Uint8Array`
+/// (its bytes are the body), else `JSON.stringify`; `Err`: why it has neither.
+fn text_of(item: &JsValue) -> Result<Option<JsValue>, String> {
+    if item.is_string() {
+        return Ok(Some(item.clone()));
+    }
+    if item.is_instance_of::<Uint8Array>() {
+        return Ok(None);
+    }
+    if item.is_undefined() {
         return Err("no envelope given (undefined)".into());
     }
-    match js_sys::JSON::stringify(value) {
-        Ok(s) => s
-            .as_string()
-            .map(String::into_bytes)
-            .ok_or_else(|| "the envelope is not JSON-serialisable".to_string()),
+    match js_sys::JSON::stringify(item) {
+        Ok(s) if s.is_string() => Ok(Some(s.into())),
+        Ok(_) => Err("the envelope is not JSON-serialisable".into()),
         Err(e) => Err(format!("JSON.stringify failed: {}", message_of(&e))),
     }
 }
 
 fn rejection_js(r: &Rejection) -> JsValue {
     let o = Object::new();
-    set(&o, "code", &JsValue::from_str(r.code()));
+    set(&o, "code", interned(r.code()));
     set(&o, "message", &JsValue::from_str(&r.to_string()));
     o.into()
 }
@@ -174,12 +277,18 @@ fn rejection_js(r: &Rejection) -> JsValue {
 /// The plain-object form of the decoded envelope the handler receives: `JSON.parse`
 /// of the delivered text (already validated by the core), with the canonical `job`
 /// filled in when the producer used the `urn` alias.
-fn envelope_js(msg: &Message<'_>) -> JsValue {
-    let value = js_sys::JSON::parse(msg.raw()).unwrap_or(JsValue::NULL);
-    if value.is_object()
-        && Reflect::get(&value, &"job".into()).is_ok_and(|j| j.as_string().is_none())
-    {
-        let _ = Reflect::set(&value, &"job".into(), &JsValue::from_str(msg.job()));
+fn envelope_js(text: Option<&JsValue>, msg: &Message<'_>) -> JsValue {
+    let value = match text {
+        Some(text) => parse_text(text),
+        None => js_sys::JSON::parse(msg.raw()),
+    };
+    // The core validated the same text: it parses, to an object.
+    let Ok(value) = value else {
+        return JsValue::NULL;
+    };
+    let job = interned("job");
+    if !reflect_get(&value, job).is_string() {
+        reflect_set(&value, job, &JsValue::from_str(msg.job()));
     }
     value
 }
@@ -203,33 +312,42 @@ fn disposition_code(d: Disposition) -> &'static str {
     }
 }
 
-/// `{ kind, disposition, ran, key, reason?, error?, storeError?, rejection? }`.
-fn outcome_js(outcome: Outcome<HandlerError>, key: Option<String>) -> JsValue {
-    let kind = outcome.kind();
-    let o = Object::new();
-    set(&o, "kind", &JsValue::from_str(kind.code()));
-    set(
-        &o,
-        "disposition",
-        &JsValue::from_str(disposition_code(kind.disposition())),
-    );
-    set(&o, "ran", &JsValue::from_bool(kind.handler_ran()));
-    set(&o, "key", &str_or_null(key.as_deref()));
-    if let Some(reason) = outcome.reason() {
-        set(&o, "reason", &JsValue::from_str(&reason));
-    }
-    match outcome {
-        Outcome::Failed(e) | Outcome::FailOpen(Err(e)) => set(&o, "error", &e.0),
-        Outcome::RanUnrecorded(e) | Outcome::StoreUnavailable(e) => {
-            let se = Object::new();
-            set(&se, "code", &JsValue::from_str(e.kind.code()));
-            set(&se, "message", &JsValue::from_str(&e.message));
-            set(&o, "storeError", &se);
+/// The outcomes of a batch as JS objects `{ kind, disposition, ran, key, reason?,
+/// error?, storeError?, rejection? }`, in order (names and codes are interned).
+fn outcomes_js(outcomes: Vec<Outcome<HandlerError>>, keys: &[Option<String>]) -> Array {
+    let array = Array::new();
+    for (i, outcome) in outcomes.into_iter().enumerate() {
+        let kind = outcome.kind();
+        let o = Object::new();
+        set(&o, "kind", interned(kind.code()));
+        set(
+            &o,
+            "disposition",
+            interned(disposition_code(kind.disposition())),
+        );
+        set(&o, "ran", &JsValue::from_bool(kind.handler_ran()));
+        set(
+            &o,
+            "key",
+            &str_or_null(keys.get(i).and_then(Option::as_deref)),
+        );
+        if let Some(reason) = outcome.reason() {
+            set(&o, "reason", &JsValue::from_str(&reason));
         }
-        Outcome::Rejected(r) => set(&o, "rejection", &rejection_js(&r)),
-        _ => {}
+        match outcome {
+            Outcome::Failed(e) | Outcome::FailOpen(Err(e)) => set(&o, "error", &e.0),
+            Outcome::RanUnrecorded(e) | Outcome::StoreUnavailable(e) => {
+                let se = Object::new();
+                set(&se, "code", interned(e.kind.code()));
+                set(&se, "message", &JsValue::from_str(&e.message));
+                set(&o, "storeError", &se);
+            }
+            Outcome::Rejected(r) => set(&o, "rejection", &rejection_js(&r)),
+            _ => {}
+        }
+        array.push(&o);
     }
-    o.into()
+    array
 }
 
 /// Collects each outcome's store key, in delivery order (the guard reports every
@@ -247,8 +365,12 @@ impl Observer for KeyLog {
 
 // ---- the handler ------------------------------------------------------------
 
-async fn call_handler(handler: &Function, msg: &Message<'_>) -> Result<(), HandlerError> {
-    let result = handler.call1(&JsValue::UNDEFINED, &envelope_js(msg));
+async fn call_handler(
+    handler: &Function,
+    text: Option<&JsValue>,
+    msg: &Message<'_>,
+) -> Result<(), HandlerError> {
+    let result = handler.call1(&JsValue::UNDEFINED, &envelope_js(text, msg));
     settle(result).await.map(drop).map_err(HandlerError)
 }
 
@@ -328,54 +450,43 @@ async fn call(
                 Err(e) => Err(js_error(&e.to_string())),
             };
         }
-        Call::One(envelope) => (vec![envelope], true),
-        Call::Batch(envelopes) if js_sys::Array::is_array(&envelopes) => {
-            (js_sys::Array::from(&envelopes).to_vec(), false)
+        Call::One(envelope) => (Array::of1(&envelope), true),
+        Call::Batch(envelopes) if Array::is_array(&envelopes) => {
+            (envelopes.unchecked_into(), false)
         }
         Call::Batch(_) => return Err(type_error("envelopes must be an array")),
     };
-    let mut outcomes = run_batch(&envelopes, store, handler, options).await?;
+    let outcomes = run_batch(&envelopes, store, handler, options).await?;
     Ok(match one {
-        true => outcomes.pop().unwrap_or(JsValue::UNDEFINED),
-        false => outcomes.into_iter().collect::<js_sys::Array>().into(),
+        true => outcomes.get(0),
+        false => outcomes.into(),
     })
 }
 
 async fn run_batch(
-    envelopes: &[JsValue],
+    envelopes: &Array,
     store: JsValue,
     handler: JsValue,
     options: Option<JsValue>,
-) -> Result<Vec<JsValue>, JsValue> {
+) -> Result<Array, JsValue> {
     let handler = handler_of(handler)?;
     let guard = guard(&store, &options)?;
     // Bodies that cannot become bytes go through as empty text (rejected as
     // not-json by the guard) and get their own reason afterwards.
-    let mut unreadable: Vec<(usize, String)> = Vec::new();
-    let bodies: Vec<Vec<u8>> = envelopes
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            body_of(e).unwrap_or_else(|why| {
-                unreadable.push((i, why));
-                Vec::new()
-            })
-        })
-        .collect();
+    let batch = Batch::of(envelopes);
+    let bodies = batch.bodies();
+    let texts = &batch.texts;
     let mut outcomes = guard
-        .process_batch(&bodies, async |msg| call_handler(&handler, msg).await)
+        .process_batch_indexed(&bodies, async |i, msg| {
+            call_handler(&handler, texts[i].as_ref(), msg).await
+        })
         .await;
-    for (i, why) in unreadable {
-        if let Some(o) = outcomes.get_mut(i) {
-            *o = Outcome::Rejected(Rejection::NotJson(why));
+    for (i, range) in batch.ranges.iter().enumerate() {
+        if let (Err(why), Some(o)) = (range, outcomes.get_mut(i)) {
+            *o = Outcome::Rejected(Rejection::NotJson(why.clone()));
         }
     }
-    let keys = guard.observer().0.take();
-    Ok(outcomes
-        .into_iter()
-        .enumerate()
-        .map(|(i, outcome)| outcome_js(outcome, keys.get(i).cloned().flatten()))
-        .collect())
+    Ok(outcomes_js(outcomes, &guard.observer().0.take()))
 }
 
 /// Puts one delivery through the guard: decode, decide, run `handler` if needed,
@@ -451,7 +562,7 @@ pub fn dedupe_key(
     #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: Option<JsValue>,
 ) -> Result<JsValue, JsValue> {
     let opts = self::options(&options)?;
-    let body = body_of(&envelope).map_err(|why| rejection_error(&Rejection::NotJson(why)))?;
+    let body = Batch::of_one(&envelope).map_err(|r| rejection_error(&r))?;
     let msg = Message::parse(&body, &opts.limits).map_err(|r| rejection_error(&r))?;
     Ok(str_or_null(
         msg.id().map(|id| opts.keyspace.key(id)).as_deref(),
@@ -461,7 +572,7 @@ pub fn dedupe_key(
 fn rejection_error(r: &Rejection) -> JsValue {
     let e = js_sys::Error::new(&r.to_string());
     e.set_name("RejectionError");
-    set(&e, "code", &JsValue::from_str(r.code()));
+    set(&e, "code", interned(r.code()));
     set(&e, "rejection", &rejection_js(r));
     e.into()
 }
@@ -475,20 +586,18 @@ pub fn validate(
 ) -> Result<JsValue, JsValue> {
     let opts = self::options(&options)?;
     let o = Object::new();
-    let parsed = body_of(&envelope)
-        .map_err(Rejection::NotJson)
-        .and_then(|body| {
-            let msg = Message::parse(&body, &opts.limits)?;
-            let id = msg.id().map(str::to_owned);
-            let key = msg.id().map(|id| opts.keyspace.key(id).into_owned());
-            Ok((
-                id,
-                key,
-                msg.job().to_owned(),
-                msg.trace_id().to_owned(),
-                msg.attempts(),
-            ))
-        });
+    let parsed = Batch::of_one(&envelope).and_then(|body| {
+        let msg = Message::parse(&body, &opts.limits)?;
+        let id = msg.id().map(str::to_owned);
+        let key = msg.id().map(|id| opts.keyspace.key(id).into_owned());
+        Ok((
+            id,
+            key,
+            msg.job().to_owned(),
+            msg.trace_id().to_owned(),
+            msg.attempts(),
+        ))
+    });
     match parsed {
         Ok((id, key, job, trace_id, attempts)) => {
             set(&o, "valid", &JsValue::TRUE);

@@ -53,7 +53,7 @@ pub fn lookup(value: &JsValue) -> Result<Option<Found>, String> {
         return Ok(None);
     }
     // A freed store's getter throws (its pointer is gone).
-    let handle = Reflect::get(value, &HANDLE.into()).map_err(|_| FREED.to_string())?;
+    let handle = Reflect::get(value, crate::interned(HANDLE)).map_err(|_| FREED.to_string())?;
     let Some(handle) = handle.as_f64() else {
         return Ok(None);
     };

@@ -111,19 +111,50 @@ impl AnyStore {
                 "store must be an InMemoryStore or an object with seen/remember/forget".into(),
             );
         }
-        for required in ["seen", "remember", "forget"] {
-            if !is_function(value, required) {
-                return Err(format!("store.{required} is not a function"));
+        // seen, remember, forget (required), then the optional methods.
+        const METHODS: [&str; 12] = [
+            "seen",
+            "remember",
+            "forget",
+            "seenMany",
+            "rememberMany",
+            "claim",
+            "release",
+            "claimMany",
+            "commitMany",
+            "renew",
+            "rememberFenced",
+            "settle",
+        ];
+        let mut present = [false; 12];
+        for (i, name) in METHODS.iter().enumerate() {
+            present[i] = is_function(value, name);
+            if i < 3 && !present[i] {
+                return Err(format!("store.{name} is not a function"));
             }
         }
+        let [
+            _,
+            _,
+            _,
+            seen_many,
+            remember_many,
+            claim,
+            release,
+            claim_many,
+            commit_many,
+            renew,
+            fenced,
+            settle,
+        ] = present;
         let has = Has {
-            seen_many: is_function(value, "seenMany"),
-            remember_many: is_function(value, "rememberMany"),
-            claim: is_function(value, "claim") && is_function(value, "release"),
-            claim_many: is_function(value, "claimMany"),
-            commit_many: is_function(value, "commitMany"),
-            fenced: is_function(value, "renew") && is_function(value, "rememberFenced"),
-            settle: is_function(value, "settle"),
+            seen_many,
+            remember_many,
+            claim: claim && release,
+            claim_many,
+            commit_many,
+            fenced: renew && fenced,
+            settle,
         };
         let store = AnyStore::Js(JsObjectStore {
             obj: value.clone().unchecked_into(),
@@ -133,8 +164,8 @@ impl AnyStore {
     }
 }
 
-fn is_function(obj: &JsValue, name: &str) -> bool {
-    Reflect::get(obj, &JsValue::from_str(name)).is_ok_and(|f| f.is_function())
+fn is_function(obj: &JsValue, name: &'static str) -> bool {
+    Reflect::get(obj, crate::interned(name)).is_ok_and(|f| f.is_function())
 }
 
 /// Waits for a thenable; passes any other value through (a sync store stays sync,
@@ -434,7 +465,7 @@ fn claim_refs(claims: &[(&str, &ClaimToken)]) -> Array {
 }
 
 /// `reply[name]`: `n` booleans (anything when `n` is 0).
-fn flags(reply: &JsValue, name: &str, n: usize) -> StoreResult<Vec<bool>> {
+fn flags(reply: &JsValue, name: &'static str, n: usize) -> StoreResult<Vec<bool>> {
     if n == 0 {
         return Ok(Vec::new());
     }
