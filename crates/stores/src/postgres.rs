@@ -419,6 +419,11 @@ impl Store for PostgresStore {
         }
     }
 
+    /// Remembered ids are rows of the Go SDK's table, which holds nothing else.
+    fn shared_format(&self) -> Option<&'static str> {
+        Some("the Go SDK's PostgreSQL")
+    }
+
     /// One statement: the keys with a live row.
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
         if keys.is_empty() {

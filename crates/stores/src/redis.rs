@@ -660,6 +660,15 @@ impl Store for RedisStore {
         }
     }
 
+    /// The PHP and Go dialects hold exactly those SDKs' records, nothing of ours.
+    fn shared_format(&self) -> Option<&'static str> {
+        match self.dialect {
+            Dialect::Native => None,
+            Dialect::Php => Some("the PHP SDK's Redis"),
+            Dialect::Go => Some("the Go SDK's Redis"),
+        }
+    }
+
     /// One pipeline of `GET`s (`EXISTS` in the Go dialect): no `MGET`, so a
     /// batch never spans slots on a cluster.
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {

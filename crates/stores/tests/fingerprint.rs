@@ -1,0 +1,212 @@
+//! Payload fingerprints on real backends (docs/stores.md, "Payload
+//! fingerprints"): one consumer remembers an id with its payload's fingerprint,
+//! another consumer (its own connection, as another process would have) gets
+//! `payload-mismatch` for the same id with other data and `skip` for a
+//! redelivery; the companion records are where the table says; the stores that
+//! keep another SDK's records refuse the option.
+//! Needs `BQ_TEST_REDIS_URL`, `BQ_TEST_REDIS_CLUSTER_URL` and
+//! `BQ_TEST_POSTGRES_URL` (`make test` starts the servers).
+
+mod common;
+
+use std::time::Duration;
+
+use bq_dedupe::{Guard, Message, Outcome, OutcomeKind, Store, StoreErrorKind};
+use bq_dedupe_stores::{AnyStore, Dialect, PostgresStore, RedisStore, SqliteStore};
+use common::{
+    ClusterCleanup, PgCleanup, RedisCleanup, TempDb, postgres_table, postgres_url, ready,
+    redis_cluster_spec, redis_prefix, redis_url,
+};
+
+fn order(id: &str, data: &str) -> String {
+    format!(
+        r#"{{"job":"urn:babel:orders:created","trace_id":"t-1","data":{data},"meta":{{"id":"{id}","schema_version":1,"queue":"orders"}},"attempts":0}}"#
+    )
+}
+
+/// One delivery through `guard`; returns its outcome and whether the handler ran.
+fn deliver<S: Store>(guard: &Guard<S>, body: &str) -> (OutcomeKind, bool) {
+    let mut ran = false;
+    let outcome = ready(guard.process(body.as_bytes(), async |_: &Message<'_>| {
+        ran = true;
+        Ok::<(), String>(())
+    }));
+    (outcome.kind(), ran)
+}
+
+/// The scenario every store of our format passes: `first` writes, `second`
+/// (another connection to the same data) reads.
+fn two_consumers<S: Store>(first: S, second: S, claiming: bool) {
+    let guard = |store| {
+        let g = Guard::new(store)
+            .with_ttl(Duration::from_secs(600))
+            .with_fingerprint();
+        if claiming {
+            g.with_claiming(Duration::from_secs(30))
+        } else {
+            g
+        }
+    };
+    let (a, b) = (guard(first), guard(second));
+    let paid = order("order-7", r#"{"total":10,"items":["x"]}"#);
+    assert_eq!(deliver(&a, &paid), (OutcomeKind::Ran, true));
+    // A redelivery, re-encoded by another producer library: a skip.
+    let same = order("order-7", r#"{ "items" : [ "x" ], "total" : 10 }"#);
+    assert_eq!(deliver(&b, &same), (OutcomeKind::Skipped, false));
+    // The id reused for other data: caught, not run, dead-lettered.
+    let other = order("order-7", r#"{"total":99,"items":["x"]}"#);
+    assert_eq!(deliver(&b, &other), (OutcomeKind::PayloadMismatch, false));
+    assert_eq!(deliver(&a, &other), (OutcomeKind::PayloadMismatch, false));
+    // A batch mixing all three, and a fresh id: still one decide call.
+    let fresh = order("order-8", r#"{"total":1}"#);
+    let bodies = [paid.clone(), other.clone(), fresh.clone(), fresh];
+    let outcomes = ready(b.process_batch(&bodies, async |_: &Message<'_>| Ok::<(), String>(())));
+    let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            OutcomeKind::Skipped,
+            OutcomeKind::PayloadMismatch,
+            OutcomeKind::Ran,
+            OutcomeKind::Skipped
+        ]
+    );
+}
+
+#[test]
+fn sqlite_two_connections_share_fingerprints() {
+    let db = TempDb::new("fp");
+    let open = || SqliteStore::open(db.path()).unwrap();
+    two_consumers(open(), open(), false);
+    let db = TempDb::new("fp-claim");
+    let open = || SqliteStore::open(db.path()).unwrap();
+    two_consumers(open(), open(), true);
+}
+
+#[test]
+fn redis_two_connections_share_fingerprints_under_our_prefix() {
+    let url = redis_url().unwrap();
+    let prefix = redis_prefix("fp");
+    let clean = RedisCleanup {
+        url: url.clone(),
+        prefix: prefix.clone(),
+    };
+    let open = || RedisStore::connect(&url, prefix.clone()).unwrap();
+    two_consumers(open(), open(), true);
+
+    // The records of docs/stores.md: the id, its marker and its record, all `d`.
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}*", clean.prefix))
+        .query(&mut conn)
+        .unwrap();
+    let ours: Vec<String> = keys
+        .iter()
+        .map(|k| k.strip_prefix(&clean.prefix).unwrap().to_string())
+        .filter(|k| k.ends_with("order-7"))
+        .collect();
+    assert_eq!(ours.len(), 3, "the id, its marker, its record: {ours:?}");
+    assert!(ours.contains(&"order-7".to_string()), "{ours:?}");
+    assert!(ours.contains(&"\u{1f}fp:order-7".to_string()), "{ours:?}");
+    let record = ours
+        .iter()
+        .find(|k| k.len() > "\u{1f}fp:order-7".len())
+        .unwrap();
+    let hash = record
+        .strip_prefix("\u{1f}fp:")
+        .and_then(|r| r.strip_suffix(":order-7"))
+        .unwrap_or_else(|| panic!("{record:?}"));
+    assert!(
+        hash.len() == 32 && hash.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{record:?}"
+    );
+    for key in &ours {
+        let value: String = redis::cmd("GET")
+            .arg(format!("{}{key}", clean.prefix))
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(value, "d", "{key:?}");
+        let ttl: i64 = redis::cmd("TTL")
+            .arg(format!("{}{key}", clean.prefix))
+            .query(&mut conn)
+            .unwrap();
+        assert!(
+            (1..=600).contains(&ttl),
+            "{key:?} expires with the id: {ttl}"
+        );
+    }
+}
+
+#[test]
+fn redis_cluster_fingerprints_span_slots() {
+    let spec = redis_cluster_spec();
+    let prefix = redis_prefix("fp-cluster");
+    let _clean = ClusterCleanup {
+        spec: spec.clone(),
+        prefix: prefix.clone(),
+    };
+    let spec = format!(
+        "{spec}{}prefix={prefix}",
+        if spec.contains('?') { '&' } else { '?' }
+    );
+    let open = || AnyStore::from_spec(&spec).unwrap();
+    two_consumers(open(), open(), true);
+}
+
+fn refused<S: Store>(store: S, names: &str) {
+    let guard = Guard::new(store).with_fingerprint();
+    let mut ran = false;
+    let outcome = ready(
+        guard.process(order("o-1", "{}").as_bytes(), async |_: &Message<'_>| {
+            ran = true;
+            Ok::<(), String>(())
+        }),
+    );
+    assert!(!ran);
+    match outcome {
+        Outcome::StoreUnavailable(e) => {
+            assert_eq!(e.kind, StoreErrorKind::Unsupported);
+            assert!(e.message.contains(names), "{}", e.message);
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(
+        !ready(guard.store().seen("o-1")).unwrap(),
+        "nothing written"
+    );
+}
+
+#[test]
+fn other_sdks_formats_refuse_fingerprints() {
+    let url = redis_url().unwrap();
+    let prefix = redis_prefix("fp-dialects");
+    let _clean = RedisCleanup {
+        url: url.clone(),
+        prefix: prefix.clone(),
+    };
+    refused(
+        RedisStore::connect_dialect(&url, prefix.clone(), Dialect::Php).unwrap(),
+        "PHP SDK",
+    );
+    refused(
+        RedisStore::connect_dialect(&url, prefix.clone(), Dialect::Go).unwrap(),
+        "Go SDK",
+    );
+    let url = postgres_url();
+    let table = postgres_table("fp");
+    let _pg = PgCleanup {
+        url: url.clone(),
+        table: table.clone(),
+    };
+    refused(PostgresStore::connect(&url, &table).unwrap(), "PostgreSQL");
+    // Through a spec, as the CLI opens it: `AnyStore` forwards the refusal.
+    let redis = redis_url().unwrap();
+    let sep = if redis.contains('?') { '&' } else { '?' };
+    refused(
+        AnyStore::from_spec(&format!("{redis}{sep}dialect=go&prefix={prefix}")).unwrap(),
+        "Go SDK",
+    );
+}
