@@ -228,11 +228,11 @@ fn ready<T>(future: impl Future<Output = bq_dedupe::StoreResult<T>>) -> Result<T
     }
 }
 
-fn entry(key: &str, state: &str, expires_at: Option<u64>) -> JsValue {
+fn entry(key: &str, state: &'static str, expires_at: Option<u64>) -> JsValue {
     let o = Object::new();
-    let _ = Reflect::set(&o, &"key".into(), &JsValue::from_str(key));
-    let _ = Reflect::set(&o, &"state".into(), &JsValue::from_str(state));
+    crate::set(&o, "key", &JsValue::from_str(key));
+    crate::set(&o, "state", crate::interned(state));
     let expires = expires_at.map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64));
-    let _ = Reflect::set(&o, &"expiresAt".into(), &expires);
+    crate::set(&o, "expiresAt", &expires);
     o.into()
 }

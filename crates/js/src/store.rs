@@ -188,7 +188,7 @@ pub fn message_of(error: &JsValue) -> String {
         return String::from(e.message());
     }
     if error.is_object()
-        && let Some(m) = Reflect::get(error, &"message".into())
+        && let Some(m) = Reflect::get(error, crate::interned("message"))
             .ok()
             .and_then(|m| m.as_string())
     {
@@ -247,7 +247,7 @@ fn bools(op: &str, value: JsValue) -> StoreResult<Vec<bool>> {
 /// strings `"seen"` / `"held"`).
 fn claim_of(value: &JsValue) -> StoreResult<Claim> {
     let state = value.as_string().or_else(|| {
-        Reflect::get(value, &"state".into())
+        Reflect::get(value, crate::interned("state"))
             .ok()
             .and_then(|s| s.as_string())
     });
@@ -256,7 +256,7 @@ fn claim_of(value: &JsValue) -> StoreResult<Claim> {
         Some("held") => Ok(Claim::Held),
         Some("acquired") => {
             // A string, passed back to `release` unchanged (a number would not be).
-            let token = Reflect::get(value, &"token".into())
+            let token = Reflect::get(value, crate::interned("token"))
                 .ok()
                 .and_then(|t| t.as_string())
                 .ok_or_else(|| {
@@ -489,9 +489,9 @@ pub fn claim_to_js(claim: &Claim) -> JsValue {
         Claim::Seen => ("seen", None),
         Claim::Held => ("held", None),
     };
-    let _ = Reflect::set(&o, &"state".into(), &JsValue::from_str(state));
+    crate::set(&o, "state", crate::interned(state));
     if let Some(token) = token {
-        let _ = Reflect::set(&o, &"token".into(), &JsValue::from_str(token));
+        crate::set(&o, "token", &JsValue::from_str(token));
     }
     o.into()
 }
