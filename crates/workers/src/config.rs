@@ -375,6 +375,19 @@ mod tests {
     }
 
     #[test]
+    fn fingerprints_are_off_unless_turned_on() {
+        assert!(!config(&[]).unwrap().fingerprint);
+        assert!(config(&[("DEDUPE_FINGERPRINT", "on")]).unwrap().fingerprint);
+        assert!(
+            !config(&[("DEDUPE_FINGERPRINT", "off")])
+                .unwrap()
+                .fingerprint
+        );
+        let err = config(&[("DEDUPE_FINGERPRINT", "yes")]).unwrap_err();
+        assert!(err.0.contains("DEDUPE_FINGERPRINT"), "{}", err.0);
+    }
+
+    #[test]
     fn default_window_is_the_longest_retention_plus_the_longest_retry_delay() {
         assert_eq!(DEFAULT_TTL, Duration::from_secs(14 * 86_400 + 12 * 3_600));
         assert_eq!(config(&[]).unwrap().ttl, Some(DEFAULT_TTL));
