@@ -10,6 +10,8 @@ SAMPLE := examples/sample-stream.jsonl
 # The sample's third order fails once, to show a retry running again.
 SAMPLE_FAIL := 00000003-b5a6-4789-90ab-cdef01234567
 FUZZ_SECONDS ?= 30
+# `make bench`: lines for the CLI comparison (each side reads the file 3 times).
+CLI_BENCH_LINES ?= 200000
 
 BQ := target/debug/bq-dedupe
 # The wasm-only crates (the component, the Workers adapter, the example worker) are
@@ -114,7 +116,11 @@ setup-bench:
 	@python3 -c "import babelqueue, importlib.metadata as m; assert m.version('babelqueue') == '$(BABELQUEUE_PY_VERSION)'" 2>/dev/null \
 	  || pip install --quiet babelqueue==$(BABELQUEUE_PY_VERSION)
 
-## bench: native throughput vs the Python peer on 1,000,000 deliveries, and bytes per id.
+## bench: every path side by side on the same workload (bench/README.md): native
+## single, batch and decode alone vs the Python peer on 1,000,000 deliveries, bytes
+## per id, the component single and batch, `bq-dedupe run --store memory` vs the
+## Python peer's CLI loop, the JS package vs plain JS in Node, and the sizes.
+## It measures; it asserts no timing.
 bench: setup-bench
 	mkdir -p target/bench
 	cargo run --quiet --release --example gen_workload -- target/bench/workload.jsonl
@@ -125,3 +131,9 @@ bench: setup-bench
 	scripts/build-component.sh
 	cargo bench -p babelqueue-dedupe-host --bench component
 	python3 bench/compare.py --group component_1m
+	cargo build --quiet --release -p babelqueue-dedupe-host
+	head -n $(CLI_BENCH_LINES) target/bench/workload.jsonl > target/bench/cli-workload.jsonl
+	bench/cli.sh target/bench/cli-workload.jsonl
+	$(MAKE) --no-print-directory js-bench
+	scripts/build-worker.sh
+	bench/sizes.sh
