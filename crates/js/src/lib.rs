@@ -48,8 +48,8 @@ pub(crate) fn js_error(message: &str) -> JsValue {
 //
 // A Rust string handed to JS is decoded by a `TextDecoder` call each time, which
 // costs more than the property set it is for: property names and codes are made
-// into JS strings once (`interned`), the envelope's own JS text is parsed for the
-// handler, and a key is sliced out of it (`key_js`).
+// into JS strings once (`interned`), and the handler's `JSON.parse` reads the
+// envelope's own JS string (`Batch::texts`), not a copy decoded out of wasm memory.
 
 #[wasm_bindgen]
 extern "C" {
@@ -62,17 +62,10 @@ extern "C" {
     /// `JSON.parse` of a JS string (no copy through wasm memory).
     #[wasm_bindgen(js_namespace = JSON, js_name = parse, catch)]
     fn parse_text(text: &JsValue) -> Result<JsValue, JsValue>;
-    #[wasm_bindgen(js_name = TextEncoder)]
-    type Utf8Encoder;
-    #[wasm_bindgen(constructor, js_class = TextEncoder)]
-    fn new() -> Utf8Encoder;
-    #[wasm_bindgen(method)]
-    fn encode(this: &Utf8Encoder, text: &JsValue) -> Uint8Array;
 }
 
 thread_local! {
     static INTERNED: RefCell<Vec<(&'static str, &'static JsValue)>> = const { RefCell::new(Vec::new()) };
-    static ENCODER: Utf8Encoder = Utf8Encoder::new();
 }
 
 /// The JS string for a static Rust string (a name or a code), made once.

@@ -1,0 +1,91 @@
+// How a batch's envelopes cross into wasm (crates/js/src/lib.rs `Batch`) and what
+// the handler and the outcomes get back: every input kind in one batch, in order;
+// the handler parses the envelope's own JS text (a string as given, an object as
+// JSON.stringify'd, a Uint8Array from its bytes); keys and codes with characters
+// that need escaping or are outside ASCII come back unchanged.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { bq, envelope } from './helpers.mjs';
+
+const enc = new TextEncoder();
+
+test('a batch mixing strings, bytes, objects and unreadable values keeps its order and each input kind', async () => {
+  const store = new bq.InMemoryStore();
+  const asObject = envelope('obj-1', { note: 'an object' });
+  const inputs = [
+    JSON.stringify(envelope('str-1')),
+    enc.encode(JSON.stringify(envelope('bytes-1', { note: 'bytes' }))),
+    asObject,
+    undefined,
+    'not json at all',
+    JSON.stringify(envelope('str-2', { note: 'caf\u00e9 \u{1F600}' })),
+    new Uint8Array([0x7b, 0xff, 0x7d]),
+    JSON.stringify(envelope('str-1')), // a duplicate of the first, in the same batch
+  ];
+  const seen = [];
+  const outcomes = await bq.dedupeBatch(inputs, store, (e) => { seen.push(e); });
+  assert.deepEqual(outcomes.map((o) => [o.kind, o.key]), [
+    ['run-ok', 'str-1'],
+    ['run-ok', 'bytes-1'],
+    ['run-ok', 'obj-1'],
+    ['rejected', null],
+    ['rejected', null],
+    ['run-ok', 'str-2'],
+    ['rejected', null],
+    ['skip', 'str-1'],
+  ]);
+  assert.equal(outcomes[3].rejection.code, 'not-json');
+  assert.match(outcomes[3].reason, /undefined/);
+  assert.equal(outcomes[6].rejection.code, 'not-json');
+  assert.deepEqual(seen, [
+    envelope('str-1'),
+    envelope('bytes-1', { note: 'bytes' }),
+    asObject,
+    envelope('str-2', { note: 'caf\u00e9 \u{1F600}' }),
+  ]);
+  assert.notEqual(seen[2], asObject, 'the handler gets a copy, not the caller\'s object');
+});
+
+test('a handler that changes its envelope does not change the caller\'s object', async () => {
+  const original = envelope('mut-1');
+  await bq.dedupeBatch([original], new bq.InMemoryStore(), (e) => { e.data.order_id = 999; e.extra = true; });
+  assert.deepEqual(original, envelope('mut-1'));
+});
+
+test('the urn alias gives the handler a job in a batch of strings, bytes and objects alike', async () => {
+  const env = envelope('urn-1');
+  delete env.job;
+  env.urn = 'urn:babel:alias';
+  const got = [];
+  await bq.dedupeBatch([JSON.stringify(env), enc.encode(JSON.stringify({ ...env, meta: { id: 'urn-2', schema_version: 1 } })), { ...env, meta: { id: 'urn-3', schema_version: 1 } }],
+    new bq.InMemoryStore(), (e) => { got.push(e.job); });
+  assert.deepEqual(got, ['urn:babel:alias', 'urn:babel:alias', 'urn:babel:alias']);
+});
+
+test('keys needing JSON escapes, and keys outside ASCII, come back as the store holds them', async () => {
+  const ids = ['quote"d', 'back\\slash', 'tab\there', 'nl\nline', 'ctl\u0001', 'caf\u00e9', '\u{1F600}', '\u2028sep'];
+  const store = new bq.InMemoryStore();
+  const outcomes = await bq.dedupeBatch(ids.map((id) => JSON.stringify(envelope(id))), store, () => {}, { keyPrefix: 'p"\\:' });
+  assert.deepEqual(outcomes.map((o) => o.key), ids.map((id) => `p"\\:${id}`));
+  assert.deepEqual(store.entries().map((e) => e.key).sort(), ids.map((id) => `p"\\:${id}`).sort());
+  for (const [i, id] of ids.entries()) {
+    assert.equal(bq.dedupeKey(JSON.stringify(envelope(id)), { keyPrefix: 'p"\\:' }), outcomes[i].key);
+  }
+});
+
+test('an envelope whose text contains a NUL (never valid JSON) is rejected alone; its neighbours are untouched', async () => {
+  const store = new bq.InMemoryStore();
+  const good = JSON.stringify(envelope('nul-neighbour'));
+  const outcomes = await bq.dedupeBatch([good, `${good.slice(0, 10)}\u0000${good.slice(10)}`, JSON.stringify(envelope('nul-after'))], store, () => {});
+  assert.deepEqual(outcomes.map((o) => o.kind), ['run-ok', 'rejected', 'run-ok']);
+  assert.deepEqual(outcomes.map((o) => o.key), ['nul-neighbour', null, 'nul-after']);
+});
+
+test('validate and the outcomes agree on rejections, and validate reports every field', () => {
+  const v = bq.validate(JSON.stringify(envelope('v-1', { attempts: 3 })), { scope: 'billing' });
+  assert.deepEqual(v, { valid: true, failOpen: false, id: 'v-1', key: 'billing:v-1', job: 'urn:babel:orders:created', traceId: 't-1', attempts: 3 });
+  const bad = bq.validate('{"job":"j"}');
+  assert.equal(bad.valid, false);
+  assert.equal(bad.rejection.code, 'meta-not-object');
+  assert.equal(typeof bad.rejection.message, 'string');
+});
