@@ -8,7 +8,17 @@
 //!   `Guard::process_batch`;
 //! - `process_presized`: `process` on a store made with
 //!   `InMemoryStore::with_reserved(distinct ids)` (no table growth);
-//! - `decode_only`: `Message::parse` alone (the floor under both).
+//! - `decode_only`: `Message::parse` alone (the floor under both);
+//! - `store_single` / `store_batch_100`: the in-memory store alone, each line's id
+//!   (read beforehand) through `seen` then `remember` on a miss, one delivery at a
+//!   time or 100 per `seen_many` + `remember_many`;
+//! - `store_claim_single` / `store_claim_batch_100`: the same in claiming mode,
+//!   `claim` then `settle` (fenced remember), or `claim_many` + one `settle` per 100.
+//!
+//! `BQ_BENCH_CLOCK=cpu` measures the benchmark thread's CPU time
+//! (`/proc/thread-self/schedstat`, Linux) instead of wall time: on a machine shared
+//! with other builds that leaves out the time spent waiting for a core (not the
+//! cache and memory traffic of the neighbours). Same group and output files.
 //!
 //! ```text
 //! cargo bench --bench throughput
@@ -28,8 +38,11 @@ use std::convert::Infallible;
 use std::hint::black_box;
 use std::time::Duration;
 
-use bq_dedupe::{Guard, InMemoryStore, Limits, Message, OutcomeKind, block_on_ready};
-use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
+use bq_dedupe::{
+    Claim, Guard, InMemoryStore, Limits, Message, OutcomeKind, Settlement, Store, block_on_ready,
+};
+use criterion::measurement::{Measurement, ValueFormatter, WallTime};
+use criterion::{BatchSize, Criterion, SamplingMode, Throughput};
 
 /// Deliveries per iteration (the criterion throughput unit).
 const DELIVERIES: usize = 1_000_000;
@@ -112,6 +125,108 @@ fn run_decode(lines: &[String]) -> (u64, u64) {
     (accepted, id_bytes)
 }
 
+/// The store alone, one delivery at a time: `seen`, then `remember` on a miss.
+/// Returns how many ids were new.
+fn run_store_single(store: &InMemoryStore, ids: &[&str], _: &[bool]) -> u64 {
+    let mut fresh = 0u64;
+    for &id in ids {
+        let seen = block_on_ready(store.seen(black_box(id)))
+            .expect("sync")
+            .expect("seen");
+        if !seen {
+            block_on_ready(store.remember(id, None))
+                .expect("sync")
+                .expect("remember");
+            fresh += 1;
+        }
+    }
+    fresh
+}
+
+/// The store alone, `BATCH` deliveries per `seen_many` + `remember_many` (the
+/// batch's new ids, in order and each once, as `Guard::process_batch` hands them
+/// over; `first[i]`: `ids[i]` does not occur earlier in its chunk).
+fn run_store_batch(store: &InMemoryStore, ids: &[&str], first: &[bool]) -> u64 {
+    let mut fresh = 0u64;
+    let mut new = Vec::with_capacity(BATCH);
+    for (chunk, first) in ids.chunks(BATCH).zip(first.chunks(BATCH)) {
+        let seen = block_on_ready(store.seen_many(black_box(chunk)))
+            .expect("sync")
+            .expect("seen_many");
+        new.clear();
+        new.extend(
+            chunk
+                .iter()
+                .zip(&seen)
+                .zip(first)
+                .filter(|((_, seen), first)| !**seen && **first)
+                .map(|((k, _), _)| *k),
+        );
+        block_on_ready(store.remember_many(&new, None))
+            .expect("sync")
+            .expect("remember_many");
+        fresh += new.len() as u64;
+    }
+    fresh
+}
+
+/// Claiming mode, one delivery at a time: `claim`, then a one-key fenced `settle`.
+fn run_claim_single(store: &InMemoryStore, ids: &[&str], _: &[bool]) -> u64 {
+    let lease = Duration::from_secs(60);
+    let mut fresh = 0u64;
+    for &id in ids {
+        let claim = block_on_ready(store.claim(black_box(id), lease))
+            .expect("sync")
+            .expect("claim");
+        if let Claim::Acquired(token) = claim {
+            let remember = [(id, Some(&token))];
+            let step = Settlement {
+                remember: &remember,
+                ttl: None,
+                release: &[],
+                renew: &[],
+                lease,
+            };
+            let settled = block_on_ready(store.settle(&step))
+                .expect("sync")
+                .expect("settle");
+            fresh += settled.kept.iter().filter(|&&k| k).count() as u64;
+        }
+    }
+    fresh
+}
+
+/// Claiming mode, `BATCH` deliveries per `claim_many` + one fenced `settle`.
+fn run_claim_batch(store: &InMemoryStore, ids: &[&str], _: &[bool]) -> u64 {
+    let lease = Duration::from_secs(60);
+    let mut fresh = 0u64;
+    for chunk in ids.chunks(BATCH) {
+        let claims = block_on_ready(store.claim_many(black_box(chunk), lease))
+            .expect("sync")
+            .expect("claim_many");
+        let remember: Vec<_> = chunk
+            .iter()
+            .zip(&claims)
+            .filter_map(|(k, c)| match c {
+                Claim::Acquired(token) => Some((*k, Some(token))),
+                _ => None,
+            })
+            .collect();
+        let step = Settlement {
+            remember: &remember,
+            ttl: None,
+            release: &[],
+            renew: &[],
+            lease,
+        };
+        let settled = block_on_ready(store.settle(&step))
+            .expect("sync")
+            .expect("settle");
+        fresh += settled.kept.iter().filter(|&&k| k).count() as u64;
+    }
+    fresh
+}
+
 /// Outside timing: the guard must run the handler exactly once per distinct id and
 /// skip every redelivery, or the numbers below measure the wrong thing.
 fn sanity_check(lines: &[String], distinct: usize) {
@@ -139,6 +254,23 @@ fn sanity_check(lines: &[String], distinct: usize) {
             );
         }
     }
+    let ids = workload_ids(lines);
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let first = first_in_chunk(&ids);
+    for (path, run) in [
+        ("store_single", run_store_single as StoreRun),
+        ("store_batch_100", run_store_batch),
+        ("store_claim_single", run_claim_single),
+        ("store_claim_batch_100", run_claim_batch),
+    ] {
+        let fresh = run(&InMemoryStore::new(), &ids, &first);
+        if fresh != distinct {
+            panic!(
+                "benchmark sanity check failed for `{path}`: {fresh} new ids remembered for \
+                 {distinct} distinct meta.ids in {n} deliveries"
+            );
+        }
+    }
     let (accepted, _) = run_decode(lines);
     if accepted != n {
         panic!(
@@ -146,6 +278,32 @@ fn sanity_check(lines: &[String], distinct: usize) {
              of {n} workload lines (expected all)"
         );
     }
+}
+
+/// One of the store-alone runs: (store, ids, first in chunk) -> new ids.
+type StoreRun = fn(&InMemoryStore, &[&str], &[bool]) -> u64;
+
+/// For each id: whether it is the first of its value in its `BATCH` chunk.
+fn first_in_chunk(ids: &[&str]) -> Vec<bool> {
+    let mut first = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(BATCH) {
+        let mut met = std::collections::HashSet::with_capacity(BATCH);
+        first.extend(chunk.iter().map(|id| met.insert(*id)));
+    }
+    first
+}
+
+/// Each line's `meta.id`.
+fn workload_ids(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|line| {
+            Message::parse(line.as_bytes(), &Limits::default())
+                .ok()
+                .and_then(|m| m.id().map(str::to_owned))
+                .expect("every workload line has a meta.id")
+        })
+        .collect()
 }
 
 /// `cargo bench` passes `--bench`. Without it (`cargo test --all-targets`, an
@@ -159,7 +317,7 @@ fn workload_size() -> usize {
     }
 }
 
-fn dedupe_throughput(c: &mut Criterion) {
+fn dedupe_throughput<M: Measurement>(c: &mut Criterion<M>) {
     let size = workload_size();
     let lines = workload::generate(size);
     assert_eq!(
@@ -222,8 +380,78 @@ fn dedupe_throughput(c: &mut Criterion) {
 
     group.bench_function("decode_only", |b| b.iter(|| black_box(run_decode(&lines))));
 
+    let ids = workload_ids(&lines);
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let first = first_in_chunk(&ids);
+    for (name, run) in [
+        ("store_single", run_store_single as StoreRun),
+        ("store_batch_100", run_store_batch),
+        ("store_claim_single", run_claim_single),
+        ("store_claim_batch_100", run_claim_batch),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter_batched(
+                InMemoryStore::new,
+                |store| {
+                    let fresh = run(&store, &ids, &first);
+                    assert_eq!(fresh, expected_effects);
+                    store
+                },
+                BatchSize::PerIteration,
+            )
+        });
+    }
+
     group.finish();
 }
 
-criterion_group!(benches, dedupe_throughput);
-criterion_main!(benches);
+/// The benchmark thread's time on a CPU, in ns (Linux: the first field of
+/// `/proc/thread-self/schedstat`).
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .expect("BQ_BENCH_CLOCK=cpu needs /proc/thread-self/schedstat (Linux)")
+}
+
+/// Thread CPU time as a criterion measurement, formatted like wall time.
+struct CpuTime;
+
+static WALL: WallTime = WallTime;
+
+impl Measurement for CpuTime {
+    type Intermediate = u64;
+    type Value = Duration;
+    fn start(&self) -> u64 {
+        thread_cpu_ns()
+    }
+    fn end(&self, started: u64) -> Duration {
+        Duration::from_nanos(thread_cpu_ns().saturating_sub(started))
+    }
+    fn add(&self, a: &Duration, b: &Duration) -> Duration {
+        *a + *b
+    }
+    fn zero(&self) -> Duration {
+        Duration::ZERO
+    }
+    fn to_f64(&self, value: &Duration) -> f64 {
+        value.as_nanos() as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        WALL.formatter()
+    }
+}
+
+fn main() {
+    if std::env::var("BQ_BENCH_CLOCK").is_ok_and(|v| v == "cpu") {
+        let mut c = Criterion::default()
+            .with_measurement(CpuTime)
+            .configure_from_args();
+        dedupe_throughput(&mut c);
+        c.final_summary();
+    } else {
+        let mut c = Criterion::default().configure_from_args();
+        dedupe_throughput(&mut c);
+        c.final_summary();
+    }
+}

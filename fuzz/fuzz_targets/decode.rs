@@ -1,5 +1,8 @@
 //! Fuzzes the envelope decoders: never a panic, and the borrowed fast path and the
-//! full owned decoder always agree on accept/reject, the id and the job.
+//! full owned decoder always agree on accept/reject (and the reason), the id, the
+//! job, the trace id and the attempts. `Message::parse` is, natively, the SIMD fast
+//! path (falling back to the reference for anything in doubt); `Envelope::decode`
+//! validates with the serde_json reference alone, so the two are independent.
 
 #![no_main]
 
@@ -14,6 +17,7 @@ fuzz_target!(|data: &[u8]| {
         (Ok(msg), Ok(env)) => {
             assert_eq!(msg.id(), env.id(), "decoders disagree on meta.id");
             assert_eq!(msg.job(), env.job, "decoders disagree on job");
+            assert_eq!(msg.trace_id(), env.trace_id, "decoders disagree on trace_id");
             assert_eq!(msg.attempts(), env.attempts);
             // The canonical form decodes again to the same envelope.
             let again = Envelope::decode(env.to_json().as_bytes(), &Limits { max_bytes: usize::MAX });

@@ -3,9 +3,14 @@
 //! Two ways in:
 //! - [`Message::parse`] is the hot path: one borrowed pass, validation, the dedupe
 //!   key, and the raw text kept for the handler. No `serde_json::Value` tree.
+//!   Natively it decodes with sonic-rs's SIMD parser (`fast.rs`) and leaves every
+//!   text in doubt, so every rejection, to the serde_json reference (`view.rs`);
+//!   on wasm32 the reference alone runs.
 //! - [`Envelope`] is the full owned form (unknown fields preserved), built on demand
 //!   with [`Message::envelope`] or [`Envelope::decode`].
 
+#[cfg(not(target_arch = "wasm32"))]
+mod fast;
 mod owned;
 mod rejection;
 mod view;
@@ -53,15 +58,41 @@ impl<'a> Message<'a> {
     /// Decodes and validates `raw` (the `accepts()` of the other SDKs), with a typed
     /// reason for each rejection.
     pub fn parse(raw: &'a [u8], limits: &Limits) -> Result<Message<'a>, Rejection> {
+        let text = Self::checked_text(raw, limits)?;
+        // Native builds try the SIMD parser first; it only ever accepts, and leaves
+        // every doubt (and so every rejection) to the reference decoder below. The
+        // wasm32 builds keep serde_json alone, for their size budgets.
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(msg) = fast::parse(text) {
+            return Ok(msg);
+        }
+        Self::parse_text_reference(text)
+    }
+
+    /// [`Message::parse`] with the reference decoder alone (serde_json over the
+    /// borrowed view), never the native fast path: what the owned [`Envelope`]
+    /// validates with, so the two decoders can be checked against each other.
+    pub(crate) fn parse_reference(
+        raw: &'a [u8],
+        limits: &Limits,
+    ) -> Result<Message<'a>, Rejection> {
+        Self::parse_text_reference(Self::checked_text(raw, limits)?)
+    }
+
+    /// The size limit and the UTF-8 check, shared by both decoders.
+    fn checked_text(raw: &'a [u8], limits: &Limits) -> Result<&'a str, Rejection> {
         if raw.len() > limits.max_bytes {
             return Err(Rejection::TooLarge {
                 size: raw.len(),
                 limit: limits.max_bytes,
             });
         }
-        let text = std::str::from_utf8(raw).map_err(|e| {
-            Rejection::NotJson(format!("invalid UTF-8 at byte {}", e.valid_up_to()))
-        })?;
+        std::str::from_utf8(raw)
+            .map_err(|e| Rejection::NotJson(format!("invalid UTF-8 at byte {}", e.valid_up_to())))
+    }
+
+    /// The reference decoder: every rejection comes from here.
+    fn parse_text_reference(text: &'a str) -> Result<Message<'a>, Rejection> {
         let view = match serde_json::from_str::<TopLevel<'a>>(text) {
             Ok(TopLevel::Object(view)) => view,
             Ok(TopLevel::NotAnObject) => return Err(Rejection::NotAnObject),

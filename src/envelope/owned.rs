@@ -32,8 +32,12 @@ pub struct Envelope {
 
 impl Envelope {
     /// Decodes and validates an envelope (same rules and limits as [`Message::parse`]).
+    ///
+    /// Validated by the reference decoder alone (serde_json), never the native fast
+    /// path, so this and [`Message::parse`] are two independent decoders that the
+    /// `decode` fuzz target and `tests/decode_fast.rs` hold to the same answers.
     pub fn decode(raw: &[u8], limits: &Limits) -> Result<Envelope, Rejection> {
-        Message::parse(raw, limits)?.envelope()
+        Message::parse_reference(raw, limits)?.envelope()
     }
 
     /// Builds the owned form of text that [`Message::parse`] already accepted, so
