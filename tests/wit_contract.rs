@@ -6,7 +6,8 @@ use std::path::Path;
 
 use bq_dedupe::{Disposition, OutcomeKind, Rejection, StoreErrorKind};
 use wit_parser::{
-    Docs, InterfaceId, PackageId, Resolve, Type, TypeDefKind, TypeOwner, WorldItem, WorldKey,
+    Docs, FunctionKind, Handle, InterfaceId, PackageId, Resolve, Type, TypeDefKind, TypeOwner,
+    WorldItem, WorldKey,
 };
 
 /// Every Rust `OutcomeKind`. The exhaustive `match` in `outcome_kind_index` makes
@@ -191,6 +192,10 @@ impl Contract {
                         }
                     },
                     TypeDefKind::Type(t) => self.render(t),
+                    TypeDefKind::Handle(Handle::Borrow(r)) => {
+                        format!("borrow<{}>", self.render(&Type::Id(*r)))
+                    }
+                    TypeDefKind::Handle(Handle::Own(r)) => self.render(&Type::Id(*r)),
                     other => panic!("unexpected anonymous type {other:?}"),
                 }
             }
@@ -233,6 +238,7 @@ impl Contract {
                     .join(", ")
             ),
             TypeDefKind::Type(t) => format!("type {name} = {}", self.render(t)),
+            TypeDefKind::Resource => format!("resource {name}"),
             other => panic!("unexpected type definition {other:?}"),
         }
     }
@@ -530,8 +536,92 @@ fn function_signatures_match_the_contract() {
                 "forget",
                 "func(id: string, options: options) -> result<_, store-error>"
             ),
+            // 1.1.0: the `guard` resource, options once, then only the bodies.
+            (
+                "[constructor]guard",
+                "func(options: guard-options) -> result<guard, store-error>"
+            ),
+            (
+                "[method]guard.process",
+                "func(self: borrow<guard>, envelope: string) -> outcome"
+            ),
+            (
+                "[method]guard.process-batch",
+                "func(self: borrow<guard>, envelopes: list<string>) -> list<outcome>"
+            ),
+            (
+                "[method]guard.process-batch-ids",
+                "func(self: borrow<guard>, envelopes: list<string>) -> list<processed>"
+            ),
+            (
+                "[method]guard.forget",
+                "func(self: borrow<guard>, id: string) -> result<_, store-error>"
+            ),
         ])
     );
+}
+
+/// 1.1.0: `consumer` defines the `guard` resource (and only it), constructed
+/// fallibly, with methods and no static functions.
+#[test]
+fn consumer_guard_is_a_resource_with_a_fallible_constructor() {
+    let c = load();
+    let consumer = c.interface("consumer");
+    let iface = &c.resolve.interfaces[consumer];
+    let defs: BTreeMap<String, String> = iface
+        .types
+        .iter()
+        .map(|(name, id)| (name.clone(), c.render_def(&c.resolve.types[*id])))
+        .collect();
+    assert_eq!(
+        defs,
+        sigs(&[
+            ("options", "type options = options"),
+            ("guard-options", "type guard-options = guard-options"),
+            ("outcome", "type outcome = outcome"),
+            ("store-error", "type store-error = store-error"),
+            ("processed", "type processed = processed"),
+            ("guard", "resource guard"),
+        ])
+    );
+    let guard = iface.types["guard"];
+    let mut kinds: Vec<(String, &str)> = iface
+        .functions
+        .values()
+        .filter_map(|f| match f.kind {
+            FunctionKind::Constructor(r) if r == guard => Some((f.name.clone(), "constructor")),
+            FunctionKind::Method(r) if r == guard => Some((f.name.clone(), "method")),
+            FunctionKind::Freestanding => None,
+            _ => Some((f.name.clone(), "other")),
+        })
+        .collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            ("[constructor]guard".to_string(), "constructor"),
+            ("[method]guard.forget".to_string(), "method"),
+            ("[method]guard.process".to_string(), "method"),
+            ("[method]guard.process-batch".to_string(), "method"),
+            ("[method]guard.process-batch-ids".to_string(), "method"),
+        ]
+    );
+    // The guard's options are the 1.x options, field for field, plus fingerprints.
+    let TypeDefKind::Record(options) = &c.types_def("options").kind else {
+        panic!("`options` is not a record");
+    };
+    let TypeDefKind::Record(guard_options) = &c.types_def("guard-options").kind else {
+        panic!("`guard-options` is not a record");
+    };
+    let fields = |r: &wit_parser::Record| -> Vec<(String, String)> {
+        r.fields
+            .iter()
+            .map(|f| (f.name.clone(), c.render(&f.ty)))
+            .collect()
+    };
+    let mut expected = fields(options);
+    expected.push(("fingerprint".into(), "bool".into()));
+    assert_eq!(fields(guard_options), expected);
 }
 
 #[test]
@@ -602,6 +692,12 @@ fn types_interface_matches_the_contract() {
             (
                 "processed",
                 "record processed { id: option<string>, outcome: outcome }"
+            ),
+            (
+                "guard-options",
+                "record guard-options { ttl-ms: option<u64>, claim-lease-ms: option<u64>, \
+                 key-prefix: string, key-scope: option<string>, max-bytes: option<u32>, \
+                 fingerprint: bool }"
             ),
         ])
     );

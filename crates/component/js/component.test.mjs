@@ -418,3 +418,69 @@ test('guard: decide, the host runs the handler, complete', async () => {
     val: { kind: 'internal', message: 'disk full' },
   });
 });
+
+const guardOptions = (more = {}) => ({ keyPrefix: '', fingerprint: false, ...more });
+
+test('consumer.Guard (1.1): options and capabilities once, then only the bodies, batches in batch calls', async () => {
+  const { store, names, remembered } = memoryStore();
+  const handler = recordingHandler();
+  const leases = { ...noLeases, calls: 0 };
+  leases.supported = () => {
+    leases.calls += 1;
+    return false;
+  };
+  const { consumer } = await component(store, handler.import, leases);
+  const guard = new consumer.Guard(guardOptions({ keyPrefix: 'bq:' }));
+  assert.deepEqual(names(), ['capabilities']);
+  assert.equal(leases.calls, 1);
+  const [a, b, c] = ['id-A', 'id-B', 'id-C'].map(envelopeWithId);
+  assert.deepEqual(guard.processBatch([a, b, a]).map((o) => o.tag), ['run-ok', 'run-ok', 'skip']);
+  assert.deepEqual(guard.process(a), { tag: 'skip' });
+  assert.deepEqual(guard.process(c), { tag: 'run-ok' });
+  assert.deepEqual(names().slice(1), ['seenMany', 'rememberMany', 'seen', 'seen', 'remember']);
+  assert.equal(leases.calls, 1, 'read once, by the constructor');
+  assert.deepEqual(handler.calls, [a, b, c]);
+  assert.ok(remembered.has('bq:id-A'));
+  assert.deepEqual(
+    guard.processBatchIds([b, 'nope', envelopeWithId('')]).map((p) => [p.id, p.outcome.tag]),
+    [['id-B', 'skip'], [undefined, 'rejected'], [undefined, 'fail-open']],
+  );
+  guard.forget('id-A');
+  assert.ok(!remembered.has('bq:id-A'));
+  assert.deepEqual(guard.process(a), { tag: 'run-ok' });
+  // The same outcomes as the free functions with the same options.
+  const fresh = await component(memoryStore().store);
+  const freeGuard = new fresh.consumer.Guard(guardOptions());
+  const again = await component(memoryStore().store);
+  const bodies = [a, b, a, 'nope', c, b];
+  assert.deepEqual(freeGuard.processBatch(bodies), again.consumer.processBatch(bodies, defaults));
+});
+
+test('consumer.Guard: refused options throw a typed store-error from the constructor, not a trap', async () => {
+  const { store, calls } = memoryStore();
+  const { consumer } = await component(store);
+  assert.throws(
+    () => new consumer.Guard(guardOptions({ keyScope: 'a:b' })),
+    (e) => e.payload?.kind === 'invalid' && /a:b/.test(e.payload.message),
+  );
+  assert.deepEqual(calls, [], 'nothing reached the store');
+  const guard = new consumer.Guard(guardOptions({ keyScope: 'billing' }));
+  assert.deepEqual(guard.process(envelopeWithId('id-A')), { tag: 'run-ok' });
+  assert.deepEqual(calls.find(([name]) => name === 'seen'), ['seen', 'billing:id-A']);
+});
+
+test('consumer.Guard: payload fingerprints, an id reused with other data is payload-mismatch', async () => {
+  const { store, remembered } = memoryStore({ caps: { batch: true, claim: false, ttl: false } });
+  const handler = recordingHandler();
+  const { consumer } = await component(store, handler.import);
+  const guard = new consumer.Guard(guardOptions({ fingerprint: true }));
+  const withData = (data) => JSON.stringify({ ...template, data, meta: { ...template.meta, id: 'id-F' } });
+  assert.deepEqual(guard.process(withData({ order: 1, sku: 'a' })), { tag: 'run-ok' });
+  assert.deepEqual(guard.process(withData({ sku: 'a', order: 1 })), { tag: 'skip' }, 'keys reordered: a redelivery');
+  assert.deepEqual(guard.process(withData({ order: 1, sku: 'b' })), { tag: 'payload-mismatch' });
+  assert.equal(handler.calls.length, 1);
+  assert.equal(remembered.size, 3, 'the id and its two companion records');
+  assert.ok(remembered.has('\u001ffp:id-F'));
+  // Off, the same body is a redelivery.
+  assert.deepEqual(new consumer.Guard(guardOptions()).process(withData({ order: 1, sku: 'b' })), { tag: 'skip' });
+});

@@ -33,6 +33,27 @@ pub fn options(options: wit::Options) -> Result<bq::Options, bq::StoreError> {
     })
 }
 
+/// The core's `Options` from a `consumer.guard`'s `guard-options` (1.1.0): as
+/// [`options`], plus payload fingerprints, which a build without the
+/// `fingerprint` feature refuses as `unsupported`.
+pub fn guard_options(options: wit::GuardOptions) -> Result<bq::Options, bq::StoreError> {
+    if options.fingerprint && !cfg!(feature = "fingerprint") {
+        return Err(bq::StoreError::unsupported(
+            "payload fingerprints: this component was built without the `fingerprint` feature",
+        ));
+    }
+    let fingerprint = options.fingerprint;
+    let mut core = self::options(wit::Options {
+        ttl_ms: options.ttl_ms,
+        claim_lease_ms: options.claim_lease_ms,
+        key_prefix: options.key_prefix,
+        key_scope: options.key_scope,
+        max_bytes: options.max_bytes,
+    })?;
+    core.fingerprint = fingerprint;
+    Ok(core)
+}
+
 /// `max-bytes` (none: the core's default, 1 MiB).
 pub fn limits(max_bytes: Option<u32>) -> bq::Limits {
     match max_bytes {

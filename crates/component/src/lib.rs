@@ -2,9 +2,11 @@
 //! `babelqueue:idempotency/dedupe@1.1.0`): it exports `guard` and `consumer` and
 //! imports `store`, `leases` and `handler`.
 //!
-//! A thin adapter, with no dedupe logic of its own: every export builds a
-//! `bq_dedupe::Guard` over the host's store ([`store::HostStore`]) from the call's
-//! `options`, runs the core's function, and converts the result ([`convert`]).
+//! A thin adapter, with no dedupe logic of its own: the `consumer.guard` resource
+//! ([`GuardResource`], 1.1.0) holds one `bq_dedupe::Guard` over the host's store
+//! ([`store::HostStore`], capabilities read once) built from its options; every
+//! free export builds one from the call's `options`. Each runs the core's
+//! function and converts the result ([`convert`]).
 //! The imports are synchronous, so every core future is ready on its first poll
 //! and `block_on_ready` drives it without an executor.
 //!
@@ -30,6 +32,7 @@ mod bindings {
 }
 
 use bindings::babelqueue::idempotency::{handler, types as wit};
+use bindings::exports::babelqueue::idempotency::consumer::GuestGuard;
 use bindings::exports::babelqueue::idempotency::{consumer, guard};
 use bq_dedupe::{Envelope, Guard, Limits, Message, StoreError, block_on_ready};
 
@@ -49,15 +52,137 @@ fn with_guard<T>(
     call: impl AsyncFnOnce(&Guard<HostStore>) -> T,
     refuse: impl FnOnce(StoreError) -> T,
 ) -> T {
-    let options = match convert::options(options) {
-        Ok(options) => options,
-        Err(invalid) => return refuse(invalid),
-    };
-    let guard = Guard::new(HostStore::new())
+    match per_call(options) {
+        Ok(guard) => ready(call(&guard), refuse),
+        Err(invalid) => refuse(invalid),
+    }
+}
+
+/// The guard of one free-function call: its `options` converted (an invalid
+/// `key-scope` refused), the store's capabilities read when first needed.
+fn per_call(options: wit::Options) -> Result<Guard<HostStore>, StoreError> {
+    let options = convert::options(options)?;
+    Ok(Guard::new(HostStore::new())
         .with_options(options)
-        .with_clock(std::sync::Arc::new(store::HostClock));
-    block_on_ready(call(&guard))
+        .with_clock(std::sync::Arc::new(store::HostClock)))
+}
+
+/// Drives a core future to completion. The imports are synchronous, so it is
+/// ready on its first poll; one that is not becomes `refuse(error)`, not a trap.
+fn ready<T>(call: impl Future<Output = T>, refuse: impl FnOnce(StoreError) -> T) -> T {
+    block_on_ready(call)
         .unwrap_or_else(|not_ready| refuse(StoreError::internal(not_ready.to_string())))
+}
+
+/// Outcomes for `n` deliveries that could not be processed.
+fn refused_outcomes(n: usize, e: StoreError) -> Vec<wit::Outcome> {
+    vec![wit::Outcome::StoreUnavailable(e.into()); n]
+}
+
+/// `process-batch-ids` entries for `n` deliveries that could not be processed.
+fn refused_processed(n: usize, e: StoreError) -> Vec<wit::Processed> {
+    let refused = wit::Outcome::StoreUnavailable(e.into());
+    (0..n)
+        .map(|_| wit::Processed {
+            id: None,
+            outcome: refused.clone(),
+        })
+        .collect()
+}
+
+// The calls shared by the resource and the free functions, kept out of line so
+// the core's code is in the component once: at opt-level 3, inlining each core
+// future into every export that drives it would copy it per export.
+
+/// `process` on `guard`: one delivery, the core's single-delivery path.
+#[inline(never)]
+fn process_one(guard: &Guard<HostStore>, envelope: &str) -> wit::Outcome {
+    ready(
+        async {
+            guard
+                .process(envelope.as_bytes(), call_handler)
+                .await
+                .into()
+        },
+        |e| wit::Outcome::StoreUnavailable(e.into()),
+    )
+}
+
+/// `process-batch-ids` on `guard`: each outcome with its `meta.id`.
+#[inline(never)]
+fn process_many_ids(guard: &Guard<HostStore>, envelopes: &[String]) -> Vec<wit::Processed> {
+    let keyspace = &guard.options().keyspace;
+    ready(
+        async {
+            let keyed = guard.process_batch_keyed(envelopes, call_handler).await;
+            keyed
+                .into_iter()
+                .map(|(key, outcome)| wit::Processed {
+                    id: key
+                        .as_deref()
+                        .and_then(|k| keyspace.id_of(k))
+                        .map(str::to_owned),
+                    outcome: outcome.into(),
+                })
+                .collect()
+        },
+        |e| refused_processed(envelopes.len(), e),
+    )
+}
+
+/// `process-batch` on `guard`: the same core call as [`process_many_ids`] (the
+/// keys it hands back were made anyway), so the batch path is in the component
+/// once.
+#[inline(never)]
+fn process_many(guard: &Guard<HostStore>, envelopes: &[String]) -> Vec<wit::Outcome> {
+    ready(
+        async {
+            let keyed = guard.process_batch_keyed(envelopes, call_handler).await;
+            keyed
+                .into_iter()
+                .map(|(_, outcome)| outcome.into())
+                .collect()
+        },
+        |e| refused_outcomes(envelopes.len(), e),
+    )
+}
+
+/// `forget` on `guard`.
+#[inline(never)]
+fn forget_id(guard: &Guard<HostStore>, id: &str) -> Result<(), wit::StoreError> {
+    ready(async { Ok(guard.forget(id).await?) }, |e| Err(e.into()))
+}
+
+/// The `consumer.guard` resource (1.1.0): one core guard for its whole life, its
+/// options converted and the store's capabilities read once, by the constructor.
+pub struct GuardResource {
+    guard: Guard<HostStore>,
+}
+
+impl GuestGuard for GuardResource {
+    fn new(options: wit::GuardOptions) -> Result<Self, wit::StoreError> {
+        let options = convert::guard_options(options)?;
+        let guard = Guard::new(HostStore::read_once())
+            .with_options(options)
+            .with_clock(std::sync::Arc::new(store::HostClock));
+        Ok(GuardResource { guard })
+    }
+
+    fn process(&self, envelope: String) -> wit::Outcome {
+        process_one(&self.guard, &envelope)
+    }
+
+    fn process_batch(&self, envelopes: Vec<String>) -> Vec<wit::Outcome> {
+        process_many(&self.guard, &envelopes)
+    }
+
+    fn process_batch_ids(&self, envelopes: Vec<String>) -> Vec<wit::Processed> {
+        process_many_ids(&self.guard, &envelopes)
+    }
+
+    fn forget(&self, id: String) -> Result<(), wit::StoreError> {
+        forget_id(&self.guard, &id)
+    }
 }
 
 /// `handler.handle` as the core's handler: the envelope text exactly as delivered.
@@ -127,11 +252,10 @@ impl guard::Guest for Component {
     }
 
     fn forget(id: String, options: wit::Options) -> Result<(), wit::StoreError> {
-        with_guard(
-            options,
-            async |g| Ok(g.forget(&id).await?),
-            |e| Err(e.into()),
-        )
+        match per_call(options) {
+            Ok(guard) => forget_id(&guard, &id),
+            Err(e) => Err(e.into()),
+        }
     }
 
     fn dedupe_key(
@@ -167,53 +291,29 @@ impl guard::Guest for Component {
 }
 
 impl consumer::Guest for Component {
+    type Guard = GuardResource;
+
+    // The 1.0 free functions: a guard per call from its `options`, then the
+    // resource's code.
     fn process(envelope: String, options: wit::Options) -> wit::Outcome {
-        let mut outcomes = Self::process_batch(vec![envelope], options);
-        outcomes.pop().unwrap_or_else(|| {
-            wit::Outcome::StoreUnavailable(StoreError::internal("no outcome").into())
-        })
+        match per_call(options) {
+            Ok(guard) => process_one(&guard, &envelope),
+            Err(e) => wit::Outcome::StoreUnavailable(e.into()),
+        }
     }
 
     fn process_batch(envelopes: Vec<String>, options: wit::Options) -> Vec<wit::Outcome> {
-        let n = envelopes.len();
-        with_guard(
-            options,
-            async |g| {
-                let outcomes = g.process_batch(&envelopes, call_handler).await;
-                outcomes.into_iter().map(Into::into).collect()
-            },
-            |e| vec![wit::Outcome::StoreUnavailable(e.into()); n],
-        )
+        match per_call(options) {
+            Ok(guard) => process_many(&guard, &envelopes),
+            Err(e) => refused_outcomes(envelopes.len(), e),
+        }
     }
 
     fn process_batch_ids(envelopes: Vec<String>, options: wit::Options) -> Vec<wit::Processed> {
-        let n = envelopes.len();
-        with_guard(
-            options,
-            async |g| {
-                let keyspace = &g.options().keyspace;
-                let keyed = g.process_batch_keyed(&envelopes, call_handler).await;
-                keyed
-                    .into_iter()
-                    .map(|(key, outcome)| wit::Processed {
-                        id: key
-                            .as_deref()
-                            .and_then(|k| keyspace.id_of(k))
-                            .map(str::to_owned),
-                        outcome: outcome.into(),
-                    })
-                    .collect()
-            },
-            |e| {
-                let refused = wit::Outcome::StoreUnavailable(e.into());
-                (0..n)
-                    .map(|_| wit::Processed {
-                        id: None,
-                        outcome: refused.clone(),
-                    })
-                    .collect()
-            },
-        )
+        match per_call(options) {
+            Ok(guard) => process_many_ids(&guard, &envelopes),
+            Err(e) => refused_processed(envelopes.len(), e),
+        }
     }
 
     fn forget(id: String, options: wit::Options) -> Result<(), wit::StoreError> {

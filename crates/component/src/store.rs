@@ -23,13 +23,14 @@ use crate::bindings::babelqueue::idempotency::store as host;
 use crate::bindings::babelqueue::idempotency::types as wit;
 use crate::convert::millis;
 
-/// The host's store, for the duration of one export call.
+/// The host's store: for the duration of one export call (the free functions),
+/// or for the life of a `consumer.guard` resource.
 #[derive(Default)]
 pub struct HostStore {
-    /// `store.capabilities()`, asked at most once per export call, and only when
-    /// the call reaches the store.
+    /// `store.capabilities()`: for a free function asked at most once per export
+    /// call, and only when the call reaches the store; for a resource, once.
     caps: OnceCell<wit::Capabilities>,
-    /// `leases.supported()`, asked at most once per export call.
+    /// `leases.supported()`, asked at most once per export call (or resource).
     leases: OnceCell<bool>,
 }
 
@@ -46,6 +47,15 @@ impl Clock for HostClock {
 impl HostStore {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A store whose capabilities (and `leases.supported`) are read now, once,
+    /// for the life of a `consumer.guard` resource.
+    pub fn read_once() -> Self {
+        HostStore {
+            caps: OnceCell::from(host::capabilities()),
+            leases: OnceCell::from(leases::supported()),
+        }
     }
 
     fn caps(&self) -> wit::Capabilities {

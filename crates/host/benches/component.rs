@@ -4,7 +4,10 @@
 //!
 //! Group `component_1m`: `process` (one component call per delivery: decode, key,
 //! `seen` and `remember` crossing back into the host) and `process_batch_100` (one
-//! call per 100, whose store calls are batched too). Group `crossing`: one tiny
+//! call per 100, whose store calls are batched too). Group `native_1m`: the same
+//! two paths through the core natively (`Guard::process` / `process_batch` over an
+//! `InMemoryStore`, a no-op handler), measured in the same run so the ratios
+//! compare like with like. Group `crossing`: one tiny
 //! call (`dedupe-key` of a small envelope) through the component and the same work
 //! natively, whose difference is the cost of a call into the component.
 //!
@@ -17,7 +20,7 @@ mod workload;
 use std::hint::black_box;
 use std::time::Duration;
 
-use bq_dedupe::{InMemoryStore, Limits, Message};
+use bq_dedupe::{Guard, InMemoryStore, Limits, Message, block_on_ready};
 use bq_dedupe_host::handler::Handler;
 use bq_dedupe_host::runtime::{Runtime, default_component, options};
 use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::Outcome;
@@ -97,6 +100,48 @@ fn bench(c: &mut Criterion) {
             |rt| {
                 for chunk in lines.chunks(100) {
                     black_box(rt.process_batch(black_box(chunk), &opts).unwrap());
+                }
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("native_1m");
+    group
+        .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .measurement_time(Duration::from_secs(20));
+    group.throughput(Throughput::Elements(lines.len() as u64));
+    group.bench_function("process", |b| {
+        b.iter_batched_ref(
+            || Guard::new(InMemoryStore::new()),
+            |guard| {
+                for line in &lines {
+                    black_box(
+                        block_on_ready(
+                            guard.process(black_box(line.as_bytes()), async |_| {
+                                Ok::<(), String>(())
+                            }),
+                        )
+                        .unwrap(),
+                    );
+                }
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    group.bench_function("process_batch_100", |b| {
+        b.iter_batched_ref(
+            || Guard::new(InMemoryStore::new()),
+            |guard| {
+                for chunk in lines.chunks(100) {
+                    black_box(
+                        block_on_ready(
+                            guard.process_batch(black_box(chunk), async |_| Ok::<(), String>(())),
+                        )
+                        .unwrap(),
+                    );
                 }
             },
             BatchSize::PerIteration,

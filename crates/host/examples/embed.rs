@@ -115,19 +115,24 @@ fn main() -> wasmtime::Result<()> {
         },
     );
     let dedupe = Dedupe::instantiate(&mut store, &component, &linker)?;
-    let options = types::Options {
+    // One guard for the life of the consumer: options checked, capabilities read, once.
+    let options = types::GuardOptions {
         ttl_ms: None,
         claim_lease_ms: None,
         key_prefix: String::new(),
         key_scope: None,
         max_bytes: None,
+        fingerprint: false,
     };
+    let guards = dedupe.babelqueue_idempotency_consumer().guard();
+    let guard = guards
+        .call_constructor(&mut store, &options)?
+        .map_err(|refused| wasmtime::format_err!("options refused: {}", refused.message))?;
     let body = include_str!("../../../examples/minimal-envelope.json");
     for _ in 0..2 {
-        let outcome = dedupe
-            .babelqueue_idempotency_consumer()
-            .call_process(&mut store, body, &options)?;
+        let outcome = guards.call_process(&mut store, guard, body)?;
         println!("{outcome:?}"); // RunOk, then Skip
     }
+    guard.resource_drop(&mut store)?;
     Ok(())
 }

@@ -49,6 +49,10 @@ enum Command {
         /// Key prefix the ids were remembered under.
         #[arg(long, default_value = "")]
         prefix: String,
+        /// Also forget the ids' payload fingerprints (as `run --fingerprint`
+        /// wrote them), so their next success records one afresh.
+        #[arg(long)]
+        fingerprint: bool,
         #[arg(required = true)]
         ids: Vec<String>,
     },
@@ -68,9 +72,12 @@ fn main() -> ExitCode {
         }
         Command::Run(args) => commands::run::run(&component, args),
         Command::Check { input } => commands::check::run(&component, &input),
-        Command::Forget { store, prefix, ids } => {
-            commands::admin::forget(&component, &store, &prefix, &ids)
-        }
+        Command::Forget {
+            store,
+            prefix,
+            fingerprint,
+            ids,
+        } => commands::admin::forget(&component, &store, &prefix, fingerprint, &ids),
         Command::Stats { store } => commands::admin::stats(&store),
     };
     match result {

@@ -5,14 +5,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use bq_dedupe_stores::AnyStore;
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{Component, HasSelf, Linker, ResourceAny};
 use wasmtime::{Engine, Store};
 
 use crate::handler::Handler;
 use crate::keep_alive::HeldClaims;
 use crate::wit::dedupe::Dedupe;
 use crate::wit::dedupe::babelqueue::idempotency::types::{
-    KeyError, Options, Outcome, Processed, Rejection, StoreError,
+    GuardOptions, KeyError, Options, Outcome, Processed, Rejection, StoreError,
 };
 
 /// What the component's imports reach: the store and the handler.
@@ -71,12 +71,16 @@ pub fn default_component() -> ComponentSource {
     ComponentSource::choose(None)
 }
 
-/// One instance of the dedupe component with its host state.
+/// One instance of the dedupe component with its host state, and at most one
+/// open `consumer.guard` resource (see [`Runtime::open_guard`]).
 pub struct Runtime {
     component: Component,
     linker: Linker<HostState>,
     store: Store<HostState>,
     bindings: Dedupe,
+    /// The open guard and the options it was constructed with (to construct it
+    /// again in a fresh instance after a trap).
+    guard: Option<(ResourceAny, GuardOptions)>,
 }
 
 impl Runtime {
@@ -97,6 +101,7 @@ impl Runtime {
             linker,
             store,
             bindings,
+            guard: None,
         })
     }
 
@@ -129,7 +134,94 @@ impl Runtime {
         let trapped = std::mem::replace(&mut self.store, Store::new(&engine, stand_in));
         self.store = Store::new(&engine, trapped.into_data());
         self.bindings = Dedupe::instantiate(&mut self.store, &self.component, &self.linker)?;
+        // The guard lived in the trapped instance: construct it again, with the
+        // options it had (they were accepted once, so a refusal now is an error).
+        if let Some((_, options)) = self.guard.take() {
+            let resource = self.construct_guard(&options)?.map_err(|e| {
+                anyhow::anyhow!("the guard's options were refused again: {}", e.message)
+            })?;
+            self.guard = Some((resource, options));
+        }
         Ok(())
+    }
+
+    fn construct_guard(
+        &mut self,
+        options: &GuardOptions,
+    ) -> wasmtime::Result<Result<ResourceAny, StoreError>> {
+        self.bindings
+            .babelqueue_idempotency_consumer()
+            .guard()
+            .call_constructor(&mut self.store, options)
+    }
+
+    /// Constructs the `consumer.guard` resource (1.1.0) the `guard_*` calls use,
+    /// in place of any guard opened before: its options are checked and the
+    /// store's capabilities read once, here. `Ok(Err(e))`: the options were
+    /// refused (an invalid `key-scope`: `invalid`; fingerprints in a component
+    /// built without them: `unsupported`).
+    pub fn open_guard(&mut self, options: &GuardOptions) -> Result<Result<(), StoreError>> {
+        if let Some((old, _)) = self.guard.take() {
+            let dropped = old.resource_drop(&mut self.store);
+            self.recover(dropped)?;
+        }
+        let r = self.construct_guard(options);
+        Ok(self.recover(r)?.map(|resource| {
+            self.guard = Some((resource, options.clone()));
+        }))
+    }
+
+    /// The open guard, or an error saying [`Runtime::open_guard`] comes first.
+    fn open(&self) -> Result<ResourceAny> {
+        self.guard
+            .as_ref()
+            .map(|(resource, _)| *resource)
+            .context("no guard is open: call Runtime::open_guard first")
+    }
+
+    /// `consumer.guard.process` on the open guard.
+    pub fn guard_process(&mut self, envelope: &str) -> Result<Outcome> {
+        let guard = self.open()?;
+        let r = self
+            .bindings
+            .babelqueue_idempotency_consumer()
+            .guard()
+            .call_process(&mut self.store, guard, envelope);
+        self.recover(r)
+    }
+
+    /// `consumer.guard.process-batch` on the open guard.
+    pub fn guard_process_batch(&mut self, envelopes: &[String]) -> Result<Vec<Outcome>> {
+        let guard = self.open()?;
+        let r = self
+            .bindings
+            .babelqueue_idempotency_consumer()
+            .guard()
+            .call_process_batch(&mut self.store, guard, envelopes);
+        self.recover(r)
+    }
+
+    /// `consumer.guard.process-batch-ids` on the open guard: each outcome with
+    /// its delivery's `meta.id`.
+    pub fn guard_process_batch_ids(&mut self, envelopes: &[String]) -> Result<Vec<Processed>> {
+        let guard = self.open()?;
+        let r = self
+            .bindings
+            .babelqueue_idempotency_consumer()
+            .guard()
+            .call_process_batch_ids(&mut self.store, guard, envelopes);
+        self.recover(r)
+    }
+
+    /// `consumer.guard.forget` on the open guard.
+    pub fn guard_forget(&mut self, id: &str) -> Result<Result<(), StoreError>> {
+        let guard = self.open()?;
+        let r = self
+            .bindings
+            .babelqueue_idempotency_consumer()
+            .guard()
+            .call_forget(&mut self.store, guard, id);
+        self.recover(r)
     }
 
     pub fn process(&mut self, envelope: &str, options: &Options) -> Result<Outcome> {
@@ -205,6 +297,18 @@ impl Runtime {
             .babelqueue_idempotency_guard()
             .call_decode(&mut self.store, envelope);
         self.recover(r)
+    }
+}
+
+/// Guard options with everything off but a key prefix.
+pub fn guard_options(prefix: &str) -> GuardOptions {
+    GuardOptions {
+        ttl_ms: None,
+        claim_lease_ms: None,
+        key_prefix: prefix.to_owned(),
+        key_scope: None,
+        max_bytes: None,
+        fingerprint: false,
     }
 }
 

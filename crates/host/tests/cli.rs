@@ -567,3 +567,92 @@ fn run_batches_by_default_but_a_quiet_stream_gets_each_verdict_within_the_window
         assert_eq!(d["decision"], if i < 700 { "run" } else { "skip" }, "{d}");
     }
 }
+
+/// `run --fingerprint` end to end on a persistent store: a redelivery (even
+/// re-encoded) is a skip, an id reused with other `data` is poison
+/// (`payload-mismatch`, exit 4) in the same run and in a later one; without the
+/// flag the reused id is only a skip; `forget --fingerprint` lets it run again.
+#[test]
+fn run_with_fingerprints_rejects_an_id_reused_with_other_data() {
+    let spec = format!(
+        "sqlite:{}",
+        scratch("fingerprint").join("seen.db").display()
+    );
+    let with = |id: &str, data: Value| {
+        json!({
+            "job": "urn:babel:orders:created", "trace_id": "t-1", "data": data,
+            "meta": {"id": id, "schema_version": 1}
+        })
+        .to_string()
+    };
+    let summary = |out: &std::process::Output| -> Vec<(String, String)> {
+        decisions(out)
+            .iter()
+            .map(|d| {
+                let s = |k: &str| d[k].as_str().unwrap().to_owned();
+                (s("decision"), s("outcome"))
+            })
+            .collect()
+    };
+    let pair = |d: &str, o: &str| (d.to_owned(), o.to_owned());
+    let first = bq(
+        &["run", "--fingerprint", "--store", &spec],
+        &[
+            with("p1", json!({"order_id": 1, "sku": "a"})),
+            // The same payload, keys in another order: a redelivery.
+            with("p1", json!({"sku": "a", "order_id": 1})),
+            with("p2", json!({"order_id": 2})),
+        ]
+        .join("\n"),
+    );
+    assert_eq!(
+        summary(&first),
+        [
+            pair("run", "run-ok"),
+            pair("skip", "skip"),
+            pair("run", "run-ok")
+        ],
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert_eq!(first.status.code(), Some(0));
+
+    let reused = bq(
+        &["run", "--fingerprint", "--store", &spec],
+        &[
+            with("p1", json!({"order_id": 1, "sku": "b"})),
+            with("p2", json!({"order_id": 2})),
+        ]
+        .join("\n"),
+    );
+    let verdicts = decisions(&reused);
+    assert_eq!(
+        summary(&reused),
+        [pair("reject", "payload-mismatch"), pair("skip", "skip")]
+    );
+    assert_eq!(verdicts[0]["id"], "p1");
+    assert_eq!(reused.status.code(), Some(4), "poison, nothing to retry");
+
+    // Without fingerprints the same line is taken for a redelivery.
+    let plain = bq(
+        &["run", "--store", &spec],
+        &with("p1", json!({"order_id": 1, "sku": "b"})),
+    );
+    assert_eq!(summary(&plain), [pair("skip", "skip")]);
+
+    let forgot = bq(&["forget", "--fingerprint", "--store", &spec, "p1"], "");
+    assert!(forgot.status.success());
+    let again = bq(
+        &["run", "--fingerprint", "--store", &spec],
+        &[
+            with("p1", json!({"order_id": 1, "sku": "b"})),
+            with("p1", json!({"order_id": 1, "sku": "c"})),
+        ]
+        .join("\n"),
+    );
+    assert_eq!(
+        summary(&again),
+        [pair("run", "run-ok"), pair("reject", "payload-mismatch")],
+        "after forget the id runs once more; one id, two payloads in one batch"
+    );
+}

@@ -2,22 +2,33 @@
 
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use bq_dedupe_stores::AnyStore;
 
 use bq_dedupe_host::handler::Handler;
-use bq_dedupe_host::runtime::{ComponentSource, Runtime, options};
+use bq_dedupe_host::runtime::{ComponentSource, Runtime, guard_options};
 
+/// Forgets `ids` through one `consumer.guard`; with `fingerprint`, their
+/// fingerprint markers too (as `run --fingerprint` wrote them).
 pub fn forget(
     component: &ComponentSource,
     store: &str,
     prefix: &str,
+    fingerprint: bool,
     ids: &[String],
 ) -> Result<ExitCode> {
     let mut runtime = Runtime::load(component, AnyStore::from_spec(store)?, Handler::Mark)?;
+    let mut opts = guard_options(prefix);
+    opts.fingerprint = fingerprint;
+    if let Err(refused) = runtime.open_guard(&opts)? {
+        bail!(
+            "the dedupe component refused the options: {}",
+            refused.message
+        );
+    }
     let mut failed = false;
     for id in ids {
-        match runtime.forget(id, &options(prefix))? {
+        match runtime.guard_forget(id)? {
             Ok(()) => println!("forgot {id}"),
             Err(e) => {
                 failed = true;

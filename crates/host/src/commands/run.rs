@@ -15,8 +15,8 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use bq_dedupe_host::handler::{Handler, Plugin};
-use bq_dedupe_host::runtime::{ComponentSource, Runtime, options};
-use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::{Options, Outcome, Processed};
+use bq_dedupe_host::runtime::{ComponentSource, Runtime, guard_options};
+use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::{Outcome, Processed};
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -36,6 +36,11 @@ pub struct RunArgs {
     /// Store key prefix (namespace).
     #[arg(long, default_value = "")]
     prefix: String,
+    /// Payload fingerprints: an id already processed with another `data` is
+    /// rejected as `payload-mismatch` (poison) instead of skipped. Needs a store
+    /// of our own record format (not a PHP/Go dialect or the Go SDK's table).
+    #[arg(long)]
+    fingerprint: bool,
     /// A shell command run per message with the envelope on stdin (exit 0 = success).
     #[arg(long, conflicts_with = "handler")]
     exec: Option<String>,
@@ -119,10 +124,11 @@ type Verdict = (
     Option<String>,
 );
 
-/// Puts a batch of lines through the component (`consumer.process-batch-ids`,
-/// which decodes each line once and hands its `meta.id` back): one verdict per
-/// line, in order. A line that is not UTF-8 cannot cross and is rejected here.
-fn decide(runtime: &mut Runtime, opts: &Options, batch: Vec<(u64, Vec<u8>)>) -> Vec<Verdict> {
+/// Puts a batch of lines through the run's guard (`consumer.guard`'s
+/// `process-batch-ids`, which decodes each line once and hands its `meta.id`
+/// back): one verdict per line, in order. A line that is not UTF-8 cannot cross
+/// and is rejected here.
+fn decide(runtime: &mut Runtime, batch: Vec<(u64, Vec<u8>)>) -> Vec<Verdict> {
     let mut verdicts: Vec<Option<Verdict>> = Vec::with_capacity(batch.len());
     let mut texts: Vec<String> = Vec::with_capacity(batch.len());
     let mut lines: Vec<u64> = Vec::with_capacity(batch.len());
@@ -141,7 +147,7 @@ fn decide(runtime: &mut Runtime, opts: &Options, batch: Vec<(u64, Vec<u8>)>) -> 
     }
     let processed = match texts.as_slice() {
         [] => Ok(Vec::new()),
-        many => runtime.process_batch_ids(many, opts),
+        many => runtime.guard_process_batch_ids(many),
     };
     let decided = resolve(&lines, &texts, processed);
     // Every `None` slot is a text, and `decided` holds one verdict per text.
@@ -235,10 +241,24 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
             bq_dedupe_host::shown_spec(&args.store)
         );
     }
+    if let Some(format) = bq_dedupe::Store::shared_format(&store).filter(|_| args.fingerprint) {
+        bail!(
+            "--fingerprint needs our own record format; store {} keeps {format} records",
+            bq_dedupe_host::shown_spec(&args.store)
+        );
+    }
     let mut runtime = Runtime::load(component, store, handler)?;
-    let mut opts = options(&args.prefix);
+    // One guard for the whole run: options checked, capabilities read, once.
+    let mut opts = guard_options(&args.prefix);
     opts.ttl_ms = args.ttl.map(|d| d.as_millis() as u64);
     opts.claim_lease_ms = args.claim.then_some(args.lease.as_millis() as u64);
+    opts.fingerprint = args.fingerprint;
+    if let Err(refused) = runtime.open_guard(&opts)? {
+        bail!(
+            "the dedupe component refused the options: {}",
+            refused.message
+        );
+    }
 
     // A spinner with the rate on a terminal; nothing when stderr is a pipe or file.
     let progress = if std::io::stderr().is_terminal() {
@@ -293,7 +313,7 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
                 }
                 Ok(Read::Failed(e)) => {
                     // What was read is decided and printed before the error ends the run.
-                    flush_batch(&mut runtime, &opts, &mut pending, &mut stdout, &mut counts)?;
+                    flush_batch(&mut runtime, &mut pending, &mut stdout, &mut counts)?;
                     return Err(e.into());
                 }
                 Err(RecvTimeoutError::Timeout) => break,
@@ -303,7 +323,7 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
                 }
             }
         }
-        flush_batch(&mut runtime, &opts, &mut pending, &mut stdout, &mut counts)?;
+        flush_batch(&mut runtime, &mut pending, &mut stdout, &mut counts)?;
         progress.set_position(n);
     }
     progress.finish_and_clear();
@@ -321,7 +341,6 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
 /// printed has happened.
 fn flush_batch(
     runtime: &mut Runtime,
-    opts: &Options,
     pending: &mut Vec<(u64, Vec<u8>)>,
     out: &mut impl Write,
     counts: &mut BTreeMap<&'static str, u64>,
@@ -330,7 +349,7 @@ fn flush_batch(
         return Ok(());
     }
     let batch = std::mem::replace(pending, Vec::with_capacity(pending.capacity()));
-    for verdict in decide(runtime, opts, batch) {
+    for verdict in decide(runtime, batch) {
         *counts.entry(verdict.1).or_default() += 1;
         write_verdict(out, &verdict)?;
     }
