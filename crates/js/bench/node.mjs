@@ -1,6 +1,8 @@
 // The JS package against what a JS user writes instead (issue #12, item 7), in Node.
 //
 //   node crates/js/bench/node.mjs [workload.jsonl] [lines]      (make js-bench)
+//   BQ_JS_BENCH_PASSES (default 5), BQ_JS_BENCH_JSON=1 (also one JSON line),
+//   BQ_JS_BENCH_MODULE=path/to/bq_dedupe.cjs (another build, for before/after)
 //
 // Reads the first `lines` (default 100,000) lines of the bench workload (made by
 // `cargo run --release --example gen_workload -- target/bench/workload.jsonl`) as
@@ -16,8 +18,13 @@
 // passes, in thousands of deliveries per second. It measures, it never asserts a
 // timing; it does check that every mode ran the handler for the same deliveries.
 import { readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
-import * as bq from '@babelqueue/dedupe';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { resolve } from 'node:path';
+
+// BQ_JS_BENCH_MODULE: another build of the package's glue (e.g. a copy of an older
+// pkg/node/bq_dedupe.cjs), for before/after figures from one run.
+const other = process.env.BQ_JS_BENCH_MODULE;
+const bq = other ? await import(pathToFileURL(resolve(other)).href) : await import('@babelqueue/dedupe');
 
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const path = process.argv[2] || process.env.BQ_JS_BENCH_WORKLOAD || `${ROOT}target/bench/workload.jsonl`;
@@ -99,14 +106,14 @@ for (const [hname, make] of Object.entries({
   );
 }
 
-const wasm = readFileSync(new URL('../pkg/web/bq_dedupe_bg.wasm', import.meta.url)).length;
-console.log(`node ${process.version}, ${lines.length} lines of ${path}, median of ${passes} passes (batch of ${BATCH}); k deliveries/s (min-max)`);
+const wasm = other ? null : readFileSync(new URL('../pkg/web/bq_dedupe_bg.wasm', import.meta.url)).length;
+console.log(`node ${process.version}, ${lines.length} lines of ${path}, median of ${passes} passes (batch of ${BATCH}); k deliveries/s (min-max)${other ? `; module ${other}` : ''}`);
 const fmt = (r) => `${r.kps.toFixed(0).padStart(5)} (${r.min.toFixed(0)}-${r.max.toFixed(0)})`.padEnd(20);
 console.log(`${'handler'.padEnd(8)} ${'plain JSON.parse+Set'.padEnd(20)} ${'dedupe (process)'.padEnd(20)} ${'dedupeBatch (processBatch)'.padEnd(26)} batch/plain`);
 for (const [h, r] of Object.entries(results)) {
   console.log(`${h.padEnd(8)} ${fmt(r.plain)} ${fmt(r.dedupe)} ${fmt(r.batch).padEnd(26)} ${(r.batch.kps / r.plain.kps).toFixed(2)}x`);
 }
-console.log(`wasm: ${wasm} B of 153600 B`);
+if (wasm) console.log(`wasm: ${wasm} B of 153600 B`);
 if (process.env.BQ_JS_BENCH_JSON) {
   console.log(JSON.stringify({ node: process.version, lines: lines.length, passes, batch: BATCH, wasm, results }));
 }
