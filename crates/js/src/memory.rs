@@ -223,9 +223,15 @@ fn millis(ms: f64) -> Duration {
 fn ready<T>(future: impl Future<Output = bq_dedupe::StoreResult<T>>) -> Result<T, JsValue> {
     match block_on_ready(future) {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(js_error(&e.to_string())),
-        Err(e) => Err(js_error(&e.to_string())),
+        Ok(Err(e)) => Err(failed(&e)),
+        Err(e) => Err(failed(&e)),
     }
+}
+
+/// One copy of the error conversion for every method (not one per `ready::<T>`).
+#[inline(never)]
+fn failed(e: &dyn std::fmt::Display) -> JsValue {
+    js_error(&e.to_string())
 }
 
 fn entry(key: &str, state: &'static str, expires_at: Option<u64>) -> JsValue {
