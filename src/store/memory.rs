@@ -162,18 +162,37 @@ impl Table {
         self.slots.reserve(n);
         self.meta.reserve(n);
         #[cfg(not(target_family = "wasm"))]
+        self.grow_index(n);
+    }
+
+    /// Room in the index for `n` more ids. When it must grow, the new index is
+    /// built from the slots in their (insertion) order: each id is read once,
+    /// sequentially, instead of once per index bucket in hash order (a cache miss
+    /// each, as a rehash in place does), and the new index is sized to at least
+    /// double, so growth stays amortised O(1). Native only (see `reserve`).
+    #[cfg(not(target_family = "wasm"))]
+    fn grow_index(&mut self, n: usize) {
+        let need = self.index.len().saturating_add(n);
+        if need <= self.index.capacity() {
+            return;
+        }
+        let mut index = HashTable::with_capacity(need.max(self.index.capacity().saturating_mul(2)));
         let Table {
-            index,
             slots,
             meta,
             arena,
             hasher,
             ..
-        } = self;
-        #[cfg(not(target_family = "wasm"))]
-        index.reserve(n, |&j| {
-            Self::hash(hasher, Self::slot_repr(slots, meta, arena, j as usize))
-        });
+        } = &*self;
+        for (i, &m) in meta.iter().enumerate() {
+            if m != TOMB {
+                let hash = Self::hash(hasher, Self::slot_repr(slots, meta, arena, i));
+                index.insert_unique(hash, i as u32, |&j| {
+                    Self::hash(hasher, Self::slot_repr(slots, meta, arena, j as usize))
+                });
+            }
+        }
+        self.index = index;
     }
 
     /// Starts a new run of lookups whose misses are kept for the remembers.
@@ -264,6 +283,11 @@ impl Table {
 
     fn seen(&mut self, key: &str, now_ms: Option<u64>) -> bool {
         let (repr, hash) = self.parsed(key);
+        self.seen_hashed(key, repr, hash, now_ms)
+    }
+
+    /// `seen` for a key already parsed and hashed.
+    fn seen_hashed(&mut self, key: &str, repr: Repr, hash: u64, now_ms: Option<u64>) -> bool {
         let seen = match self.find(repr, hash) {
             Some(i) if self.expired(i, now_ms) => {
                 self.remove(i, hash);
@@ -276,6 +300,29 @@ impl Table {
             self.keep_parsed(key, repr, hash);
         }
         seen
+    }
+
+    /// Each key parsed and hashed, before any of them touches the table: the
+    /// probes that follow then run back to back, independent of each other, so
+    /// the CPU overlaps their cache misses instead of waiting on one at a time
+    /// between two parses.
+    fn hash_all<'k>(&self, keys: &[&'k str]) -> Vec<(Repr<'k>, u64)> {
+        keys.iter()
+            .map(|key| {
+                let repr = Repr::of(key);
+                (repr, Self::hash(&self.hasher, repr))
+            })
+            .collect()
+    }
+
+    /// `seen` for each key of a batch (a fresh run of lookups).
+    fn seen_batch(&mut self, keys: &[&str], now_ms: Option<u64>) -> Vec<bool> {
+        self.begin_lookups();
+        let hashed = self.hash_all(keys);
+        keys.iter()
+            .zip(hashed)
+            .map(|(key, (repr, hash))| self.seen_hashed(key, repr, hash, now_ms))
+            .collect()
     }
 
     fn remember(&mut self, key: &str, expiry: u32, capacity: Option<usize>) -> StoreResult<()> {
@@ -291,6 +338,8 @@ impl Table {
         if self.slots.len() >= TOMB as usize {
             return Err(StoreError::internal("in-memory store is full (2^32 slots)"));
         }
+        #[cfg(not(target_family = "wasm"))]
+        self.grow_index(1);
         let i = self.slots.len();
         match repr {
             Repr::Uuid(b) => {
@@ -629,8 +678,7 @@ impl Store for InMemoryStore {
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
         let now = self.now_if_timed();
         let mut inner = self.lock()?;
-        inner.table.begin_lookups();
-        Ok(keys.iter().map(|k| inner.table.seen(k, now)).collect())
+        Ok(inner.table.seen_batch(keys, now))
     }
 
     async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
@@ -662,10 +710,16 @@ impl Store for InMemoryStore {
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
         let now = self.now();
         let mut inner = self.lock()?;
-        inner.table.begin_lookups();
+        // The seen-set first, for the whole batch (hashed, then probed back to
+        // back); the claims only for the keys it has not seen.
+        let seen = inner.table.seen_batch(keys, now);
         Ok(keys
             .iter()
-            .map(|key| self.claim_locked(&mut inner, key, now, lease))
+            .zip(seen)
+            .map(|(key, seen)| match seen {
+                true => Claim::Seen,
+                false => self.claim_unseen_locked(&mut inner, key, now, lease),
+            })
             .collect())
     }
 
@@ -735,7 +789,7 @@ impl InMemoryStore {
     ) -> StoreResult<bool> {
         let ours = match (token, inner.claims.get(key)) {
             (None, _) => true,
-            (Some(token), Some((t, _))) if t.to_string() == token.0 => true,
+            (Some(token), Some((t, _))) if token_is(*t, token) => true,
             (Some(_), Some((_, until))) if lease_live(*until, now) => return Ok(false),
             (Some(_), _) if inner.table.seen(key, now) => return Ok(false),
             (Some(_), _) => false,
@@ -755,6 +809,17 @@ impl InMemoryStore {
         if inner.table.seen(key, now) {
             return Claim::Seen;
         }
+        self.claim_unseen_locked(inner, key, now, lease)
+    }
+
+    /// `claim_locked` for a key the seen-set has just said it has not seen.
+    fn claim_unseen_locked(
+        &self,
+        inner: &mut Inner,
+        key: &str,
+        now: Option<u64>,
+        lease: Duration,
+    ) -> Claim {
         if let Some((_, until)) = inner.claims.get(key) {
             if lease_live(*until, now) {
                 return Claim::Held;
@@ -769,6 +834,18 @@ impl InMemoryStore {
     }
 }
 
+/// Whether `token` is the one this store issued as `t` (its decimal digits), without
+/// formatting `t` into a new string for every comparison.
+fn token_is(t: u64, token: &ClaimToken) -> bool {
+    let s = token.0.as_bytes();
+    // Exactly the canonical decimal form: digits only, no sign, no leading zero.
+    !s.is_empty()
+        && s.len() <= 20
+        && s.iter().all(u8::is_ascii_digit)
+        && (s[0] != b'0' || s.len() == 1)
+        && token.0.parse::<u64>() == Ok(t)
+}
+
 /// Extends the claim if `token` still owns it (a lapsed claim nobody took over is
 /// still its owner's).
 fn renew_locked(
@@ -779,7 +856,7 @@ fn renew_locked(
     lease: Duration,
 ) -> bool {
     match inner.claims.get_mut(key) {
-        Some((t, until)) if t.to_string() == token.0 => {
+        Some((t, until)) if token_is(*t, token) => {
             *until = now.map(|n| n.saturating_add(lease.as_millis() as u64));
             true
         }
@@ -793,8 +870,128 @@ fn release_locked(inner: &mut Inner, key: &str, token: &ClaimToken) {
     if inner
         .claims
         .get(key)
-        .is_some_and(|(t, _)| t.to_string() == token.0)
+        .is_some_and(|(t, _)| token_is(*t, token))
     {
         inner.claims.remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{InMemoryStore, token_is};
+    use crate::block_on_ready;
+    use crate::store::{Claim, ClaimToken, Settlement, Store};
+    use std::time::Duration;
+
+    fn id(n: u64) -> String {
+        // Canonical UUIDs (held as 16 bytes) and, every third, plain text.
+        match n % 3 {
+            0 => format!("order-{n}"),
+            _ => format!("{:08x}-0000-4000-8000-{:012x}", n >> 16, n),
+        }
+    }
+
+    #[test]
+    fn every_id_stays_findable_across_index_growth_and_forgets() {
+        let store = InMemoryStore::new();
+        let ids: Vec<String> = (0..60_000).map(id).collect();
+        for (i, chunk) in ids.chunks(100).enumerate() {
+            let keys: Vec<&str> = chunk.iter().map(String::as_str).collect();
+            if i % 2 == 0 {
+                block_on_ready(store.remember_many(&keys, None))
+                    .unwrap()
+                    .unwrap();
+            } else {
+                for key in keys {
+                    block_on_ready(store.remember(key, None)).unwrap().unwrap();
+                }
+            }
+        }
+        for key in ids.iter().step_by(7) {
+            block_on_ready(store.forget(key)).unwrap().unwrap();
+        }
+        let forgotten = ids.len().div_ceil(7);
+        assert_eq!(store.len(), ids.len() - forgotten);
+        let keys: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let seen = block_on_ready(store.seen_many(&keys)).unwrap().unwrap();
+        for (n, (key, seen)) in keys.iter().zip(&seen).enumerate() {
+            assert_eq!(*seen, n % 7 != 0, "{key}");
+            let one = block_on_ready(store.seen(key)).unwrap().unwrap();
+            assert_eq!(one, n % 7 != 0, "{key}");
+        }
+        let never = id(1_000_001);
+        assert!(!block_on_ready(store.seen(&never)).unwrap().unwrap());
+    }
+
+    #[test]
+    fn a_batch_claim_answers_as_single_claims_would() {
+        let lease = Duration::from_secs(60);
+        let keys = ["a", "b", "a", "seen", "held", "c", "b", &id(1), &id(1)];
+        let prepare = || {
+            let store = InMemoryStore::new();
+            block_on_ready(store.remember("seen", None))
+                .unwrap()
+                .unwrap();
+            let held = block_on_ready(store.claim("held", lease)).unwrap().unwrap();
+            assert!(matches!(held, Claim::Acquired(_)));
+            store
+        };
+        let (batch, single) = (prepare(), prepare());
+        let many = block_on_ready(batch.claim_many(&keys, lease))
+            .unwrap()
+            .unwrap();
+        let each: Vec<Claim> = keys
+            .iter()
+            .map(|k| block_on_ready(single.claim(k, lease)).unwrap().unwrap())
+            .collect();
+        assert_eq!(many, each);
+        assert!(matches!(many[0], Claim::Acquired(_)));
+        assert_eq!(many[2], Claim::Held);
+        assert_eq!(many[3], Claim::Seen);
+        assert_eq!(many[4], Claim::Held);
+        // The batch's claims settle fenced, as single ones do.
+        let remember: Vec<(&str, Option<&ClaimToken>)> = keys
+            .iter()
+            .zip(&many)
+            .filter_map(|(k, c)| match c {
+                Claim::Acquired(t) => Some((*k, Some(t))),
+                _ => None,
+            })
+            .collect();
+        let step = Settlement {
+            remember: &remember,
+            ttl: None,
+            release: &[],
+            renew: &[],
+            lease,
+        };
+        let settled = block_on_ready(batch.settle(&step)).unwrap().unwrap();
+        assert_eq!(settled.kept, vec![true; remember.len()]);
+        for (key, _) in &remember {
+            assert!(block_on_ready(batch.seen(key)).unwrap().unwrap(), "{key}");
+        }
+    }
+
+    #[test]
+    fn a_token_matches_only_its_own_canonical_digits() {
+        let token = |s: &str| ClaimToken(s.to_owned());
+        assert!(token_is(7, &token("7")));
+        assert!(token_is(0, &token("0")));
+        assert!(token_is(u64::MAX, &token(&u64::MAX.to_string())));
+        for other in [
+            "",
+            "07",
+            "+7",
+            "7 ",
+            " 7",
+            "-7",
+            "8",
+            "7a",
+            "00",
+            "18446744073709551616",
+        ] {
+            assert!(!token_is(7, &token(other)), "{other:?}");
+        }
+        assert!(!token_is(0, &token("00")));
     }
 }
