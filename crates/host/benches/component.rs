@@ -4,7 +4,9 @@
 //!
 //! Group `component_1m`: `process` (one component call per delivery: decode, key,
 //! `seen` and `remember` crossing back into the host) and `process_batch_100` (one
-//! call per 100, whose store calls are batched too). Group `native_1m`: the same
+//! call per 100, whose store calls are batched too), each through the 1.0 free
+//! functions (options on every call) and through one `consumer.guard` resource
+//! (`guard_process`, `guard_process_batch_100`). Group `native_1m`: the same
 //! two paths through the core natively (`Guard::process` / `process_batch` over an
 //! `InMemoryStore`, a no-op handler), measured in the same run so the ratios
 //! compare like with like. Group `crossing`: one tiny
@@ -22,10 +24,13 @@ use std::time::Duration;
 
 use bq_dedupe::{Guard, InMemoryStore, Limits, Message, block_on_ready};
 use bq_dedupe_host::handler::Handler;
-use bq_dedupe_host::runtime::{Runtime, default_component, options};
+use bq_dedupe_host::runtime::{Runtime, default_component, guard_options, options};
 use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::Outcome;
 use bq_dedupe_stores::AnyStore;
-use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{
+    BatchSize, BenchmarkGroup, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
+};
 
 fn deliveries() -> usize {
     // Under `cargo test --all-targets` criterion runs each routine once: keep it small.
@@ -105,6 +110,7 @@ fn bench(c: &mut Criterion) {
             BatchSize::PerIteration,
         )
     });
+    guard_rows(&mut group, &lines, distinct);
     group.finish();
 
     let mut group = c.benchmark_group("native_1m");
@@ -164,6 +170,50 @@ fn bench(c: &mut Criterion) {
         })
     });
     group.finish();
+}
+
+/// `guard_process` / `guard_process_batch_100`: the same two paths through one
+/// `consumer.guard` resource per iteration (options and capabilities once).
+fn guard_rows(group: &mut BenchmarkGroup<'_, WallTime>, lines: &[String], distinct: usize) {
+    let guarded = || {
+        let mut rt = runtime();
+        rt.open_guard(&guard_options(""))
+            .unwrap()
+            .expect("plain options");
+        rt
+    };
+    // Outside timing: the guard dedupes this workload correctly on both paths.
+    let mut rt = guarded();
+    tally(lines.iter().map(|l| rt.guard_process(l).unwrap()), distinct);
+    let mut rt = guarded();
+    tally(
+        lines
+            .chunks(100)
+            .flat_map(|c| rt.guard_process_batch(c).unwrap()),
+        distinct,
+    );
+    group.bench_function("guard_process", |b| {
+        b.iter_batched_ref(
+            guarded,
+            |rt| {
+                for line in lines {
+                    black_box(rt.guard_process(black_box(line)).unwrap());
+                }
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    group.bench_function("guard_process_batch_100", |b| {
+        b.iter_batched_ref(
+            guarded,
+            |rt| {
+                for chunk in lines.chunks(100) {
+                    black_box(rt.guard_process_batch(black_box(chunk)).unwrap());
+                }
+            },
+            BatchSize::PerIteration,
+        )
+    });
 }
 
 criterion_group!(benches, bench);
