@@ -656,3 +656,33 @@ fn run_with_fingerprints_rejects_an_id_reused_with_other_data() {
         "after forget the id runs once more; one id, two payloads in one batch"
     );
 }
+
+/// A store that keeps another SDK's records (the PHP dialect of Redis) cannot
+/// hold fingerprint records: `run --fingerprint` refuses it before reading a
+/// line (exit 2), and without the flag the same store runs.
+#[test]
+fn run_with_fingerprints_refuses_a_store_of_another_sdks_format() {
+    let url = redis_url().unwrap();
+    let spec = format!("{}&dialect=php", redis_spec(&url, "fingerprint-php"));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let line = envelope(&format!("fp-php-{}-{nanos}", std::process::id()));
+    let refused = bq(&["run", "--fingerprint", "--store", &spec], &line);
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("--fingerprint needs our own record format"),
+        "{stderr}"
+    );
+    assert!(decisions(&refused).is_empty(), "nothing was decided");
+    let plain = bq(&["run", "--store", &spec], &line);
+    assert_eq!(
+        plain.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
+    assert_eq!(decisions(&plain)[0]["decision"], "run");
+}
