@@ -92,18 +92,20 @@ impl SqliteStore {
         let conn = Connection::open(path).map_err(error)?;
         // Set first, so the pragmas below also wait for a concurrent opener.
         conn.busy_timeout(Duration::from_secs(5)).map_err(error)?;
-        let mode: String = conn
-            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
-            .map_err(error)?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(StoreError::internal(format!(
-                "sqlite: {} cannot use WAL (journal_mode is {mode})",
-                path.display()
-            )));
+        // Switching to WAL and creating the table can still answer "database is
+        // locked" at once when other processes open the same new file (SQLite skips
+        // the busy handler where waiting could deadlock): retry that, bounded.
+        let mut wait = Duration::from_millis(2);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            match set_up(&conn, path) {
+                Err(e) if is_busy(&e) && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(Duration::from_millis(50));
+                }
+                other => break other?,
+            }
         }
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(error)?;
-        conn.execute_batch(SCHEMA).map_err(error)?;
         Ok(SqliteStore {
             conn: Mutex::new(conn),
             clock: Arc::new(SystemClock),
@@ -231,6 +233,52 @@ fn remember_in(conn: &Connection, keys: &[&str], until: Option<i64>) -> rusqlite
 
 /// Busy, locked or I/O trouble may pass, so it is `Unavailable`; anything else
 /// (a corrupt file, a bug) is `Internal`.
+/// WAL, `synchronous=NORMAL` and the table: what every connection needs before its
+/// first call. The table is created under `BEGIN IMMEDIATE`, so a concurrent creator
+/// is waited for (the busy handler) instead of deadlocking a read-then-write upgrade.
+fn set_up(conn: &Connection, path: &Path) -> Result<(), SetUpError> {
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+        .map_err(SetUpError::Sqlite)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(SetUpError::Refused(StoreError::internal(format!(
+            "sqlite: {} cannot use WAL (journal_mode is {mode})",
+            path.display()
+        ))));
+    }
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(SetUpError::Sqlite)?;
+    conn.execute_batch(&format!("BEGIN IMMEDIATE; {SCHEMA} COMMIT;"))
+        .map_err(|e| {
+            let _ = conn.execute_batch("ROLLBACK");
+            SetUpError::Sqlite(e)
+        })
+}
+
+enum SetUpError {
+    Sqlite(rusqlite::Error),
+    Refused(StoreError),
+}
+
+impl From<SetUpError> for StoreError {
+    fn from(e: SetUpError) -> Self {
+        match e {
+            SetUpError::Sqlite(e) => error(e),
+            SetUpError::Refused(e) => e,
+        }
+    }
+}
+
+fn is_busy(e: &SetUpError) -> bool {
+    matches!(
+        e,
+        SetUpError::Sqlite(e) if matches!(
+            e.sqlite_error_code(),
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+        )
+    )
+}
+
 fn error(e: rusqlite::Error) -> StoreError {
     let transient = matches!(
         e.sqlite_error_code(),

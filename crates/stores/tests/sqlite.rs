@@ -49,6 +49,32 @@ fn sqlite_hostile_keys_are_stored_exactly() {
     assert!(ready(store.seen("after")).unwrap());
 }
 
+/// Sixteen connections opening one new file at the same instant (as sixteen
+/// consumers starting together would) all open it: creating the file, switching it
+/// to WAL and creating the table answer "database is locked" at once for some of
+/// them, which `open` waits out. 20 fresh files.
+#[test]
+fn sqlite_sixteen_simultaneous_opens_of_a_new_file_all_succeed() {
+    for round in 0..20 {
+        let db = TempDb::new(&format!("open-race-{round}"));
+        let barrier = std::sync::Barrier::new(16);
+        let opened: Vec<Result<(), String>> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..16)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        let store = SqliteStore::open(db.path()).map_err(|e| e.to_string())?;
+                        common::ready(store.remember("k", None)).map_err(|e| e.to_string())
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let failed: Vec<&String> = opened.iter().filter_map(|r| r.as_ref().err()).collect();
+        assert!(failed.is_empty(), "round {round}: {failed:?}");
+    }
+}
+
 #[test]
 fn sqlite_open_creates_folders_and_uses_wal_normal() {
     let db = TempDb::new("nested");
