@@ -97,14 +97,20 @@ impl SqliteStore {
         // the busy handler where waiting could deadlock): retry that, bounded.
         let mut wait = Duration::from_millis(2);
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        loop {
-            match set_up(&conn, path) {
+        let mode = loop {
+            match set_up(&conn) {
                 Err(e) if is_busy(&e) && std::time::Instant::now() < deadline => {
                     std::thread::sleep(wait);
                     wait = (wait * 2).min(Duration::from_millis(50));
                 }
-                other => break other?,
+                other => break other.map_err(error)?,
             }
+        };
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::internal(format!(
+                "sqlite: {} cannot use WAL (journal_mode is {mode})",
+                path.display()
+            )));
         }
         Ok(SqliteStore {
             conn: Mutex::new(conn),
@@ -234,48 +240,26 @@ fn remember_in(conn: &Connection, keys: &[&str], until: Option<i64>) -> rusqlite
 /// Busy, locked or I/O trouble may pass, so it is `Unavailable`; anything else
 /// (a corrupt file, a bug) is `Internal`.
 /// WAL, `synchronous=NORMAL` and the table: what every connection needs before its
-/// first call. The table is created under `BEGIN IMMEDIATE`, so a concurrent creator
+/// first call. Answers the journal mode; a file that cannot use WAL is left
+/// untouched. The table is created under `BEGIN IMMEDIATE`, so a concurrent creator
 /// is waited for (the busy handler) instead of deadlocking a read-then-write upgrade.
-fn set_up(conn: &Connection, path: &Path) -> Result<(), SetUpError> {
-    let mode: String = conn
-        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
-        .map_err(SetUpError::Sqlite)?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Err(SetUpError::Refused(StoreError::internal(format!(
-            "sqlite: {} cannot use WAL (journal_mode is {mode})",
-            path.display()
-        ))));
+fn set_up(conn: &Connection) -> rusqlite::Result<String> {
+    let mode: String =
+        conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+    if mode.eq_ignore_ascii_case("wal") {
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.execute_batch(&format!("BEGIN IMMEDIATE; {SCHEMA} COMMIT;"))
+            .inspect_err(|_| {
+                let _ = conn.execute_batch("ROLLBACK");
+            })?;
     }
-    conn.pragma_update(None, "synchronous", "NORMAL")
-        .map_err(SetUpError::Sqlite)?;
-    conn.execute_batch(&format!("BEGIN IMMEDIATE; {SCHEMA} COMMIT;"))
-        .map_err(|e| {
-            let _ = conn.execute_batch("ROLLBACK");
-            SetUpError::Sqlite(e)
-        })
+    Ok(mode)
 }
 
-enum SetUpError {
-    Sqlite(rusqlite::Error),
-    Refused(StoreError),
-}
-
-impl From<SetUpError> for StoreError {
-    fn from(e: SetUpError) -> Self {
-        match e {
-            SetUpError::Sqlite(e) => error(e),
-            SetUpError::Refused(e) => e,
-        }
-    }
-}
-
-fn is_busy(e: &SetUpError) -> bool {
+fn is_busy(e: &rusqlite::Error) -> bool {
     matches!(
-        e,
-        SetUpError::Sqlite(e) if matches!(
-            e.sqlite_error_code(),
-            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
-        )
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
     )
 }
 
