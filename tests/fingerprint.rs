@@ -30,13 +30,19 @@ fn batch<S: Store>(guard: &Guard<S>, bodies: &[String]) -> (Vec<&'static str>, V
     (outcomes.iter().map(|o| o.kind().code()).collect(), ran)
 }
 
-fn one<S: Store>(guard: &Guard<S>, body: &str) -> (&'static str, bool) {
+/// One delivery: its outcome, and whether the handler ran.
+fn deliver<S: Store>(guard: &Guard<S>, body: &str) -> (Outcome<String>, bool) {
     let mut ran = false;
     let outcome = block_on_ready(guard.process(body.as_bytes(), async |_: &Message<'_>| {
         ran = true;
         Ok::<(), String>(())
     }))
     .expect("a synchronous store");
+    (outcome, ran)
+}
+
+fn one<S: Store>(guard: &Guard<S>, body: &str) -> (&'static str, bool) {
+    let (outcome, ran) = deliver(guard, body);
     (outcome.kind().code(), ran)
 }
 
@@ -52,15 +58,7 @@ fn a_reused_id_with_another_payload_is_a_mismatch_and_does_not_run() {
         one(&guard, &envelope("o-1", r#"{ "total" : 10 }"#)),
         ("skip", false)
     );
-    let mut ran = false;
-    let outcome = block_on_ready(guard.process(
-        envelope("o-1", r#"{"total":99}"#).as_bytes(),
-        async |_: &Message<'_>| {
-            ran = true;
-            Ok::<(), String>(())
-        },
-    ))
-    .unwrap();
+    let (outcome, ran) = deliver(&guard, &envelope("o-1", r#"{"total":99}"#));
     assert!(!ran, "a mismatch never runs");
     assert_eq!(outcome, Outcome::PayloadMismatch);
     assert_eq!(outcome.disposition(), Disposition::Poison);
@@ -245,15 +243,7 @@ impl Store for GoFormat {
 #[test]
 fn a_store_of_another_sdks_format_refuses_fingerprints_without_running() {
     let guard = Guard::new(GoFormat(InMemoryStore::new())).with_fingerprint();
-    let mut ran = false;
-    let outcome = block_on_ready(guard.process(
-        envelope("z", "{}").as_bytes(),
-        async |_: &Message<'_>| {
-            ran = true;
-            Ok::<(), String>(())
-        },
-    ))
-    .unwrap();
+    let (outcome, ran) = deliver(&guard, &envelope("z", "{}"));
     match outcome {
         Outcome::StoreUnavailable(e) => {
             assert_eq!(e.kind, StoreErrorKind::Unsupported);

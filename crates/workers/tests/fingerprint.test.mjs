@@ -3,16 +3,7 @@
 // dead-lettered as payload-mismatch and never run; a redelivery is a skip.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { envelope, startWorker } from "./harness.mjs";
-
-async function withWorker(options, body) {
-  const worker = await startWorker(options);
-  try {
-    return await body(worker);
-  } finally {
-    await worker.dispose();
-  }
-}
+import { envelope, withWorker } from "./harness.mjs";
 
 describe("payload fingerprints", () => {
   test("on: same id + same data -> skip; same id + other data -> dead-lettered payload-mismatch, not run", () =>

@@ -143,4 +143,14 @@ class Worker {
   }
 }
 
+/** Runs `body` with a fresh worker (`startWorker(options)`), disposed after. */
+export async function withWorker(options, body) {
+  const worker = await startWorker(options);
+  try {
+    return await body(worker);
+  } finally {
+    await worker.dispose();
+  }
+}
+
 export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));

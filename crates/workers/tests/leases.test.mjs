@@ -5,16 +5,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { describe, test } from "node:test";
-import { envelope, sleep, startWorker } from "./harness.mjs";
-
-async function withWorker(options, body) {
-  const worker = await startWorker(options);
-  try {
-    return await body(worker);
-  } finally {
-    await worker.dispose();
-  }
-}
+import { envelope, sleep, withWorker } from "./harness.mjs";
 
 let seq = 0;
 /** One queue message for `worker.dispatchQueue`, as the runtime would send it. */

@@ -4,22 +4,13 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { AUTH, ROOT, envelope, sleep, startWorker } from "./harness.mjs";
+import { AUTH, ROOT, envelope, sleep, startWorker, withWorker } from "./harness.mjs";
 
 const manifest = JSON.parse(
   readFileSync(path.join(ROOT, "tests/conformance/manifest.json"), "utf8"),
 );
 
 /** Runs `body(worker)` against a fresh worker, always disposing it. */
-async function withWorker(options, body) {
-  const worker = await startWorker(options);
-  try {
-    return await body(worker);
-  } finally {
-    await worker.dispose();
-  }
-}
-
 const delta = (after, before, key) => after[key] - before[key];
 
 describe("conformance sequences as queue traffic", () => {
