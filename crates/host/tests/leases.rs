@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -30,14 +30,7 @@ fn envelope(id: &str) -> String {
 
 /// `bq-dedupe run ARGS` with `lines` on stdin, started now.
 fn spawn_run(args: &[&str], lines: &[String]) -> Child {
-    let mut child = Command::new(BIN)
-        .arg("run")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("bq-dedupe starts");
+    let mut child = common::spawn(&[&["run"], args].concat());
     let mut stdin = child.stdin.take().unwrap();
     stdin
         .write_all((lines.join("\n") + "\n").as_bytes())

@@ -5,7 +5,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_json::Value;
@@ -28,13 +28,7 @@ pub fn scratch(name: &str) -> PathBuf {
 /// Runs `bq-dedupe ARGS` with `stdin` written from a thread (so a large input
 /// cannot deadlock against a full stdout pipe) and waits for it.
 pub fn bq(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("bq-dedupe starts");
+    let mut child = spawn(args);
     let mut input = child.stdin.take().unwrap();
     let stdin = stdin.to_owned();
     let writer = std::thread::spawn(move || {
@@ -43,6 +37,17 @@ pub fn bq(args: &[&str], stdin: &str) -> Output {
     let out = child.wait_with_output().unwrap();
     writer.join().unwrap();
     out
+}
+
+/// `bq-dedupe ARGS` started now, every stream piped.
+pub fn spawn(args: &[&str]) -> Child {
+    Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("bq-dedupe starts")
 }
 
 /// The JSON verdicts `run` printed, one per line.
