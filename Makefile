@@ -14,6 +14,8 @@ FUZZ_SECONDS ?= 30
 CLI_BENCH_LINES ?= 200000
 
 BQ := target/debug/bq-dedupe
+# One build per checkout: incremental caches would double the disk a run needs.
+export CARGO_INCREMENTAL ?= 0
 # The wasm-only crates (the component, the Workers adapter, the example worker) are
 # built and tested for wasm32 by their own targets, not natively.
 TEST_CRATES := --workspace --exclude babelqueue-dedupe-component \
@@ -94,7 +96,8 @@ PUBLISH_TARGET := target/publish-check
 packages: component-build
 	rm -rf $${CARGO_HOME:-$$HOME/.cargo}/registry/src/-*/babelqueue-dedupe*
 	cargo clean --quiet --target-dir $(PUBLISH_TARGET) $(PUBLISHED)
-	CARGO_TARGET_DIR=$(PUBLISH_TARGET) cargo publish --dry-run --allow-dirty $(PUBLISHED)
+	CARGO_TARGET_DIR=$(PUBLISH_TARGET) CARGO_PROFILE_DEV_DEBUG=false \
+	  cargo publish --dry-run --allow-dirty $(PUBLISHED)
 
 # cargo-fuzz needs a nightly toolchain; without one the smoke run is skipped, loudly.
 setup-fuzz:
