@@ -67,12 +67,14 @@ lint:
 wasm:
 	cargo build --lib --release --target wasm32-unknown-unknown
 
-# The component (and its size budget); with its JS (jco) test.
+# The components (and their size budget); with the JS (jco) test of the full one
+# and a Python (wasmtime-py) host of the minimal one.
 component-build:
 	scripts/build-component.sh
 
 component-test:
 	scripts/build-component.sh test
+	scripts/python-host-test.sh
 
 host:
 	cargo build --quiet -p babelqueue-dedupe-host

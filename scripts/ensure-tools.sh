@@ -5,6 +5,9 @@
 #   scripts/ensure-tools.sh wasm-bindgen   # wasm-bindgen-cli (must equal Cargo.lock's wasm-bindgen)
 #   scripts/ensure-tools.sh worker-build   # worker-build (workers-rs bundler)
 #   scripts/ensure-tools.sh chromium       # Debian chromium (headless browser tests)
+#   scripts/ensure-tools.sh python DIR PKG==VERSION
+#                                          # a Python venv in DIR holding PKG at VERSION
+#                                          # (Debian python3-venv if venv is missing)
 #   scripts/ensure-tools.sh npm DIR        # `npm ci` in DIR (its committed package-lock.json)
 #                                          # when node_modules is missing or older than
 #                                          # package(-lock).json
@@ -22,7 +25,7 @@ have_version() { # have_version BIN VERSION
 rustup target list --installed | grep -qx wasm32-unknown-unknown \
     || rustup target add wasm32-unknown-unknown >&2
 
-case "${1:?usage: $0 wasm-bindgen|worker-build|chromium|npm DIR}" in
+case "${1:?usage: $0 wasm-bindgen|worker-build|chromium|python DIR PKG==VERSION|npm DIR}" in
 wasm-bindgen)
     # `--locked` fails for this version (a locked dependency is not in the index).
     have_version wasm-bindgen "$WASM_BINDGEN_VERSION" \
@@ -42,6 +45,23 @@ chromium)
             || { $SUDO apt-get update >&2 && $SUDO apt-get install -y chromium >&2; }
     fi
     command -v chromium
+    ;;
+python)
+    dir="${2:?usage: $0 python DIR PKG==VERSION}"
+    want="${3:?usage: $0 python DIR PKG==VERSION}"
+    have=$("$dir/bin/python" -m pip show "${want%%==*}" 2>/dev/null || true)
+    if ! grep -qx "Version: ${want#*==}" <<<"$have"; then
+        if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
+            export DEBIAN_FRONTEND=noninteractive
+            SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO=sudo
+            $SUDO apt-get install -y python3-venv >&2 \
+                || { $SUDO apt-get update >&2 && $SUDO apt-get install -y python3-venv >&2; }
+        fi
+        echo "== python venv $dir with $want" >&2
+        python3 -m venv "$dir" >&2
+        "$dir/bin/python" -m pip install --quiet --disable-pip-version-check "$want" >&2
+    fi
+    echo "$dir/bin/python"
     ;;
 npm)
     # `npm ci`: exactly the committed lock file, which it never rewrites (`npm

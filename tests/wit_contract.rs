@@ -316,7 +316,9 @@ fn package_is_babelqueue_idempotency_1_1_0_and_self_contained() {
     );
     assert_eq!(
         package.interfaces.keys().cloned().collect::<BTreeSet<_>>(),
-        names(&["types", "store", "leases", "handler", "guard", "consumer"])
+        names(&[
+            "types", "store", "leases", "seen-set", "handler", "guard", "consumer"
+        ])
     );
     assert_eq!(
         package.worlds.keys().cloned().collect::<BTreeSet<_>>(),
@@ -324,6 +326,7 @@ fn package_is_babelqueue_idempotency_1_1_0_and_self_contained() {
             "dedupe-guard",
             "dedupe-consumer",
             "dedupe",
+            "dedupe-minimal",
             "handler-plugin"
         ])
     );
@@ -335,7 +338,7 @@ fn worlds_import_and_export_exactly_the_contracted_interfaces() {
     let package = &c.resolve.packages[c.package];
     // `types` holds only types; it is imported implicitly wherever an imported or
     // exported interface `use`s it, and is the only import beyond the listed ones.
-    let expected: [(&str, &[&str], &[&str]); 4] = [
+    let expected: [(&str, &[&str], &[&str]); 5] = [
         ("dedupe-guard", &["types", "store", "leases"], &["guard"]),
         (
             "dedupe-consumer",
@@ -346,6 +349,12 @@ fn worlds_import_and_export_exactly_the_contracted_interfaces() {
         (
             "dedupe",
             &["types", "store", "leases", "handler"],
+            &["guard", "consumer"],
+        ),
+        // The shipped minimal component: both guards over a seen-set alone.
+        (
+            "dedupe-minimal",
+            &["types", "seen-set", "handler"],
             &["guard", "consumer"],
         ),
         ("handler-plugin", &[], &["handler"]),
@@ -438,6 +447,15 @@ fn function_signatures_match_the_contract() {
                  release: list<tuple<string, string>>) -> result<_, store-error>"
             ),
         ])
+    );
+    // 1.1.0: the seen-set alone is the store's first three functions, exactly.
+    let store_sigs = c.signatures("store");
+    assert_eq!(
+        c.signatures("seen-set"),
+        store_sigs
+            .into_iter()
+            .filter(|(name, _)| ["seen", "remember", "forget"].contains(&name.as_str()))
+            .collect()
     );
     // 1.1.0: the lease functions live in their own interface, so every 1.0
     // function above is unchanged.

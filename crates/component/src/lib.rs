@@ -10,8 +10,13 @@
 //! The imports are synchronous, so every core future is ready on its first poll
 //! and `block_on_ready` drives it without an executor.
 //!
-//! Build the component with `scripts/build-component.sh` (it writes
-//! `target/component/bq_dedupe.component.wasm`).
+//! With the feature `minimal` the same code targets the world `dedupe-minimal`,
+//! whose host provides only `seen-set` (`seen`, `remember`, `forget`) and
+//! `handler`: see `seen_set.rs`.
+//!
+//! Build the components with `scripts/build-component.sh` (it writes
+//! `target/component/bq_dedupe.component.wasm` and
+//! `target/component/bq_dedupe_minimal.component.wasm`).
 
 // Talc instead of std's dlmalloc: the same job in fewer bytes of wasm.
 #[cfg(all(not(target_feature = "atomics"), target_family = "wasm"))]
@@ -19,14 +24,24 @@
 static TALC: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
 
 mod convert;
+// The host's store: the full `store` + `leases` imports, or (feature `minimal`,
+// world `dedupe-minimal`) the `seen-set` alone. Everything else is shared.
+#[cfg_attr(feature = "minimal", path = "seen_set.rs")]
 mod store;
 
 mod bindings {
+    #[cfg(not(feature = "minimal"))]
     wit_bindgen::generate!({
         world: "dedupe",
         path: "../../wit",
         // Imported functions take borrowed arguments (`keys: &[&str]`), so the
         // core's key slices go to the host without copying.
+        ownership: Borrowing { duplicate_if_necessary: false },
+    });
+    #[cfg(feature = "minimal")]
+    wit_bindgen::generate!({
+        world: "dedupe-minimal",
+        path: "../../wit",
         ownership: Borrowing { duplicate_if_necessary: false },
     });
 }
@@ -62,9 +77,9 @@ fn with_guard<T>(
 /// `key-scope` refused), the store's capabilities read when first needed.
 fn per_call(options: wit::Options) -> Result<Guard<HostStore>, StoreError> {
     let options = convert::options(options)?;
-    Ok(Guard::new(HostStore::new())
-        .with_options(options)
-        .with_clock(std::sync::Arc::new(store::HostClock)))
+    Ok(store::with_host_clock(
+        Guard::new(HostStore::new()).with_options(options),
+    ))
 }
 
 /// Drives a core future to completion. The imports are synchronous, so it is
@@ -162,9 +177,7 @@ pub struct GuardResource {
 impl GuestGuard for GuardResource {
     fn new(options: wit::GuardOptions) -> Result<Self, wit::StoreError> {
         let options = convert::guard_options(options)?;
-        let guard = Guard::new(HostStore::read_once())
-            .with_options(options)
-            .with_clock(std::sync::Arc::new(store::HostClock));
+        let guard = store::with_host_clock(Guard::new(HostStore::read_once()).with_options(options));
         Ok(GuardResource { guard })
     }
 

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use bq_dedupe::store::PerKey;
 use bq_dedupe::{
-    Capabilities, Claim, ClaimToken, Clock, Settled, Settlement, Store, StoreError, StoreResult,
+    Capabilities, Claim, ClaimToken, Clock, Guard, Settled, Settlement, Store, StoreError,
+    StoreResult,
 };
 
 use crate::bindings::babelqueue::idempotency::leases;
@@ -37,6 +38,11 @@ pub struct HostStore {
 /// The host's clock (`leases.now-ms`), read only when a batch has claims to keep
 /// alive or work waiting to be written.
 pub struct HostClock;
+
+/// A guard over the host's store, reading time from the host's clock.
+pub fn with_host_clock(guard: Guard<HostStore>) -> Guard<HostStore> {
+    guard.with_clock(std::sync::Arc::new(HostClock))
+}
 
 impl Clock for HostClock {
     fn now_ms(&self) -> u64 {
