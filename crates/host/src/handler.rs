@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result};
 use wasmtime::component::{Component, Linker};
-use wasmtime::{Engine, Store};
+use wasmtime::Store;
 
 use crate::runtime::HostState;
 use crate::wit::dedupe::babelqueue::idempotency::handler;
@@ -101,7 +101,7 @@ pub struct Plugin {
 
 impl Plugin {
     pub fn load(path: &Path) -> Result<Self> {
-        let engine = Engine::default();
+        let engine = crate::engine::engine();
         let component = Component::from_file(&engine, path)
             .map_err(anyhow::Error::from)
             .with_context(|| format!("loading handler plugin {}", path.display()))?;

@@ -2,6 +2,7 @@
 //! calling the component), the store behind its `store` import, and the handlers
 //! behind its `handler` import. The `bq-dedupe` binary (`main.rs`) is the CLI on top.
 
+pub mod engine;
 pub mod handler;
 mod host_store;
 pub mod keep_alive;

@@ -85,7 +85,7 @@ pub struct Runtime {
 
 impl Runtime {
     pub fn load(source: &ComponentSource, store: AnyStore, handler: Handler) -> Result<Self> {
-        let engine = Engine::default();
+        let engine = crate::engine::engine();
         let component = source.compile(&engine)?;
         let mut linker = Linker::new(&engine);
         Dedupe::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;

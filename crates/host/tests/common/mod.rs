@@ -25,6 +25,11 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// The compilation cache the tests' `bq-dedupe` processes share.
+pub fn test_cache_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/host-tests/compile-cache")
+}
+
 /// Runs `bq-dedupe ARGS` with `stdin` written from a thread (so a large input
 /// cannot deadlock against a full stdout pipe) and waits for it.
 pub fn bq(args: &[&str], stdin: &str) -> Output {
@@ -39,10 +44,12 @@ pub fn bq(args: &[&str], stdin: &str) -> Output {
     out
 }
 
-/// `bq-dedupe ARGS` started now, every stream piped.
+/// `bq-dedupe ARGS` started now, every stream piped. Compiled components are
+/// cached under target/ (not in the user's cache), shared by every test.
 pub fn spawn(args: &[&str]) -> Child {
     Command::new(BIN)
         .args(args)
+        .env("BQ_DEDUPE_CACHE_DIR", test_cache_dir())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -1,0 +1,51 @@
+//! The wasmtime engine every component of a run is compiled with, with wasmtime's
+//! compilation cache on: compiling the dedupe component takes about a quarter of
+//! a second, so without the cache every `bq-dedupe` process would spend that
+//! before its first line. The first run of a component compiles and writes the
+//! cache; later runs of the same component with the same wasmtime load it.
+//!
+//! - `BQ_DEDUPE_CACHE=off`: no cache (every run compiles).
+//! - `BQ_DEDUPE_CACHE_DIR=DIR`: the cache lives in DIR (made absolute) instead of
+//!   wasmtime's default (`~/.cache/wasmtime` on Linux, shared with the wasmtime
+//!   CLI; entries are keyed by the component's bytes and the engine's settings).
+//!
+//! A cache that cannot be set up (no home directory, a read-only one) is not an
+//! error: the run compiles instead, and says why on stderr only when
+//! `BQ_DEDUPE_CACHE_DIR` asked for a directory.
+
+use std::path::PathBuf;
+
+use wasmtime::{Cache, CacheConfig, Config, Engine};
+
+/// The engine for this process (see the module docs for the cache).
+pub fn engine() -> Engine {
+    let mut config = Config::new();
+    if std::env::var_os("BQ_DEDUPE_CACHE").is_none_or(|v| v != "off") {
+        let dir = std::env::var_os("BQ_DEDUPE_CACHE_DIR").map(absolute);
+        match compile_cache(dir.clone()) {
+            Ok(cache) => {
+                config.cache(Some(cache));
+            }
+            Err(e) if dir.is_some() => {
+                eprintln!("bq-dedupe: compilation cache off: {e:#}");
+            }
+            Err(_) => {}
+        }
+    }
+    // A `Config` with the defaults and a cache is always valid; were it not, the
+    // defaults alone are.
+    Engine::new(&config).unwrap_or_default()
+}
+
+fn compile_cache(dir: Option<PathBuf>) -> wasmtime::Result<Cache> {
+    let mut config = CacheConfig::new();
+    if let Some(dir) = dir {
+        config.with_directory(dir);
+    }
+    Cache::new(config)
+}
+
+fn absolute(dir: std::ffi::OsString) -> PathBuf {
+    let dir = PathBuf::from(dir);
+    std::path::absolute(&dir).unwrap_or(dir)
+}
