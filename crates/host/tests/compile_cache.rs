@@ -108,7 +108,10 @@ fn cache_off_writes_nothing_and_an_unusable_directory_is_reported_not_fatal() {
     let cache = dir.join("cache");
     let off = run(&[("BQ_DEDUPE_CACHE_DIR", &cache)], true);
     assert_eq!(verdicts(&off), ["run-ok", "skip", "rejected"]);
-    assert!(files(&cache).is_empty(), "BQ_DEDUPE_CACHE=off cached nothing");
+    assert!(
+        files(&cache).is_empty(),
+        "BQ_DEDUPE_CACHE=off cached nothing"
+    );
 
     // A file where the directory should be: the run compiles and says why.
     let blocked = dir.join("blocked");

@@ -31,7 +31,7 @@ pub fn run(component: &ComponentSource, input: &str) -> Result<ExitCode> {
     // Validation never touches the store; an in-memory one satisfies the import.
     let mut runtime = Runtime::load(component, AnyStore::from_spec("memory")?, Handler::Mark)?;
     let mut invalid = 0u64;
-    for (n, line) in super::lines(input)?.enumerate() {
+    for (n, line) in super::Lines::open(input)?.enumerate() {
         let line = line?;
         let verdict = match std::str::from_utf8(&line) {
             Err(_) => {

@@ -19,24 +19,48 @@ pub fn reject_bytes(line: &[u8]) -> Rejection {
 }
 
 /// Lines of a file, or of stdin for `-`, as raw bytes (a line that is not UTF-8
-/// is still a line, to be rejected rather than stop the stream).
-pub fn lines(input: &str) -> Result<impl Iterator<Item = std::io::Result<Vec<u8>>> + Send + use<>> {
-    let reader: Box<dyn Read + Send> = match input {
-        "-" => Box::new(std::io::stdin()),
-        path => Box::new(std::fs::File::open(path).with_context(|| format!("opening {path}"))?),
-    };
-    let mut reader = BufReader::with_capacity(1 << 16, reader);
-    Ok(std::iter::from_fn(move || {
-        let mut line = Vec::new();
-        match reader.read_until(b'\n', &mut line) {
+/// is still a line, to be rejected rather than stop the stream), without their
+/// line ending, read through a 64 KiB buffer.
+pub struct Lines {
+    reader: BufReader<Box<dyn Read + Send>>,
+    /// Where a line is read before it is copied out at its exact length.
+    scratch: Vec<u8>,
+}
+
+impl Lines {
+    pub fn open(input: &str) -> Result<Self> {
+        let reader: Box<dyn Read + Send> = match input {
+            "-" => Box::new(std::io::stdin()),
+            path => Box::new(std::fs::File::open(path).with_context(|| format!("opening {path}"))?),
+        };
+        Ok(Lines {
+            reader: BufReader::with_capacity(1 << 16, reader),
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Whether more input is already buffered, so the next line may need no
+    /// wait for the source.
+    pub fn buffered(&self) -> bool {
+        !self.reader.buffer().is_empty()
+    }
+}
+
+impl Iterator for Lines {
+    type Item = std::io::Result<Vec<u8>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.scratch.clear();
+        match self.reader.read_until(b'\n', &mut self.scratch) {
             Ok(0) => None,
             Ok(_) => {
-                while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-                    line.pop();
+                let mut line = self.scratch.as_slice();
+                while let [rest @ .., b'\n' | b'\r'] = line {
+                    line = rest;
                 }
-                Some(Ok(line))
+                Some(Ok(line.to_vec()))
             }
             Err(e) => Some(Err(e)),
         }
-    }))
+    }
 }

@@ -223,7 +223,8 @@ fn write_verdict(out: &mut impl Write, v: &Verdict) -> std::io::Result<()> {
 
 /// What the reader thread hands the deciding loop.
 enum Read {
-    Line(u64, Vec<u8>),
+    /// Numbered lines, in input order.
+    Lines(Vec<(u64, Vec<u8>)>),
     Failed(std::io::Error),
 }
 
@@ -275,45 +276,36 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
     let mut stdout = BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
 
     // Lines are read on their own thread, so a batch can be cut by time as well
-    // as by size: a slow stream gets its verdicts within `--window`.
-    let (send, lines) = mpsc::sync_channel::<Read>(4 * args.batch as usize);
-    let source = super::lines(&args.input)?;
-    std::thread::spawn(move || {
-        for (n, line) in (1u64..).zip(source) {
-            let read = match line {
-                Ok(line) => Read::Line(n, line),
-                Err(e) => Read::Failed(e),
-            };
-            let failed = matches!(read, Read::Failed(_));
-            if send.send(read).is_err() || failed {
-                return;
-            }
-        }
-    });
+    // as by size: a slow stream gets its verdicts within `--window`. They cross
+    // in chunks (what the reader has buffered, see `read_chunks`), not one by
+    // one: each hand-off may wake a thread, which costs more than a line.
+    let batch = args.batch as usize;
+    let (send, chunks) = mpsc::sync_channel::<Read>(2);
+    let source = super::Lines::open(&args.input)?;
+    std::thread::spawn(move || read_chunks(source, send));
 
     let mut n = 0u64;
-    let mut pending: Vec<(u64, Vec<u8>)> = Vec::with_capacity(args.batch as usize);
+    let mut pending: Vec<(u64, Vec<u8>)> = Vec::with_capacity(2 * batch);
     let mut ended = false;
     while !ended {
         // Wait for the first line of a batch as long as it takes; then for the
         // rest until the batch is full or its window has passed.
         let mut deadline: Option<Instant> = None;
-        while pending.len() < args.batch as usize {
+        while pending.len() < batch {
             let next = match deadline {
-                None => lines.recv().map_err(|_| RecvTimeoutError::Disconnected),
-                Some(at) => lines.recv_timeout(at.saturating_duration_since(Instant::now())),
+                None => chunks.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(at) => chunks.recv_timeout(at.saturating_duration_since(Instant::now())),
             };
             match next {
-                Ok(Read::Line(at, line)) => {
-                    n = at;
+                Ok(Read::Lines(lines)) => {
+                    n = lines.last().map_or(n, |(at, _)| *at);
                     deadline.get_or_insert_with(|| Instant::now() + args.window);
-                    if !line.iter().all(u8::is_ascii_whitespace) {
-                        pending.push((at, line));
-                    }
+                    let blank = |line: &[u8]| line.iter().all(u8::is_ascii_whitespace);
+                    pending.extend(lines.into_iter().filter(|(_, line)| !blank(line)));
                 }
                 Ok(Read::Failed(e)) => {
                     // What was read is decided and printed before the error ends the run.
-                    flush_batch(&mut runtime, &mut pending, &mut stdout, &mut counts)?;
+                    flush_batches(&mut runtime, &mut pending, batch, &mut stdout, &mut counts)?;
                     return Err(e.into());
                 }
                 Err(RecvTimeoutError::Timeout) => break,
@@ -323,7 +315,7 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
                 }
             }
         }
-        flush_batch(&mut runtime, &mut pending, &mut stdout, &mut counts)?;
+        flush_batches(&mut runtime, &mut pending, batch, &mut stdout, &mut counts)?;
         progress.set_position(n);
     }
     progress.finish_and_clear();
@@ -337,21 +329,72 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
     Ok(exit_code(&counts))
 }
 
-/// Decides the pending lines and prints their verdicts, flushed at once: what is
-/// printed has happened.
-fn flush_batch(
+/// Lines per chunk, and bytes: with two chunks in flight, the reader holds at
+/// most a few MiB ahead of the deciding loop.
+const CHUNK_LINES: usize = 1024;
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// The reader thread: numbered lines in chunks, each one line waited for and
+/// then whatever is already buffered, up to `CHUNK_LINES` lines or
+/// `CHUNK_BYTES` bytes; a read error last.
+fn read_chunks(mut source: super::Lines, send: mpsc::SyncSender<Read>) {
+    let mut n = 0u64;
+    loop {
+        let mut chunk = Vec::with_capacity(CHUNK_LINES);
+        let mut bytes = 0;
+        // Some(Ok): the input ended; Some(Err): reading it failed.
+        let mut stop: Option<std::io::Result<()>> = None;
+        while chunk.len() < CHUNK_LINES && bytes < CHUNK_BYTES {
+            match source.next() {
+                Some(Ok(line)) => {
+                    n += 1;
+                    bytes += line.len();
+                    chunk.push((n, line));
+                }
+                Some(Err(e)) => {
+                    stop = Some(Err(e));
+                    break;
+                }
+                None => {
+                    stop = Some(Ok(()));
+                    break;
+                }
+            }
+            if !source.buffered() {
+                break;
+            }
+        }
+        if !chunk.is_empty() && send.send(Read::Lines(chunk)).is_err() {
+            return;
+        }
+        match stop {
+            None => {}
+            // Dropping the sender is how the end of input is told.
+            Some(Ok(())) => return,
+            Some(Err(e)) => {
+                let _ = send.send(Read::Failed(e));
+                return;
+            }
+        }
+    }
+}
+
+/// Decides the pending lines, `batch` per component call, and prints their
+/// verdicts, flushed at once: what is printed has happened.
+fn flush_batches(
     runtime: &mut Runtime,
     pending: &mut Vec<(u64, Vec<u8>)>,
+    batch: usize,
     out: &mut impl Write,
     counts: &mut BTreeMap<&'static str, u64>,
 ) -> Result<()> {
-    if pending.is_empty() {
-        return Ok(());
-    }
-    let batch = std::mem::replace(pending, Vec::with_capacity(pending.capacity()));
-    for verdict in decide(runtime, batch) {
-        *counts.entry(verdict.1).or_default() += 1;
-        write_verdict(out, &verdict)?;
+    while !pending.is_empty() {
+        let rest = pending.split_off(batch.min(pending.len()));
+        let lines = std::mem::replace(pending, rest);
+        for verdict in decide(runtime, lines) {
+            *counts.entry(verdict.1).or_default() += 1;
+            write_verdict(out, &verdict)?;
+        }
     }
     out.flush()?;
     Ok(())
