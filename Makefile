@@ -62,6 +62,8 @@ lint:
 	cargo fmt --all --check
 	cargo clippy $(TEST_CRATES) --all-targets -- -D warnings
 	cargo clippy -p babelqueue-dedupe --features tracing,exact-json --all-targets -- -D warnings
+	cargo clippy -p babelqueue-dedupe-component --target wasm32-unknown-unknown -- -D warnings
+	cargo clippy -p babelqueue-dedupe-component --features minimal --target wasm32-unknown-unknown -- -D warnings
 
 # The core must stay portable: build it for the target the component and the JS package use.
 wasm:
