@@ -177,7 +177,8 @@ pub struct GuardResource {
 impl GuestGuard for GuardResource {
     fn new(options: wit::GuardOptions) -> Result<Self, wit::StoreError> {
         let options = convert::guard_options(options)?;
-        let guard = store::with_host_clock(Guard::new(HostStore::read_once()).with_options(options));
+        let guard =
+            store::with_host_clock(Guard::new(HostStore::read_once()).with_options(options));
         Ok(GuardResource { guard })
     }
 
