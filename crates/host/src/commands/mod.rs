@@ -39,17 +39,24 @@ impl Lines {
         })
     }
 
-    /// Whether more input is already buffered, so the next line may need no
-    /// wait for the source.
+    /// Whether a whole next line is already buffered, so reading it needs no
+    /// wait for the source (the start of a line alone may wait for its end).
     pub fn buffered(&self) -> bool {
-        !self.reader.buffer().is_empty()
+        self.reader.buffer().contains(&b'\n')
     }
 }
+
+/// The most of `Lines::scratch` kept from one line to the next.
+const SCRATCH_KEPT: usize = 1 << 20;
 
 impl Iterator for Lines {
     type Item = std::io::Result<Vec<u8>>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        // One huge line must not keep its buffer for the rest of the run.
+        if self.scratch.capacity() > SCRATCH_KEPT {
+            self.scratch = Vec::new();
+        }
         self.scratch.clear();
         match self.reader.read_until(b'\n', &mut self.scratch) {
             Ok(0) => None,

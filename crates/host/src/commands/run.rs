@@ -1,7 +1,7 @@
 //! `bq-dedupe run`: dedupe a stream of envelopes (JSON lines) through the
 //! component, one JSON decision per line on stdout, a summary on stderr.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -285,38 +285,49 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
     std::thread::spawn(move || read_chunks(source, send));
 
     let mut n = 0u64;
-    let mut pending: Vec<(u64, Vec<u8>)> = Vec::with_capacity(2 * batch);
-    let mut ended = false;
-    while !ended {
-        // Wait for the first line of a batch as long as it takes; then for the
-        // rest until the batch is full or its window has passed.
-        let mut deadline: Option<Instant> = None;
-        while pending.len() < batch {
-            let next = match deadline {
-                None => chunks.recv().map_err(|_| RecvTimeoutError::Disconnected),
-                Some(at) => chunks.recv_timeout(at.saturating_duration_since(Instant::now())),
-            };
-            match next {
-                Ok(Read::Lines(lines)) => {
-                    n = lines.last().map_or(n, |(at, _)| *at);
+    // Lines read and not yet decided, oldest first; `deadline` is when the oldest
+    // of them has waited `--window`.
+    let mut pending: VecDeque<(u64, Vec<u8>)> = VecDeque::with_capacity(2 * batch);
+    let mut deadline: Option<Instant> = None;
+    loop {
+        // Every full batch is decided now; a remainder waits for more lines, for
+        // its window, or for the end of input.
+        if pending.len() >= batch {
+            while pending.len() >= batch {
+                let lines = pending.drain(..batch).collect();
+                print_verdicts(&mut runtime, lines, &mut stdout, &mut counts)?;
+            }
+            stdout.flush()?;
+            deadline = (!pending.is_empty()).then(|| Instant::now() + args.window);
+        }
+        progress.set_position(n);
+        let next = match deadline {
+            None => chunks.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            Some(at) => chunks.recv_timeout(at.saturating_duration_since(Instant::now())),
+        };
+        match next {
+            Ok(Read::Lines(lines)) => {
+                n = lines.last().map_or(n, |(at, _)| *at);
+                let blank = |line: &[u8]| line.iter().all(u8::is_ascii_whitespace);
+                pending.extend(lines.into_iter().filter(|(_, line)| !blank(line)));
+                if !pending.is_empty() {
                     deadline.get_or_insert_with(|| Instant::now() + args.window);
-                    let blank = |line: &[u8]| line.iter().all(u8::is_ascii_whitespace);
-                    pending.extend(lines.into_iter().filter(|(_, line)| !blank(line)));
-                }
-                Ok(Read::Failed(e)) => {
-                    // What was read is decided and printed before the error ends the run.
-                    flush_batches(&mut runtime, &mut pending, batch, &mut stdout, &mut counts)?;
-                    return Err(e.into());
-                }
-                Err(RecvTimeoutError::Timeout) => break,
-                Err(RecvTimeoutError::Disconnected) => {
-                    ended = true;
-                    break;
                 }
             }
+            Ok(Read::Failed(e)) => {
+                // What was read is decided and printed before the error ends the run.
+                print_all(&mut runtime, &mut pending, batch, &mut stdout, &mut counts)?;
+                return Err(e.into());
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                print_all(&mut runtime, &mut pending, batch, &mut stdout, &mut counts)?;
+                deadline = None;
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                print_all(&mut runtime, &mut pending, batch, &mut stdout, &mut counts)?;
+                break;
+            }
         }
-        flush_batches(&mut runtime, &mut pending, batch, &mut stdout, &mut counts)?;
-        progress.set_position(n);
     }
     progress.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();
@@ -379,22 +390,32 @@ fn read_chunks(mut source: super::Lines, send: mpsc::SyncSender<Read>) {
     }
 }
 
-/// Decides the pending lines, `batch` per component call, and prints their
-/// verdicts, flushed at once: what is printed has happened.
-fn flush_batches(
+/// Decides `lines` in one component call and writes their verdicts (not flushed).
+fn print_verdicts(
     runtime: &mut Runtime,
-    pending: &mut Vec<(u64, Vec<u8>)>,
+    lines: Vec<(u64, Vec<u8>)>,
+    out: &mut impl Write,
+    counts: &mut BTreeMap<&'static str, u64>,
+) -> Result<()> {
+    for verdict in decide(runtime, lines) {
+        *counts.entry(verdict.1).or_default() += 1;
+        write_verdict(out, &verdict)?;
+    }
+    Ok(())
+}
+
+/// Decides every pending line, `batch` per component call, and prints their
+/// verdicts, flushed at once: what is printed has happened.
+fn print_all(
+    runtime: &mut Runtime,
+    pending: &mut VecDeque<(u64, Vec<u8>)>,
     batch: usize,
     out: &mut impl Write,
     counts: &mut BTreeMap<&'static str, u64>,
 ) -> Result<()> {
     while !pending.is_empty() {
-        let rest = pending.split_off(batch.min(pending.len()));
-        let lines = std::mem::replace(pending, rest);
-        for verdict in decide(runtime, lines) {
-            *counts.entry(verdict.1).or_default() += 1;
-            write_verdict(out, &verdict)?;
-        }
+        let lines = pending.drain(..batch.min(pending.len())).collect();
+        print_verdicts(runtime, lines, out, counts)?;
     }
     out.flush()?;
     Ok(())
