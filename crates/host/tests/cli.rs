@@ -169,7 +169,7 @@ fn claim_race(store: &str, dir: &Path) {
     let cmd = format!("sleep 0.3; echo ran >> {}", effects.display());
     let children: Vec<_> = (0..16)
         .map(|_| {
-            Command::new(BIN)
+            common::command()
                 .args(["run", "--store", store, "--claim", "--exec", &cmd])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
@@ -234,7 +234,7 @@ fn kill_dash_nine_mid_stream_loses_nothing_and_reruns_nothing_reported() {
     let dir = scratch("crash");
     let spec = format!("sqlite:{}", dir.join("seen.db").display());
     let lines: Vec<String> = (0..3000).map(|i| envelope(&format!("crash-{i}"))).collect();
-    let mut child = Command::new(BIN)
+    let mut child = common::command()
         .args(["run", "--store", &spec])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -320,7 +320,7 @@ fn hostile_stream_gets_verdicts(store: &str) {
         input.extend_from_slice(l);
         input.push(b'\n');
     }
-    let mut child = Command::new(BIN)
+    let mut child = common::command()
         .args(["run", "--store", store])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -466,6 +466,8 @@ fn installed_binary_works_outside_the_repository_with_what_is_built_in() {
     std::fs::create_dir_all(outside.join("bin")).unwrap();
     let bin = outside.join("bin/bq-dedupe");
     std::fs::copy(BIN, &bin).unwrap();
+    // As an installed binary runs: no test settings, so the default compilation
+    // cache (the user's) too.
     let run = |args: &[&str], stdin: &str| {
         let mut child = Command::new(&bin)
             .args(args)
@@ -511,19 +513,14 @@ fn installed_binary_works_outside_the_repository_with_what_is_built_in() {
     let _ = std::fs::remove_dir_all(&outside);
 }
 
-/// Batching is on by default, cut by a time window: a line on a stream that then
-/// goes quiet gets its verdict promptly, long before the batch of 100 could fill
-/// or stdin close, and every later line too, in order.
-#[test]
-fn run_batches_by_default_but_a_quiet_stream_gets_each_verdict_within_the_window() {
-    let mut child = Command::new(BIN)
-        .args(["run", "--store", "memory", "--window", "20ms"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
+/// The verdicts a running `bq-dedupe run` prints, as they come, from a thread
+/// reading its stdout (joined once stdout closes).
+fn verdict_stream(
+    child: &mut std::process::Child,
+) -> (
+    std::sync::mpsc::Receiver<Value>,
+    std::thread::JoinHandle<()>,
+) {
     let (send, verdicts) = std::sync::mpsc::channel::<Value>();
     let stdout = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {
@@ -532,6 +529,55 @@ fn run_batches_by_default_but_a_quiet_stream_gets_each_verdict_within_the_window
             let _ = send.send(serde_json::from_str(&line).unwrap());
         }
     });
+    (verdicts, reader)
+}
+
+/// A complete line is decided within the window even while the next one has only
+/// begun: the reader does not wait for the rest of a line it has partly read.
+#[test]
+fn run_decides_a_line_while_the_next_is_half_written() {
+    let mut child = common::command()
+        .args(["run", "--store", "memory", "--window", "20ms"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let (verdicts, reader) = verdict_stream(&mut child);
+    write!(stdin, "{}\n{{\"job\"", envelope("half-1")).unwrap();
+    stdin.flush().unwrap();
+    let first = verdicts
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("line 1's verdict while line 2 is half written");
+    assert_eq!(first["line"], 1, "{first}");
+    assert_eq!(first["decision"], "run", "{first}");
+    // The rest of line 2 (an envelope without meta): decided at the end of input.
+    writeln!(stdin, ":\"urn:babel:orders:created\"}}").unwrap();
+    drop(stdin);
+    let second = verdicts
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("line 2's verdict");
+    assert_eq!(second["line"], 2, "{second}");
+    assert_eq!(second["decision"], "reject", "{second}");
+    child.wait().unwrap();
+    reader.join().unwrap();
+}
+
+/// Batching is on by default, cut by a time window: a line on a stream that then
+/// goes quiet gets its verdict promptly, long before the batch of 100 could fill
+/// or stdin close, and every later line too, in order.
+#[test]
+fn run_batches_by_default_but_a_quiet_stream_gets_each_verdict_within_the_window() {
+    let mut child = common::command()
+        .args(["run", "--store", "memory", "--window", "20ms"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let (verdicts, reader) = verdict_stream(&mut child);
     // Generous: the window is 20 ms; only a batch waiting to fill would miss it.
     let within = std::time::Duration::from_secs(10);
     let inputs = [
