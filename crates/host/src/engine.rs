@@ -14,11 +14,18 @@
 //! `BQ_DEDUPE_CACHE_DIR` asked for a directory.
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 use wasmtime::{Cache, CacheConfig, Config, Engine};
 
-/// The engine for this process (see the module docs for the cache).
+/// The engine for this process, made on first use and shared (a clone is a
+/// handle): the component and a handler plugin use one cache.
 pub fn engine() -> Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(make_engine).clone()
+}
+
+fn make_engine() -> Engine {
     let mut config = Config::new();
     if std::env::var_os("BQ_DEDUPE_CACHE").is_none_or(|v| v != "off") {
         let dir = std::env::var_os("BQ_DEDUPE_CACHE_DIR").map(absolute);
