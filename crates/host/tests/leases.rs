@@ -6,14 +6,14 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Output};
+use std::process::{Child, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 mod common;
 
-use common::{BIN, scratch};
+use common::scratch;
 
 fn redis_url() -> String {
     std::env::var("BQ_TEST_REDIS_URL")
@@ -199,7 +199,7 @@ fn sqlite_forget_while_the_handler_runs_prints_run_ok_lease_lost() {
         &[envelope(&id)],
     );
     wait_for_lines(&started, 1, Duration::from_secs(30));
-    let forget = Command::new(BIN)
+    let forget = common::command()
         .args(["forget", &id, "--store", &store])
         .output()
         .unwrap();

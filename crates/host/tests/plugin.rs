@@ -4,11 +4,11 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_bq-dedupe");
+mod common;
 
 /// A handler component whose `handle` answers with `body` (a core-wasm
 /// instruction sequence leaving a pointer to the `result<_, string>` on the stack).
@@ -51,7 +51,7 @@ fn write_plugin(dir: &Path, name: &str, body: &str) -> PathBuf {
 }
 
 fn run(store: &str, plugin: &Path, input: &str) -> Vec<Value> {
-    let mut child = Command::new(BIN)
+    let mut child = common::command()
         .args([
             "run",
             "--store",

@@ -13,7 +13,7 @@ use serde_json::json;
 
 mod common;
 
-use common::{BIN, bq, decisions, scratch};
+use common::{bq, decisions, scratch};
 
 fn var(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
@@ -122,7 +122,7 @@ fn claim_race(store: &str) {
     let cmd = format!("sleep 0.3; echo ran >> {}", effects.display());
     let children: Vec<_> = (0..16)
         .map(|_| {
-            Command::new(BIN)
+            common::command()
                 .args(["run", "--store", store, "--claim", "--exec", &cmd])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())

@@ -44,12 +44,18 @@ pub fn bq(args: &[&str], stdin: &str) -> Output {
     out
 }
 
-/// `bq-dedupe ARGS` started now, every stream piped. Compiled components are
-/// cached under target/ (not in the user's cache), shared by every test.
+/// A `bq-dedupe` command whose compiled components are cached under target/
+/// (not in the user's cache), shared by every test.
+pub fn command() -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env("BQ_DEDUPE_CACHE_DIR", test_cache_dir());
+    cmd
+}
+
+/// `bq-dedupe ARGS` started now, every stream piped.
 pub fn spawn(args: &[&str]) -> Child {
-    Command::new(BIN)
+    command()
         .args(args)
-        .env("BQ_DEDUPE_CACHE_DIR", test_cache_dir())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
