@@ -54,23 +54,23 @@ export CARGO_PROFILE_COMPONENT_OPT_LEVEL="${BQ_COMPONENT_OPT_LEVEL:-3}"
 case "$CARGO_PROFILE_COMPONENT_OPT_LEVEL" in z | s) WASM_OPT_FLAG=-Oz ;; *) WASM_OPT_FLAG=-O3 ;; esac
 # --- components ----------------------------------------------------------------
 # One guest, two worlds: `dedupe` (store + leases + handler imports) and, with the
-# feature `minimal`, `dedupe-minimal` (seen-set + handler). Both builds write the
-# same cargo artifact, so each is copied out before the next.
+# feature `minimal`, `dedupe-minimal` (seen-set + handler). Each has its own cargo
+# target dir: a cdylib's file names carry no feature hash, so two feature sets in
+# one dir would rebuild each other on every run.
 cargo build --quiet --manifest-path "$ROOT/crates/component/componentize/Cargo.toml"
-RAW="$CARGO_TARGET_DIR/wasm32-unknown-unknown/component/babelqueue_dedupe_component.wasm"
+COMPONENTIZE="$CARGO_TARGET_DIR/debug/bq-componentize"
 OVER=()
 
-# build_component NAME [CARGO FLAGS...]: target/component/NAME.component.wasm
+# build_component NAME TARGET_DIR [CARGO FLAGS...]: target/component/NAME.component.wasm
 build_component() {
-    local name="$1" t raw opt out raw_size opt_size comp gz
-    shift
-    raw="$OUT_DIR/$name.raw.wasm"
+    local name="$1" target_dir="$2" t raw opt out raw_size opt_size comp gz
+    shift 2
+    raw="$target_dir/wasm32-unknown-unknown/component/babelqueue_dedupe_component.wasm"
     opt="$OUT_DIR/$name.opt.wasm"
     out="$OUT_DIR/$name.component.wasm"
     t=$(now)
-    cargo build -p babelqueue-dedupe-component --target wasm32-unknown-unknown --profile component "$@"
-    # Copied only when changed, so an unchanged build keeps its wasm-opt output.
-    cmp -s "$RAW" "$raw" || cp "$RAW" "$raw"
+    CARGO_TARGET_DIR="$target_dir" cargo build -p babelqueue-dedupe-component \
+        --target wasm32-unknown-unknown --profile component "$@"
     echo "$name: cargo build (guest): $(since "$t")"
 
     t=$(now)
@@ -82,7 +82,7 @@ build_component() {
     fi
 
     t=$(now)
-    "$CARGO_TARGET_DIR/debug/bq-componentize" "$opt" "$out"
+    "$COMPONENTIZE" "$opt" "$out"
     echo "$name: componentize: $(since "$t")"
 
     raw_size=$(size "$raw")
@@ -97,8 +97,8 @@ build_component() {
     fi
 }
 
-build_component bq_dedupe
-build_component bq_dedupe_minimal --features minimal
+build_component bq_dedupe "$CARGO_TARGET_DIR"
+build_component bq_dedupe_minimal "$CARGO_TARGET_DIR-minimal" --features minimal
 
 # --- JS (jco) ----------------------------------------------------------------
 if [[ "$MODE" == js || "$MODE" == test ]]; then
