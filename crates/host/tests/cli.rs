@@ -536,13 +536,7 @@ fn verdict_stream(
 /// begun: the reader does not wait for the rest of a line it has partly read.
 #[test]
 fn run_decides_a_line_while_the_next_is_half_written() {
-    let mut child = common::command()
-        .args(["run", "--store", "memory", "--window", "20ms"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = common::spawn(&["run", "--store", "memory", "--window", "20ms"]);
     let mut stdin = child.stdin.take().unwrap();
     let (verdicts, reader) = verdict_stream(&mut child);
     write!(stdin, "{}\n{{\"job\"", envelope("half-1")).unwrap();
@@ -569,13 +563,7 @@ fn run_decides_a_line_while_the_next_is_half_written() {
 /// or stdin close, and every later line too, in order.
 #[test]
 fn run_batches_by_default_but_a_quiet_stream_gets_each_verdict_within_the_window() {
-    let mut child = common::command()
-        .args(["run", "--store", "memory", "--window", "20ms"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = common::spawn(&["run", "--store", "memory", "--window", "20ms"]);
     let mut stdin = child.stdin.take().unwrap();
     let (verdicts, reader) = verdict_stream(&mut child);
     // Generous: the window is 20 ms; only a batch waiting to fill would miss it.
