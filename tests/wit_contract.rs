@@ -265,6 +265,16 @@ impl Contract {
             .collect()
     }
 
+    /// An interface's type definitions (and `use` aliases) in WIT syntax, by name.
+    fn type_defs(&self, iface: &str) -> BTreeMap<String, String> {
+        let id = self.interface(iface);
+        self.resolve.interfaces[id]
+            .types
+            .iter()
+            .map(|(name, id)| (name.clone(), self.render_def(&self.resolve.types[*id])))
+            .collect()
+    }
+
     /// Is `id` a `use` alias of a type defined in the `types` interface? `use`
     /// statements cannot carry docs; the type they name must.
     fn is_use_of_types(&self, id: wit_parser::TypeId) -> bool {
@@ -472,12 +482,7 @@ fn function_signatures_match_the_contract() {
             ),
         ])
     );
-    let store = c.interface("store");
-    let aliases: BTreeMap<String, String> = c.resolve.interfaces[store]
-        .types
-        .iter()
-        .map(|(name, id)| (name.clone(), c.render_def(&c.resolve.types[*id])))
-        .collect();
+    let aliases = c.type_defs("store");
     assert_eq!(
         aliases,
         sigs(&[
@@ -586,11 +591,7 @@ fn consumer_guard_is_a_resource_with_a_fallible_constructor() {
     let c = load();
     let consumer = c.interface("consumer");
     let iface = &c.resolve.interfaces[consumer];
-    let defs: BTreeMap<String, String> = iface
-        .types
-        .iter()
-        .map(|(name, id)| (name.clone(), c.render_def(&c.resolve.types[*id])))
-        .collect();
+    let defs = c.type_defs("consumer");
     assert_eq!(
         defs,
         sigs(&[
@@ -645,12 +646,7 @@ fn consumer_guard_is_a_resource_with_a_fallible_constructor() {
 #[test]
 fn types_interface_matches_the_contract() {
     let c = load();
-    let types = c.interface("types");
-    let defs: BTreeMap<String, String> = c.resolve.interfaces[types]
-        .types
-        .iter()
-        .map(|(name, id)| (name.clone(), c.render_def(&c.resolve.types[*id])))
-        .collect();
+    let defs = c.type_defs("types");
     assert_eq!(
         defs,
         sigs(&[
