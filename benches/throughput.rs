@@ -39,7 +39,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use bq_dedupe::{
-    Claim, Guard, InMemoryStore, Limits, Message, OutcomeKind, Settlement, Store, block_on_ready,
+    Claim, ClaimToken, Guard, InMemoryStore, Limits, Message, OutcomeKind, Settlement, Store,
+    block_on_ready,
 };
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{BatchSize, Criterion, SamplingMode, Throughput};
@@ -179,18 +180,7 @@ fn run_claim_single(store: &InMemoryStore, ids: &[&str], _: &[bool]) -> u64 {
             .expect("sync")
             .expect("claim");
         if let Claim::Acquired(token) = claim {
-            let remember = [(id, Some(&token))];
-            let step = Settlement {
-                remember: &remember,
-                ttl: None,
-                release: &[],
-                renew: &[],
-                lease,
-            };
-            let settled = block_on_ready(store.settle(&step))
-                .expect("sync")
-                .expect("settle");
-            fresh += settled.kept.iter().filter(|&&k| k).count() as u64;
+            fresh += settle_fenced(store, &[(id, Some(&token))], lease);
         }
     }
     fresh
@@ -212,19 +202,26 @@ fn run_claim_batch(store: &InMemoryStore, ids: &[&str], _: &[bool]) -> u64 {
                 _ => None,
             })
             .collect();
-        let step = Settlement {
-            remember: &remember,
-            ttl: None,
-            release: &[],
-            renew: &[],
-            lease,
-        };
-        let settled = block_on_ready(store.settle(&step))
-            .expect("sync")
-            .expect("settle");
-        fresh += settled.kept.iter().filter(|&&k| k).count() as u64;
+        fresh += settle_fenced(store, &remember, lease);
     }
     fresh
+}
+
+/// One fenced `settle` of the successes in `remember`: how many were kept.
+fn settle_fenced(
+    store: &InMemoryStore,
+    remember: &[(&str, Option<&ClaimToken>)],
+    lease: Duration,
+) -> u64 {
+    let step = Settlement {
+        remember,
+        lease,
+        ..Settlement::default()
+    };
+    let settled = block_on_ready(store.settle(&step))
+        .expect("sync")
+        .expect("settle");
+    settled.kept.iter().filter(|&&k| k).count() as u64
 }
 
 /// Outside timing: the guard must run the handler exactly once per distinct id and
