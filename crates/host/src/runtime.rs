@@ -14,6 +14,7 @@ use crate::wit::dedupe::Dedupe;
 use crate::wit::dedupe::babelqueue::idempotency::types::{
     GuardOptions, KeyError, Options, Outcome, Processed, Rejection, StoreError,
 };
+use crate::wit::dedupe::exports::babelqueue::idempotency::consumer::GuestGuard;
 
 /// What the component's imports reach: the store and the handler.
 pub struct HostState {
@@ -179,49 +180,36 @@ impl Runtime {
             .context("no guard is open: call Runtime::open_guard first")
     }
 
+    /// Calls a method of the open guard, recovering the instance if it traps.
+    fn on_guard<T>(
+        &mut self,
+        call: impl FnOnce(GuestGuard, &mut Store<HostState>, ResourceAny) -> wasmtime::Result<T>,
+    ) -> Result<T> {
+        let guard = self.open()?;
+        let consumer = self.bindings.babelqueue_idempotency_consumer();
+        let r = call(consumer.guard(), &mut self.store, guard);
+        self.recover(r)
+    }
+
     /// `consumer.guard.process` on the open guard.
     pub fn guard_process(&mut self, envelope: &str) -> Result<Outcome> {
-        let guard = self.open()?;
-        let r = self
-            .bindings
-            .babelqueue_idempotency_consumer()
-            .guard()
-            .call_process(&mut self.store, guard, envelope);
-        self.recover(r)
+        self.on_guard(|g, store, guard| g.call_process(store, guard, envelope))
     }
 
     /// `consumer.guard.process-batch` on the open guard.
     pub fn guard_process_batch(&mut self, envelopes: &[String]) -> Result<Vec<Outcome>> {
-        let guard = self.open()?;
-        let r = self
-            .bindings
-            .babelqueue_idempotency_consumer()
-            .guard()
-            .call_process_batch(&mut self.store, guard, envelopes);
-        self.recover(r)
+        self.on_guard(|g, store, guard| g.call_process_batch(store, guard, envelopes))
     }
 
     /// `consumer.guard.process-batch-ids` on the open guard: each outcome with
     /// its delivery's `meta.id`.
     pub fn guard_process_batch_ids(&mut self, envelopes: &[String]) -> Result<Vec<Processed>> {
-        let guard = self.open()?;
-        let r = self
-            .bindings
-            .babelqueue_idempotency_consumer()
-            .guard()
-            .call_process_batch_ids(&mut self.store, guard, envelopes);
-        self.recover(r)
+        self.on_guard(|g, store, guard| g.call_process_batch_ids(store, guard, envelopes))
     }
 
     /// `consumer.guard.forget` on the open guard.
     pub fn guard_forget(&mut self, id: &str) -> Result<Result<(), StoreError>> {
-        let guard = self.open()?;
-        let r = self
-            .bindings
-            .babelqueue_idempotency_consumer()
-            .guard()
-            .call_forget(&mut self.store, guard, id);
-        self.recover(r)
+        self.on_guard(|g, store, guard| g.call_forget(store, guard, id))
     }
 
     pub fn process(&mut self, envelope: &str, options: &Options) -> Result<Outcome> {
