@@ -1,7 +1,7 @@
 //! `bq-dedupe` end to end: the real binary, the real component, real SQLite files
 //! and a real Redis (`BQ_TEST_REDIS_URL`, started by `make test`).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -600,6 +600,50 @@ fn run_batches_by_default_but_a_quiet_stream_gets_each_verdict_within_the_window
         assert_eq!(d["id"], json!(format!("b{}", i % 700)));
         assert_eq!(d["decision"], if i < 700 { "run" } else { "skip" }, "{d}");
     }
+}
+
+/// The reader of stdout goes away mid-run (`bq-dedupe run | head -1`): the run
+/// stops with an error (exit 2) instead of hanging or deciding on unseen, and
+/// what it printed before is whole verdict lines.
+#[test]
+fn run_stops_with_an_error_when_stdout_is_closed() {
+    let mut child = common::spawn(&["run", "--store", "memory"]);
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    // Far more verdicts than a pipe buffer holds, so printing must fail.
+    let feeder = std::thread::spawn(move || {
+        for i in 0..200_000 {
+            if writeln!(stdin, "{}", envelope(&format!("closed-{i}"))).is_err() {
+                return;
+            }
+        }
+    });
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    let first: Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(first["line"], 1, "{first}");
+    drop(stdout);
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("bq-dedupe run still running a minute after its stdout closed");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    feeder.join().unwrap();
+    assert_eq!(status.code(), Some(2), "a run that cannot print fails");
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(stderr.contains("Broken pipe"), "says why: {stderr}");
 }
 
 /// `run --fingerprint` end to end on a persistent store: a redelivery (even

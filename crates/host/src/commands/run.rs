@@ -1,11 +1,13 @@
 //! `bq-dedupe run`: dedupe a stream of envelopes (JSON lines) through the
 //! component, one JSON decision per line on stdout, a summary on stderr.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::io::{BufWriter, IsTerminal, Write};
+mod printer;
+
+use std::collections::VecDeque;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -17,6 +19,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use bq_dedupe_host::handler::{Handler, Plugin};
 use bq_dedupe_host::runtime::{ComponentSource, Runtime, guard_options};
 use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::{Outcome, Processed};
+
+use printer::{Counts, Printer, Stopped};
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -128,14 +132,14 @@ type Verdict = (
 /// `process-batch-ids`, which decodes each line once and hands its `meta.id`
 /// back): one verdict per line, in order. A line that is not UTF-8 cannot cross
 /// and is rejected here.
-fn decide(runtime: &mut Runtime, batch: Vec<(u64, Vec<u8>)>) -> Vec<Verdict> {
+fn decide(runtime: &mut Runtime, batch: Vec<Line>) -> Vec<Verdict> {
     let mut verdicts: Vec<Option<Verdict>> = Vec::with_capacity(batch.len());
     let mut texts: Vec<String> = Vec::with_capacity(batch.len());
     let mut lines: Vec<u64> = Vec::with_capacity(batch.len());
-    for (line, bytes) in batch {
-        match String::from_utf8(bytes) {
-            Err(e) => {
-                let reason = super::reject_bytes(e.as_bytes()).to_string();
+    for (line, text) in batch {
+        match text {
+            Err(bytes) => {
+                let reason = super::reject_bytes(&bytes).to_string();
                 verdicts.push(Some((line, "reject", "rejected", Some(reason), None)));
             }
             Ok(text) => {
@@ -199,33 +203,36 @@ fn resolve(lines: &[u64], texts: &[String], processed: Result<Vec<Processed>>) -
     }
 }
 
-/// Writes one verdict as a JSON line: `{"decision","id","line","outcome","reason"}`
-/// (the keys in this order, as before).
-fn write_verdict(out: &mut impl Write, v: &Verdict) -> std::io::Result<()> {
-    let (line, decision, code, reason, id) = v;
-    let string = |out: &mut dyn Write, s: &str| -> std::io::Result<()> {
-        serde_json::to_writer(out, s).map_err(std::io::Error::other)
-    };
-    let option = |out: &mut dyn Write, s: &Option<String>| match s {
-        Some(s) => string(out, s),
-        None => out.write_all(b"null"),
-    };
-    out.write_all(b"{\"decision\":")?;
-    string(out, decision)?;
-    out.write_all(b",\"id\":")?;
-    option(out, id)?;
-    write!(out, ",\"line\":{line},\"outcome\":")?;
-    string(out, code)?;
-    out.write_all(b",\"reason\":")?;
-    option(out, reason)?;
-    out.write_all(b"}\n")
-}
-
 /// What the reader thread hands the deciding loop.
 enum Read {
-    /// Numbered lines, in input order.
-    Lines(Vec<(u64, Vec<u8>)>),
+    /// Lines read, in input order.
+    Lines(Chunk),
     Failed(std::io::Error),
+}
+
+/// Lines as the reader thread hands them over: blank lines dropped, the rest
+/// numbered and checked for UTF-8 (a line that is not stays bytes, to be
+/// rejected in its turn), so the deciding thread does neither.
+struct Chunk {
+    /// The number of the chunk's last line, blank or not.
+    last: u64,
+    lines: Vec<Line>,
+}
+
+/// A numbered line: its text, or the bytes of a line that is not UTF-8.
+type Line = (u64, Result<String, Vec<u8>>);
+
+/// Why the deciding loop stopped before the end of its input.
+enum Stop {
+    Read(std::io::Error),
+    /// The printing thread stopped first; `Printer::finish` says why.
+    Printer,
+}
+
+impl From<Stopped> for Stop {
+    fn from(_: Stopped) -> Self {
+        Stop::Printer
+    }
 }
 
 pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
@@ -272,63 +279,32 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
     let started = Instant::now();
-    let mut counts: BTreeMap<&'static str, u64> = BTreeMap::new();
-    let mut stdout = BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
 
     // Lines are read on their own thread, so a batch can be cut by time as well
     // as by size: a slow stream gets its verdicts within `--window`. They cross
     // in chunks (what the reader has buffered, see `read_chunks`), not one by
     // one: each hand-off may wake a thread, which costs more than a line.
-    let batch = args.batch as usize;
+    // Verdicts are printed on a third (see `printer`).
     let (send, chunks) = mpsc::sync_channel::<Read>(2);
     let source = super::Lines::open(&args.input)?;
     std::thread::spawn(move || read_chunks(source, send));
-
-    let mut n = 0u64;
-    // Lines read and not yet decided, oldest first; `deadline` is when the oldest
-    // of them has waited `--window`.
-    let mut pending: VecDeque<(u64, Vec<u8>)> = VecDeque::with_capacity(2 * batch);
-    let mut deadline: Option<Instant> = None;
-    loop {
-        // Every full batch is decided now; a remainder waits for more lines, for
-        // its window, or for the end of input.
-        if pending.len() >= batch {
-            while pending.len() >= batch {
-                let lines = pending.drain(..batch).collect();
-                print_verdicts(&mut runtime, lines, &mut stdout, &mut counts)?;
-            }
-            stdout.flush()?;
-            deadline = (!pending.is_empty()).then(|| Instant::now() + args.window);
+    let printer = Printer::spawn();
+    let decided = decide_stream(&mut runtime, &chunks, &args, &printer, &progress);
+    // Whatever ended the loop, what was decided is printed before the run ends.
+    let counts = printer.finish();
+    let n = match decided {
+        Ok(n) => n,
+        Err(Stop::Read(e)) => {
+            counts?;
+            return Err(e.into());
         }
-        progress.set_position(n);
-        let next = match deadline {
-            None => chunks.recv().map_err(|_| RecvTimeoutError::Disconnected),
-            Some(at) => chunks.recv_timeout(at.saturating_duration_since(Instant::now())),
-        };
-        match next {
-            Ok(Read::Lines(lines)) => {
-                n = lines.last().map_or(n, |(at, _)| *at);
-                let blank = |line: &[u8]| line.iter().all(u8::is_ascii_whitespace);
-                pending.extend(lines.into_iter().filter(|(_, line)| !blank(line)));
-                if !pending.is_empty() {
-                    deadline.get_or_insert_with(|| Instant::now() + args.window);
-                }
-            }
-            Ok(Read::Failed(e)) => {
-                // What was read is decided and printed before the error ends the run.
-                print_all(&mut runtime, &mut pending, batch, &mut stdout, &mut counts)?;
-                return Err(e.into());
-            }
-            Err(RecvTimeoutError::Timeout) => {
-                print_all(&mut runtime, &mut pending, batch, &mut stdout, &mut counts)?;
-                deadline = None;
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                print_all(&mut runtime, &mut pending, batch, &mut stdout, &mut counts)?;
-                break;
-            }
+        Err(Stop::Printer) => {
+            return Err(counts
+                .err()
+                .unwrap_or_else(|| anyhow::anyhow!("the printing thread stopped")));
         }
-    }
+    };
+    let counts = counts?;
     progress.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
@@ -340,6 +316,80 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
     Ok(exit_code(&counts))
 }
 
+/// The deciding loop: lines from the reader thread in batches of `--batch`, a
+/// batch cut early when its first line has waited `--window`; every verdict to
+/// the printer. Returns how many lines were read.
+fn decide_stream(
+    runtime: &mut Runtime,
+    chunks: &Receiver<Read>,
+    args: &RunArgs,
+    printer: &Printer,
+    progress: &ProgressBar,
+) -> Result<u64, Stop> {
+    let batch = args.batch as usize;
+    let mut n = 0u64;
+    // Lines read and not yet decided, oldest first; `deadline` is when the oldest
+    // of them has waited `--window`.
+    let mut pending: VecDeque<Line> = VecDeque::with_capacity(2 * batch);
+    let mut deadline: Option<Instant> = None;
+    loop {
+        // Every full batch is decided now; a remainder waits for more lines, for
+        // its window, or for the end of input.
+        if pending.len() >= batch {
+            let mut verdicts = Vec::with_capacity(pending.len());
+            while pending.len() >= batch {
+                let lines = pending.drain(..batch).collect();
+                verdicts.extend(decide(runtime, lines));
+            }
+            printer.print(verdicts)?;
+            deadline = (!pending.is_empty()).then(|| Instant::now() + args.window);
+        }
+        progress.set_position(n);
+        let next = match deadline {
+            None => chunks.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            Some(at) => chunks.recv_timeout(at.saturating_duration_since(Instant::now())),
+        };
+        match next {
+            Ok(Read::Lines(chunk)) => {
+                n = chunk.last;
+                pending.extend(chunk.lines);
+                if !pending.is_empty() {
+                    deadline.get_or_insert_with(|| Instant::now() + args.window);
+                }
+            }
+            Ok(Read::Failed(e)) => {
+                // What was read is decided and printed before the error ends the run.
+                decide_all(runtime, &mut pending, batch, printer)?;
+                return Err(Stop::Read(e));
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                decide_all(runtime, &mut pending, batch, printer)?;
+                deadline = None;
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                decide_all(runtime, &mut pending, batch, printer)?;
+                return Ok(n);
+            }
+        }
+    }
+}
+
+/// Decides every pending line, `batch` per component call, and has their
+/// verdicts printed (flushed at once: what is printed has happened).
+fn decide_all(
+    runtime: &mut Runtime,
+    pending: &mut VecDeque<Line>,
+    batch: usize,
+    printer: &Printer,
+) -> Result<(), Stopped> {
+    let mut verdicts = Vec::with_capacity(pending.len());
+    while !pending.is_empty() {
+        let lines = pending.drain(..batch.min(pending.len())).collect();
+        verdicts.extend(decide(runtime, lines));
+    }
+    printer.print(verdicts)
+}
+
 /// Lines per chunk, and bytes: with two chunks in flight, the reader holds at
 /// most a few MiB ahead of the deciding loop.
 const CHUNK_LINES: usize = 1024;
@@ -349,18 +399,22 @@ const CHUNK_BYTES: usize = 1 << 20;
 /// then whatever is already buffered, up to `CHUNK_LINES` lines or
 /// `CHUNK_BYTES` bytes; a read error last.
 fn read_chunks(mut source: super::Lines, send: mpsc::SyncSender<Read>) {
+    let blank = |line: &[u8]| line.iter().all(u8::is_ascii_whitespace);
     let mut n = 0u64;
     loop {
-        let mut chunk = Vec::with_capacity(CHUNK_LINES);
+        let mut lines = Vec::with_capacity(CHUNK_LINES);
         let mut bytes = 0;
         // Some(Ok): the input ended; Some(Err): reading it failed.
         let mut stop: Option<std::io::Result<()>> = None;
-        while chunk.len() < CHUNK_LINES && bytes < CHUNK_BYTES {
+        let first = n;
+        while lines.len() < CHUNK_LINES && bytes < CHUNK_BYTES {
             match source.next() {
                 Some(Ok(line)) => {
                     n += 1;
                     bytes += line.len();
-                    chunk.push((n, line));
+                    if !blank(&line) {
+                        lines.push((n, String::from_utf8(line).map_err(|e| e.into_bytes())));
+                    }
                 }
                 Some(Err(e)) => {
                     stop = Some(Err(e));
@@ -375,7 +429,7 @@ fn read_chunks(mut source: super::Lines, send: mpsc::SyncSender<Read>) {
                 break;
             }
         }
-        if !chunk.is_empty() && send.send(Read::Lines(chunk)).is_err() {
+        if n > first && send.send(Read::Lines(Chunk { last: n, lines })).is_err() {
             return;
         }
         match stop {
@@ -390,41 +444,10 @@ fn read_chunks(mut source: super::Lines, send: mpsc::SyncSender<Read>) {
     }
 }
 
-/// Decides `lines` in one component call and writes their verdicts (not flushed).
-fn print_verdicts(
-    runtime: &mut Runtime,
-    lines: Vec<(u64, Vec<u8>)>,
-    out: &mut impl Write,
-    counts: &mut BTreeMap<&'static str, u64>,
-) -> Result<()> {
-    for verdict in decide(runtime, lines) {
-        *counts.entry(verdict.1).or_default() += 1;
-        write_verdict(out, &verdict)?;
-    }
-    Ok(())
-}
-
-/// Decides every pending line, `batch` per component call, and prints their
-/// verdicts, flushed at once: what is printed has happened.
-fn print_all(
-    runtime: &mut Runtime,
-    pending: &mut VecDeque<(u64, Vec<u8>)>,
-    batch: usize,
-    out: &mut impl Write,
-    counts: &mut BTreeMap<&'static str, u64>,
-) -> Result<()> {
-    while !pending.is_empty() {
-        let lines = pending.drain(..batch.min(pending.len())).collect();
-        print_verdicts(runtime, lines, out, counts)?;
-    }
-    out.flush()?;
-    Ok(())
-}
-
 /// Exit 0 when every delivery is done (acked), [`EXIT_RETRY`] when any needs a
 /// redelivery (failed, parked, store unavailable, trapped), else [`EXIT_POISON`]
 /// when any was rejected as poison. Errors before or during the run exit 2.
-fn exit_code(counts: &BTreeMap<&'static str, u64>) -> ExitCode {
+fn exit_code(counts: &Counts) -> ExitCode {
     let any = |decision: &str| counts.get(decision).is_some_and(|&n| n > 0);
     if any("failed") || any("park") {
         ExitCode::from(EXIT_RETRY)
