@@ -6,8 +6,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result};
-use wasmtime::Store;
-use wasmtime::component::{Component, Linker};
+use wasmtime::component::{Component, Linker, WasmStr};
+use wasmtime::{Store, StoreContextMut};
 
 use crate::runtime::HostState;
 use crate::wit::dedupe::babelqueue::idempotency::handler;
@@ -25,6 +25,12 @@ pub enum Handler {
 }
 
 impl Handler {
+    /// Whether this handler looks at the envelope at all (a mark or a scripted
+    /// run does not).
+    fn reads_envelope(&self) -> bool {
+        matches!(self, Handler::Exec(_) | Handler::Plugin(_))
+    }
+
     fn handle(&mut self, envelope: &str) -> Result<(), String> {
         match self {
             Handler::Mark => Ok(()),
@@ -57,6 +63,39 @@ impl handler::Host for HostState {
             _ => handler.handle(&envelope),
         }
     }
+}
+
+/// Binds the component's `handler.handle` import by hand, over the binding
+/// `bindgen!` made, so that the envelope arrives as a [`WasmStr`] (a place in
+/// the guest's memory) and is read out only by a handler that reads it: a mark
+/// run (`bq-dedupe run` without `--exec` or `--handler`) then copies and checks
+/// nothing per delivery. The bindgen binding stays the reference: this one
+/// calls the same [`handler::Host::handle`] once it has the text.
+pub fn bind_lazily(linker: &mut Linker<HostState>, component: &Component) -> Result<()> {
+    // The import's name as the component spells it (with its package version).
+    let ty = component.component_type();
+    let Some(name) = ty
+        .imports(component.engine())
+        .map(|(name, _)| name)
+        .find(|name| name.starts_with("babelqueue:idempotency/handler@"))
+    else {
+        return Ok(());
+    };
+    linker.allow_shadowing(true);
+    let bound = linker.instance(name).and_then(|mut instance| {
+        instance.func_wrap(
+            "handle",
+            |mut cx: StoreContextMut<'_, HostState>, (envelope,): (WasmStr,)| {
+                if !cx.data().handler.reads_envelope() {
+                    return Ok((cx.data_mut().handler.handle(""),));
+                }
+                let envelope = envelope.to_str(&cx)?.into_owned();
+                Ok((handler::Host::handle(cx.data_mut(), envelope),))
+            },
+        )
+    });
+    linker.allow_shadowing(false);
+    Ok(bound?)
 }
 
 fn exec(cmd: &str, envelope: &str) -> Result<(), String> {

@@ -90,6 +90,7 @@ impl Runtime {
         let component = source.compile(&engine)?;
         let mut linker = Linker::new(&engine);
         Dedupe::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
+        crate::handler::bind_lazily(&mut linker, &component)?;
         let state = HostState {
             store,
             handler,
