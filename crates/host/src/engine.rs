@@ -9,6 +9,9 @@
 //!   wasmtime's default (`~/.cache/wasmtime` on Linux, shared with the wasmtime
 //!   CLI; entries are keyed by the component's bytes and the engine's settings).
 //!
+//! - `BQ_DEDUPE_PERFMAP=1`: wasmtime writes a perf map of the compiled guest
+//!   code, so `perf report` names the guest's functions (for profiling).
+//!
 //! A cache that cannot be set up (no home directory, a read-only one) is not an
 //! error: the run compiles instead, and says why on stderr only when
 //! `BQ_DEDUPE_CACHE_DIR` asked for a directory.
@@ -38,6 +41,9 @@ fn make_engine() -> Engine {
             }
             Err(_) => {}
         }
+    }
+    if std::env::var_os("BQ_DEDUPE_PERFMAP").is_some_and(|v| v != "0") {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
     }
     // A `Config` with the defaults and a cache is always valid; were it not, the
     // defaults alone are.
