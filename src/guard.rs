@@ -23,7 +23,7 @@ use std::time::Duration;
 use foldhash::fast::RandomState;
 
 use crate::clock::Clock;
-use crate::envelope::{Limits, Message, Rejection};
+use crate::envelope::{Body, Limits, Message, Rejection};
 use crate::fingerprint::{self, Fingerprint};
 use crate::key::KeySpace;
 use crate::lease::{LeasePolicy, NoTimer, Progress, Timer};
@@ -251,9 +251,9 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     /// Puts one delivery through the guard: decode, decide, run `handler` if
     /// needed, record the result. The steps of a batch of one, minus the batch's
     /// bookkeeping.
-    pub async fn process<E>(
+    pub async fn process<B: Body + ?Sized, E>(
         &self,
-        body: &[u8],
+        body: &B,
         mut handler: impl AsyncFnMut(&Message<'_>) -> Result<(), E>,
     ) -> Outcome<E> {
         if self.options.claim_lease.is_some() && self.timer.available() {
@@ -273,7 +273,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     /// A slow batch makes more calls: before each handler (and on the timer's
     /// ticks, see [`Guard::with_timer`]) a due checkpoint remembers the successes
     /// so far and renews the claims still held ([`crate::lease`]).
-    pub async fn process_batch<B: AsRef<[u8]>, E>(
+    pub async fn process_batch<B: Body, E>(
         &self,
         bodies: &[B],
         mut handler: impl AsyncFnMut(&Message<'_>) -> Result<(), E>,
@@ -285,7 +285,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     /// [`Guard::process_batch`] whose handler also gets the delivery's index in
     /// `bodies`, for transport data that lives beside the body (a queue's own
     /// attempt count, a message handle).
-    pub async fn process_batch_indexed<B: AsRef<[u8]>, E>(
+    pub async fn process_batch_indexed<B: Body, E>(
         &self,
         bodies: &[B],
         handler: impl AsyncFnMut(usize, &Message<'_>) -> Result<(), E>,
@@ -297,7 +297,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     /// (`None`: no usable id, or not a valid envelope), so a caller that reports
     /// ids need not decode the bodies again ([`KeySpace::id_of`] turns a key back
     /// into its `meta.id`). Same store calls, same handler calls, same outcomes.
-    pub async fn process_batch_keyed<B: AsRef<[u8]>, E>(
+    pub async fn process_batch_keyed<B: Body, E>(
         &self,
         bodies: &[B],
         mut handler: impl AsyncFnMut(&Message<'_>) -> Result<(), E>,
@@ -308,7 +308,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         decisions.into_iter().map(|d| d.key).zip(outcomes).collect()
     }
 
-    async fn run_batch<B: AsRef<[u8]>, E>(
+    async fn run_batch<B: Body, E>(
         &self,
         bodies: &[B],
         mut handler: impl AsyncFnMut(usize, &Message<'_>) -> Result<(), E>,
@@ -493,12 +493,15 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     }
 
     /// Decides one delivery (see [`Guard::decide_batch`]).
-    pub async fn decide(&self, body: &[u8]) -> Decision {
+    pub async fn decide<B: Body + ?Sized>(&self, body: &B) -> Decision {
         self.decide_one(body).await.1
     }
 
     /// Classifies one body and, if it has a key, asks the store (single-key calls).
-    async fn decide_one<'b>(&self, body: &'b [u8]) -> (Option<Message<'b>>, Decision) {
+    async fn decide_one<'b, B: Body + ?Sized>(
+        &self,
+        body: &'b B,
+    ) -> (Option<Message<'b>>, Decision) {
         let (message, mut decision) = self.classify(body);
         if decision.verdict == Verdict::Run {
             self.ask_store(std::slice::from_mut(&mut decision), &[0])
@@ -510,7 +513,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     /// Decides a batch with one store call (plus one re-check if, in claiming mode,
     /// some ids are held by another consumer). The host then runs the handler for
     /// each decision whose [`Decision::should_run`] is true.
-    pub async fn decide_batch<B: AsRef<[u8]>>(&self, bodies: &[B]) -> Vec<Decision> {
+    pub async fn decide_batch<B: Body>(&self, bodies: &[B]) -> Vec<Decision> {
         self.plan(bodies).await.1
     }
 
@@ -638,8 +641,8 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     }
 
     /// Decodes one body and derives its key; the store is not asked yet.
-    fn classify<'b>(&self, body: &'b [u8]) -> (Option<Message<'b>>, Decision) {
-        let message = match Message::parse(body, &self.options.limits) {
+    fn classify<'b, B: Body + ?Sized>(&self, body: &'b B) -> (Option<Message<'b>>, Decision) {
+        let message = match body.decode(&self.options.limits) {
             Ok(m) => m,
             Err(r) => return (None, Decision::unkeyed(Verdict::Reject(r))),
         };
@@ -685,14 +688,12 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
 
     /// Classifies every body, collapses in-batch duplicates, and asks the store
     /// about each distinct key once.
-    async fn plan<'b, B: AsRef<[u8]>>(
+    async fn plan<'b, B: Body>(
         &self,
         bodies: &'b [B],
     ) -> (Vec<Option<Message<'b>>>, Vec<Decision>) {
-        let (messages, mut decisions): (Vec<_>, Vec<_>) = bodies
-            .iter()
-            .map(|body| self.classify(body.as_ref()))
-            .unzip();
+        let (messages, mut decisions): (Vec<_>, Vec<_>) =
+            bodies.iter().map(|body| self.classify(body)).unzip();
         // The first delivery of each key leads; later ones follow it. The map
         // borrows the keys, so duplicates are marked after it is dropped.
         let mut unique: Vec<usize> = Vec::new();

@@ -30,7 +30,7 @@ mod outcome;
 pub mod store;
 
 pub use clock::{Clock, ManualClock};
-pub use envelope::{Envelope, Limits, Message, Rejection};
+pub use envelope::{Body, Envelope, Limits, Message, Rejection};
 pub use guard::{Decision, Guard, HandlerResult, Options, Verdict};
 pub use key::{InvalidScope, KeySpace};
 pub use lease::{LeasePolicy, NoTimer, Timer};

@@ -9,6 +9,7 @@
 //! - [`Envelope`] is the full owned form (unknown fields preserved), built on demand
 //!   with [`Message::envelope`] or [`Envelope::decode`].
 
+mod body;
 #[cfg(not(target_arch = "wasm32"))]
 mod fast;
 mod owned;
@@ -17,6 +18,7 @@ mod view;
 
 use std::borrow::Cow;
 
+pub use body::Body;
 pub use owned::Envelope;
 pub use rejection::Rejection;
 pub(crate) use view::quoted;
@@ -58,7 +60,17 @@ impl<'a> Message<'a> {
     /// Decodes and validates `raw` (the `accepts()` of the other SDKs), with a typed
     /// reason for each rejection.
     pub fn parse(raw: &'a [u8], limits: &Limits) -> Result<Message<'a>, Rejection> {
-        let text = Self::checked_text(raw, limits)?;
+        Self::parse_text(Self::checked_text(raw, limits)?)
+    }
+
+    /// [`Message::parse`] of a text: the size limit, no UTF-8 check (a `str` is
+    /// UTF-8 already).
+    pub fn parse_str(raw: &'a str, limits: &Limits) -> Result<Message<'a>, Rejection> {
+        Self::check_size(raw.len(), limits)?;
+        Self::parse_text(raw)
+    }
+
+    fn parse_text(text: &'a str) -> Result<Message<'a>, Rejection> {
         // Native builds try the SIMD parser first; it only ever accepts, and leaves
         // every doubt (and so every rejection) to the reference decoder below. The
         // wasm32 builds keep serde_json alone, for their size budgets.
@@ -81,12 +93,7 @@ impl<'a> Message<'a> {
 
     /// The size limit and the UTF-8 check, shared by both decoders.
     fn checked_text(raw: &'a [u8], limits: &Limits) -> Result<&'a str, Rejection> {
-        if raw.len() > limits.max_bytes {
-            return Err(Rejection::TooLarge {
-                size: raw.len(),
-                limit: limits.max_bytes,
-            });
-        }
+        Self::check_size(raw.len(), limits)?;
         std::str::from_utf8(raw)
             .map_err(|e| Rejection::NotJson(format!("invalid UTF-8 at byte {}", e.valid_up_to())))
     }
@@ -101,9 +108,14 @@ impl<'a> Message<'a> {
         Self::validate(text, view)
     }
 
-    /// Parses a `&str` (see [`Message::parse`]).
-    pub fn parse_str(raw: &'a str, limits: &Limits) -> Result<Message<'a>, Rejection> {
-        Self::parse(raw.as_bytes(), limits)
+    fn check_size(size: usize, limits: &Limits) -> Result<(), Rejection> {
+        if size > limits.max_bytes {
+            return Err(Rejection::TooLarge {
+                size,
+                limit: limits.max_bytes,
+            });
+        }
+        Ok(())
     }
 
     fn validate(raw: &'a str, view: EnvelopeView<'a>) -> Result<Message<'a>, Rejection> {

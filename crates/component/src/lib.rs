@@ -113,12 +113,7 @@ fn refused_processed(n: usize, e: StoreError) -> Vec<wit::Processed> {
 #[inline(never)]
 fn process_one(guard: &Guard<HostStore>, envelope: &str) -> wit::Outcome {
     ready(
-        async {
-            guard
-                .process(envelope.as_bytes(), call_handler)
-                .await
-                .into()
-        },
+        async { guard.process(envelope, call_handler).await.into() },
         |e| wit::Outcome::StoreUnavailable(e.into()),
     )
 }
@@ -293,7 +288,7 @@ impl guard::Guest for Component {
     ) -> Result<Option<String>, wit::KeyError> {
         let options =
             convert::options(options).map_err(|e| wit::KeyError::InvalidOptions(e.into()))?;
-        let msg = Message::parse(envelope.as_bytes(), &options.limits)
+        let msg = Message::parse_str(&envelope, &options.limits)
             .map_err(|r| wit::KeyError::Rejected(r.into()))?;
         Ok(msg.id().map(|id| options.keyspace.key(id).into_owned()))
     }

@@ -1,0 +1,71 @@
+//! What the guard takes as a delivery's body: bytes, or text.
+
+use std::borrow::Cow;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use super::{Limits, Message, Rejection};
+
+/// A delivery's body: raw bytes (checked for UTF-8 when decoded) or text (a
+/// `str` is UTF-8 already, so it is not checked again). Implemented for the
+/// usual owners and borrows of both; the guard's methods take any of them.
+pub trait Body {
+    /// Decodes the body: [`Message::parse`] for bytes, [`Message::parse_str`] for text.
+    fn decode(&self, limits: &Limits) -> Result<Message<'_>, Rejection>;
+}
+
+impl Body for [u8] {
+    fn decode(&self, limits: &Limits) -> Result<Message<'_>, Rejection> {
+        Message::parse(self, limits)
+    }
+}
+
+impl Body for str {
+    fn decode(&self, limits: &Limits) -> Result<Message<'_>, Rejection> {
+        Message::parse_str(self, limits)
+    }
+}
+
+impl<const N: usize> Body for [u8; N] {
+    fn decode(&self, limits: &Limits) -> Result<Message<'_>, Rejection> {
+        Message::parse(self, limits)
+    }
+}
+
+/// Each owner decodes as what it owns.
+macro_rules! body_as_deref {
+    ($($ty:ty),* $(,)?) => {$(
+        impl Body for $ty {
+            fn decode(&self, limits: &Limits) -> Result<Message<'_>, Rejection> {
+                (**self).decode(limits)
+            }
+        }
+    )*};
+}
+
+body_as_deref!(Vec<u8>, String, Cow<'_, [u8]>, Cow<'_, str>);
+
+/// Each pointer decodes as what it points to.
+macro_rules! body_through_pointer {
+    ($($ptr:ident),*) => {$(
+        impl<T: Body + ?Sized> Body for $ptr<T> {
+            fn decode(&self, limits: &Limits) -> Result<Message<'_>, Rejection> {
+                (**self).decode(limits)
+            }
+        }
+    )*};
+}
+
+body_through_pointer!(Box, Rc, Arc);
+
+impl<T: Body + ?Sized> Body for &T {
+    fn decode(&self, limits: &Limits) -> Result<Message<'_>, Rejection> {
+        (**self).decode(limits)
+    }
+}
+
+impl<T: Body + ?Sized> Body for &mut T {
+    fn decode(&self, limits: &Limits) -> Result<Message<'_>, Rejection> {
+        (**self).decode(limits)
+    }
+}
