@@ -62,4 +62,12 @@ impl KeySpace {
             Some(scope) => rest.strip_prefix(scope.as_str())?.strip_prefix(':'),
         }
     }
+
+    /// [`KeySpace::id_of`] for an owned key, reusing its buffer: no allocation
+    /// (with no prefix and no scope the key is the id itself).
+    pub fn into_id(&self, mut key: String) -> Option<String> {
+        let start = key.len() - self.id_of(&key)?.len();
+        key.drain(..start);
+        Some(key)
+    }
 }

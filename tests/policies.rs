@@ -560,6 +560,15 @@ fn scopes_keep_separate_seen_sets_and_never_change_the_id() {
     assert_eq!(keys, vec!["bq:idem:billing:id-A", "bq:idem:email:id-A"]);
     let ks = billing.options().keyspace.clone();
     assert_eq!(ks.id_of("bq:idem:billing:id-A"), Some("id-A"));
+    assert_eq!(
+        ks.into_id("bq:idem:billing:id-A".into()).as_deref(),
+        Some("id-A")
+    );
+    assert_eq!(ks.into_id("bq:idem:email:id-A".into()), None);
+    assert_eq!(
+        KeySpace::new().into_id("id-A".into()).as_deref(),
+        Some("id-A")
+    );
     assert!(KeySpace::new().with_scope("a:b").is_err());
     assert!(KeySpace::new().with_scope("").is_err());
 }

@@ -128,10 +128,7 @@ fn process_many_ids(guard: &Guard<HostStore>, envelopes: &[String]) -> Vec<wit::
             keyed
                 .into_iter()
                 .map(|(key, outcome)| wit::Processed {
-                    id: key
-                        .as_deref()
-                        .and_then(|k| keyspace.id_of(k))
-                        .map(str::to_owned),
+                    id: key.and_then(|k| keyspace.into_id(k)),
                     outcome: outcome.into(),
                 })
                 .collect()
