@@ -602,9 +602,8 @@ fn run_batches_by_default_but_a_quiet_stream_gets_each_verdict_within_the_window
     }
 }
 
-/// The reader of stdout goes away mid-run (`bq-dedupe run | head -1`): the run
-/// stops with an error (exit 2) instead of hanging or deciding on unseen, and
-/// what it printed before is whole verdict lines.
+/// The reader of stdout goes away mid-run while lines keep coming
+/// (`bq-dedupe run | head -1`): the run stops with an error (exit 2), no hang.
 #[test]
 fn run_stops_with_an_error_when_stdout_is_closed() {
     let mut child = common::spawn(&["run", "--store", "memory"]);
@@ -644,6 +643,66 @@ fn run_stops_with_an_error_when_stdout_is_closed() {
         .read_to_string(&mut stderr)
         .unwrap();
     assert!(stderr.contains("Broken pipe"), "says why: {stderr}");
+}
+
+/// The reader of stdout goes away and stdin then goes quiet without closing
+/// (`tail -f ... | bq-dedupe run | head -1`): the first verdict that cannot be
+/// printed ends the run (exit 2) at once, not when the next line comes.
+#[test]
+fn run_stops_when_stdout_closes_even_while_stdin_is_idle() {
+    let mut child = common::spawn(&["run", "--store", "memory", "--window", "5ms"]);
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    writeln!(stdin, "{}", envelope("idle-1")).unwrap();
+    stdin.flush().unwrap();
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    assert!(first.contains("idle-1"), "{first}");
+    drop(stdout);
+    // Its verdict cannot be printed; after it, stdin stays open and silent.
+    writeln!(stdin, "{}", envelope("idle-2")).unwrap();
+    stdin.flush().unwrap();
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("bq-dedupe run still waiting for input after its stdout closed");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    drop(stdin);
+    assert_eq!(status.code(), Some(2));
+}
+
+/// `--exec` gets each envelope exactly as it was delivered: escapes, non-ASCII
+/// text and spacing untouched, byte for byte.
+#[test]
+fn exec_handler_gets_each_envelope_byte_for_byte() {
+    let dir = scratch("exec-bytes");
+    let got = dir.join("got");
+    let _ = std::fs::remove_file(&got);
+    // Each envelope, then a newline, appended to `got`.
+    let cmd = format!("{{ cat; echo; }} >> {}", got.display());
+    let lines = [
+        r#"{"job":"urn:babel:orders:created","trace_id":"t","data":{"note":"caf\u00e9 \"quoted\" \/ tab\t","emoji":"😀 größe"},"meta":{"id":"bytes-1","schema_version":1}}"#,
+        r#"  {"job" : "urn:babel:x", "trace_id":"t","data":{"n":[1, 2.50, -0e3]},"meta":{"id":"bytes-\u0032","schema_version":1}}  "#,
+    ];
+    let out = bq(
+        &["run", "--store", "memory", "--exec", &cmd],
+        &lines.join("\n"),
+    );
+    let verdicts = decisions(&out);
+    assert_eq!(verdicts.len(), 2, "{out:?}");
+    assert!(
+        verdicts.iter().all(|v| v["decision"] == "run"),
+        "{verdicts:?}"
+    );
+    assert_eq!(verdicts[1]["id"], "bytes-2", "the escaped id, decoded");
+    let written = std::fs::read_to_string(&got).unwrap();
+    assert_eq!(written, format!("{}\n{}\n", lines[0], lines[1]));
 }
 
 /// `run --fingerprint` end to end on a persistent store: a redelivery (even

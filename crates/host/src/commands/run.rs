@@ -203,11 +203,15 @@ fn resolve(lines: &[u64], texts: &[String], processed: Result<Vec<Processed>>) -
     }
 }
 
-/// What the reader thread hands the deciding loop.
-enum Read {
+/// What wakes the deciding loop: the reader thread's lines and end, or the
+/// printing thread stopping (stdout closed), which must end a run that may be
+/// waiting for input.
+enum Event {
     /// Lines read, in input order.
     Lines(Chunk),
-    Failed(std::io::Error),
+    ReadFailed(std::io::Error),
+    End,
+    PrinterStopped,
 }
 
 /// Lines as the reader thread hands them over: blank lines dropped, the rest
@@ -285,11 +289,13 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
     // in chunks (what the reader has buffered, see `read_chunks`), not one by
     // one: each hand-off may wake a thread, which costs more than a line.
     // Verdicts are printed on a third (see `printer`).
-    let (send, chunks) = mpsc::sync_channel::<Read>(2);
+    let (send, events) = mpsc::sync_channel::<Event>(2);
     let source = super::Lines::open(&args.input)?;
+    let printer = Printer::spawn(send.clone());
     std::thread::spawn(move || read_chunks(source, send));
-    let printer = Printer::spawn();
-    let decided = decide_stream(&mut runtime, &chunks, &args, &printer, &progress);
+    let decided = decide_stream(&mut runtime, &events, &args, &printer, &progress);
+    // No more events: a reader or printer still sending one is let go.
+    drop(events);
     // Whatever ended the loop, what was decided is printed before the run ends.
     let counts = printer.finish();
     let n = match decided {
@@ -321,7 +327,7 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
 /// the printer. Returns how many lines were read.
 fn decide_stream(
     runtime: &mut Runtime,
-    chunks: &Receiver<Read>,
+    events: &Receiver<Event>,
     args: &RunArgs,
     printer: &Printer,
     progress: &ProgressBar,
@@ -346,27 +352,29 @@ fn decide_stream(
         }
         progress.set_position(n);
         let next = match deadline {
-            None => chunks.recv().map_err(|_| RecvTimeoutError::Disconnected),
-            Some(at) => chunks.recv_timeout(at.saturating_duration_since(Instant::now())),
+            None => events.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            Some(at) => events.recv_timeout(at.saturating_duration_since(Instant::now())),
         };
         match next {
-            Ok(Read::Lines(chunk)) => {
+            Ok(Event::Lines(chunk)) => {
                 n = chunk.last;
                 pending.extend(chunk.lines);
                 if !pending.is_empty() {
                     deadline.get_or_insert_with(|| Instant::now() + args.window);
                 }
             }
-            Ok(Read::Failed(e)) => {
+            Ok(Event::ReadFailed(e)) => {
                 // What was read is decided and printed before the error ends the run.
                 decide_all(runtime, &mut pending, batch, printer)?;
                 return Err(Stop::Read(e));
             }
+            // Nothing more is decided once nothing can be printed.
+            Ok(Event::PrinterStopped) => return Err(Stop::Printer),
             Err(RecvTimeoutError::Timeout) => {
                 decide_all(runtime, &mut pending, batch, printer)?;
                 deadline = None;
             }
-            Err(RecvTimeoutError::Disconnected) => {
+            Ok(Event::End) | Err(RecvTimeoutError::Disconnected) => {
                 decide_all(runtime, &mut pending, batch, printer)?;
                 return Ok(n);
             }
@@ -374,8 +382,9 @@ fn decide_stream(
     }
 }
 
-/// Decides every pending line, `batch` per component call, and has their
-/// verdicts printed (flushed at once: what is printed has happened).
+/// Decides every pending line, `batch` per component call, and queues their
+/// verdicts as one group (printed and flushed together, after the calls that
+/// decided and recorded them).
 fn decide_all(
     runtime: &mut Runtime,
     pending: &mut VecDeque<Line>,
@@ -398,7 +407,7 @@ const CHUNK_BYTES: usize = 1 << 20;
 /// The reader thread: numbered lines in chunks, each one line waited for and
 /// then whatever is already buffered, up to `CHUNK_LINES` lines or
 /// `CHUNK_BYTES` bytes; a read error last.
-fn read_chunks(mut source: super::Lines, send: mpsc::SyncSender<Read>) {
+fn read_chunks(mut source: super::Lines, send: mpsc::SyncSender<Event>) {
     let blank = |line: &[u8]| line.iter().all(u8::is_ascii_whitespace);
     let mut n = 0u64;
     loop {
@@ -429,15 +438,19 @@ fn read_chunks(mut source: super::Lines, send: mpsc::SyncSender<Read>) {
                 break;
             }
         }
-        if n > first && send.send(Read::Lines(Chunk { last: n, lines })).is_err() {
+        if n > first && send.send(Event::Lines(Chunk { last: n, lines })).is_err() {
             return;
         }
         match stop {
             None => {}
-            // Dropping the sender is how the end of input is told.
-            Some(Ok(())) => return,
+            // Said, not left to the channel closing: the printing thread
+            // holds a sender too.
+            Some(Ok(())) => {
+                let _ = send.send(Event::End);
+                return;
+            }
             Some(Err(e)) => {
-                let _ = send.send(Read::Failed(e));
+                let _ = send.send(Event::ReadFailed(e));
                 return;
             }
         }

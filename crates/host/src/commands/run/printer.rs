@@ -9,43 +9,73 @@ use std::thread::JoinHandle;
 
 use anyhow::{Result, anyhow};
 
-use super::Verdict;
+use super::{Event, Verdict};
 
 /// How many verdicts each decision (`run`, `skip`, ...) got.
 pub type Counts = BTreeMap<&'static str, u64>;
 
-/// Groups of verdicts in flight to the printing thread: enough to overlap
-/// deciding and printing, few enough to hold little memory.
-const IN_FLIGHT: usize = 4;
+/// Groups of verdicts queued for the printing thread beside the one it is
+/// writing: one is enough to overlap deciding and printing, and it bounds what
+/// a closed stdout leaves decided but unprinted.
+const QUEUED: usize = 1;
 
 pub struct Printer {
-    send: SyncSender<Vec<Verdict>>,
-    thread: JoinHandle<std::io::Result<Counts>>,
+    /// Both `None` once finished.
+    send: Option<SyncSender<Vec<Verdict>>>,
+    thread: Option<JoinHandle<std::io::Result<Counts>>>,
 }
 
 impl Printer {
-    /// Starts the printing thread on stdout.
-    pub fn spawn() -> Self {
-        let (send, receive) = mpsc::sync_channel(IN_FLIGHT);
-        let thread = std::thread::spawn(move || print(receive));
-        Printer { send, thread }
+    /// Starts the printing thread on stdout. If printing fails (stdout closed),
+    /// it stops taking verdicts and tells the deciding loop through `notify`,
+    /// which may be waiting for input that is not coming.
+    pub fn spawn(notify: SyncSender<Event>) -> Self {
+        let (send, receive) = mpsc::sync_channel(QUEUED);
+        let thread = std::thread::spawn(move || {
+            let printed = print(&receive);
+            // Stop taking verdicts first, so a deciding loop blocked on `print`
+            // wakes up (to an error) instead of waiting on a full queue.
+            drop(receive);
+            if printed.is_err() {
+                let _ = notify.send(Event::PrinterStopped);
+            }
+            printed
+        });
+        Printer {
+            send: Some(send),
+            thread: Some(thread),
+        }
     }
 
-    /// Has `verdicts` printed and flushed (what is printed has been decided).
-    /// One call per group of batches, not per batch: each hand-off may wake the
-    /// thread, which costs microseconds. An error means the printing thread has
-    /// stopped (stdout closed or failing): [`Printer::finish`] says why.
+    /// Queues a group of verdicts; the printing thread writes and flushes each
+    /// group in turn (so what is printed has been decided). One call per group
+    /// of batches, not per batch: each hand-off may wake the thread, which costs
+    /// microseconds. An error means the printing thread has stopped (stdout
+    /// closed or failing): [`Printer::finish`] says why.
     pub fn print(&self, verdicts: Vec<Verdict>) -> Result<(), Stopped> {
-        self.send.send(verdicts).map_err(|_| Stopped)
+        let send = self.send.as_ref().ok_or(Stopped)?;
+        send.send(verdicts).map_err(|_| Stopped)
     }
 
-    /// Prints what is queued, flushes, and hands back the counts, or the error
-    /// that stopped the printing thread.
-    pub fn finish(self) -> Result<Counts> {
-        drop(self.send);
-        match self.thread.join() {
-            Ok(done) => Ok(done?),
-            Err(_) => Err(anyhow!("the printing thread panicked")),
+    /// Waits until everything queued is printed and flushed, and hands back the
+    /// counts, or the error that stopped the printing thread.
+    pub fn finish(mut self) -> Result<Counts> {
+        drop(self.send.take());
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(done)) => Ok(done?),
+            Some(Err(_)) => Err(anyhow!("the printing thread panicked")),
+            None => Err(anyhow!("the printing thread was already finished")),
+        }
+    }
+}
+
+impl Drop for Printer {
+    /// A run that ends without `finish` (an error, a panic) still prints what
+    /// it decided.
+    fn drop(&mut self) {
+        drop(self.send.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
 }
@@ -54,8 +84,10 @@ impl Printer {
 #[derive(Debug)]
 pub struct Stopped;
 
-fn print(receive: Receiver<Vec<Verdict>>) -> std::io::Result<Counts> {
-    let mut out = BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+fn print(receive: &Receiver<Vec<Verdict>>) -> std::io::Result<Counts> {
+    // Stdout itself, not its lock: the lock is taken per write of the buffer,
+    // so nothing else that prints can block on this thread for the whole run.
+    let mut out = BufWriter::with_capacity(1 << 16, std::io::stdout());
     let mut counts = Counts::new();
     for verdicts in receive {
         for verdict in &verdicts {
