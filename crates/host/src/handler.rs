@@ -28,7 +28,10 @@ impl Handler {
     /// Whether this handler looks at the envelope at all (a mark or a scripted
     /// run does not).
     fn reads_envelope(&self) -> bool {
-        matches!(self, Handler::Exec(_) | Handler::Plugin(_))
+        match self {
+            Handler::Exec(_) | Handler::Plugin(_) => true,
+            Handler::Mark | Handler::Scripted { .. } => false,
+        }
     }
 
     fn handle(&mut self, envelope: &str) -> Result<(), String> {
@@ -77,7 +80,8 @@ pub fn bind_lazily(linker: &mut Linker<HostState>, component: &Component) -> Res
     let Some(name) = ty
         .imports(component.engine())
         .map(|(name, _)| name)
-        .find(|name| name.starts_with("babelqueue:idempotency/handler@"))
+        // The 1.x track bindgen's binding is for (its functions unchanged within it).
+        .find(|name| name.starts_with("babelqueue:idempotency/handler@1."))
     else {
         return Ok(());
     };
