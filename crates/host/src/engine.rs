@@ -42,8 +42,13 @@ fn make_engine() -> Engine {
             Err(_) => {}
         }
     }
-    if std::env::var_os("BQ_DEDUPE_PERFMAP").is_some_and(|v| v != "0") {
-        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    if std::env::var_os("BQ_DEDUPE_PERFMAP").is_some_and(|v| v == "1") {
+        let mut profiled = config.clone();
+        profiled.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        match Engine::new(&profiled) {
+            Ok(engine) => return engine,
+            Err(e) => eprintln!("bq-dedupe: BQ_DEDUPE_PERFMAP: no perf map: {e:#}"),
+        }
     }
     // A `Config` with the defaults and a cache is always valid; were it not, the
     // defaults alone are.
