@@ -24,12 +24,15 @@ fn as_bytes(text: &str, limits: &Limits) -> Result<Option<String>, Rejection> {
 #[test]
 fn text_and_bytes_bodies_decode_alike() {
     let small = Limits { max_bytes: 40 };
+    // 32 characters, 62 bytes: the limit counts bytes, for text too.
+    let wide = format!("\"{}\"", "\u{e9}".repeat(30));
     let texts = [
         VALID,
         "not json",
         "[1,2]",
         r#"{"job":"j"}"#,
         "{\"a\":\"\u{e9}\"}",
+        &wide,
     ];
     for limits in [Limits::default(), small] {
         for text in texts {
@@ -63,6 +66,17 @@ fn text_and_bytes_bodies_decode_alike() {
         as_bytes(VALID, &small),
         Err(Rejection::TooLarge { .. })
     ));
+    let decoded = wide.decode(&small);
+    assert!(
+        matches!(
+            decoded,
+            Err(Rejection::TooLarge {
+                size: 62,
+                limit: 40
+            })
+        ),
+        "{decoded:?}"
+    );
 }
 
 #[test]
@@ -73,7 +87,10 @@ fn bytes_that_are_not_utf8_are_still_rejected() {
         bad.decode(&Limits::default()),
         bad[..].decode(&Limits::default()),
     ] {
-        assert!(matches!(decoded, Err(Rejection::NotJson(_))), "{decoded:?}");
+        assert!(
+            matches!(&decoded, Err(Rejection::NotJson(why)) if why.contains("UTF-8")),
+            "{decoded:?}"
+        );
     }
     let arr: [u8; 3] = [b'{', 0xc3, b'}'];
     assert!(matches!(
