@@ -602,6 +602,22 @@ fn run_batches_by_default_but_a_quiet_stream_gets_each_verdict_within_the_window
     }
 }
 
+/// The child's exit status, once it exits; killed and failed (with `what`) if it
+/// is still running after `secs` seconds.
+fn exit_within(child: &mut std::process::Child, secs: u64, what: &str) -> std::process::ExitStatus {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(secs) {
+            let _ = child.kill();
+            panic!("bq-dedupe run {what} ({secs} s)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// The reader of stdout goes away mid-run while lines keep coming
 /// (`bq-dedupe run | head -1`): the run stops with an error (exit 2), no hang.
 #[test]
@@ -622,17 +638,7 @@ fn run_stops_with_an_error_when_stdout_is_closed() {
     let first: Value = serde_json::from_str(&first).unwrap();
     assert_eq!(first["line"], 1, "{first}");
     drop(stdout);
-    let started = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > std::time::Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("bq-dedupe run still running a minute after its stdout closed");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let status = exit_within(&mut child, 60, "still running after its stdout closed");
     feeder.join().unwrap();
     assert_eq!(status.code(), Some(2), "a run that cannot print fails");
     let mut stderr = String::new();
@@ -662,17 +668,11 @@ fn run_stops_when_stdout_closes_even_while_stdin_is_idle() {
     // Its verdict cannot be printed; after it, stdin stays open and silent.
     writeln!(stdin, "{}", envelope("idle-2")).unwrap();
     stdin.flush().unwrap();
-    let started = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > std::time::Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("bq-dedupe run still waiting for input after its stdout closed");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let status = exit_within(
+        &mut child,
+        20,
+        "still waiting for input after its stdout closed",
+    );
     drop(stdin);
     assert_eq!(status.code(), Some(2));
 }
