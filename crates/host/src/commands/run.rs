@@ -342,12 +342,8 @@ fn decide_stream(
         // Every full batch is decided now; a remainder waits for more lines, for
         // its window, or for the end of input.
         if pending.len() >= batch {
-            let mut verdicts = Vec::with_capacity(pending.len());
-            while pending.len() >= batch {
-                let lines = pending.drain(..batch).collect();
-                verdicts.extend(decide(runtime, lines));
-            }
-            printer.print(verdicts)?;
+            let full = pending.len() / batch * batch;
+            decide_group(runtime, pending.drain(..full), batch, printer)?;
             deadline = (!pending.is_empty()).then(|| Instant::now() + args.window);
         }
         progress.set_position(n);
@@ -365,36 +361,35 @@ fn decide_stream(
             }
             Ok(Event::ReadFailed(e)) => {
                 // What was read is decided and printed before the error ends the run.
-                decide_all(runtime, &mut pending, batch, printer)?;
+                decide_group(runtime, pending.drain(..), batch, printer)?;
                 return Err(Stop::Read(e));
             }
             // Nothing more is decided once nothing can be printed.
             Ok(Event::PrinterStopped) => return Err(Stop::Printer),
             Err(RecvTimeoutError::Timeout) => {
-                decide_all(runtime, &mut pending, batch, printer)?;
+                decide_group(runtime, pending.drain(..), batch, printer)?;
                 deadline = None;
             }
             Ok(Event::End) | Err(RecvTimeoutError::Disconnected) => {
-                decide_all(runtime, &mut pending, batch, printer)?;
+                decide_group(runtime, pending.drain(..), batch, printer)?;
                 return Ok(n);
             }
         }
     }
 }
 
-/// Decides every pending line, `batch` per component call, and queues their
-/// verdicts as one group (printed and flushed together, after the calls that
-/// decided and recorded them).
-fn decide_all(
+/// Decides `lines`, `batch` per component call (the last call takes what is
+/// left), and queues their verdicts as one group (printed and flushed together,
+/// after the calls that decided and recorded them).
+fn decide_group(
     runtime: &mut Runtime,
-    pending: &mut VecDeque<Line>,
+    mut lines: impl ExactSizeIterator<Item = Line>,
     batch: usize,
     printer: &Printer,
 ) -> Result<(), Stopped> {
-    let mut verdicts = Vec::with_capacity(pending.len());
-    while !pending.is_empty() {
-        let lines = pending.drain(..batch.min(pending.len())).collect();
-        verdicts.extend(decide(runtime, lines));
+    let mut verdicts = Vec::with_capacity(lines.len());
+    while lines.len() > 0 {
+        verdicts.extend(decide(runtime, lines.by_ref().take(batch).collect()));
     }
     printer.print(verdicts)
 }
