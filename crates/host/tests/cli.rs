@@ -168,15 +168,7 @@ fn claim_race(store: &str, dir: &Path) {
     let effects = dir.join("effects");
     let cmd = format!("sleep 0.3; echo ran >> {}", effects.display());
     let children: Vec<_> = (0..16)
-        .map(|_| {
-            common::command()
-                .args(["run", "--store", store, "--claim", "--exec", &cmd])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
+        .map(|_| common::spawn(&["run", "--store", store, "--claim", "--exec", &cmd]))
         .collect();
     // Everyone is started before anyone gets its line.
     let body = envelope("contended-id") + "\n";
@@ -320,13 +312,7 @@ fn hostile_stream_gets_verdicts(store: &str) {
         input.extend_from_slice(l);
         input.push(b'\n');
     }
-    let mut child = common::command()
-        .args(["run", "--store", store])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = common::spawn(&["run", "--store", store]);
     let mut stdin = child.stdin.take().unwrap();
     let writer = std::thread::spawn(move || stdin.write_all(&input).unwrap());
     let out = child.wait_with_output().unwrap();

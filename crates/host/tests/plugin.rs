@@ -4,7 +4,6 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 use serde_json::{Value, json};
 
@@ -51,19 +50,13 @@ fn write_plugin(dir: &Path, name: &str, body: &str) -> PathBuf {
 }
 
 fn run(store: &str, plugin: &Path, input: &str) -> Vec<Value> {
-    let mut child = common::command()
-        .args([
-            "run",
-            "--store",
-            store,
-            "--handler",
-            plugin.to_str().unwrap(),
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = common::spawn(&[
+        "run",
+        "--store",
+        store,
+        "--handler",
+        plugin.to_str().unwrap(),
+    ]);
     child
         .stdin
         .take()

@@ -6,7 +6,7 @@
 //! clients (`psql`, `redis-cli`), the way the other SDKs write them.
 
 use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_json::json;
@@ -121,15 +121,7 @@ fn claim_race(store: &str) {
     let effects = dir.join("effects");
     let cmd = format!("sleep 0.3; echo ran >> {}", effects.display());
     let children: Vec<_> = (0..16)
-        .map(|_| {
-            common::command()
-                .args(["run", "--store", store, "--claim", "--exec", &cmd])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
+        .map(|_| common::spawn(&["run", "--store", store, "--claim", "--exec", &cmd]))
         .collect();
     let body = envelope(&unique("contended")) + "\n";
     let children: Vec<_> = children
