@@ -296,7 +296,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     /// [`Guard::process_batch`] that also hands back each delivery's store key
     /// (`None`: no usable id, or not a valid envelope), so a caller that reports
     /// ids need not decode the bodies again ([`KeySpace::id_of`] turns a key back
-    /// into its `meta.id`). Same store calls, same handler calls, same outcomes.
+    /// into its `meta.id`, [`KeySpace::into_id`] an owned one without copying). Same store calls, same handler calls, same outcomes.
     pub async fn process_batch_keyed<B: Body, E>(
         &self,
         bodies: &[B],
