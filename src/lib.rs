@@ -28,6 +28,8 @@ pub mod lease;
 pub mod observe;
 mod outcome;
 pub mod store;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
 pub use clock::{Clock, ManualClock};
 pub use envelope::{Body, Envelope, Limits, Message, Rejection};

@@ -18,6 +18,7 @@ use std::time::Duration;
 use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 
+use super::record::{ClaimAnswer, Record, Rules};
 use super::{Capabilities, Claim, ClaimToken, Settled, Settlement, Store, StoreError, StoreResult};
 use crate::clock::Clock;
 
@@ -696,12 +697,13 @@ impl Store for InMemoryStore {
         let now = self.now();
         let mut inner = self.lock()?;
         inner.table.begin_lookups();
-        Ok(self.claim_locked(&mut inner, key, now, lease))
+        Ok(self.claim_locked(&mut inner, key, (now, false), lease))
     }
 
     async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
         let mut inner = self.lock()?;
-        release_locked(&mut inner, key, token);
+        // Time does not matter: a lapsed claim of this token goes as a live one does.
+        self.release_locked(&mut inner, key, token, None);
         Ok(())
     }
 
@@ -718,14 +720,14 @@ impl Store for InMemoryStore {
             .zip(seen)
             .map(|(key, seen)| match seen {
                 true => Claim::Seen,
-                false => self.claim_unseen_locked(&mut inner, key, now, lease),
+                false => self.claim_locked(&mut inner, key, (now, true), lease),
             })
             .collect())
     }
 
     async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
         let now = self.now();
-        Ok(renew_locked(&mut *self.lock()?, key, token, now, lease))
+        Ok(self.renew_locked(&mut *self.lock()?, key, token, now, lease))
     }
 
     async fn remember_fenced(
@@ -752,12 +754,12 @@ impl Store for InMemoryStore {
         inner.table.reserve(step.remember.len());
         // Releases first: they cannot fail, and a failed remember must not skip them.
         for (key, token) in step.release {
-            release_locked(&mut inner, key, token);
+            self.release_locked(&mut inner, key, token, now);
         }
         let renewed = step
             .renew
             .iter()
-            .map(|(key, token)| renew_locked(&mut inner, key, token, now, step.lease))
+            .map(|(key, token)| self.renew_locked(&mut inner, key, token, now, step.lease))
             .collect();
         let expiry = match step.remember {
             [] => NEVER,
@@ -777,6 +779,61 @@ impl Store for InMemoryStore {
 }
 
 impl InMemoryStore {
+    /// The in-memory store's rules: a lapsed claim is kept until taken over (the
+    /// map keeps it); a done record keeps no token (the compact table has no
+    /// room, and no call here is ever re-sent after a lost reply).
+    pub const RULES: Rules = Rules {
+        lapsed_claim_kept: true,
+        done_keeps_token: false,
+        claims_have_owners: true,
+    };
+
+    /// Applies `op` (one of [`Record`]'s rules) to `key`'s record and writes back
+    /// what changed: the claim in the map, a done record in the table (with
+    /// `expiry`). `unseen`: the caller has just looked the key up and not found
+    /// it done, so it is not looked up again.
+    fn apply<R>(
+        &self,
+        inner: &mut Inner,
+        key: &str,
+        (now, unseen): (Option<u64>, bool),
+        expiry: u32,
+        op: impl FnOnce(&mut Record<u64>) -> R,
+    ) -> StoreResult<R> {
+        let before = match inner.claims.get(key) {
+            Some(&(token, until)) => Record::Claimed { token, until },
+            // A done record here is live (`seen` drops an expired one).
+            None if !unseen && inner.table.seen(key, now) => Record::Done {
+                until: None,
+                by: None,
+            },
+            None => Record::Free,
+        };
+        let mut after = before.clone();
+        let answer = op(&mut after);
+        if after != before {
+            match after {
+                Record::Free => {
+                    inner.claims.remove(key);
+                }
+                Record::Claimed { token, until } => {
+                    self.timed.store(true, Ordering::Relaxed);
+                    match inner.claims.get_mut(key) {
+                        Some(claim) => *claim = (token, until),
+                        None => {
+                            inner.claims.insert(key.to_owned(), (token, until));
+                        }
+                    }
+                }
+                Record::Done { .. } => {
+                    end_claim(inner, key);
+                    inner.table.remember(key, expiry, self.capacity)?;
+                }
+            }
+        }
+        Ok(answer)
+    }
+
     /// Remembers `key`: plainly without a token; with one, fenced (see
     /// [`Store::remember_fenced`]). Answers whether the claim was still ours.
     fn remember_fenced_locked(
@@ -787,98 +844,83 @@ impl InMemoryStore {
         expiry: u32,
         now: Option<u64>,
     ) -> StoreResult<bool> {
-        let ours = match (token, inner.claims.get(key)) {
-            (None, _) => true,
-            (Some(token), Some((t, _))) if token_is(*t, token) => true,
-            (Some(_), Some((_, until))) if lease_live(*until, now) => return Ok(false),
-            (Some(_), _) if inner.table.seen(key, now) => return Ok(false),
-            (Some(_), _) => false,
+        let Some(token) = token else {
+            end_claim(inner, key);
+            inner.table.remember(key, expiry, self.capacity)?;
+            return Ok(true);
         };
-        end_claim(inner, key);
-        inner.table.remember(key, expiry, self.capacity)?;
-        Ok(ours)
+        let token = token_number(token);
+        self.apply(inner, key, (now, false), expiry, |r| {
+            r.remember_fenced(Self::RULES, now, &token, None)
+        })
     }
 
+    /// Claims `key` (see [`Record::claim`]); `unseen` as in [`Self::apply`].
     fn claim_locked(
         &self,
         inner: &mut Inner,
         key: &str,
-        now: Option<u64>,
+        (now, unseen): (Option<u64>, bool),
         lease: Duration,
     ) -> Claim {
-        if inner.table.seen(key, now) {
-            return Claim::Seen;
+        let token = inner.next_token + 1;
+        let until = now.map(|n| n.saturating_add(lease.as_millis() as u64));
+        let answer = self
+            .apply(inner, key, (now, unseen), NEVER, |r| {
+                r.claim(Self::RULES, now, token, until)
+            })
+            .unwrap_or(ClaimAnswer::Held); // a claim writes no done record: no error
+        if answer != ClaimAnswer::Acquired {
+            return answer.with_token(ClaimToken(String::new()));
         }
-        self.claim_unseen_locked(inner, key, now, lease)
+        inner.next_token = token;
+        answer.with_token(ClaimToken(token.to_string()))
     }
 
-    /// `claim_locked` for a key the seen-set has just said it has not seen.
-    fn claim_unseen_locked(
+    /// Extends the claim if `token` still owns it (see [`Record::renew`]).
+    fn renew_locked(
         &self,
         inner: &mut Inner,
         key: &str,
+        token: &ClaimToken,
         now: Option<u64>,
         lease: Duration,
-    ) -> Claim {
-        if let Some((_, until)) = inner.claims.get(key) {
-            if lease_live(*until, now) {
-                return Claim::Held;
-            }
-        }
-        inner.next_token += 1;
-        let token = inner.next_token;
-        self.timed.store(true, Ordering::Relaxed);
+    ) -> bool {
+        let token = token_number(token);
         let until = now.map(|n| n.saturating_add(lease.as_millis() as u64));
-        inner.claims.insert(key.to_owned(), (token, until));
-        Claim::Acquired(ClaimToken(token.to_string()))
+        self.apply(inner, key, (now, false), NEVER, |r| {
+            r.renew(Self::RULES, now, &token, until)
+        })
+        .unwrap_or(false)
+    }
+
+    /// Only the owner's token releases (see [`Record::release`]).
+    fn release_locked(&self, inner: &mut Inner, key: &str, token: &ClaimToken, now: Option<u64>) {
+        let token = token_number(token);
+        let _ = self.apply(inner, key, (now, true), NEVER, |r| {
+            r.release(Self::RULES, now, &token)
+        });
     }
 }
 
-/// Whether `token` is the one this store issued as `t` (its decimal digits), without
-/// formatting `t` into a new string for every comparison.
-fn token_is(t: u64, token: &ClaimToken) -> bool {
+/// The number this store issued as `token`, or 0 (never issued, so it owns
+/// nothing) for anything but a canonical decimal.
+fn token_number(token: &ClaimToken) -> u64 {
     let s = token.0.as_bytes();
     // Exactly the canonical decimal form: digits only, no sign, no leading zero.
-    !s.is_empty()
+    let canonical = !s.is_empty()
         && s.len() <= 20
         && s.iter().all(u8::is_ascii_digit)
-        && (s[0] != b'0' || s.len() == 1)
-        && token.0.parse::<u64>() == Ok(t)
-}
-
-/// Extends the claim if `token` still owns it (a lapsed claim nobody took over is
-/// still its owner's).
-fn renew_locked(
-    inner: &mut Inner,
-    key: &str,
-    token: &ClaimToken,
-    now: Option<u64>,
-    lease: Duration,
-) -> bool {
-    match inner.claims.get_mut(key) {
-        Some((t, until)) if token_is(*t, token) => {
-            *until = now.map(|n| n.saturating_add(lease.as_millis() as u64));
-            true
-        }
-        _ => false,
-    }
-}
-
-/// Only the owner's token releases: a claim re-taken after its lease ran out
-/// belongs to someone else now.
-fn release_locked(inner: &mut Inner, key: &str, token: &ClaimToken) {
-    if inner
-        .claims
-        .get(key)
-        .is_some_and(|(t, _)| token_is(*t, token))
-    {
-        inner.claims.remove(key);
+        && (s[0] != b'0' || s.len() == 1);
+    match canonical {
+        true => token.0.parse().unwrap_or(0),
+        false => 0,
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{InMemoryStore, token_is};
+    use super::{InMemoryStore, token_number};
     use crate::block_on_ready;
     use crate::store::{Claim, ClaimToken, Settlement, Store};
     use std::time::Duration;
@@ -975,9 +1017,8 @@ mod tests {
     #[test]
     fn a_token_matches_only_its_own_canonical_digits() {
         let token = |s: &str| ClaimToken(s.to_owned());
-        assert!(token_is(7, &token("7")));
-        assert!(token_is(0, &token("0")));
-        assert!(token_is(u64::MAX, &token(&u64::MAX.to_string())));
+        assert_eq!(token_number(&token("7")), 7);
+        assert_eq!(token_number(&token(&u64::MAX.to_string())), u64::MAX);
         for other in [
             "",
             "07",
@@ -990,8 +1031,9 @@ mod tests {
             "00",
             "18446744073709551616",
         ] {
-            assert!(!token_is(7, &token(other)), "{other:?}");
+            assert_ne!(token_number(&token(other)), 7, "{other:?}");
         }
-        assert!(!token_is(0, &token("00")));
+        // 0 is never issued: every non-canonical token maps to it, owning nothing.
+        assert_eq!(token_number(&token("00")), 0);
     }
 }

@@ -9,6 +9,7 @@
 //! store simply returns a ready future, and [`crate::block_on_ready`] drives it.
 
 mod memory;
+pub mod record;
 
 use std::sync::Arc;
 use std::time::Duration;
