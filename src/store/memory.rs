@@ -786,6 +786,7 @@ impl InMemoryStore {
         lapsed_claim_kept: true,
         done_keeps_token: false,
         claims_have_owners: true,
+        remember_resets_expiry: true,
     };
 
     /// Applies `op` (one of [`Record`]'s rules) to `key`'s record and writes back

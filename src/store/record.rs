@@ -81,6 +81,10 @@ pub struct Rules {
     /// looks alike, so a release ends whichever claim is there, and renewals and
     /// fenced commits are not offered (`Capabilities::lease` is false).
     pub claims_have_owners: bool,
+    /// A plain `remember` of a key that is already done and live sets its
+    /// expiry anew (`true`), or leaves the earlier one (`false`: the Go SDK's
+    /// PostgreSQL statement, `ON CONFLICT ... WHERE expires_at <= now()`).
+    pub remember_resets_expiry: bool,
 }
 
 impl Rules {
@@ -89,6 +93,7 @@ impl Rules {
         lapsed_claim_kept: true,
         done_keeps_token: true,
         claims_have_owners: true,
+        remember_resets_expiry: true,
     };
 }
 
@@ -186,8 +191,13 @@ impl<T: Clone + PartialEq> Record<T> {
     }
 
     /// `remember` (plain): done until `until`, whatever the record was (it ends
-    /// any claim, as the spec's `remember` does).
-    pub fn remember(&mut self, until: Option<u64>) {
+    /// any claim, as the spec's `remember` does); a live done record keeps its
+    /// expiry where the rules say so.
+    pub fn remember(&mut self, rules: Rules, now: Option<u64>, until: Option<u64>) {
+        self.settled(rules, now);
+        if !rules.remember_resets_expiry && self.peek(now) == Peek::Done {
+            return;
+        }
         *self = Record::Done { until, by: None };
     }
 
@@ -236,6 +246,7 @@ mod tests {
         lapsed_claim_kept: false,
         done_keeps_token: false,
         claims_have_owners: true,
+        remember_resets_expiry: true,
     };
 
     fn t(s: &'static str) -> &'static str {
@@ -298,7 +309,7 @@ mod tests {
     #[test]
     fn done_expires_into_free() {
         let mut r: Record<&str> = Record::Free;
-        r.remember(Some(10));
+        r.remember(Rules::KEPT, Some(0), Some(10));
         assert!(r.seen(Some(9)));
         assert!(!r.seen(Some(10)));
         assert_eq!(r.claim(Rules::KEPT, Some(10), t("a"), Some(20)), Acquired);

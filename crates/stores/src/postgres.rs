@@ -1,6 +1,7 @@
 //! [`PostgresStore`]: remembered ids in the Go SDK's table, claims in a table of
 //! their own. The record formats are in `docs/stores.md`.
 
+use bq_dedupe::store::record::Rules;
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -144,6 +145,15 @@ fn ms(d: Option<Duration>) -> Option<i64> {
 }
 
 impl PostgresStore {
+    /// How this store's rows follow the record model: a lapsed claim's row in
+    /// `TABLE_claims` stays its owner's until another consumer takes it over.
+    pub const RULES: Rules = Rules {
+        lapsed_claim_kept: true,
+        done_keeps_token: false,
+        claims_have_owners: true,
+        remember_resets_expiry: false,
+    };
+
     /// Connects to `url` (`postgres://[USER[:PASSWORD]@]HOST[:PORT]/DB[?...]`, any
     /// parameter libpq-style URLs take) and creates the tables if missing.
     pub fn connect(url: &str, table: &str) -> StoreResult<Self> {

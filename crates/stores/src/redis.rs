@@ -5,6 +5,7 @@
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
+use bq_dedupe::store::record::Rules;
 use bq_dedupe::{
     Capabilities, Claim, ClaimToken, Settled, Settlement, Store, StoreError, StoreErrorKind,
     StoreResult,
@@ -238,6 +239,18 @@ fn refuse_tls(url: &str) -> StoreResult<()> {
 }
 
 impl RedisStore {
+    /// How `dialect`'s values follow the record model: Redis deletes a key
+    /// when its `PX` runs out, so a lapsed claim is gone at once; PHP's claims
+    /// (`1`) name no owner.
+    pub const fn rules(dialect: Dialect) -> Rules {
+        Rules {
+            lapsed_claim_kept: false,
+            done_keeps_token: false,
+            claims_have_owners: matches!(dialect, Dialect::Native),
+            remember_resets_expiry: true,
+        }
+    }
+
     /// Connects to `url` (`redis://[:PASSWORD@]HOST[:PORT][/DB]`) in our own
     /// format; every key is stored as `key_prefix + key`.
     pub fn connect(url: &str, key_prefix: impl Into<String>) -> Result<Self, StoreError> {

@@ -4,6 +4,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use bq_dedupe::store::record::Rules;
 use bq_dedupe::{
     Capabilities, Claim, ClaimToken, Clock, Settled, Settlement, Store, StoreError, StoreResult,
     SystemClock,
@@ -81,6 +82,15 @@ impl std::fmt::Debug for SqliteStore {
 }
 
 impl SqliteStore {
+    /// How this store's rows follow the record model: a lapsed claim's row
+    /// stays its owner's until another consumer takes it over.
+    pub const RULES: Rules = Rules {
+        lapsed_claim_kept: true,
+        done_keeps_token: false,
+        claims_have_owners: true,
+        remember_resets_expiry: true,
+    };
+
     /// Opens (or creates) the store at `path`, creating missing parent folders.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref();

@@ -1,0 +1,184 @@
+//! Every store of this crate passes the core's store testkit: random runs from
+//! several clients (each its own connection), checked answer by answer against
+//! the record model, with faults injected and clients crashing. SQLite runs on a
+//! manual clock (a file, a connection per client); Redis (each dialect, and a
+//! cluster) and PostgreSQL on their servers' own clocks, in short real ticks.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bq_dedupe::store::record::Rules;
+use bq_dedupe::testkit::{self, Harness};
+use bq_dedupe::{Clock, ManualClock};
+use bq_dedupe_stores::{Dialect, PostgresStore, RedisStore, SqliteStore};
+use common::*;
+
+struct Sqlite {
+    db: TempDb,
+    clock: Arc<ManualClock>,
+}
+
+impl Harness for Sqlite {
+    type Client = SqliteStore;
+    fn rules(&self) -> Rules {
+        SqliteStore::RULES
+    }
+    fn open(&mut self) -> SqliteStore {
+        SqliteStore::open(self.db.path())
+            .expect("open the test file")
+            .with_clock(self.clock.clone())
+    }
+    fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+    fn advance(&mut self, ms: u64) {
+        self.clock.advance(ms);
+    }
+}
+
+#[test]
+fn sqlite_follows_the_record_model() {
+    testkit::check(64, || Sqlite {
+        db: TempDb::new("testkit"),
+        clock: Arc::new(ManualClock::new(1_000_000)),
+    });
+}
+
+/// Time on a server's own clock: real ms since the harness began, in short
+/// ticks, with a few ms of slack for the server's view of "now".
+struct RealTime(Instant);
+
+impl RealTime {
+    fn now_ms(&self) -> u64 {
+        self.0.elapsed().as_millis() as u64
+    }
+    fn advance(ms: u64) {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+}
+
+const TICK_MS: u64 = 40;
+const SLACK_MS: u64 = 8;
+
+struct Redis {
+    open: Box<dyn Fn() -> RedisStore>,
+    rules: Rules,
+    time: RealTime,
+    _cleanup: Box<dyn std::any::Any>,
+}
+
+impl Harness for Redis {
+    type Client = RedisStore;
+    fn rules(&self) -> Rules {
+        self.rules
+    }
+    fn open(&mut self) -> RedisStore {
+        (self.open)()
+    }
+    fn now_ms(&self) -> u64 {
+        self.time.now_ms()
+    }
+    fn advance(&mut self, ms: u64) {
+        RealTime::advance(ms)
+    }
+    fn slack_ms(&self) -> u64 {
+        SLACK_MS
+    }
+    fn tick_ms(&self) -> u64 {
+        TICK_MS
+    }
+}
+
+fn redis(dialect: Dialect) -> Redis {
+    let url = redis_url().expect("a Redis server");
+    let prefix = redis_prefix(&format!("testkit-{}", dialect.name()));
+    let cleanup = RedisCleanup {
+        url: url.clone(),
+        prefix: prefix.clone(),
+    };
+    Redis {
+        open: Box::new(move || {
+            RedisStore::connect_dialect(&url, prefix.clone(), dialect).expect("connect to Redis")
+        }),
+        rules: RedisStore::rules(dialect),
+        time: RealTime(Instant::now()),
+        _cleanup: Box::new(cleanup),
+    }
+}
+
+#[test]
+fn redis_follows_the_record_model_in_each_dialect() {
+    for dialect in [Dialect::Native, Dialect::Php, Dialect::Go] {
+        testkit::check(16, || redis(dialect));
+    }
+}
+
+#[test]
+fn redis_cluster_follows_the_record_model() {
+    let spec = redis_cluster_spec();
+    testkit::check(8, || {
+        let nodes = cluster_nodes(&spec);
+        let prefix = redis_prefix("testkit-cluster");
+        let cleanup = ClusterCleanup {
+            spec: spec.clone(),
+            prefix: prefix.clone(),
+        };
+        Redis {
+            open: Box::new(move || {
+                RedisStore::connect_cluster(&nodes, prefix.clone(), Dialect::Native)
+                    .expect("connect to the cluster")
+            }),
+            rules: RedisStore::rules(Dialect::Native),
+            time: RealTime(Instant::now()),
+            _cleanup: Box::new(cleanup),
+        }
+    });
+}
+
+struct Postgres {
+    url: String,
+    table: String,
+    time: RealTime,
+    _cleanup: PgCleanup,
+}
+
+impl Harness for Postgres {
+    type Client = PostgresStore;
+    fn rules(&self) -> Rules {
+        PostgresStore::RULES
+    }
+    fn open(&mut self) -> PostgresStore {
+        PostgresStore::connect(&self.url, &self.table).expect("connect to PostgreSQL")
+    }
+    fn now_ms(&self) -> u64 {
+        self.time.now_ms()
+    }
+    fn advance(&mut self, ms: u64) {
+        RealTime::advance(ms)
+    }
+    fn slack_ms(&self) -> u64 {
+        SLACK_MS
+    }
+    fn tick_ms(&self) -> u64 {
+        TICK_MS
+    }
+}
+
+#[test]
+fn postgres_follows_the_record_model() {
+    testkit::check(12, || {
+        let url = postgres_url();
+        let table = postgres_table("testkit");
+        Postgres {
+            _cleanup: PgCleanup {
+                url: url.clone(),
+                table: table.clone(),
+            },
+            url,
+            table,
+            time: RealTime(Instant::now()),
+        }
+    });
+}
