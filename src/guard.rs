@@ -438,6 +438,17 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         let settled = self.settle(&step).await;
         let Ok(settled) = settled else {
             // Unknown: the successes stay waiting and are written at the commit.
+            // But once our own clock says a whole lease has passed since the
+            // claims were last confirmed, they may have been taken over: they are
+            // lost, and nothing more of the batch runs.
+            if self.lease_passed(lease, progress.renewed_at) {
+                for (j, _) in &renew {
+                    match running && *j == from {
+                        false => progress.lost[*j] = true,
+                        true => self.observe_lease_lost_early(&decisions[*j]),
+                    }
+                }
+            }
             return;
         };
         for (&i, kept) in progress.waiting.iter().zip(&settled.kept) {
@@ -454,6 +465,17 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             }
         }
         progress.renewed_at = self.now();
+    }
+
+    /// Has a whole `lease` passed, by our clock, since the claims were last
+    /// taken or renewed (`since`)? Without a clock nothing can be told: `false`.
+    fn lease_passed(&self, lease: Option<Duration>, since: Option<u64>) -> bool {
+        match (lease, since, self.now()) {
+            (Some(lease), Some(since), Some(now)) => {
+                Duration::from_millis(now.saturating_sub(since)) >= lease
+            }
+            _ => false,
+        }
     }
 
     /// What remembering the successes at `waiting` writes: their keys (fenced in

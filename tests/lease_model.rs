@@ -253,3 +253,57 @@ fn a_claim_taken_over_mid_handler_is_reported_not_silent() {
     )
     .unwrap();
 }
+
+/// Hole 2 of the store-contract issue (failed on 6ddd708): a consumer cut off
+/// from its store for longer than its lease must not run the rest of its batch.
+/// A's renewal before its second handler fails and its own clock says the lease
+/// has run out; meanwhile B took the lapsed claim on id-2 and ran it. A must
+/// park id-2 (its claim is lost), not run it a second time.
+#[test]
+fn a_consumer_cut_off_past_its_lease_runs_nothing_more() {
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let inner = Arc::new(InMemoryStore::with_clock(clock.clone()));
+    let (down_a, down_b) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let options = Options {
+        claim_lease: Some(Duration::from_millis(30)),
+        ..Options::default()
+    };
+    let guard = |down: &Arc<AtomicBool>| {
+        Guard::new(Faulty {
+            inner: inner.clone(),
+            down: down.clone(),
+        })
+        .with_options(options.clone())
+        .with_clock(clock.clone())
+    };
+    let (a, b) = (guard(&down_a), guard(&down_b));
+    let effects: RefCell<BTreeMap<String, u32>> = RefCell::default();
+    let count = |m: &bq_dedupe::Message<'_>| {
+        *effects
+            .borrow_mut()
+            .entry(m.id().unwrap_or_default().to_string())
+            .or_default() += 1;
+    };
+    let batch = [body(1, false), body(2, false)];
+    let outcomes = bq_dedupe::block_on_ready(a.process_batch(&batch, async |m| {
+        count(m);
+        if m.id() == Some("id-1") {
+            // A's first handler is slow, and A loses its store meanwhile.
+            clock.advance(40);
+            down_a.store(true, Ordering::SeqCst);
+            let by_b = bq_dedupe::block_on_ready(b.process(&body(2, false), async |m| {
+                count(m);
+                Ok::<(), String>(())
+            }))
+            .unwrap();
+            assert_eq!(by_b.kind(), OutcomeKind::Ran, "B takes the lapsed claim");
+        }
+        Ok::<(), String>(())
+    }))
+    .unwrap();
+    assert_eq!(effects.borrow()["id-2"], 1, "id-2 ran twice: {outcomes:?}");
+    assert_eq!(outcomes[1].kind(), OutcomeKind::Parked, "{outcomes:?}");
+}
