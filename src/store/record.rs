@@ -221,8 +221,11 @@ impl<T: Clone + PartialEq> Record<T> {
         }
         self.settled(rules, now);
         let ours = self.claimed_by(token);
-        if ours || self.peek(now) == Peek::Free {
+        if ours {
             self.set_done(rules, token, until);
+        } else if self.peek(now) == Peek::Free {
+            // Recorded, but not under a claim of this token's.
+            *self = Record::Done { until, by: None };
         }
         ours
     }

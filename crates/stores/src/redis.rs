@@ -22,9 +22,10 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 /// Whose records a [`RedisStore`] reads and writes (see `docs/stores.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Dialect {
-    /// bq-dedupe's own: `d` once remembered, `c:<token>` while claimed, under
-    /// `bq:dedupe:` (a prefix no other SDK uses). Claims have owners: renewals
-    /// and commits are fenced by token. A value under the prefix that is neither
+    /// bq-dedupe's own: `c:<token>` while claimed, `d:<token>` once that claim
+    /// is committed (`d` when remembered without a claim), under `bq:dedupe:` (a
+    /// prefix no other SDK uses). Claims have owners: renewals and commits are
+    /// fenced by token, and a commit sent again finds its own `d:<token>`. A value under the prefix that is neither
     /// is a store error (`Internal`), never read as a claim or as seen.
     #[default]
     Native,
@@ -79,6 +80,15 @@ impl Dialect {
         }
     }
 
+    /// The value a fenced commit by `token` leaves: `d:<token>` in our format
+    /// (so the same commit sent again is known as ours), else [`Self::done`].
+    fn done_by(self, token: &ClaimToken) -> Vec<u8> {
+        match self {
+            Dialect::Native => format!("d:{}", token.0).into_bytes(),
+            _ => self.done().to_vec(),
+        }
+    }
+
     /// The value of a claim, for the Lua scripts' `ARGV[1]`.
     fn claim_value(self, token: &ClaimToken) -> Vec<u8> {
         match self {
@@ -98,7 +108,7 @@ impl Dialect {
     /// What a stored value is, in this dialect.
     fn read(self, value: &[u8]) -> Record {
         match self {
-            Dialect::Native if value == b"d" => Record::Done,
+            Dialect::Native if value == b"d" || value.starts_with(b"d:") => Record::Done,
             Dialect::Native if value.starts_with(b"c:") => Record::Claimed,
             Dialect::Php if value == b"2" => Record::Done,
             Dialect::Php if value == b"1" => Record::Claimed,
@@ -121,7 +131,8 @@ enum Record {
 const FOREIGN: &str = "local function foreign(v, mode) \
       if not v then return false end \
       if mode == 'p' then return v ~= '1' and v ~= '2' end \
-      return v ~= 'd' and string.sub(v, 1, 2) ~= 'c:' end ";
+      local p = string.sub(v, 1, 2) \
+      return v ~= 'd' and p ~= 'd:' and p ~= 'c:' end ";
 
 /// Compare-and-delete, so only the claim's owner can release it (a claim re-taken
 /// after its lease ran out belongs to someone else). In PHP's format the value is
@@ -140,18 +151,23 @@ fn renew_script() -> String {
 }
 
 /// The fenced commit, in one atomic step per key. ARGV: our claim value, the
-/// remembered value, the TTL in ms (0: none), mode. The owner's claim becomes
-/// remembered (1). A lost claim (0): the key is remembered only if it is gone
-/// (expired or forgotten); a remembered key or another consumer's claim is left.
-/// A value of another format: -1, nothing written.
+/// value our commit leaves, the TTL in ms (0: none), mode, the value a lost
+/// commit leaves (plain remembered). The owner's claim becomes
+/// remembered (1); in our format so does a key already remembered by this very
+/// commit (`d:<token>`: the commit was sent again after its reply was lost). A
+/// lost claim (0): the key is remembered only if it is gone (expired or
+/// forgotten); a remembered key or another consumer's claim is left. A value of
+/// another format: -1, nothing written.
 fn commit_script() -> String {
     format!(
         "{FOREIGN} local v = redis.call('GET', KEYS[1]) \
          if foreign(v, ARGV[4]) then return -1 end \
-         if v == ARGV[1] or v == false then \
-           if ARGV[3] == '0' then redis.call('SET', KEYS[1], ARGV[2]) \
-           else redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end \
-           if v == ARGV[1] then return 1 end \
+         local ours = v == ARGV[1] or (ARGV[4] == 'n' and v == ARGV[2]) \
+         if ours or v == false then \
+           local done = ARGV[5] if ours then done = ARGV[2] end \
+           if ARGV[3] == '0' then redis.call('SET', KEYS[1], done) \
+           else redis.call('SET', KEYS[1], done, 'PX', ARGV[3]) end \
+           if ours then return 1 end \
          end return 0"
     )
 }
@@ -245,7 +261,7 @@ impl RedisStore {
     pub const fn rules(dialect: Dialect) -> Rules {
         Rules {
             lapsed_claim_kept: false,
-            done_keeps_token: false,
+            done_keeps_token: matches!(dialect, Dialect::Native),
             claims_have_owners: matches!(dialect, Dialect::Native),
             remember_resets_expiry: true,
         }
@@ -797,9 +813,10 @@ impl Store for RedisStore {
                 Some(token) => {
                     let mut cmd = eval(commit, self.key(key));
                     cmd.arg(dialect.claim_value(token))
-                        .arg(dialect.done())
+                        .arg(dialect.done_by(token))
                         .arg(ttl)
-                        .arg(dialect.mode());
+                        .arg(dialect.mode())
+                        .arg(dialect.done());
                     cmd
                 }
                 None => self.remember_cmd(key, step.ttl),

@@ -17,7 +17,7 @@ const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS bq_dedupe (
     key        TEXT PRIMARY KEY,
     state      INTEGER NOT NULL, -- 0 claimed, 1 done
-    token      TEXT,             -- the claim's owner (state 0)
+    token      TEXT,             -- the claim's owner (state 0), or whose commit wrote it (state 1)
     expires_at INTEGER           -- unix ms; NULL = never
 ) WITHOUT ROWID;";
 
@@ -46,9 +46,11 @@ const RELEASE: &str = "DELETE FROM bq_dedupe WHERE key = ?1 AND state = 0 AND to
 const RENEW: &str =
     "UPDATE bq_dedupe SET expires_at = ?3 WHERE key = ?1 AND state = 0 AND token = ?2";
 
-/// The fenced commit, step one: the owner's claim becomes `done`.
-const COMMIT_OWN: &str = "UPDATE bq_dedupe SET state = 1, token = NULL, expires_at = ?3
-    WHERE key = ?1 AND state = 0 AND token = ?2";
+/// The fenced commit, step one: the owner's claim becomes `done`, keeping its
+/// token, so the same commit sent again (its reply lost) finds the row done by
+/// this token and answers that it was ours.
+const COMMIT_OWN: &str = "UPDATE bq_dedupe SET state = 1, expires_at = ?3
+    WHERE key = ?1 AND token = ?2";
 
 /// Step two, when the claim was lost: remember the key only if it is free (no
 /// row, or an expired one), never over another consumer's live claim.
@@ -86,7 +88,7 @@ impl SqliteStore {
     /// stays its owner's until another consumer takes it over.
     pub const RULES: Rules = Rules {
         lapsed_claim_kept: true,
-        done_keeps_token: false,
+        done_keeps_token: true,
         claims_have_owners: true,
         remember_resets_expiry: true,
     };

@@ -182,3 +182,33 @@ fn postgres_follows_the_record_model() {
         }
     });
 }
+
+/// Hole 6 of the store-contract issue (failed on 6ddd708 with
+/// `run-ok-lease-lost`): a commit whose reply was lost and which the client
+/// sent again (as the Redis client re-runs a pipeline after an I/O error) finds
+/// the id done by its own token, and the delivery is `run-ok`.
+fn a_resent_commit_is_run_ok<S: bq_dedupe::Store>(store: S) {
+    use bq_dedupe::testkit::{Fault, Faulty};
+    use bq_dedupe::{Guard, OutcomeKind};
+    let store = Faulty::new(store);
+    let guard = Guard::new(&store).with_claiming(Duration::from_secs(30));
+    let outcome = ready(guard.process(&envelope(&unique("resent")), async |_| {
+        store.arm(Fault::Resend); // the commit that follows is sent twice
+        Ok::<(), String>(())
+    }));
+    assert!(!store.armed(), "the commit met the fault");
+    assert_eq!(outcome.kind(), OutcomeKind::Ran, "{outcome:?}");
+}
+
+#[test]
+fn a_resent_commit_is_run_ok_on_sqlite_and_redis() {
+    let db = TempDb::new("resent");
+    a_resent_commit_is_run_ok(SqliteStore::open(db.path()).unwrap());
+    let url = redis_url().unwrap();
+    let prefix = redis_prefix("resent");
+    let _clean = RedisCleanup {
+        url: url.clone(),
+        prefix: prefix.clone(),
+    };
+    a_resent_commit_is_run_ok(RedisStore::connect(&url, prefix).unwrap());
+}
