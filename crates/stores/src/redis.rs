@@ -474,6 +474,28 @@ impl RedisStore {
         Ok(())
     }
 
+    /// After a claim call that failed: some of its `SET NX`s may have landed
+    /// (the connection broke after sending them, or one key held a foreign
+    /// value). Gives every one of them back, best effort, by compare-and-delete
+    /// on its own token, so a call that answered an error holds no id for a
+    /// lease. Our format only: in PHP's a claim is `1` for everyone, so deleting
+    /// could end a PHP consumer's claim; there the claims lapse with their lease.
+    fn give_back(&self, keys: &[&str], tokens: &[ClaimToken]) {
+        if self.dialect != Dialect::Native {
+            return;
+        }
+        let cmds = keys
+            .iter()
+            .zip(tokens)
+            .map(|(key, token)| {
+                let mut cmd = eval(&scripts().release, self.key(key));
+                cmd.arg(self.dialect.claim_value(token));
+                cmd
+            })
+            .collect();
+        let _ = self.pipeline(cmds);
+    }
+
     /// `SET key <done> [PX ttl]`.
     fn remember_cmd(&self, key: &str, ttl: Option<Duration>) -> Cmd {
         let mut set = redis::cmd("SET");
@@ -760,12 +782,17 @@ impl Store for RedisStore {
             cmds.push(set);
             cmds.push(get);
         }
-        let replies = self.pipeline(cmds)?;
-        replies
-            .chunks_exact(2)
-            .zip(tokens)
-            .map(|(pair, token)| self.decide(&pair[0], &pair[1], token))
-            .collect()
+        let answers = self.pipeline(cmds).and_then(|replies| {
+            replies
+                .chunks_exact(2)
+                .zip(tokens.iter().cloned())
+                .map(|(pair, token)| self.decide(&pair[0], &pair[1], token))
+                .collect::<StoreResult<Vec<Claim>>>()
+        });
+        if answers.is_err() {
+            self.give_back(keys, &tokens);
+        }
+        answers
     }
 
     async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {

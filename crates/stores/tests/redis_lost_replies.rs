@@ -1,0 +1,103 @@
+//! A Redis claim pipeline whose replies are lost, through a proxy that passes
+//! the requests on and drops the replies. A binary of its own, beside
+//! `redis_reconnect.rs`, which counts the server's connections.
+
+mod common;
+
+use bq_dedupe::Store;
+use bq_dedupe_stores::RedisStore;
+use common::{RedisCleanup, ready, redis_prefix, redis_url};
+
+/// A TCP proxy to `upstream` (`HOST:PORT`) that loses replies: while `drops` is
+/// above zero, a reply to a request carrying `NX` (a claim) is not passed on;
+/// the client's connection is closed instead, and `drops` goes down by one. The
+/// request itself reached the server: a call that took effect, its reply lost.
+fn lossy_proxy(upstream: String, drops: usize) -> String {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let drops = Arc::new(AtomicUsize::new(drops));
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let server = TcpStream::connect(&upstream).unwrap();
+            let claimed = Arc::new(AtomicBool::new(false));
+            let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let seen = claimed.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n @ 1..) = c_in.read(&mut buf) {
+                    if buf[..n].windows(2).any(|w| w == b"NX") {
+                        seen.store(true, Ordering::SeqCst);
+                    }
+                    if s_out.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = s_out.shutdown(Shutdown::Both);
+            });
+            let (mut s_in, mut c_out) = (server, client);
+            let drops = drops.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n @ 1..) = s_in.read(&mut buf) {
+                    let lose = claimed.load(Ordering::SeqCst)
+                        && drops
+                            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |d| d.checked_sub(1))
+                            .is_ok();
+                    if lose || c_out.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = c_out.shutdown(Shutdown::Both);
+                let _ = s_in.shutdown(Shutdown::Both);
+            });
+        }
+    });
+    format!("redis://{addr}/0")
+}
+
+/// Hole 3 of the store-contract issue (failed on 6ddd708): a claim pipeline
+/// whose replies are lost (the first send and the store's one retry) fails, but
+/// its `SET NX`s landed. Those claims are given back, so the ids are not held
+/// for a whole lease by a call that answered an error.
+#[test]
+fn redis_claims_of_a_failed_pipeline_are_released() {
+    let Some(url) = redis_url() else {
+        return;
+    };
+    let prefix = redis_prefix("lost-claims");
+    let _clean = RedisCleanup {
+        url: url.clone(),
+        prefix: prefix.clone(),
+    };
+    let upstream = url
+        .trim_start_matches("redis://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let store = RedisStore::connect(&lossy_proxy(upstream, 2), prefix.clone()).unwrap();
+    let keys = ["a", "b", "c"];
+    let claimed = ready(store.claim_many(&keys, std::time::Duration::from_secs(600)));
+    assert!(
+        claimed.is_err(),
+        "both sends lost their replies: {claimed:?}"
+    );
+    let mut admin = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    for key in keys {
+        let value: Option<String> = redis::cmd("GET")
+            .arg(format!("{prefix}{key}"))
+            .query(&mut admin)
+            .unwrap();
+        assert_eq!(
+            value, None,
+            "{key}: a claim of the failed call stayed behind"
+        );
+    }
+}
