@@ -50,7 +50,7 @@ impl<S: Store> Faulty<S> {
 
     /// Whether an armed fault is still waiting for a call.
     pub fn armed(&self) -> bool {
-        self.armed.lock().map_or(false, |a| a.is_some())
+        self.armed.lock().is_ok_and(|a| a.is_some())
     }
 
     /// The reply the last `After` or `Resend` fault kept from the caller, if it

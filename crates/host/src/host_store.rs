@@ -92,8 +92,11 @@ impl store::Host for HostState {
     fn claim_many(&mut self, keys: Vec<String>, lease_ms: u64) -> WitResult<Vec<types::Claim>> {
         let lease = Duration::from_millis(lease_ms);
         let claims = ready(self.store.claim_many(&strs(&keys), lease))?;
+        // Only claims the store can prove are ours are kept alive: in a format
+        // without owners (PHP's `1`) a renewal could extend another consumer's.
+        let renewable = self.store.capabilities().lease;
         for (key, claim) in keys.iter().zip(&claims) {
-            if let Claim::Acquired(token) = claim {
+            if let (Claim::Acquired(token), true) = (claim, renewable) {
                 self.claims.granted(key, token, lease);
             }
         }

@@ -4,14 +4,16 @@
 //! through `leases.settle`), but it cannot run while a synchronous `handler`
 //! import is being served. So the host remembers which claims the guest holds
 //! (every claim it granted, minus those settled, released or found lost) and,
-//! while a handler runs, renews them from a second thread every third of their
-//! lease, with the same `Store::settle` call the guest would make.
+//! while a handler runs, renews them from a second thread on the guest's own
+//! schedule (`LeasePolicy::renew_interval`), with the same `Store::settle` call
+//! the guest would make. Only claims of a store that can prove ownership
+//! (`capabilities().lease`) are held: in PHP's format nothing is renewed.
 
 use std::collections::HashMap;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
-use bq_dedupe::{ClaimToken, Settlement, Store, block_on_ready};
+use bq_dedupe::{ClaimToken, LeasePolicy, Settlement, Store, block_on_ready};
 use bq_dedupe_stores::AnyStore;
 
 /// The claims the guest holds: key -> (token, lease).
@@ -38,7 +40,8 @@ impl HeldClaims {
         let Some(lease) = self.0.values().map(|(_, lease)| *lease).min() else {
             return work();
         };
-        let every = (lease / 3).max(Duration::from_millis(1));
+        // The guest's guard renews on the default policy; so does this thread.
+        let every = LeasePolicy::default().renew_interval(lease);
         let (done, stopped) = mpsc::channel::<()>();
         std::thread::scope(|s| {
             s.spawn(move || {

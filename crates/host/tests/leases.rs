@@ -260,3 +260,54 @@ fn sqlite_kill_dash_nine_mid_batch_reruns_at_most_the_checkpoint_window() {
     assert!(reruns <= 6, "{reruns} re-runs after the kill: {fx:?}");
     assert!(b.values().filter(|o| *o == "skip").count() >= 4, "{b:?}");
 }
+
+/// Hole 5 of the store-contract issue (failed on 6ddd708): in the PHP SDK's
+/// format a claim is a bare `1`, so the host cannot tell its own claim from a
+/// PHP consumer's and must not renew it. Our 1 s claim lapses during a 5 s
+/// handler and a PHP consumer takes the id with its own 3,600 s lease (`SET
+/// key 1 PX 3600000`, as PHP's `SET NX` would once ours is gone); the host's
+/// keep-alive must leave that lease alone, not `PEXPIRE` it down to ours.
+#[test]
+fn redis_php_format_claims_are_never_renewed_by_the_host() {
+    let dir = scratch("php-no-renew");
+    let started = dir.join("started");
+    let fx = dir.join("effects");
+    let prefix = format!("bq-test:php-renew:{}:", std::process::id());
+    let store = format!("{}?dialect=php&prefix={prefix}", redis_url());
+    let id = format!("php-renew-{}", std::process::id());
+    let handler = format!(
+        "echo go >> {}; {}",
+        started.display(),
+        slow_handler(&fx, 5.0)
+    );
+    let a = spawn_run(
+        &[
+            "--store", &store, "--claim", "--lease", "1s", "--exec", &handler,
+        ],
+        &[envelope(&id)],
+    );
+    wait_for_lines(&started, 1, Duration::from_secs(30));
+    let mut redis = redis::Client::open(redis_url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let key = format!("{prefix}{id}");
+    std::thread::sleep(Duration::from_millis(1300));
+    // PHP takes the id: ours has lapsed (it is never renewed in this format).
+    let _: () = redis::cmd("DEL").arg(&key).query(&mut redis).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("1")
+        .arg("PX")
+        .arg(3_600_000)
+        .query(&mut redis)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut redis).unwrap();
+    let a = outcomes(&a.wait_with_output().unwrap());
+    let _: () = redis::cmd("DEL").arg(&key).query(&mut redis).unwrap();
+    assert!(
+        pttl > 3_000_000,
+        "PHP's claim was cut to {pttl} ms by our renewal (outcome {a:?})"
+    );
+}
