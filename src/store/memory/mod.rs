@@ -10,88 +10,21 @@
 //! tombstones and are compacted away in bulk; the oldest slot goes first when the
 //! capacity bound is reached.
 
-use std::hash::BuildHasher;
+mod table;
+mod uuid;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use foldhash::fast::RandomState;
-use hashbrown::HashTable;
 
 use super::record::{ClaimAnswer, Record, Rules};
-use super::{Capabilities, Claim, ClaimToken, Settled, Settlement, Store, StoreError, StoreResult};
+use super::{
+    Capabilities, Claim, ClaimToken, Peeked, Settled, Settlement, Store, StoreError, StoreResult,
+};
 use crate::clock::Clock;
-
-/// Slot flag: the id is text in the arena (otherwise a UUID's 16 bytes).
-const TEXT: u32 = 1 << 31;
-/// Slot marker: forgotten, evicted or expired; skipped and later compacted away.
-const TOMB: u32 = u32::MAX;
-/// Expiry field: no expiry.
-const NEVER: u32 = 0;
-/// Largest expiry in seconds after the store's epoch (about 68 years).
-const MAX_EXPIRY_SECS: u32 = TEXT - 2;
-
-/// How an id is held: a UUID's bytes, or its text.
-#[derive(Clone, Copy)]
-enum Repr<'a> {
-    Uuid([u8; 16]),
-    Text(&'a [u8]),
-}
-
-impl<'a> Repr<'a> {
-    fn of(key: &'a str) -> Self {
-        parse_uuid(key.as_bytes()).map_or(Repr::Text(key.as_bytes()), Repr::Uuid)
-    }
-}
-
-/// Parses exactly the canonical lowercase form `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
-/// Anything else (upper case, braces, no hyphens) is kept verbatim as text, so two
-/// ids that differ only in spelling stay two ids.
-fn parse_uuid(s: &[u8]) -> Option<[u8; 16]> {
-    /// Lowercase hex digit -> value; anything else -> 0xff.
-    const HEX: [u8; 256] = {
-        let mut t = [0xff; 256];
-        let mut i = 0;
-        while i < 10 {
-            t[b'0' as usize + i] = i as u8;
-            i += 1;
-        }
-        let mut i = 0;
-        while i < 6 {
-            t[b'a' as usize + i] = 10 + i as u8;
-            i += 1;
-        }
-        t
-    };
-    /// Where each byte's two hex digits start in the 36-character form.
-    const AT: [usize; 16] = [0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34];
-    let s: &[u8; 36] = s.try_into().ok()?;
-    if s[8] != b'-' || s[13] != b'-' || s[18] != b'-' || s[23] != b'-' {
-        return None;
-    }
-    let mut out = [0u8; 16];
-    let mut bad = 0u8;
-    for (byte, &at) in out.iter_mut().zip(&AT) {
-        let (hi, lo) = (HEX[s[at] as usize], HEX[s[at + 1] as usize]);
-        bad |= hi | lo;
-        *byte = (hi << 4) | (lo & 0x0f);
-    }
-    // 0xff marks a non-hex digit; valid digits never set the high bit.
-    (bad & 0x80 == 0).then_some(out)
-}
-
-fn format_uuid(b: &[u8; 16]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(36);
-    for (i, byte) in b.iter().enumerate() {
-        if matches!(i, 4 | 6 | 8 | 10) {
-            s.push('-');
-        }
-        s.push(HEX[(byte >> 4) as usize] as char);
-        s.push(HEX[(byte & 15) as usize] as char);
-    }
-    s
-}
+use table::{NEVER, Table};
 
 /// One remembered id, as listed by [`InMemoryStore::entries`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,389 +32,6 @@ pub struct StoreEntry {
     pub key: String,
     /// When the entry stops counting as seen (ms since the Unix epoch), if ever.
     pub expires_at_ms: Option<u64>,
-}
-
-/// The seen-set proper. Every method takes `now_ms` so time is decided by the caller.
-struct Table {
-    slots: Vec<[u8; 16]>,
-    meta: Vec<u32>,
-    arena: Vec<u8>,
-    index: HashTable<u32>,
-    hasher: RandomState,
-    live: usize,
-    dead: usize,
-    /// No live slot sits before this one (where eviction starts looking).
-    oldest: usize,
-    /// Expiry seconds count from here (ms since the Unix epoch).
-    epoch_ms: u64,
-    /// The UUID keys the last `seen`/`seen_many` did not find, parsed and hashed,
-    /// in call order: the `remember` that usually follows takes them from here
-    /// instead of parsing and hashing each key a second time.
-    memo: Vec<Parsed>,
-    /// Where the next lookup in `memo` starts (remembers come in key order).
-    memo_next: usize,
-}
-
-/// A UUID key as parsed once: its text (to match a later key exactly), its 16
-/// bytes and its hash. Purely a function of the text, so never stale.
-#[cfg_attr(target_family = "wasm", allow(dead_code))]
-struct Parsed {
-    text: [u8; 36],
-    uuid: [u8; 16],
-    hash: u64,
-}
-
-/// How far past `memo_next` a lookup looks (deliveries that failed or were not
-/// remembered leave gaps).
-#[cfg(not(target_family = "wasm"))]
-const MEMO_SCAN: usize = 4;
-/// The most keys `memo` holds.
-#[cfg(not(target_family = "wasm"))]
-const MEMO_MAX: usize = 4096;
-
-impl Table {
-    fn new(epoch_ms: u64) -> Self {
-        Table {
-            slots: Vec::new(),
-            meta: Vec::new(),
-            arena: Vec::new(),
-            index: HashTable::new(),
-            hasher: RandomState::default(),
-            live: 0,
-            dead: 0,
-            oldest: 0,
-            epoch_ms,
-            memo: Vec::new(),
-            memo_next: 0,
-        }
-    }
-
-    /// Room for `n` more ids without growing (no rehash, no copy while filling).
-    /// On wasm32 only the slot vectors are reserved: a second instance of the
-    /// index's rehash code does not fit the JS package's size budget.
-    fn reserve(&mut self, n: usize) {
-        self.slots.reserve(n);
-        self.meta.reserve(n);
-        #[cfg(not(target_family = "wasm"))]
-        self.grow_index(n);
-    }
-
-    /// Room in the index for `n` more ids. When it must grow, the new index is
-    /// built from the slots in their (insertion) order: each id is read once,
-    /// sequentially, instead of once per index bucket in hash order (a cache miss
-    /// each, as a rehash in place does), and the new index is sized to at least
-    /// double, so growth stays amortised O(1). Native only (see `reserve`).
-    #[cfg(not(target_family = "wasm"))]
-    fn grow_index(&mut self, n: usize) {
-        let need = self.index.len().saturating_add(n);
-        if need <= self.index.capacity() {
-            return;
-        }
-        let mut index = HashTable::with_capacity(need.max(self.index.capacity().saturating_mul(2)));
-        let Table {
-            slots,
-            meta,
-            arena,
-            hasher,
-            ..
-        } = &*self;
-        for (i, &m) in meta.iter().enumerate() {
-            if m != TOMB {
-                let hash = Self::hash(hasher, Self::slot_repr(slots, meta, arena, i));
-                index.insert_unique(hash, i as u32, |&j| {
-                    Self::hash(hasher, Self::slot_repr(slots, meta, arena, j as usize))
-                });
-            }
-        }
-        self.index = index;
-    }
-
-    /// Starts a new run of lookups whose misses are kept for the remembers.
-    fn begin_lookups(&mut self) {
-        self.memo.clear();
-        self.memo_next = 0;
-    }
-
-    /// `key`'s representation and hash: from `memo` when a lookup just parsed it.
-    /// (Native only: on wasm32 the shortcut is left out for the JS package's size
-    /// budget, and every key is parsed where it is used.)
-    fn parsed<'k>(&mut self, key: &'k str) -> (Repr<'k>, u64) {
-        #[cfg(not(target_family = "wasm"))]
-        if let Ok(text) = <&[u8; 36]>::try_from(key.as_bytes()) {
-            let end = (self.memo_next + MEMO_SCAN).min(self.memo.len());
-            if let Some(j) = (self.memo_next..end).find(|&j| self.memo[j].text == *text) {
-                self.memo_next = j + 1;
-                let p = &self.memo[j];
-                return (Repr::Uuid(p.uuid), p.hash);
-            }
-        }
-        let repr = Repr::of(key);
-        (repr, Self::hash(&self.hasher, repr))
-    }
-
-    /// Keeps a missed UUID key for the remember that usually follows.
-    #[cfg_attr(target_family = "wasm", allow(unused_variables))]
-    fn keep_parsed(&mut self, key: &str, repr: Repr, hash: u64) {
-        #[cfg(not(target_family = "wasm"))]
-        if let (Repr::Uuid(uuid), Ok(text)) = (repr, <[u8; 36]>::try_from(key.as_bytes())) {
-            if self.memo.len() >= MEMO_MAX {
-                self.begin_lookups();
-            }
-            self.memo.push(Parsed { text, uuid, hash });
-        }
-    }
-
-    fn hash(hasher: &RandomState, repr: Repr) -> u64 {
-        match repr {
-            Repr::Uuid(b) => hasher.hash_one(u128::from_le_bytes(b)),
-            Repr::Text(t) => hasher.hash_one(t),
-        }
-    }
-
-    fn slot_repr<'t>(slots: &[[u8; 16]], meta: &[u32], arena: &'t [u8], i: usize) -> Repr<'t> {
-        let slot = &slots[i];
-        if meta[i] & TEXT == 0 {
-            return Repr::Uuid(*slot);
-        }
-        let (off, len) = text_span(slot);
-        Repr::Text(&arena[off..off + len])
-    }
-
-    fn matches(&self, i: usize, repr: Repr) -> bool {
-        let m = self.meta[i];
-        match (repr, m & TEXT != 0) {
-            _ if m == TOMB => false,
-            (Repr::Uuid(b), false) => self.slots[i] == b,
-            (Repr::Text(t), true) => {
-                let (off, len) = text_span(&self.slots[i]);
-                &self.arena[off..off + len] == t
-            }
-            _ => false,
-        }
-    }
-
-    fn find(&self, repr: Repr, hash: u64) -> Option<usize> {
-        self.index
-            .find(hash, |&i| self.matches(i as usize, repr))
-            .map(|&i| i as usize)
-    }
-
-    fn expired(&self, i: usize, now_ms: Option<u64>) -> bool {
-        let secs = self.meta[i] & !TEXT;
-        match now_ms {
-            Some(now) if secs != NEVER => now >= self.epoch_ms + u64::from(secs) * 1000,
-            _ => false,
-        }
-    }
-
-    /// The expiry field for a TTL starting now, rounded up to whole seconds so an
-    /// id is never forgotten early (at most one second late).
-    fn expiry_secs(&self, now_ms: u64, ttl: Duration) -> u32 {
-        let until = now_ms.saturating_add(ttl.as_millis().min(u64::MAX as u128) as u64);
-        let secs = until.saturating_sub(self.epoch_ms).div_ceil(1000).max(1);
-        secs.min(u64::from(MAX_EXPIRY_SECS)) as u32
-    }
-
-    fn seen(&mut self, key: &str, now_ms: Option<u64>) -> bool {
-        let (repr, hash) = self.parsed(key);
-        self.seen_hashed(key, repr, hash, now_ms)
-    }
-
-    /// `seen` for a key already parsed and hashed.
-    fn seen_hashed(&mut self, key: &str, repr: Repr, hash: u64, now_ms: Option<u64>) -> bool {
-        let seen = match self.find(repr, hash) {
-            Some(i) if self.expired(i, now_ms) => {
-                self.remove(i, hash);
-                false
-            }
-            Some(_) => true,
-            None => false,
-        };
-        if !seen {
-            self.keep_parsed(key, repr, hash);
-        }
-        seen
-    }
-
-    /// Each key parsed and hashed, before any of them touches the table: the
-    /// probes that follow then run back to back, independent of each other, so
-    /// the CPU overlaps their cache misses instead of waiting on one at a time
-    /// between two parses.
-    fn hash_all<'k>(&self, keys: &[&'k str]) -> Vec<(Repr<'k>, u64)> {
-        keys.iter()
-            .map(|key| {
-                let repr = Repr::of(key);
-                (repr, Self::hash(&self.hasher, repr))
-            })
-            .collect()
-    }
-
-    /// `seen` for each key of a batch (a fresh run of lookups).
-    fn seen_batch(&mut self, keys: &[&str], now_ms: Option<u64>) -> Vec<bool> {
-        self.begin_lookups();
-        let hashed = self.hash_all(keys);
-        keys.iter()
-            .zip(hashed)
-            .map(|(key, (repr, hash))| self.seen_hashed(key, repr, hash, now_ms))
-            .collect()
-    }
-
-    fn remember(&mut self, key: &str, expiry: u32, capacity: Option<usize>) -> StoreResult<()> {
-        let (repr, hash) = self.parsed(key);
-        if let Some(i) = self.find(repr, hash) {
-            // Remembering again renews the entry (and revives an expired one).
-            self.meta[i] = (self.meta[i] & TEXT) | expiry;
-            return Ok(());
-        }
-        if capacity.is_some_and(|cap| self.live >= cap) {
-            self.evict_oldest();
-        }
-        if self.slots.len() >= TOMB as usize {
-            return Err(StoreError::internal("in-memory store is full (2^32 slots)"));
-        }
-        #[cfg(not(target_family = "wasm"))]
-        self.grow_index(1);
-        let i = self.slots.len();
-        match repr {
-            Repr::Uuid(b) => {
-                self.slots.push(b);
-                self.meta.push(expiry);
-            }
-            Repr::Text(t) => {
-                let mut slot = [0u8; 16];
-                slot[..8].copy_from_slice(&(self.arena.len() as u64).to_le_bytes());
-                slot[8..].copy_from_slice(&(t.len() as u64).to_le_bytes());
-                self.arena.extend_from_slice(t);
-                self.slots.push(slot);
-                self.meta.push(TEXT | expiry);
-            }
-        }
-        let Table {
-            index,
-            slots,
-            meta,
-            arena,
-            hasher,
-            ..
-        } = self;
-        index.insert_unique(hash, i as u32, |&j| {
-            Self::hash(hasher, Self::slot_repr(slots, meta, arena, j as usize))
-        });
-        self.live += 1;
-        Ok(())
-    }
-
-    fn forget(&mut self, key: &str) {
-        let repr = Repr::of(key);
-        let hash = Self::hash(&self.hasher, repr);
-        if let Some(i) = self.find(repr, hash) {
-            self.remove(i, hash);
-        }
-    }
-
-    fn remove(&mut self, i: usize, hash: u64) {
-        if let Ok(entry) = self.index.find_entry(hash, |&j| j as usize == i) {
-            entry.remove();
-        }
-        self.meta[i] = TOMB;
-        self.live -= 1;
-        self.dead += 1;
-        // Bulk compaction keeps removal O(1) amortised.
-        if self.dead > 1024 && self.dead > self.live {
-            self.compact();
-        }
-    }
-
-    fn evict_oldest(&mut self) {
-        while self.oldest < self.meta.len() && self.meta[self.oldest] == TOMB {
-            self.oldest += 1;
-        }
-        if self.oldest < self.meta.len() {
-            let i = self.oldest;
-            let repr = Self::slot_repr(&self.slots, &self.meta, &self.arena, i);
-            let hash = Self::hash(&self.hasher, repr);
-            self.remove(i, hash);
-        }
-    }
-
-    /// Drops tombstones (and their arena bytes), keeping insertion order.
-    fn compact(&mut self) {
-        let mut slots = Vec::with_capacity(self.live);
-        let mut meta = Vec::with_capacity(self.live);
-        let mut arena = Vec::new();
-        for i in 0..self.slots.len() {
-            let m = self.meta[i];
-            if m == TOMB {
-                continue;
-            }
-            let mut slot = self.slots[i];
-            if m & TEXT != 0 {
-                let (off, len) = text_span(&slot);
-                slot[..8].copy_from_slice(&(arena.len() as u64).to_le_bytes());
-                arena.extend_from_slice(&self.arena[off..off + len]);
-            }
-            slots.push(slot);
-            meta.push(m);
-        }
-        self.slots = slots;
-        self.meta = meta;
-        self.arena = arena;
-        self.dead = 0;
-        self.oldest = 0;
-        let Table {
-            index,
-            slots,
-            meta,
-            arena,
-            hasher,
-            ..
-        } = self;
-        index.clear();
-        for i in 0..slots.len() {
-            let hash = Self::hash(hasher, Self::slot_repr(slots, meta, arena, i));
-            index.insert_unique(hash, i as u32, |&j| {
-                Self::hash(hasher, Self::slot_repr(slots, meta, arena, j as usize))
-            });
-        }
-    }
-
-    fn purge_expired(&mut self, now_ms: u64) -> usize {
-        let mut purged = 0;
-        for i in 0..self.meta.len() {
-            if self.meta[i] != TOMB && self.expired(i, Some(now_ms)) {
-                self.meta[i] = TOMB;
-                self.live -= 1;
-                self.dead += 1;
-                purged += 1;
-            }
-        }
-        if purged > 0 {
-            self.compact();
-        }
-        purged
-    }
-
-    fn entries(&self, now_ms: Option<u64>) -> Vec<StoreEntry> {
-        (0..self.meta.len())
-            .filter(|&i| self.meta[i] != TOMB && !self.expired(i, now_ms))
-            .map(|i| {
-                let key = match Self::slot_repr(&self.slots, &self.meta, &self.arena, i) {
-                    Repr::Uuid(b) => format_uuid(&b),
-                    // The arena holds only bytes copied from `&str` keys.
-                    Repr::Text(t) => String::from_utf8_lossy(t).into_owned(),
-                };
-                let secs = self.meta[i] & !TEXT;
-                let expires_at_ms = (secs != NEVER).then(|| self.epoch_ms + u64::from(secs) * 1000);
-                StoreEntry { key, expires_at_ms }
-            })
-            .collect()
-    }
-}
-
-fn text_span(slot: &[u8; 16]) -> (usize, usize) {
-    let off = u64::from_le_bytes(slot[..8].try_into().unwrap_or_default());
-    let len = u64::from_le_bytes(slot[8..].try_into().unwrap_or_default());
-    (off as usize, len as usize)
 }
 
 struct Inner {
@@ -682,6 +232,32 @@ impl Store for InMemoryStore {
         Ok(inner.table.seen_batch(keys, now))
     }
 
+    /// Done, or how long the live claim has left (`ZERO`: free; a claim without
+    /// a clock never runs out: `None`).
+    async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
+        let now = self.now();
+        let mut inner = self.lock()?;
+        let seen = inner.table.seen_batch(keys, now);
+        Ok(keys
+            .iter()
+            .zip(seen)
+            .map(|(key, seen)| match seen {
+                true => Peeked::Done,
+                false => {
+                    let claim = inner.claims.get(*key).filter(|(_, u)| lease_live(*u, now));
+                    let claim_ends_in = match (claim, now) {
+                        (None, _) => Some(Duration::ZERO),
+                        (Some((_, Some(until))), Some(now)) => {
+                            Some(Duration::from_millis(until.saturating_sub(now)))
+                        }
+                        (Some(_), _) => None,
+                    };
+                    Peeked::NotDone { claim_ends_in }
+                }
+            })
+            .collect())
+    }
+
     async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
         let mut inner = self.lock()?;
         let expiry = self.expiry(&inner.table, ttl)?;
@@ -801,38 +377,46 @@ impl InMemoryStore {
         expiry: u32,
         op: impl FnOnce(&mut Record<u64>) -> R,
     ) -> StoreResult<R> {
-        let before = match inner.claims.get(key) {
-            Some(&(token, until)) => Record::Claimed { token, until },
-            // A done record here is live (`seen` drops an expired one).
-            None if !unseen && inner.table.seen(key, now) => Record::Done {
-                until: None,
-                by: None,
-            },
-            None => Record::Free,
-        };
+        let before = read_record(inner, key, now, unseen);
         let mut after = before.clone();
         let answer = op(&mut after);
-        if after != before {
-            match after {
-                Record::Free => {
-                    inner.claims.remove(key);
-                }
-                Record::Claimed { token, until } => {
-                    self.timed.store(true, Ordering::Relaxed);
-                    match inner.claims.get_mut(key) {
-                        Some(claim) => *claim = (token, until),
-                        None => {
-                            inner.claims.insert(key.to_owned(), (token, until));
-                        }
+        self.write_back(inner, key, &before, after, expiry)?;
+        Ok(answer)
+    }
+
+    /// Stores `after` where it differs from `before`: the claim in the map, a
+    /// done record in the table (with `expiry`). Not generic, so the wasm
+    /// builds keep one copy of it.
+    fn write_back(
+        &self,
+        inner: &mut Inner,
+        key: &str,
+        before: &Record<u64>,
+        after: Record<u64>,
+        expiry: u32,
+    ) -> StoreResult<()> {
+        if after == *before {
+            return Ok(());
+        }
+        match after {
+            Record::Free => {
+                inner.claims.remove(key);
+            }
+            Record::Claimed { token, until } => {
+                self.timed.store(true, Ordering::Relaxed);
+                match inner.claims.get_mut(key) {
+                    Some(claim) => *claim = (token, until),
+                    None => {
+                        inner.claims.insert(key.to_owned(), (token, until));
                     }
                 }
-                Record::Done { .. } => {
-                    end_claim(inner, key);
-                    inner.table.remember(key, expiry, self.capacity)?;
-                }
+            }
+            Record::Done { .. } => {
+                end_claim(inner, key);
+                inner.table.remember(key, expiry, self.capacity)?;
             }
         }
-        Ok(answer)
+        Ok(())
     }
 
     /// Remembers `key`: plainly without a token; with one, fenced (see
@@ -901,6 +485,20 @@ impl InMemoryStore {
         let _ = self.apply(inner, key, (now, true), NEVER, |r| {
             r.release(Self::RULES, now, &token)
         });
+    }
+}
+
+/// The key's record as the model sees it: its claim, else done or free.
+/// `unseen`: the caller has just looked the key up and not found it done.
+fn read_record(inner: &mut Inner, key: &str, now: Option<u64>, unseen: bool) -> Record<u64> {
+    match inner.claims.get(key) {
+        Some(&(token, until)) => Record::Claimed { token, until },
+        // A done record here is live (`seen` drops an expired one).
+        None if !unseen && inner.table.seen(key, now) => Record::Done {
+            until: None,
+            by: None,
+        },
+        None => Record::Free,
     }
 }
 
