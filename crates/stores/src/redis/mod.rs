@@ -2,7 +2,12 @@
 //! Redis Cluster, in one of three record formats ([`Dialect`]; the table of
 //! formats is `docs/stores.md`).
 
-use std::sync::{Mutex, MutexGuard, OnceLock};
+mod conn;
+mod dialect;
+mod scripts;
+mod stats;
+
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use bq_dedupe::store::record::Rules;
@@ -10,208 +15,19 @@ use bq_dedupe::{
     Capabilities, Claim, ClaimToken, Settled, Settlement, Store, StoreError, StoreErrorKind,
     StoreResult,
 };
-use redis::cluster::{ClusterClient, ClusterConnection, cluster_pipe};
-use redis::{Client, Cmd, Connection, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+use redis::cluster::ClusterClient;
+use redis::{Client, Cmd, ErrorKind, RedisResult, ServerErrorKind, Value};
 
 use crate::{StoreStats, new_token, ttl_ms};
+use conn::{Conn, Target, error, open};
+pub use dialect::Dialect;
+use dialect::Record;
+use scripts::{eval, load_scripts, scripts};
+use stats::{glob_escape, scan_stats};
 
 /// Connect, read and write timeout: a dead server fails the call instead of
 /// hanging the consumer.
 const TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Whose records a [`RedisStore`] reads and writes (see `docs/stores.md`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Dialect {
-    /// bq-dedupe's own: `c:<token>` while claimed, `d:<token>` once that claim
-    /// is committed (`d` when remembered without a claim), under `bq:dedupe:` (a
-    /// prefix no other SDK uses). Claims have owners: renewals and commits are
-    /// fenced by token, and a commit sent again finds its own `d:<token>`. A value under the prefix that is neither
-    /// is a store error (`Internal`), never read as a claim or as seen.
-    #[default]
-    Native,
-    /// The PHP SDK's `RedisStore`: `1` while claimed (the lease is the key's
-    /// expiry), `2` once remembered, under `bq:idem:`. No owner token: a release,
-    /// renewal or commit cannot tell two claimers apart, so the store reports
-    /// `lease: false` (claims are not renewed and commits are not fenced; use a
-    /// lease longer than the slowest batch, PHP's default is 3600 s). A value that
-    /// is neither `1` nor `2` is a store error.
-    Php,
-    /// The Go SDK's Redis store: `1` once remembered (`seen` is `EXISTS`, as in
-    /// Go: any value counts), under `bq:idemp:`. No in-flight state: `claim` is
-    /// refused (`Unsupported`, capability `claim: false`); plain mode works.
-    Go,
-}
-
-impl Dialect {
-    /// The name in a spec (`?dialect=`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Dialect::Native => "native",
-            Dialect::Php => "php",
-            Dialect::Go => "go",
-        }
-    }
-
-    /// The dialect a spec names, if any.
-    pub fn from_name(name: &str) -> Option<Dialect> {
-        match name {
-            "native" | "bq-dedupe" => Some(Dialect::Native),
-            "php" => Some(Dialect::Php),
-            "go" => Some(Dialect::Go),
-            _ => None,
-        }
-    }
-
-    /// The key prefix used when a spec gives none: the one each SDK writes.
-    pub fn default_prefix(self) -> &'static str {
-        match self {
-            Dialect::Native => "bq:dedupe:",
-            Dialect::Php => "bq:idem:",
-            Dialect::Go => "bq:idemp:",
-        }
-    }
-
-    /// The value of a remembered key.
-    fn done(self) -> &'static [u8] {
-        match self {
-            Dialect::Native => b"d",
-            Dialect::Php => b"2",
-            Dialect::Go => b"1",
-        }
-    }
-
-    /// The value a fenced commit by `token` leaves: `d:<token>` in our format
-    /// (so the same commit sent again is known as ours), else [`Self::done`].
-    fn done_by(self, token: &ClaimToken) -> Vec<u8> {
-        match self {
-            Dialect::Native => format!("d:{}", token.0).into_bytes(),
-            _ => self.done().to_vec(),
-        }
-    }
-
-    /// The value of a claim, for the Lua scripts' `ARGV[1]`.
-    fn claim_value(self, token: &ClaimToken) -> Vec<u8> {
-        match self {
-            Dialect::Native => format!("c:{}", token.0).into_bytes(),
-            Dialect::Php | Dialect::Go => b"1".to_vec(),
-        }
-    }
-
-    /// The scripts' foreign-value test: `n` for ours, `p` for PHP's.
-    fn mode(self) -> &'static str {
-        match self {
-            Dialect::Native => "n",
-            _ => "p",
-        }
-    }
-
-    /// What a stored value is, in this dialect.
-    fn read(self, value: &[u8]) -> Record {
-        match self {
-            Dialect::Native if value == b"d" || value.starts_with(b"d:") => Record::Done,
-            Dialect::Native if value.starts_with(b"c:") => Record::Claimed,
-            Dialect::Php if value == b"2" => Record::Done,
-            Dialect::Php if value == b"1" => Record::Claimed,
-            Dialect::Go => Record::Done,
-            _ => Record::Foreign,
-        }
-    }
-}
-
-/// A stored value, read in a dialect.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Record {
-    Done,
-    Claimed,
-    Foreign,
-}
-
-/// Lua: is `v` (a GET reply) a value this dialect does not write? ARGV mode
-/// `n` (ours: `d` or `c:...`) or `p` (PHP's: `1` or `2`).
-const FOREIGN: &str = "local function foreign(v, mode) \
-      if not v then return false end \
-      if mode == 'p' then return v ~= '1' and v ~= '2' end \
-      local p = string.sub(v, 1, 2) \
-      return v ~= 'd' and p ~= 'd:' and p ~= 'c:' end ";
-
-/// Compare-and-delete, so only the claim's owner can release it (a claim re-taken
-/// after its lease ran out belongs to someone else). In PHP's format the value is
-/// `1` for every claimer: PHP's own release script, unable to tell them apart.
-const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
-                       return redis.call('DEL', KEYS[1]) end return 0";
-
-/// Extends a claim only for its owner: 1 if renewed, 0 if the claim is gone, -1
-/// if the key holds a value of another format. ARGV: claim value, lease ms, mode.
-fn renew_script() -> String {
-    format!(
-        "{FOREIGN} local v = redis.call('GET', KEYS[1]) \
-         if v == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end \
-         if foreign(v, ARGV[3]) then return -1 end return 0"
-    )
-}
-
-/// The fenced commit, in one atomic step per key. ARGV: our claim value, the
-/// value our commit leaves, the TTL in ms (0: none), mode, the value a lost
-/// commit leaves (plain remembered). The owner's claim becomes
-/// remembered (1); in our format so does a key already remembered by this very
-/// commit (`d:<token>`: the commit was sent again after its reply was lost). A
-/// lost claim (0): the key is remembered only if it is gone (expired or
-/// forgotten); a remembered key or another consumer's claim is left. A value of
-/// another format: -1, nothing written.
-fn commit_script() -> String {
-    format!(
-        "{FOREIGN} local v = redis.call('GET', KEYS[1]) \
-         if foreign(v, ARGV[4]) then return -1 end \
-         local ours = v == ARGV[1] or (ARGV[4] == 'n' and v == ARGV[2]) \
-         if ours or v == false then \
-           local done = ARGV[5] if ours then done = ARGV[2] end \
-           if ARGV[3] == '0' then redis.call('SET', KEYS[1], done) \
-           else redis.call('SET', KEYS[1], done, 'PX', ARGV[3]) end \
-           if ours then return 1 end \
-         end return 0"
-    )
-}
-
-/// Where the store's connection goes: one server, or a Redis Cluster.
-enum Target {
-    Single(Client),
-    /// The client, and the node URLs it was given (their credentials reach the
-    /// other nodes too, for [`RedisStore::stats`]).
-    Cluster(ClusterClient, Vec<String>),
-}
-
-enum Conn {
-    Single(Connection),
-    Cluster(Box<ClusterConnection>),
-}
-
-impl Conn {
-    /// The commands in one pipeline: one round trip on a single server; on a
-    /// cluster the client groups them by the node owning each key's slot (one
-    /// round trip per node touched). Every command names one key, so nothing is
-    /// ever cross-slot.
-    fn pipeline(&mut self, cmds: Vec<Cmd>) -> RedisResult<Vec<Value>> {
-        if cmds.is_empty() {
-            return Ok(Vec::new());
-        }
-        match self {
-            Conn::Single(conn) => {
-                let mut pipe = redis::pipe();
-                for cmd in cmds {
-                    pipe.add_command(cmd);
-                }
-                pipe.query(conn)
-            }
-            Conn::Cluster(conn) => {
-                let mut pipe = cluster_pipe();
-                for cmd in cmds {
-                    pipe.add_command(cmd);
-                }
-                pipe.query(conn)
-            }
-        }
-    }
-}
 
 /// A [`Store`] on Redis (one server or a cluster), shared by every consumer that
 /// reaches it.
@@ -544,136 +360,6 @@ impl RedisStore {
             _ => Claim::Held,
         })
     }
-}
-
-fn open(target: &Target) -> RedisResult<Conn> {
-    match target {
-        Target::Single(client) => {
-            let conn = client.get_connection_with_timeout(TIMEOUT)?;
-            conn.set_read_timeout(Some(TIMEOUT))?;
-            conn.set_write_timeout(Some(TIMEOUT))?;
-            Ok(Conn::Single(conn))
-        }
-        Target::Cluster(client, _) => Ok(Conn::Cluster(Box::new(client.get_connection()?))),
-    }
-}
-
-/// The store's records on one server: `SCAN MATCH pattern`, then the values of
-/// each page in one pipeline.
-fn scan_stats(conn: &mut Connection, pattern: &str, dialect: Dialect) -> RedisResult<StoreStats> {
-    let mut stats = StoreStats::default();
-    let mut cursor = 0u64;
-    loop {
-        let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query(conn)?;
-        if !keys.is_empty() {
-            // A pipeline of GETs, not MGET: a page's keys may span slots, which a
-            // cluster node refuses in one command.
-            let mut pipe = redis::pipe();
-            for key in &keys {
-                pipe.cmd("GET").arg(key);
-            }
-            let values: Vec<Option<Vec<u8>>> = pipe.query(conn)?;
-            for value in values.into_iter().flatten() {
-                match dialect.read(&value) {
-                    Record::Done => stats.remembered += 1,
-                    Record::Claimed => stats.claimed += 1,
-                    Record::Foreign => {}
-                }
-            }
-        }
-        if next == 0 {
-            return Ok(stats);
-        }
-        cursor = next;
-    }
-}
-
-/// Network trouble and a server that is loading, read-only or failing over may
-/// pass (`Unavailable`); anything else is `Internal`.
-fn error(e: RedisError) -> StoreError {
-    let transient = e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || matches!(
-            e.kind(),
-            ErrorKind::Server(
-                ServerErrorKind::BusyLoading
-                    | ServerErrorKind::TryAgain
-                    | ServerErrorKind::MasterDown
-                    | ServerErrorKind::ClusterDown
-                    | ServerErrorKind::ReadOnly
-            )
-        );
-    StoreError::backend(transient, format!("redis: {e}"))
-}
-
-/// Escapes glob metacharacters so the prefix matches only itself in `SCAN MATCH`.
-fn glob_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 1);
-    for c in s.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// A script, sent by its SHA1 (`EVALSHA`: a batch of 100 commits is a few KB,
-/// not the script text 100 times); loaded on a server's first `NOSCRIPT`.
-struct Lua {
-    code: String,
-    sha: String,
-}
-
-impl Lua {
-    fn new(code: String) -> Self {
-        let sha = redis::Script::new(&code).get_hash().to_owned();
-        Lua { code, sha }
-    }
-}
-
-/// The three scripts, made once.
-struct Scripts {
-    release: Lua,
-    renew: Lua,
-    commit: Lua,
-}
-
-fn scripts() -> &'static Scripts {
-    static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
-    SCRIPTS.get_or_init(|| Scripts {
-        release: Lua::new(RELEASE.to_owned()),
-        renew: Lua::new(renew_script()),
-        commit: Lua::new(commit_script()),
-    })
-}
-
-/// `SCRIPT LOAD` of every script (on a cluster the client sends it to every node).
-fn load_scripts(conn: &mut Conn) -> RedisResult<()> {
-    let s = scripts();
-    for lua in [&s.release, &s.renew, &s.commit] {
-        let mut load = redis::cmd("SCRIPT");
-        load.arg("LOAD").arg(&lua.code);
-        let _: Value = match conn {
-            Conn::Single(c) => load.query(c)?,
-            Conn::Cluster(c) => load.query(&mut **c)?,
-        };
-    }
-    Ok(())
-}
-
-fn eval(script: &Lua, key: Vec<u8>) -> Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(&script.sha).arg(1).arg(key);
-    cmd
 }
 
 impl Store for RedisStore {

@@ -1,0 +1,81 @@
+//! The connection: one server or a cluster, one pipeline per call, and what a
+//! Redis error means for the caller.
+
+use bq_dedupe::StoreError;
+use redis::cluster::{ClusterClient, ClusterConnection, cluster_pipe};
+use redis::{Client, Cmd, Connection, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+
+use super::TIMEOUT;
+
+/// Where the store's connection goes: one server, or a Redis Cluster.
+pub(super) enum Target {
+    Single(Client),
+    /// The client, and the node URLs it was given (their credentials reach the
+    /// other nodes too, for [`RedisStore::stats`]).
+    Cluster(ClusterClient, Vec<String>),
+}
+
+pub(super) enum Conn {
+    Single(Connection),
+    Cluster(Box<ClusterConnection>),
+}
+
+impl Conn {
+    /// The commands in one pipeline: one round trip on a single server; on a
+    /// cluster the client groups them by the node owning each key's slot (one
+    /// round trip per node touched). Every command names one key, so nothing is
+    /// ever cross-slot.
+    pub(super) fn pipeline(&mut self, cmds: Vec<Cmd>) -> RedisResult<Vec<Value>> {
+        if cmds.is_empty() {
+            return Ok(Vec::new());
+        }
+        match self {
+            Conn::Single(conn) => {
+                let mut pipe = redis::pipe();
+                for cmd in cmds {
+                    pipe.add_command(cmd);
+                }
+                pipe.query(conn)
+            }
+            Conn::Cluster(conn) => {
+                let mut pipe = cluster_pipe();
+                for cmd in cmds {
+                    pipe.add_command(cmd);
+                }
+                pipe.query(conn)
+            }
+        }
+    }
+}
+
+pub(super) fn open(target: &Target) -> RedisResult<Conn> {
+    match target {
+        Target::Single(client) => {
+            let conn = client.get_connection_with_timeout(TIMEOUT)?;
+            conn.set_read_timeout(Some(TIMEOUT))?;
+            conn.set_write_timeout(Some(TIMEOUT))?;
+            Ok(Conn::Single(conn))
+        }
+        Target::Cluster(client, _) => Ok(Conn::Cluster(Box::new(client.get_connection()?))),
+    }
+}
+
+/// Network trouble and a server that is loading, read-only or failing over may
+/// pass (`Unavailable`); anything else is `Internal`.
+pub(super) fn error(e: RedisError) -> StoreError {
+    let transient = e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || matches!(
+            e.kind(),
+            ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::ReadOnly
+            )
+        );
+    StoreError::backend(transient, format!("redis: {e}"))
+}
