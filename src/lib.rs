@@ -39,7 +39,7 @@ pub use lease::{LeasePolicy, NoTimer, Timer};
 pub use observe::{CounterSnapshot, Counters, Event, Observer};
 pub use outcome::{Disposition, Outcome, OutcomeKind};
 pub use store::{
-    Capabilities, Claim, ClaimToken, InMemoryStore, Settled, Settlement, Store, StoreError,
+    Capabilities, Claim, ClaimToken, InMemoryStore, Peeked, Settled, Settlement, Store, StoreError,
     StoreErrorKind, StoreResult,
 };
 

@@ -95,6 +95,20 @@ pub enum Claim {
     Held,
 }
 
+/// What [`Store::peek_many`] sees of a key now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peeked {
+    /// Remembered and not expired: skip.
+    Done,
+    /// Not done. `claim_ends_in`: a live claim holds the key and runs out in
+    /// that long (`Some(ZERO)`: free, nobody holds it); `None`: the store cannot
+    /// tell (the default `peek_many`), so it may be held for up to a lease.
+    NotDone {
+        /// How long the live claim on the key has left, where the store knows.
+        claim_ends_in: Option<Duration>,
+    },
+}
+
 /// What a store offers beyond the three spec operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Capabilities {
@@ -177,6 +191,24 @@ pub trait Store {
             answers.push(self.seen(key).await?);
         }
         Ok(answers)
+    }
+
+    /// For each key: done, or how long a live claim on it has left (the guard
+    /// asks about keys another consumer holds, to park them just as long). The
+    /// default is `seen_many`, which cannot tell how long: `NotDone` with
+    /// `claim_ends_in: None`.
+    async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
+        Ok(self
+            .seen_many(keys)
+            .await?
+            .into_iter()
+            .map(|seen| match seen {
+                true => Peeked::Done,
+                false => Peeked::NotDone {
+                    claim_ends_in: None,
+                },
+            })
+            .collect())
     }
 
     /// `remember` for many keys.
@@ -354,6 +386,9 @@ macro_rules! forward_store {
             async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
                 (**self).seen_many(keys).await
             }
+            async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
+                (**self).peek_many(keys).await
+            }
             async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
                 (**self).remember_many(keys, ttl).await
             }
@@ -424,6 +459,12 @@ macro_rules! delegate_store {
             }
             async fn seen_many(&self, keys: &[&str]) -> $crate::StoreResult<::std::vec::Vec<bool>> {
                 match self { $($enum::$variant(s) => s.seen_many(keys).await,)+ }
+            }
+            async fn peek_many(
+                &self,
+                keys: &[&str],
+            ) -> $crate::StoreResult<::std::vec::Vec<$crate::store::Peeked>> {
+                match self { $($enum::$variant(s) => s.peek_many(keys).await,)+ }
             }
             async fn remember_many(
                 &self,

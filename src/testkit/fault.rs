@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::store::{
-    Capabilities, Claim, ClaimToken, Settled, Settlement, Store, StoreError, StoreResult,
+    Capabilities, Claim, ClaimToken, Peeked, Settled, Settlement, Store, StoreError, StoreResult,
 };
 
 /// What happens to the next call of a [`Faulty`] store.
@@ -112,6 +112,9 @@ impl<S: Store> Store for Faulty<S> {
     async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
         self.call(async || self.inner.remember_many(keys, ttl).await)
             .await
+    }
+    async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
+        self.call(async || self.inner.peek_many(keys).await).await
     }
     async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
         self.call(async || self.inner.claim(key, lease).await).await

@@ -8,8 +8,11 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use super::Harness;
 use super::fault::{Fault, Faulty};
 use crate::block_on_ready;
+use crate::store::record::Peek;
 use crate::store::record::{ClaimAnswer, Record, Rules};
-use crate::store::{Capabilities, Claim, ClaimToken, Settled, Settlement, Store, StoreResult};
+use crate::store::{
+    Capabilities, Claim, ClaimToken, Peeked, Settled, Settlement, Store, StoreResult,
+};
 
 /// The keys a run uses: canonical UUIDs (which some stores hold as bytes) and
 /// other text.
@@ -28,6 +31,8 @@ const KEYS: [&str; 4] = [
 pub enum Op {
     /// `seen` (one key) or `seen_many`.
     Seen { client: usize, keys: Vec<usize> },
+    /// `peek_many`.
+    Peek { client: usize, keys: Vec<usize> },
     /// `remember` (one key) or `remember_many`.
     Remember {
         client: usize,
@@ -84,6 +89,7 @@ pub enum Op {
 #[derive(Debug, Clone)]
 enum KeyOp {
     Seen,
+    Peek,
     Remember(Option<u64>),
     Forget,
     Claim(u64),
@@ -99,6 +105,8 @@ enum KeyAnswer {
     Bool(bool),
     /// The answer, and the token of an acquired claim (not compared).
     Claim(ClaimAnswer, Option<ClaimToken>),
+    /// A peek; a store's "cannot tell how long" (`None`) matches any claim.
+    Peek(Peeked),
 }
 
 impl PartialEq for KeyAnswer {
@@ -107,6 +115,12 @@ impl PartialEq for KeyAnswer {
             (KeyAnswer::Done, KeyAnswer::Done) => true,
             (KeyAnswer::Bool(a), KeyAnswer::Bool(b)) => a == b,
             (KeyAnswer::Claim(a, _), KeyAnswer::Claim(b, _)) => a == b,
+            (KeyAnswer::Peek(a), KeyAnswer::Peek(b)) => match (a, b) {
+                (Peeked::NotDone { claim_ends_in: x }, Peeked::NotDone { claim_ends_in: y }) => {
+                    x.is_none() || y.is_none() || x == y
+                }
+                (a, b) => a == b,
+            },
             _ => false,
         }
     }
@@ -143,6 +157,9 @@ pub fn ops(caps: Capabilities, clients: usize) -> impl Strategy<Value = Vec<Op>>
             .boxed(),
         (client.clone(), keys.clone(), ttl())
             .prop_map(|(client, keys, ttl)| Op::Remember { client, keys, ttl })
+            .boxed(),
+        (client.clone(), keys.clone())
+            .prop_map(|(client, keys)| Op::Peek { client, keys })
             .boxed(),
         (client.clone(), key.clone())
             .prop_map(|(client, key)| Op::Forget { client, key })
@@ -338,6 +355,9 @@ impl<C: Store> World<C> {
             Op::Seen { client, keys } => {
                 (*client, keys.iter().map(|&k| (k, KeyOp::Seen)).collect())
             }
+            Op::Peek { client, keys } => {
+                (*client, keys.iter().map(|&k| (k, KeyOp::Peek)).collect())
+            }
             Op::Remember { client, keys, ttl } => (
                 *client,
                 keys.iter()
@@ -481,6 +501,18 @@ fn apply(
     let after = |ms: u64| Some(now.saturating_add(ms));
     match part {
         KeyOp::Seen => KeyAnswer::Bool(r.seen(now_)),
+        KeyOp::Peek => KeyAnswer::Peek(match (r.peek(now_), &*r) {
+            (Peek::Done, _) => Peeked::Done,
+            (Peek::Free, _) => Peeked::NotDone {
+                claim_ends_in: Some(Duration::ZERO),
+            },
+            (Peek::Claimed, Record::Claimed { until, .. }) => Peeked::NotDone {
+                claim_ends_in: until.map(|u| Duration::from_millis(u.saturating_sub(now))),
+            },
+            (Peek::Claimed, _) => Peeked::NotDone {
+                claim_ends_in: None,
+            },
+        }),
         KeyOp::Remember(ttl) => {
             r.remember(rules, now_, ttl.and_then(after));
             KeyAnswer::Done
@@ -550,6 +582,12 @@ fn call<C: Store>(
             r,
             KeyAnswer::Bool
         )),
+        (Op::Peek { .. }, _) => {
+            with_swallowed!(store.peek_many(&keys), Vec<Peeked>, |r| each(
+                r,
+                KeyAnswer::Peek
+            ))
+        }
         (Op::Remember { ttl: t, .. }, [_]) => {
             with_swallowed!(store.remember(keys[0], ttl(t)), (), |r: StoreResult<()>| r
                 .map(done))

@@ -234,6 +234,7 @@ pub fn returned(d: wit::Decision) -> Returned {
             claim: d.claim_token.map(bq::ClaimToken),
             // The WIT decision carries none: fingerprints stay off in the component.
             fingerprint: None,
+            park_for: None,
         },
         rejection,
     }

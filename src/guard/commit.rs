@@ -1,0 +1,286 @@
+//! Committing: what each delivery's result writes (remember, fenced in claiming
+//! mode, or give back its claim), in one store step, and its outcome.
+
+use super::*;
+
+impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
+    /// Completes one decision with its handler's result (`None`: it did not run).
+    pub async fn complete<E>(
+        &self,
+        decision: Decision,
+        result: Option<HandlerResult<E>>,
+    ) -> Outcome<E> {
+        let recorded = match commit_of(&decision, &result) {
+            Commit::Remember => {
+                // A plain remember of one key is the store's own `remember` call.
+                let remember = self.remember_list(std::slice::from_ref(&decision), &[0]);
+                let step = Settlement {
+                    remember: &remember,
+                    ttl: self.options.ttl,
+                    ..Settlement::default()
+                };
+                self.apply_step(&step)
+                    .await
+                    .map(|s| s.kept.first().copied().unwrap_or(true))
+            }
+            Commit::Release(key, token) => {
+                let release = [(key, token)];
+                let step = Settlement {
+                    release: &release,
+                    ..Settlement::default()
+                };
+                let _ = self.apply_step(&step).await;
+                Ok(true)
+            }
+            Commit::Nothing => Ok(true),
+        };
+        let outcome = outcome_of(&decision.verdict, result, &recorded, None);
+        self.observe_outcome(&decision, &outcome);
+        outcome
+    }
+
+    /// Records a batch with one store call: remembers the keys whose handler
+    /// succeeded (fenced in claiming mode), releases the claims of those that
+    /// failed, and resolves every delivery's outcome. `results[i]` is the handler
+    /// result for `decisions[i]` (`None` where it did not run).
+    pub async fn complete_batch<E>(
+        &self,
+        decisions: Vec<Decision>,
+        results: Vec<Option<HandlerResult<E>>>,
+    ) -> Vec<Outcome<E>> {
+        let mut progress = Progress::new(decisions.len(), None);
+        for (i, result) in results.into_iter().enumerate().take(decisions.len()) {
+            if matches!(result, Some(HandlerResult::Ok)) && decisions[i].verdict == Verdict::Run {
+                progress.waiting.push(i);
+            }
+            progress.results[i] = result;
+        }
+        self.finish(&decisions, progress).await
+    }
+
+    /// The commit: writes what is still waiting and releases what did not
+    /// succeed (one call), then resolves every outcome.
+    pub(super) async fn finish<E>(
+        &self,
+        decisions: &[Decision],
+        progress: Progress<E>,
+    ) -> Vec<Outcome<E>> {
+        let Progress {
+            results,
+            mut written,
+            lost,
+            waiting,
+            ..
+        } = progress;
+        let remember = self.remember_list(decisions, &waiting);
+        let release: Vec<(&str, &ClaimToken)> = decisions
+            .iter()
+            .zip(&results)
+            .zip(&lost)
+            .filter(|(_, lost)| !**lost)
+            .filter_map(
+                |((decision, result), _)| match commit_of(decision, result) {
+                    Commit::Release(key, token) => Some((key, token)),
+                    _ => None,
+                },
+            )
+            .collect();
+        let step = Settlement {
+            remember: &remember,
+            ttl: self.options.ttl,
+            release: &release,
+            ..Settlement::default()
+        };
+        let committed = match (remember.is_empty(), release.is_empty()) {
+            (true, true) => Ok(Settled::default()),
+            _ => self.apply_step(&step).await,
+        };
+        let mut commit_error = None;
+        match committed {
+            Ok(settled) => {
+                for (&i, kept) in waiting.iter().zip(&settled.kept) {
+                    written[i] = Some(*kept);
+                }
+            }
+            Err(e) if !remember.is_empty() => commit_error = Some(e),
+            Err(_) => {} // Releases only: the leases run out by themselves.
+        }
+
+        let mut outcomes: Vec<Outcome<E>> = Vec::with_capacity(decisions.len());
+        for ((decision, result), written) in decisions.iter().zip(results).zip(written) {
+            let leader = match decision.verdict {
+                Verdict::Duplicate(of) => outcomes.get(of),
+                _ => None,
+            };
+            let recorded = match (written, &commit_error) {
+                (Some(kept), _) => Ok(kept),
+                (None, Some(e)) => Err(e.clone()),
+                (None, None) => Ok(true),
+            };
+            let outcome = outcome_of(&decision.verdict, result, &recorded, leader);
+            self.observe_outcome(decision, &outcome);
+            outcomes.push(outcome);
+        }
+        outcomes
+    }
+
+    /// One batch step in as few calls as the store allows; store errors are
+    /// reported to the observer (a failed release only there: it changes no
+    /// outcome, the lease runs out by itself).
+    pub(super) async fn apply_step(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
+        let ttl = step.ttl;
+        let plain = step.renew.is_empty() && step.remember.iter().all(|(_, t)| t.is_none());
+        let result = match (step.remember, step.release) {
+            ([], []) if step.renew.is_empty() => Ok(Settled::default()),
+            ([(key, None)], []) if plain => self.store.remember(key, ttl).await.map(|()| Settled {
+                kept: vec![true],
+                ..Settled::default()
+            }),
+            (many, []) if plain => {
+                let keys: Vec<&str> = many.iter().map(|(key, _)| *key).collect();
+                self.store
+                    .remember_many(&keys, ttl)
+                    .await
+                    .map(|()| Settled {
+                        kept: vec![true; keys.len()],
+                        ..Settled::default()
+                    })
+            }
+            ([], [(key, token)]) if plain => {
+                let released = self.store.release(key, token).await;
+                Ok(Settled {
+                    release_error: released.err(),
+                    ..Settled::default()
+                })
+            }
+            _ => self.store.settle(step).await,
+        };
+        let op = if step.remember.is_empty() {
+            StoreOp::Renew
+        } else {
+            StoreOp::Remember
+        };
+        match &result {
+            Ok(settled) => {
+                if let Some(error) = &settled.release_error {
+                    self.observer.observe(Event::StoreError {
+                        op: StoreOp::Release,
+                        error,
+                    });
+                }
+            }
+            Err(error) if step.remember.is_empty() && step.renew.is_empty() => {
+                self.observer.observe(Event::StoreError {
+                    op: StoreOp::Release,
+                    error,
+                });
+            }
+            Err(error) => self.observer.observe(Event::StoreError { op, error }),
+        }
+        result
+    }
+
+    /// What remembering the successes at `waiting` writes: their keys (fenced in
+    /// claiming mode), in order, then their fingerprint records (plain). The
+    /// store's `kept` answers line up with `waiting` for that reason.
+    pub(super) fn remember_list<'d>(
+        &self,
+        decisions: &'d [Decision],
+        waiting: &[usize],
+    ) -> Vec<(&'d str, Option<&'d ClaimToken>)> {
+        let mut remember: Vec<(&str, Option<&ClaimToken>)> = waiting
+            .iter()
+            .map(|&i| (key_at(decisions, i), self.fence_token(&decisions[i])))
+            .collect();
+        for &i in waiting {
+            if let Some(fp) = &decisions[i].fingerprint {
+                remember.push((fp.marker_key.as_str(), None));
+                remember.push((fp.record_key.as_str(), None));
+            }
+        }
+        remember
+    }
+
+    /// The token a success is committed under: its claim, when the store fences.
+    pub(super) fn fence_token<'d>(&self, decision: &'d Decision) -> Option<&'d ClaimToken> {
+        decision
+            .claim
+            .as_ref()
+            .filter(|_| self.store.capabilities().lease)
+    }
+}
+
+/// What recording one delivery takes.
+pub(super) enum Commit<'d> {
+    Remember,
+    Release(&'d str, &'d ClaimToken),
+    Nothing,
+}
+
+/// The rule: a run that succeeded is remembered; a run that failed, panicked or
+/// never happened gives back its claim (if it took one); nothing else touches the
+/// store.
+pub(super) fn commit_of<'d, E>(
+    decision: &'d Decision,
+    result: &Option<HandlerResult<E>>,
+) -> Commit<'d> {
+    match (
+        &decision.verdict,
+        decision.key.as_deref(),
+        result,
+        &decision.claim,
+    ) {
+        (Verdict::Run, Some(_), Some(HandlerResult::Ok), _) => Commit::Remember,
+        (Verdict::Run, Some(key), _, Some(token)) => Commit::Release(key, token),
+        _ => Commit::Nothing,
+    }
+}
+
+/// A delivery's outcome from its verdict, its handler's result, whether its
+/// success was recorded (`Ok(false)`: recorded after its claim was lost), and (for an in-batch duplicate) the leader's outcome.
+pub(super) fn outcome_of<E>(
+    verdict: &Verdict,
+    result: Option<HandlerResult<E>>,
+    recorded: &StoreResult<bool>,
+    leader: Option<&Outcome<E>>,
+) -> Outcome<E> {
+    match (verdict, result) {
+        (Verdict::Run, Some(HandlerResult::Ok)) => match recorded {
+            Ok(true) => Outcome::Ran,
+            Ok(false) => Outcome::RanLeaseLost,
+            Err(e) => Outcome::RanUnrecorded(e.clone()),
+        },
+        (Verdict::FailOpen, Some(HandlerResult::Ok)) => Outcome::FailOpen(Ok(())),
+        (Verdict::FailOpen, Some(HandlerResult::Err(e))) => Outcome::FailOpen(Err(e)),
+        (Verdict::Run, Some(HandlerResult::Err(e))) => Outcome::Failed(e),
+        (Verdict::Run | Verdict::FailOpen, Some(HandlerResult::Panicked(msg))) => {
+            Outcome::Panicked(msg)
+        }
+        // Told to run but it did not: nothing happened, so redeliver.
+        (Verdict::Run | Verdict::FailOpen, None) => Outcome::Parked,
+        (Verdict::Skip, _) => Outcome::Skipped,
+        (Verdict::Park, _) => Outcome::Parked,
+        (Verdict::Reject(r), _) => Outcome::Rejected(r.clone()),
+        (Verdict::PayloadMismatch, _) => Outcome::PayloadMismatch,
+        (Verdict::StoreUnavailable(e), _) => Outcome::StoreUnavailable(e.clone()),
+        (Verdict::Duplicate(_), _) => follow(leader),
+    }
+}
+
+/// A duplicate inside a batch follows the delivery it duplicates: done there means
+/// skip here; anything else means retry here, without running.
+pub(super) fn follow<E>(leader: Option<&Outcome<E>>) -> Outcome<E> {
+    match leader.map(Outcome::kind) {
+        Some(
+            OutcomeKind::Ran
+            | OutcomeKind::RanUnrecorded
+            | OutcomeKind::RanLeaseLost
+            | OutcomeKind::Skipped,
+        ) => Outcome::Skipped,
+        Some(OutcomeKind::StoreUnavailable) => match leader {
+            Some(Outcome::StoreUnavailable(e)) => Outcome::StoreUnavailable(e.clone()),
+            _ => Outcome::Parked,
+        },
+        _ => Outcome::Parked,
+    }
+}

@@ -1,0 +1,263 @@
+//! Deciding: each body classified, in-batch duplicates collapsed, the store asked
+//! once (seen, or claim and re-check) for every distinct key.
+
+use super::*;
+
+impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
+    /// Decides one delivery (see [`Guard::decide_batch`]).
+    pub async fn decide<B: Body + ?Sized>(&self, body: &B) -> Decision {
+        self.decide_one(body).await.1
+    }
+
+    /// Classifies one body and, if it has a key, asks the store (single-key calls).
+    pub(super) async fn decide_one<'b, B: Body + ?Sized>(
+        &self,
+        body: &'b B,
+    ) -> (Option<Message<'b>>, Decision) {
+        let (message, mut decision) = self.classify(body);
+        if decision.verdict == Verdict::Run {
+            self.ask_store(std::slice::from_mut(&mut decision), &[0])
+                .await;
+        }
+        (message, decision)
+    }
+
+    /// Decides a batch with one store call (plus one re-check if, in claiming mode,
+    /// some ids are held by another consumer). The host then runs the handler for
+    /// each decision whose [`Decision::should_run`] is true.
+    pub async fn decide_batch<B: Body>(&self, bodies: &[B]) -> Vec<Decision> {
+        self.plan(bodies).await.1
+    }
+
+    /// Decodes one body and derives its key; the store is not asked yet.
+    pub(super) fn classify<'b, B: Body + ?Sized>(
+        &self,
+        body: &'b B,
+    ) -> (Option<Message<'b>>, Decision) {
+        let message = match body.decode(&self.options.limits) {
+            Ok(m) => m,
+            Err(r) => return (None, Decision::unkeyed(Verdict::Reject(r))),
+        };
+        let decision = match message.id() {
+            None => Decision::unkeyed(Verdict::FailOpen),
+            Some(id) => {
+                let key = self.options.keyspace.key(id).into_owned();
+                match self.fingerprint_of(&message, &key) {
+                    Ok(fingerprint) => Decision {
+                        verdict: Verdict::Run,
+                        key: Some(key),
+                        claim: None,
+                        fingerprint,
+                        park_for: None,
+                    },
+                    Err(refused) => Decision::unkeyed(Verdict::StoreUnavailable(refused)),
+                }
+            }
+        };
+        (Some(message), decision)
+    }
+
+    /// The delivery's fingerprint with [`Options::fingerprint`] on; refused (every
+    /// keyed delivery fails closed) where fingerprints cannot be kept.
+    pub(super) fn fingerprint_of(
+        &self,
+        message: &Message<'_>,
+        key: &str,
+    ) -> StoreResult<Option<Fingerprint>> {
+        if !self.options.fingerprint {
+            return Ok(None);
+        }
+        if let Some(format) = self.store.shared_format() {
+            return Err(StoreError::unsupported(format!(
+                "payload fingerprints need our own record format; this store keeps {format} records"
+            )));
+        }
+        #[cfg(feature = "fingerprint")]
+        return Ok(Fingerprint::of(message.raw(), key));
+        #[cfg(not(feature = "fingerprint"))]
+        {
+            let _ = (message, key);
+            Err(StoreError::unsupported(
+                "payload fingerprints: this build leaves out the `fingerprint` feature",
+            ))
+        }
+    }
+
+    /// Classifies every body, collapses in-batch duplicates, and asks the store
+    /// about each distinct key once.
+    pub(super) async fn plan<'b, B: Body>(
+        &self,
+        bodies: &'b [B],
+    ) -> (Vec<Option<Message<'b>>>, Vec<Decision>) {
+        let (messages, mut decisions): (Vec<_>, Vec<_>) =
+            bodies.iter().map(|body| self.classify(body)).unzip();
+        // The first delivery of each key leads; later ones follow it. The map
+        // borrows the keys, so duplicates are marked after it is dropped.
+        let mut unique: Vec<usize> = Vec::new();
+        let mut followers: Vec<(usize, usize)> = Vec::new();
+        {
+            let mut leaders: hashbrown::HashMap<&str, usize, RandomState> =
+                hashbrown::HashMap::with_capacity_and_hasher(
+                    decisions.len(),
+                    RandomState::default(),
+                );
+            for (i, decision) in decisions.iter().enumerate() {
+                if let Some(key) = decision.key.as_deref() {
+                    match leaders.entry(key) {
+                        hashbrown::hash_map::Entry::Occupied(leader) => {
+                            followers.push((i, *leader.get()))
+                        }
+                        hashbrown::hash_map::Entry::Vacant(slot) => {
+                            slot.insert(i);
+                            unique.push(i);
+                        }
+                    }
+                }
+            }
+        }
+        for (i, leader) in followers {
+            decisions[i].verdict = if same_payload(&decisions[i], &decisions[leader]) {
+                Verdict::Duplicate(leader)
+            } else {
+                // One id, two payloads in one batch: the first one runs.
+                Verdict::PayloadMismatch
+            };
+        }
+        self.ask_store(&mut decisions, &unique).await;
+        (messages, decisions)
+    }
+
+    /// Settles the `Run` verdicts at `unique` (distinct keys) with the store:
+    /// `seen` in plain mode, `claim` in claiming mode.
+    pub(super) async fn ask_store(&self, decisions: &mut [Decision], unique: &[usize]) {
+        match self.options.claim_lease {
+            _ if unique.is_empty() => return,
+            Some(lease) => self.claim_all(unique, decisions, lease).await,
+            None => self.check_all(unique, decisions).await,
+        }
+        self.check_fingerprints(unique, decisions).await;
+    }
+
+    /// For each skip at `unique` that has a fingerprint: one more call (only when
+    /// the batch has skips) reads its marker and record. Marker without record:
+    /// the id was processed with another payload.
+    pub(super) async fn check_fingerprints(&self, unique: &[usize], decisions: &mut [Decision]) {
+        let skips: Vec<usize> = unique
+            .iter()
+            .copied()
+            .filter(|&i| {
+                decisions[i].verdict == Verdict::Skip && decisions[i].fingerprint.is_some()
+            })
+            .collect();
+        if skips.is_empty() {
+            return;
+        }
+        let keys: Vec<&str> = skips
+            .iter()
+            .filter_map(|&i| decisions[i].fingerprint.as_ref())
+            .flat_map(|fp| [fp.marker_key.as_str(), fp.record_key.as_str()])
+            .collect();
+        let answers = checked_len(self.store.seen_many(&keys).await, keys.len());
+        self.report_store_error(StoreOp::Seen, &answers);
+        for (n, &i) in skips.iter().enumerate() {
+            decisions[i].verdict = match &answers {
+                Ok(a) if a[2 * n] && !a[2 * n + 1] => Verdict::PayloadMismatch,
+                Ok(_) => Verdict::Skip,
+                Err(e) => Verdict::StoreUnavailable(e.clone()),
+            };
+        }
+    }
+
+    /// Plain mode: one `seen` (or `seen_many`) for the distinct keys.
+    pub(super) async fn check_all(&self, unique: &[usize], decisions: &mut [Decision]) {
+        if let [i] = *unique {
+            let answer = self.store.seen(key_at(decisions, i)).await;
+            self.report_store_error(StoreOp::Seen, &answer);
+            decisions[i].verdict = after_seen(answer.as_ref().copied());
+            return;
+        }
+        let keys: Vec<&str> = unique.iter().map(|&i| key_at(decisions, i)).collect();
+        let answers = checked_len(self.store.seen_many(&keys).await, keys.len());
+        self.report_store_error(StoreOp::Seen, &answers);
+        for (n, &i) in unique.iter().enumerate() {
+            decisions[i].verdict = after_seen(answers.as_ref().map(|a| a[n]));
+        }
+    }
+
+    /// Claiming mode: claim every distinct key (one call); a key held by another
+    /// consumer is re-checked with `seen` (one more call), then skipped or parked.
+    pub(super) async fn claim_all(
+        &self,
+        unique: &[usize],
+        decisions: &mut [Decision],
+        lease: Duration,
+    ) {
+        let claims = match *unique {
+            [i] => self
+                .store
+                .claim(key_at(decisions, i), lease)
+                .await
+                .map(|c| vec![c]),
+            _ => {
+                let keys: Vec<&str> = unique.iter().map(|&i| key_at(decisions, i)).collect();
+                checked_len(self.store.claim_many(&keys, lease).await, keys.len())
+            }
+        };
+        self.report_store_error(StoreOp::Claim, &claims);
+        let claims = match claims {
+            Ok(claims) => claims,
+            Err(e) => {
+                for &i in unique {
+                    decisions[i].verdict = Verdict::StoreUnavailable(e.clone());
+                }
+                return;
+            }
+        };
+        let mut held = Vec::new();
+        for (&i, claim) in unique.iter().zip(claims) {
+            match claim {
+                Claim::Acquired(token) => decisions[i].claim = Some(token),
+                Claim::Seen => decisions[i].verdict = Verdict::Skip,
+                Claim::Held => held.push(i),
+            }
+        }
+        if held.is_empty() {
+            return;
+        }
+        // The holder may have finished since: skip if so, otherwise park for as
+        // long as its claim has left (where the store can tell).
+        let keys: Vec<&str> = held.iter().map(|&i| key_at(decisions, i)).collect();
+        let peeked = checked_len(self.store.peek_many(&keys).await, keys.len());
+        self.report_store_error(StoreOp::Seen, &peeked);
+        for (n, &i) in held.iter().enumerate() {
+            match &peeked {
+                Ok(states) => match states[n] {
+                    Peeked::Done => decisions[i].verdict = Verdict::Skip,
+                    Peeked::NotDone { claim_ends_in } => {
+                        decisions[i].verdict = Verdict::Park;
+                        decisions[i].park_for = claim_ends_in;
+                    }
+                },
+                Err(e) => decisions[i].verdict = Verdict::StoreUnavailable(e.clone()),
+            }
+        }
+    }
+}
+
+/// Do two deliveries of one key carry the same payload (as far as fingerprints
+/// are kept)?
+pub(super) fn same_payload(a: &Decision, b: &Decision) -> bool {
+    match (&a.fingerprint, &b.fingerprint) {
+        (Some(a), Some(b)) => a.hash == b.hash,
+        _ => true,
+    }
+}
+
+/// The verdict once the store has said whether the key was seen.
+pub(super) fn after_seen(answer: Result<bool, &StoreError>) -> Verdict {
+    match answer {
+        Ok(true) => Verdict::Skip,
+        Ok(false) => Verdict::Run,
+        Err(e) => Verdict::StoreUnavailable(e.clone()),
+    }
+}

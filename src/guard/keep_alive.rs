@@ -1,0 +1,134 @@
+//! Keeping a slow batch's claims alive: checkpoints between handlers and on the
+//! timer's ticks, and what a failed renewal means.
+
+use super::*;
+
+impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
+    /// Runs delivery `i`'s handler; with a timer, checkpoints on its ticks until
+    /// the handler is done. A checkpoint that has started is finished before the
+    /// result is returned, so a store write is never cut off halfway.
+    pub(super) async fn run_kept_alive<E>(
+        &self,
+        handler: &mut impl AsyncFnMut(&Message<'_>) -> Result<(), E>,
+        msg: &Message<'_>,
+        decisions: &[Decision],
+        progress: &mut Progress<E>,
+        i: usize,
+    ) -> HandlerResult<E> {
+        let lease = self.renewing();
+        let mut run = pin!(run_caught(handler, msg));
+        if !self.timer.available() || (lease.is_none() && progress.waiting.is_empty()) {
+            return run.await;
+        }
+        let every = Progress::<E>::tick(&self.options.leases, lease);
+        loop {
+            let started = std::cell::Cell::new(false);
+            let mut tick = pin!(async {
+                self.timer.sleep(every).await;
+                started.set(true);
+                if progress.due(&self.options.leases, lease, || self.now()) {
+                    self.checkpoint(decisions, progress, i, true).await;
+                }
+            });
+            let mut result = None;
+            let ticked = std::future::poll_fn(|cx| {
+                if result.is_none() {
+                    if let Poll::Ready(r) = run.as_mut().poll(cx) {
+                        result = Some(r);
+                    }
+                }
+                match (result.is_some(), started.get()) {
+                    // Done before the tick: nothing of the tick has happened.
+                    (true, false) => Poll::Ready(false),
+                    _ => tick.as_mut().poll(cx).map(|()| true),
+                }
+            })
+            .await;
+            if let Some(r) = result {
+                return r;
+            }
+            debug_assert!(ticked);
+        }
+    }
+
+    /// One store call: remembers the waiting successes (fenced in claiming mode)
+    /// and renews every claim from `from` on that is still to run (or, when
+    /// `running`, is running: delivery `from`).
+    pub(super) async fn checkpoint<E>(
+        &self,
+        decisions: &[Decision],
+        progress: &mut Progress<E>,
+        from: usize,
+        running: bool,
+    ) {
+        let lease = self.renewing();
+        let remember = self.remember_list(decisions, &progress.waiting);
+        let renew: Vec<(usize, (&str, &ClaimToken))> = match lease {
+            None => Vec::new(),
+            Some(_) => (from..decisions.len())
+                .filter(|&j| decisions[j].should_run() && !progress.lost[j])
+                .filter_map(|j| Some((j, (key_at(decisions, j), decisions[j].claim.as_ref()?))))
+                .collect(),
+        };
+        if remember.is_empty() && renew.is_empty() {
+            progress.renewed_at = self.now();
+            return;
+        }
+        let renew_keys: Vec<(&str, &ClaimToken)> = renew.iter().map(|(_, c)| *c).collect();
+        let step = Settlement {
+            remember: &remember,
+            ttl: self.options.ttl,
+            release: &[],
+            renew: &renew_keys,
+            lease: lease.unwrap_or_default(),
+        };
+        let settled = self.apply_step(&step).await;
+        let Ok(settled) = settled else {
+            // Unknown: the successes stay waiting and are written at the commit.
+            // But once our own clock says a whole lease has passed since the
+            // claims were last confirmed, they may have been taken over: they are
+            // lost, and nothing more of the batch runs.
+            if self.lease_passed(lease, progress.renewed_at) {
+                for (j, _) in &renew {
+                    match running && *j == from {
+                        false => progress.lost[*j] = true,
+                        true => self.observe_lease_lost_early(&decisions[*j]),
+                    }
+                }
+            }
+            return;
+        };
+        for (&i, kept) in progress.waiting.iter().zip(&settled.kept) {
+            progress.written[i] = Some(*kept);
+        }
+        progress.waiting.clear();
+        progress.waiting_since = None;
+        for ((j, _), renewed) in renew.iter().zip(&settled.renewed) {
+            // The running delivery's claim is settled by its fenced commit.
+            match (renewed, running && *j == from) {
+                (true, _) => {}
+                (false, false) => progress.lost[*j] = true,
+                (false, true) => self.observe_lease_lost_early(&decisions[*j]),
+            }
+        }
+        progress.renewed_at = self.now();
+    }
+
+    /// Has a whole `lease` passed, by our clock, since the claims were last
+    /// taken or renewed (`since`)? Without a clock nothing can be told: `false`.
+    pub(super) fn lease_passed(&self, lease: Option<Duration>, since: Option<u64>) -> bool {
+        match (lease, since, self.now()) {
+            (Some(lease), Some(since), Some(now)) => {
+                Duration::from_millis(now.saturating_sub(since)) >= lease
+            }
+            _ => false,
+        }
+    }
+
+    /// A renewal found the running handler's claim gone; its commit will say so.
+    pub(super) fn observe_lease_lost_early(&self, decision: &Decision) {
+        self.observer.observe(Event::LeaseLost {
+            key: decision.key.as_deref(),
+        });
+    }
+}
