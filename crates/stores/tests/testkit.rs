@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use bq_dedupe::store::record::Rules;
 use bq_dedupe::testkit::{self, Harness};
 use bq_dedupe::{Clock, ManualClock};
-use bq_dedupe_stores::{Dialect, PostgresStore, RedisStore, SqliteStore};
+use bq_dedupe_stores::{AnyStore, Dialect, PostgresStore, RedisStore, SqliteStore};
 use common::*;
 
 struct Sqlite {
@@ -46,6 +46,28 @@ fn sqlite_follows_the_record_model() {
     });
 }
 
+/// The store `bq-dedupe` and the component's host open from a spec: every call
+/// through `AnyStore`'s dispatch (so a method it failed to forward would fall
+/// back to a default and be caught here). On Redis's own clock.
+#[test]
+fn any_store_from_a_spec_follows_the_record_model() {
+    let url = redis_url().expect("a Redis server");
+    testkit::check(8, || {
+        let prefix = redis_prefix("testkit-any");
+        let cleanup = RedisCleanup {
+            url: url.clone(),
+            prefix: prefix.clone(),
+        };
+        let spec = format!("{url}?prefix={prefix}");
+        Redis::<AnyStore> {
+            open: Box::new(move || AnyStore::from_spec(&spec).expect("open the spec")),
+            rules: RedisStore::rules(Dialect::Native),
+            time: RealTime(Instant::now()),
+            _cleanup: Box::new(cleanup),
+        }
+    });
+}
+
 /// Time on a server's own clock: real ms since the harness began, in short
 /// ticks, with a few ms of slack for the server's view of "now".
 struct RealTime(Instant);
@@ -62,19 +84,19 @@ impl RealTime {
 const TICK_MS: u64 = 40;
 const SLACK_MS: u64 = 8;
 
-struct Redis {
-    open: Box<dyn Fn() -> RedisStore>,
+struct Redis<C = RedisStore> {
+    open: Box<dyn Fn() -> C>,
     rules: Rules,
     time: RealTime,
     _cleanup: Box<dyn std::any::Any>,
 }
 
-impl Harness for Redis {
-    type Client = RedisStore;
+impl<C: bq_dedupe::Store> Harness for Redis<C> {
+    type Client = C;
     fn rules(&self) -> Rules {
         self.rules
     }
-    fn open(&mut self) -> RedisStore {
+    fn open(&mut self) -> C {
         (self.open)()
     }
     fn now_ms(&self) -> u64 {
@@ -91,7 +113,7 @@ impl Harness for Redis {
     }
 }
 
-fn redis(dialect: Dialect) -> Redis {
+fn redis(dialect: Dialect) -> Redis<RedisStore> {
     let url = redis_url().expect("a Redis server");
     let prefix = redis_prefix(&format!("testkit-{}", dialect.name()));
     let cleanup = RedisCleanup {
