@@ -28,10 +28,16 @@
 //! the success is reported as `run-ok-lease-lost` (acked, counted) instead of
 //! `run-ok`: check that effect for a duplicate. Successes are written at the
 //! latest 1 s after they finish (or once 100 wait), so an invocation that dies
-//! mid-batch re-runs at most that much. Keep `max_retries x
-//! DEDUPE_PARK_DELAY_SECONDS` above the lease: a message parked behind a crashed
-//! consumer's claim then runs once the lease ends instead of reaching the
-//! dead-letter queue.
+//! mid-batch re-runs at most that much.
+//!
+//! **Parking.** A message parked behind another consumer's claim is redelivered
+//! just after that claim ends (the Durable Object store says how long it has
+//! left), not after a fixed delay; `DEDUPE_PARK_DELAY_SECONDS` is the fallback
+//! where that is not known. A configuration whose retries cannot outlast a lease
+//! (`DEDUPE_MAX_RETRIES`, default 3, times 12 h below the lease) is refused at
+//! start-up, and a message still parked on its last attempt goes to the
+//! dead-letter producer with a `dead_letter` block (`reason: "failed"`,
+//! `exception: "claim-held"`) instead of being dropped.
 //!
 //! **The default window** is 14 days + 12 hours: a Queues message lives at most
 //! 14 days (the longest retention) and a retry can be delayed by at most 12 hours,
@@ -84,6 +90,31 @@ pub const MAX_RETENTION_SECONDS: u64 = 14 * 24 * 3600;
 /// The default dedupe window: every redelivery Cloudflare can make (the longest
 /// retention plus the longest retry delay), 1,252,800 s.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(MAX_RETENTION_SECONDS + MAX_DELAY_SECONDS);
+
+/// Cloudflare's `max_retries` when a queue sets none.
+pub const DEFAULT_MAX_RETRIES: u32 = 3;
+
+/// A message parked behind a claim waits just past the claim's end (at most
+/// 12 h per retry, Cloudflare's longest delay). Behind the claim of a consumer
+/// that died, it must still have a retry left once that claim has lapsed:
+/// refused unless `max_retries` retries of 12 h outlast the lease.
+fn check_parks_outlast_a_lease(lease: u64, max_retries: Option<u32>) -> Result<(), ConfigError> {
+    let retries = max_retries.unwrap_or(DEFAULT_MAX_RETRIES);
+    let can_wait = u64::from(retries) * MAX_DELAY_SECONDS;
+    if can_wait >= lease {
+        return Ok(());
+    }
+    let retries = match max_retries {
+        Some(n) => format!("DEDUPE_MAX_RETRIES={n}"),
+        None => format!("the queue's default max_retries ({DEFAULT_MAX_RETRIES})"),
+    };
+    Err(ConfigError(format!(
+        "DEDUPE_CLAIM_LEASE_SECONDS={lease} with {retries}: a message parked behind the claim \
+         of a consumer that died waits at most {can_wait} s ({MAX_DELAY_SECONDS} s per retry), \
+         so it would run out of retries before the claim lapses; shorten the lease, raise \
+         max_retries (and DEDUPE_MAX_RETRIES with it), or set DEDUPE_CLAIMING=off"
+    )))
+}
 
 /// A var's text: strings as they are, numbers and booleans written without quotes
 /// in wrangler.toml as their JSON text, anything else as JSON (so the parse error
@@ -241,6 +272,10 @@ impl DedupeConfig {
             ));
         }
         let lease = number("DEDUPE_CLAIM_LEASE_SECONDS", 1, MAX_SECONDS)?.unwrap_or(120);
+        let max_retries = number("DEDUPE_MAX_RETRIES", 0, 100)?.map(|n| n as u32);
+        if claiming {
+            check_parks_outlast_a_lease(lease, max_retries)?;
+        }
         let delay = |name| number(name, 0, MAX_DELAY_SECONDS).map(|d| d.map(|s| s as u32));
         Ok(DedupeConfig {
             store,
@@ -254,7 +289,7 @@ impl DedupeConfig {
             retry_delay_seconds: delay("DEDUPE_RETRY_DELAY_SECONDS")?,
             park_delay_seconds: delay("DEDUPE_PARK_DELAY_SECONDS")?
                 .unwrap_or(DEFAULT_PARK_DELAY_SECONDS),
-            max_retries: number("DEDUPE_MAX_RETRIES", 0, 100)?.map(|n| n as u32),
+            max_retries,
             dead_letter_binding: get("DEDUPE_DEAD_LETTER"),
             durable_object_binding: get("DEDUPE_DO_BINDING").unwrap_or_else(|| "DEDUPE_DO".into()),
             kv_binding: get("DEDUPE_KV_BINDING").unwrap_or_else(|| "DEDUPE_KV".into()),
@@ -443,6 +478,29 @@ mod tests {
         assert!(e.0.contains("atomic"), "{e}");
         let e = config(&[("DEDUPE_STORE", "kv"), ("DEDUPE_TTL_SECONDS", "30")]).unwrap_err();
         assert!(e.0.contains("60 s"), "{e}");
+    }
+
+    /// Hole 1 of the store-contract issue: retries that cannot outlast a lease.
+    #[test]
+    fn retries_that_cannot_outlast_the_lease_are_refused_naming_the_settings() {
+        // Defaults: 3 retries of up to 12 h outlast a 120 s lease.
+        assert!(config(&[]).is_ok());
+        assert!(config(&[("DEDUPE_MAX_RETRIES", "1")]).is_ok());
+        let e = config(&[("DEDUPE_MAX_RETRIES", "0")]).unwrap_err();
+        assert!(
+            e.0.contains("DEDUPE_MAX_RETRIES=0") && e.0.contains("DEDUPE_CLAIM_LEASE_SECONDS=120"),
+            "{e}"
+        );
+        let e = config(&[
+            ("DEDUPE_MAX_RETRIES", "1"),
+            ("DEDUPE_CLAIM_LEASE_SECONDS", "86400"),
+        ])
+        .unwrap_err();
+        assert!(e.0.contains("DEDUPE_MAX_RETRIES=1"), "{e}");
+        let e = config(&[("DEDUPE_CLAIM_LEASE_SECONDS", "200000")]).unwrap_err();
+        assert!(e.0.contains("default max_retries (3)"), "{e}");
+        // Without claiming nothing parks.
+        assert!(config(&[("DEDUPE_MAX_RETRIES", "0"), ("DEDUPE_CLAIMING", "off")]).is_ok());
     }
 
     #[test]

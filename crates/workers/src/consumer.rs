@@ -2,8 +2,10 @@
 
 use std::fmt::Display;
 
+use std::time::Duration;
+
 use bq_dedupe::{
-    Disposition, Guard, Message, NoTimer, Observer, Outcome, OutcomeKind, Store, Timer,
+    Disposition, Guard, Message, NoTimer, Observer, Outcome, OutcomeKind, Store, Timer, Verdict,
 };
 use wasm_bindgen::JsValue;
 use worker::{Queue, QueueContentType, RawMessageBuilder};
@@ -159,11 +161,9 @@ pub struct QueueConsumer<S, O = (), T = NoTimer> {
 /// What [`QueueConsumer::on_message`] keeps.
 type MessageObserver = Box<dyn Fn(&MessageReport)>;
 
-/// How long a parked message waits before its redelivery, by default: long enough
-/// for the claim holder to finish, so parking does not burn the queue's
-/// `max_retries` in a burst of immediate redeliveries. With the default lease
-/// (120 s) and Cloudflare's default `max_retries` (3), 3 x 45 s outlasts the claim
-/// of a consumer that crashed.
+/// How long a parked message waits before its redelivery when the store cannot
+/// tell how long the claim it parked behind has left (the Durable Object store
+/// can: it parks just past that claim's end, see [`park_delay`]).
 pub const DEFAULT_PARK_DELAY_SECONDS: u32 = 45;
 
 impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
@@ -248,9 +248,9 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
     ) -> Result<BatchReport, ConsumeError> {
         let messages = batch.messages().map_err(ConsumeError::Batch)?;
         let bodies: Vec<Vec<u8>> = messages.iter().map(QueueMessage::body_bytes).collect();
-        let outcomes = self
+        let decided = self
             .guard
-            .process_batch_indexed(&bodies, async |i, message| {
+            .process_batch_decided(&bodies, async |i, message| {
                 let delivery = Delivery {
                     message,
                     queue_message: &messages[i],
@@ -258,12 +258,23 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
                 handler(&delivery).await
             })
             .await;
+        // How long each parked message waits: the claim it parked behind (an
+        // in-batch duplicate, its leader's), else the configured park delay.
+        let park_for: Vec<Option<Duration>> = decided
+            .iter()
+            .map(|(decision, _)| match decision.verdict {
+                Verdict::Duplicate(of) => decided.get(of).and_then(|(d, _)| d.park_for),
+                _ => decision.park_for,
+            })
+            .collect();
 
         let mut report = BatchReport::default();
         let mut unsettled: Vec<String> = Vec::new();
-        for ((message, body), outcome) in messages.iter().zip(&bodies).zip(&outcomes) {
+        for (((message, body), (_, outcome)), park_for) in
+            messages.iter().zip(&bodies).zip(&decided).zip(park_for)
+        {
             let (action, reason) = self.action_for(batch, message, body, outcome).await;
-            if let Err(e) = self.settle(message, action, outcome.kind()) {
+            if let Err(e) = self.settle(message, action, outcome.kind(), park_for) {
                 worker::console_error!("bq-dedupe: retry of message {} failed: {e}", message.id());
                 unsettled.push(format!("{}: {e}", message.id()));
             }
@@ -325,6 +336,7 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         message: &QueueMessage,
         action: Action,
         kind: OutcomeKind,
+        park_for: Option<Duration>,
     ) -> Result<(), String> {
         match action {
             Action::Ack | Action::DeadLettered => {
@@ -335,7 +347,7 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             }
             Action::Retry => {
                 let delay = match kind {
-                    OutcomeKind::Parked => Some(self.park_delay_seconds),
+                    OutcomeKind::Parked => Some(park_delay(park_for, self.park_delay_seconds)),
                     _ => self.retry_delay_seconds,
                 };
                 // Refused with a delay (out of range, say): retry without one.
@@ -344,10 +356,14 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         }
     }
 
-    /// A handler failure on the queue's last attempt (known only with
-    /// [`QueueConsumer::with_max_retries`]).
+    /// A handler failure, or a park, on the queue's last attempt (known only
+    /// with [`QueueConsumer::with_max_retries`]): retried, Cloudflare would drop
+    /// it or move it to its dead-letter queue without a `dead_letter` block.
     fn is_last_failure<E>(&self, message: &QueueMessage, outcome: &Outcome<E>) -> bool {
-        let failed = matches!(outcome, Outcome::Failed(_) | Outcome::FailOpen(Err(_)));
+        let failed = matches!(
+            outcome,
+            Outcome::Failed(_) | Outcome::FailOpen(Err(_)) | Outcome::Parked
+        );
         failed && self.max_retries.is_some_and(|max| message.attempts() > max)
     }
 
@@ -373,6 +389,17 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             Outcome::Failed(e) | Outcome::FailOpen(Err(e)) => {
                 ("failed", e.to_string(), "handler-error")
             }
+            // The schema's reasons are failed / unknown_urn / poison: a delivery
+            // that parked on every attempt failed, and `exception` says how.
+            Outcome::Parked => (
+                "failed",
+                format!(
+                    "parked on every attempt ({}): another consumer held the id's claim, \
+                     so this delivery never ran; check whether that consumer finished it",
+                    message.attempts()
+                ),
+                "claim-held",
+            ),
             _ => return Ok(false),
         };
         let wrapped = wrap(&DeadDelivery {
@@ -391,6 +418,19 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             .await
             .map_err(|e| e.to_string())?;
         Ok(true)
+    }
+}
+
+/// The delay for a parked message: just past the end of the claim it parked
+/// behind (whole seconds, rounded up, plus one, within Cloudflare's 12 h), or
+/// `fallback` where the store could not tell how long that claim has left.
+pub fn park_delay(claim_ends_in: Option<Duration>, fallback: u32) -> u32 {
+    match claim_ends_in {
+        Some(left) => {
+            let secs = left.as_millis().div_ceil(1000) + 1;
+            secs.min(u128::from(crate::config::MAX_DELAY_SECONDS)) as u32
+        }
+        None => fallback,
     }
 }
 

@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { describe, test } from "node:test";
-import { envelope, sleep, withWorker } from "./harness.mjs";
+import { AUTH, envelope, sleep, withWorker } from "./harness.mjs";
 
 let seq = 0;
 /** One queue message for `worker.dispatchQueue`, as the runtime would send it. */
@@ -130,6 +130,65 @@ describe("lost leases", () => {
   );
 });
 
+describe("parking (hole 1 of the store-contract issue; failed on 6ddd708)", () => {
+  const at = (id, attempts) => ({ id: `q-${id}-${attempts}`, timestamp: new Date(), attempts, body: envelope(id) });
+
+  test(
+    "claims left by a dead invocation, DEDUPE_MAX_RETRIES=1: parked just past the claims' end " +
+      "(not the fixed 45 s), then each handler runs exactly once on the redelivery",
+    () =>
+      withWorker({ vars: { DEDUPE_MAX_RETRIES: "1" }, consumer: { maxRetries: 1 } }, async (worker) => {
+        const ids = ["orphan-0", "orphan-1", "orphan-2"];
+        // A dead invocation's claims: taken, never settled, 2 s left.
+        const claimed = await worker.request("POST", "/store/claim", { keys: ids, lease_ms: 2000 });
+        assert.ok(claimed.claims.every((c) => c.state === "acquired"), JSON.stringify(claimed));
+        const first = await worker.dispatchQueue(ids.map((id) => at(id, 1)));
+        assert.equal(first.retryMessages.length, 3, JSON.stringify(first));
+        for (const m of first.retryMessages) {
+          assert.ok(m.delaySeconds >= 2 && m.delaySeconds <= 3, `just past the claim: ${JSON.stringify(m)}`);
+        }
+        await sleep(2100);
+        const second = await worker.dispatchQueue(ids.map((id) => at(id, 2)));
+        assert.deepEqual([...second.explicitAcks].sort(), ids.map((id) => `q-${id}-2`).sort());
+        assert.deepEqual((await worker.effects()).effects, { "orphan-0": 1, "orphan-1": 1, "orphan-2": 1 });
+      }),
+  );
+
+  test(
+    "still parked on the last attempt: dead-lettered with a dead_letter block " +
+      "(exception claim-held), acked, its handler never run; never dropped",
+    () =>
+      withWorker({ vars: { DEDUPE_MAX_RETRIES: "1" }, consumer: { maxRetries: 1 } }, async (worker) => {
+        await worker.request("POST", "/store/claim", { keys: ["orphan-held"], lease_ms: 60_000 });
+        const last = await worker.dispatchQueue([at("orphan-held", 2)]);
+        assert.deepEqual(last.explicitAcks, ["q-orphan-held-2"], JSON.stringify(last));
+        assert.deepEqual(last.retryMessages, [], JSON.stringify(last));
+        await worker.waitForStats((s) => s.dead_letters_received >= 1, "the dead letter");
+        const [letter] = (await worker.deadLetters()).dead_letters;
+        assert.equal(letter.meta.id, "orphan-held");
+        assert.equal(letter.dead_letter.reason, "failed");
+        assert.equal(letter.dead_letter.exception, "claim-held");
+        assert.match(letter.dead_letter.error, /parked on every attempt/);
+        assert.deepEqual((await worker.effects()).effects, {});
+      }),
+  );
+
+  test("DEDUPE_MAX_RETRIES=0 with claiming: refused at start-up, naming the settings", () =>
+    withWorker({ vars: { DEDUPE_MAX_RETRIES: "0" } }, async (worker) => {
+      const result = await worker.dispatchQueue([at("never-0", 1)]);
+      assert.notEqual(result.outcome, "ok", JSON.stringify(result));
+      assert.deepEqual(result.explicitAcks, [], "nothing acked");
+      const res = await worker.mf.dispatchFetch("http://worker/store/seen", {
+        method: "POST",
+        headers: AUTH,
+        body: JSON.stringify({ keys: ["k"] }),
+      });
+      assert.equal(res.status, 500);
+      assert.match(await res.text(), /DEDUPE_CLAIM_LEASE_SECONDS=120 with DEDUPE_MAX_RETRIES=0/);
+      assert.deepEqual((await worker.effects()).effects, {});
+    }));
+});
+
 describe("resharding", () => {
   // Of reshard-0..39, jump consistent hashing moves 34 off shard 0 at 4 shards
   // (computed independently of the worker: SHA-256's first 8 bytes, jump hash).
@@ -177,6 +236,56 @@ describe("resharding", () => {
           const d = delta(after, before);
           assert.equal(d.runs, MOVED_AT_4, `the moved ids ran again: ${JSON.stringify(d)}`);
           assert.equal(d.skips, 40 - MOVED_AT_4, "the ids still on shard 0 were found");
+        });
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  );
+});
+
+describe("resharding fences both layouts (hole 4 of the store-contract issue; failed on 6ddd708)", () => {
+  const ids = Array.from({ length: 12 }, (_, i) => `fence-${i}`);
+
+  test(
+    "an old-layout claim that lapsed is taken over in the old layout too, so that consumer's " +
+      "late renewal and commit are fenced off (lease lost), not a silent second run-ok",
+    async () => {
+      const dir = mkdtempSync(path.join(tmpdir(), "bq-fence-"));
+      try {
+        let tokens;
+        // A consumer of the old layout (1 shard) claims the ids, then stalls.
+        await withWorker({ vars: { DEDUPE_SHARDS: "1" }, persist: dir }, async (worker) => {
+          const claimed = await worker.request("POST", "/store/claim", { keys: ids, lease_ms: 1000 });
+          assert.ok(claimed.claims.every((c) => c.state === "acquired"), JSON.stringify(claimed));
+          tokens = claimed.claims.map((c) => c.token);
+        });
+        await sleep(1200); // its claims lapse; nobody has taken them over yet
+        // A consumer of the new layout runs every id.
+        await withWorker(
+          { vars: { DEDUPE_SHARDS: "4", DEDUPE_PREVIOUS_SHARDS: "1" }, persist: dir },
+          async (worker) => {
+            const result = await worker.dispatchQueue(
+              ids.map((id) => ({ id: `q-${id}`, timestamp: new Date(), attempts: 1, body: envelope(id) })),
+            );
+            assert.equal(result.explicitAcks.length, ids.length, JSON.stringify(result));
+            assert.equal((await worker.stats()).runs, ids.length);
+          },
+        );
+        // The stalled old-layout consumer wakes up: its renewals and its commits
+        // must find every claim lost.
+        await withWorker({ vars: { DEDUPE_SHARDS: "1" }, persist: dir }, async (worker) => {
+          const renew = await worker.request("POST", "/store/settle", {
+            renew: ids.map((key, i) => ({ key, token: tokens[i] })),
+            lease_ms: 60_000,
+          });
+          assert.deepEqual(renew.renewed, ids.map(() => false), JSON.stringify(renew));
+          const commit = await worker.request("POST", "/store/settle", {
+            remember: ids.map((key, i) => ({ key, token: tokens[i] })),
+          });
+          assert.deepEqual(commit.kept, ids.map(() => false), `fenced off: ${JSON.stringify(commit)}`);
+          // And the new layout's commits reached the old one: an old-layout reader sees them done.
+          assert.deepEqual((await worker.seen(ids)).seen, ids.map(() => true));
         });
       } finally {
         rmSync(dir, { recursive: true, force: true });

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use bq_dedupe::store::{Settled, Settlement};
+use bq_dedupe::store::{Peeked, Settled, Settlement};
 use bq_dedupe::{Capabilities, Claim, ClaimToken, Store, StoreError, StoreResult};
 use futures_util::future::{join_all, try_join_all};
 use wasm_bindgen::JsValue;
@@ -177,22 +177,50 @@ impl DurableObjectStore {
         scatter(keys.len(), parts, "seen answers")
     }
 
-    /// What the previous layout knows of `keys` (read-only).
-    async fn peek_previous(&self, previous: Layout, keys: &[&str]) -> StoreResult<Vec<PeekState>> {
+    /// What `layout` knows of `keys` (read-only): done, or how long a claim
+    /// has left (`ZERO`: free; `None`: held, by a shard that does not say).
+    async fn peek_in(&self, layout: Layout, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
         let parts = self
-            .fan_out(previous, keys, |keys| ShardRequest::Peek { keys })
+            .fan_out(layout, keys, |keys| ShardRequest::Peek { keys })
             .await?;
-        let parts = parts.into_iter().map(|(m, r)| (m, r.peek)).collect();
+        let parts = parts
+            .into_iter()
+            .map(|(members, reply)| {
+                let n = members.len();
+                let held = reply.held_ms.unwrap_or_else(|| vec![None; n]);
+                let states = reply.peek.map(|states| {
+                    states
+                        .into_iter()
+                        .zip(held.into_iter().chain(std::iter::repeat(None)))
+                        .map(|(state, ms)| match state {
+                            PeekState::Seen => Peeked::Done,
+                            PeekState::Free => Peeked::NotDone {
+                                claim_ends_in: Some(Duration::ZERO),
+                            },
+                            PeekState::Held => Peeked::NotDone {
+                                claim_ends_in: ms.map(Duration::from_millis),
+                            },
+                        })
+                        .collect()
+                });
+                (members, states)
+            })
+            .collect();
         scatter(keys.len(), parts, "peek answers")
     }
 
-    /// Claims `keys` in the current layout, one request per object. If any
-    /// object fails, the claims the others took are released (best effort)
-    /// before the error is returned, so a partial failure does not park those
-    /// ids for a whole lease.
-    async fn claim_here(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
+    /// Claims `keys` in `layout`, one request per object. If any object fails,
+    /// the claims the others took are released (best effort) before the error
+    /// is returned, so a partial failure does not park those ids for a whole
+    /// lease.
+    async fn claim_in(
+        &self,
+        layout: Layout,
+        keys: &[&str],
+        lease: Duration,
+    ) -> StoreResult<Vec<Claim>> {
         let lease_ms = wire_ms(lease);
-        let groups = Self::by_object(self.layout, keys.iter().copied());
+        let groups = Self::by_object(layout, keys.iter().copied());
         let replies = join_all(groups.into_iter().map(|Group { object, members }| {
             let request = ShardRequest::Claim {
                 keys: members.iter().map(|&i| keys[i].to_string()).collect(),
@@ -211,7 +239,7 @@ impl DurableObjectStore {
                     }
                 }
             }
-            self.release_all(&taken).await;
+            self.release_in(layout, &taken).await;
             return Err(error);
         }
         let parts = replies
@@ -229,17 +257,40 @@ impl DurableObjectStore {
             .collect())
     }
 
-    /// Gives claims back, best effort (the leases run out by themselves).
-    async fn release_all(&self, taken: &[(&str, ClaimToken)]) {
-        if taken.is_empty() {
-            return;
+    /// Gives claims taken in `layout` back, best effort.
+    async fn release_in(&self, layout: Layout, taken: &[(&str, ClaimToken)]) {
+        let groups = Self::by_object(layout, taken.iter().map(|(k, _)| *k));
+        join_all(groups.into_iter().map(|Group { object, members }| {
+            let release = members
+                .iter()
+                .map(|&i| release_of(taken[i].0, &taken[i].1))
+                .collect();
+            let request = ShardRequest::Settle {
+                remember: Vec::new(),
+                ttl_ms: None,
+                release,
+                renew: Vec::new(),
+                lease_ms: 0,
+            };
+            async move { self.call(&object, request).await }
+        }))
+        .await;
+    }
+
+    /// Where each part of an entry of a batch step goes: the key's object in
+    /// this layout, and, for a claim taken in both layouts while resharding
+    /// (a token `here+there`), the key's object in the previous one too.
+    fn placements<'t>(&self, key: &str, token: Option<&'t str>) -> Vec<(String, Option<&'t str>)> {
+        let hash = key_hash(key);
+        let here = self.layout.object_of_hash(hash);
+        match (token.and_then(|t| t.split_once(BOTH)), self.previous) {
+            (Some((mine, theirs)), Some(previous)) => vec![
+                (here, Some(mine)),
+                (previous.object_of_hash(hash), Some(theirs)),
+            ],
+            (Some((mine, _)), None) => vec![(here, Some(mine))],
+            (None, _) => vec![(here, token)],
         }
-        let release: Vec<(&str, &ClaimToken)> = taken.iter().map(|(k, t)| (*k, t)).collect();
-        let step = Settlement {
-            release: &release,
-            ..Settlement::default()
-        };
-        let _ = self.settle(&step).await;
     }
 }
 
@@ -331,6 +382,36 @@ impl Store for DurableObjectStore {
         Ok(seen)
     }
 
+    /// Done, or how long a claim has left, in one request per object; while
+    /// resharding, the keys not done here that live elsewhere in the previous
+    /// layout are asked there too, and the longer claim counts.
+    async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
+        let mut peeked = self.peek_in(self.layout, keys).await?;
+        let Some(previous) = self.previous else {
+            return Ok(peeked);
+        };
+        let ask: Vec<usize> = (0..keys.len())
+            .filter(|&i| peeked[i] != Peeked::Done && self.moved(keys[i]))
+            .collect();
+        if ask.is_empty() {
+            return Ok(peeked);
+        }
+        let asked: Vec<&str> = ask.iter().map(|&i| keys[i]).collect();
+        for (&i, there) in ask.iter().zip(self.peek_in(previous, &asked).await?) {
+            peeked[i] = match (peeked[i], there) {
+                (_, Peeked::Done) => Peeked::Done,
+                (Peeked::NotDone { claim_ends_in: a }, Peeked::NotDone { claim_ends_in: b }) => {
+                    Peeked::NotDone {
+                        // Unknown on either side is unknown.
+                        claim_ends_in: a.zip(b).map(|(a, b)| a.max(b)),
+                    }
+                }
+                (here, _) => here,
+            };
+        }
+        Ok(peeked)
+    }
+
     async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
         let remember: Vec<(&str, Option<&ClaimToken>)> = keys.iter().map(|k| (*k, None)).collect();
         let step = Settlement {
@@ -358,11 +439,14 @@ impl Store for DurableObjectStore {
     }
 
     /// One request per object. While resharding, a key claimed here that lives
-    /// elsewhere in the previous layout is also looked up there (read-only, one
-    /// request per previous object touched): remembered there, it answers `Seen`;
-    /// claimed there, `Held`; either way the claim just taken is given back.
+    /// elsewhere in the previous layout is claimed there too (one request per
+    /// previous object touched), so a consumer of either layout is fenced off
+    /// from the other's claim: remembered there, it answers `Seen`; held there,
+    /// `Held` (and the claim just taken here is given back); claimed there too,
+    /// the token names both claims (`here+there`) and every later call on it
+    /// goes to both objects.
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
-        let mut claims = self.claim_here(keys, lease).await?;
+        let mut claims = self.claim_in(self.layout, keys, lease).await?;
         let Some(previous) = self.previous else {
             return Ok(claims);
         };
@@ -373,31 +457,37 @@ impl Store for DurableObjectStore {
             return Ok(claims);
         }
         let asked: Vec<&str> = ask.iter().map(|&i| keys[i]).collect();
-        let states = match self.peek_previous(previous, &asked).await {
-            Ok(states) => states,
+        let taken_here = |claims: &[Claim]| -> Vec<(&str, ClaimToken)> {
+            (0..keys.len())
+                .filter_map(|i| match &claims[i] {
+                    Claim::Acquired(token) => Some((keys[i], token.clone())),
+                    _ => None,
+                })
+                .collect()
+        };
+        let there = match self.claim_in(previous, &asked, lease).await {
+            Ok(there) => there,
             Err(e) => {
-                let taken: Vec<(&str, ClaimToken)> = (0..keys.len())
-                    .filter_map(|i| match &claims[i] {
-                        Claim::Acquired(token) => Some((keys[i], token.clone())),
-                        _ => None,
-                    })
-                    .collect();
-                self.release_all(&taken).await;
+                self.release_in(self.layout, &taken_here(&claims)).await;
                 return Err(e);
             }
         };
         let mut give_back: Vec<(&str, ClaimToken)> = Vec::new();
-        for (&i, state) in ask.iter().zip(states) {
-            let answer = match state {
-                PeekState::Free => continue,
-                PeekState::Seen => Claim::Seen,
-                PeekState::Held => Claim::Held,
+        for (&i, answer) in ask.iter().zip(there) {
+            let Claim::Acquired(here) = std::mem::replace(&mut claims[i], Claim::Held) else {
+                continue;
             };
-            if let Claim::Acquired(token) = std::mem::replace(&mut claims[i], answer) {
-                give_back.push((keys[i], token));
-            }
+            claims[i] = match answer {
+                Claim::Acquired(theirs) => {
+                    Claim::Acquired(ClaimToken(format!("{}{BOTH}{}", here.0, theirs.0)))
+                }
+                other => {
+                    give_back.push((keys[i], here));
+                    other
+                }
+            };
         }
-        self.release_all(&give_back).await;
+        self.release_in(self.layout, &give_back).await;
         Ok(claims)
     }
 
@@ -415,42 +505,71 @@ impl Store for DurableObjectStore {
     }
 
     /// One request per object touched, each applied in the object's transaction.
-    /// An object that fails with only releases to do is reported in
+    /// An entry whose claim was taken in both layouts (see
+    /// [`Store::claim_many`]) goes to both objects and counts only if both
+    /// answer yes (a fenced remember then records the id in both layouts). An
+    /// object that fails with only releases to do is reported in
     /// [`Settled::release_error`] (its leases run out by themselves); one that
     /// fails with remembers or renewals fails the call, since what it recorded
     /// is unknown.
     async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
-        let (n_remember, n_release) = (step.remember.len(), step.release.len());
-        let all = step
-            .remember
-            .iter()
-            .map(|(key, _)| *key)
-            .chain(step.release.iter().map(|(key, _)| *key))
-            .chain(step.renew.iter().map(|(key, _)| *key));
-        let groups = Self::by_object(self.layout, all);
+        #[derive(Default)]
+        struct Part {
+            remember: Vec<Remember>,
+            remember_at: Vec<usize>,
+            release: Vec<Release>,
+            renew: Vec<Release>,
+            renew_at: Vec<usize>,
+        }
+        let mut parts: Vec<(String, Part)> = Vec::new();
+        let mut part = |object: String| -> &mut Part {
+            let n = match parts.iter().position(|(o, _)| *o == object) {
+                Some(n) => n,
+                None => {
+                    parts.push((object, Part::default()));
+                    parts.len() - 1
+                }
+            };
+            &mut parts[n].1
+        };
+        for (i, (key, token)) in step.remember.iter().enumerate() {
+            for (object, token) in self.placements(key, token.map(|t| t.0.as_str())) {
+                let p = part(object);
+                p.remember.push(Remember {
+                    key: key.to_string(),
+                    token: token.map(str::to_string),
+                });
+                p.remember_at.push(i);
+            }
+        }
+        for (key, token) in step.release {
+            for (object, token) in self.placements(key, Some(token.0.as_str())) {
+                part(object).release.push(Release {
+                    key: key.to_string(),
+                    token: token.unwrap_or_default().to_string(),
+                });
+            }
+        }
+        for (i, (key, token)) in step.renew.iter().enumerate() {
+            for (object, token) in self.placements(key, Some(token.0.as_str())) {
+                let p = part(object);
+                p.renew.push(Release {
+                    key: key.to_string(),
+                    token: token.unwrap_or_default().to_string(),
+                });
+                p.renew_at.push(i);
+            }
+        }
         let ttl_ms = step.ttl.map(wire_ms);
         let lease_ms = wire_ms(step.lease);
-        let replies = join_all(groups.into_iter().map(|Group { object, members }| {
-            let (mut remember, mut release, mut renew) = (Vec::new(), Vec::new(), Vec::new());
-            let (mut remember_at, mut renew_at) = (Vec::new(), Vec::new());
-            for i in members {
-                if i < n_remember {
-                    let (key, token) = step.remember[i];
-                    remember.push(Remember {
-                        key: key.to_string(),
-                        token: token.map(|t| t.0.clone()),
-                    });
-                    remember_at.push(i);
-                } else if i < n_remember + n_release {
-                    let (key, token) = step.release[i - n_remember];
-                    release.push(release_of(key, token));
-                } else {
-                    let r = i - n_remember - n_release;
-                    let (key, token) = step.renew[r];
-                    renew.push(release_of(key, token));
-                    renew_at.push(r);
-                }
-            }
+        let replies = join_all(parts.into_iter().map(|(object, p)| {
+            let Part {
+                remember,
+                remember_at,
+                release,
+                renew,
+                renew_at,
+            } = p;
             let request = ShardRequest::Settle {
                 remember,
                 ttl_ms,
@@ -462,13 +581,28 @@ impl Store for DurableObjectStore {
         }))
         .await;
         let mut settled = Settled::default();
-        let mut kept = Vec::new();
-        let mut renewed = Vec::new();
+        let mut kept: Vec<Option<bool>> = vec![None; step.remember.len()];
+        let mut renewed: Vec<Option<bool>> = vec![None; step.renew.len()];
+        // Every part of an entry must say yes for the entry to.
+        let fold = |into: &mut [Option<bool>], at: &[usize], answers: Option<Vec<bool>>, what| {
+            let answers = answers.unwrap_or_default();
+            if answers.len() != at.len() {
+                return Err(StoreError::internal(format!(
+                    "dedupe shard answered {} {what} for {} keys",
+                    answers.len(),
+                    at.len()
+                )));
+            }
+            for (&i, yes) in at.iter().zip(answers) {
+                into[i] = Some(into[i].unwrap_or(true) && yes);
+            }
+            Ok(())
+        };
         for (remember_at, renew_at, reply) in replies {
             match reply {
                 Ok(reply) => {
-                    kept.push((remember_at, reply.kept));
-                    renewed.push((renew_at, reply.renewed));
+                    fold(&mut kept, &remember_at, reply.kept, "remember answers")?;
+                    fold(&mut renewed, &renew_at, reply.renewed, "renew answers")?;
                 }
                 Err(e) if remember_at.is_empty() && renew_at.is_empty() => {
                     settled.release_error.get_or_insert(e);
@@ -476,11 +610,20 @@ impl Store for DurableObjectStore {
                 Err(e) => return Err(e),
             }
         }
-        settled.kept = scatter(n_remember, kept, "remember answers")?;
-        settled.renewed = scatter(step.renew.len(), renewed, "renew answers")?;
+        let all = |answers: Vec<Option<bool>>, what: &str| {
+            answers
+                .into_iter()
+                .map(|a| a.ok_or_else(|| StoreError::internal(format!("a key got no {what}"))))
+                .collect::<StoreResult<Vec<bool>>>()
+        };
+        settled.kept = all(kept, "remember answer")?;
+        settled.renewed = all(renewed, "renew answer")?;
         Ok(settled)
     }
 }
+
+/// Joins the two tokens of a claim taken in both layouts while resharding.
+const BOTH: char = '+';
 
 fn release_of(key: &str, token: &ClaimToken) -> Release {
     Release {

@@ -42,7 +42,9 @@ pub enum ShardRequest {
         lease_ms: u64,
     },
     /// Read-only: for each key, remembered (`seen`), claimed by a live claim
-    /// (`held`) or neither (`free`). Asked of a previous layout while resharding.
+    /// (`held`, with the ms it has left in `held_ms`) or neither (`free`). The
+    /// guard's re-check of a held key, and asked of a previous layout while
+    /// resharding.
     Peek { keys: Vec<String> },
     /// Drop keys and their claims.
     Forget { keys: Vec<String> },
@@ -110,6 +112,10 @@ pub struct ShardReply {
     pub renewed: Option<Vec<bool>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peek: Option<Vec<PeekState>>,
+    /// With `peek`: for each `held` key, the ms its claim has left (`None` for
+    /// the others; absent from a shard of a version before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_ms: Option<Vec<Option<u64>>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forgotten: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -3,8 +3,20 @@
 use serde::Deserialize;
 use worker::{Result, SqlStorage, SqlStorageValue};
 
+use bq_dedupe::store::record::{ClaimAnswer, Peek, Record, Rules};
+
 use super::protocol::{
     ClaimReply, Entry, MAX_SAFE_MS, PeekState, Release, Remember, ShardReply, ShardRequest,
+};
+
+/// How the table's rows follow the record model: a lapsed claim's row stays its
+/// owner's until another consumer takes it over (or the sweep removes it); a
+/// done row keeps no token.
+const RULES: Rules = Rules {
+    lapsed_claim_kept: true,
+    done_keeps_token: false,
+    claims_have_owners: true,
+    remember_resets_expiry: true,
 };
 
 /// `token` NULL: remembered (done); otherwise an in-flight claim owned by that
@@ -49,33 +61,32 @@ impl IdTable {
     }
 
     /// Applies one request; returns the reply and the earliest expiry it wrote.
+    /// Every rule of a key's record is the core's (`bq_dedupe::store::record`),
+    /// applied to the row as read: this table only stores the result.
     pub fn apply(&self, request: ShardRequest, now: i64) -> Result<Applied> {
         let mut reply = ShardReply::default();
         let mut expiry = None;
+        let at = Some(now.max(0) as u64);
         match request {
             ShardRequest::Seen { keys } => {
                 let mut seen = Vec::with_capacity(keys.len());
                 for key in &keys {
-                    seen.push(matches!(
-                        self.live_row(key, now)?,
-                        Some(Row { token: None, .. })
-                    ));
+                    seen.push(self.record(key)?.seen(at));
                 }
                 reply.seen = Some(seen);
             }
             ShardRequest::Claim { keys, lease_ms } => {
-                let until = expiry_after(now, lease_ms);
+                let until = Some(expiry_after(now, lease_ms) as u64);
                 let mut claims = Vec::with_capacity(keys.len());
                 for key in &keys {
-                    claims.push(match self.live_row(key, now)? {
-                        Some(Row { token: None, .. }) => ClaimReply::Seen,
-                        Some(_) => ClaimReply::Held,
-                        None => {
-                            let token = new_token(now);
-                            self.upsert(key, Some(&token), Some(until))?;
-                            expiry = Some(until);
-                            ClaimReply::Acquired { token }
-                        }
+                    let token = new_token(now);
+                    let answer = self.update(key, &mut expiry, |r| {
+                        r.claim(RULES, at, token.clone(), until)
+                    })?;
+                    claims.push(match answer {
+                        ClaimAnswer::Acquired => ClaimReply::Acquired { token },
+                        ClaimAnswer::Seen => ClaimReply::Seen,
+                        ClaimAnswer::Held => ClaimReply::Held,
                     });
                 }
                 reply.claims = Some(claims);
@@ -85,15 +96,12 @@ impl IdTable {
                 ttl_ms,
                 release,
             } => {
-                let until = ttl_ms.map(|ttl| expiry_after(now, ttl));
+                let until = ttl_ms.map(|ttl| expiry_after(now, ttl) as u64);
                 for key in &done {
-                    self.upsert(key, None, until)?;
-                }
-                if !done.is_empty() {
-                    expiry = until;
+                    self.update(key, &mut expiry, |r| r.remember(RULES, at, until))?;
                 }
                 for Release { key, token } in release {
-                    self.release(&key, &token)?;
+                    self.update(&key, &mut expiry, |r| r.release(RULES, at, &token))?;
                 }
             }
             ShardRequest::Settle {
@@ -105,47 +113,47 @@ impl IdTable {
             } => {
                 // Releases first: a release must never be skipped by a later step.
                 for Release { key, token } in release {
-                    self.release(&key, &token)?;
+                    self.update(&key, &mut expiry, |r| r.release(RULES, at, &token))?;
                 }
-                let until = expiry_after(now, lease_ms);
+                let until = Some(expiry_after(now, lease_ms) as u64);
                 let mut renewed = Vec::with_capacity(renew.len());
                 for Release { key, token } in &renew {
-                    let ours = self.owns(key, token)?;
-                    if ours {
-                        self.upsert(key, Some(token), Some(until))?;
-                        expiry = earliest(expiry, Some(until));
-                    }
-                    renewed.push(ours);
+                    renewed
+                        .push(self.update(key, &mut expiry, |r| r.renew(RULES, at, token, until))?);
                 }
-                let done_until = ttl_ms.map(|ttl| expiry_after(now, ttl));
+                let done_until = ttl_ms.map(|ttl| expiry_after(now, ttl) as u64);
                 let mut kept = Vec::with_capacity(remember.len());
                 for Remember { key, token } in &remember {
-                    let (write, ours) = match token {
-                        None => (true, true),
-                        Some(token) if self.owns(key, token)? => (true, true),
-                        // Lost: remembered only if free (never over another
-                        // consumer's live claim, nor an id already remembered).
-                        Some(_) => (self.live_row(key, now)?.is_none(), false),
-                    };
-                    if write {
-                        self.upsert(key, None, done_until)?;
-                        expiry = earliest(expiry, done_until);
-                    }
-                    kept.push(ours);
+                    kept.push(self.update(key, &mut expiry, |r| match token {
+                        None => {
+                            r.remember(RULES, at, done_until);
+                            true
+                        }
+                        Some(token) => r.remember_fenced(RULES, at, token, done_until),
+                    })?);
                 }
                 reply.kept = Some(kept);
                 reply.renewed = Some(renewed);
             }
             ShardRequest::Peek { keys } => {
                 let mut states = Vec::with_capacity(keys.len());
+                let mut held_ms = Vec::with_capacity(keys.len());
                 for key in &keys {
-                    states.push(match self.live_row(key, now)? {
-                        None => PeekState::Free,
-                        Some(Row { token: None, .. }) => PeekState::Seen,
-                        Some(_) => PeekState::Held,
-                    });
+                    let record = self.record(key)?;
+                    let (state, left) = match (record.peek(at), &record) {
+                        (Peek::Done, _) => (PeekState::Seen, None),
+                        (Peek::Free, _) => (PeekState::Free, None),
+                        (Peek::Claimed, Record::Claimed { until, .. }) => (
+                            PeekState::Held,
+                            until.map(|u| u.saturating_sub(now.max(0) as u64)),
+                        ),
+                        (Peek::Claimed, _) => (PeekState::Held, None),
+                    };
+                    states.push(state);
+                    held_ms.push(left);
                 }
                 reply.peek = Some(states);
+                reply.held_ms = Some(held_ms);
             }
             ShardRequest::Forget { keys } => {
                 let mut forgotten = 0;
@@ -189,8 +197,8 @@ impl IdTable {
         Ok((reply, expiry))
     }
 
-    /// The key's row, if it has one that has not expired.
-    fn live_row(&self, key: &str, now: i64) -> Result<Option<Row>> {
+    /// The key's record as stored (expired rows included: the rules judge them).
+    fn record(&self, key: &str) -> Result<Record<String>> {
         let rows: Vec<Row> = self
             .sql
             .exec(
@@ -198,43 +206,64 @@ impl IdTable {
                 vec![key.into()],
             )?
             .to_array()?;
-        Ok(rows
-            .into_iter()
-            .next()
-            .filter(|row| row.expires_at.is_none_or(|at| at > now)))
+        let until = |at: Option<i64>| at.map(|at| at.max(0) as u64);
+        Ok(match rows.into_iter().next() {
+            None => Record::Free,
+            Some(Row {
+                token: Some(token),
+                expires_at,
+            }) => Record::Claimed {
+                token,
+                until: until(expires_at),
+            },
+            Some(Row {
+                token: None,
+                expires_at,
+            }) => Record::Done {
+                until: until(expires_at),
+                by: None,
+            },
+        })
     }
 
-    /// Does `token` still own the key's claim? Live or lapsed, as long as no one
-    /// took it over (and the sweep has not removed it).
-    fn owns(&self, key: &str, token: &str) -> Result<bool> {
-        let rows: Vec<Row> = self
-            .sql
-            .exec(
-                "SELECT token, expires_at FROM ids WHERE key = ? AND token = ?",
-                vec![key.into(), token.into()],
-            )?
-            .to_array()?;
-        Ok(!rows.is_empty())
+    /// Applies `op` to the key's record and stores what changed; `expiry`
+    /// becomes the earliest expiry written.
+    fn update<R>(
+        &self,
+        key: &str,
+        expiry: &mut Option<i64>,
+        op: impl FnOnce(&mut Record<String>) -> R,
+    ) -> Result<R> {
+        let before = self.record(key)?;
+        let mut after = before.clone();
+        let answer = op(&mut after);
+        if after != before {
+            let written = self.write(key, &after)?;
+            *expiry = earliest(*expiry, written);
+        }
+        Ok(answer)
     }
 
-    /// Drops the key's claim if `token` still owns it.
-    fn release(&self, key: &str, token: &str) -> Result<()> {
-        self.sql.exec(
-            "DELETE FROM ids WHERE key = ? AND token = ?",
-            vec![key.into(), token.into()],
-        )?;
-        Ok(())
-    }
-
-    fn upsert(&self, key: &str, token: Option<&str>, expires_at: Option<i64>) -> Result<()> {
+    /// Stores a record (free: no row); returns its expiry.
+    fn write(&self, key: &str, record: &Record<String>) -> Result<Option<i64>> {
+        let (token, until) = match record {
+            Record::Free => {
+                self.sql
+                    .exec("DELETE FROM ids WHERE key = ?", vec![key.into()])?;
+                return Ok(None);
+            }
+            Record::Claimed { token, until } => (Some(token.as_str()), *until),
+            Record::Done { until, .. } => (None, *until),
+        };
+        let until = until.map(|u| u.min(MAX_SAFE_MS) as i64);
         let token = token.map_or(SqlStorageValue::Null, SqlStorageValue::from);
-        let expires_at = expires_at.map_or(SqlStorageValue::Null, SqlStorageValue::from);
+        let expires_at = until.map_or(SqlStorageValue::Null, SqlStorageValue::from);
         self.sql.exec(
             "INSERT INTO ids (key, token, expires_at) VALUES (?, ?, ?)
              ON CONFLICT (key) DO UPDATE SET token = excluded.token, expires_at = excluded.expires_at",
             vec![key.into(), token, expires_at],
         )?;
-        Ok(())
+        Ok(until)
     }
 
     /// Deletes the rows expired at `now`; returns the next expiry, if any.
