@@ -521,8 +521,8 @@ impl Store for DurableObjectStore {
             renew: Vec<Release>,
             renew_at: Vec<usize>,
         }
-        let mut parts: Vec<(String, Part)> = Vec::new();
-        let mut part = |object: String| -> &mut Part {
+        /// The part of the step that goes to `object` (first-seen order).
+        fn part_for(parts: &mut Vec<(String, Part)>, object: String) -> &mut Part {
             let n = match parts.iter().position(|(o, _)| *o == object) {
                 Some(n) => n,
                 None => {
@@ -531,10 +531,11 @@ impl Store for DurableObjectStore {
                 }
             };
             &mut parts[n].1
-        };
+        }
+        let mut parts: Vec<(String, Part)> = Vec::new();
         for (i, (key, token)) in step.remember.iter().enumerate() {
             for (object, token) in self.placements(key, token.map(|t| t.0.as_str())) {
-                let p = part(object);
+                let p = part_for(&mut parts, object);
                 p.remember.push(Remember {
                     key: key.to_string(),
                     token: token.map(str::to_string),
@@ -544,7 +545,7 @@ impl Store for DurableObjectStore {
         }
         for (key, token) in step.release {
             for (object, token) in self.placements(key, Some(token.0.as_str())) {
-                part(object).release.push(Release {
+                part_for(&mut parts, object).release.push(Release {
                     key: key.to_string(),
                     token: token.unwrap_or_default().to_string(),
                 });
@@ -552,7 +553,7 @@ impl Store for DurableObjectStore {
         }
         for (i, (key, token)) in step.renew.iter().enumerate() {
             for (object, token) in self.placements(key, Some(token.0.as_str())) {
-                let p = part(object);
+                let p = part_for(&mut parts, object);
                 p.renew.push(Release {
                     key: key.to_string(),
                     token: token.unwrap_or_default().to_string(),
