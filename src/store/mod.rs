@@ -195,12 +195,15 @@ pub trait Store {
 
     /// For each key: done, or how long a live claim on it has left (the guard
     /// asks about keys another consumer holds, to park them just as long). The
-    /// default is `seen_many`, which cannot tell how long: `NotDone` with
-    /// `claim_ends_in: None`.
+    /// default is `seen` (one key) or `seen_many`, which cannot tell how long:
+    /// `NotDone` with `claim_ends_in: None`.
     async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
-        Ok(self
-            .seen_many(keys)
-            .await?
+        // One key: the store's own `seen`, as the re-check has always asked.
+        let seen = match keys {
+            [one] => vec![self.seen(one).await?],
+            many => self.seen_many(many).await?,
+        };
+        Ok(seen
             .into_iter()
             .map(|seen| match seen {
                 true => Peeked::Done,
