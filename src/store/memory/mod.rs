@@ -404,7 +404,13 @@ impl InMemoryStore {
             }
             Record::Claimed { token, until } => {
                 self.timed.store(true, Ordering::Relaxed);
-                match inner.claims.get_mut(key) {
+                // A claim that was there is updated in place; a new one is
+                // inserted without looking the key up a second time.
+                let there = match before {
+                    Record::Claimed { .. } => inner.claims.get_mut(key),
+                    _ => None,
+                };
+                match there {
                     Some(claim) => *claim = (token, until),
                     None => {
                         inner.claims.insert(key.to_owned(), (token, until));
