@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Milliseconds since the Unix epoch.
 pub trait Clock: Send + Sync {
+    /// The time now, in ms since the Unix epoch.
     fn now_ms(&self) -> u64;
 }
 
@@ -28,12 +29,15 @@ impl Clock for SystemClock {
 pub struct ManualClock(AtomicU64);
 
 impl ManualClock {
+    /// A clock that reads `start_ms` until moved.
     pub fn new(start_ms: u64) -> Self {
         ManualClock(AtomicU64::new(start_ms))
     }
+    /// Moves the clock on by `ms`.
     pub fn advance(&self, ms: u64) {
         self.0.fetch_add(ms, Ordering::SeqCst);
     }
+    /// Sets the clock to `ms`.
     pub fn set(&self, ms: u64) {
         self.0.store(ms, Ordering::SeqCst);
     }

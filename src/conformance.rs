@@ -39,6 +39,7 @@ pub enum Effect {
 }
 
 impl Effect {
+    /// What a delivery with this outcome did, as the manifest names it.
     pub fn of(kind: OutcomeKind) -> Effect {
         if kind.handler_ran() {
             Effect::Run
@@ -61,6 +62,7 @@ impl Effect {
 /// One checked item of the manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CaseResult {
+    /// The case's name in the manifest.
     pub name: String,
     /// Why it failed; `None` when it passed.
     pub failure: Option<String>,
@@ -78,13 +80,16 @@ impl std::fmt::Display for CaseResult {
 /// Every result of a run, in manifest order.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
+    /// One result per checked item.
     pub results: Vec<CaseResult>,
 }
 
 impl Report {
+    /// How many items passed.
     pub fn passed(&self) -> usize {
         self.results.iter().filter(|r| r.failure.is_none()).count()
     }
+    /// How many items failed.
     pub fn failed(&self) -> usize {
         self.results.len() - self.passed()
     }
@@ -272,6 +277,7 @@ fn check_sequence(
 /// A [`Guard`] over any [`Store`] as a [`Subject`]. `reset` moves the guard to a
 /// fresh key prefix instead of wiping the store, so a persistent store starts each
 /// sequence empty and reruns never meet earlier runs' ids.
+#[derive(Debug)]
 pub struct GuardSubject<S> {
     guard: Option<Guard<S>>,
     base: String,
@@ -289,6 +295,7 @@ impl Default for CoreSubject {
 }
 
 impl<S: Store> GuardSubject<S> {
+    /// A subject that runs each case through a guard over `store`.
     pub fn new(store: S) -> Self {
         GuardSubject {
             guard: Some(Guard::new(store)),

@@ -98,7 +98,7 @@ pub(crate) struct Progress<E> {
 }
 
 impl<E> Progress<E> {
-    pub fn new(n: usize, started_at: Option<u64>) -> Self {
+    pub(crate) fn new(n: usize, started_at: Option<u64>) -> Self {
         let mut results = Vec::with_capacity(n);
         results.resize_with(n, || None);
         Progress {
@@ -115,7 +115,7 @@ impl<E> Progress<E> {
     /// `renewing`: there are claims to keep alive. The clock is read only when
     /// time can make a checkpoint due: some success is waiting, or claims are
     /// being kept alive (so a batch with nothing to write reads no clock).
-    pub fn due(
+    pub(crate) fn due(
         &self,
         policy: &LeasePolicy,
         lease: Option<Duration>,
@@ -137,7 +137,7 @@ impl<E> Progress<E> {
     }
 
     /// The interval the timer ticks at while a handler runs.
-    pub fn tick(policy: &LeasePolicy, lease: Option<Duration>) -> Duration {
+    pub(crate) fn tick(policy: &LeasePolicy, lease: Option<Duration>) -> Duration {
         let renew = lease.map_or(Duration::MAX, |l| policy.renew_interval(l));
         renew
             .min(policy.checkpoint_after)

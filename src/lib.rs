@@ -18,6 +18,8 @@
 //!   the failure is reported ([`Outcome::RanUnrecorded`]), because retrying it would
 //!   certainly run the side effect a second time.
 
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
 pub mod clock;
 pub mod conformance;
 pub mod envelope;

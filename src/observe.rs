@@ -8,12 +8,17 @@ use crate::store::StoreError;
 /// Which store call failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StoreOp {
+    /// `seen` (or `seen_many`, or the re-check `peek_many`).
     Seen,
+    /// A commit: `remember`, or a settle that remembers.
     Remember,
+    /// `claim` or `claim_many`.
     Claim,
+    /// Giving a claim back.
     Release,
     /// A checkpoint that only renewed claims.
     Renew,
+    /// `forget`.
     Forget,
 }
 
@@ -22,18 +27,29 @@ pub enum StoreOp {
 pub enum Event<'a> {
     /// A delivery's final outcome. `key` is its store key when it had a usable id.
     Outcome {
+        /// The delivery's store key, when it had a usable id.
         key: Option<&'a str>,
+        /// The outcome.
         kind: OutcomeKind,
     },
     /// A store call failed (the outcome event says what that meant).
-    StoreError { op: StoreOp, error: &'a StoreError },
+    StoreError {
+        /// Which call.
+        op: StoreOp,
+        /// What the store said.
+        error: &'a StoreError,
+    },
     /// A renewal found a running handler's claim gone: its outcome will be
     /// `run-ok-lease-lost` if it succeeds. Reported early for alerting.
-    LeaseLost { key: Option<&'a str> },
+    LeaseLost {
+        /// The delivery's store key.
+        key: Option<&'a str>,
+    },
 }
 
 /// Receives every [`Event`]. Implemented for `()` (ignore), closures, and [`Counters`].
 pub trait Observer {
+    /// Called once per event, as it happens.
     fn observe(&self, event: Event<'_>);
 }
 
@@ -76,10 +92,13 @@ pub struct CounterSnapshot {
     pub runs: u64,
     /// Handler runs that failed or panicked (fail-open failures included).
     pub failures: u64,
+    /// Deliveries skipped: already processed.
     pub skips: u64,
     /// Deliveries run without dedupe (no usable id), whatever the handler did.
     pub fail_open: u64,
+    /// Deliveries parked: another consumer held the claim.
     pub parked: u64,
+    /// Deliveries rejected: not a valid envelope.
     pub rejected: u64,
     /// Deliveries not run because the store could not answer.
     pub store_unavailable: u64,
@@ -96,10 +115,12 @@ pub struct CounterSnapshot {
 }
 
 impl Counters {
+    /// All counters at zero.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// The counts so far.
     pub fn snapshot(&self) -> CounterSnapshot {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         CounterSnapshot {

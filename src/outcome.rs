@@ -60,17 +60,29 @@ pub enum Disposition {
 /// The outcome without its payload, for counting and for the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OutcomeKind {
+    /// `run-ok`: the handler ran and succeeded, and the id is remembered.
     Ran,
+    /// `run-ok-unrecorded`: it succeeded, but the id could not be remembered.
     RanUnrecorded,
+    /// `run-ok-lease-lost`: it succeeded after its claim was lost.
     RanLeaseLost,
+    /// `run-failed`: the handler returned an error.
     Failed,
+    /// `run-panicked`: the handler panicked.
     Panicked,
+    /// `skip`: already processed.
     Skipped,
+    /// `fail-open`: no usable id; the handler ran and succeeded, undeduped.
     FailOpen,
+    /// `fail-open-failed`: no usable id; the handler ran and failed.
     FailOpenFailed,
+    /// `park`: another consumer holds the claim.
     Parked,
+    /// `rejected`: not a valid envelope.
     Rejected,
+    /// `store-unavailable`: the store could not answer.
     StoreUnavailable,
+    /// `payload-mismatch`: processed before with another payload.
     PayloadMismatch,
 }
 
@@ -93,6 +105,7 @@ impl OutcomeKind {
         }
     }
 
+    /// What the queue should do with the message.
     pub fn disposition(self) -> Disposition {
         match self {
             OutcomeKind::Ran
@@ -125,6 +138,7 @@ impl OutcomeKind {
 }
 
 impl<E> Outcome<E> {
+    /// The outcome without its payload.
     pub fn kind(&self) -> OutcomeKind {
         match self {
             Outcome::Ran => OutcomeKind::Ran,
@@ -142,6 +156,7 @@ impl<E> Outcome<E> {
         }
     }
 
+    /// What the queue should do with the message.
     pub fn disposition(&self) -> Disposition {
         self.kind().disposition()
     }

@@ -15,10 +15,18 @@ pub enum Rejection {
     NotAnObject,
     /// The body is larger than [`Limits::max_bytes`](crate::Limits::max_bytes).
     #[error("the envelope is {size} bytes, over the {limit}-byte limit")]
-    TooLarge { size: usize, limit: usize },
+    TooLarge {
+        /// The body's size in bytes.
+        size: usize,
+        /// The limit in bytes.
+        limit: usize,
+    },
     /// Arrays/objects nested deeper than [`MAX_DEPTH`](crate::envelope::MAX_DEPTH).
     #[error("the envelope nests deeper than {limit} levels")]
-    TooDeep { limit: usize },
+    TooDeep {
+        /// The deepest nesting allowed.
+        limit: usize,
+    },
     /// Neither `job` nor `urn` is a non-blank string.
     #[error("no 'job' or 'urn': the message has no identity")]
     MissingJob,
@@ -27,16 +35,25 @@ pub enum Rejection {
     MetaNotObject,
     /// `meta.schema_version` is not the integer 1.
     #[error("meta.schema_version {found} is not a version this consumer supports (only 1)")]
-    UnsupportedSchemaVersion { found: String },
+    UnsupportedSchemaVersion {
+        /// What `schema_version` held, as JSON.
+        found: String,
+    },
     /// `data` is absent or not an object.
     #[error("'data' must be an object, found {found}")]
-    DataNotObject { found: String },
+    DataNotObject {
+        /// What `data` was (its JSON type, or absent).
+        found: String,
+    },
     /// `trace_id` is absent, not a string, or blank.
     #[error("'trace_id' is missing or blank")]
     BlankTraceId,
     /// `attempts` is present but not a non-negative integer.
     #[error("'attempts' must be a non-negative integer, found {found}")]
-    BadAttempts { found: String },
+    BadAttempts {
+        /// What `attempts` held, as JSON.
+        found: String,
+    },
 }
 
 impl Rejection {

@@ -92,6 +92,7 @@ pub enum Verdict {
 /// A delivery's decision: the verdict plus what completing it needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
+    /// What to do with the delivery.
     pub verdict: Verdict,
     /// The store key (namespaced `meta.id`), when the message has a usable id.
     pub key: Option<String>,
@@ -125,8 +126,11 @@ impl Decision {
 /// What a handler did, as reported back to [`Guard::complete_batch`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum HandlerResult<E> {
+    /// It succeeded.
     Ok,
+    /// It returned this error.
     Err(E),
+    /// It panicked with this message.
     Panicked(String),
 }
 
@@ -166,6 +170,15 @@ pub struct Guard<S, O = (), T = NoTimer> {
     timer: T,
 }
 
+impl<S, O, T> std::fmt::Debug for Guard<S, O, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard")
+            .field("options", &self.options)
+            .field("clock", &self.clock.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 impl<S: Store> Guard<S, ()> {
     /// A guard with the default [`Options`] and no observer.
     pub fn new(store: S) -> Self {
@@ -202,11 +215,13 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         self
     }
 
+    /// Where ids live in the store (see [`Options::keyspace`]).
     pub fn with_keyspace(mut self, keyspace: KeySpace) -> Self {
         self.options.keyspace = keyspace;
         self
     }
 
+    /// Every option at once.
     pub fn with_options(mut self, options: Options) -> Self {
         self.options = options;
         self
@@ -241,14 +256,17 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         }
     }
 
+    /// The store the guard dedupes against.
     pub fn store(&self) -> &S {
         &self.store
     }
 
+    /// The guard's options.
     pub fn options(&self) -> &Options {
         &self.options
     }
 
+    /// The observer events go to.
     pub fn observer(&self) -> &O {
         &self.observer
     }

@@ -48,23 +48,29 @@ impl StoreErrorKind {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("store {}: {message}", kind.code())]
 pub struct StoreError {
+    /// What kind of failure.
     pub kind: StoreErrorKind,
+    /// What the backend said.
     pub message: String,
 }
 
 impl StoreError {
+    /// A failure of `kind`.
     pub fn new(kind: StoreErrorKind, message: impl Into<String>) -> Self {
         StoreError {
             kind,
             message: message.into(),
         }
     }
+    /// The backend could not be reached; retrying may help.
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(StoreErrorKind::Unavailable, message)
     }
+    /// The store does not offer this operation.
     pub fn unsupported(message: impl Into<String>) -> Self {
         Self::new(StoreErrorKind::Unsupported, message)
     }
+    /// Anything else the backend reported.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StoreErrorKind::Internal, message)
     }
@@ -523,6 +529,7 @@ macro_rules! delegate_store {
 /// `release`, `renew`, `remember_fenced`): the batch forms are the trait's defaults, one call per key. For a
 /// backend without batch calls, and as the baseline a batch store is measured
 /// against.
+#[derive(Debug)]
 pub struct PerKey<'a, S: ?Sized>(pub &'a S);
 
 impl<S: Store + ?Sized> Store for PerKey<'_, S> {

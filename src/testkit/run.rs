@@ -28,6 +28,7 @@ const KEYS: [&str; 4] = [
 /// (old ones included), or a token never issued if it has none; times are in
 /// the harness's ticks.
 #[derive(Debug, Clone)]
+#[allow(missing_docs)] // the fields are the ones the enum's docs describe
 pub enum Op {
     /// `seen` (one key) or `seen_many`.
     Seen { client: usize, keys: Vec<usize> },

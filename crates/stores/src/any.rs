@@ -12,9 +12,13 @@ pub const DEFAULT_REDIS_PREFIX: &str = "bq:dedupe:";
 
 /// One of the stores, chosen at run time (see the crate docs for the spec syntax).
 pub enum AnyStore {
+    /// `memory`: the core's process-local store.
     Memory(InMemoryStore),
+    /// `sqlite:PATH`.
     Sqlite(SqliteStore),
+    /// `redis://...` or `redis+cluster://...`.
     Redis(RedisStore),
+    /// `postgres://...` (or `postgresql://`).
     Postgres(PostgresStore),
 }
 

@@ -46,6 +46,8 @@
 //! # Ok::<(), bq_dedupe::StoreError>(())
 //! ```
 
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
 mod any;
 mod postgres;
 mod redis;

@@ -29,6 +29,7 @@ use table::{NEVER, Table};
 /// One remembered id, as listed by [`InMemoryStore::entries`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreEntry {
+    /// The store key.
     pub key: String,
     /// When the entry stops counting as seen (ms since the Unix epoch), if ever.
     pub expires_at_ms: Option<u64>,
@@ -54,6 +55,15 @@ pub struct InMemoryStore {
     capacity: Option<usize>,
     /// Set once any entry or claim can expire; until then reads skip the clock.
     timed: AtomicBool,
+}
+
+impl std::fmt::Debug for InMemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InMemoryStore")
+            .field("len", &self.len())
+            .field("capacity", &self.capacity)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for InMemoryStore {
@@ -144,6 +154,7 @@ impl InMemoryStore {
         self.lock().map_or(0, |inner| inner.table.live)
     }
 
+    /// No id is remembered.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
