@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 
 use anyhow::{Result, anyhow};
 
-use super::{Event, Verdict};
+use super::{Event, LineVerdict};
 
 /// How many verdicts each decision (`run`, `skip`, ...) got.
 pub type Counts = BTreeMap<&'static str, u64>;
@@ -21,7 +21,7 @@ const QUEUED: usize = 1;
 
 pub struct Printer {
     /// Both `None` once finished.
-    send: Option<SyncSender<Vec<Verdict>>>,
+    send: Option<SyncSender<Vec<LineVerdict>>>,
     thread: Option<JoinHandle<std::io::Result<Counts>>>,
 }
 
@@ -52,7 +52,7 @@ impl Printer {
     /// of batches, not per batch: each hand-off may wake the thread, which costs
     /// microseconds. An error means the printing thread has stopped (stdout
     /// closed or failing): [`Printer::finish`] says why.
-    pub fn print(&self, verdicts: Vec<Verdict>) -> Result<(), Stopped> {
+    pub fn print(&self, verdicts: Vec<LineVerdict>) -> Result<(), Stopped> {
         let send = self.send.as_ref().ok_or(Stopped)?;
         send.send(verdicts).map_err(|_| Stopped)
     }
@@ -84,14 +84,14 @@ impl Drop for Printer {
 #[derive(Debug)]
 pub struct Stopped;
 
-fn print(receive: &Receiver<Vec<Verdict>>) -> std::io::Result<Counts> {
+fn print(receive: &Receiver<Vec<LineVerdict>>) -> std::io::Result<Counts> {
     // Stdout itself, not its lock: the lock is taken per write of the buffer,
     // so nothing else that prints can block on this thread for the whole run.
     let mut out = BufWriter::with_capacity(1 << 16, std::io::stdout());
     let mut counts = Counts::new();
     for verdicts in receive {
         for verdict in &verdicts {
-            *counts.entry(verdict.1).or_default() += 1;
+            *counts.entry(verdict.decision).or_default() += 1;
             write_verdict(&mut out, verdict)?;
         }
         out.flush()?;
@@ -101,8 +101,14 @@ fn print(receive: &Receiver<Vec<Verdict>>) -> std::io::Result<Counts> {
 
 /// Writes one verdict as a JSON line: `{"decision","id","line","outcome","reason"}`
 /// (the keys in this order, as before).
-fn write_verdict(out: &mut impl Write, v: &Verdict) -> std::io::Result<()> {
-    let (line, decision, code, reason, id) = v;
+fn write_verdict(out: &mut impl Write, v: &LineVerdict) -> std::io::Result<()> {
+    let LineVerdict {
+        line,
+        decision,
+        outcome: code,
+        reason,
+        id,
+    } = v;
     let string = |out: &mut dyn Write, s: &str| -> std::io::Result<()> {
         serde_json::to_writer(out, s).map_err(std::io::Error::other)
     };

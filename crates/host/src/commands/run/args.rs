@@ -1,0 +1,81 @@
+//! `bq-dedupe run`'s arguments.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// memory | sqlite:PATH | redis://HOST:PORT[/DB][?dialect=D&prefix=P] |
+    /// redis+cluster://HOST:PORT[,HOST:PORT...] | postgres://USER@HOST:PORT/DB[?table=T]
+    #[arg(long, default_value = bq_dedupe_host::DEFAULT_STORE)]
+    pub(super) store: String,
+    /// Remember ids for this long (e.g. 90s, 15m, 24h, 7d; default: forever).
+    #[arg(long, value_parser = parse_duration)]
+    pub(super) ttl: Option<Duration>,
+    /// Claiming mode: take an in-flight claim before running, park concurrent duplicates.
+    #[arg(long)]
+    pub(super) claim: bool,
+    /// How long a claim lasts if its holder dies.
+    #[arg(long, value_parser = parse_duration, default_value = "15m")]
+    pub(super) lease: Duration,
+    /// Store key prefix (namespace).
+    #[arg(long, default_value = "")]
+    pub(super) prefix: String,
+    /// Payload fingerprints: an id already processed with another `data` is
+    /// rejected as `payload-mismatch` (poison) instead of skipped. Needs a store
+    /// of our own record format (not a PHP/Go dialect or the Go SDK's table).
+    #[arg(long)]
+    pub(super) fingerprint: bool,
+    /// A shell command run per message with the envelope on stdin (exit 0 = success).
+    #[arg(long, conflicts_with = "handler")]
+    pub(super) exec: Option<String>,
+    /// A handler plugin component exporting the WIT `handler` interface.
+    #[arg(long)]
+    pub(super) handler: Option<PathBuf>,
+    /// Deliveries per component call (process-batch): one store round trip to
+    /// decide and one to record per batch, duplicates inside a batch collapsed.
+    /// A batch is cut early when `--window` has passed since its first line.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub(super) batch: u32,
+    /// The longest a line waits for its batch to fill (e.g. 5ms, 1s): a slow
+    /// stream still gets each verdict within about this much of its line.
+    #[arg(long, value_parser = parse_duration, default_value = "5ms")]
+    pub(super) window: Duration,
+    /// Input file, or - for stdin.
+    #[arg(default_value = "-")]
+    pub(super) input: String,
+}
+
+/// `90s`, `15m`, `24h`, `7d`, `250ms`, or a number of seconds.
+pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    let ms = match unit {
+        "ms" => n,
+        "" | "s" => n * 1000,
+        "m" => n * 60_000,
+        "h" => n * 3_600_000,
+        "d" => n * 86_400_000,
+        _ => return Err(format!("invalid duration unit in {s:?} (ms, s, m, h, d)")),
+    };
+    Ok(Duration::from_millis(ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("15m"), Ok(Duration::from_secs(900)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(604_800)));
+        assert!(parse_duration("5 weeks").is_err());
+        assert!(parse_duration("m").is_err());
+    }
+}

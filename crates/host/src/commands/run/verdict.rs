@@ -1,0 +1,217 @@
+//! Each line's verdict: what the component's outcome means for it, in the
+//! words `bq-dedupe run` prints.
+
+use anyhow::Result;
+use bq_dedupe::{Limits, Message};
+
+use bq_dedupe_host::runtime::Runtime;
+use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::{Outcome, Processed};
+
+use super::Line;
+
+/// The issue's decision vocabulary for an outcome, and why (if anything is notable).
+fn describe(outcome: &Outcome) -> (&'static str, &'static str, Option<String>) {
+    match outcome {
+        Outcome::RunOk => ("run", "run-ok", None),
+        Outcome::RunOkUnrecorded(e) => (
+            "run",
+            "run-ok-unrecorded",
+            Some(format!("ran, but not recorded: {}", e.message)),
+        ),
+        Outcome::RunOkLeaseLost => (
+            "run",
+            "run-ok-lease-lost",
+            Some("ran, but its claim was lost first: the id may have run elsewhere too".into()),
+        ),
+        Outcome::RunFailed(m) => ("failed", "run-failed", Some(m.clone())),
+        Outcome::RunPanicked(m) => ("failed", "run-panicked", Some(m.clone())),
+        Outcome::Skip => ("skip", "skip", None),
+        Outcome::FailOpen => ("fail-open", "fail-open", None),
+        Outcome::FailOpenFailed(m) => ("failed", "fail-open-failed", Some(m.clone())),
+        Outcome::Park => (
+            "park",
+            "park",
+            Some("another consumer holds the claim; redeliver later".into()),
+        ),
+        Outcome::Rejected(r) => ("reject", "rejected", Some(r.message.clone())),
+        Outcome::PayloadMismatch => (
+            "reject",
+            "payload-mismatch",
+            Some("already processed with a different payload".into()),
+        ),
+        Outcome::StoreUnavailable(e) => (
+            "failed",
+            "store-unavailable",
+            Some(format!("store unavailable: {}", e.message)),
+        ),
+    }
+}
+
+/// One printed verdict: what became of one input line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct LineVerdict {
+    /// The line's number in the input (from 1, blank lines counted).
+    pub(super) line: u64,
+    /// `run`, `skip`, `fail-open`, `park`, `reject` or `failed`.
+    pub(super) decision: &'static str,
+    /// The outcome code (`run-ok`, `skip`, ..., or `trap`).
+    pub(super) outcome: &'static str,
+    /// Why, where anything is notable.
+    pub(super) reason: Option<String>,
+    /// The line's `meta.id`, when it has one.
+    pub(super) id: Option<String>,
+}
+
+impl LineVerdict {
+    /// The verdict of a line the component decided.
+    fn of(line: u64, outcome: &Outcome, id: Option<String>) -> Self {
+        let (decision, code, reason) = describe(outcome);
+        LineVerdict {
+            line,
+            decision,
+            outcome: code,
+            reason,
+            id,
+        }
+    }
+
+    /// A line whose call trapped (or answered short): retried, never lost.
+    fn trapped(line: u64, reason: String, id: Option<String>) -> Self {
+        LineVerdict {
+            line,
+            decision: "failed",
+            outcome: "trap",
+            reason: Some(reason),
+            id,
+        }
+    }
+}
+
+/// Puts a batch of lines through the run's guard (`consumer.guard`'s
+/// `process-batch-ids`, which decodes each line once and hands its `meta.id`
+/// back): one verdict per line, in order. A line that is not UTF-8 cannot cross
+/// and is rejected here.
+pub(super) fn decide(runtime: &mut Runtime, batch: Vec<Line>) -> Vec<LineVerdict> {
+    let mut verdicts: Vec<Option<LineVerdict>> = Vec::with_capacity(batch.len());
+    let mut texts: Vec<String> = Vec::with_capacity(batch.len());
+    let mut lines: Vec<u64> = Vec::with_capacity(batch.len());
+    for (line, text) in batch {
+        match text {
+            Err(bytes) => {
+                let reason = super::reject_bytes(&bytes).to_string();
+                verdicts.push(Some(LineVerdict {
+                    line,
+                    decision: "reject",
+                    outcome: "rejected",
+                    reason: Some(reason),
+                    id: None,
+                }));
+            }
+            Ok(text) => {
+                lines.push(line);
+                texts.push(text);
+                verdicts.push(None);
+            }
+        }
+    }
+    let processed = match texts.as_slice() {
+        [] => Ok(Vec::new()),
+        many => runtime.guard_process_batch_ids(many),
+    };
+    let decided = resolve(&lines, &texts, processed);
+    // Every `None` slot is a text, and `decided` holds one verdict per text.
+    let mut decided = decided.into_iter();
+    verdicts
+        .into_iter()
+        .filter_map(|v| v.or_else(|| decided.next()))
+        .collect()
+}
+
+/// The verdicts of one component call, one per text. A call that trapped (the
+/// instance has been replaced) or answered the wrong number of deliveries leaves
+/// every one of its deliveries unacked: `failed`, outcome `trap`, so it is
+/// retried, never lost; only then are the ids read natively, for the report.
+fn resolve(lines: &[u64], texts: &[String], processed: Result<Vec<Processed>>) -> Vec<LineVerdict> {
+    let processed = processed.and_then(|p| {
+        if p.len() == texts.len() {
+            Ok(p)
+        } else {
+            Err(anyhow::anyhow!(
+                "the component answered {} of {} deliveries",
+                p.len(),
+                texts.len()
+            ))
+        }
+    });
+    match processed {
+        Ok(processed) => lines
+            .iter()
+            .zip(processed)
+            .map(|(&line, Processed { id, outcome })| LineVerdict::of(line, &outcome, id))
+            .collect(),
+        Err(e) => {
+            let reason = format!("{e:#}");
+            lines
+                .iter()
+                .zip(texts)
+                .map(|(&line, text)| {
+                    let id = Message::parse_str(text, &Limits::default())
+                        .ok()
+                        .and_then(|m| m.id().map(str::to_owned));
+                    LineVerdict::trapped(line, reason.clone(), id)
+                })
+                .collect()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::resolve;
+
+    /// A call that trapped: every delivery of it is reported, in order, as failed
+    /// with outcome `trap` (retried, exit 3), with its id read natively.
+    #[test]
+    fn a_trapped_call_reports_each_of_its_deliveries_as_failed() {
+        let texts = vec![
+            r#"{"job":"j","trace_id":"t","data":{},"meta":{"id":"a","schema_version":1}}"#
+                .to_string(),
+            "garbage".to_string(),
+        ];
+        let verdicts = resolve(
+            &[3, 5],
+            &texts,
+            Err(anyhow::anyhow!("wasm trap: unreachable")),
+        );
+        assert_eq!(verdicts.len(), 2);
+        assert_eq!(verdicts[0].line, 3);
+        assert_eq!(
+            (verdicts[0].decision, verdicts[0].outcome),
+            ("failed", "trap")
+        );
+        assert_eq!(verdicts[0].id.as_deref(), Some("a"));
+        assert!(
+            verdicts[0]
+                .reason
+                .as_deref()
+                .unwrap()
+                .contains("unreachable")
+        );
+        assert_eq!(
+            (
+                verdicts[1].line,
+                verdicts[1].decision,
+                verdicts[1].id.clone()
+            ),
+            (5, "failed", None)
+        );
+        // A short answer is treated the same way: nothing is left unreported.
+        let short = resolve(&[1, 2], &texts, Ok(Vec::new()));
+        assert!(
+            short
+                .iter()
+                .all(|v| v.decision == "failed" && v.outcome == "trap")
+        );
+        assert_eq!(short.len(), 2);
+    }
+}
