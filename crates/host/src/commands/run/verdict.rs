@@ -98,7 +98,7 @@ pub(super) fn decide(runtime: &mut Runtime, batch: Vec<Line>) -> Vec<LineVerdict
     for (line, text) in batch {
         match text {
             Err(bytes) => {
-                let reason = super::reject_bytes(&bytes).to_string();
+                let reason = crate::commands::reject_bytes(&bytes).to_string();
                 verdicts.push(Some(LineVerdict {
                     line,
                     decision: "reject",
