@@ -88,7 +88,9 @@ pub struct Rules {
 }
 
 impl Rules {
-    /// The rules the in-memory store and the SQL stores follow.
+    /// Every choice at its strictest: lapsed claims kept, done records keep
+    /// their token, claims have owners, `remember` resets the expiry (SQLite's
+    /// rules; see each store's own `RULES` for the others).
     pub const KEPT: Rules = Rules {
         lapsed_claim_kept: true,
         done_keeps_token: true,
@@ -212,14 +214,15 @@ impl<T: Clone + PartialEq> Record<T> {
         token: &T,
         until: Option<u64>,
     ) -> bool {
+        self.settled(rules, now);
         if rules.done_keeps_token
             && matches!(self, Record::Done { by: Some(by), .. } if by == token)
         {
-            // The same commit again (its first reply was lost): ours.
+            // The same commit again (its first reply was lost): ours. Only while
+            // the record is live: an expired one reads as free, as everywhere.
             self.set_done(rules, token, until);
             return true;
         }
-        self.settled(rules, now);
         let ours = self.claimed_by(token);
         if ours {
             self.set_done(rules, token, until);
@@ -295,6 +298,22 @@ mod tests {
         r.claim(REDIS, Some(0), t("a"), Some(10));
         assert!(r.remember_fenced(REDIS, Some(1), &t("a"), None));
         assert!(!r.remember_fenced(REDIS, Some(2), &t("a"), None));
+    }
+
+    /// Found by a user's store (a fresh-eyes review): an expired done record
+    /// reads as free for a re-sent commit too, whatever ran in between.
+    #[test]
+    fn a_commit_sent_again_after_its_record_expired_is_not_ours() {
+        for stranger_released in [false, true] {
+            let mut r: Record<&str> = Record::Free;
+            r.claim(Rules::KEPT, Some(0), t("a"), Some(1000));
+            assert!(r.remember_fenced(Rules::KEPT, Some(0), &t("a"), Some(1000)));
+            if stranger_released {
+                r.release(Rules::KEPT, Some(1000), &t("b"));
+            }
+            assert!(!r.remember_fenced(Rules::KEPT, Some(1000), &t("a"), None));
+            assert!(r.seen(Some(2000)), "recorded anyway: the key was free");
+        }
     }
 
     #[test]

@@ -50,7 +50,8 @@ const RENEW: &str =
 /// token, so the same commit sent again (its reply lost) finds the row done by
 /// this token and answers that it was ours.
 const COMMIT_OWN: &str = "UPDATE bq_dedupe SET state = 1, expires_at = ?3
-    WHERE key = ?1 AND token = ?2";
+    WHERE key = ?1 AND token = ?2
+      AND (state = 0 OR expires_at IS NULL OR expires_at > ?4)";
 
 /// Step two, when the claim was lost: remember the key only if it is free (no
 /// row, or an expired one), never over another consumer's live claim.
@@ -220,7 +221,7 @@ fn remember_fenced_in(
 ) -> rusqlite::Result<bool> {
     let own = conn
         .prepare_cached(COMMIT_OWN)?
-        .execute(params![key, token.0, until])?;
+        .execute(params![key, token.0, until, now])?;
     if own == 1 {
         return Ok(true);
     }

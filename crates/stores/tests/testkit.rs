@@ -40,7 +40,7 @@ impl Harness for Sqlite {
 
 #[test]
 fn sqlite_follows_the_record_model() {
-    testkit::check(64, || Sqlite {
+    testkit::check(512, || Sqlite {
         db: TempDb::new("testkit"),
         clock: Arc::new(ManualClock::new(1_000_000)),
     });
@@ -66,6 +66,48 @@ fn any_store_from_a_spec_follows_the_record_model() {
             _cleanup: Box::new(cleanup),
         }
     });
+}
+
+/// A fresh-eyes review found the model answering a re-sent commit as ours after
+/// its done record had expired (and not after a stranger's release in between):
+/// the model now reads an expired record as free here too, and SQLite with it.
+#[test]
+fn sqlite_a_commit_sent_again_after_its_record_expired_is_not_ours() {
+    use bq_dedupe::testkit::Op;
+    for stranger in [false, true] {
+        let mut run = vec![
+            Op::Claim {
+                client: 0,
+                keys: vec![0],
+                lease: 1,
+            },
+            Op::Commit {
+                client: 0,
+                key: 0,
+                token: 0,
+                ttl: Some(1),
+            },
+            Op::Advance { ticks: 1 },
+        ];
+        if stranger {
+            run.push(Op::Release {
+                client: 1,
+                key: 0,
+                token: 0,
+            });
+        }
+        run.push(Op::Commit {
+            client: 0,
+            key: 0,
+            token: 0,
+            ttl: None,
+        });
+        let mut harness = Sqlite {
+            db: TempDb::new("expired-recommit"),
+            clock: Arc::new(ManualClock::new(1_000_000)),
+        };
+        testkit::check_ops(&mut harness, &run).unwrap();
+    }
 }
 
 /// Time on a server's own clock: real ms since the harness began, in short
