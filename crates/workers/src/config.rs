@@ -11,10 +11,10 @@
 //! | `DEDUPE_CLAIMING`            | `on` (DO), `off` (KV) | take an atomic claim before running (`on`/`off`) |
 //! | `DEDUPE_CLAIM_LEASE_SECONDS` | `120`            | how long a claim lasts without renewal (1 s to 100 years) |
 //! | `DEDUPE_RETRY_DELAY_SECONDS` | (none)           | delay for retried messages (up to 43200)  |
-//! | `DEDUPE_PARK_DELAY_SECONDS`  | `45`             | delay for parked messages (up to 43200)   |
+//! | `DEDUPE_PARK_DELAY_SECONDS`  | `45`             | delay for a parked message when the store cannot say how long the claim has left (up to 43200) |
 //! | `DEDUPE_DEAD_LETTER`         | (none)           | queue producer binding for poison messages |
 //! | `DEDUPE_FINGERPRINT`         | `off`            | `on`: remember a hash of each `data`; an id reused with another payload is `payload-mismatch` (dead-lettered) |
-//! | `DEDUPE_MAX_RETRIES`         | (none)           | the queue's `max_retries`: last-attempt failures are dead-lettered with `reason: "failed"` |
+//! | `DEDUPE_MAX_RETRIES`         | (none: 3 assumed) | the queue's `max_retries`: last-attempt failures and parks are dead-lettered with `reason: "failed"`; with claiming, 0 (or retries x 12 h under the lease) is refused |
 //! | `DEDUPE_DO_BINDING`          | `DEDUPE_DO`      | the `DedupeShard` Durable Object binding  |
 //! | `DEDUPE_KV_BINDING`          | `DEDUPE_KV`      | the KV namespace binding                  |
 //!
