@@ -19,7 +19,9 @@
 //! Times are milliseconds on the store's clock; `None` for a deadline means
 //! never, and `None` for `now` means the store has no clock (nothing lapses).
 
-use super::{Claim, ClaimToken};
+use std::time::Duration;
+
+use super::{Claim, ClaimToken, Peeked};
 
 /// One key's record. `T` is the claim token as the backend holds it (a
 /// [`ClaimToken`], or the in-memory store's number).
@@ -148,6 +150,20 @@ impl<T: Clone + PartialEq> Record<T> {
             Record::Claimed { until, .. } if live(*until, now) => Peek::Claimed,
             _ => Peek::Free,
         }
+    }
+
+    /// `peek_many`'s answer: done, or how long a live claim has left (`ZERO`:
+    /// free; `None`: a claim that never runs out, or no clock to tell).
+    pub fn peeked(&self, now: Option<u64>) -> Peeked {
+        let claim_ends_in = match (self.peek(now), self, now) {
+            (Peek::Done, ..) => return Peeked::Done,
+            (Peek::Free, ..) => Some(Duration::ZERO),
+            (Peek::Claimed, Record::Claimed { until: Some(u), .. }, Some(now)) => {
+                Some(Duration::from_millis(u.saturating_sub(now)))
+            }
+            (Peek::Claimed, ..) => None,
+        };
+        Peeked::NotDone { claim_ends_in }
     }
 
     /// `claim`: `Seen` if done, `Held` if another live claim holds it, else the

@@ -254,17 +254,7 @@ impl Store for InMemoryStore {
             .zip(seen)
             .map(|(key, seen)| match seen {
                 true => Peeked::Done,
-                false => {
-                    let claim = inner.claims.get(*key).filter(|(_, u)| lease_live(*u, now));
-                    let claim_ends_in = match (claim, now) {
-                        (None, _) => Some(Duration::ZERO),
-                        (Some((_, Some(until))), Some(now)) => {
-                            Some(Duration::from_millis(until.saturating_sub(now)))
-                        }
-                        (Some(_), _) => None,
-                    };
-                    Peeked::NotDone { claim_ends_in }
-                }
+                false => read_record(&mut inner, key, now, true).peeked(now),
             })
             .collect())
     }

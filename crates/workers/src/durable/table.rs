@@ -1,9 +1,11 @@
 //! The shard's table: every read and write of the seen-set, synchronous SQL.
 
+use std::time::Duration;
+
+use bq_dedupe::store::Peeked;
+use bq_dedupe::store::record::{ClaimAnswer, Record, Rules};
 use serde::Deserialize;
 use worker::{Result, SqlStorage, SqlStorageValue};
-
-use bq_dedupe::store::record::{ClaimAnswer, Peek, Record, Rules};
 
 use super::protocol::{
     ClaimReply, Entry, MAX_SAFE_MS, PeekState, Release, Remember, ShardReply, ShardRequest,
@@ -139,15 +141,14 @@ impl IdTable {
                 let mut states = Vec::with_capacity(keys.len());
                 let mut held_ms = Vec::with_capacity(keys.len());
                 for key in &keys {
-                    let record = self.record(key)?;
-                    let (state, left) = match (record.peek(at), &record) {
-                        (Peek::Done, _) => (PeekState::Seen, None),
-                        (Peek::Free, _) => (PeekState::Free, None),
-                        (Peek::Claimed, Record::Claimed { until, .. }) => (
-                            PeekState::Held,
-                            until.map(|u| u.saturating_sub(now.max(0) as u64)),
-                        ),
-                        (Peek::Claimed, _) => (PeekState::Held, None),
+                    let (state, left) = match self.record(key)?.peeked(at) {
+                        Peeked::Done => (PeekState::Seen, None),
+                        Peeked::NotDone {
+                            claim_ends_in: Some(Duration::ZERO),
+                        } => (PeekState::Free, None),
+                        Peeked::NotDone { claim_ends_in } => {
+                            (PeekState::Held, claim_ends_in.map(|d| d.as_millis() as u64))
+                        }
                     };
                     states.push(state);
                     held_ms.push(left);
