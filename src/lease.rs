@@ -136,6 +136,17 @@ impl<E> Progress<E> {
         write_due || renew_due
     }
 
+    /// Has a whole `lease` passed by `now` since the claims were last taken or
+    /// renewed? Without a clock (or claims) nothing can be told: `false`.
+    pub(crate) fn lease_passed(&self, lease: Option<Duration>, now: Option<u64>) -> bool {
+        match (lease, self.renewed_at, now) {
+            (Some(lease), Some(since), Some(now)) => {
+                Duration::from_millis(now.saturating_sub(since)) >= lease
+            }
+            _ => false,
+        }
+    }
+
     /// The interval the timer ticks at while a handler runs.
     pub(crate) fn tick(policy: &LeasePolicy, lease: Option<Duration>) -> Duration {
         let renew = lease.map_or(Duration::MAX, |l| policy.renew_interval(l));

@@ -82,46 +82,30 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             renew: &renew_keys,
             lease: lease.unwrap_or_default(),
         };
-        let settled = self.apply_step(&step).await;
-        let Ok(settled) = settled else {
+        let renewed = match self.apply_step(&step).await {
+            Ok(settled) => {
+                for (&i, kept) in progress.waiting.iter().zip(&settled.kept) {
+                    progress.written[i] = Some(*kept);
+                }
+                progress.waiting.clear();
+                progress.waiting_since = None;
+                progress.renewed_at = self.now();
+                settled.renewed
+            }
             // Unknown: the successes stay waiting and are written at the commit.
             // But once our own clock says a whole lease has passed since the
             // claims were last confirmed, they may have been taken over: they are
             // lost, and nothing more of the batch runs.
-            if self.lease_passed(lease, progress.renewed_at) {
-                for (j, _) in &renew {
-                    match running && *j == from {
-                        false => progress.lost[*j] = true,
-                        true => self.observe_lease_lost_early(&decisions[*j]),
-                    }
-                }
-            }
-            return;
+            Err(_) if progress.lease_passed(lease, self.now()) => vec![false; renew.len()],
+            Err(_) => return,
         };
-        for (&i, kept) in progress.waiting.iter().zip(&settled.kept) {
-            progress.written[i] = Some(*kept);
-        }
-        progress.waiting.clear();
-        progress.waiting_since = None;
-        for ((j, _), renewed) in renew.iter().zip(&settled.renewed) {
+        for ((j, _), renewed) in renew.iter().zip(renewed) {
             // The running delivery's claim is settled by its fenced commit.
             match (renewed, running && *j == from) {
                 (true, _) => {}
                 (false, false) => progress.lost[*j] = true,
                 (false, true) => self.observe_lease_lost_early(&decisions[*j]),
             }
-        }
-        progress.renewed_at = self.now();
-    }
-
-    /// Has a whole `lease` passed, by our clock, since the claims were last
-    /// taken or renewed (`since`)? Without a clock nothing can be told: `false`.
-    pub(super) fn lease_passed(&self, lease: Option<Duration>, since: Option<u64>) -> bool {
-        match (lease, since, self.now()) {
-            (Some(lease), Some(since), Some(now)) => {
-                Duration::from_millis(now.saturating_sub(since)) >= lease
-            }
-            _ => false,
         }
     }
 
