@@ -59,7 +59,7 @@ fn any_store_from_a_spec_follows_the_record_model() {
             prefix: prefix.clone(),
         };
         let spec = format!("{url}?prefix={prefix}");
-        Redis::<AnyStore> {
+        OnServer::<AnyStore> {
             open: Box::new(move || AnyStore::from_spec(&spec).expect("open the spec")),
             rules: RedisStore::rules(Dialect::Native),
             time: RealTime(Instant::now()),
@@ -126,14 +126,16 @@ impl RealTime {
 const TICK_MS: u64 = 40;
 const SLACK_MS: u64 = 8;
 
-struct Redis<C = RedisStore> {
+/// A store on a server (Redis, PostgreSQL): a client per `open`, the server's
+/// own clock, and the test's keys or tables dropped with the harness.
+struct OnServer<C> {
     open: Box<dyn Fn() -> C>,
     rules: Rules,
     time: RealTime,
     _cleanup: Box<dyn std::any::Any>,
 }
 
-impl<C: bq_dedupe::Store> Harness for Redis<C> {
+impl<C: bq_dedupe::Store> Harness for OnServer<C> {
     type Client = C;
     fn rules(&self) -> Rules {
         self.rules
@@ -155,14 +157,14 @@ impl<C: bq_dedupe::Store> Harness for Redis<C> {
     }
 }
 
-fn redis(dialect: Dialect) -> Redis<RedisStore> {
+fn redis(dialect: Dialect) -> OnServer<RedisStore> {
     let url = redis_url().expect("a Redis server");
     let prefix = redis_prefix(&format!("testkit-{}", dialect.name()));
     let cleanup = RedisCleanup {
         url: url.clone(),
         prefix: prefix.clone(),
     };
-    Redis {
+    OnServer {
         open: Box::new(move || {
             RedisStore::connect_dialect(&url, prefix.clone(), dialect).expect("connect to Redis")
         }),
@@ -189,7 +191,7 @@ fn redis_cluster_follows_the_record_model() {
             spec: spec.clone(),
             prefix: prefix.clone(),
         };
-        Redis {
+        OnServer {
             open: Box::new(move || {
                 RedisStore::connect_cluster(&nodes, prefix.clone(), Dialect::Native)
                     .expect("connect to the cluster")
@@ -201,48 +203,22 @@ fn redis_cluster_follows_the_record_model() {
     });
 }
 
-struct Postgres {
-    url: String,
-    table: String,
-    time: RealTime,
-    _cleanup: PgCleanup,
-}
-
-impl Harness for Postgres {
-    type Client = PostgresStore;
-    fn rules(&self) -> Rules {
-        PostgresStore::RULES
-    }
-    fn open(&mut self) -> PostgresStore {
-        PostgresStore::connect(&self.url, &self.table).expect("connect to PostgreSQL")
-    }
-    fn now_ms(&self) -> u64 {
-        self.time.now_ms()
-    }
-    fn advance(&mut self, ms: u64) {
-        RealTime::advance(ms)
-    }
-    fn slack_ms(&self) -> u64 {
-        SLACK_MS
-    }
-    fn tick_ms(&self) -> u64 {
-        TICK_MS
-    }
-}
-
 #[test]
 fn postgres_follows_the_record_model() {
     testkit::check(12, || {
         let url = postgres_url();
         let table = postgres_table("testkit");
-        Postgres {
-            _cleanup: PgCleanup {
-                url: url.clone(),
-                table: table.clone(),
-            },
-            url,
-            table,
+        let cleanup = PgCleanup {
+            url: url.clone(),
+            table: table.clone(),
+        };
+        OnServer {
+            open: Box::new(move || {
+                PostgresStore::connect(&url, &table).expect("connect to PostgreSQL")
+            }),
+            rules: PostgresStore::RULES,
             time: RealTime(Instant::now()),
+            _cleanup: Box::new(cleanup),
         }
     });
 }
