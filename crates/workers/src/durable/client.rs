@@ -263,7 +263,7 @@ impl DurableObjectStore {
         join_all(groups.into_iter().map(|Group { object, members }| {
             let release = members
                 .iter()
-                .map(|&i| release_of(taken[i].0, &taken[i].1))
+                .map(|&i| release_of(taken[i].0, &taken[i].1.0))
                 .collect();
             let request = ShardRequest::Settle {
                 remember: Vec::new(),
@@ -545,19 +545,14 @@ impl Store for DurableObjectStore {
         }
         for (key, token) in step.release {
             for (object, token) in self.placements(key, Some(token.0.as_str())) {
-                part_for(&mut parts, object).release.push(Release {
-                    key: key.to_string(),
-                    token: token.unwrap_or_default().to_string(),
-                });
+                let release = release_of(key, token.unwrap_or_default());
+                part_for(&mut parts, object).release.push(release);
             }
         }
         for (i, (key, token)) in step.renew.iter().enumerate() {
             for (object, token) in self.placements(key, Some(token.0.as_str())) {
                 let p = part_for(&mut parts, object);
-                p.renew.push(Release {
-                    key: key.to_string(),
-                    token: token.unwrap_or_default().to_string(),
-                });
+                p.renew.push(release_of(key, token.unwrap_or_default()));
                 p.renew_at.push(i);
             }
         }
@@ -626,9 +621,10 @@ impl Store for DurableObjectStore {
 /// Joins the two tokens of a claim taken in both layouts while resharding.
 const BOTH: char = '+';
 
-fn release_of(key: &str, token: &ClaimToken) -> Release {
+/// A key and the token of its claim, as the shard protocol carries them.
+fn release_of(key: &str, token: &str) -> Release {
     Release {
         key: key.to_string(),
-        token: token.0.clone(),
+        token: token.to_string(),
     }
 }
