@@ -303,13 +303,16 @@ impl RedisStore {
         let cmds = keys
             .iter()
             .zip(tokens)
-            .map(|(key, token)| {
-                let mut cmd = eval(&scripts().release, self.key(key));
-                cmd.arg(self.dialect.claim_value(token));
-                cmd
-            })
+            .map(|(key, token)| self.release_cmd(key, token))
             .collect();
         let _ = self.pipeline(cmds);
+    }
+
+    /// The compare-and-delete of `token`'s claim on `key`.
+    fn release_cmd(&self, key: &str, token: &ClaimToken) -> Cmd {
+        let mut cmd = eval(&scripts().release, self.key(key));
+        cmd.arg(self.dialect.claim_value(token));
+        cmd
     }
 
     /// `SET key <done> [PX ttl]`.
@@ -442,9 +445,8 @@ impl Store for RedisStore {
 
     async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
         self.claims_allowed()?;
-        let mut cmd = eval(&scripts().release, self.key(key));
-        cmd.arg(self.dialect.claim_value(token));
-        self.pipeline(vec![cmd]).map(|_| ())
+        self.pipeline(vec![self.release_cmd(key, token)])
+            .map(|_| ())
     }
 
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
@@ -506,13 +508,12 @@ impl Store for RedisStore {
             self.claims_allowed()?;
         }
         let dialect = self.dialect;
-        let (release, renew, commit) = (&scripts().release, &scripts().renew, &scripts().commit);
-        let mut cmds = Vec::new();
-        for (key, token) in step.release {
-            let mut cmd = eval(release, self.key(key));
-            cmd.arg(dialect.claim_value(token));
-            cmds.push(cmd);
-        }
+        let (renew, commit) = (&scripts().renew, &scripts().commit);
+        let mut cmds: Vec<Cmd> = step
+            .release
+            .iter()
+            .map(|(key, token)| self.release_cmd(key, token))
+            .collect();
         for (key, token) in step.renew {
             let mut cmd = eval(renew, self.key(key));
             cmd.arg(dialect.claim_value(token))
