@@ -245,17 +245,23 @@ impl PostgresStore {
                 expires_at TIMESTAMPTZ NOT NULL);"
         );
         let mut conn = self.conn()?;
-        match conn.batch_execute(&ddl) {
-            Ok(()) => Ok(()),
-            // Two processes creating the tables at once: one wins, the other's
-            // CREATE ... IF NOT EXISTS can still fail on the catalog's unique index.
-            Err(e)
-                if e.code()
-                    .is_some_and(|c| c.code() == "23505" || c.code() == "42P07") =>
-            {
-                Ok(())
+        // Processes creating the tables at once: one wins, and another's
+        // CREATE ... IF NOT EXISTS can still fail on the catalog (a unique index,
+        // the table's row type: 23505, 42P07, 42710) with the rest of the batch
+        // not run. Sent again, it finds what the winner made.
+        let mut attempts = 0;
+        loop {
+            match conn.batch_execute(&ddl) {
+                Ok(()) => return Ok(()),
+                Err(e)
+                    if attempts < 5
+                        && e.code()
+                            .is_some_and(|c| matches!(c.code(), "23505" | "42P07" | "42710")) =>
+                {
+                    attempts += 1;
+                }
+                Err(e) => return Err(error(e)),
             }
-            Err(e) => Err(error(e)),
         }
     }
 
