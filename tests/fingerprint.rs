@@ -7,6 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bq_dedupe::store::PerKey;
 use bq_dedupe::{
     Disposition, Guard, InMemoryStore, ManualClock, Message, Outcome, Store, StoreErrorKind,
     StoreResult, block_on_ready,
@@ -144,7 +145,7 @@ fn a_fresh_batch_costs_two_store_calls_and_skips_one_more() {
         .collect();
     let (codes, _) = batch(&guard, &fresh);
     assert!(codes.iter().all(|c| *c == "run-ok"), "{codes:?}");
-    assert_eq!(guard.store().calls(), ["seen_many", "remember_many"]);
+    assert_eq!(guard.store().calls(), ["seen_many", "settle"]);
     // Each success is one id and its two companion records.
     assert_eq!(guard.store().inner.len(), 300);
 
@@ -158,12 +159,6 @@ fn a_fresh_batch_costs_two_store_calls_and_skips_one_more() {
 struct CompanionsDown(InMemoryStore);
 
 impl Store for CompanionsDown {
-    async fn seen(&self, key: &str) -> StoreResult<bool> {
-        self.0.seen(key).await
-    }
-    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
-        self.0.remember(key, ttl).await
-    }
     async fn forget(&self, key: &str) -> StoreResult<()> {
         self.0.forget(key).await
     }
@@ -225,7 +220,7 @@ fn companion_records_expire_with_the_id() {
 /// A store that keeps another SDK's records: fingerprints are refused there.
 struct GoFormat(InMemoryStore);
 
-impl Store for GoFormat {
+impl bq_dedupe::store::KeyStore for GoFormat {
     async fn seen(&self, key: &str) -> StoreResult<bool> {
         self.0.seen(key).await
     }
@@ -242,7 +237,7 @@ impl Store for GoFormat {
 
 #[test]
 fn a_store_of_another_sdks_format_refuses_fingerprints_without_running() {
-    let guard = Guard::new(GoFormat(InMemoryStore::new())).with_fingerprint();
+    let guard = Guard::new(PerKey(GoFormat(InMemoryStore::new()))).with_fingerprint();
     let (outcome, ran) = deliver(&guard, &envelope("z", "{}"));
     match outcome {
         Outcome::StoreUnavailable(e) => {
@@ -252,8 +247,8 @@ fn a_store_of_another_sdks_format_refuses_fingerprints_without_running() {
         other => panic!("expected a refusal, got {other:?}"),
     }
     assert!(!ran);
-    assert!(guard.store().0.is_empty(), "nothing written");
+    assert!(guard.store().0.0.is_empty(), "nothing written");
     // Without the option the store works as always.
-    let plain = Guard::new(GoFormat(InMemoryStore::new()));
+    let plain = Guard::new(PerKey(GoFormat(InMemoryStore::new())));
     assert_eq!(one(&plain, &envelope("z", "{}")), ("run-ok", true));
 }

@@ -15,8 +15,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bq_dedupe::{
-    Capabilities, Claim, ClaimToken, Guard, InMemoryStore, LeasePolicy, ManualClock, Options,
-    Outcome, OutcomeKind, Settled, Settlement, Store, StoreError, StoreResult,
+    Capabilities, Claim, Guard, InMemoryStore, LeasePolicy, ManualClock, Options, Outcome,
+    OutcomeKind, Settled, Settlement, Store, StoreError, StoreResult,
 };
 use proptest::prelude::*;
 
@@ -36,13 +36,13 @@ impl Faulty {
 }
 
 impl Store for Faulty {
-    async fn seen(&self, key: &str) -> StoreResult<bool> {
+    async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
         self.up()?;
-        self.inner.seen(key).await
+        self.inner.seen_many(keys).await
     }
-    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
+    async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
         self.up()?;
-        self.inner.remember(key, ttl).await
+        self.inner.remember_many(keys, ttl).await
     }
     async fn forget(&self, key: &str) -> StoreResult<()> {
         self.up()?;
@@ -51,17 +51,9 @@ impl Store for Faulty {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
-    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
-        self.up()?;
-        self.inner.claim(key, lease).await
-    }
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
         self.up()?;
         self.inner.claim_many(keys, lease).await
-    }
-    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
-        self.up()?;
-        self.inner.release(key, token).await
     }
     async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
         self.up()?;

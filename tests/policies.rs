@@ -6,6 +6,7 @@ use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bq_dedupe::store::PerKey;
 use bq_dedupe::{
     Counters, Disposition, Guard, HandlerResult, InMemoryStore, KeySpace, ManualClock, Observer,
     Outcome, OutcomeKind, Store, StoreErrorKind, Verdict, block_on_ready,
@@ -251,7 +252,7 @@ fn lost_claim_rechecks_seen_and_skips_when_the_holder_finished() {
     // The holder remembers between our claim attempt and our re-check: a store
     // that reports Held once and then answers seen=true models that race.
     struct FinishedHolder(InMemoryStore);
-    impl Store for FinishedHolder {
+    impl bq_dedupe::store::KeyStore for FinishedHolder {
         async fn seen(&self, key: &str) -> bq_dedupe::StoreResult<bool> {
             self.0.seen(key).await
         }
@@ -266,8 +267,8 @@ fn lost_claim_rechecks_seen_and_skips_when_the_holder_finished() {
             Ok(bq_dedupe::Claim::Held)
         }
     }
-    let guard =
-        Guard::new(FinishedHolder(InMemoryStore::new())).with_claiming(Duration::from_secs(60));
+    let guard = Guard::new(PerKey(FinishedHolder(InMemoryStore::new())))
+        .with_claiming(Duration::from_secs(60));
     let effects = Cell::new(0);
     assert_eq!(run_ok(&guard, "id-A", &effects), Outcome::Skipped);
     assert_eq!(effects.get(), 0);
@@ -383,13 +384,13 @@ fn run_batch<S: Store, O: Observer>(
 }
 
 #[test]
-fn batch_makes_one_seen_many_and_one_remember_many_call() {
+fn batch_makes_one_seen_many_and_one_settle_call() {
     let guard = Guard::new(FlakyStore::new());
     let bodies: Vec<String> = (0..100).map(|i| envelope(&format!("id-{i}"))).collect();
     let effects = Cell::new(0);
     let outcomes = run_batch(&guard, &bodies, &[], &effects);
     assert!(outcomes.iter().all(|o| *o == Outcome::Ran));
-    assert_eq!(guard.store().calls(), vec!["seen_many", "remember_many"]);
+    assert_eq!(guard.store().calls(), vec!["seen_many", "settle"]);
     assert_eq!(effects.get(), 100);
 }
 
@@ -624,11 +625,11 @@ fn indexed_batch_handler_sees_each_running_delivery_s_position() {
     );
 }
 
-/// Only the three spec calls plus single claims: the batch forms are the trait's
-/// defaults (`claim_each`, `settle_each`). Claiming "bad" and remembering fail.
+/// Only the three spec calls plus single claims, used through `PerKey` (the
+/// batch forms as one call per key). Claiming "bad" and remembering fail.
 struct SingleCallStore(InMemoryStore);
 
-impl Store for SingleCallStore {
+impl bq_dedupe::store::KeyStore for SingleCallStore {
     async fn seen(&self, key: &str) -> bq_dedupe::StoreResult<bool> {
         self.0.seen(key).await
     }
@@ -655,16 +656,16 @@ impl Store for SingleCallStore {
 
 #[test]
 fn a_failed_claim_in_a_batch_gives_back_the_claims_already_taken() {
-    let store = SingleCallStore(InMemoryStore::new());
+    let store = PerKey(SingleCallStore(InMemoryStore::new()));
     let lease = Duration::from_secs(60);
     let result = block_on_ready(store.claim_many(&["a", "b", "bad", "c"], lease)).unwrap();
     assert!(result.is_err());
-    assert!(store.0.claimed().is_empty(), "{:?}", store.0.claimed());
+    assert!(store.0.0.claimed().is_empty(), "{:?}", store.0.0.claimed());
 }
 
 #[test]
 fn a_failed_remember_in_a_commit_still_releases_the_failed_runs_claims() {
-    let store = SingleCallStore(InMemoryStore::new());
+    let store = PerKey(SingleCallStore(InMemoryStore::new()));
     let claims = block_on_ready(store.claim_many(&["ok", "failed"], Duration::from_secs(60)))
         .unwrap()
         .unwrap();
@@ -679,7 +680,7 @@ fn a_failed_remember_in_a_commit_still_releases_the_failed_runs_claims() {
     let result = block_on_ready(store.settle(&step)).unwrap();
     assert!(result.is_err(), "the remember failure is reported");
     assert_eq!(
-        store.0.claimed(),
+        store.0.0.claimed(),
         vec!["ok".to_string()],
         "the failed run's claim is gone"
     );

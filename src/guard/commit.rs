@@ -128,31 +128,8 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     /// reported to the observer (a failed release only there: it changes no
     /// outcome, the lease runs out by itself).
     pub(super) async fn apply_step(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
-        let ttl = step.ttl;
-        let plain = step.renew.is_empty() && step.remember.iter().all(|(_, t)| t.is_none());
-        let result = match (step.remember, step.release) {
-            ([], []) if step.renew.is_empty() => Ok(Settled::default()),
-            ([(key, None)], []) if plain => self.store.remember(key, ttl).await.map(|()| Settled {
-                kept: vec![true],
-                ..Settled::default()
-            }),
-            (many, []) if plain => {
-                let keys: Vec<&str> = many.iter().map(|(key, _)| *key).collect();
-                self.store
-                    .remember_many(&keys, ttl)
-                    .await
-                    .map(|()| Settled {
-                        kept: vec![true; keys.len()],
-                        ..Settled::default()
-                    })
-            }
-            ([], [(key, token)]) if plain => {
-                let released = self.store.release(key, token).await;
-                Ok(Settled {
-                    release_error: released.err(),
-                    ..Settled::default()
-                })
-            }
+        let result = match (step.remember, step.release, step.renew) {
+            ([], [], []) => Ok(Settled::default()),
             _ => self.store.settle(step).await,
         };
         let op = if step.remember.is_empty() {

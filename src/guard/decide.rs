@@ -168,14 +168,8 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         }
     }
 
-    /// Plain mode: one `seen` (or `seen_many`) for the distinct keys.
+    /// Plain mode: one `seen_many` for the distinct keys.
     pub(super) async fn check_all(&self, unique: &[usize], decisions: &mut [Decision]) {
-        if let [i] = *unique {
-            let answer = self.store.seen(key_at(decisions, i)).await;
-            self.report_store_error(StoreOp::Seen, &answer);
-            decisions[i].verdict = after_seen(answer.as_ref().copied());
-            return;
-        }
         let keys: Vec<&str> = unique.iter().map(|&i| key_at(decisions, i)).collect();
         let answers = checked_len(self.store.seen_many(&keys).await, keys.len());
         self.report_store_error(StoreOp::Seen, &answers);
@@ -185,24 +179,15 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     }
 
     /// Claiming mode: claim every distinct key (one call); a key held by another
-    /// consumer is re-checked with `seen` (one more call), then skipped or parked.
+    /// consumer is re-checked with `peek_many` (one more call), then skipped or parked.
     pub(super) async fn claim_all(
         &self,
         unique: &[usize],
         decisions: &mut [Decision],
         lease: Duration,
     ) {
-        let claims = match *unique {
-            [i] => self
-                .store
-                .claim(key_at(decisions, i), lease)
-                .await
-                .map(|c| vec![c]),
-            _ => {
-                let keys: Vec<&str> = unique.iter().map(|&i| key_at(decisions, i)).collect();
-                checked_len(self.store.claim_many(&keys, lease).await, keys.len())
-            }
-        };
+        let keys: Vec<&str> = unique.iter().map(|&i| key_at(decisions, i)).collect();
+        let claims = checked_len(self.store.claim_many(&keys, lease).await, keys.len());
         self.report_store_error(StoreOp::Claim, &claims);
         let claims = match claims {
             Ok(claims) => claims,

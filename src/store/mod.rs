@@ -162,17 +162,26 @@ pub struct Settled {
 
 /// A record of processed message ids.
 ///
-/// Only `seen`, `remember` and `forget` are required. The batch forms default to
-/// loops over the single calls; a backend with a real batch call (a pipeline, a
-/// transaction, one RPC) overrides them to save round trips.
+/// Batch-first: the required methods are the batch forms of the spec's
+/// operations (`seen_many`, `remember_many`, and `forget`), because every
+/// networked backend is batch-native (a pipeline, a statement, one request per
+/// shard). Claims are the optional batch primitives `claim_many`, `peek_many` and
+/// [`settle`](Store::settle) (a whole batch step: remembers, fenced or not,
+/// releases, renewals). The single-key calls are provided on top, as batches of
+/// one; a store overrides one only where a single key is cheaper.
+///
+/// A backend that answers one key per call implements [`KeyStore`] instead and
+/// is used through [`PerKey`], the one place that turns a batch into single
+/// calls. The guard only ever calls the batch methods.
 #[allow(async_fn_in_trait)] // Workers' futures are !Send; no Send bound is wanted.
 pub trait Store {
-    /// Has this key been processed (remembered, and not expired)?
-    async fn seen(&self, key: &str) -> StoreResult<bool>;
+    /// For each key: has it been processed (remembered, and not expired)?
+    /// Answers in the same order.
+    async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>>;
 
-    /// Records the key as processed, for `ttl` or until forgotten. Ends any claim
-    /// on the key.
-    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()>;
+    /// Records the keys as processed, for `ttl` or until forgotten. Ends any
+    /// claim on them.
+    async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()>;
 
     /// Drops the key (and any claim on it), so its next delivery runs again.
     async fn forget(&self, key: &str) -> StoreResult<()>;
@@ -190,26 +199,14 @@ pub trait Store {
         None
     }
 
-    /// `seen` for many keys, answers in the same order.
-    async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
-        let mut answers = Vec::with_capacity(keys.len());
-        for key in keys {
-            answers.push(self.seen(key).await?);
-        }
-        Ok(answers)
-    }
-
     /// For each key: done, or how long a live claim on it has left (the guard
     /// asks about keys another consumer holds, to park them just as long). The
-    /// default is `seen` (one key) or `seen_many`, which cannot tell how long:
-    /// `NotDone` with `claim_ends_in: None`.
+    /// default is `seen_many`, which cannot tell how long: `NotDone` with
+    /// `claim_ends_in: None`.
     async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
-        // One key: the store's own `seen`, as the re-check has always asked.
-        let seen = match keys {
-            [one] => vec![self.seen(one).await?],
-            many => self.seen_many(many).await?,
-        };
-        Ok(seen
+        Ok(self
+            .seen_many(keys)
+            .await?
             .into_iter()
             .map(|seen| match seen {
                 true => Peeked::Done,
@@ -220,45 +217,146 @@ pub trait Store {
             .collect())
     }
 
-    /// `remember` for many keys.
-    async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
-        for key in keys {
-            self.remember(key, ttl).await?;
-        }
-        Ok(())
-    }
-
-    /// Atomically: `Seen` if remembered, `Held` if claimed by someone else, else
-    /// takes a claim that lasts `lease` (so a crashed holder cannot block forever).
-    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
-        let _ = (key, lease);
-        Err(StoreError::unsupported("this store cannot claim"))
-    }
-
-    /// Gives up a claim, if `token` still owns it.
-    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
-        let _ = (key, token);
-        Err(StoreError::unsupported("this store cannot claim"))
-    }
-
-    /// `claim` for many keys, answers in the same order.
+    /// Atomically for each key: `Seen` if remembered, `Held` if claimed by
+    /// someone else, else takes a claim that lasts `lease` (so a crashed holder
+    /// cannot block forever). Answers in the same order. If the call fails, the
+    /// claims it did take are given back (best effort).
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
-        claim_each(self, keys, lease).await
+        let _ = (keys, lease);
+        Err(StoreError::unsupported("this store cannot claim"))
+    }
+
+    /// Applies one batch step (see [`Settlement`]) in as few calls as the
+    /// backend allows. `Err` means the remembered part is unknown; the guard then
+    /// reports those runs unrecorded. The default takes plain remembers only
+    /// (`remember_many`): a store that can claim overrides it.
+    async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
+        if !(step.release.is_empty() && step.renew.is_empty())
+            || step.remember.iter().any(|(_, token)| token.is_some())
+        {
+            return Err(StoreError::unsupported("this store cannot claim"));
+        }
+        let keys: Vec<&str> = step.remember.iter().map(|(key, _)| *key).collect();
+        if !keys.is_empty() {
+            self.remember_many(&keys, step.ttl).await?;
+        }
+        Ok(Settled {
+            kept: vec![true; keys.len()],
+            ..Settled::default()
+        })
+    }
+
+    /// Has this key been processed? `seen_many` of one key.
+    async fn seen(&self, key: &str) -> StoreResult<bool> {
+        one("seen_many", self.seen_many(&[key]).await?)
+    }
+
+    /// Records one key: `remember_many` of one key.
+    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
+        self.remember_many(&[key], ttl).await
+    }
+
+    /// Claims one key: `claim_many` of one key.
+    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
+        one("claim_many", self.claim_many(&[key], lease).await?)
+    }
+
+    /// Gives up a claim, if `token` still owns it: a one-claim `settle`.
+    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
+        let release = [(key, token)];
+        let step = Settlement {
+            release: &release,
+            ..Settlement::default()
+        };
+        match self.settle(&step).await?.release_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Extends a claim to `lease` from now if `token` still owns it (live or
     /// lapsed but not taken over). `false`: the claim is lost (taken by another
-    /// consumer, remembered, forgotten, or expired and gone).
+    /// consumer, remembered, forgotten, or expired and gone). A one-claim
+    /// `settle`.
     async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
-        let _ = (key, token, lease);
-        Err(StoreError::unsupported("this store cannot renew claims"))
+        let renew = [(key, token)];
+        let step = Settlement {
+            renew: &renew,
+            lease,
+            ..Settlement::default()
+        };
+        Ok(self.settle(&step).await?.renewed.first() == Some(&true))
     }
 
     /// The fenced commit: remembers `key` if `token` still owns its claim and
     /// answers `true`. Otherwise answers `false` (the lease was lost): the key is
     /// then remembered only if it is free (no live claim of another consumer,
     /// not already remembered), so the effect that did happen is not run again,
-    /// and another consumer's live claim is never overwritten.
+    /// and another consumer's live claim is never overwritten. A one-key
+    /// `settle`.
+    async fn remember_fenced(
+        &self,
+        key: &str,
+        token: &ClaimToken,
+        ttl: Option<Duration>,
+    ) -> StoreResult<bool> {
+        let remember = [(key, Some(token))];
+        let step = Settlement {
+            remember: &remember,
+            ttl,
+            ..Settlement::default()
+        };
+        Ok(self.settle(&step).await?.kept.first() == Some(&true))
+    }
+}
+
+/// The answer of a batch of one.
+fn one<T>(op: &str, answers: Vec<T>) -> StoreResult<T> {
+    let n = answers.len();
+    match <[T; 1]>::try_from(answers) {
+        Ok([answer]) => Ok(answer),
+        Err(_) => Err(StoreError::internal(format!(
+            "{op} of one key gave {n} answers"
+        ))),
+    }
+}
+
+/// A backend that answers one key per call (a JS object with `seen` /
+/// `remember` / `forget`, a host import, a test double). Use it as a [`Store`]
+/// through [`PerKey`]. Only the three spec operations are required; claims are
+/// `unsupported` unless implemented.
+#[allow(async_fn_in_trait)]
+pub trait KeyStore {
+    /// Has this key been processed (remembered, and not expired)?
+    async fn seen(&self, key: &str) -> StoreResult<bool>;
+    /// Records the key as processed, for `ttl` or until forgotten.
+    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()>;
+    /// Drops the key and any claim on it.
+    async fn forget(&self, key: &str) -> StoreResult<()>;
+    /// See [`Store::capabilities`].
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
+    /// See [`Store::shared_format`].
+    fn shared_format(&self) -> Option<&'static str> {
+        None
+    }
+    /// See [`Store::claim`].
+    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
+        let _ = (key, lease);
+        Err(StoreError::unsupported("this store cannot claim"))
+    }
+    /// See [`Store::release`].
+    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
+        let _ = (key, token);
+        Err(StoreError::unsupported("this store cannot claim"))
+    }
+    /// See [`Store::renew`].
+    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
+        let _ = (key, token, lease);
+        Err(StoreError::unsupported("this store cannot renew claims"))
+    }
+    /// See [`Store::remember_fenced`].
     async fn remember_fenced(
         &self,
         key: &str,
@@ -268,271 +366,153 @@ pub trait Store {
         let _ = (key, token, ttl);
         Err(StoreError::unsupported("this store cannot fence commits"))
     }
-
-    /// Applies one batch step: remembers, releases and renews (see
-    /// [`Settlement`]) in as few calls as the backend allows. `Err` means the
-    /// remembered part is unknown; the guard then reports those runs unrecorded.
-    async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
-        settle_each(self, step).await
-    }
 }
 
-/// `claim_many` as single `claim` calls. If one fails, the claims already taken
-/// are released (best effort) before the error is returned, so a partial failure
-/// does not hold ids for a whole lease.
-pub async fn claim_each<S: Store + ?Sized>(
-    store: &S,
-    keys: &[&str],
-    lease: Duration,
-) -> StoreResult<Vec<Claim>> {
-    let mut answers = Vec::with_capacity(keys.len());
-    for key in keys {
-        match store.claim(key, lease).await {
-            Ok(claim) => answers.push(claim),
-            Err(e) => {
-                for (key, claim) in keys.iter().zip(&answers) {
-                    if let Claim::Acquired(token) = claim {
-                        let _ = store.release(key, token).await;
+/// A [`KeyStore`] used as a [`Store`]: every batch is one call per key. The
+/// one place a batch step is planned into single calls.
+#[derive(Debug, Clone, Default)]
+pub struct PerKey<S>(pub S);
+
+impl<S: KeyStore> Store for PerKey<S> {
+    async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
+        let mut answers = Vec::with_capacity(keys.len());
+        for key in keys {
+            answers.push(self.0.seen(key).await?);
+        }
+        Ok(answers)
+    }
+
+    async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
+        for key in keys {
+            self.0.remember(key, ttl).await?;
+        }
+        Ok(())
+    }
+
+    async fn forget(&self, key: &str) -> StoreResult<()> {
+        self.0.forget(key).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+
+    fn shared_format(&self) -> Option<&'static str> {
+        self.0.shared_format()
+    }
+
+    /// One `claim` per key. If one fails, the claims already taken are released
+    /// (best effort) before the error is returned, so a partial failure does not
+    /// hold ids for a whole lease.
+    async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
+        let mut answers = Vec::with_capacity(keys.len());
+        for key in keys {
+            match self.0.claim(key, lease).await {
+                Ok(claim) => answers.push(claim),
+                Err(e) => {
+                    for (key, claim) in keys.iter().zip(&answers) {
+                        if let Claim::Acquired(token) = claim {
+                            let _ = self.0.release(key, token).await;
+                        }
                     }
+                    return Err(e);
                 }
-                return Err(e);
             }
         }
+        Ok(answers)
     }
-    Ok(answers)
-}
 
-/// `renew` as a one-claim [`Store::settle`], for stores whose batch step is the
-/// primitive (one transaction, script or request serves both).
-pub async fn renew_by_settle<S: Store + ?Sized>(
-    store: &S,
-    key: &str,
-    token: &ClaimToken,
-    lease: Duration,
-) -> StoreResult<bool> {
-    let renew = [(key, token)];
-    let step = Settlement {
-        renew: &renew,
-        lease,
-        ..Settlement::default()
-    };
-    Ok(store.settle(&step).await?.renewed.first() == Some(&true))
-}
-
-/// `remember_fenced` as a one-key [`Store::settle`] (see [`renew_by_settle`]).
-pub async fn remember_fenced_by_settle<S: Store + ?Sized>(
-    store: &S,
-    key: &str,
-    token: &ClaimToken,
-    ttl: Option<Duration>,
-) -> StoreResult<bool> {
-    let remember = [(key, Some(token))];
-    let step = Settlement {
-        remember: &remember,
-        ttl,
-        ..Settlement::default()
-    };
-    Ok(store.settle(&step).await?.kept.first() == Some(&true))
-}
-
-/// `settle` as single calls: releases first (a failure there is kept in
-/// [`Settled::release_error`], never turned into a failed remember), then renewals,
-/// then the remembers (plain ones through `remember_many`, fenced ones one by one).
-pub async fn settle_each<S: Store + ?Sized>(
-    store: &S,
-    step: &Settlement<'_>,
-) -> StoreResult<Settled> {
-    let mut settled = Settled::default();
-    for (key, token) in step.release {
-        if let Err(e) = store.release(key, token).await {
-            settled.release_error.get_or_insert(e);
-        }
-    }
-    for (key, token) in step.renew {
-        settled
-            .renewed
-            .push(store.renew(key, token, step.lease).await?);
-    }
-    let plain: Vec<&str> = step
-        .remember
-        .iter()
-        .filter(|(_, token)| token.is_none())
-        .map(|(key, _)| *key)
-        .collect();
-    match plain.as_slice() {
-        [] => {}
-        [one] => store.remember(one, step.ttl).await?,
-        many => store.remember_many(many, step.ttl).await?,
-    }
-    for (key, token) in step.remember {
-        settled.kept.push(match token {
-            Some(token) => store.remember_fenced(key, token, step.ttl).await?,
-            None => true,
-        });
-    }
-    Ok(settled)
-}
-
-/// Forwards every call, so a store can be shared by reference or `Arc`.
-macro_rules! forward_store {
-    ($($ty:ty),*) => {$(
-        impl<S: Store + ?Sized> Store for $ty {
-            async fn seen(&self, key: &str) -> StoreResult<bool> {
-                (**self).seen(key).await
-            }
-            async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
-                (**self).remember(key, ttl).await
-            }
-            async fn forget(&self, key: &str) -> StoreResult<()> {
-                (**self).forget(key).await
-            }
-            fn capabilities(&self) -> Capabilities {
-                (**self).capabilities()
-            }
-            fn shared_format(&self) -> Option<&'static str> {
-                (**self).shared_format()
-            }
-            async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
-                (**self).seen_many(keys).await
-            }
-            async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
-                (**self).peek_many(keys).await
-            }
-            async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
-                (**self).remember_many(keys, ttl).await
-            }
-            async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
-                (**self).claim(key, lease).await
-            }
-            async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
-                (**self).release(key, token).await
-            }
-            async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
-                (**self).claim_many(keys, lease).await
-            }
-            async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
-                (**self).renew(key, token, lease).await
-            }
-            async fn remember_fenced(
-                &self,
-                key: &str,
-                token: &ClaimToken,
-                ttl: Option<Duration>,
-            ) -> StoreResult<bool> {
-                (**self).remember_fenced(key, token, ttl).await
-            }
-            async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
-                (**self).settle(step).await
+    /// Releases first (a failure there is kept in [`Settled::release_error`],
+    /// never turned into a failed remember), then renewals, then the remembers,
+    /// in order, each one call.
+    async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
+        let mut settled = Settled::default();
+        for (key, token) in step.release {
+            if let Err(e) = self.0.release(key, token).await {
+                settled.release_error.get_or_insert(e);
             }
         }
-    )*};
-}
-
-forward_store!(&S, Arc<S>, Box<S>);
-
-/// Implements [`Store`] for an enum whose every variant holds one store, by calling
-/// the same method on the variant's store: for a "whichever backend was configured"
-/// type.
-///
-/// ```
-/// use bq_dedupe::{InMemoryStore, store::PerKey};
-///
-/// enum Configured {
-///     Plain(InMemoryStore),
-///     OneCallPerKey(PerKey<'static, InMemoryStore>),
-/// }
-/// bq_dedupe::delegate_store!(Configured { Plain, OneCallPerKey });
-/// ```
-#[macro_export]
-macro_rules! delegate_store {
-    ($enum:ident { $($variant:ident),+ $(,)? }) => {
-        impl $crate::Store for $enum {
-            async fn seen(&self, key: &str) -> $crate::StoreResult<bool> {
-                match self { $($enum::$variant(s) => s.seen(key).await,)+ }
-            }
-            async fn remember(
-                &self,
-                key: &str,
-                ttl: ::std::option::Option<::std::time::Duration>,
-            ) -> $crate::StoreResult<()> {
-                match self { $($enum::$variant(s) => s.remember(key, ttl).await,)+ }
-            }
-            async fn forget(&self, key: &str) -> $crate::StoreResult<()> {
-                match self { $($enum::$variant(s) => s.forget(key).await,)+ }
-            }
-            fn capabilities(&self) -> $crate::Capabilities {
-                match self { $($enum::$variant(s) => s.capabilities(),)+ }
-            }
-            fn shared_format(&self) -> ::std::option::Option<&'static str> {
-                match self { $($enum::$variant(s) => s.shared_format(),)+ }
-            }
-            async fn seen_many(&self, keys: &[&str]) -> $crate::StoreResult<::std::vec::Vec<bool>> {
-                match self { $($enum::$variant(s) => s.seen_many(keys).await,)+ }
-            }
-            async fn peek_many(
-                &self,
-                keys: &[&str],
-            ) -> $crate::StoreResult<::std::vec::Vec<$crate::store::Peeked>> {
-                match self { $($enum::$variant(s) => s.peek_many(keys).await,)+ }
-            }
-            async fn remember_many(
-                &self,
-                keys: &[&str],
-                ttl: ::std::option::Option<::std::time::Duration>,
-            ) -> $crate::StoreResult<()> {
-                match self { $($enum::$variant(s) => s.remember_many(keys, ttl).await,)+ }
-            }
-            async fn claim(
-                &self,
-                key: &str,
-                lease: ::std::time::Duration,
-            ) -> $crate::StoreResult<$crate::Claim> {
-                match self { $($enum::$variant(s) => s.claim(key, lease).await,)+ }
-            }
-            async fn release(&self, key: &str, token: &$crate::ClaimToken) -> $crate::StoreResult<()> {
-                match self { $($enum::$variant(s) => s.release(key, token).await,)+ }
-            }
-            async fn claim_many(
-                &self,
-                keys: &[&str],
-                lease: ::std::time::Duration,
-            ) -> $crate::StoreResult<::std::vec::Vec<$crate::Claim>> {
-                match self { $($enum::$variant(s) => s.claim_many(keys, lease).await,)+ }
-            }
-            async fn renew(
-                &self,
-                key: &str,
-                token: &$crate::ClaimToken,
-                lease: ::std::time::Duration,
-            ) -> $crate::StoreResult<bool> {
-                match self { $($enum::$variant(s) => s.renew(key, token, lease).await,)+ }
-            }
-            async fn remember_fenced(
-                &self,
-                key: &str,
-                token: &$crate::ClaimToken,
-                ttl: ::std::option::Option<::std::time::Duration>,
-            ) -> $crate::StoreResult<bool> {
-                match self { $($enum::$variant(s) => s.remember_fenced(key, token, ttl).await,)+ }
-            }
-            async fn settle(
-                &self,
-                step: &$crate::store::Settlement<'_>,
-            ) -> $crate::StoreResult<$crate::store::Settled> {
-                match self { $($enum::$variant(s) => s.settle(step).await,)+ }
-            }
+        for (key, token) in step.renew {
+            settled
+                .renewed
+                .push(self.0.renew(key, token, step.lease).await?);
         }
-    };
+        for (key, token) in step.remember {
+            settled.kept.push(match token {
+                Some(token) => self.0.remember_fenced(key, token, step.ttl).await?,
+                None => self.0.remember(key, step.ttl).await.map(|()| true)?,
+            });
+        }
+        Ok(settled)
+    }
+
+    async fn seen(&self, key: &str) -> StoreResult<bool> {
+        self.0.seen(key).await
+    }
+    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
+        self.0.remember(key, ttl).await
+    }
+    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
+        self.0.claim(key, lease).await
+    }
+    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
+        self.0.release(key, token).await
+    }
+    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
+        self.0.renew(key, token, lease).await
+    }
+    async fn remember_fenced(
+        &self,
+        key: &str,
+        token: &ClaimToken,
+        ttl: Option<Duration>,
+    ) -> StoreResult<bool> {
+        self.0.remember_fenced(key, token, ttl).await
+    }
 }
 
-/// A store used through its single-key calls only (`seen`, `remember`, `claim`,
-/// `release`, `renew`, `remember_fenced`): the batch forms are the trait's defaults, one call per key. For a
-/// backend without batch calls, and as the baseline a batch store is measured
-/// against.
+impl<S: KeyStore + ?Sized> KeyStore for &S {
+    async fn seen(&self, key: &str) -> StoreResult<bool> {
+        (**self).seen(key).await
+    }
+    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
+        (**self).remember(key, ttl).await
+    }
+    async fn forget(&self, key: &str) -> StoreResult<()> {
+        (**self).forget(key).await
+    }
+    fn capabilities(&self) -> Capabilities {
+        (**self).capabilities()
+    }
+    fn shared_format(&self) -> Option<&'static str> {
+        (**self).shared_format()
+    }
+    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
+        (**self).claim(key, lease).await
+    }
+    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
+        (**self).release(key, token).await
+    }
+    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
+        (**self).renew(key, token, lease).await
+    }
+    async fn remember_fenced(
+        &self,
+        key: &str,
+        token: &ClaimToken,
+        ttl: Option<Duration>,
+    ) -> StoreResult<bool> {
+        (**self).remember_fenced(key, token, ttl).await
+    }
+}
+
+/// A batch store seen through its single-key calls, for [`PerKey`]: the
+/// one-call-per-key baseline a batch store is measured against
+/// (`PerKey(Unbatched(&store))`).
 #[derive(Debug)]
-pub struct PerKey<'a, S: ?Sized>(pub &'a S);
+pub struct Unbatched<'a, S: ?Sized>(pub &'a S);
 
-impl<S: Store + ?Sized> Store for PerKey<'_, S> {
+impl<S: Store + ?Sized> KeyStore for Unbatched<'_, S> {
     async fn seen(&self, key: &str) -> StoreResult<bool> {
         self.0.seen(key).await
     }
@@ -565,4 +545,154 @@ impl<S: Store + ?Sized> Store for PerKey<'_, S> {
     ) -> StoreResult<bool> {
         self.0.remember_fenced(key, token, ttl).await
     }
+}
+
+/// Every [`Store`] method, stated once, each body handed to `$dispatch!` with
+/// the receiver and a call on the inner store `s` (not awaited): the one list
+/// behind `&S` / `Arc<S>` / `Box<S>`, [`delegate_store!`] and the testkit's
+/// fault wrapper.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __store_methods {
+    ($($ctx:tt)*) => {
+        async fn seen_many(&self, keys: &[&str]) -> $crate::StoreResult<::std::vec::Vec<bool>> {
+            $crate::__store_call!(async [$($ctx)*]; self, s => s.seen_many(keys))
+        }
+        async fn remember_many(
+            &self,
+            keys: &[&str],
+            ttl: ::std::option::Option<::std::time::Duration>,
+        ) -> $crate::StoreResult<()> {
+            $crate::__store_call!(async [$($ctx)*]; self, s => s.remember_many(keys, ttl))
+        }
+        async fn forget(&self, key: &str) -> $crate::StoreResult<()> {
+            $crate::__store_call!(async [$($ctx)*]; self, s => s.forget(key))
+        }
+        fn capabilities(&self) -> $crate::Capabilities {
+            $crate::__store_call!(sync [$($ctx)*]; self, s => s.capabilities())
+        }
+        fn shared_format(&self) -> ::std::option::Option<&'static str> {
+            $crate::__store_call!(sync [$($ctx)*]; self, s => s.shared_format())
+        }
+        async fn peek_many(
+            &self,
+            keys: &[&str],
+        ) -> $crate::StoreResult<::std::vec::Vec<$crate::store::Peeked>> {
+            $crate::__store_call!(async [$($ctx)*]; self, s => s.peek_many(keys))
+        }
+        async fn claim_many(
+            &self,
+            keys: &[&str],
+            lease: ::std::time::Duration,
+        ) -> $crate::StoreResult<::std::vec::Vec<$crate::Claim>> {
+            $crate::__store_call!(async [$($ctx)*]; self, s => s.claim_many(keys, lease))
+        }
+        async fn settle(
+            &self,
+            step: &$crate::store::Settlement<'_>,
+        ) -> $crate::StoreResult<$crate::store::Settled> {
+            $crate::__store_call!(async [$($ctx)*]; self, s => s.settle(step))
+        }
+        async fn seen(&self, key: &str) -> $crate::StoreResult<bool> {
+            $crate::__store_call!(async [$($ctx)*]; self, s => s.seen(key))
+        }
+        async fn remember(
+            &self,
+            key: &str,
+            ttl: ::std::option::Option<::std::time::Duration>,
+        ) -> $crate::StoreResult<()> {
+            $crate::__store_call!(async [$($ctx)*]; self, s => s.remember(key, ttl))
+        }
+        async fn claim(
+            &self,
+            key: &str,
+            lease: ::std::time::Duration,
+        ) -> $crate::StoreResult<$crate::Claim> {
+            $crate::__store_call!(async [$($ctx)*]; self, s => s.claim(key, lease))
+        }
+        async fn release(&self, key: &str, token: &$crate::ClaimToken) -> $crate::StoreResult<()> {
+            $crate::__store_call!(async [$($ctx)*]; self, s => s.release(key, token))
+        }
+        async fn renew(
+            &self,
+            key: &str,
+            token: &$crate::ClaimToken,
+            lease: ::std::time::Duration,
+        ) -> $crate::StoreResult<bool> {
+            $crate::__store_call!(async [$($ctx)*]; self, s => s.renew(key, token, lease))
+        }
+        async fn remember_fenced(
+            &self,
+            key: &str,
+            token: &$crate::ClaimToken,
+            ttl: ::std::option::Option<::std::time::Duration>,
+        ) -> $crate::StoreResult<bool> {
+            $crate::__store_call!(async [$($ctx)*]; self, s => s.remember_fenced(key, token, ttl))
+        }
+    };
+}
+
+/// How each `__store_methods!` body reaches the inner store `s`: through a
+/// pointer (`deref`), a variant of an enum (`variants`), or the testkit's fault
+/// wrapper (`faulty`).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __store_call {
+    (async [deref]; $self:ident, $s:ident => $call:expr) => {{
+        let $s = &**$self;
+        $call.await
+    }};
+    (sync [deref]; $self:ident, $s:ident => $call:expr) => {{
+        let $s = &**$self;
+        $call
+    }};
+    (async [variants $enum:ident { $($variant:ident),+ }]; $self:ident, $s:ident => $call:expr) => {
+        match $self { $($enum::$variant($s) => $call.await,)+ }
+    };
+    (sync [variants $enum:ident { $($variant:ident),+ }]; $self:ident, $s:ident => $call:expr) => {
+        match $self { $($enum::$variant($s) => $call,)+ }
+    };
+    (async [faulty]; $self:ident, $s:ident => $call:expr) => {
+        $self.call(async || {
+            let $s = &$self.inner;
+            $call.await
+        })
+        .await
+    };
+    (sync [faulty]; $self:ident, $s:ident => $call:expr) => {{
+        let $s = &$self.inner;
+        $call
+    }};
+}
+
+impl<S: Store + ?Sized> Store for &S {
+    __store_methods!(deref);
+}
+impl<S: Store + ?Sized> Store for Arc<S> {
+    __store_methods!(deref);
+}
+impl<S: Store + ?Sized> Store for Box<S> {
+    __store_methods!(deref);
+}
+
+/// Implements [`Store`] for an enum whose every variant holds one store, by calling
+/// the same method on the variant's store: for a "whichever backend was configured"
+/// type.
+///
+/// ```
+/// use bq_dedupe::{InMemoryStore, store::{PerKey, Unbatched}};
+///
+/// enum Configured {
+///     Plain(InMemoryStore),
+///     OneCallPerKey(PerKey<Unbatched<'static, InMemoryStore>>),
+/// }
+/// bq_dedupe::delegate_store!(Configured { Plain, OneCallPerKey });
+/// ```
+#[macro_export]
+macro_rules! delegate_store {
+    ($enum:ident { $($variant:ident),+ $(,)? }) => {
+        impl $crate::Store for $enum {
+            $crate::__store_methods!(variants $enum { $($variant),+ });
+        }
+    };
 }

@@ -3,11 +3,8 @@
 
 use std::any::Any;
 use std::sync::Mutex;
-use std::time::Duration;
 
-use crate::store::{
-    Capabilities, Claim, ClaimToken, Peeked, Settled, Settlement, Store, StoreError, StoreResult,
-};
+use crate::store::{Store, StoreError, StoreResult};
 
 /// What happens to the next call of a [`Faulty`] store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,57 +87,5 @@ impl<S: Store> Faulty<S> {
 }
 
 impl<S: Store> Store for Faulty<S> {
-    async fn seen(&self, key: &str) -> StoreResult<bool> {
-        self.call(async || self.inner.seen(key).await).await
-    }
-    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
-        self.call(async || self.inner.remember(key, ttl).await)
-            .await
-    }
-    async fn forget(&self, key: &str) -> StoreResult<()> {
-        self.call(async || self.inner.forget(key).await).await
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    fn shared_format(&self) -> Option<&'static str> {
-        self.inner.shared_format()
-    }
-    async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
-        self.call(async || self.inner.seen_many(keys).await).await
-    }
-    async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
-        self.call(async || self.inner.remember_many(keys, ttl).await)
-            .await
-    }
-    async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
-        self.call(async || self.inner.peek_many(keys).await).await
-    }
-    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
-        self.call(async || self.inner.claim(key, lease).await).await
-    }
-    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
-        self.call(async || self.inner.release(key, token).await)
-            .await
-    }
-    async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
-        self.call(async || self.inner.claim_many(keys, lease).await)
-            .await
-    }
-    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
-        self.call(async || self.inner.renew(key, token, lease).await)
-            .await
-    }
-    async fn remember_fenced(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        ttl: Option<Duration>,
-    ) -> StoreResult<bool> {
-        self.call(async || self.inner.remember_fenced(key, token, ttl).await)
-            .await
-    }
-    async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
-        self.call(async || self.inner.settle(step).await).await
-    }
+    crate::__store_methods!(faulty);
 }

@@ -78,7 +78,7 @@ fn with_guard<T>(
 fn per_call(options: wit::Options) -> Result<Guard<HostStore>, StoreError> {
     let options = convert::options(options)?;
     Ok(store::with_host_clock(
-        Guard::new(HostStore::new()).with_options(options),
+        Guard::new(store::per_call()).with_options(options),
     ))
 }
 
@@ -169,8 +169,7 @@ pub struct GuardResource {
 impl GuestGuard for GuardResource {
     fn new(options: wit::GuardOptions) -> Result<Self, wit::StoreError> {
         let options = convert::guard_options(options)?;
-        let guard =
-            store::with_host_clock(Guard::new(HostStore::read_once()).with_options(options));
+        let guard = store::with_host_clock(Guard::new(store::read_once()).with_options(options));
         Ok(GuardResource { guard })
     }
 

@@ -10,24 +10,28 @@
 
 use std::time::Duration;
 
-use bq_dedupe::{Guard, Store, StoreResult};
+use bq_dedupe::store::{KeyStore, PerKey};
+use bq_dedupe::{Guard, StoreResult};
 
 use crate::bindings::babelqueue::idempotency::seen_set as host;
 use crate::convert::millis;
 
-/// The host's seen-set. Nothing to read up front: it offers what it offers.
+/// The host's seen-set, one import call per key. Nothing to read up front: it
+/// offers what it offers.
 #[derive(Default)]
-pub struct HostStore;
+pub struct SeenSet;
 
-impl HostStore {
-    pub fn new() -> Self {
-        HostStore
-    }
+/// The seen-set as the guard's store.
+pub type HostStore = PerKey<SeenSet>;
 
-    /// The same store: a seen-set has no capabilities to read once.
-    pub fn read_once() -> Self {
-        HostStore
-    }
+/// The store for one export call.
+pub fn per_call() -> HostStore {
+    PerKey(SeenSet)
+}
+
+/// The same store: a seen-set has no capabilities to read once.
+pub fn read_once() -> HostStore {
+    PerKey(SeenSet)
 }
 
 /// A guard over the seen-set: no clock to give it (the world imports none).
@@ -35,7 +39,7 @@ pub fn with_host_clock(guard: Guard<HostStore>) -> Guard<HostStore> {
     guard
 }
 
-impl Store for HostStore {
+impl KeyStore for SeenSet {
     async fn seen(&self, key: &str) -> StoreResult<bool> {
         Ok(host::seen(key)?)
     }

@@ -13,7 +13,7 @@
 use std::cell::OnceCell;
 use std::time::Duration;
 
-use bq_dedupe::store::PerKey;
+use bq_dedupe::store::{KeyStore, PerKey};
 use bq_dedupe::{
     Capabilities, Claim, ClaimToken, Clock, Guard, Settled, Settlement, Store, StoreError,
     StoreResult,
@@ -50,20 +50,21 @@ impl Clock for HostClock {
     }
 }
 
+/// The store for one export call: capabilities read when first needed.
+pub fn per_call() -> HostStore {
+    HostStore::default()
+}
+
+/// A store whose capabilities (and `leases.supported`) are read now, once, for
+/// the life of a `consumer.guard` resource.
+pub fn read_once() -> HostStore {
+    HostStore {
+        caps: OnceCell::from(host::capabilities()),
+        leases: OnceCell::from(leases::supported()),
+    }
+}
+
 impl HostStore {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// A store whose capabilities (and `leases.supported`) are read now, once,
-    /// for the life of a `consumer.guard` resource.
-    pub fn read_once() -> Self {
-        HostStore {
-            caps: OnceCell::from(host::capabilities()),
-            leases: OnceCell::from(leases::supported()),
-        }
-    }
-
     fn caps(&self) -> wit::Capabilities {
         *self.caps.get_or_init(host::capabilities)
     }
@@ -88,13 +89,51 @@ impl HostStore {
     }
 }
 
-impl Store for HostStore {
+/// The host's single-key imports, for [`PerKey`] when the host has no batch
+/// calls (`capabilities.batch` false).
+struct OneByOne<'a>(&'a HostStore);
+
+impl KeyStore for OneByOne<'_> {
     async fn seen(&self, key: &str) -> StoreResult<bool> {
         Ok(host::seen(key)?)
     }
 
     async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
-        Ok(host::remember(key, self.ttl_ms(ttl))?)
+        Ok(host::remember(key, self.0.ttl_ms(ttl))?)
+    }
+
+    async fn forget(&self, key: &str) -> StoreResult<()> {
+        Ok(host::forget(key)?)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+
+    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
+        self.0.check_claim()?;
+        Ok(host::claim(key, millis(lease))?.into())
+    }
+
+    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
+        self.0.check_claim()?;
+        Ok(host::release(key, &token.0)?)
+    }
+}
+
+impl Store for HostStore {
+    async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
+        if !self.caps().batch {
+            return PerKey(OneByOne(self)).seen_many(keys).await;
+        }
+        Ok(host::seen_many(keys)?)
+    }
+
+    async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
+        if !self.caps().batch {
+            return PerKey(OneByOne(self)).remember_many(keys, ttl).await;
+        }
+        Ok(host::remember_many(keys, self.ttl_ms(ttl))?)
     }
 
     async fn forget(&self, key: &str) -> StoreResult<()> {
@@ -107,55 +146,36 @@ impl Store for HostStore {
         caps
     }
 
-    async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
-        if !self.caps().batch {
-            return PerKey(self).seen_many(keys).await;
-        }
-        Ok(host::seen_many(keys)?)
-    }
-
-    async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
-        if !self.caps().batch {
-            return PerKey(self).remember_many(keys, ttl).await;
-        }
-        Ok(host::remember_many(keys, self.ttl_ms(ttl))?)
-    }
-
-    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
-        self.check_claim()?;
-        Ok(host::claim(key, millis(lease))?.into())
-    }
-
-    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
-        self.check_claim()?;
-        Ok(host::release(key, &token.0)?)
-    }
-
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
         self.check_claim()?;
         if !self.caps().batch {
-            return PerKey(self).claim_many(keys, lease).await;
+            return PerKey(OneByOne(self)).claim_many(keys, lease).await;
         }
         let answers = host::claim_many(keys, millis(lease))?;
         Ok(answers.into_iter().map(Into::into).collect())
     }
 
-    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
-        bq_dedupe::store::renew_by_settle(self, key, token, lease).await
-    }
-
-    async fn remember_fenced(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        ttl: Option<Duration>,
-    ) -> StoreResult<bool> {
-        bq_dedupe::store::remember_fenced_by_settle(self, key, token, ttl).await
-    }
-
+    /// `leases.settle` where the host has leases; else (a 1.1.0 host) the
+    /// releases one `release` each, then the remembers as one `remember-many`
+    /// (unfenced: the guard asks for no renewal or fence then; were it asked,
+    /// the answers say the claims were kept, which is all 1.1.0 could promise).
     async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
         if !self.capabilities().lease {
-            return self.settle_1_0(step).await;
+            let mut release_error = None;
+            for (key, token) in step.release {
+                if let Err(e) = OneByOne(self).release(key, token).await {
+                    release_error.get_or_insert(e);
+                }
+            }
+            let done: Vec<&str> = step.remember.iter().map(|(key, _)| *key).collect();
+            if !done.is_empty() {
+                self.remember_many(&done, step.ttl).await?;
+            }
+            return Ok(Settled {
+                kept: vec![true; done.len()],
+                renewed: vec![true; step.renew.len()],
+                release_error,
+            });
         }
         let remember: Vec<(&str, Option<&str>)> = step
             .remember
@@ -180,36 +200,4 @@ impl Store for HostStore {
 /// (key, token) pairs as the WIT passes them.
 fn token_pairs<'a>(claims: &[(&'a str, &'a ClaimToken)]) -> Vec<(&'a str, &'a str)> {
     claims.iter().map(|(k, t)| (*k, t.0.as_str())).collect()
-}
-
-impl HostStore {
-    /// A host without `leases`: the 1.0 calls (`commit-many`, or one call per
-    /// key). The guard asks for no renewal or fence then; were it asked, the
-    /// answers say the claims were kept, which is all 1.0 could promise.
-    async fn settle_1_0(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
-        let done: Vec<&str> = step.remember.iter().map(|(key, _)| *key).collect();
-        let caps = self.caps();
-        // The release part of `commit-many` needs `claim` too; without it (only
-        // reachable with a forged claim token) the loop's `release` says unsupported.
-        if !caps.batch || !(caps.claim || step.release.is_empty()) {
-            let mut release_error = None;
-            for (key, token) in step.release {
-                if let Err(e) = self.release(key, token).await {
-                    release_error.get_or_insert(e);
-                }
-            }
-            PerKey(self).remember_many(&done, step.ttl).await?;
-            return Ok(Settled {
-                kept: vec![true; done.len()],
-                renewed: vec![true; step.renew.len()],
-                release_error,
-            });
-        }
-        host::commit_many(&done, self.ttl_ms(step.ttl), &token_pairs(step.release))?;
-        Ok(Settled {
-            kept: vec![true; done.len()],
-            renewed: vec![true; step.renew.len()],
-            release_error: None,
-        })
-    }
 }

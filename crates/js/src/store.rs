@@ -16,6 +16,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bq_dedupe::store::{KeyStore, PerKey};
 use bq_dedupe::{
     Capabilities, Claim, ClaimToken, Clock, InMemoryStore, Settled, Settlement, Store, StoreError,
     StoreErrorKind, StoreResult,
@@ -60,13 +61,6 @@ extern "C" {
     ) -> Result<JsValue, JsValue>;
     #[wasm_bindgen(method, catch, js_name = settle)]
     fn settle_js(this: &JsStore, step: &Object) -> Result<JsValue, JsValue>;
-    #[wasm_bindgen(method, catch, js_name = commitMany)]
-    fn commit_many(
-        this: &JsStore,
-        done: &Array,
-        ttl_ms: Option<f64>,
-        releases: &Array,
-    ) -> Result<JsValue, JsValue>;
 }
 
 /// Which optional methods a JS store has, read once per call into the package.
@@ -76,7 +70,6 @@ struct Has {
     remember_many: bool,
     claim: bool,
     claim_many: bool,
-    commit_many: bool,
     /// `renew` and `rememberFenced`.
     fenced: bool,
     settle: bool,
@@ -112,7 +105,7 @@ impl AnyStore {
             );
         }
         // seen, remember, forget (required), then the optional methods.
-        const METHODS: [&str; 12] = [
+        const METHODS: [&str; 11] = [
             "seen",
             "remember",
             "forget",
@@ -121,12 +114,11 @@ impl AnyStore {
             "claim",
             "release",
             "claimMany",
-            "commitMany",
             "renew",
             "rememberFenced",
             "settle",
         ];
-        let mut present = [false; 12];
+        let mut present = [false; 11];
         for (i, name) in METHODS.iter().enumerate() {
             present[i] = is_function(value, name);
             if i < 3 && !present[i] {
@@ -142,7 +134,6 @@ impl AnyStore {
             claim,
             release,
             claim_many,
-            commit_many,
             renew,
             fenced,
             settle,
@@ -152,7 +143,6 @@ impl AnyStore {
             remember_many,
             claim: claim && release,
             claim_many,
-            commit_many,
             fenced: renew && fenced,
             settle,
         };
@@ -300,19 +290,91 @@ impl JsObjectStore {
     }
 }
 
-impl Store for JsObjectStore {
+/// The JS object's single-key methods, for [`PerKey`] where it has no batch
+/// form of a call.
+struct OneByOne<'a>(&'a JsObjectStore);
+
+impl KeyStore for OneByOne<'_> {
     async fn seen(&self, key: &str) -> StoreResult<bool> {
-        Ok(self.call("seen", self.obj.seen(key)).await?.is_truthy())
+        let js = self.0;
+        Ok(js.call("seen", js.obj.seen(key)).await?.is_truthy())
     }
 
     async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
-        self.call("remember", self.obj.remember(key, ttl.map(ms)))
+        let js = self.0;
+        js.call("remember", js.obj.remember(key, ttl.map(ms)))
             .await
             .map(drop)
     }
 
     async fn forget(&self, key: &str) -> StoreResult<()> {
-        self.call("forget", self.obj.forget(key)).await.map(drop)
+        let js = self.0;
+        js.call("forget", js.obj.forget(key)).await.map(drop)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+
+    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
+        let js = self.0;
+        js.check_claim()?;
+        claim_of(&js.call("claim", js.obj.claim(key, ms(lease))).await?)
+    }
+
+    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
+        let js = self.0;
+        js.check_claim()?;
+        js.call("release", js.obj.release(key, &token.0))
+            .await
+            .map(drop)
+    }
+
+    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
+        let js = self.0;
+        js.check_fenced()?;
+        let value = js.call("renew", js.obj.renew(key, &token.0, ms(lease)));
+        Ok(value.await?.is_truthy())
+    }
+
+    async fn remember_fenced(
+        &self,
+        key: &str,
+        token: &ClaimToken,
+        ttl: Option<Duration>,
+    ) -> StoreResult<bool> {
+        let js = self.0;
+        js.check_fenced()?;
+        let value = js.obj.remember_fenced(key, &token.0, ttl.map(ms));
+        Ok(js.call("rememberFenced", value).await?.is_truthy())
+    }
+}
+
+impl Store for JsObjectStore {
+    async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
+        if !self.has.seen_many {
+            return PerKey(OneByOne(self)).seen_many(keys).await;
+        }
+        let value = self
+            .call("seenMany", self.obj.seen_many(&keys_array(keys)))
+            .await?;
+        bools("seenMany", value)
+    }
+
+    async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
+        if !self.has.remember_many {
+            return PerKey(OneByOne(self)).remember_many(keys, ttl).await;
+        }
+        self.call(
+            "rememberMany",
+            self.obj.remember_many(&keys_array(keys), ttl.map(ms)),
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn forget(&self, key: &str) -> StoreResult<()> {
+        OneByOne(self).forget(key).await
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -323,51 +385,10 @@ impl Store for JsObjectStore {
         }
     }
 
-    async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
-        if !self.has.seen_many {
-            let mut answers = Vec::with_capacity(keys.len());
-            for key in keys {
-                answers.push(self.seen(key).await?);
-            }
-            return Ok(answers);
-        }
-        let value = self
-            .call("seenMany", self.obj.seen_many(&keys_array(keys)))
-            .await?;
-        bools("seenMany", value)
-    }
-
-    async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
-        if !self.has.remember_many {
-            for key in keys {
-                self.remember(key, ttl).await?;
-            }
-            return Ok(());
-        }
-        self.call(
-            "rememberMany",
-            self.obj.remember_many(&keys_array(keys), ttl.map(ms)),
-        )
-        .await
-        .map(drop)
-    }
-
-    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
-        self.check_claim()?;
-        claim_of(&self.call("claim", self.obj.claim(key, ms(lease))).await?)
-    }
-
-    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
-        self.check_claim()?;
-        self.call("release", self.obj.release(key, &token.0))
-            .await
-            .map(drop)
-    }
-
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
         self.check_claim()?;
         if !self.has.claim_many {
-            return bq_dedupe::store::claim_each(self, keys, lease).await;
+            return PerKey(OneByOne(self)).claim_many(keys, lease).await;
         }
         let value = self
             .call(
@@ -384,65 +405,51 @@ impl Store for JsObjectStore {
         array.iter().map(|c| claim_of(&c)).collect()
     }
 
-    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
-        self.check_fenced()?;
-        let value = self.call("renew", self.obj.renew(key, &token.0, ms(lease)));
-        Ok(value.await?.is_truthy())
-    }
-
-    async fn remember_fenced(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        ttl: Option<Duration>,
-    ) -> StoreResult<bool> {
-        self.check_fenced()?;
-        let value = self.obj.remember_fenced(key, &token.0, ttl.map(ms));
-        Ok(self.call("rememberFenced", value).await?.is_truthy())
-    }
-
-    /// `settle(step)` when the store has it; else `commitMany` for a plain step
-    /// (no tokens, no renewals: what a store without leases is ever given); else
-    /// the core's one call per key.
+    /// `settle(step)` when the store has it. Else, without tokens or renewals
+    /// (all a store without leases is given): a `release` per failed run, then
+    /// the remembers in one `rememberMany` where it has one; anything else one
+    /// call per key.
     async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
-        let plain = step.renew.is_empty() && step.remember.iter().all(|(_, t)| t.is_none());
+        if !self.has.settle {
+            let fenced = step.remember.iter().any(|(_, t)| t.is_some());
+            if fenced || !step.renew.is_empty() {
+                return PerKey(OneByOne(self)).settle(step).await;
+            }
+            let mut release_error = None;
+            for (key, token) in step.release {
+                if let Err(e) = OneByOne(self).release(key, token).await {
+                    release_error.get_or_insert(e);
+                }
+            }
+            let keys: Vec<&str> = step.remember.iter().map(|(k, _)| *k).collect();
+            if !keys.is_empty() {
+                self.remember_many(&keys, step.ttl).await?;
+            }
+            return Ok(Settled {
+                kept: vec![true; keys.len()],
+                release_error,
+                ..Settled::default()
+            });
+        }
         let ttl = step
             .ttl
             .map_or(JsValue::UNDEFINED, |d| JsValue::from_f64(ms(d)));
-        if self.has.settle {
-            let o = Object::new();
-            let remember: Array = step
-                .remember
-                .iter()
-                .map(|(key, token)| claim_ref(key, *token))
-                .collect();
-            crate::set(&o, "remember", &remember);
-            crate::set(&o, "ttlMs", &ttl);
-            crate::set(&o, "release", &claim_refs(step.release));
-            crate::set(&o, "renew", &claim_refs(step.renew));
-            crate::set(&o, "leaseMs", &JsValue::from_f64(ms(step.lease)));
-            let reply = self.call("settle", self.obj.settle_js(&o)).await?;
-            return Ok(Settled {
-                kept: flags(&reply, "kept", step.remember.len())?,
-                renewed: flags(&reply, "renewed", step.renew.len())?,
-                release_error: None,
-            });
-        }
-        if !(self.has.commit_many && plain) {
-            return bq_dedupe::store::settle_each(self, step).await;
-        }
-        let done: Array = step
+        let o = Object::new();
+        let remember: Array = step
             .remember
             .iter()
-            .map(|(k, _)| JsValue::from_str(k))
+            .map(|(key, token)| claim_ref(key, *token))
             .collect();
-        let value = self
-            .obj
-            .commit_many(&done, ttl.as_f64(), &claim_refs(step.release));
-        self.call("commitMany", value).await?;
+        crate::set(&o, "remember", &remember);
+        crate::set(&o, "ttlMs", &ttl);
+        crate::set(&o, "release", &claim_refs(step.release));
+        crate::set(&o, "renew", &claim_refs(step.renew));
+        crate::set(&o, "leaseMs", &JsValue::from_f64(ms(step.lease)));
+        let reply = self.call("settle", self.obj.settle_js(&o)).await?;
         Ok(Settled {
-            kept: vec![true; step.remember.len()],
-            ..Settled::default()
+            kept: flags(&reply, "kept", step.remember.len())?,
+            renewed: flags(&reply, "renewed", step.renew.len())?,
+            release_error: None,
         })
     }
 }

@@ -79,7 +79,7 @@ export interface SettleResult { kept: boolean[]; renewed: boolean[] }
  * `run-ok-lease-lost`) need `claim` + `release` and either `settle` (one call per
  * batch step) or both `renew` and `rememberFenced` (one call per key). A store
  * without them works as before: claims are not renewed (keep the lease above the
- * whole batch's time), the commit is a plain `remember` (`commitMany` when present),
+ * whole batch's time), the commit is a plain `remember` (`rememberMany` when present),
  * and a lease lost while the handler ran is reported as `run-ok`.
  *
  * Throw (or reject) to report a failure; an error with `kind` (or `code`) set to
@@ -94,8 +94,6 @@ export interface DedupeStore {
   claim?(key: string, leaseMs: number): MaybePromise<ClaimResult | "seen" | "held">;
   release?(key: string, token: string): MaybePromise<unknown>;
   claimMany?(keys: string[], leaseMs: number): MaybePromise<Array<ClaimResult | "seen" | "held">>;
-  /** Remembers `done` and gives up `releases` in one call (used when there is no `settle`, for steps without tokens). */
-  commitMany?(done: string[], ttlMs: number | undefined, releases: ClaimRef[]): MaybePromise<unknown>;
   /** Extends the claim to `leaseMs` from now if `token` still owns it; `false`: lost. */
   renew?(key: string, token: string, leaseMs: number): MaybePromise<boolean>;
   /**

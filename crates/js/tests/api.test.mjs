@@ -257,13 +257,13 @@ test('claiming with a JS store: a throwing handler releases its claim so the red
   assert.equal((await bq.dedupe(envelope('c-2'), store, ok, { claimLeaseMs: 1000 })).kind, 'run-ok');
 });
 
-test('claiming with a batch JS store uses one claimMany and one commitMany', async () => {
+test('claiming with a batch JS store uses one claimMany, a release for the failed run and one rememberMany', async () => {
   const store = mapStore('async', { claims: true, batch: true });
   const outcomes = await bq.dedupeBatch([envelope('p'), envelope('q')], store, (e) => {
     if (e.meta.id === 'q') throw new Error('q fails');
   }, { claimLeaseMs: 1000 });
   assert.deepEqual(outcomes.map((o) => o.kind), ['run-ok', 'run-failed']);
-  assert.deepEqual(store.calls, ['claimMany', 'commitMany']);
+  assert.deepEqual(store.calls, ['claimMany', 'release', 'rememberMany']);
   assert.deepEqual([...store.done.keys()], ['p']);
   assert.equal(store.claims.size, 0);
 });

@@ -22,7 +22,7 @@ const tick = () => new Promise((resolve) => setTimeout(resolve, 1));
 /**
  * A Map-backed store. mode: 'sync' | 'async' (every method returns a promise that
  * settles on a later macrotask). options.claims adds claim/release; options.batch
- * adds seenMany/rememberMany/claimMany/commitMany. `calls` records every call.
+ * adds seenMany/rememberMany/claimMany. `calls` records every call.
  */
 export function mapStore(mode = 'sync', options = {}) {
   const done = new Map();
@@ -52,15 +52,11 @@ export function mapStore(mode = 'sync', options = {}) {
     store.release = wrap('release', (k, token) => { if (claims.get(k) === token) claims.delete(k); });
     if (options.batch) {
       store.claimMany = wrap('claimMany', (keys) => keys.map(claim));
-      store.commitMany = wrap('commitMany', (keys, ttl, releases) => {
-        for (const k of keys) { done.set(k, ttl ?? null); claims.delete(k); }
-        for (const { key, token } of releases) if (claims.get(key) === token) claims.delete(key);
-      });
     }
   }
   if (options.batch) {
     store.seenMany = wrap('seenMany', (keys) => keys.map((k) => done.has(k)));
-    store.rememberMany = wrap('rememberMany', (keys, ttl) => { for (const k of keys) done.set(k, ttl ?? null); });
+    store.rememberMany = wrap('rememberMany', (keys, ttl) => { for (const k of keys) { done.set(k, ttl ?? null); claims.delete(k); } });
   }
   return store;
 }
@@ -69,7 +65,7 @@ export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
  * A Map-backed store with claims that expire in real time (Date.now), as a
- * shared backend would. leases: 'none' (claim/release/claimMany/commitMany only:
+ * shared backend would. leases: 'none' (claim/release/claimMany only:
  * no lease methods), 'fenced' (+ renew and rememberFenced) or 'settle' (+ settle).
  * mode: 'sync' | 'async'. `calls` records every call.
  */
@@ -114,10 +110,6 @@ export function expiringStore(leases = 'none', mode = 'async') {
     claim: wrap('claim', claim),
     release: wrap('release', release),
     claimMany: wrap('claimMany', (keys, leaseMs) => keys.map((k) => claim(k, leaseMs))),
-    commitMany: wrap('commitMany', (keys, ttl, releases) => {
-      for (const k of keys) remember(k, ttl);
-      for (const { key, token } of releases) release(key, token);
-    }),
   };
   if (leases === 'fenced') {
     store.renew = wrap('renew', renew);

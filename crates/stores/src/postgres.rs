@@ -409,14 +409,6 @@ impl PostgresStore {
 }
 
 impl Store for PostgresStore {
-    async fn seen(&self, key: &str) -> StoreResult<bool> {
-        Ok(self.seen_many(&[key]).await?[0])
-    }
-
-    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
-        self.remember_keys(&[key], ttl)
-    }
-
     async fn forget(&self, key: &str) -> StoreResult<()> {
         check_keys([key])?;
         let (t, c) = (&self.table, &self.claims);
@@ -460,18 +452,6 @@ impl Store for PostgresStore {
             return Ok(());
         }
         self.remember_keys(keys, ttl)
-    }
-
-    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
-        Ok(self.claim_many(&[key], lease).await?.remove(0))
-    }
-
-    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
-        let step = Settlement {
-            release: &[(key, token)],
-            ..Settlement::default()
-        };
-        self.settle_now(&step).map(|_| ())
     }
 
     /// One statement when nothing is claimed (every key seen or held), else two:
@@ -572,19 +552,6 @@ impl Store for PostgresStore {
                 }
             })
             .collect())
-    }
-
-    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
-        bq_dedupe::store::renew_by_settle(self, key, token, lease).await
-    }
-
-    async fn remember_fenced(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        ttl: Option<Duration>,
-    ) -> StoreResult<bool> {
-        bq_dedupe::store::remember_fenced_by_settle(self, key, token, ttl).await
     }
 
     /// One statement, one round trip (see [`PostgresStore`]).

@@ -293,19 +293,6 @@ fn error(e: rusqlite::Error) -> StoreError {
 }
 
 impl Store for SqliteStore {
-    async fn seen(&self, key: &str) -> StoreResult<bool> {
-        let now = self.now();
-        let conn = self.lock()?;
-        let mut stmt = conn.prepare_cached(SEEN).map_err(error)?;
-        stmt.exists(params![key, now]).map_err(error)
-    }
-
-    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
-        let until = self.until(ttl);
-        let conn = self.lock()?;
-        remember_in(&conn, &[key], until).map_err(error)
-    }
-
     async fn forget(&self, key: &str) -> StoreResult<()> {
         let conn = self.lock()?;
         let mut stmt = conn.prepare_cached(FORGET).map_err(error)?;
@@ -323,6 +310,11 @@ impl Store for SqliteStore {
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
         let now = self.now();
         let mut conn = self.lock()?;
+        if let [key] = keys {
+            // One read is one snapshot: no transaction needed.
+            let mut stmt = conn.prepare_cached(SEEN).map_err(error)?;
+            return Ok(vec![stmt.exists(params![key, now]).map_err(error)?]);
+        }
         // One read transaction: every answer comes from the same snapshot.
         let tx = conn.transaction().map_err(error)?;
         let answers = {
@@ -346,19 +338,6 @@ impl Store for SqliteStore {
         tx.commit().map_err(error)
     }
 
-    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
-        let mut answers = self.claim_many(&[key], lease).await?;
-        answers
-            .pop()
-            .ok_or_else(|| StoreError::internal("sqlite: claim gave no answer"))
-    }
-
-    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
-        let conn = self.lock()?;
-        let mut stmt = conn.prepare_cached(RELEASE).map_err(error)?;
-        stmt.execute(params![key, token.0]).map(drop).map_err(error)
-    }
-
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
         let now = self.now();
         let lease_ms = ttl_ms(lease);
@@ -373,21 +352,6 @@ impl Store for SqliteStore {
             .map_err(error)?;
         tx.commit().map_err(error)?;
         Ok(answers)
-    }
-
-    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
-        let until = self.now().saturating_add(ttl_ms(lease) as i64);
-        let conn = self.lock()?;
-        renew_in(&conn, key, token, until).map_err(error)
-    }
-
-    async fn remember_fenced(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        ttl: Option<Duration>,
-    ) -> StoreResult<bool> {
-        bq_dedupe::store::remember_fenced_by_settle(self, key, token, ttl).await
     }
 
     /// One write transaction: releases, renewals and (fenced) remembers are

@@ -5,7 +5,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use bq_dedupe_workers::bq_dedupe::store::PerKey;
+use bq_dedupe_workers::bq_dedupe::store::{PerKey, Unbatched};
 use bq_dedupe_workers::bq_dedupe::{Event, OutcomeKind, Store};
 use bq_dedupe_workers::{
     Action, BatchReport, ConsumeError, DedupeConfig, Delivery, QueueBatch, QueueConsumer,
@@ -60,7 +60,7 @@ pub async fn consume(batch: QueueBatch, env: Env, _ctx: Context) -> Result<()> {
     let observed = Observed::default();
     let report = if naive {
         run(
-            config.consumer(&env, PerKey(&store))?,
+            config.consumer(&env, PerKey(Unbatched(&store)))?,
             &batch,
             &handler,
             &observed,

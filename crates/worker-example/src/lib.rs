@@ -13,7 +13,7 @@
 //!   test directives work only with `EXAMPLE_TEST_DIRECTIVES=1` (local runs).
 //!
 //! The benchmark's baseline (`EXAMPLE_NAIVE_STORE=on`) is the same store behind
-//! the core's per-key wrapper (`bq_dedupe::store::PerKey`).
+//! the core's per-key wrapper (`PerKey(Unbatched(&store))`).
 
 mod access;
 mod consumer;

@@ -83,21 +83,8 @@ fn kv_error(op: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::unavailable(format!("Workers KV {op}: {e}"))
 }
 
-impl Store for KvStore {
-    async fn seen(&self, key: &str) -> StoreResult<bool> {
-        let (name, expected) = kv_entry(key);
-        self.round_trips.add(1);
-        let value = self
-            .kv
-            .get(&name)
-            .text()
-            .await
-            .map_err(|e| kv_error("get", e))?;
-        Ok(value.as_deref() == Some(expected))
-    }
-
-    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
-        check_ttl(ttl)?;
+impl KvStore {
+    async fn put(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
         let (name, value) = kv_entry(key);
         let mut put = self.kv.put(&name, value).map_err(|e| kv_error("put", e))?;
         if let Some(ttl) = ttl {
@@ -106,7 +93,9 @@ impl Store for KvStore {
         self.round_trips.add(1);
         put.execute().await.map_err(|e| kv_error("put", e))
     }
+}
 
+impl Store for KvStore {
     async fn forget(&self, key: &str) -> StoreResult<()> {
         let (name, _) = kv_entry(key);
         self.round_trips.add(1);
@@ -124,8 +113,16 @@ impl Store for KvStore {
         }
     }
 
-    /// One bulk get per 100 keys.
+    /// One get for one key, else one bulk get per 100 keys.
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
+        if let [key] = keys {
+            let (name, expected) = kv_entry(key);
+            self.round_trips.add(1);
+            let value = self.kv.get(&name).text().await;
+            return Ok(vec![
+                value.map_err(|e| kv_error("get", e))?.as_deref() == Some(expected),
+            ]);
+        }
         let entries: Vec<(String, &str)> = keys.iter().map(|key| kv_entry(key)).collect();
         let mut seen = Vec::with_capacity(keys.len());
         for chunk in entries.chunks(BULK_GET_MAX) {
@@ -148,7 +145,7 @@ impl Store for KvStore {
     /// KV has no bulk write in the Workers binding: the puts go out concurrently.
     async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
         check_ttl(ttl)?;
-        try_join_all(keys.iter().map(|key| self.remember(key, ttl)))
+        try_join_all(keys.iter().map(|key| self.put(key, ttl)))
             .await
             .map(drop)
     }

@@ -366,14 +366,6 @@ impl RedisStore {
 }
 
 impl Store for RedisStore {
-    async fn seen(&self, key: &str) -> StoreResult<bool> {
-        Ok(self.seen_many(&[key]).await?[0])
-    }
-
-    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
-        self.remember_many(&[key], ttl).await
-    }
-
     async fn forget(&self, key: &str) -> StoreResult<()> {
         let mut del = redis::cmd("DEL");
         del.arg(self.key(key));
@@ -436,19 +428,6 @@ impl Store for RedisStore {
         self.pipeline(cmds).map(|_| ())
     }
 
-    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
-        let mut answers = self.claim_many(&[key], lease).await?;
-        answers
-            .pop()
-            .ok_or_else(|| StoreError::internal("redis: claim gave no answer"))
-    }
-
-    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
-        self.claims_allowed()?;
-        self.pipeline(vec![self.release_cmd(key, token)])
-            .map(|_| ())
-    }
-
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
         self.claims_allowed()?;
         if keys.is_empty() {
@@ -481,19 +460,6 @@ impl Store for RedisStore {
             self.give_back(keys, &tokens);
         }
         answers
-    }
-
-    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
-        bq_dedupe::store::renew_by_settle(self, key, token, lease).await
-    }
-
-    async fn remember_fenced(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        ttl: Option<Duration>,
-    ) -> StoreResult<bool> {
-        bq_dedupe::store::remember_fenced_by_settle(self, key, token, ttl).await
     }
 
     /// One pipeline: each key's step is one atomic command or script, so a batch

@@ -325,14 +325,6 @@ fn wire_ms(duration: Duration) -> u64 {
 }
 
 impl Store for DurableObjectStore {
-    async fn seen(&self, key: &str) -> StoreResult<bool> {
-        Ok(self.seen_many(&[key]).await?[0])
-    }
-
-    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
-        self.remember_many(&[key], ttl).await
-    }
-
     /// Forgets in the current layout and, while resharding, in the previous one.
     async fn forget(&self, key: &str) -> StoreResult<()> {
         let hash = key_hash(key);
@@ -422,22 +414,6 @@ impl Store for DurableObjectStore {
         self.settle(&step).await.map(drop)
     }
 
-    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
-        Ok(self.claim_many(&[key], lease).await?.remove(0))
-    }
-
-    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
-        let release = [(key, token)];
-        let step = Settlement {
-            release: &release,
-            ..Settlement::default()
-        };
-        match self.settle(&step).await?.release_error {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-
     /// One request per object. While resharding, a key claimed here that lives
     /// elsewhere in the previous layout is claimed there too (one request per
     /// previous object touched), so a consumer of either layout is fenced off
@@ -489,19 +465,6 @@ impl Store for DurableObjectStore {
         }
         self.release_in(self.layout, &give_back).await;
         Ok(claims)
-    }
-
-    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
-        bq_dedupe::store::renew_by_settle(self, key, token, lease).await
-    }
-
-    async fn remember_fenced(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        ttl: Option<Duration>,
-    ) -> StoreResult<bool> {
-        bq_dedupe::store::remember_fenced_by_settle(self, key, token, ttl).await
     }
 
     /// One request per object touched, each applied in the object's transaction.
