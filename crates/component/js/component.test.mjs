@@ -164,13 +164,13 @@ test('leases 1.1: a claim forgotten while the handler runs is run-ok-lease-lost,
   assert.deepEqual(leases.calls.at(-1).remember, [['lease-1', 'token-1']], 'committed fenced, with its token');
 });
 
-test('leases 1.1: a host answering supported() false gets the 1.0 calls (commit-many, no settle)', async () => {
+test('leases 1.1: a host answering supported() false gets the 1.0 calls (no settle)', async () => {
   const mem = memoryStore();
   const c = await component(mem.store);
   const bodies = ['a', 'b'].map(envelopeWithId);
   const outcomes = c.consumer.processBatch(bodies, { ...defaults, claimLeaseMs: 60_000n });
   assert.deepEqual(outcomes.map((o) => o.tag), ['run-ok', 'run-ok']);
-  assert.ok(mem.names().includes('commitMany') || mem.names().includes('rememberMany'), mem.names().join(','));
+  assert.ok(!mem.names().includes('commitMany') && mem.names().includes('rememberMany'), mem.names().join(','));
 });
 
 test('conformance: the six idempotency sequences through consumer.process', async (t) => {
@@ -301,7 +301,7 @@ test('claiming mode: acquired, remembered on success; redelivery skips', async (
   assert.equal(handler.calls.length, 1);
 });
 
-test('claiming mode, batch: one claim-many, one commit-many that remembers and releases', async () => {
+test('claiming mode, batch (a host without leases): one claim-many, a release for the failed delivery, then the remember', async () => {
   const { store, calls, claims, remembered } = memoryStore();
   const failing = envelopeWithId('id-B');
   const handled = [];
@@ -315,11 +315,10 @@ test('claiming mode, batch: one claim-many, one commit-many that remembers and r
   const options = { ...defaults, claimLeaseMs: 10_000n };
   const outcomes = consumer.processBatch([envelopeWithId('id-A'), failing], options);
   assert.deepEqual(outcomes, [{ tag: 'run-ok' }, { tag: 'run-failed', val: 'no stock' }]);
-  assert.deepEqual(calls.map(([name]) => name), ['capabilities', 'claimMany', 'commitMany']);
-  const [, done, ttlMs, release] = calls[2];
-  assert.deepEqual(done, ['id-A']);
-  assert.equal(ttlMs, undefined);
-  assert.deepEqual(release, [['id-B', 'token-2']]);
+  // No commit-many: a guest no longer sends it (hosts still answer it).
+  assert.deepEqual(calls.map(([name]) => name), ['capabilities', 'claimMany', 'release', 'remember']);
+  assert.deepEqual(calls[2], ['release', 'id-B', 'token-2']);
+  assert.deepEqual(calls[3], ['remember', 'id-A', undefined]);
   assert.equal(claims.size, 0, 'the failed delivery released its claim');
   assert.ok(remembered.has('id-A') && !remembered.has('id-B'));
   assert.equal(handled.length, 2);

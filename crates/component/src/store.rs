@@ -2,8 +2,9 @@
 //!
 //! Every import is a synchronous call, so every future here is ready on its first
 //! poll. What the host reports in `capabilities()` decides which imports are used:
-//! - `batch` false: the `*-many` methods run the trait's own single-call loops
-//!   (through [`PerKey`]), so the host's `*-many` functions are never called;
+//! - `batch` false: the `*-many` methods run one call per key (through
+//!   [`PerKey`]), so the host's `*-many` functions are never called; a batch of
+//!   one key is a single-key call either way;
 //! - `claim` false: `claim`, `claim_many` and `release` fail with `unsupported`
 //!   without calling the host (the guard then answers `store-unavailable`);
 //! - `ttl` false: `remember` always passes no TTL.
@@ -77,6 +78,13 @@ impl HostStore {
         ttl.filter(|_| self.caps().ttl).map(millis)
     }
 
+    /// The single-key imports answer this call: the host has no batch calls, or
+    /// there is one key (one delivery makes the calls a 1.0 guest made, which
+    /// hosts have been written and tested against).
+    fn one_by_one(&self, keys: &[&str]) -> bool {
+        keys.len() == 1 || !self.caps().batch
+    }
+
     /// `Err(unsupported)` unless the host can claim.
     fn check_claim(&self) -> StoreResult<()> {
         if self.caps().claim {
@@ -123,14 +131,14 @@ impl KeyStore for OneByOne<'_> {
 
 impl Store for HostStore {
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
-        if !self.caps().batch {
+        if self.one_by_one(keys) {
             return PerKey(OneByOne(self)).seen_many(keys).await;
         }
         Ok(host::seen_many(keys)?)
     }
 
     async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
-        if !self.caps().batch {
+        if self.one_by_one(keys) {
             return PerKey(OneByOne(self)).remember_many(keys, ttl).await;
         }
         Ok(host::remember_many(keys, self.ttl_ms(ttl))?)
@@ -148,7 +156,7 @@ impl Store for HostStore {
 
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
         self.check_claim()?;
-        if !self.caps().batch {
+        if self.one_by_one(keys) {
             return PerKey(OneByOne(self)).claim_many(keys, lease).await;
         }
         let answers = host::claim_many(keys, millis(lease))?;
