@@ -84,3 +84,76 @@ pub trait Harness {
         3
     }
 }
+
+/// A [`Harness`] for a store on a server that keeps its own time (Redis,
+/// PostgreSQL, a Durable Object on workerd): a new client per `open`, the real
+/// time elapsed as the clock (steps are sleeps), short ticks, and whatever
+/// must be dropped with the run's keys held until the harness goes.
+pub struct OnServer<C> {
+    open: Box<dyn FnMut() -> C>,
+    rules: Rules,
+    started: std::time::Instant,
+    tick_ms: u64,
+    slack_ms: u64,
+    _cleanup: Box<dyn std::any::Any>,
+}
+
+impl<C> OnServer<C> {
+    /// Clients from `open`, checked against `rules`; 40 ms ticks, 8 ms slack.
+    pub fn new(rules: Rules, open: impl FnMut() -> C + 'static) -> Self {
+        OnServer {
+            open: Box::new(open),
+            rules,
+            started: std::time::Instant::now(),
+            tick_ms: 40,
+            slack_ms: 8,
+            _cleanup: Box::new(()),
+        }
+    }
+
+    /// Keeps `cleanup` (a value whose `Drop` removes the run's records) until
+    /// the harness is dropped.
+    pub fn with_cleanup(mut self, cleanup: impl std::any::Any) -> Self {
+        self._cleanup = Box::new(cleanup);
+        self
+    }
+
+    /// Other timing: a longer tick for a server a round trip away, and how far
+    /// its clock may be from ours.
+    pub fn with_timing(mut self, tick_ms: u64, slack_ms: u64) -> Self {
+        (self.tick_ms, self.slack_ms) = (tick_ms, slack_ms);
+        self
+    }
+}
+
+impl<C> std::fmt::Debug for OnServer<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OnServer")
+            .field("rules", &self.rules)
+            .field("tick_ms", &self.tick_ms)
+            .field("slack_ms", &self.slack_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Store> Harness for OnServer<C> {
+    type Client = C;
+    fn rules(&self) -> Rules {
+        self.rules
+    }
+    fn open(&mut self) -> C {
+        (self.open)()
+    }
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+    fn advance(&mut self, ms: u64) {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+    fn slack_ms(&self) -> u64 {
+        self.slack_ms
+    }
+    fn tick_ms(&self) -> u64 {
+        self.tick_ms
+    }
+}

@@ -7,10 +7,10 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bq_dedupe::store::record::Rules;
-use bq_dedupe::testkit::{self, Harness};
+use bq_dedupe::testkit::{self, Harness, OnServer};
 use bq_dedupe::{Clock, ManualClock};
 use bq_dedupe_stores::{AnyStore, Dialect, PostgresStore, RedisStore, SqliteStore};
 use common::*;
@@ -59,12 +59,10 @@ fn any_store_from_a_spec_follows_the_record_model() {
             prefix: prefix.clone(),
         };
         let spec = format!("{url}?prefix={prefix}");
-        OnServer::<AnyStore> {
-            open: Box::new(move || AnyStore::from_spec(&spec).expect("open the spec")),
-            rules: RedisStore::rules(Dialect::Native),
-            time: RealTime(Instant::now()),
-            _cleanup: Box::new(cleanup),
-        }
+        OnServer::new(RedisStore::rules(Dialect::Native), move || {
+            AnyStore::from_spec(&spec).expect("open the spec")
+        })
+        .with_cleanup(cleanup)
     });
 }
 
@@ -112,51 +110,6 @@ fn sqlite_a_commit_sent_again_after_its_record_expired_is_not_ours() {
 
 /// Time on a server's own clock: real ms since the harness began, in short
 /// ticks, with a few ms of slack for the server's view of "now".
-struct RealTime(Instant);
-
-impl RealTime {
-    fn now_ms(&self) -> u64 {
-        self.0.elapsed().as_millis() as u64
-    }
-    fn advance(ms: u64) {
-        std::thread::sleep(Duration::from_millis(ms));
-    }
-}
-
-const TICK_MS: u64 = 40;
-const SLACK_MS: u64 = 8;
-
-/// A store on a server (Redis, PostgreSQL): a client per `open`, the server's
-/// own clock, and the test's keys or tables dropped with the harness.
-struct OnServer<C> {
-    open: Box<dyn Fn() -> C>,
-    rules: Rules,
-    time: RealTime,
-    _cleanup: Box<dyn std::any::Any>,
-}
-
-impl<C: bq_dedupe::Store> Harness for OnServer<C> {
-    type Client = C;
-    fn rules(&self) -> Rules {
-        self.rules
-    }
-    fn open(&mut self) -> C {
-        (self.open)()
-    }
-    fn now_ms(&self) -> u64 {
-        self.time.now_ms()
-    }
-    fn advance(&mut self, ms: u64) {
-        RealTime::advance(ms)
-    }
-    fn slack_ms(&self) -> u64 {
-        SLACK_MS
-    }
-    fn tick_ms(&self) -> u64 {
-        TICK_MS
-    }
-}
-
 fn redis(dialect: Dialect) -> OnServer<RedisStore> {
     let url = redis_url().expect("a Redis server");
     let prefix = redis_prefix(&format!("testkit-{}", dialect.name()));
@@ -164,14 +117,10 @@ fn redis(dialect: Dialect) -> OnServer<RedisStore> {
         url: url.clone(),
         prefix: prefix.clone(),
     };
-    OnServer {
-        open: Box::new(move || {
-            RedisStore::connect_dialect(&url, prefix.clone(), dialect).expect("connect to Redis")
-        }),
-        rules: RedisStore::rules(dialect),
-        time: RealTime(Instant::now()),
-        _cleanup: Box::new(cleanup),
-    }
+    OnServer::new(RedisStore::rules(dialect), move || {
+        RedisStore::connect_dialect(&url, prefix.clone(), dialect).expect("connect to Redis")
+    })
+    .with_cleanup(cleanup)
 }
 
 #[test]
@@ -191,15 +140,11 @@ fn redis_cluster_follows_the_record_model() {
             spec: spec.clone(),
             prefix: prefix.clone(),
         };
-        OnServer {
-            open: Box::new(move || {
-                RedisStore::connect_cluster(&nodes, prefix.clone(), Dialect::Native)
-                    .expect("connect to the cluster")
-            }),
-            rules: RedisStore::rules(Dialect::Native),
-            time: RealTime(Instant::now()),
-            _cleanup: Box::new(cleanup),
-        }
+        OnServer::new(RedisStore::rules(Dialect::Native), move || {
+            RedisStore::connect_cluster(&nodes, prefix.clone(), Dialect::Native)
+                .expect("connect to the cluster")
+        })
+        .with_cleanup(cleanup)
     });
 }
 
@@ -212,14 +157,10 @@ fn postgres_follows_the_record_model() {
             url: url.clone(),
             table: table.clone(),
         };
-        OnServer {
-            open: Box::new(move || {
-                PostgresStore::connect(&url, &table).expect("connect to PostgreSQL")
-            }),
-            rules: PostgresStore::RULES,
-            time: RealTime(Instant::now()),
-            _cleanup: Box::new(cleanup),
-        }
+        OnServer::new(PostgresStore::RULES, move || {
+            PostgresStore::connect(&url, &table).expect("connect to PostgreSQL")
+        })
+        .with_cleanup(cleanup)
     });
 }
 
