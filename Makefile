@@ -19,7 +19,7 @@ export CARGO_INCREMENTAL ?= 0
 # The wasm-only crates (the component, the Workers adapter, the example worker) are
 # built and tested for wasm32 by their own targets, not natively.
 TEST_CRATES := --workspace --exclude babelqueue-dedupe-component \
-  --exclude babelqueue-dedupe-worker-example
+  --exclude babelqueue-dedupe-worker-example --exclude babelqueue-dedupe-workerd-testkit
 
 # Each target family adds its own rules and appends its checks to EXTRA_TESTS.
 EXTRA_TESTS :=
@@ -61,6 +61,7 @@ setup:
 lint:
 	cargo fmt --all --check
 	cargo clippy $(TEST_CRATES) --all-targets -- -D warnings
+	cargo clippy -p babelqueue-dedupe-workerd-testkit --all-targets -- -D warnings
 	cargo clippy -p babelqueue-dedupe --features tracing,exact-json --all-targets -- -D warnings
 	cargo clippy -p babelqueue-dedupe-component --target wasm32-unknown-unknown -- -D warnings
 	cargo clippy -p babelqueue-dedupe-component --features minimal --target wasm32-unknown-unknown -- -D warnings

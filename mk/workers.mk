@@ -15,10 +15,12 @@ workers-lint:
 	cargo clippy -p babelqueue-dedupe-workers -p babelqueue-dedupe-worker-example --target wasm32-unknown-unknown -- -D warnings
 
 ## workers-test: every scenario of the adapter as queue traffic on workerd, the
-## locked example routes, and a user's own worker (examples/user-worker) built
-## outside the workspace with worker-build.
+## locked example routes, a user's own worker (examples/user-worker) built
+## outside the workspace with worker-build, and the store testkit against the
+## Durable Object store on workerd (crates/workerd-testkit).
 workers-test: workers-build workers-lint
 	node --test --test-reporter=spec crates/workers/tests/
+	scripts/with-worker.sh cargo test -p babelqueue-dedupe-workerd-testkit
 
 ## workers-bench: batch RPC vs a naive per-message adapter, same runtime.
 workers-bench: workers-build

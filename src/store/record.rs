@@ -87,6 +87,10 @@ pub struct Rules {
     /// expiry anew (`true`), or leaves the earlier one (`false`: the Go SDK's
     /// PostgreSQL statement, `ON CONFLICT ... WHERE expires_at <= now()`).
     pub remember_resets_expiry: bool,
+    /// A lapsed claim that `lapsed_claim_kept` keeps may also vanish at any
+    /// moment after it lapses (`true`: the Durable Object's alarm sweeps expired
+    /// rows), so its owner's renewal or fenced commit may find it gone.
+    pub lapsed_claim_swept: bool,
 }
 
 impl Rules {
@@ -98,6 +102,7 @@ impl Rules {
         done_keeps_token: true,
         claims_have_owners: true,
         remember_resets_expiry: true,
+        lapsed_claim_swept: false,
     };
 }
 
@@ -269,6 +274,7 @@ mod tests {
         done_keeps_token: false,
         claims_have_owners: true,
         remember_resets_expiry: true,
+        lapsed_claim_swept: false,
     };
 
     fn t(s: &'static str) -> &'static str {

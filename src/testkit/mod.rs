@@ -144,8 +144,10 @@ impl<C: Store> Harness for OnServer<C> {
     fn open(&mut self) -> C {
         (self.open)()
     }
+    /// Real ms since the harness began, from an offset: a window's lower end
+    /// (`now - slack`) must not stop at 0 and lose its slack.
     fn now_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
+        1_000_000 + self.started.elapsed().as_millis() as u64
     }
     fn advance(&mut self, ms: u64) {
         std::thread::sleep(std::time::Duration::from_millis(ms));

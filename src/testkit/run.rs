@@ -461,6 +461,9 @@ impl<C: Store> World<C> {
             ));
         }
         for ((key, part), got) in parts.iter().zip(answers) {
+            if self.rules.lapsed_claim_swept {
+                sweep_may_have_run(&mut self.records[*key], hi);
+            }
             let token = match got {
                 KeyAnswer::Claim(_, token) => token.clone(),
                 _ => None,
@@ -469,16 +472,56 @@ impl<C: Store> World<C> {
             // that gives the store's answer.
             let mut next: Vec<Record> = Vec::new();
             let mut expected = Vec::new();
+            // Per record, a peek's time left at the window's two ends.
+            let mut windows: Vec<(&Record, Duration, Duration)> = Vec::new();
             for record in &self.records[*key] {
+                let mut ends = Vec::new();
                 for now in [lo, hi] {
                     let mut r = record.clone();
                     let answer = apply(&mut r, self.rules, now, part, token.clone());
+                    if let KeyAnswer::Peek(Peeked::NotDone {
+                        claim_ends_in: Some(left),
+                    }) = &answer
+                    {
+                        ends.push(*left);
+                    }
                     if answer == *got {
                         if !next.contains(&r) {
                             next.push(r);
                         }
                     } else {
                         expected.push((answer, now));
+                    }
+                }
+                if let [early, late] = ends[..] {
+                    windows.push((record, late, early));
+                }
+            }
+            // A claim's time left, read at some instant inside the window, of a
+            // claim taken at some instant inside its own: anything between what
+            // the model says at the ends, over the records of that one claim
+            // (the same token, its end known only within a window).
+            // (Not only when nothing matched exactly: an exact match at one end
+            // must not drop the records of the same claim with other ends.)
+            if let KeyAnswer::Peek(Peeked::NotDone {
+                claim_ends_in: Some(left),
+            }) = got
+            {
+                for (record, ..) in &windows {
+                    let Record::Claimed { token: ours, .. } = record else {
+                        continue;
+                    };
+                    let same: Vec<_> = windows
+                        .iter()
+                        .filter(|w| matches!(w.0, Record::Claimed { token, .. } if token == ours))
+                        .collect();
+                    let least = same.iter().map(|w| w.1).min();
+                    let most = same.iter().map(|w| w.2).max();
+                    if let (Some(least), Some(most)) = (least, most)
+                        && (least..=most).contains(left)
+                        && !next.contains(record)
+                    {
+                        next.push((*record).clone());
                     }
                 }
             }
@@ -497,6 +540,17 @@ impl<C: Store> World<C> {
             }
         }
         Ok(())
+    }
+}
+
+/// A store that sweeps lapsed claims (`Rules::lapsed_claim_swept`) may have
+/// removed any claim that lapsed by `now`: its record may also be free.
+fn sweep_may_have_run(records: &mut Vec<Record>, now: u64) {
+    let lapsed = records
+        .iter()
+        .any(|r| matches!(r, Record::Claimed { until: Some(until), .. } if *until <= now));
+    if lapsed && !records.contains(&Record::Free) {
+        records.push(Record::Free);
     }
 }
 

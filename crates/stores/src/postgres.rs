@@ -152,6 +152,7 @@ impl PostgresStore {
         done_keeps_token: false,
         claims_have_owners: true,
         remember_resets_expiry: false,
+        lapsed_claim_swept: false,
     };
 
     /// Connects to `url` (`postgres://[USER[:PASSWORD]@]HOST[:PORT]/DB[?...]`, any

@@ -92,6 +92,7 @@ impl SqliteStore {
         done_keeps_token: true,
         claims_have_owners: true,
         remember_resets_expiry: true,
+        lapsed_claim_swept: false,
     };
 
     /// Opens (or creates) the store at `path`, creating missing parent folders.

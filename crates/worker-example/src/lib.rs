@@ -44,6 +44,7 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
         })
         .post_async("/forget", |req, ctx| store_api::forget(req, ctx.env))
         .post_async("/store/seen", |req, ctx| store_api::seen(req, ctx.env))
+        .post_async("/store/peek", |req, ctx| store_api::peek(req, ctx.env))
         .post_async("/store/forget", |req, ctx| {
             store_api::forget_keys(req, ctx.env)
         })

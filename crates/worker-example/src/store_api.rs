@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use bq_dedupe_workers::bq_dedupe::store::Settlement;
+use bq_dedupe_workers::bq_dedupe::store::{Peeked, Settlement};
 use bq_dedupe_workers::bq_dedupe::{Claim, ClaimToken, Store, StoreError};
 use bq_dedupe_workers::{DedupeConfig, RoundTrips, WorkersStore};
 use serde::Deserialize;
@@ -112,6 +112,31 @@ pub async fn seen(mut req: Request, env: Env) -> Result<Response> {
             .await
             .map(|seen| json!({ "seen": seen })),
     )
+}
+
+/// `POST /store/peek {"keys": [...]}`: for each key `{"state": "done"}` or
+/// `{"state": "not-done", "claim_ends_in_ms": ms | null}` (0: free; null: the
+/// store cannot tell), as the guard's re-check of a held key reads it.
+pub async fn peek(mut req: Request, env: Env) -> Result<Response> {
+    let keys: Keys = match body(&mut req, &env).await? {
+        Ok(b) => b,
+        Err(refusal) => return Ok(refusal),
+    };
+    let (_, store) = open(&env)?;
+    let refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
+    reply(store.peek_many(&refs).await.map(|peeked| {
+        let peeked: Vec<Value> = peeked
+            .into_iter()
+            .map(|p| match p {
+                Peeked::Done => json!({ "state": "done" }),
+                Peeked::NotDone { claim_ends_in } => json!({
+                    "state": "not-done",
+                    "claim_ends_in_ms": claim_ends_in.map(|d| d.as_millis() as u64),
+                }),
+            })
+            .collect();
+        json!({ "peeked": peeked })
+    }))
 }
 
 pub async fn remember(mut req: Request, env: Env) -> Result<Response> {

@@ -35,9 +35,10 @@ export function envelope(id, data = {}) {
  * directory where Durable Object and KV state outlives the worker (a restart with
  * other vars finds it again); otherwise state is in memory. The admin token
  * (TOKEN) and the test directives are on unless `vars` says otherwise (a var
- * set to `undefined` is left out).
+ * set to `undefined` is left out). `port`: also listen on 127.0.0.1 there (0: any
+ * free port), for another process (`serve.mjs`).
  */
-export async function startWorker({ vars = {}, consumer = {}, assets = false, persist } = {}) {
+export async function startWorker({ vars = {}, consumer = {}, assets = false, persist, port } = {}) {
   const { workerOptions, main } = unstable_getMiniflareWorkerOptions(
     path.join(ROOT, "wrangler.toml"),
   );
@@ -66,15 +67,19 @@ export async function startWorker({ vars = {}, consumer = {}, assets = false, pe
     ),
     queueConsumers,
     ...(persist ? { durableObjectsPersist: persist, kvPersist: persist } : {}),
+    // A socket for other processes (serve.mjs); dispatchFetch needs none.
+    ...(port === undefined ? {} : { host: "127.0.0.1", port }),
     log: new Log(process.env.BQ_WORKER_LOG ? LogLevel.DEBUG : LogLevel.WARN),
   });
-  await mf.ready;
-  return new Worker(mf);
+  const url = await mf.ready;
+  return new Worker(mf, url);
 }
 
 class Worker {
-  constructor(mf) {
+  constructor(mf, url) {
     this.mf = mf;
+    /** Where the worker listens (with `port`: on that port, 0 for any free one). */
+    this.url = url;
   }
 
   async dispose() {

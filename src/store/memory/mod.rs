@@ -364,6 +364,7 @@ impl InMemoryStore {
         done_keeps_token: false,
         claims_have_owners: true,
         remember_resets_expiry: true,
+        lapsed_claim_swept: false,
     };
 
     /// Applies `op` (one of [`Record`]'s rules) to `key`'s record and writes back

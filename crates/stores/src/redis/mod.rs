@@ -80,6 +80,7 @@ impl RedisStore {
             done_keeps_token: matches!(dialect, Dialect::Native),
             claims_have_owners: matches!(dialect, Dialect::Native),
             remember_resets_expiry: true,
+            lapsed_claim_swept: false,
         }
     }
 

@@ -35,6 +35,13 @@ pub struct DedupeShard {
     alarm_at: Cell<Option<i64>>,
 }
 
+impl DedupeShard {
+    /// The choices the shard's rows make in the core's record model (a lapsed
+    /// claim stays its owner's until taken over; a done row keeps no token):
+    /// what the store testkit checks the shard against.
+    pub const RULES: bq_dedupe::store::record::Rules = super::table::RULES;
+}
+
 impl DurableObject for DedupeShard {
     fn new(state: State, _env: Env) -> Self {
         let table = IdTable::new(state.storage().sql());

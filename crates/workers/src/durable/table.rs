@@ -14,11 +14,12 @@ use super::protocol::{
 /// How the table's rows follow the record model: a lapsed claim's row stays its
 /// owner's until another consumer takes it over (or the sweep removes it); a
 /// done row keeps no token.
-const RULES: Rules = Rules {
+pub(crate) const RULES: Rules = Rules {
     lapsed_claim_kept: true,
     done_keeps_token: false,
     claims_have_owners: true,
     remember_resets_expiry: true,
+    lapsed_claim_swept: true,
 };
 
 /// `token` NULL: remembered (done); otherwise an in-flight claim owned by that
