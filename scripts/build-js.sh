@@ -134,7 +134,7 @@ echo "wrote ${PKG#"$ROOT"/}/{web,node}/ and www/pkg/"
 if [[ "$MODE" == test ]]; then
     t=$(now)
     cargo rustc -p babelqueue-dedupe-js --lib --crate-type cdylib --target wasm32-unknown-unknown \
-        --features conformance --profile js-conformance --config 'profile.js-conformance.inherits="dev"'
+        --features conformance,testkit --profile js-conformance --config 'profile.js-conformance.inherits="dev"'
     TRAW="${CARGO_TARGET_DIR:-$ROOT/target}/wasm32-unknown-unknown/js-conformance/bq_dedupe_js.wasm"
     TOUT="$PKG/conformance-node"
     if [[ ! -f "$TOUT/$NAME.cjs" || "$TRAW" -nt "$TOUT/$NAME.cjs" ]]; then

@@ -248,10 +248,6 @@ pub fn ops(caps: Capabilities, clients: usize) -> impl Strategy<Value = Vec<Op>>
 /// clock, whose runs sleep. `PROPTEST_CASES` overrides `cases` for a longer run
 /// by hand, and `BQ_TESTKIT_SEED` repeats a run that failed.
 pub fn check<H: Harness>(cases: u32, make: impl Fn() -> H) {
-    let (caps, clients) = {
-        let mut h = make();
-        (h.open().capabilities(), h.clients())
-    };
     let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
     let cases = env("PROPTEST_CASES").map_or(cases, |n| n as u32);
     let seed = env("BQ_TESTKIT_SEED").unwrap_or_else(|| {
@@ -260,6 +256,19 @@ pub fn check<H: Harness>(cases: u32, make: impl Fn() -> H) {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
     });
+    if let Err(e) = check_seeded(cases, seed, make) {
+        panic!("{e}");
+    }
+}
+
+/// [`check`] from a given seed, reading no environment or clock of its own (a
+/// host without them, as wasm32 in JS, passes its own): `Err` describes the
+/// smallest failing run and names the seed.
+pub fn check_seeded<H: Harness>(cases: u32, seed: u64, make: impl Fn() -> H) -> Result<(), String> {
+    let (caps, clients) = {
+        let mut h = make();
+        (h.open().capabilities(), h.clients())
+    };
     let config = Config {
         cases,
         failure_persistence: None,
@@ -271,12 +280,11 @@ pub fn check<H: Harness>(cases: u32, make: impl Fn() -> H) {
     }
     let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
     let mut runner = TestRunner::new_with_rng(config, rng);
-    let result = runner.run(&ops(caps, clients), |ops| {
-        check_ops(&mut make(), &ops).map_err(TestCaseError::fail)
-    });
-    if let Err(e) = result {
-        panic!("store testkit (BQ_TESTKIT_SEED={seed}): {e}");
-    }
+    runner
+        .run(&ops(caps, clients), |ops| {
+            check_ops(&mut make(), &ops).map_err(TestCaseError::fail)
+        })
+        .map_err(|e| format!("store testkit (BQ_TESTKIT_SEED={seed}): {e}"))
 }
 
 /// One run of `ops` on `harness`: `Err` names the first answer the model does

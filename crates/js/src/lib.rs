@@ -9,6 +9,8 @@
 mod conformance;
 mod memory;
 mod store;
+#[cfg(feature = "testkit")]
+mod testkit;
 mod types;
 
 // A smaller allocator than std's dlmalloc for the one-threaded wasm module (as
