@@ -317,6 +317,7 @@ impl DedupeConfig {
                 WorkersStore::DurableObject(
                     DurableObjectStore::new(namespace, self.shards)
                         .with_previous(self.previous_layout)
+                        .with_reshard_window(self.ttl)
                         .with_round_trips(round_trips),
                 )
             }

@@ -58,6 +58,15 @@ impl Layout {
         }
     }
 
+    /// The layout as the settings name it: `N` (`DEDUPE_SHARDS`), or
+    /// `sha256-mod:N` (`DEDUPE_PREVIOUS_SHARDS` for objects before jump hashing).
+    pub fn setting(self) -> String {
+        match self {
+            Layout::Jump(n) => n.max(1).to_string(),
+            Layout::Sha256Mod(n) => format!("sha256-mod:{}", n.max(1)),
+        }
+    }
+
     /// The object holding the key with this hash.
     pub fn object_of_hash(self, hash: u64) -> String {
         self.object_name(self.shard_of_hash(hash))

@@ -296,6 +296,52 @@ describe("resharding fences both layouts (hole 4 of the store-contract issue; fa
   );
 });
 
+describe("one reshard per dedupe window (hole 4 of the store-contract issue; accepted silently on 6ddd708)", () => {
+  test(
+    "1 -> 4, then 4 -> 8 inside the window: refused, naming the settings, nothing runs; " +
+      "back to the layout before is allowed; after the window the second reshard is accepted",
+    async () => {
+      const dir = mkdtempSync(path.join(tmpdir(), "bq-reshard-twice-"));
+      const ids = Array.from({ length: 6 }, (_, i) => `twice-${i}`);
+      try {
+        const first = { DEDUPE_SHARDS: "4", DEDUPE_PREVIOUS_SHARDS: "1", DEDUPE_TTL_SECONDS: "2" };
+        await withWorker({ vars: first, persist: dir }, async (worker) => {
+          assert.equal((await worker.publishAndWait(ids.map((id) => envelope(id)))).runs, ids.length);
+        });
+        const second = { DEDUPE_SHARDS: "8", DEDUPE_PREVIOUS_SHARDS: "4", DEDUPE_TTL_SECONDS: "2" };
+        await withWorker({ vars: second, persist: dir }, async (worker) => {
+          await assert.rejects(
+            worker.seen(ids),
+            (e) =>
+              /HTTP 400/.test(e.message) &&
+              /second reshard/.test(e.message) &&
+              /DEDUPE_PREVIOUS_SHARDS=1/.test(e.message) &&
+              /DEDUPE_TTL_SECONDS/.test(e.message),
+          );
+          const before = await worker.stats();
+          const result = await worker.dispatchQueue(ids.map((id) => msg(envelope(`new-${id}`))));
+          assert.equal(result.explicitAcks.length, 0, JSON.stringify(result));
+          assert.equal(result.retryMessages.length, ids.length, JSON.stringify(result));
+          assert.equal(delta(await worker.stats(), before).runs, 0, "no handler ran");
+        });
+        // Back to 1 shard while 4 is the previous: both layouts are still asked.
+        const back = { DEDUPE_SHARDS: "1", DEDUPE_PREVIOUS_SHARDS: "4", DEDUPE_TTL_SECONDS: "2" };
+        await withWorker({ vars: back, persist: dir }, async (worker) => {
+          assert.deepEqual((await worker.seen(ids)).seen, ids.map(() => true));
+        });
+        await sleep(2100); // the window of the last reshard passes
+        const later = { DEDUPE_SHARDS: "8", DEDUPE_PREVIOUS_SHARDS: "1", DEDUPE_TTL_SECONDS: "2" };
+        await withWorker({ vars: later, persist: dir }, async (worker) => {
+          const result = await worker.dispatchQueue(ids.map((id) => msg(envelope(`later-${id}`))));
+          assert.equal(result.explicitAcks.length, ids.length, JSON.stringify(result));
+        });
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  );
+});
+
 describe("the dedupe window", () => {
   const DEFAULT_TTL_MS = (14 * 24 + 12) * 3600 * 1000;
 

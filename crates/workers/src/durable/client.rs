@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use bq_dedupe::store::{Peeked, Settled, Settlement};
-use bq_dedupe::{Capabilities, Claim, ClaimToken, Store, StoreError, StoreResult};
+use bq_dedupe::{Capabilities, Claim, ClaimToken, Store, StoreError, StoreErrorKind, StoreResult};
 use futures_util::future::{join_all, try_join_all};
 use wasm_bindgen::JsValue;
 use worker::{Method, ObjectNamespace, Request, RequestInit};
@@ -26,7 +26,16 @@ pub struct DurableObjectStore {
     namespace: ObjectNamespace,
     layout: Layout,
     previous: Option<Layout>,
+    /// The dedupe window a reshard must outlast (`None`: forever).
+    window: Option<Duration>,
     round_trips: RoundTrips,
+}
+
+thread_local! {
+    /// The (layout, previous, window) this isolate's registry check accepted:
+    /// asked once per isolate while resharding, not per batch.
+    static LAYOUT_ACCEPTED: std::cell::RefCell<Option<(Layout, Layout, Option<Duration>)>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// Which object a request goes to, and which of the call's keys it carries.
@@ -43,6 +52,7 @@ impl DurableObjectStore {
             namespace,
             layout: Layout::Jump(shards.max(1)),
             previous: None,
+            window: None,
             round_trips: RoundTrips::new(),
         }
     }
@@ -51,6 +61,39 @@ impl DurableObjectStore {
     pub fn with_previous(mut self, previous: Option<Layout>) -> Self {
         self.previous = previous.filter(|&p| p != self.layout);
         self
+    }
+
+    /// The dedupe window (`DEDUPE_TTL_SECONDS`; `None`: forever), which a
+    /// reshard must outlast before the next one: while resharding, the first
+    /// call of an isolate asks the layout registry, and a second reshard inside
+    /// one window is refused (every call then fails with `Invalid`, naming the
+    /// settings), so the first reshard's old layout is never dropped early.
+    pub fn with_reshard_window(mut self, window: Option<Duration>) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// While resharding: once per isolate, the layout registry's answer to this
+    /// reshard (see [`DurableObjectStore::with_reshard_window`]).
+    async fn check_layouts(&self) -> StoreResult<()> {
+        let Some(previous) = self.previous else {
+            return Ok(());
+        };
+        let this = (self.layout, previous, self.window);
+        if LAYOUT_ACCEPTED.with_borrow(|accepted| *accepted == Some(this)) {
+            return Ok(());
+        }
+        let request = ShardRequest::Layouts {
+            current: self.layout.setting(),
+            previous: previous.setting(),
+            window_ms: self.window.map(wire_ms),
+        };
+        let reply = self.call(super::layouts::OBJECT, request).await?;
+        if let Some(refused) = reply.refused {
+            return Err(StoreError::new(StoreErrorKind::Invalid, refused));
+        }
+        LAYOUT_ACCEPTED.with_borrow_mut(|accepted| *accepted = Some(this));
+        Ok(())
     }
 
     /// Counts this store's requests into `counter`.
@@ -356,6 +399,7 @@ impl Store for DurableObjectStore {
     /// does not know and that live elsewhere in the previous one are asked there
     /// (one more request per previous object touched).
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
+        self.check_layouts().await?;
         let mut seen = self.seen_in(self.layout, keys).await?;
         let Some(previous) = self.previous else {
             return Ok(seen);
@@ -378,6 +422,7 @@ impl Store for DurableObjectStore {
     /// resharding, the keys not done here that live elsewhere in the previous
     /// layout are asked there too, and the longer claim counts.
     async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
+        self.check_layouts().await?;
         let mut peeked = self.peek_in(self.layout, keys).await?;
         let Some(previous) = self.previous else {
             return Ok(peeked);
@@ -422,6 +467,7 @@ impl Store for DurableObjectStore {
     /// the token names both claims (`here+there`) and every later call on it
     /// goes to both objects.
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
+        self.check_layouts().await?;
         let mut claims = self.claim_in(self.layout, keys, lease).await?;
         let Some(previous) = self.previous else {
             return Ok(claims);
@@ -476,6 +522,7 @@ impl Store for DurableObjectStore {
     /// fails with remembers or renewals fails the call, since what it recorded
     /// is unknown.
     async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
+        self.check_layouts().await?;
         #[derive(Default)]
         struct Part {
             remember: Vec<Remember>,

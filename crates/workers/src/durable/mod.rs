@@ -6,9 +6,11 @@
 //! - [`DurableObjectStore`]: the consumer side. Ids are spread over N objects by a
 //!   stable hash of the key; a batch costs one request per shard touched to decide
 //!   and one to commit.
-//! - [`protocol`]: the JSON requests between the two; `table`: the SQL.
+//! - [`protocol`]: the JSON requests between the two; `table`: the SQL;
+//!   `layouts`: the registry of layouts resharded through (one reshard per window).
 
 mod client;
+mod layouts;
 mod object;
 pub mod protocol;
 mod table;

@@ -48,6 +48,15 @@ pub enum ShardRequest {
     Peek { keys: Vec<String> },
     /// Drop keys and their claims.
     Forget { keys: Vec<String> },
+    /// To the layout registry (`bq-dedupe/layouts`), from a consumer while
+    /// resharding: its layout and the one before (as the settings name them),
+    /// and the dedupe window. Reply: `refused`, why a second reshard inside
+    /// one window is not allowed, or absent.
+    Layouts {
+        current: String,
+        previous: String,
+        window_ms: Option<u64>,
+    },
     /// The rows (for inspection: the playground, `/store/entries`): live ones, or
     /// with `expired` also those past `expires_at` that the sweep has not removed.
     Entries {
@@ -120,4 +129,6 @@ pub struct ShardReply {
     pub forgotten: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entries: Option<Vec<Entry>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }

@@ -169,6 +169,14 @@ impl IdTable {
                 }
                 reply.forgotten = Some(forgotten);
             }
+            ShardRequest::Layouts {
+                current,
+                previous,
+                window_ms,
+            } => {
+                reply.refused =
+                    super::layouts::check(&self.sql, &current, &previous, window_ms, now)?;
+            }
             ShardRequest::Entries { limit, expired } => {
                 // With `expired`, every row: `now` then excludes nothing.
                 let after = if expired { i64::MIN } else { now };
