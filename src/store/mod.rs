@@ -471,6 +471,38 @@ impl<S: KeyStore> Store for PerKey<S> {
     }
 }
 
+/// `settle` for a store with batch remembers but single-key claims (a JS store
+/// with `rememberMany` and no `settle`, a WIT host without `leases`): a step with
+/// tokens or renewals goes one call per key ([`PerKey`] over `keys`); a plain
+/// one (all a store without leases is given) releases through `keys`, one call
+/// each (a failure kept in [`Settled::release_error`]), then remembers every key
+/// with one `store.remember_many`.
+pub async fn settle_with_batch_remember<S: Store + ?Sized, K: KeyStore>(
+    store: &S,
+    keys: K,
+    step: &Settlement<'_>,
+) -> StoreResult<Settled> {
+    let fenced = step.remember.iter().any(|(_, token)| token.is_some());
+    if fenced || !step.renew.is_empty() {
+        return PerKey(keys).settle(step).await;
+    }
+    let mut release_error = None;
+    for (key, token) in step.release {
+        if let Err(e) = keys.release(key, token).await {
+            release_error.get_or_insert(e);
+        }
+    }
+    let done: Vec<&str> = step.remember.iter().map(|(key, _)| *key).collect();
+    if !done.is_empty() {
+        store.remember_many(&done, step.ttl).await?;
+    }
+    Ok(Settled {
+        kept: vec![true; done.len()],
+        release_error,
+        ..Settled::default()
+    })
+}
+
 impl<S: KeyStore + ?Sized> KeyStore for &S {
     async fn seen(&self, key: &str) -> StoreResult<bool> {
         (**self).seen(key).await

@@ -14,7 +14,7 @@
 use std::cell::OnceCell;
 use std::time::Duration;
 
-use bq_dedupe::store::{KeyStore, PerKey};
+use bq_dedupe::store::{KeyStore, PerKey, settle_with_batch_remember};
 use bq_dedupe::{
     Capabilities, Claim, ClaimToken, Clock, Guard, Settled, Settlement, Store, StoreError,
     StoreResult,
@@ -165,25 +165,10 @@ impl Store for HostStore {
 
     /// `leases.settle` where the host has leases; else (a 1.1.0 host) the
     /// releases one `release` each, then the remembers as one `remember-many`
-    /// (unfenced: the guard asks for no renewal or fence then; were it asked,
-    /// the answers say the claims were kept, which is all 1.1.0 could promise).
+    /// (the guard asks a host without leases for no renewal or fence).
     async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
         if !self.capabilities().lease {
-            let mut release_error = None;
-            for (key, token) in step.release {
-                if let Err(e) = OneByOne(self).release(key, token).await {
-                    release_error.get_or_insert(e);
-                }
-            }
-            let done: Vec<&str> = step.remember.iter().map(|(key, _)| *key).collect();
-            if !done.is_empty() {
-                self.remember_many(&done, step.ttl).await?;
-            }
-            return Ok(Settled {
-                kept: vec![true; done.len()],
-                renewed: vec![true; step.renew.len()],
-                release_error,
-            });
+            return settle_with_batch_remember(self, OneByOne(self), step).await;
         }
         let remember: Vec<(&str, Option<&str>)> = step
             .remember

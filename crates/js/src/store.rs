@@ -16,7 +16,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bq_dedupe::store::{KeyStore, PerKey};
+use bq_dedupe::store::{KeyStore, PerKey, settle_with_batch_remember};
 use bq_dedupe::{
     Capabilities, Claim, ClaimToken, Clock, InMemoryStore, Settled, Settlement, Store, StoreError,
     StoreErrorKind, StoreResult,
@@ -411,25 +411,7 @@ impl Store for JsObjectStore {
     /// call per key.
     async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
         if !self.has.settle {
-            let fenced = step.remember.iter().any(|(_, t)| t.is_some());
-            if fenced || !step.renew.is_empty() {
-                return PerKey(OneByOne(self)).settle(step).await;
-            }
-            let mut release_error = None;
-            for (key, token) in step.release {
-                if let Err(e) = OneByOne(self).release(key, token).await {
-                    release_error.get_or_insert(e);
-                }
-            }
-            let keys: Vec<&str> = step.remember.iter().map(|(k, _)| *k).collect();
-            if !keys.is_empty() {
-                self.remember_many(&keys, step.ttl).await?;
-            }
-            return Ok(Settled {
-                kept: vec![true; keys.len()],
-                release_error,
-                ..Settled::default()
-            });
+            return settle_with_batch_remember(self, OneByOne(self), step).await;
         }
         let ttl = step
             .ttl
