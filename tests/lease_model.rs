@@ -21,12 +21,12 @@ use bq_dedupe::{
 use proptest::prelude::*;
 
 /// The shared store, which fails every call while `down` is set.
-struct Faulty {
+struct Outage {
     inner: Arc<InMemoryStore>,
     down: Arc<AtomicBool>,
 }
 
-impl Faulty {
+impl Outage {
     fn up(&self) -> StoreResult<()> {
         match self.down.load(Ordering::SeqCst) {
             true => Err(StoreError::unavailable("down")),
@@ -35,7 +35,7 @@ impl Faulty {
     }
 }
 
-impl Store for Faulty {
+impl Store for Outage {
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
         self.up()?;
         self.inner.seen_many(keys).await
@@ -120,9 +120,9 @@ fn check(batches: [Vec<(u8, bool)>; 2], steps: Vec<Step>) -> Result<(), TestCase
         },
         ..Options::default()
     };
-    let guards: Vec<Guard<Faulty>> = (0..2)
+    let guards: Vec<Guard<Outage>> = (0..2)
         .map(|_| {
-            Guard::new(Faulty {
+            Guard::new(Outage {
                 inner: inner.clone(),
                 down: down.clone(),
             })
@@ -264,7 +264,7 @@ fn a_consumer_cut_off_past_its_lease_runs_nothing_more() {
         ..Options::default()
     };
     let guard = |down: &Arc<AtomicBool>| {
-        Guard::new(Faulty {
+        Guard::new(Outage {
             inner: inner.clone(),
             down: down.clone(),
         })

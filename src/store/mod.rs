@@ -445,30 +445,6 @@ impl<S: KeyStore> Store for PerKey<S> {
         }
         Ok(settled)
     }
-
-    async fn seen(&self, key: &str) -> StoreResult<bool> {
-        self.0.seen(key).await
-    }
-    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
-        self.0.remember(key, ttl).await
-    }
-    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
-        self.0.claim(key, lease).await
-    }
-    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
-        self.0.release(key, token).await
-    }
-    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
-        self.0.renew(key, token, lease).await
-    }
-    async fn remember_fenced(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        ttl: Option<Duration>,
-    ) -> StoreResult<bool> {
-        self.0.remember_fenced(key, token, ttl).await
-    }
 }
 
 /// `settle` for a store with batch remembers but single-key claims (a JS store
@@ -501,41 +477,6 @@ pub async fn settle_with_batch_remember<S: Store + ?Sized, K: KeyStore>(
         release_error,
         ..Settled::default()
     })
-}
-
-impl<S: KeyStore + ?Sized> KeyStore for &S {
-    async fn seen(&self, key: &str) -> StoreResult<bool> {
-        (**self).seen(key).await
-    }
-    async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
-        (**self).remember(key, ttl).await
-    }
-    async fn forget(&self, key: &str) -> StoreResult<()> {
-        (**self).forget(key).await
-    }
-    fn capabilities(&self) -> Capabilities {
-        (**self).capabilities()
-    }
-    fn shared_format(&self) -> Option<&'static str> {
-        (**self).shared_format()
-    }
-    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
-        (**self).claim(key, lease).await
-    }
-    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
-        (**self).release(key, token).await
-    }
-    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
-        (**self).renew(key, token, lease).await
-    }
-    async fn remember_fenced(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        ttl: Option<Duration>,
-    ) -> StoreResult<bool> {
-        (**self).remember_fenced(key, token, ttl).await
-    }
 }
 
 /// A batch store seen through its single-key calls, for [`PerKey`]: the

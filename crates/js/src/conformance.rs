@@ -19,7 +19,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
 use crate::memory::DateClock;
-use crate::store::{AnyStore, message_of, settle};
+use crate::store::{GivenStore, await_value, message_of};
 use crate::{check_options, js_error, opt_number, prop, set, type_error};
 
 /// The fixture paths a manifest refers to, in order, without duplicates.
@@ -86,18 +86,18 @@ pub async fn run_conformance(
         JsValue::UNDEFINED
     };
     let store = if store_value.is_undefined() || store_value.is_null() {
-        AnyStore::Memory(std::rc::Rc::new(InMemoryStore::with_clock(
+        GivenStore::Memory(std::rc::Rc::new(InMemoryStore::with_clock(
             std::sync::Arc::new(DateClock),
         )))
     } else {
-        AnyStore::from_js(&store_value)
+        GivenStore::from_js(&store_value)
             .map_err(|e| type_error(&e))?
             .0
     };
 
     let mut fixtures: Vec<(String, Result<Vec<u8>, String>)> = Vec::new();
     for path in fixture_paths(&parsed) {
-        let loaded = settle(load.call1(&JsValue::UNDEFINED, &JsValue::from_str(&path)))
+        let loaded = await_value(load.call1(&JsValue::UNDEFINED, &JsValue::from_str(&path)))
             .await
             .map_err(|e| format!("{path}: {}", message_of(&e)))
             .and_then(|v| bytes_of(&v).map_err(|e| format!("{path}: {e}")));

@@ -32,7 +32,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
-use crate::store::{AnyStore, message_of, settle};
+use crate::store::{GivenStore, await_value, message_of};
 
 pub use memory::JsInMemoryStore;
 
@@ -366,7 +366,7 @@ async fn call_handler(
     msg: &Message<'_>,
 ) -> Result<(), HandlerError> {
     let result = handler.call1(&JsValue::UNDEFINED, &envelope_js(text, msg));
-    settle(result).await.map(drop).map_err(HandlerError)
+    await_value(result).await.map(drop).map_err(HandlerError)
 }
 
 fn handler_of(value: JsValue) -> Result<Function, JsValue> {
@@ -409,11 +409,11 @@ impl Timer for JsTimer {
     }
 }
 
-type JsGuard = Guard<AnyStore, KeyLog, JsTimer>;
+type JsGuard = Guard<GivenStore, KeyLog, JsTimer>;
 
 fn guard(store: &JsValue, opts: &Option<JsValue>) -> Result<JsGuard, JsValue> {
     let options = options(opts)?;
-    let (store, clock) = AnyStore::from_js(store).map_err(|e| type_error(&e))?;
+    let (store, clock) = GivenStore::from_js(store).map_err(|e| type_error(&e))?;
     Ok(Guard::new(store)
         .with_options(options)
         .with_clock(clock)

@@ -82,22 +82,22 @@ pub struct JsObjectStore {
 }
 
 /// The store behind one call: the Rust in-memory store, or a JS object.
-pub enum AnyStore {
+pub enum GivenStore {
     Memory(Rc<InMemoryStore>),
     Js(JsObjectStore),
 }
 
-impl AnyStore {
+impl GivenStore {
     /// The store a JS caller passed (and the clock a guard over it reads: an
     /// `InMemoryStore`'s manual clock, else `Date.now`), or a `TypeError` message
     /// saying why it is not one.
-    pub fn from_js(value: &JsValue) -> Result<(AnyStore, Arc<dyn Clock>), String> {
+    pub fn from_js(value: &JsValue) -> Result<(GivenStore, Arc<dyn Clock>), String> {
         if let Some((memory, manual)) = crate::memory::lookup(value)? {
             let clock: Arc<dyn Clock> = match manual {
                 Some(m) => m,
                 None => Arc::new(DateClock),
             };
-            return Ok((AnyStore::Memory(memory), clock));
+            return Ok((GivenStore::Memory(memory), clock));
         }
         if !value.is_object() {
             return Err(
@@ -146,7 +146,7 @@ impl AnyStore {
             fenced: renew && fenced,
             settle,
         };
-        let store = AnyStore::Js(JsObjectStore {
+        let store = GivenStore::Js(JsObjectStore {
             obj: value.clone().unchecked_into(),
             has,
         });
@@ -160,7 +160,7 @@ fn is_function(obj: &JsValue, name: &'static str) -> bool {
 
 /// Waits for a thenable; passes any other value through (a sync store stays sync,
 /// so `block_on_ready` can drive it, as the conformance runner does).
-pub async fn settle(value: Result<JsValue, JsValue>) -> Result<JsValue, JsValue> {
+pub async fn await_value(value: Result<JsValue, JsValue>) -> Result<JsValue, JsValue> {
     let value = value?;
     if value.is_object() && is_function(&value, "then") {
         JsFuture::from(Promise::resolve(&value)).await
@@ -266,7 +266,7 @@ fn claim_of(value: &JsValue) -> StoreResult<Claim> {
 
 impl JsObjectStore {
     async fn call(&self, op: &str, result: Result<JsValue, JsValue>) -> StoreResult<JsValue> {
-        settle(result).await.map_err(|e| store_error(op, e))
+        await_value(result).await.map_err(|e| store_error(op, e))
     }
 
     fn check_fenced(&self) -> StoreResult<()> {
@@ -468,7 +468,7 @@ fn flags(reply: &JsValue, name: &'static str, n: usize) -> StoreResult<Vec<bool>
     Ok(answers)
 }
 
-bq_dedupe::delegate_store!(AnyStore { Memory, Js });
+bq_dedupe::delegate_store!(GivenStore { Memory, Js });
 
 /// For `claim` results handed back to JS by the in-memory class.
 pub fn claim_to_js(claim: &Claim) -> JsValue {

@@ -22,7 +22,7 @@ use bq_dedupe::{Claim, ClaimToken, Clock, InMemoryStore, ManualClock, block_on_r
 use js_sys::{Array, Function, Object};
 use wasm_bindgen::prelude::*;
 
-use crate::store::{AnyStore, claim_to_js};
+use crate::store::{GivenStore, claim_to_js};
 use crate::{prop, set};
 
 /// The backend a test's JS store forwards to.
@@ -178,13 +178,13 @@ struct JsHarness {
 }
 
 impl Harness for JsHarness {
-    type Client = AnyStore;
+    type Client = GivenStore;
     fn rules(&self) -> Rules {
         InMemoryStore::RULES
     }
-    fn open(&mut self) -> AnyStore {
-        match AnyStore::from_js(&self.store) {
-            Ok((store @ AnyStore::Js(_), _)) => store,
+    fn open(&mut self) -> GivenStore {
+        match GivenStore::from_js(&self.store) {
+            Ok((store @ GivenStore::Js(_), _)) => store,
             Ok(_) => panic!("the testkit's store must be a plain JS object"),
             Err(e) => panic!("not a store: {e}"),
         }

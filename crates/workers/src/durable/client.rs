@@ -9,7 +9,7 @@ use wasm_bindgen::JsValue;
 use worker::{Method, ObjectNamespace, Request, RequestInit};
 
 use super::protocol::{
-    ClaimReply, Entry, MAX_SAFE_MS, PeekState, Release, Remember, ShardReply, ShardRequest,
+    ClaimRef, ClaimReply, Entry, MAX_SAFE_MS, PeekState, Remember, ShardReply, ShardRequest,
 };
 use crate::round_trips::RoundTrips;
 use crate::shard::{Layout, key_hash};
@@ -306,7 +306,7 @@ impl DurableObjectStore {
         join_all(groups.into_iter().map(|Group { object, members }| {
             let release = members
                 .iter()
-                .map(|&i| release_of(taken[i].0, &taken[i].1.0))
+                .map(|&i| claim_ref(taken[i].0, &taken[i].1.0))
                 .collect();
             let request = ShardRequest::Settle {
                 remember: Vec::new(),
@@ -527,8 +527,8 @@ impl Store for DurableObjectStore {
         struct Part {
             remember: Vec<Remember>,
             remember_at: Vec<usize>,
-            release: Vec<Release>,
-            renew: Vec<Release>,
+            release: Vec<ClaimRef>,
+            renew: Vec<ClaimRef>,
             renew_at: Vec<usize>,
         }
         /// The part of the step that goes to `object` (first-seen order).
@@ -555,14 +555,14 @@ impl Store for DurableObjectStore {
         }
         for (key, token) in step.release {
             for (object, token) in self.placements(key, Some(token.0.as_str())) {
-                let release = release_of(key, token.unwrap_or_default());
+                let release = claim_ref(key, token.unwrap_or_default());
                 part_for(&mut parts, object).release.push(release);
             }
         }
         for (i, (key, token)) in step.renew.iter().enumerate() {
             for (object, token) in self.placements(key, Some(token.0.as_str())) {
                 let p = part_for(&mut parts, object);
-                p.renew.push(release_of(key, token.unwrap_or_default()));
+                p.renew.push(claim_ref(key, token.unwrap_or_default()));
                 p.renew_at.push(i);
             }
         }
@@ -632,8 +632,8 @@ impl Store for DurableObjectStore {
 const BOTH: char = '+';
 
 /// A key and the token of its claim, as the shard protocol carries them.
-fn release_of(key: &str, token: &str) -> Release {
-    Release {
+fn claim_ref(key: &str, token: &str) -> ClaimRef {
+    ClaimRef {
         key: key.to_string(),
         token: token.to_string(),
     }

@@ -22,7 +22,7 @@ pub enum ShardRequest {
         done: Vec<String>,
         ttl_ms: Option<u64>,
         #[serde(default)]
-        release: Vec<Release>,
+        release: Vec<ClaimRef>,
     },
     /// One batch step, in this order: release the claims in `release` that their
     /// tokens still own; renew the claims in `renew` to `lease_ms` from now where
@@ -35,9 +35,9 @@ pub enum ShardRequest {
         remember: Vec<Remember>,
         ttl_ms: Option<u64>,
         #[serde(default)]
-        release: Vec<Release>,
+        release: Vec<ClaimRef>,
         #[serde(default)]
-        renew: Vec<Release>,
+        renew: Vec<ClaimRef>,
         #[serde(default)]
         lease_ms: u64,
     },
@@ -66,8 +66,9 @@ pub enum ShardRequest {
     },
 }
 
+/// A claim by its key and token: one to release, or to renew.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Release {
+pub struct ClaimRef {
     pub key: String,
     pub token: String,
 }

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use worker::{Result, SqlStorage, SqlStorageValue};
 
 use super::protocol::{
-    ClaimReply, Entry, MAX_SAFE_MS, PeekState, Release, Remember, ShardReply, ShardRequest,
+    ClaimRef, ClaimReply, Entry, MAX_SAFE_MS, PeekState, Remember, ShardReply, ShardRequest,
 };
 
 /// How the table's rows follow the record model: a lapsed claim's row stays its
@@ -103,7 +103,7 @@ impl IdTable {
                 for key in &done {
                     self.update(key, &mut expiry, |r| r.remember(RULES, at, until))?;
                 }
-                for Release { key, token } in release {
+                for ClaimRef { key, token } in release {
                     self.update(&key, &mut expiry, |r| r.release(RULES, at, &token))?;
                 }
             }
@@ -115,12 +115,12 @@ impl IdTable {
                 lease_ms,
             } => {
                 // Releases first: a release must never be skipped by a later step.
-                for Release { key, token } in release {
+                for ClaimRef { key, token } in release {
                     self.update(&key, &mut expiry, |r| r.release(RULES, at, &token))?;
                 }
                 let until = Some(expiry_after(now, lease_ms) as u64);
                 let mut renewed = Vec::with_capacity(renew.len());
-                for Release { key, token } in &renew {
+                for ClaimRef { key, token } in &renew {
                     renewed
                         .push(self.update(key, &mut expiry, |r| r.renew(RULES, at, token, until))?);
                 }

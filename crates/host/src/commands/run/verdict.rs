@@ -2,48 +2,58 @@
 //! words `bq-dedupe run` prints.
 
 use anyhow::Result;
-use bq_dedupe::{Limits, Message};
+use bq_dedupe::{Limits, Message, OutcomeKind};
 
 use bq_dedupe_host::runtime::Runtime;
 use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::{Outcome, Processed};
 
 use super::Line;
 
-/// The decision vocabulary for an outcome, and why (if anything is notable).
-fn describe(outcome: &Outcome) -> (&'static str, &'static str, Option<String>) {
+/// The core's kind of a component outcome, and why (where anything is notable).
+fn kind_of(outcome: &Outcome) -> (OutcomeKind, Option<String>) {
     match outcome {
-        Outcome::RunOk => ("run", "run-ok", None),
+        Outcome::RunOk => (OutcomeKind::Ran, None),
         Outcome::RunOkUnrecorded(e) => (
-            "run",
-            "run-ok-unrecorded",
+            OutcomeKind::RanUnrecorded,
             Some(format!("ran, but not recorded: {}", e.message)),
         ),
         Outcome::RunOkLeaseLost => (
-            "run",
-            "run-ok-lease-lost",
+            OutcomeKind::RanLeaseLost,
             Some("ran, but its claim was lost first: the id may have run elsewhere too".into()),
         ),
-        Outcome::RunFailed(m) => ("failed", "run-failed", Some(m.clone())),
-        Outcome::RunPanicked(m) => ("failed", "run-panicked", Some(m.clone())),
-        Outcome::Skip => ("skip", "skip", None),
-        Outcome::FailOpen => ("fail-open", "fail-open", None),
-        Outcome::FailOpenFailed(m) => ("failed", "fail-open-failed", Some(m.clone())),
+        Outcome::RunFailed(m) => (OutcomeKind::Failed, Some(m.clone())),
+        Outcome::RunPanicked(m) => (OutcomeKind::Panicked, Some(m.clone())),
+        Outcome::Skip => (OutcomeKind::Skipped, None),
+        Outcome::FailOpen => (OutcomeKind::FailOpen, None),
+        Outcome::FailOpenFailed(m) => (OutcomeKind::FailOpenFailed, Some(m.clone())),
         Outcome::Park => (
-            "park",
-            "park",
+            OutcomeKind::Parked,
             Some("another consumer holds the claim; redeliver later".into()),
         ),
-        Outcome::Rejected(r) => ("reject", "rejected", Some(r.message.clone())),
+        Outcome::Rejected(r) => (OutcomeKind::Rejected, Some(r.message.clone())),
         Outcome::PayloadMismatch => (
-            "reject",
-            "payload-mismatch",
+            OutcomeKind::PayloadMismatch,
             Some("already processed with a different payload".into()),
         ),
         Outcome::StoreUnavailable(e) => (
-            "failed",
-            "store-unavailable",
+            OutcomeKind::StoreUnavailable,
             Some(format!("store unavailable: {}", e.message)),
         ),
+    }
+}
+
+/// The decision a line's verdict prints for an outcome kind.
+fn decision(kind: OutcomeKind) -> &'static str {
+    match kind {
+        OutcomeKind::Ran | OutcomeKind::RanUnrecorded | OutcomeKind::RanLeaseLost => "run",
+        OutcomeKind::Skipped => "skip",
+        OutcomeKind::FailOpen => "fail-open",
+        OutcomeKind::Parked => "park",
+        OutcomeKind::Rejected | OutcomeKind::PayloadMismatch => "reject",
+        OutcomeKind::Failed
+        | OutcomeKind::Panicked
+        | OutcomeKind::FailOpenFailed
+        | OutcomeKind::StoreUnavailable => "failed",
     }
 }
 
@@ -65,11 +75,11 @@ pub(super) struct LineVerdict {
 impl LineVerdict {
     /// The verdict of a line the component decided.
     fn of(line: u64, outcome: &Outcome, id: Option<String>) -> Self {
-        let (decision, code, reason) = describe(outcome);
+        let (kind, reason) = kind_of(outcome);
         LineVerdict {
             line,
-            decision,
-            outcome: code,
+            decision: decision(kind),
+            outcome: kind.code(),
             reason,
             id,
         }
