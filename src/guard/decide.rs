@@ -168,8 +168,16 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         }
     }
 
-    /// Plain mode: one `seen_many` for the distinct keys.
+    /// Plain mode: one `seen_many` for the distinct keys (`seen` for one: the
+    /// same call where the store does not override it, and no allocation on a
+    /// single delivery's path where it does).
     pub(super) async fn check_all(&self, unique: &[usize], decisions: &mut [Decision]) {
+        if let [i] = *unique {
+            let answer = self.store.seen(key_at(decisions, i)).await;
+            self.report_store_error(StoreOp::Seen, &answer);
+            decisions[i].verdict = after_seen(answer.as_ref().copied());
+            return;
+        }
         let keys: Vec<&str> = unique.iter().map(|&i| key_at(decisions, i)).collect();
         let answers = checked_len(self.store.seen_many(&keys).await, keys.len());
         self.report_store_error(StoreOp::Seen, &answers);
