@@ -89,3 +89,35 @@ fn the_testkit_catches_a_store_that_breaks_a_rule() {
     let err = testkit::check_ops(&mut Lenient(Memory::new()), &run).unwrap_err();
     assert!(err.contains("Commit"), "{err}");
 }
+
+/// A failing run is printed as Rust that `check_ops` takes back.
+#[test]
+fn a_failing_run_is_printed_as_rust_to_replay() {
+    use bq_dedupe::testkit::{Fault, Op, as_rust};
+    let run = vec![
+        Op::Claim {
+            client: 0,
+            keys: vec![0, 1],
+            lease: 1,
+        },
+        Op::Arm {
+            client: 1,
+            fault: Fault::Resend,
+        },
+        Op::Settle {
+            client: 0,
+            release: vec![(0, 0)],
+            renew: vec![],
+            remember: vec![(1, Some(0))],
+            ttl: None,
+            lease: 2,
+        },
+    ];
+    assert_eq!(
+        as_rust(&run),
+        "vec![Op::Claim { client: 0, keys: vec![0, 1], lease: 1 }, \
+         Op::Arm { client: 1, fault: Fault::Resend }, \
+         Op::Settle { client: 0, release: vec![(0, 0)], renew: vec![], \
+         remember: vec![(1, Some(0))], ttl: None, lease: 2 }]"
+    );
+}

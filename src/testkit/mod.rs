@@ -40,7 +40,7 @@ mod fault;
 mod run;
 
 pub use fault::{Fault, Faulty};
-pub use run::{Op, check, check_ops, check_seeded, ops};
+pub use run::{Op, as_rust, check, check_ops, check_seeded, ops};
 
 use crate::store::Store;
 use crate::store::record::Rules;

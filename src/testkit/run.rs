@@ -265,10 +265,17 @@ pub fn check<H: Harness>(cases: u32, make: impl Fn() -> H) {
 /// host without them, as wasm32 in JS, passes its own): `Err` describes the
 /// smallest failing run and names the seed.
 pub fn check_seeded<H: Harness>(cases: u32, seed: u64, make: impl Fn() -> H) -> Result<(), String> {
-    let (caps, clients) = {
+    let (caps, clients, rules) = {
         let mut h = make();
-        (h.open().capabilities(), h.clients())
+        (h.open().capabilities(), h.clients(), h.rules())
     };
+    if caps.lease && !rules.claims_have_owners {
+        return Err(
+            "the harness's Rules say claims have no owners, but the store's capabilities() \
+             offer leases (renewals and fenced commits need owners): one of them is wrong"
+                .into(),
+        );
+    }
     let config = Config {
         cases,
         failure_persistence: None,
@@ -292,11 +299,36 @@ pub fn check_seeded<H: Harness>(cases: u32, seed: u64, make: impl Fn() -> H) -> 
 pub fn check_ops<H: Harness>(harness: &mut H, ops: &[Op]) -> Result<(), String> {
     let mut world = World::new(harness);
     for (n, op) in ops.iter().enumerate() {
-        world
-            .step(harness, op)
-            .map_err(|e| format!("step {n} {op:?}: {e}\nrun: {:?}", &ops[..=n]))?;
+        world.step(harness, op).map_err(|e| {
+            let tick = harness.tick_ms();
+            format!(
+                "step {n} {op:?}: {e}\n(the run's times are ticks of {tick} ms; the \
+                     answers' are ms)\nrun, to give `check_ops`: {}",
+                as_rust(&ops[..=n])
+            )
+        })?;
     }
     Ok(())
+}
+
+/// A run as Rust source, to paste into a test: `vec![Op::Claim { .. }, ..]`.
+pub fn as_rust(ops: &[Op]) -> String {
+    let items: Vec<String> = ops
+        .iter()
+        .map(|op| {
+            let text = format!("{op:?}").replace('[', "vec![");
+            let text = ["Before", "After", "Resend"]
+                .iter()
+                .fold(text, |text, fault| {
+                    text.replace(
+                        &format!("fault: {fault}"),
+                        &format!("fault: Fault::{fault}"),
+                    )
+                });
+            format!("Op::{text}")
+        })
+        .collect();
+    format!("vec![{}]", items.join(", "))
 }
 
 /// The model's side of a run, beside the clients.
