@@ -13,6 +13,8 @@ use crate::runtime::HostState;
 use crate::wit::dedupe::babelqueue::idempotency::handler;
 use crate::wit::plugin::HandlerPlugin;
 
+/// What handles each delivery the guard runs: nothing, `--exec`, `--handler` or a script.
+#[derive(Debug)]
 pub enum Handler {
     /// No handler: record the delivery as if it succeeded (a "mark" run).
     Mark,
@@ -21,7 +23,12 @@ pub enum Handler {
     /// A component exporting the WIT `handler` interface.
     Plugin(Box<Plugin>),
     /// Succeeds or fails as told (the conformance runner's scripted handler).
-    Scripted { succeed: bool, calls: u64 },
+    Scripted {
+        /// Whether every call succeeds.
+        succeed: bool,
+        /// The calls made so far.
+        calls: u64,
+    },
 }
 
 impl Handler {
@@ -142,7 +149,14 @@ pub struct Plugin {
     bindings: HandlerPlugin,
 }
 
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin").finish_non_exhaustive()
+    }
+}
+
 impl Plugin {
+    /// Loads and instantiates the handler component at `path`.
     pub fn load(path: &Path) -> Result<Self> {
         let engine = crate::engine::engine();
         let component = Component::from_file(&engine, path)

@@ -21,6 +21,7 @@ use bq_dedupe_stores::AnyStore;
 pub struct HeldClaims(HashMap<String, (ClaimToken, Duration)>);
 
 impl HeldClaims {
+    /// The guest was granted the claim on `key` (`token`, for `lease`).
     pub fn granted(&mut self, key: &str, token: &ClaimToken, lease: Duration) {
         self.0.insert(key.to_owned(), (token.clone(), lease));
     }
@@ -30,6 +31,7 @@ impl HeldClaims {
         self.0.remove(key);
     }
 
+    /// Whether the guest holds no claim.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

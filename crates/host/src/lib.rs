@@ -2,6 +2,8 @@
 //! calling the component), the store behind its `store` import, and the handlers
 //! behind its `handler` import. The `bq-dedupe` binary (`main.rs`) is the CLI on top.
 
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
 pub mod engine;
 pub mod handler;
 mod host_store;

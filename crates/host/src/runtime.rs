@@ -17,8 +17,11 @@ use crate::wit::dedupe::babelqueue::idempotency::types::{
 use crate::wit::dedupe::exports::babelqueue::idempotency::consumer::GuestGuard;
 
 /// What the component's imports reach: the store and the handler.
+#[derive(Debug)]
 pub struct HostState {
+    /// The store behind the `store` import.
     pub store: AnyStore,
+    /// The handler behind the `handler` import.
     pub handler: Handler,
     /// Claims the guest holds, kept alive from a thread while a handler runs.
     pub claims: HeldClaims,
@@ -84,7 +87,18 @@ pub struct Runtime {
     guard: Option<(ResourceAny, GuardOptions)>,
 }
 
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("state", self.store.data())
+            .field("guard_open", &self.guard.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Runtime {
+    /// Compiles and instantiates the component from `source`, with `store` and
+    /// `handler` behind its imports.
     pub fn load(source: &ComponentSource, store: AnyStore, handler: Handler) -> Result<Self> {
         let engine = crate::engine::engine();
         let component = source.compile(&engine)?;
@@ -107,6 +121,7 @@ impl Runtime {
         })
     }
 
+    /// The host state: the store, the handler and the held claims.
     pub fn state(&mut self) -> &mut HostState {
         self.store.data_mut()
     }
@@ -213,6 +228,7 @@ impl Runtime {
         self.on_guard(|g, store, guard| g.call_forget(store, guard, id))
     }
 
+    /// `consumer.process`: one delivery through the guard with `options`.
     pub fn process(&mut self, envelope: &str, options: &Options) -> Result<Outcome> {
         let r = self
             .bindings
@@ -221,6 +237,7 @@ impl Runtime {
         self.recover(r)
     }
 
+    /// `consumer.process-batch`: a batch through the guard with `options`.
     pub fn process_batch(
         &mut self,
         envelopes: &[String],
@@ -259,6 +276,7 @@ impl Runtime {
         self.recover(r)
     }
 
+    /// `consumer.forget`: the next delivery of `id` runs again.
     pub fn forget(&mut self, id: &str, options: &Options) -> Result<Result<(), StoreError>> {
         let r = self.bindings.babelqueue_idempotency_consumer().call_forget(
             &mut self.store,
@@ -268,6 +286,8 @@ impl Runtime {
         self.recover(r)
     }
 
+    /// `guard.dedupe-key`: the store key a delivery would be deduped under (an
+    /// invalid `key-scope` traps: see [`Runtime::dedupe_key_checked`]).
     pub fn dedupe_key(
         &mut self,
         envelope: &str,
@@ -280,6 +300,7 @@ impl Runtime {
         self.recover(r)
     }
 
+    /// `guard.decode`: the envelope validated and re-serialized as canonical JSON.
     pub fn decode(&mut self, envelope: &str) -> Result<Result<String, Rejection>> {
         let r = self
             .bindings

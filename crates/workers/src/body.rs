@@ -15,7 +15,7 @@ use wasm_bindgen::{JsCast, JsValue};
 /// The body's bytes. A value JSON cannot represent (`undefined`, a cycle, a
 /// BigInt) becomes empty bytes, which the core rejects as malformed, so it takes
 /// the poison path instead of vanishing.
-pub fn body_bytes(body: &JsValue) -> Vec<u8> {
+pub(crate) fn body_bytes(body: &JsValue) -> Vec<u8> {
     if let Some(text) = body.as_string() {
         return text.into_bytes();
     }

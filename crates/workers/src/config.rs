@@ -132,6 +132,7 @@ fn var_text(env: &Env, name: &str) -> Option<String> {
         .and_then(|json| json.as_string())
 }
 
+/// Where the ids are kept (`DEDUPE_STORE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreKind {
     /// Strongly consistent, can claim: the default.
@@ -151,23 +152,35 @@ impl From<ConfigError> for worker::Error {
     }
 }
 
+/// The `DEDUPE_*` vars, parsed and checked (see the module docs).
 #[derive(Debug, Clone, PartialEq)]
 pub struct DedupeConfig {
+    /// `DEDUPE_STORE`.
     pub store: StoreKind,
+    /// How long an id counts as seen (`DEDUPE_TTL_SECONDS`; `None`: forever).
     pub ttl: Option<Duration>,
+    /// Durable Objects the ids are spread over (`DEDUPE_SHARDS`).
     pub shards: u32,
     /// While resharding: the layout before the change (`DEDUPE_PREVIOUS_SHARDS`).
     pub previous_layout: Option<Layout>,
+    /// The ids' namespace (`DEDUPE_KEY_PREFIX`).
     pub key_prefix: String,
     /// `Some(lease)`: claiming on.
     pub claim_lease: Option<Duration>,
     /// Payload fingerprints (`DEDUPE_FINGERPRINT`).
     pub fingerprint: bool,
+    /// Delay for retried messages (`DEDUPE_RETRY_DELAY_SECONDS`).
     pub retry_delay_seconds: Option<u32>,
+    /// Delay for a parked message when the store cannot say how long the claim
+    /// has left (`DEDUPE_PARK_DELAY_SECONDS`).
     pub park_delay_seconds: u32,
+    /// The queue's `max_retries` (`DEDUPE_MAX_RETRIES`).
     pub max_retries: Option<u32>,
+    /// The queue producer binding for poison messages (`DEDUPE_DEAD_LETTER`).
     pub dead_letter_binding: Option<String>,
+    /// The `DedupeShard` Durable Object binding (`DEDUPE_DO_BINDING`).
     pub durable_object_binding: String,
+    /// The KV namespace binding (`DEDUPE_KV_BINDING`).
     pub kv_binding: String,
 }
 

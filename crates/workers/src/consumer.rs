@@ -14,6 +14,7 @@ use crate::batch::{QueueBatch, QueueMessage, describe};
 use crate::dead_letter::{DeadDelivery, wrap};
 
 /// What the handler gets for each delivery it must run.
+#[derive(Debug)]
 pub struct Delivery<'d, 'm> {
     message: &'d Message<'m>,
     queue_message: &'d QueueMessage,
@@ -42,7 +43,9 @@ impl<'m> Delivery<'_, 'm> {
 /// What was done with a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
+    /// Acked: it will not be delivered again.
     Ack,
+    /// Marked for retry: Cloudflare delivers it again (after the delay, if any).
     Retry,
     /// Sent to the dead-letter producer with a `dead_letter` block, then acked.
     DeadLettered,
@@ -53,7 +56,9 @@ pub enum Action {
 pub struct MessageReport {
     /// Cloudflare's message id.
     pub queue_message_id: String,
+    /// What the guard decided (ran, skipped, parked, ...).
     pub kind: OutcomeKind,
+    /// What was done with the queue message.
     pub action: Action,
     /// Why it failed, was rejected or could not be recorded.
     pub reason: Option<String>,
@@ -93,14 +98,17 @@ impl MessageReport {
 /// The results of a batch, in delivery order.
 #[derive(Debug, Clone, Default)]
 pub struct BatchReport {
+    /// One report per message, in delivery order.
     pub messages: Vec<MessageReport>,
 }
 
 impl BatchReport {
+    /// How many messages had the outcome `kind`.
     pub fn count(&self, kind: OutcomeKind) -> usize {
         self.messages.iter().filter(|m| m.kind == kind).count()
     }
 
+    /// How many messages were given `action`.
     pub fn count_action(&self, action: Action) -> usize {
         self.messages.iter().filter(|m| m.action == action).count()
     }
@@ -123,10 +131,17 @@ impl BatchReport {
 /// failed `retry()` never turns into the implicit ack of a normal return.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConsumeError {
+    /// The batch's messages could not be read (the JS error).
     #[error("bq-dedupe: reading the queue batch: {0}")]
     Batch(String),
+    /// Some messages could not be marked for retry.
     #[error("bq-dedupe: {count} message(s) could not be marked for retry (first: {first})")]
-    Unsettled { count: usize, first: String },
+    Unsettled {
+        /// How many.
+        count: usize,
+        /// The first of them: its Cloudflare message id and the error.
+        first: String,
+    },
 }
 
 impl From<ConsumeError> for worker::Error {
@@ -158,15 +173,30 @@ pub struct QueueConsumer<S, O = (), T = NoTimer> {
     on_message: Option<MessageObserver>,
 }
 
+impl<S, O, T> std::fmt::Debug for QueueConsumer<S, O, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueConsumer")
+            .field("guard", &self.guard)
+            .field("dead_letter", &self.dead_letter)
+            .field("retry_delay_seconds", &self.retry_delay_seconds)
+            .field("park_delay_seconds", &self.park_delay_seconds)
+            .field("max_retries", &self.max_retries)
+            .field("on_message", &self.on_message.is_some())
+            .finish()
+    }
+}
+
 /// What [`QueueConsumer::on_message`] keeps.
 type MessageObserver = Box<dyn Fn(&MessageReport)>;
 
 /// How long a parked message waits before its redelivery when the store cannot
 /// tell how long the claim it parked behind has left (the Durable Object store
 /// can: it parks just past that claim's end, see [`park_delay`]).
-pub const DEFAULT_PARK_DELAY_SECONDS: u32 = 45;
+pub(crate) const DEFAULT_PARK_DELAY_SECONDS: u32 = 45;
 
 impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
+    /// A consumer deciding with `guard`: no dead-letter producer, no retry delay,
+    /// the default park delay.
     pub fn new(guard: Guard<S, O, T>) -> Self {
         QueueConsumer {
             guard,
@@ -214,7 +244,8 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
     }
 
     /// Parked messages (another consumer holds the claim) come back after this
-    /// delay (default [`DEFAULT_PARK_DELAY_SECONDS`]).
+    /// delay (default 45 seconds) where the store cannot tell how long the claim
+    /// has left.
     pub fn with_park_delay(mut self, seconds: u32) -> Self {
         self.park_delay_seconds = seconds;
         self
@@ -229,6 +260,7 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         self
     }
 
+    /// The guard that decides each message.
     pub fn guard(&self) -> &Guard<S, O, T> {
         &self.guard
     }
@@ -424,7 +456,7 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
 /// The delay for a parked message: just past the end of the claim it parked
 /// behind (whole seconds, rounded up, plus one, within Cloudflare's 12 h), or
 /// `fallback` where the store could not tell how long that claim has left.
-pub fn park_delay(claim_ends_in: Option<Duration>, fallback: u32) -> u32 {
+pub(crate) fn park_delay(claim_ends_in: Option<Duration>, fallback: u32) -> u32 {
     match claim_ends_in {
         Some(left) => {
             let secs = left.as_millis().div_ceil(1000) + 1;

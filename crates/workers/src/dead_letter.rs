@@ -9,7 +9,7 @@
 use serde_json::{Map, Value, json};
 
 /// What is known about the delivery being dead-lettered.
-pub struct DeadDelivery<'a> {
+pub(crate) struct DeadDelivery<'a> {
     pub body: &'a [u8],
     /// `poison` or `failed` (the schema's other reason, `unknown_urn`, is the
     /// handler's business).
@@ -25,7 +25,7 @@ pub struct DeadDelivery<'a> {
 }
 
 /// The dead-letter message for a delivery.
-pub fn wrap(delivery: &DeadDelivery<'_>) -> Value {
+pub(crate) fn wrap(delivery: &DeadDelivery<'_>) -> Value {
     // The schema's `lang` enum has no Rust entry, so `lang` is left out.
     let block = json!({
         "reason": delivery.reason,

@@ -24,12 +24,14 @@ const BULK_GET_MAX: usize = 100;
 
 /// The seen-set in a KV namespace: `seen` is a (bulk) get, `remember` a put with
 /// `expiration_ttl`, `forget` a delete.
+#[derive(Debug)]
 pub struct KvStore {
     kv: KvNamespace,
     round_trips: RoundTrips,
 }
 
 impl KvStore {
+    /// The seen-set in the namespace `kv`.
     pub fn new(kv: KvNamespace) -> Self {
         KvStore {
             kv,
@@ -43,6 +45,7 @@ impl KvStore {
         self
     }
 
+    /// The counter of this store's requests (see [`Self::with_round_trips`]).
     pub fn round_trips(&self) -> &RoundTrips {
         &self.round_trips
     }

@@ -61,6 +61,8 @@
 //! plain JSON object (workers-rs `Queue::send` turns a `serde_json::Value` into a
 //! JS `Map`, which the `json` content type stores as `{}`).
 
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
 mod batch;
 mod body;
 pub mod config;

@@ -8,10 +8,12 @@ use std::rc::Rc;
 pub struct RoundTrips(Rc<Cell<u64>>);
 
 impl RoundTrips {
+    /// A counter at zero.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// The requests counted so far.
     pub fn get(&self) -> u64 {
         self.0.get()
     }

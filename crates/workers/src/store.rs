@@ -4,8 +4,12 @@ use crate::durable::DurableObjectStore;
 use crate::kv::KvStore;
 use crate::round_trips::RoundTrips;
 
+/// The store [`crate::DedupeConfig::store`] built (`DEDUPE_STORE`).
+#[derive(Debug)]
 pub enum WorkersStore {
+    /// `durable-object`: sharded `DedupeShard` objects.
     DurableObject(DurableObjectStore),
+    /// `kv`: a Workers KV namespace.
     Kv(KvStore),
 }
 

@@ -22,6 +22,7 @@ use crate::shard::{Layout, key_hash};
 /// the change: an id the new layout does not know is looked up there too (only
 /// ids whose object differs between the two layouts), so ids remembered or
 /// claimed before the change still count. Everything is written to the new layout.
+#[derive(Debug)]
 pub struct DurableObjectStore {
     namespace: ObjectNamespace,
     layout: Layout,
@@ -102,18 +103,22 @@ impl DurableObjectStore {
         self
     }
 
+    /// The counter of this store's requests (see [`Self::with_round_trips`]).
     pub fn round_trips(&self) -> &RoundTrips {
         &self.round_trips
     }
 
+    /// How many shards the current layout has.
     pub fn shards(&self) -> u32 {
         self.layout.shards()
     }
 
+    /// The current layout: where ids are claimed and written.
     pub fn layout(&self) -> Layout {
         self.layout
     }
 
+    /// While resharding: the layout before the change, also asked about moved ids.
     pub fn previous(&self) -> Option<Layout> {
         self.previous
     }

@@ -8,7 +8,7 @@
 use worker::{Result, SqlStorage};
 
 /// The object that keeps the registry.
-pub const OBJECT: &str = "bq-dedupe/layouts";
+pub(crate) const OBJECT: &str = "bq-dedupe/layouts";
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS layouts (
     layout TEXT PRIMARY KEY NOT NULL,
@@ -19,7 +19,7 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS layouts (
 /// text) starts at `now`: `Ok(rows to add)` (the layouts first seen now) or
 /// `Err(why it is refused)`. `history`: the registry, oldest first. `window_ms`:
 /// the dedupe window (`None`: forever).
-pub fn decide(
+pub(crate) fn decide(
     history: &[(String, i64)],
     current: &str,
     previous: &str,
@@ -68,7 +68,7 @@ pub fn decide(
 }
 
 /// [`decide`] on the registry's table, writing what it adds.
-pub fn check(
+pub(crate) fn check(
     sql: &SqlStorage,
     current: &str,
     previous: &str,

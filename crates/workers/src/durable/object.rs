@@ -1,5 +1,9 @@
 //! The `DedupeShard` Durable Object: one shard of the seen-set, on SQLite.
 
+// `#[durable_object]` generates the undocumented JS-facing methods (`new`,
+// `fetch`, `alarm`, ...) in this module.
+#![allow(missing_docs)]
+
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
@@ -27,6 +31,7 @@ extern "C" {
 
 /// One shard of the seen-set. Bind it with `new_sqlite_classes` (see the README).
 #[durable_object]
+#[derive(Debug)]
 pub struct DedupeShard {
     state: State,
     table: IdTable,

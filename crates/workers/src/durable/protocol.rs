@@ -12,15 +12,26 @@ pub const MAX_SAFE_MS: u64 = (1 << 53) - 1;
 #[serde(tag = "op", rename_all = "kebab-case")]
 pub enum ShardRequest {
     /// Which keys are remembered (and not expired)?
-    Seen { keys: Vec<String> },
+    Seen {
+        /// The keys to look up.
+        keys: Vec<String>,
+    },
     /// Atomically, for each key: seen, held by a live claim, or claimed now.
-    Claim { keys: Vec<String>, lease_ms: u64 },
+    Claim {
+        /// The keys to claim.
+        keys: Vec<String>,
+        /// How long a new claim lasts, in ms.
+        lease_ms: u64,
+    },
     /// Remember `done` (for `ttl_ms`, or forever) and release the claims in
     /// `release` that the given tokens still own. (Sent by clients before
     /// `settle`; still answered.)
     Commit {
+        /// The keys to remember.
         done: Vec<String>,
+        /// How long `done` is remembered, in ms (`None`: forever).
         ttl_ms: Option<u64>,
+        /// The claims to release.
         #[serde(default)]
         release: Vec<ClaimRef>,
     },
@@ -31,13 +42,18 @@ pub enum ShardRequest {
     /// `bq_dedupe::Store::remember_fenced`). Reply: `kept` (one per remember) and
     /// `renewed` (one per renew).
     Settle {
+        /// The keys to remember (last).
         #[serde(default)]
         remember: Vec<Remember>,
+        /// How long `remember` is remembered, in ms (`None`: forever).
         ttl_ms: Option<u64>,
+        /// The claims to release (first).
         #[serde(default)]
         release: Vec<ClaimRef>,
+        /// The claims to renew.
         #[serde(default)]
         renew: Vec<ClaimRef>,
+        /// How long a renewed claim lasts from now, in ms.
         #[serde(default)]
         lease_ms: u64,
     },
@@ -45,22 +61,33 @@ pub enum ShardRequest {
     /// (`held`, with the ms it has left in `held_ms`) or neither (`free`). The
     /// guard's re-check of a held key, and asked of a previous layout while
     /// resharding.
-    Peek { keys: Vec<String> },
+    Peek {
+        /// The keys to look at.
+        keys: Vec<String>,
+    },
     /// Drop keys and their claims.
-    Forget { keys: Vec<String> },
+    Forget {
+        /// The keys to drop.
+        keys: Vec<String>,
+    },
     /// To the layout registry (`bq-dedupe/layouts`), from a consumer while
     /// resharding: its layout and the one before (as the settings name them),
     /// and the dedupe window. Reply: `refused`, why a second reshard inside
     /// one window is not allowed, or absent.
     Layouts {
+        /// The consumer's layout ([`Layout::setting`](crate::shard::Layout::setting)).
         current: String,
+        /// The layout before the change, named the same way.
         previous: String,
+        /// The dedupe window, in ms (`None`: forever).
         window_ms: Option<u64>,
     },
     /// The rows (for inspection: the playground, `/store/entries`): live ones, or
     /// with `expired` also those past `expires_at` that the sweep has not removed.
     Entries {
+        /// At most this many rows, in key order.
         limit: u32,
+        /// Also the expired rows not yet swept.
         #[serde(default)]
         expired: bool,
     },
@@ -69,14 +96,18 @@ pub enum ShardRequest {
 /// A claim by its key and token: one to release, or to renew.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClaimRef {
+    /// The claimed key.
     pub key: String,
+    /// The token the claim was acquired with ([`ClaimReply::Acquired`]).
     pub token: String,
 }
 
 /// A key to remember; with a token, fenced by that claim.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Remember {
+    /// The key to remember.
     pub key: String,
+    /// The claim that must still own the key (`None`: not fenced).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
 }
@@ -85,8 +116,11 @@ pub struct Remember {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PeekState {
+    /// Neither remembered nor held by a live claim.
     Free,
+    /// Remembered (and not expired).
     Seen,
+    /// Held by a live claim.
     Held,
 }
 
@@ -94,14 +128,21 @@ pub enum PeekState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "kebab-case")]
 pub enum ClaimReply {
-    Acquired { token: String },
+    /// Claimed now.
+    Acquired {
+        /// The new claim's token: what releases, renews or fences it.
+        token: String,
+    },
+    /// Already remembered: not claimed.
     Seen,
+    /// Held by a live claim: not claimed.
     Held,
 }
 
 /// One live row.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
+    /// The row's key.
     pub key: String,
     /// `done` (remembered) or `claimed` (in flight).
     pub state: String,
@@ -112,24 +153,32 @@ pub struct Entry {
 /// A shard's reply: the field for the request's op is set.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct ShardReply {
+    /// `seen`: one per key, whether it is remembered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seen: Option<Vec<bool>>,
+    /// `claim`: one per key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claims: Option<Vec<ClaimReply>>,
+    /// `settle`: one per `remember`; `false` where a fenced one's claim was lost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept: Option<Vec<bool>>,
+    /// `settle`: one per `renew`, whether the claim was renewed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub renewed: Option<Vec<bool>>,
+    /// `peek`: one per key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peek: Option<Vec<PeekState>>,
     /// With `peek`: for each `held` key, the ms its claim has left (`None` for
     /// the others; absent from a shard of a version before it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_ms: Option<Vec<Option<u64>>>,
+    /// `forget`: how many rows were deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forgotten: Option<u64>,
+    /// `entries`: the rows, in key order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entries: Option<Vec<Entry>>,
+    /// `layouts`: why the reshard is refused (absent: accepted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
 }

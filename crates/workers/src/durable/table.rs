@@ -45,20 +45,20 @@ struct EntryRow {
 }
 
 /// A request's reply and the earliest expiry it wrote.
-pub type Applied = (ShardReply, Option<i64>);
+pub(crate) type Applied = (ShardReply, Option<i64>);
 
 /// The `ids` table of one shard (cheap to clone: a handle).
-#[derive(Clone)]
-pub struct IdTable {
+#[derive(Debug, Clone)]
+pub(crate) struct IdTable {
     sql: SqlStorage,
 }
 
 impl IdTable {
-    pub fn new(sql: SqlStorage) -> Self {
+    pub(crate) fn new(sql: SqlStorage) -> Self {
         IdTable { sql }
     }
 
-    pub fn create(&self) -> Result<()> {
+    pub(crate) fn create(&self) -> Result<()> {
         self.sql.exec(SCHEMA, None)?;
         Ok(())
     }
@@ -66,7 +66,7 @@ impl IdTable {
     /// Applies one request; returns the reply and the earliest expiry it wrote.
     /// Every rule of a key's record is the core's (`bq_dedupe::store::record`),
     /// applied to the row as read: this table only stores the result.
-    pub fn apply(&self, request: ShardRequest, now: i64) -> Result<Applied> {
+    pub(crate) fn apply(&self, request: ShardRequest, now: i64) -> Result<Applied> {
         let mut reply = ShardReply::default();
         let mut expiry = None;
         let at = Some(now.max(0) as u64);
@@ -277,7 +277,7 @@ impl IdTable {
     }
 
     /// Deletes the rows expired at `now`; returns the next expiry, if any.
-    pub fn sweep(&self, now: i64) -> Result<Option<i64>> {
+    pub(crate) fn sweep(&self, now: i64) -> Result<Option<i64>> {
         self.sql.exec(
             "DELETE FROM ids WHERE expires_at IS NOT NULL AND expires_at <= ?",
             vec![SqlStorageValue::from(now)],
