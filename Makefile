@@ -19,7 +19,8 @@ export CARGO_INCREMENTAL ?= 0
 # The wasm-only crates (the component, the Workers adapter, the example worker) are
 # built and tested for wasm32 by their own targets, not natively.
 TEST_CRATES := --workspace --exclude babelqueue-dedupe-component \
-  --exclude babelqueue-dedupe-worker-example --exclude babelqueue-dedupe-workerd-testkit
+  --exclude babelqueue-dedupe-worker-example --exclude babelqueue-dedupe-workerd-testkit \
+  --exclude babelqueue-dedupe-workers-js
 
 # Each target family adds its own rules and appends its checks to EXTRA_TESTS.
 EXTRA_TESTS :=

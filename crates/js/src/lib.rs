@@ -32,9 +32,12 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
-use crate::store::{GivenStore, await_value, message_of};
+use crate::store::GivenStore;
 
 pub use memory::JsInMemoryStore;
+/// For the Workers build (crates/workers-js): awaiting a handler's value and
+/// describing what it threw, as the package does.
+pub use store::{await_value, message_of};
 
 // ---- errors -----------------------------------------------------------------
 
@@ -464,6 +467,17 @@ async fn run_batch(
     handler: JsValue,
     options: Option<JsValue>,
 ) -> Result<Array, JsValue> {
+    let (outcomes, keys) = run_outcomes(envelopes, store, handler, options).await?;
+    Ok(outcomes_js(outcomes, &keys))
+}
+
+/// The guard's outcomes for `envelopes`, and each one's store key.
+async fn run_outcomes(
+    envelopes: &Array,
+    store: JsValue,
+    handler: JsValue,
+    options: Option<JsValue>,
+) -> Result<(Vec<Outcome<HandlerError>>, Vec<Option<String>>), JsValue> {
     let handler = handler_of(handler)?;
     let guard = guard(&store, &options)?;
     // Bodies that cannot become bytes go through as empty text (rejected as
@@ -481,7 +495,64 @@ async fn run_batch(
             *o = Outcome::Rejected(Rejection::NotJson(why.clone()));
         }
     }
-    Ok(outcomes_js(outcomes, &guard.observer().0.take()))
+    Ok((outcomes, guard.observer().0.take()))
+}
+
+/// What a wrapped handler (see [`wrap`]) does with one delivery's outcome:
+/// resolve (it ran, or needs not run), or reject with what the handler threw,
+/// a `RejectionError`, or an `Error` saying why it did not run.
+fn wrapped_result(outcome: Outcome<HandlerError>) -> Result<JsValue, JsValue> {
+    match outcome {
+        Outcome::Ran
+        | Outcome::RanUnrecorded(_)
+        | Outcome::RanLeaseLost
+        | Outcome::Skipped
+        | Outcome::FailOpen(Ok(())) => Ok(JsValue::UNDEFINED),
+        Outcome::Failed(e) | Outcome::FailOpen(Err(e)) => Err(e.0),
+        Outcome::Rejected(r) => Err(rejection_error(&r)),
+        other => {
+            let kind = other.kind().code();
+            let why = other.reason().unwrap_or_else(|| match other {
+                Outcome::Parked => "another consumer holds the claim; redeliver later".into(),
+                _ => kind.into(),
+            });
+            let e = js_sys::Error::new(&format!("{kind}: {why}"));
+            e.set_name("DedupeError");
+            set(&e, "kind", interned(kind));
+            Err(e.into())
+        }
+    }
+}
+
+/// The Node SDK's `Wrap(store, handler)` shape: a handler `(envelope) =>
+/// Promise<void>` that runs `handler` once per id. A delivery already processed
+/// resolves without running; a handler that throws rejects with what it threw
+/// and leaves the id unmarked (so a redelivery runs it again); an envelope
+/// without a usable id runs every time. Invalid envelopes reject with a
+/// `RejectionError`; a store that cannot answer, a parked claim or a panic
+/// reject with a `DedupeError` (`kind` says which). A success the store could
+/// not record resolves (the SDK rejects there, which runs the effect again).
+#[wasm_bindgen(unchecked_return_type = "(envelope: EnvelopeInput) => Promise<void>")]
+pub fn wrap(
+    #[wasm_bindgen(unchecked_param_type = "DedupeStore | InMemoryStore")] store: JsValue,
+    #[wasm_bindgen(unchecked_param_type = "Handler")] handler: JsValue,
+    #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: Option<JsValue>,
+) -> Result<Function, JsValue> {
+    // Bad arguments are a TypeError now, not at the first delivery.
+    handler_of(handler.clone())?;
+    guard(&store, &options)?;
+    let wrapped = Closure::<dyn Fn(JsValue) -> js_sys::Promise>::new(move |envelope: JsValue| {
+        let (store, handler, options) = (store.clone(), handler.clone(), options.clone());
+        future_to_promise(async move {
+            let (outcomes, _) =
+                run_outcomes(&Array::of1(&envelope), store, handler, options).await?;
+            match outcomes.into_iter().next() {
+                Some(outcome) => wrapped_result(outcome),
+                None => Err(js_error("dedupe: no outcome")),
+            }
+        })
+    });
+    Ok(wrapped.into_js_value().unchecked_into())
 }
 
 /// Puts one delivery through the guard: decode, decide, run `handler` if needed,

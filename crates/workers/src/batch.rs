@@ -54,6 +54,11 @@ impl QueueMessage {
         self.inner.id().map(String::from).unwrap_or_default()
     }
 
+    /// The JS `Message` object itself (handed to a JS handler unchanged).
+    pub fn as_js(&self) -> &JsValue {
+        self.inner.as_ref()
+    }
+
     /// The body as sent (a string, bytes or a JSON value).
     pub fn body(&self) -> JsValue {
         self.inner.body().unwrap_or(JsValue::UNDEFINED)

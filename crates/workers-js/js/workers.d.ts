@@ -1,0 +1,114 @@
+// Types of @babelqueue/dedupe/workers. The Cloudflare types are structural, so
+// `MessageBatch`, `Message`, `DurableObjectState` and the `Env` of
+// @cloudflare/workers-types fit them without this package depending on them.
+
+export * from "./bq_dedupe_workers.js";
+
+/** One queue message, as Cloudflare's `Message` has it. */
+export interface QueueMessage {
+  readonly id: string;
+  readonly timestamp: Date;
+  readonly body: unknown;
+  readonly attempts: number;
+  ack(): void;
+  retry(options?: { delaySeconds?: number }): void;
+}
+
+/** A Queues batch, as Cloudflare's `MessageBatch` has it. */
+export interface QueueBatch {
+  readonly queue: string;
+  readonly messages: readonly QueueMessage[];
+  ackAll(): void;
+  retryAll(options?: { delaySeconds?: number }): void;
+}
+
+/** The envelope the handler gets: the body itself when it is an object, else the body's JSON parsed. */
+export interface BabelQueueEnvelope {
+  job: string;
+  trace_id: string;
+  data: Record<string, unknown>;
+  meta: { id?: string; schema_version: number; [field: string]: unknown };
+  attempts: number;
+  [field: string]: unknown;
+}
+
+/** Runs once per id; throw (or reject) to fail the delivery: it is retried and its id stays unmarked. */
+export type QueueHandler<M extends QueueMessage = QueueMessage> = (
+  envelope: BabelQueueEnvelope,
+  message: M,
+) => void | Promise<void>;
+
+/** What became of one message. */
+export interface QueueMessageReport {
+  /** Cloudflare's message id. */
+  id: string;
+  /** The outcome code: "run-ok", "skip", "park", "run-failed", "rejected", ... */
+  outcome: string;
+  /** What was done with the message. */
+  action: "ack" | "retry" | "dead-letter";
+  /** Why it failed, was rejected or could not be recorded. */
+  reason: string | null;
+  /** Cloudflare's delivery count (from 1). */
+  attempts: number;
+  /** Cloudflare delivered this message before. */
+  redelivery: boolean;
+  /** A new message whose meta.id was already known. */
+  duplicatePublish: boolean;
+}
+
+/** The batch's report: each message in delivery order, and counts. */
+export interface QueueReport {
+  messages: QueueMessageReport[];
+  /** How many messages had each outcome code. */
+  outcomes: Record<string, number>;
+  actions: { ack: number; retry: number; "dead-letter": number };
+  redeliveries: number;
+  duplicatePublishes: number;
+}
+
+/**
+ * Overrides of the `DEDUPE_*` vars (the same names, values and defaults as the
+ * Rust adapter's; see docs/workers.md), and an observer of each message's report.
+ */
+export interface DedupeQueueOptions {
+  DEDUPE_STORE?: "durable-object" | "kv";
+  DEDUPE_DO?: string;
+  DEDUPE_KV?: string;
+  DEDUPE_SHARDS?: string | number;
+  DEDUPE_PREVIOUS_SHARDS?: string | number;
+  DEDUPE_CLAIMING?: "on" | "off";
+  DEDUPE_CLAIM_LEASE_SECONDS?: string | number;
+  DEDUPE_PARK_DELAY_SECONDS?: string | number;
+  DEDUPE_RETRY_DELAY_SECONDS?: string | number;
+  DEDUPE_TTL_SECONDS?: string | number;
+  DEDUPE_KEY_PREFIX?: string;
+  DEDUPE_DEAD_LETTER?: string;
+  DEDUPE_MAX_RETRIES?: string | number;
+  DEDUPE_FINGERPRINT?: "on" | "off";
+  observer?: (report: QueueMessageReport) => void;
+}
+
+/**
+ * The Queues consumer: decides the batch with one request per shard, runs the
+ * handler once per id (in-batch duplicates follow their leader), records the
+ * successes with one request per shard, and acks, retries (with a delay) or
+ * dead-letters every message. Rejects with a TypeError on a configuration error
+ * (every message is then retried).
+ */
+export function dedupeQueue<M extends QueueMessage>(
+  batch: { readonly queue: string; readonly messages: readonly M[] },
+  env: object,
+  handler: QueueHandler<M>,
+  options?: DedupeQueueOptions,
+): Promise<QueueReport>;
+
+/**
+ * The Durable Object of the seen-set, the same as the Rust adapter's: re-export it
+ * from your worker (`export { DedupeShard } from "@babelqueue/dedupe/workers"`) and
+ * bind it with `new_sqlite_classes`.
+ */
+export class DedupeShard {
+  constructor(state: object, env: object);
+  fetch(request: Request): Promise<Response>;
+  alarm(): Promise<Response>;
+}

@@ -1,0 +1,174 @@
+//! `dedupeQueue(batch, env, handler, options?)`: the Rust adapter's Queues
+//! consumer over a JS handler. Configuration, deciding, running, acking,
+//! retrying, parking, dead-lettering and lease renewal are the adapter's; this
+//! module converts the arguments and the report.
+
+use bq_dedupe_js::{await_value, message_of};
+use bq_dedupe_workers::{Action, BatchReport, DedupeConfig, MessageReport, QueueBatch, RoundTrips};
+use js_sys::{Array, Function, JSON, Object, Reflect};
+use wasm_bindgen::prelude::*;
+use worker::Env;
+use worker::worker_sys::MessageBatch;
+
+/// The options `dedupeQueue` takes besides the `DEDUPE_*` settings.
+const OBSERVER: &str = "observer";
+
+fn type_error(message: &str) -> JsValue {
+    js_sys::TypeError::new(message).into()
+}
+
+fn set(object: &Object, key: &str, value: &JsValue) {
+    let _ = Reflect::set(object, &JsValue::from_str(key), value);
+}
+
+/// `env` with the `DEDUPE_*` entries of `options` laid over it (as strings, as
+/// wrangler passes vars), and the observer, if one is given.
+fn configure(env: &Env, options: &JsValue) -> Result<(Env, Option<Function>), JsValue> {
+    if options.is_undefined() || options.is_null() {
+        return Ok((env.clone(), None));
+    }
+    if !options.is_object() {
+        return Err(type_error("dedupeQueue: options must be an object"));
+    }
+    let overlay = Object::create(env.unchecked_ref());
+    let mut observer = None;
+    let options_object: &Object = options.unchecked_ref();
+    for key in Object::keys(options_object).iter() {
+        let name = key.as_string().unwrap_or_default();
+        let value = Reflect::get(options, &key)?;
+        if name == OBSERVER {
+            if value.is_undefined() {
+                continue;
+            }
+            let f = value
+                .dyn_into::<Function>()
+                .map_err(|_| type_error("dedupeQueue: options.observer must be a function"))?;
+            observer = Some(f);
+        } else if name.starts_with("DEDUPE_") {
+            if !value.is_undefined() {
+                let text = js_sys::JsString::from(value.clone());
+                set(&overlay, &name, &text.into());
+            }
+        } else {
+            return Err(type_error(&format!(
+                "dedupeQueue: unknown option {name:?} (options are DEDUPE_* settings and observer)"
+            )));
+        }
+    }
+    Ok((JsValue::from(overlay).unchecked_into(), observer))
+}
+
+/// The envelope the handler is given: the body itself when the producer sent an
+/// object (`v8` or `json`), else the JSON text parsed (the core has validated it).
+fn envelope_of(body: &JsValue, bytes: &[u8]) -> JsValue {
+    if body.is_object()
+        && !body.is_instance_of::<js_sys::ArrayBuffer>()
+        && !js_sys::ArrayBuffer::is_view(body)
+    {
+        return body.clone();
+    }
+    let text = String::from_utf8_lossy(bytes);
+    JSON::parse(&text).unwrap_or(JsValue::UNDEFINED)
+}
+
+fn action_code(action: Action) -> &'static str {
+    match action {
+        Action::Ack => "ack",
+        Action::Retry => "retry",
+        Action::DeadLettered => "dead-letter",
+    }
+}
+
+fn message_to_js(m: &MessageReport) -> JsValue {
+    let o = Object::new();
+    set(&o, "id", &JsValue::from_str(&m.queue_message_id));
+    set(&o, "outcome", &JsValue::from_str(m.kind.code()));
+    set(&o, "action", &JsValue::from_str(action_code(m.action)));
+    let reason = m.reason.as_deref().map_or(JsValue::NULL, JsValue::from_str);
+    set(&o, "reason", &reason);
+    set(&o, "attempts", &JsValue::from(m.queue_attempts));
+    set(&o, "redelivery", &JsValue::from_bool(m.redelivery));
+    set(
+        &o,
+        "duplicatePublish",
+        &JsValue::from_bool(m.duplicate_publish),
+    );
+    o.into()
+}
+
+/// `{ messages, outcomes: { "run-ok": n, ... }, actions: { ack, retry,
+/// "dead-letter" }, redeliveries, duplicatePublishes }`.
+fn report_to_js(report: &BatchReport) -> JsValue {
+    let o = Object::new();
+    let messages: Array = report.messages.iter().map(message_to_js).collect();
+    set(&o, "messages", &messages);
+    let outcomes = Object::new();
+    let actions = Object::new();
+    for action in [Action::Ack, Action::Retry, Action::DeadLettered] {
+        let n = report.count_action(action) as u32;
+        set(&actions, action_code(action), &JsValue::from(n));
+    }
+    for m in &report.messages {
+        let code = m.kind.code();
+        let n = Reflect::get(&outcomes, &JsValue::from_str(code))
+            .ok()
+            .and_then(|v| v.as_f64())
+            .unwrap_or(0.0);
+        set(&outcomes, code, &JsValue::from_f64(n + 1.0));
+    }
+    set(&o, "outcomes", &outcomes);
+    set(&o, "actions", &actions);
+    set(
+        &o,
+        "redeliveries",
+        &JsValue::from(report.redeliveries() as u32),
+    );
+    set(
+        &o,
+        "duplicatePublishes",
+        &JsValue::from(report.duplicate_publishes() as u32),
+    );
+    o.into()
+}
+
+/// `dedupeQueue(batch, env, handler, options?)`: consumes a Queues batch. The
+/// handler `(envelope, message) => void | Promise<void>` runs once per id; a
+/// throw (or rejection) fails that delivery (retried, its id unmarked).
+/// Resolves to the report; rejects with a `TypeError` for bad arguments or a
+/// configuration error (every message then stays unacked and is retried).
+#[wasm_bindgen(js_name = dedupeQueue)]
+pub async fn dedupe_queue(
+    batch: MessageBatch,
+    env: Env,
+    handler: JsValue,
+    options: JsValue,
+) -> Result<JsValue, JsValue> {
+    let handler: Function = handler
+        .dyn_into()
+        .map_err(|_| type_error("dedupeQueue: handler must be a function"))?;
+    let (env, observer) = configure(&env, &options)?;
+    let config = DedupeConfig::from_env(&env).map_err(|e| type_error(&e.0))?;
+    let store = config
+        .store(&env, RoundTrips::new())
+        .map_err(|e| type_error(&e.0))?;
+    let mut consumer = config.consumer(&env, store).map_err(|e| type_error(&e.0))?;
+    if let Some(observer) = observer {
+        consumer = consumer.on_message(move |m| {
+            let _ = observer.call1(&JsValue::NULL, &message_to_js(m));
+        });
+    }
+    let batch = QueueBatch::from(batch);
+    let report = consumer
+        .consume(&batch, async |delivery| {
+            let message = delivery.queue_message();
+            let envelope = envelope_of(&message.body(), delivery.message().raw().as_bytes());
+            let called = handler.call2(&JsValue::NULL, &envelope, message.as_js());
+            await_value(called)
+                .await
+                .map(drop)
+                .map_err(|e| message_of(&e))
+        })
+        .await
+        .map_err(|e| JsValue::from(js_sys::Error::new(&e.to_string())))?;
+    Ok(report_to_js(&report))
+}

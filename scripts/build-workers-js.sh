@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Builds @babelqueue/dedupe/workers (crates/workers-js): the package's module for
+# Cloudflare Workers, with the Rust DedupeShard and Queues consumer beside the
+# package's API, into crates/js/workers/:
+#
+#   scripts/build-workers-js.sh    # -> crates/js/workers/{workers.js, workers.d.ts, bq_dedupe_workers*}
+#
+# cargo build (wasm32, the package's `js` profile: opt-level z, fat LTO,
+# panic=abort), wasm-bindgen --target web (the pinned CLI), wasm-opt -Oz (npm
+# binaryen), then the glue (crates/workers-js/js/) that instantiates the module
+# wrangler's bundler imports. Prints the sizes against the worker budget (a gzip'd
+# worker of 1 MiB, Cloudflare's free plan), and fails over BQ_WORKER_BUDGET.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SRC="$ROOT/crates/workers-js"
+OUT="$ROOT/crates/js/workers"
+NAME=bq_dedupe_workers
+BUDGET="${BQ_WORKER_BUDGET:-1048576}"
+
+WB="$("$ROOT/scripts/ensure-tools.sh" wasm-bindgen)"
+"$ROOT/scripts/ensure-tools.sh" npm "$ROOT/crates/js" >/dev/null # binaryen
+WASM_OPT="$ROOT/crates/js/node_modules/.bin/wasm-opt"
+
+cargo rustc -p babelqueue-dedupe-workers-js --lib --crate-type cdylib --target wasm32-unknown-unknown --profile js \
+    --config 'profile.js.inherits="release"' \
+    --config 'profile.js.opt-level="z"' \
+    --config 'profile.js.lto=true' \
+    --config 'profile.js.codegen-units=1' \
+    --config 'profile.js.panic="abort"' \
+    --config 'profile.js.debug=false' \
+    --config "build.rustflags=[\"--remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}/registry/src=/cargo\", \"--remap-path-prefix=$ROOT=/bq-dedupe\"]"
+RAW="${CARGO_TARGET_DIR:-$ROOT/target}/wasm32-unknown-unknown/js/bq_dedupe_workers_js.wasm"
+
+STAMP="$OUT/.built"
+if [[ ! -f "$STAMP" || "$RAW" -nt "$STAMP" || "${BASH_SOURCE[0]}" -nt "$STAMP" || "$SRC/js/workers.js" -nt "$STAMP" || "$SRC/js/workers.d.ts" -nt "$STAMP" ]]; then
+    rm -rf "$OUT"
+    mkdir -p "$OUT"
+    "$WB" --target web --out-dir "$OUT" --out-name "$NAME" "$RAW"
+    mv "$OUT/${NAME}_bg.wasm" "$OUT/bindgen.wasm"
+    "$WASM_OPT" -Oz --strip-debug --strip-producers \
+        --enable-reference-types --enable-bulk-memory --enable-nontrapping-float-to-int \
+        --enable-sign-ext --enable-mutable-globals --enable-multivalue \
+        "$OUT/bindgen.wasm" -o "$OUT/${NAME}_bg.wasm"
+    rm "$OUT/bindgen.wasm"
+    cp "$SRC/js/workers.js" "$SRC/js/workers.d.ts" "$OUT/"
+    touch "$STAMP"
+fi
+wasm="$OUT/${NAME}_bg.wasm"
+raw=$(stat -c %s "$wasm")
+gz=$(gzip -9 -n -c "$wasm" | wc -c)
+printf 'workers module: %d B after wasm-opt (%.1f KiB), gzip -9 %d B (%.1f KiB; budget %d B gzip)\n' \
+    "$raw" "$(echo "$raw / 1024" | bc -l)" "$gz" "$(echo "$gz / 1024" | bc -l)" "$BUDGET"
+if ((gz > BUDGET)); then
+    echo "the workers module is over budget" >&2
+    exit 1
+fi
