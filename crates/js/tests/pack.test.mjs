@@ -78,6 +78,10 @@ test('npm pack in a clean copy builds the module and ships it once, with the CJS
     'package/pkg/node/bq_dedupe.cjs', 'package/pkg/node/bq_dedupe.d.cts',
     'package/pkg/web/bq_dedupe.d.ts', 'package/pkg/web/bq_dedupe.js', 'package/pkg/web/bq_dedupe_bg.wasm',
     'package/pkg/web/bq_dedupe_bg.wasm.d.ts',
+    'package/workerd.js',
+    'package/workers/bq_dedupe_workers.js', 'package/workers/bq_dedupe_workers_bg.wasm',
+    'package/workers/snippets/worker-64cc4b2d035528c7/inline0.js',
+    'package/workers/workers.d.ts', 'package/workers/workers.js',
   ]);
   // The copy built the same bytes as the tree the other tests use.
   const shipped = readFileSync(join(scratch, 'node_modules', NAME, 'pkg/web/bq_dedupe_bg.wasm'));

@@ -2,7 +2,14 @@
 // `MessageBatch`, `Message`, `DurableObjectState` and the `Env` of
 // @cloudflare/workers-types fit them without this package depending on them.
 
-export * from "./bq_dedupe_workers.js";
+// The package's API, the same in this module as in the web and Node builds.
+export { dedupe, dedupeBatch, dedupeKey, forget, validate, wrap, InMemoryStore } from "../pkg/web/bq_dedupe.js";
+export type {
+  EnvelopeInput, EnvelopeObject, DecodedEnvelope, Handler, MaybePromise, ClaimResult, ClaimRef,
+  Settlement, SettleResult, DedupeStore, DedupeOptions, OutcomeKind, Disposition, RejectionCode,
+  RejectionInfo, StoreErrorCode, StoreErrorInfo, Outcome, Validation, RejectionError,
+  InMemoryStoreOptions, StoreEntry,
+} from "../pkg/web/bq_dedupe.js";
 
 /** One queue message, as Cloudflare's `Message` has it. */
 export interface QueueMessage {

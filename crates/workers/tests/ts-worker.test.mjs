@@ -1,0 +1,259 @@
+// A user's own TypeScript worker: examples/ts-worker copied to a scratch
+// directory outside the repository, @babelqueue/dedupe installed there from
+// `npm pack`, its src/handler.ts replaced by one that records each effect in KV
+// (ts-worker/handler.ts), `tsc --strict` against @cloudflare/workers-types,
+// bundled by wrangler's own bundler, and run on workerd (Miniflare) beside a
+// dead-letter reader and the Rust example worker, all on one DedupeShard namespace.
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { after, before, describe, test } from "node:test";
+import { Log, LogLevel, Miniflare } from "miniflare";
+import { unstable_getMiniflareWorkerOptions } from "wrangler";
+import { ROOT, envelope } from "./harness.mjs";
+
+const BIN = path.join(ROOT, "node_modules/.bin");
+const run = (cmd, args, opts = {}) => {
+  try {
+    return execFileSync(cmd, args, { encoding: "utf8", maxBuffer: 64 << 20, stdio: ["ignore", "pipe", "pipe"], ...opts });
+  } catch (e) {
+    assert.fail(`${cmd} ${args.join(" ")} failed:\n${e.stdout ?? ""}${e.stderr ?? ""}`);
+  }
+};
+
+let scratch;
+let packDir;
+let mf;
+let seq = 0;
+const msg = (body, attempts = 1, id = `ts-${++seq}`) => ({ id, timestamp: new Date(), attempts, body });
+
+/** How many effects the TS handler recorded for each id. */
+async function effects() {
+  const kv = await mf.getKVNamespace("EFFECTS", "ts");
+  const counts = {};
+  for (const { name } of (await kv.list({ prefix: "effect:" })).keys) {
+    const id = name.split(":")[1];
+    counts[id] = (counts[id] ?? 0) + 1;
+  }
+  return counts;
+}
+
+before(async () => {
+  packDir = mkdtempSync(path.join(tmpdir(), "bq-dedupe-tgz-"));
+  run("npm", ["pack", "--pack-destination", packDir], { cwd: path.join(ROOT, "crates/js") });
+  const [tarball] = readdirSync(packDir).filter((f) => f.endsWith(".tgz"));
+  scratch = mkdtempSync(path.join(tmpdir(), "bq-ts-worker-"));
+  cpSync(path.join(ROOT, "examples/ts-worker"), scratch, { recursive: true });
+  cpSync(path.join(ROOT, "crates/workers/tests/ts-worker/handler.ts"), path.join(scratch, "src/handler.ts"));
+  // The package from the tarball; the tools (tsc, wrangler, workers-types) are the repository's.
+  const pkg = JSON.parse(readFileSync(path.join(scratch, "package.json"), "utf8"));
+  const tools = pkg.devDependencies;
+  delete pkg.devDependencies;
+  pkg.dependencies["@babelqueue/dedupe"] = `file:${path.join(packDir, tarball)}`;
+  writeFileSync(path.join(scratch, "package.json"), JSON.stringify(pkg, null, 2));
+  run("npm", ["install", "--no-audit", "--no-fund", "--offline", "--no-package-lock"], { cwd: scratch });
+  const installed = JSON.parse(readFileSync(path.join(ROOT, "node_modules/@cloudflare/workers-types/package.json"), "utf8"));
+  assert.equal(installed.version, tools["@cloudflare/workers-types"], "the template pins the workers-types the tests use");
+  cpSync(path.join(ROOT, "node_modules/@cloudflare/workers-types"), path.join(scratch, "node_modules/@cloudflare/workers-types"), { recursive: true });
+  run(path.join(BIN, "tsc"), ["-p", "."], { cwd: scratch });
+  const wrangler = (...args) =>
+    run(path.join(BIN, "wrangler"), ["deploy", "--dry-run", ...args], {
+      cwd: scratch,
+      env: { ...process.env, WRANGLER_SEND_METRICS: "false" },
+    });
+  wrangler("--outdir", "dist");
+  // The package's main export in a worker, a store made at module scope (which
+  // killed the isolate at start-up when the web build needed an init step).
+  writeFileSync(path.join(scratch, "plain.js"), `import { InMemoryStore, dedupe } from "@babelqueue/dedupe";
+const store = new InMemoryStore();
+export default { async fetch(request) {
+  const outcome = await dedupe(await request.json(), store, () => {});
+  return Response.json(outcome.kind);
+} };
+`);
+  writeFileSync(path.join(scratch, "wrangler.plain.toml"), 'name = "plain"\nmain = "plain.js"\ncompatibility_date = "2025-06-01"\n');
+  wrangler("--config", "wrangler.plain.toml", "--outdir", "dist-plain");
+
+  const wasmRule = { type: "CompiledWasm", include: ["**/*.wasm"], fallthrough: true };
+  const ts = unstable_getMiniflareWorkerOptions(path.join(scratch, "wrangler.toml")).workerOptions;
+  const rust = unstable_getMiniflareWorkerOptions(path.join(ROOT, "wrangler.toml"));
+  delete rust.workerOptions.assets;
+  mf = new Miniflare({
+    workers: [
+      {
+        ...ts,
+        name: "ts",
+        modules: true,
+        scriptPath: path.join(scratch, "dist/index.js"),
+        modulesRoot: path.join(scratch, "dist"),
+        modulesRules: [wasmRule],
+        // The Rust worker's shards: one namespace for both languages.
+        durableObjects: { DEDUPE_DO: { className: "DedupeShard", scriptName: "bq-dedupe-example", useSQLite: true } },
+        bindings: { ...ts.bindings, DEDUPE_CLAIM_LEASE_SECONDS: "2" },
+        kvNamespaces: { EFFECTS: "ts-effects" },
+        queueConsumers: { orders: { maxBatchTimeout: 0, retryDelay: 0 } },
+        queueProducers: { DEAD_LETTERS: { queueName: "orders-dlq" } },
+        cf: false,
+      },
+      {
+        // Reads the dead-letter queue into the same KV namespace.
+        name: "dlq",
+        modules: true,
+        script: `export default { async queue(batch, env) {
+          for (const m of batch.messages) { await env.EFFECTS.put("dead:" + m.id, JSON.stringify(m.body)); m.ack(); }
+        } };`,
+        kvNamespaces: { EFFECTS: "ts-effects" },
+        queueConsumers: { "orders-dlq": { maxBatchTimeout: 0 } },
+        cf: false,
+      },
+      {
+        name: "plain",
+        modules: true,
+        scriptPath: path.join(scratch, "dist-plain", readdirSync(path.join(scratch, "dist-plain")).find((f) => f.endsWith(".js"))),
+        modulesRoot: path.join(scratch, "dist-plain"),
+        modulesRules: [wasmRule],
+        cf: false,
+      },
+      {
+        ...rust.workerOptions,
+        name: "bq-dedupe-example",
+        modules: true,
+        scriptPath: rust.main,
+        modulesRoot: path.dirname(rust.main),
+        bindings: { ...rust.workerOptions.bindings, EXAMPLE_ADMIN_TOKEN: "t0ken-for-the-ts-worker-test", EXAMPLE_TEST_DIRECTIVES: "1" },
+        cf: false,
+      },
+    ],
+    log: new Log(process.env.BQ_WORKER_LOG ? LogLevel.DEBUG : LogLevel.WARN),
+  });
+  await mf.ready;
+});
+
+after(async () => {
+  await mf?.dispose();
+  if (scratch) rmSync(scratch, { recursive: true, force: true });
+  if (packDir) rmSync(packDir, { recursive: true, force: true });
+});
+
+/** Hands `messages` to a worker's queue() as the runtime would: "ts" or "rust". */
+const queue = async (who, messages) =>
+  who === "ts"
+    ? (await mf.getWorker("ts")).queue("orders", messages)
+    : (await mf.getWorker("bq-dedupe-example")).queue("bq-orders", messages);
+
+describe("a TypeScript worker from examples/ts-worker and the packed package", () => {
+  test("the main export needs no init step in a worker: a store at module scope, dedupe runs then skips", async () => {
+    const plain = await mf.getWorker("plain");
+    const ask = async () => (await plain.fetch("http://x/", { method: "POST", body: JSON.stringify(envelope("plain-1")) })).json();
+    assert.equal(await ask(), "run-ok");
+    assert.equal(await ask(), "skip");
+  });
+
+  test("object, text and bytes bodies; duplicates in one batch and across batches run once", async () => {
+    const bodies = [
+      envelope("ts-obj"),
+      JSON.stringify(envelope("ts-text")),
+      new TextEncoder().encode(JSON.stringify(envelope("ts-bytes"))),
+      envelope("ts-obj"),
+    ];
+    const first = await queue("ts", bodies.map((b) => msg(b)));
+    assert.equal(first.explicitAcks.length, 4, JSON.stringify(first));
+    const again = await queue("ts", bodies.map((b) => msg(b)));
+    assert.equal(again.explicitAcks.length, 4, JSON.stringify(again));
+    const counts = await effects();
+    assert.deepEqual(
+      { obj: counts["ts-obj"], text: counts["ts-text"], bytes: counts["ts-bytes"] },
+      { obj: 1, text: 1, bytes: 1 },
+    );
+  });
+
+  test("a thrown handler is retried, and the redelivery runs it once", async () => {
+    const body = envelope("ts-retry", { fail_attempts: 1 });
+    const first = await queue("ts", [msg(body, 1, "r-1")]);
+    assert.deepEqual(first.retryMessages.map((r) => r.msgId), ["r-1"], JSON.stringify(first));
+    assert.equal((await effects())["ts-retry"], undefined);
+    const second = await queue("ts", [msg(body, 2, "r-1")]);
+    assert.deepEqual(second.explicitAcks, ["r-1"], JSON.stringify(second));
+    assert.equal((await effects())["ts-retry"], 1);
+  });
+
+  test("poison goes to the dead-letter queue with the BabelQueue dead_letter block", async () => {
+    const poison = { meta: { id: "ts-poison", schema_version: 1 } }; // no job
+    const result = await queue("ts", [msg(poison, 1, "p-1")]);
+    assert.deepEqual(result.explicitAcks, ["p-1"], JSON.stringify(result));
+    const kv = await mf.getKVNamespace("EFFECTS", "dlq");
+    let dead;
+    for (let i = 0; i < 100 && !dead; i++) {
+      const { keys } = await kv.list({ prefix: "dead:" });
+      dead = keys[0] && JSON.parse(await kv.get(keys[0].name));
+      if (!dead) await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.ok(dead, "a dead letter arrived");
+    assert.equal(dead.dead_letter.reason, "poison");
+    assert.equal(dead.dead_letter.original_queue, "orders");
+    assert.equal(dead.meta.id, "ts-poison");
+  });
+
+  test("a handler slower than its 2 s lease keeps its claims (renewed): a second queue() parks, one effect per id", async () => {
+    const ids = ["ts-slow-0", "ts-slow-1"];
+    const batch = () => ids.map((id) => msg(envelope(id, { sleep_ms: 2600 })));
+    const first = queue("ts", batch());
+    await new Promise((r) => setTimeout(r, 2300)); // past the lease the claims began with
+    const second = await queue("ts", batch());
+    assert.equal(second.retryMessages.length, ids.length, `parked: ${JSON.stringify(second)}`);
+    assert.equal((await first).explicitAcks.length, ids.length);
+    const counts = await effects();
+    assert.deepEqual(ids.map((id) => counts[id]), [1, 1]);
+  });
+
+  test("two consumers racing over the same ids: one effect each", async () => {
+    const ids = Array.from({ length: 8 }, (_, i) => `ts-race-${i}`);
+    const batch = () => ids.map((id) => msg(envelope(id, { sleep_ms: 50 })));
+    const [a, b] = await Promise.all([queue("ts", batch()), queue("ts", batch())]);
+    assert.equal(a.explicitAcks.length + b.explicitAcks.length + a.retryMessages.length + b.retryMessages.length, 16);
+    const counts = await effects();
+    assert.deepEqual(ids.map((id) => counts[id]), ids.map(() => 1));
+  });
+
+  test("claims left by a dead invocation park the ids; once they lapse each runs once", async () => {
+    const ids = ["ts-dead-0", "ts-dead-1"];
+    // A consumer that claimed the ids and died (through the Rust worker's store route: one namespace).
+    const claimed = await (await mf.getWorker("bq-dedupe-example")).fetch("http://x/store/claim", {
+      method: "POST",
+      headers: { authorization: "Bearer t0ken-for-the-ts-worker-test", "content-type": "application/json" },
+      body: JSON.stringify({ keys: ids, lease_ms: 1500 }),
+    });
+    assert.ok((await claimed.json()).claims.every((c) => c.state === "acquired"));
+    const parked = await queue("ts", ids.map((id) => msg(envelope(id))));
+    assert.equal(parked.retryMessages.length, ids.length, JSON.stringify(parked));
+    assert.ok(parked.retryMessages.every((r) => r.delaySeconds >= 1), "parked until the claim ends");
+    await new Promise((r) => setTimeout(r, 1600));
+    const ran = await queue("ts", ids.map((id) => msg(envelope(id), 2)));
+    assert.equal(ran.explicitAcks.length, ids.length, JSON.stringify(ran));
+    const counts = await effects();
+    assert.deepEqual(ids.map((id) => counts[id]), [1, 1]);
+  });
+
+  test("the Rust example worker and the TypeScript worker dedupe together on one DedupeShard namespace", async () => {
+    const stats = async () => (await (await mf.getWorker("bq-dedupe-example")).fetch("http://x/stats", {
+      headers: { authorization: "Bearer t0ken-for-the-ts-worker-test" },
+    })).json();
+    // Run by the TypeScript worker, skipped by the Rust one.
+    await queue("ts", [msg(envelope("both-1"))]);
+    const before = await stats();
+    const rust = await queue("rust", [msg(envelope("both-1"), 1, "b-1")]);
+    assert.deepEqual(rust.explicitAcks, ["b-1"], JSON.stringify(rust));
+    const mid = await stats();
+    assert.equal(mid.runs - before.runs, 0, "the Rust worker skipped the id the TS worker ran");
+    assert.equal(mid.skips - before.skips, 1);
+    // Run by the Rust worker, skipped by the TypeScript one.
+    await queue("rust", [msg(envelope("both-2"), 1, "b-2")]);
+    assert.equal((await stats()).runs - mid.runs, 1);
+    await queue("ts", [msg(envelope("both-2"))]);
+    const counts = await effects();
+    assert.equal(counts["both-1"], 1);
+    assert.equal(counts["both-2"], undefined, "the TS worker skipped the id the Rust worker ran");
+  });
+});

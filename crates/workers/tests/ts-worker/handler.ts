@@ -1,0 +1,24 @@
+// The test's src/handler.ts for examples/ts-worker
+// (crates/workers/tests/ts-worker.test.mjs): every effect is a KV row (EFFECTS)
+// the test counts; `data` may tell it to fail its first attempts or to sleep.
+import type { BabelQueueEnvelope } from "@babelqueue/dedupe/workers";
+
+export interface Env {
+  DEDUPE_DO: DurableObjectNamespace;
+  DEAD_LETTERS: Queue;
+  EFFECTS: KVNamespace;
+}
+
+interface Directives {
+  fail_attempts?: number;
+  sleep_ms?: number;
+}
+
+export async function handle(envelope: BabelQueueEnvelope, message: Message, env: Env): Promise<void> {
+  const directives = envelope.data as Directives;
+  if (directives.sleep_ms) await new Promise((resolve) => setTimeout(resolve, directives.sleep_ms));
+  if (message.attempts <= (directives.fail_attempts ?? 0)) {
+    throw new Error(`told to fail (attempt ${message.attempts})`);
+  }
+  await env.EFFECTS.put(`effect:${envelope.meta.id}:${message.id}:${message.attempts}`, "1");
+}

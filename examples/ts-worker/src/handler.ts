@@ -1,0 +1,13 @@
+// Your handler: runs once per meta.id (a redelivery or a duplicate publish is
+// skipped). Throw to fail the delivery: it is retried and its id stays unmarked.
+import type { BabelQueueEnvelope } from "@babelqueue/dedupe/workers";
+
+export interface Env {
+  DEDUPE_DO: DurableObjectNamespace;
+  DEAD_LETTERS: Queue;
+}
+
+export async function handle(envelope: BabelQueueEnvelope, message: Message, env: Env): Promise<void> {
+  console.log(`${envelope.job} ${envelope.meta.id} (attempt ${message.attempts})`, JSON.stringify(envelope.data));
+  void env;
+}
