@@ -12,7 +12,7 @@ workers-build:
 
 # The adapter and the example ship as wasm32: lint them for that target.
 workers-lint:
-	cargo clippy -p babelqueue-dedupe-workers -p babelqueue-dedupe-worker-example --target wasm32-unknown-unknown -- -D warnings
+	cargo clippy -p babelqueue-dedupe-workers -p babelqueue-dedupe-worker-example -p babelqueue-dedupe-workers-js --target wasm32-unknown-unknown -- -D warnings
 
 ## workers-test: every scenario of the adapter as queue traffic on workerd, the
 ## locked example routes, a user's own worker (examples/user-worker) built

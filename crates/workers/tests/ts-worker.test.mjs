@@ -12,7 +12,7 @@ import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Log, LogLevel, Miniflare } from "miniflare";
 import { unstable_getMiniflareWorkerOptions } from "wrangler";
-import { ROOT, envelope } from "./harness.mjs";
+import { ROOT, TOKEN, envelope } from "./harness.mjs";
 
 const BIN = path.join(ROOT, "node_modules/.bin");
 const run = (cmd, args, opts = {}) => {
@@ -23,9 +23,12 @@ const run = (cmd, args, opts = {}) => {
   }
 };
 
+const wasmRule = { type: "CompiledWasm", include: ["**/*.wasm"], fallthrough: true };
 let scratch;
 let packDir;
 let mf;
+/** The two workers' options as wrangler reads their wrangler.toml. */
+let options;
 let seq = 0;
 const msg = (body, attempts = 1, id = `ts-${++seq}`) => ({ id, timestamp: new Date(), attempts, body });
 
@@ -76,10 +79,10 @@ export default { async fetch(request) {
   writeFileSync(path.join(scratch, "wrangler.plain.toml"), 'name = "plain"\nmain = "plain.js"\ncompatibility_date = "2025-06-01"\n');
   wrangler("--config", "wrangler.plain.toml", "--outdir", "dist-plain");
 
-  const wasmRule = { type: "CompiledWasm", include: ["**/*.wasm"], fallthrough: true };
   const ts = unstable_getMiniflareWorkerOptions(path.join(scratch, "wrangler.toml")).workerOptions;
   const rust = unstable_getMiniflareWorkerOptions(path.join(ROOT, "wrangler.toml"));
   delete rust.workerOptions.assets;
+  options = { ts, rust };
   mf = new Miniflare({
     workers: [
       {
@@ -255,5 +258,55 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
     const counts = await effects();
     assert.equal(counts["both-1"], 1);
     assert.equal(counts["both-2"], undefined, "the TS worker skipped the id the Rust worker ran");
+  });
+});
+
+describe("the store testkit against the JavaScript DedupeShard", () => {
+  test("the Rust store client over the TypeScript worker's DedupeShard follows the record model (crates/workerd-testkit)", async () => {
+    const { ts, rust } = options;
+    // The Rust example's /store routes, its DEDUPE_DO bound to the class the
+    // TypeScript worker exports from the package: every shard request is answered
+    // by the package's DedupeShard.
+    const served = new Miniflare({
+      host: "127.0.0.1",
+      port: 0,
+      workers: [
+        {
+          ...rust.workerOptions,
+          name: "bq-dedupe-example",
+          modules: true,
+          scriptPath: rust.main,
+          modulesRoot: path.dirname(rust.main),
+          durableObjects: {
+            ...rust.workerOptions.durableObjects,
+            DEDUPE_DO: { className: "DedupeShard", scriptName: "ts", useSQLite: true },
+          },
+          bindings: { ...rust.workerOptions.bindings, EXAMPLE_ADMIN_TOKEN: TOKEN },
+          cf: false,
+        },
+        {
+          ...ts,
+          name: "ts",
+          modules: true,
+          scriptPath: path.join(scratch, "dist/index.js"),
+          modulesRoot: path.join(scratch, "dist"),
+          modulesRules: [wasmRule],
+          queueConsumers: {},
+          queueProducers: {},
+          kvNamespaces: { EFFECTS: "ts-effects" },
+          cf: false,
+        },
+      ],
+      log: new Log(process.env.BQ_WORKER_LOG ? LogLevel.DEBUG : LogLevel.WARN),
+    });
+    try {
+      const url = String(await served.ready).replace(/\/$/, "");
+      run("cargo", ["test", "-p", "babelqueue-dedupe-workerd-testkit"], {
+        cwd: ROOT,
+        env: { ...process.env, BQ_TEST_WORKER_URL: url },
+      });
+    } finally {
+      await served.dispose();
+    }
   });
 });
