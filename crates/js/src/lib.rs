@@ -8,6 +8,7 @@
 #[cfg(feature = "conformance")]
 mod conformance;
 mod memory;
+pub mod protocol;
 mod store;
 #[cfg(feature = "testkit")]
 mod testkit;

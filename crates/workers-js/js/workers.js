@@ -10,6 +10,8 @@ initSync({ module: wasm });
 export {
   DedupeShard,
   dedupeQueue,
+  DurableObjectStore,
+  KvStore,
   dedupe,
   dedupeBatch,
   dedupeKey,

@@ -5,6 +5,8 @@
 //! - `dedupeQueue(batch, env, handler, options?)`: the Rust adapter's Queues
 //!   consumer (`bq_dedupe_workers::QueueConsumer`), configured by the same
 //!   `DEDUPE_*` vars, calling a JS handler;
+//! - `DurableObjectStore` and `KvStore`: the adapter's stores as JS store
+//!   objects, for `dedupe` / `dedupeBatch` / `wrap`;
 //! - the package's API (`dedupe`, `dedupeBatch`, `InMemoryStore`, ...), linked
 //!   from `babelqueue-dedupe-js`.
 //!
@@ -13,8 +15,10 @@
 //! module, which wrangler's bundler imports as a `WebAssembly.Module`.
 
 mod queue;
+mod stores;
 
 /// Links the package's API into this module (its `#[wasm_bindgen]` exports).
 pub use bq_dedupe_js as package;
 pub use bq_dedupe_workers::durable::DedupeShard;
 pub use queue::dedupe_queue;
+pub use stores::{DurableObjectStore, KvStore};

@@ -13,7 +13,7 @@ use worker::worker_sys::MessageBatch;
 /// The options `dedupeQueue` takes besides the `DEDUPE_*` settings.
 const OBSERVER: &str = "observer";
 
-fn type_error(message: &str) -> JsValue {
+pub(crate) fn type_error(message: &str) -> JsValue {
     js_sys::TypeError::new(message).into()
 }
 
@@ -24,13 +24,25 @@ fn set(object: &Object, key: &str, value: &JsValue) {
 /// `env` with the `DEDUPE_*` entries of `options` laid over it (as strings, as
 /// wrangler passes vars), and the observer, if one is given.
 fn configure(env: &Env, options: &JsValue) -> Result<(Env, Option<Function>), JsValue> {
+    configure_with(env, options, &[])
+}
+
+/// [`configure`], then `fixed` settings laid over those.
+pub(crate) fn configure_with(
+    env: &Env,
+    options: &JsValue,
+    fixed: &[(&str, &str)],
+) -> Result<(Env, Option<Function>), JsValue> {
+    let overlay = Object::create(env.unchecked_ref());
+    for (name, value) in fixed {
+        set(&overlay, name, &JsValue::from_str(value));
+    }
     if options.is_undefined() || options.is_null() {
-        return Ok((env.clone(), None));
+        return Ok((JsValue::from(overlay).unchecked_into(), None));
     }
     if !options.is_object() {
-        return Err(type_error("dedupeQueue: options must be an object"));
+        return Err(type_error("options must be an object"));
     }
-    let overlay = Object::create(env.unchecked_ref());
     let mut observer = None;
     let options_object: &Object = options.unchecked_ref();
     for key in Object::keys(options_object).iter() {
@@ -42,16 +54,19 @@ fn configure(env: &Env, options: &JsValue) -> Result<(Env, Option<Function>), Js
             }
             let f = value
                 .dyn_into::<Function>()
-                .map_err(|_| type_error("dedupeQueue: options.observer must be a function"))?;
+                .map_err(|_| type_error("options.observer must be a function"))?;
             observer = Some(f);
         } else if name.starts_with("DEDUPE_") {
+            if fixed.iter().any(|(f, _)| *f == name) {
+                return Err(type_error(&format!("{name} is fixed by this store")));
+            }
             if !value.is_undefined() {
                 let text = js_sys::JsString::from(value.clone());
                 set(&overlay, &name, &text.into());
             }
         } else {
             return Err(type_error(&format!(
-                "dedupeQueue: unknown option {name:?} (options are DEDUPE_* settings and observer)"
+                "unknown option {name:?} (options are DEDUPE_* settings and observer)"
             )));
         }
     }

@@ -78,6 +78,19 @@ export default { async fetch(request) {
 `);
   writeFileSync(path.join(scratch, "wrangler.plain.toml"), 'name = "plain"\nmain = "plain.js"\ncompatibility_date = "2025-06-01"\n');
   wrangler("--config", "wrangler.plain.toml", "--outdir", "dist-plain");
+  // DurableObjectStore and KvStore for calling dedupeBatch yourself.
+  writeFileSync(path.join(scratch, "stores.ts"), `import { DurableObjectStore, KvStore, dedupeBatch, type EnvelopeInput } from "@babelqueue/dedupe/workers";
+export default { async fetch(request: Request, env: object): Promise<Response> {
+  const { envelopes, store } = (await request.json()) as { envelopes: EnvelopeInput[]; store: "kv" | "do" };
+  const s = store === "kv" ? new KvStore(env) : new DurableObjectStore(env);
+  const options = store === "kv" ? undefined : { claimLeaseMs: 60_000 };
+  const outcomes = await dedupeBatch(envelopes, s, () => {}, options);
+  return Response.json(outcomes.map((o) => o.kind));
+} };
+`);
+  writeFileSync(path.join(scratch, "wrangler.stores.toml"), 'name = "stores"\nmain = "stores.ts"\ncompatibility_date = "2025-06-01"\n');
+  run(path.join(BIN, "tsc"), ["--strict", "--noEmit", "--module", "es2022", "--moduleResolution", "bundler", "--target", "es2022", "--lib", "es2022", "--types", "@cloudflare/workers-types", "stores.ts"], { cwd: scratch });
+  wrangler("--config", "wrangler.stores.toml", "--outdir", "dist-stores");
 
   const ts = unstable_getMiniflareWorkerOptions(path.join(scratch, "wrangler.toml")).workerOptions;
   const rust = unstable_getMiniflareWorkerOptions(path.join(ROOT, "wrangler.toml"));
@@ -109,6 +122,16 @@ export default { async fetch(request) {
         } };`,
         kvNamespaces: { EFFECTS: "ts-effects" },
         queueConsumers: { "orders-dlq": { maxBatchTimeout: 0 } },
+        cf: false,
+      },
+      {
+        name: "stores",
+        modules: true,
+        scriptPath: path.join(scratch, "dist-stores", readdirSync(path.join(scratch, "dist-stores")).find((f) => f.endsWith(".js"))),
+        modulesRoot: path.join(scratch, "dist-stores"),
+        modulesRules: [wasmRule],
+        durableObjects: { DEDUPE_DO: { className: "DedupeShard", scriptName: "bq-dedupe-example", useSQLite: true } },
+        kvNamespaces: { DEDUPE_KV: "stores-kv" },
         cf: false,
       },
       {
@@ -237,6 +260,18 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
     assert.equal(ran.explicitAcks.length, ids.length, JSON.stringify(ran));
     const counts = await effects();
     assert.deepEqual(ids.map((id) => counts[id]), [1, 1]);
+  });
+
+  test("DurableObjectStore and KvStore as the store of dedupeBatch: in-batch and later duplicates skipped; one namespace with the queue consumer", async () => {
+    const stores = await mf.getWorker("stores");
+    const ask = async (store, ids) =>
+      (await stores.fetch("http://x/", { method: "POST", body: JSON.stringify({ store, envelopes: ids.map((id) => envelope(id)) }) })).json();
+    assert.deepEqual(await ask("do", ["st-1", "st-2", "st-1"]), ["run-ok", "run-ok", "skip"]);
+    assert.deepEqual(await ask("do", ["st-1", "st-2"]), ["skip", "skip"]);
+    await queue("ts", [msg(envelope("st-3"))]); // run by the queue consumer
+    assert.deepEqual(await ask("do", ["st-3"]), ["skip"]);
+    assert.deepEqual(await ask("kv", ["kv-1", "kv-1"]), ["run-ok", "skip"]);
+    assert.deepEqual(await ask("kv", ["kv-1"]), ["skip"]);
   });
 
   test("the Rust example worker and the TypeScript worker dedupe together on one DedupeShard namespace", async () => {

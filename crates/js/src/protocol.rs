@@ -1,0 +1,146 @@
+//! A Rust [`Store`] answering in the JS store protocol (the methods and shapes
+//! a JS store has: `{state, token}` claims, `settle(step)` -> `{kept,
+//! renewed}`, errors as an `Error` with `kind`): the one conversion behind the
+//! Workers build's `DurableObjectStore` and `KvStore` classes and the test
+//! build's `TestkitBackend`. The inverse of [`crate::store`]'s reading of a JS
+//! store.
+
+use std::time::Duration;
+
+use bq_dedupe::store::Settlement;
+use bq_dedupe::{ClaimToken, Store, StoreError};
+use js_sys::{Array, Object};
+use wasm_bindgen::prelude::*;
+
+use crate::store::claim_to_js;
+use crate::{prop, set};
+
+/// A store failure as JS sees one: an `Error` whose `kind` is the core's code.
+pub fn error_to_js(e: StoreError) -> JsValue {
+    let error = js_sys::Error::new(&e.message);
+    set(&error, "kind", &JsValue::from_str(e.kind.code()));
+    error.into()
+}
+
+fn ms(value: Option<f64>) -> Option<Duration> {
+    value.map(|ms| Duration::from_millis(ms.max(0.0) as u64))
+}
+
+fn strings(keys: &JsValue) -> Vec<String> {
+    Array::from(keys)
+        .iter()
+        .filter_map(|k| k.as_string())
+        .collect()
+}
+
+fn refs(keys: &[String]) -> Vec<&str> {
+    keys.iter().map(String::as_str).collect()
+}
+
+fn flags(values: Vec<bool>) -> JsValue {
+    values
+        .into_iter()
+        .map(JsValue::from_bool)
+        .collect::<Array>()
+        .into()
+}
+
+/// `[{key, token?}]` as (key, token) pairs.
+fn claim_refs(list: &JsValue) -> Vec<(String, Option<ClaimToken>)> {
+    Array::from(list)
+        .iter()
+        .map(|r| {
+            let key = prop(&r, "key").as_string().unwrap_or_default();
+            (key, prop(&r, "token").as_string().map(ClaimToken))
+        })
+        .collect()
+}
+
+fn with_tokens(list: &[(String, Option<ClaimToken>)]) -> Vec<(&str, &ClaimToken)> {
+    list.iter()
+        .filter_map(|(k, t)| t.as_ref().map(|t| (k.as_str(), t)))
+        .collect()
+}
+
+/// One call of the JS store protocol on `store`: `method` with JS `args`, as a
+/// JS store would be called; the answer as that store would give it.
+pub async fn call<S: Store + ?Sized>(
+    store: &S,
+    method: &str,
+    args: &[JsValue],
+) -> Result<JsValue, JsValue> {
+    let arg = |i: usize| args.get(i).cloned().unwrap_or(JsValue::UNDEFINED);
+    let text = |i: usize| arg(i).as_string().unwrap_or_default();
+    let lease = |i: usize| ms(arg(i).as_f64()).unwrap_or_default();
+    let token = |i: usize| ClaimToken(text(i));
+    let answer = match method {
+        "seen" => store.seen(&text(0)).await.map(JsValue::from_bool),
+        "remember" => store
+            .remember(&text(0), ms(arg(1).as_f64()))
+            .await
+            .map(|()| JsValue::UNDEFINED),
+        "forget" => store.forget(&text(0)).await.map(|()| JsValue::UNDEFINED),
+        "seenMany" => {
+            let keys = strings(&arg(0));
+            store.seen_many(&refs(&keys)).await.map(flags)
+        }
+        "rememberMany" => {
+            let keys = strings(&arg(0));
+            let ttl = ms(arg(1).as_f64());
+            store
+                .remember_many(&refs(&keys), ttl)
+                .await
+                .map(|()| JsValue::UNDEFINED)
+        }
+        "claim" => store
+            .claim(&text(0), lease(1))
+            .await
+            .map(|c| claim_to_js(&c)),
+        "claimMany" => {
+            let keys = strings(&arg(0));
+            store
+                .claim_many(&refs(&keys), lease(1))
+                .await
+                .map(|claims| claims.iter().map(claim_to_js).collect::<Array>().into())
+        }
+        "release" => store
+            .release(&text(0), &token(1))
+            .await
+            .map(|()| JsValue::UNDEFINED),
+        "renew" => store
+            .renew(&text(0), &token(1), lease(2))
+            .await
+            .map(JsValue::from_bool),
+        "rememberFenced" => store
+            .remember_fenced(&text(0), &token(1), ms(arg(2).as_f64()))
+            .await
+            .map(JsValue::from_bool),
+        "settle" => {
+            let step = arg(0);
+            let remember = claim_refs(&prop(&step, "remember"));
+            let release = claim_refs(&prop(&step, "release"));
+            let renew = claim_refs(&prop(&step, "renew"));
+            let remember: Vec<(&str, Option<&ClaimToken>)> = remember
+                .iter()
+                .map(|(k, t)| (k.as_str(), t.as_ref()))
+                .collect();
+            let settlement = Settlement {
+                remember: &remember,
+                ttl: ms(prop(&step, "ttlMs").as_f64()),
+                release: &with_tokens(&release),
+                renew: &with_tokens(&renew),
+                lease: ms(prop(&step, "leaseMs").as_f64()).unwrap_or_default(),
+            };
+            store.settle(&settlement).await.map(|settled| {
+                let reply = Object::new();
+                set(&reply, "kept", &flags(settled.kept));
+                set(&reply, "renewed", &flags(settled.renewed));
+                reply.into()
+            })
+        }
+        other => {
+            return Err(js_sys::TypeError::new(&format!("no store method {other:?}")).into());
+        }
+    };
+    answer.map_err(error_to_js)
+}

@@ -1,0 +1,108 @@
+//! `DurableObjectStore` and `KvStore`: the Rust adapter's stores as JS store
+//! objects, for calling `dedupe` / `dedupeBatch` / `wrap` yourself. Each is
+//! configured from `env` and the same `DEDUPE_*` settings as `dedupeQueue`
+//! (the binding names, shards, resharding), and answers the JS store protocol
+//! (`bq_dedupe_js::protocol`): promise-returning `seen`, `seenMany`,
+//! `claimMany`, `settle`, ...
+
+use std::rc::Rc;
+
+use bq_dedupe_js::protocol;
+use bq_dedupe_workers::{DedupeConfig, RoundTrips, WorkersStore};
+use js_sys::Promise;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::future_to_promise;
+use worker::Env;
+
+use crate::queue::{configure_with, type_error};
+
+/// The store `env` and `options` configure, with `store` forced to `kind`.
+fn open(env: &Env, options: &JsValue, kind: &str) -> Result<Rc<WorkersStore>, JsValue> {
+    let (env, observer) = configure_with(env, options, &[("DEDUPE_STORE", kind)])?;
+    if observer.is_some() {
+        return Err(type_error("a store takes no observer (dedupeQueue does)"));
+    }
+    let config = DedupeConfig::from_env(&env).map_err(|e| type_error(&e.0))?;
+    let store = config
+        .store(&env, RoundTrips::new())
+        .map_err(|e| type_error(&e.0))?;
+    Ok(Rc::new(store))
+}
+
+fn answer(store: &Rc<WorkersStore>, method: &'static str, args: Vec<JsValue>) -> Promise {
+    let store = Rc::clone(store);
+    future_to_promise(async move { protocol::call(&*store, method, &args).await })
+}
+
+/// One JS method per store protocol method, each `answer`ing through the Rust store.
+macro_rules! protocol_methods {
+    ($class:ident: $($js:literal => $rust:ident($($arg:ident: $ty:ty),*)),+ $(,)?) => {
+        #[wasm_bindgen]
+        impl $class {
+            $(
+                #[wasm_bindgen(js_name = $js)]
+                pub fn $rust(&self, $($arg: $ty),*) -> Promise {
+                    answer(&self.store, $js, vec![$(JsValue::from($arg)),*])
+                }
+            )+
+        }
+    };
+}
+
+/// The Durable Object store (`DEDUPE_DO`, `DEDUPE_SHARDS`, `DEDUPE_PREVIOUS_SHARDS`):
+/// claims, leases and fenced commits, one request per shard per call.
+#[wasm_bindgen]
+pub struct DurableObjectStore {
+    store: Rc<WorkersStore>,
+}
+
+#[wasm_bindgen]
+impl DurableObjectStore {
+    /// `new DurableObjectStore(env, options?)`: `options` overrides `DEDUPE_*`.
+    #[wasm_bindgen(constructor)]
+    pub fn new(env: Env, options: JsValue) -> Result<DurableObjectStore, JsValue> {
+        Ok(DurableObjectStore {
+            store: open(&env, &options, "durable-object")?,
+        })
+    }
+}
+
+protocol_methods!(DurableObjectStore:
+    "seen" => seen(key: String),
+    "remember" => remember(key: String, ttl_ms: Option<f64>),
+    "forget" => forget(key: String),
+    "seenMany" => seen_many(keys: JsValue),
+    "rememberMany" => remember_many(keys: JsValue, ttl_ms: Option<f64>),
+    "claim" => claim(key: String, lease_ms: f64),
+    "claimMany" => claim_many(keys: JsValue, lease_ms: f64),
+    "release" => release(key: String, token: String),
+    "renew" => renew(key: String, token: String, lease_ms: f64),
+    "rememberFenced" => remember_fenced(key: String, token: String, ttl_ms: Option<f64>),
+    "settle" => settle(step: JsValue),
+);
+
+/// The best-effort Workers KV store (`DEDUPE_KV`): no claims (KV cannot take
+/// one atomically), TTLs of 60 s or more.
+#[wasm_bindgen]
+pub struct KvStore {
+    store: Rc<WorkersStore>,
+}
+
+#[wasm_bindgen]
+impl KvStore {
+    /// `new KvStore(env, options?)`: `options` overrides `DEDUPE_*`.
+    #[wasm_bindgen(constructor)]
+    pub fn new(env: Env, options: JsValue) -> Result<KvStore, JsValue> {
+        Ok(KvStore {
+            store: open(&env, &options, "kv")?,
+        })
+    }
+}
+
+protocol_methods!(KvStore:
+    "seen" => seen(key: String),
+    "remember" => remember(key: String, ttl_ms: Option<f64>),
+    "forget" => forget(key: String),
+    "seenMany" => seen_many(keys: JsValue),
+    "rememberMany" => remember_many(keys: JsValue, ttl_ms: Option<f64>),
+);
