@@ -79,8 +79,24 @@ export default { async fetch(request) {
   writeFileSync(path.join(scratch, "wrangler.plain.toml"), 'name = "plain"\nmain = "plain.js"\ncompatibility_date = "2025-06-01"\n');
   wrangler("--config", "wrangler.plain.toml", "--outdir", "dist-plain");
   // DurableObjectStore and KvStore for calling dedupeBatch yourself.
-  writeFileSync(path.join(scratch, "stores.ts"), `import { DurableObjectStore, KvStore, dedupeBatch, type EnvelopeInput } from "@babelqueue/dedupe/workers";
+  writeFileSync(path.join(scratch, "stores.ts"), `import { DurableObjectStore, KvStore, dedupeBatch, dedupeQueue, type EnvelopeInput, type QueueMessageReport } from "@babelqueue/dedupe/workers";
 export default { async fetch(request: Request, env: object): Promise<Response> {
+  if (new URL(request.url).pathname === "/queue") {
+    // dedupeQueue with options in code: an observer, or a setting it refuses.
+    const { bodies, options } = (await request.json()) as { bodies: unknown[]; options: Record<string, string> };
+    const acted: string[] = [];
+    const messages = bodies.map((body, i) => ({
+      id: "q" + i, timestamp: new Date(), body, attempts: 1,
+      ack: () => { acted.push("ack q" + i); }, retry: () => { acted.push("retry q" + i); },
+    }));
+    const observed: QueueMessageReport[] = [];
+    try {
+      const report = await dedupeQueue({ queue: "orders", messages }, env, () => {}, { ...options, observer: (r) => { observed.push(r); } });
+      return Response.json({ acted, observed: observed.map((r) => r.outcome), outcomes: report.outcomes });
+    } catch (e) {
+      return Response.json({ error: String(e), type: e instanceof TypeError ? "TypeError" : typeof e });
+    }
+  }
   const { envelopes, store } = (await request.json()) as { envelopes: EnvelopeInput[]; store: "kv" | "do" };
   const s = store === "kv" ? new KvStore(env) : new DurableObjectStore(env);
   const options = store === "kv" ? undefined : { claimLeaseMs: 60_000 };
@@ -272,6 +288,18 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
     assert.deepEqual(await ask("do", ["st-3"]), ["skip"]);
     assert.deepEqual(await ask("kv", ["kv-1", "kv-1"]), ["run-ok", "skip"]);
     assert.deepEqual(await ask("kv", ["kv-1"]), ["skip"]);
+  });
+
+  test("dedupeQueue options in code: the observer sees each message's report; a setting it refuses is a TypeError naming it", async () => {
+    const stores = await mf.getWorker("stores");
+    const post = async (body) => (await stores.fetch("http://x/queue", { method: "POST", body: JSON.stringify(body) })).json();
+    const ok = await post({ bodies: [envelope("opt-1"), envelope("opt-1")], options: { DEDUPE_KEY_PREFIX: "opts:" } });
+    assert.deepEqual(ok.observed, ["run-ok", "skip"]);
+    assert.deepEqual(ok.acted, ["ack q0", "ack q1"]);
+    assert.deepEqual(ok.outcomes, { "run-ok": 1, skip: 1 });
+    const refused = await post({ bodies: [envelope("opt-2")], options: { DEDUPE_CLAIMING: "maybe" } });
+    assert.equal(refused.type, "TypeError", JSON.stringify(refused));
+    assert.match(refused.error, /DEDUPE_CLAIMING/);
   });
 
   test("the Rust example worker and the TypeScript worker dedupe together on one DedupeShard namespace", async () => {
