@@ -8,8 +8,10 @@
 #   make browser-test   the playground end to end in headless Chromium (tests/browser)
 #   make playground     serve www/ on http://127.0.0.1:8788/
 #   make js-bench       the package against plain JS in Node (JSON.parse + a Set), dedupe and
-#                       dedupeBatch side by side on the bench workload (crates/js/bench/node.mjs);
-#                       it measures, it asserts no timing
+#                       dedupeBatch side by side on the bench workload (crates/js/bench/node.mjs),
+#                       and with BQ_NODE_SDK=<a bundle of @babelqueue/core> against BabelQueue's own
+#                       Node helper (bench/README.md says how to make one); it measures, it asserts
+#                       no timing
 #
 # Every tool is installed only when missing (scripts/ensure-tools.sh: `npm ci` from
 # the committed lock file, only when node_modules is older than package(-lock).json).

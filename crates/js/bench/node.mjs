@@ -3,6 +3,9 @@
 //   node crates/js/bench/node.mjs [workload.jsonl] [lines]      (make js-bench)
 //   BQ_JS_BENCH_PASSES (default 5), BQ_JS_BENCH_JSON=1 (also one JSON line),
 //   BQ_JS_BENCH_MODULE=path/to/bq_dedupe.cjs (another build, for before/after)
+//   BQ_NODE_SDK=path/to/bundle.mjs: BabelQueue's own Node helper (@babelqueue/core,
+//     not on npm: an esbuild bundle of BabelQueue/babelqueue-node's src/index.ts,
+//     never vendored here), measured beside the package as the `sdk` mode
 //
 // Reads the first `lines` (default 100,000) lines of the bench workload (made by
 // `cargo run --release --example gen_workload -- target/bench/workload.jsonl`) as
@@ -11,6 +14,9 @@
 //   plain       JSON.parse + a Set of meta.id (validates nothing)
 //   dedupe      `await dedupe(line, store, handler)` per line (= the deprecated `process`)
 //   batch       `await dedupeBatch(lines[i..i+100], store, handler)` (= `processBatch`)
+//   sdk         (with BQ_NODE_SDK) per line `EnvelopeCodec.decode` + `accepts`, then
+//               `await Wrap(new InMemoryStore(), handler)(envelope)`: what a Node
+//               user of BabelQueue runs without this package
 //
 // each with a fresh InMemoryStore (plain: a fresh Set), for two handlers: `noop`
 // (counts, never reads the envelope) and `reads` (reads envelope.data.order_id).
@@ -74,7 +80,26 @@ async function batch(handler) {
   store.free();
 }
 
-const modes = { plain, dedupe: single, batch };
+// BabelQueue's Node helper, when a bundle of it is given.
+const sdkPath = process.env.BQ_NODE_SDK;
+const sdk = sdkPath ? await import(pathToFileURL(resolve(sdkPath)).href) : null;
+
+async function sdkWrap(handler) {
+  const { EnvelopeCodec, Wrap, InMemoryStore } = sdk;
+  const wrapped = Wrap(new InMemoryStore(), handler);
+  for (const line of lines) {
+    let envelope;
+    try {
+      envelope = EnvelopeCodec.decode(line);
+    } catch {
+      continue;
+    }
+    if (!EnvelopeCodec.accepts(envelope)) continue;
+    await wrapped(envelope);
+  }
+}
+
+const modes = sdk ? { plain, dedupe: single, batch, sdk: sdkWrap } : { plain, dedupe: single, batch };
 const results = {};
 for (const [hname, make] of Object.entries({
   noop: () => { const ran = { n: 0, sum: 0 }; return [ran, () => { ran.n++; }]; },
@@ -113,7 +138,15 @@ console.log(`${'handler'.padEnd(8)} ${'plain JSON.parse+Set'.padEnd(20)} ${'dedu
 for (const [h, r] of Object.entries(results)) {
   console.log(`${h.padEnd(8)} ${fmt(r.plain)} ${fmt(r.dedupe)} ${fmt(r.batch).padEnd(26)} ${(r.batch.kps / r.plain.kps).toFixed(2)}x`);
 }
-if (wasm) console.log(`wasm: ${wasm} B of 153600 B`);
+if (sdk) {
+  console.log(`against BabelQueue's Node helper (${sdkPath}: decode + accepts + Wrap):`);
+  for (const [h, r] of Object.entries(results)) {
+    console.log(`${h.padEnd(8)} sdk ${fmt(r.sdk)} dedupe/sdk ${(r.dedupe.kps / r.sdk.kps).toFixed(2)}x, batch/sdk ${(r.batch.kps / r.sdk.kps).toFixed(2)}x, plain/sdk ${(r.plain.kps / r.sdk.kps).toFixed(2)}x`);
+  }
+} else {
+  console.log('(set BQ_NODE_SDK to a bundle of BabelQueue\'s Node helper to measure against it: bench/README.md says how)');
+}
+if (wasm) console.log(`wasm: ${wasm} B of 158720 B`);
 if (process.env.BQ_JS_BENCH_JSON) {
   console.log(JSON.stringify({ node: process.version, lines: lines.length, passes, batch: BATCH, wasm, results }));
 }
