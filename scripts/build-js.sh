@@ -7,9 +7,8 @@
 #   scripts/build-js.sh test       # ... and pkg/conformance-node/: a test build with the core's
 #                                  #     conformance runner (feature `conformance`), for the Node tests
 #
-# Steps: cargo build (wasm32-unknown-unknown, profile `js`: release at opt-level z,
-# fat LTO, panic=abort, no debug info; defined here with --config because the
-# profiles live in the root Cargo.toml), wasm-bindgen --target web and --target
+# Steps: cargo build (wasm32-unknown-unknown, profile `js`, scripts/js-wasm-build.sh),
+# wasm-bindgen --target web and --target
 # nodejs (the CLI pinned to Cargo.lock's wasm-bindgen, scripts/ensure-tools.sh),
 # wasm-opt -Oz (npm binaryen@132.0.0, a devDependency of crates/js). Prints the raw /
 # wasm-bindgen / wasm-opt / gzip sizes and fails when the shipped .wasm is over
@@ -41,17 +40,7 @@ WASM_OPT="$JS/node_modules/.bin/wasm-opt"
 
 # --- the module ----------------------------------------------------------------
 t=$(now)
-# `cargo rustc --crate-type cdylib`: with the manifest's extra `rlib` type cargo
-# would skip LTO. Shorter source paths (kept in panic locations) save a few KB.
-cargo rustc -p babelqueue-dedupe-js --lib --crate-type cdylib --target wasm32-unknown-unknown --profile js \
-    --config 'profile.js.inherits="release"' \
-    --config 'profile.js.opt-level="z"' \
-    --config 'profile.js.lto=true' \
-    --config 'profile.js.codegen-units=1' \
-    --config 'profile.js.panic="abort"' \
-    --config 'profile.js.debug=false' \
-    --config "build.rustflags=[\"--remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}/registry/src=/cargo\", \"--remap-path-prefix=$ROOT=/bq-dedupe\"]"
-RAW="${CARGO_TARGET_DIR:-$ROOT/target}/wasm32-unknown-unknown/js/bq_dedupe_js.wasm"
+RAW="$("$ROOT/scripts/js-wasm-build.sh" babelqueue-dedupe-js)"
 echo "cargo build: $(since "$t")"
 
 # --- wasm-bindgen (web + nodejs) and wasm-opt -------------------------------------

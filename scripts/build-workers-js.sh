@@ -5,8 +5,7 @@
 #
 #   scripts/build-workers-js.sh    # -> crates/js/workers/{workers.js, workers.d.ts, bq_dedupe_workers*}
 #
-# cargo build (wasm32, the package's `js` profile: opt-level z, fat LTO,
-# panic=abort), wasm-bindgen --target web (the pinned CLI), wasm-opt -Oz (npm
+# cargo build (wasm32, the package's `js` profile: scripts/js-wasm-build.sh), wasm-bindgen --target web (the pinned CLI), wasm-opt -Oz (npm
 # binaryen), then the glue (crates/workers-js/js/) that instantiates the module
 # wrangler's bundler imports. Prints the sizes against the worker budget (a gzip'd
 # worker of 1 MiB, Cloudflare's free plan), and fails over BQ_WORKER_BUDGET.
@@ -22,15 +21,7 @@ WB="$("$ROOT/scripts/ensure-tools.sh" wasm-bindgen)"
 "$ROOT/scripts/ensure-tools.sh" npm "$ROOT/crates/js" >/dev/null # binaryen
 WASM_OPT="$ROOT/crates/js/node_modules/.bin/wasm-opt"
 
-cargo rustc -p babelqueue-dedupe-workers-js --lib --crate-type cdylib --target wasm32-unknown-unknown --profile js \
-    --config 'profile.js.inherits="release"' \
-    --config 'profile.js.opt-level="z"' \
-    --config 'profile.js.lto=true' \
-    --config 'profile.js.codegen-units=1' \
-    --config 'profile.js.panic="abort"' \
-    --config 'profile.js.debug=false' \
-    --config "build.rustflags=[\"--remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}/registry/src=/cargo\", \"--remap-path-prefix=$ROOT=/bq-dedupe\"]"
-RAW="${CARGO_TARGET_DIR:-$ROOT/target}/wasm32-unknown-unknown/js/bq_dedupe_workers_js.wasm"
+RAW="$("$ROOT/scripts/js-wasm-build.sh" babelqueue-dedupe-workers-js)"
 
 STAMP="$OUT/.built"
 if [[ ! -f "$STAMP" || "$RAW" -nt "$STAMP" || "${BASH_SOURCE[0]}" -nt "$STAMP" || "$SRC/js/workers.js" -nt "$STAMP" || "$SRC/js/workers.d.ts" -nt "$STAMP" ]]; then

@@ -120,7 +120,7 @@ export class DedupeShard {
   alarm(): Promise<Response>;
 }
 
-/** The store protocol's methods, answered through the Rust adapter's store. */
+/** The store protocol's methods every adapter store answers (through the Rust store). */
 interface AdapterStore {
   seen(key: string): Promise<boolean>;
   remember(key: string, ttlMs: number | undefined): Promise<void>;
@@ -132,21 +132,12 @@ interface AdapterStore {
 /** `DEDUPE_*` overrides for a store (the binding names, shards, resharding, window). */
 export type StoreOptions = Omit<DedupeQueueOptions, "observer" | "DEDUPE_STORE">;
 
-/**
- * The Durable Object store as a JS store, for `dedupe` / `dedupeBatch` / `wrap`:
- * the DedupeShard namespace named by `DEDUPE_DO` (default "DEDUPE_DO"), spread
- * over `DEDUPE_SHARDS`; claims, leases and fenced commits, one request per shard
- * per call. Throws a TypeError on a configuration error.
- */
-export class DurableObjectStore implements AdapterStore {
-  constructor(env: object, options?: StoreOptions);
-  seen(key: string): Promise<boolean>;
-  remember(key: string, ttlMs: number | undefined): Promise<void>;
-  forget(key: string): Promise<void>;
-  seenMany(keys: string[]): Promise<boolean[]>;
-  rememberMany(keys: string[], ttlMs: number | undefined): Promise<void>;
-  claim(key: string, leaseMs: number): Promise<import("../pkg/web/bq_dedupe.js").ClaimResult>;
-  claimMany(keys: string[], leaseMs: number): Promise<import("../pkg/web/bq_dedupe.js").ClaimResult[]>;
+type ClaimResult = import("../pkg/web/bq_dedupe.js").ClaimResult;
+
+/** Its methods: the protocol's, with claims, leases and fenced commits. */
+export interface DurableObjectStore extends AdapterStore {
+  claim(key: string, leaseMs: number): Promise<ClaimResult>;
+  claimMany(keys: string[], leaseMs: number): Promise<ClaimResult[]>;
   release(key: string, token: string): Promise<void>;
   renew(key: string, token: string, leaseMs: number): Promise<boolean>;
   rememberFenced(key: string, token: string, ttlMs: number | undefined): Promise<boolean>;
@@ -154,14 +145,22 @@ export class DurableObjectStore implements AdapterStore {
 }
 
 /**
+ * The Durable Object store as a JS store, for `dedupe` / `dedupeBatch` / `wrap`:
+ * the DedupeShard namespace named by `DEDUPE_DO` (default "DEDUPE_DO"), spread
+ * over `DEDUPE_SHARDS`; claims, leases and fenced commits, one request per shard
+ * per call. Throws a TypeError on a configuration error.
+ */
+export declare class DurableObjectStore {
+  constructor(env: object, options?: StoreOptions);
+}
+
+/** Its methods: the protocol's plain ones (KV cannot claim). */
+export interface KvStore extends AdapterStore {}
+
+/**
  * The best-effort Workers KV store as a JS store (`DEDUPE_KV`, default
  * "DEDUPE_KV"): no claims (KV cannot take one atomically), TTLs of 60 s or more.
  */
-export class KvStore implements AdapterStore {
+export declare class KvStore {
   constructor(env: object, options?: StoreOptions);
-  seen(key: string): Promise<boolean>;
-  remember(key: string, ttlMs: number | undefined): Promise<void>;
-  forget(key: string): Promise<void>;
-  seenMany(keys: string[]): Promise<boolean[]>;
-  rememberMany(keys: string[], ttlMs: number | undefined): Promise<void>;
 }

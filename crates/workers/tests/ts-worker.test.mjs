@@ -29,6 +29,27 @@ let packDir;
 let mf;
 /** The two workers' options as wrangler reads their wrangler.toml. */
 let options;
+
+/** Miniflare's options for a worker wrangler bundled into `dir` (of the scratch project). */
+function bundled(name, dir) {
+  const root = path.join(scratch, dir);
+  const entry = readdirSync(root).find((f) => f.endsWith(".js"));
+  return { name, modules: true, scriptPath: path.join(root, entry), modulesRoot: root, modulesRules: [wasmRule], cf: false };
+}
+
+/** Miniflare's options for the Rust example worker (built by scripts/build-worker.sh). */
+function rustExample(bindings) {
+  const { rust } = options;
+  return {
+    ...rust.workerOptions,
+    name: "bq-dedupe-example",
+    modules: true,
+    scriptPath: rust.main,
+    modulesRoot: path.dirname(rust.main),
+    bindings: { ...rust.workerOptions.bindings, ...bindings },
+    cf: false,
+  };
+}
 let seq = 0;
 const msg = (body, attempts = 1, id = `ts-${++seq}`) => ({ id, timestamp: new Date(), attempts, body });
 
@@ -116,18 +137,13 @@ export default { async fetch(request: Request, env: object): Promise<Response> {
     workers: [
       {
         ...ts,
-        name: "ts",
-        modules: true,
-        scriptPath: path.join(scratch, "dist/index.js"),
-        modulesRoot: path.join(scratch, "dist"),
-        modulesRules: [wasmRule],
+        ...bundled("ts", "dist"),
         // The Rust worker's shards: one namespace for both languages.
         durableObjects: { DEDUPE_DO: { className: "DedupeShard", scriptName: "bq-dedupe-example", useSQLite: true } },
         bindings: { ...ts.bindings, DEDUPE_CLAIM_LEASE_SECONDS: "2" },
         kvNamespaces: { EFFECTS: "ts-effects" },
         queueConsumers: { orders: { maxBatchTimeout: 0, retryDelay: 0 } },
         queueProducers: { DEAD_LETTERS: { queueName: "orders-dlq" } },
-        cf: false,
       },
       {
         // Reads the dead-letter queue into the same KV namespace.
@@ -141,32 +157,12 @@ export default { async fetch(request: Request, env: object): Promise<Response> {
         cf: false,
       },
       {
-        name: "stores",
-        modules: true,
-        scriptPath: path.join(scratch, "dist-stores", readdirSync(path.join(scratch, "dist-stores")).find((f) => f.endsWith(".js"))),
-        modulesRoot: path.join(scratch, "dist-stores"),
-        modulesRules: [wasmRule],
+        ...bundled("stores", "dist-stores"),
         durableObjects: { DEDUPE_DO: { className: "DedupeShard", scriptName: "bq-dedupe-example", useSQLite: true } },
         kvNamespaces: { DEDUPE_KV: "stores-kv" },
-        cf: false,
       },
-      {
-        name: "plain",
-        modules: true,
-        scriptPath: path.join(scratch, "dist-plain", readdirSync(path.join(scratch, "dist-plain")).find((f) => f.endsWith(".js"))),
-        modulesRoot: path.join(scratch, "dist-plain"),
-        modulesRules: [wasmRule],
-        cf: false,
-      },
-      {
-        ...rust.workerOptions,
-        name: "bq-dedupe-example",
-        modules: true,
-        scriptPath: rust.main,
-        modulesRoot: path.dirname(rust.main),
-        bindings: { ...rust.workerOptions.bindings, EXAMPLE_ADMIN_TOKEN: "t0ken-for-the-ts-worker-test", EXAMPLE_TEST_DIRECTIVES: "1" },
-        cf: false,
-      },
+      bundled("plain", "dist-plain"),
+      rustExample({ EXAMPLE_ADMIN_TOKEN: "t0ken-for-the-ts-worker-test", EXAMPLE_TEST_DIRECTIVES: "1" }),
     ],
     log: new Log(process.env.BQ_WORKER_LOG ? LogLevel.DEBUG : LogLevel.WARN),
   });
@@ -335,29 +331,18 @@ describe("the store testkit against the JavaScript DedupeShard", () => {
       port: 0,
       workers: [
         {
-          ...rust.workerOptions,
-          name: "bq-dedupe-example",
-          modules: true,
-          scriptPath: rust.main,
-          modulesRoot: path.dirname(rust.main),
+          ...rustExample({ EXAMPLE_ADMIN_TOKEN: TOKEN }),
           durableObjects: {
             ...rust.workerOptions.durableObjects,
             DEDUPE_DO: { className: "DedupeShard", scriptName: "ts", useSQLite: true },
           },
-          bindings: { ...rust.workerOptions.bindings, EXAMPLE_ADMIN_TOKEN: TOKEN },
-          cf: false,
         },
         {
           ...ts,
-          name: "ts",
-          modules: true,
-          scriptPath: path.join(scratch, "dist/index.js"),
-          modulesRoot: path.join(scratch, "dist"),
-          modulesRules: [wasmRule],
+          ...bundled("ts", "dist"),
           queueConsumers: {},
           queueProducers: {},
           kvNamespaces: { EFFECTS: "ts-effects" },
-          cf: false,
         },
       ],
       log: new Log(process.env.BQ_WORKER_LOG ? LogLevel.DEBUG : LogLevel.WARN),
