@@ -21,6 +21,7 @@ mod catch;
 mod commit;
 mod decide;
 mod keep_alive;
+mod transaction;
 
 use std::future::Future;
 use std::ops::AsyncFnMut;

@@ -10,11 +10,13 @@
 
 mod memory;
 pub mod record;
+mod transactional;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use memory::{InMemoryStore, StoreEntry};
+pub use transactional::{TransactionalStore, TxRun};
 
 /// Result of a store operation.
 pub type StoreResult<T> = Result<T, StoreError>;

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bq_dedupe::store::record::Rules;
+use bq_dedupe::store::{TransactionalStore, TxRun};
 use bq_dedupe::{
     Capabilities, Claim, ClaimToken, Clock, Settled, Settlement, Store, StoreError, StoreResult,
     SystemClock,
@@ -61,6 +62,9 @@ const COMMIT_IF_FREE: &str =
     WHERE bq_dedupe.expires_at IS NOT NULL AND bq_dedupe.expires_at <= ?3";
 
 const FORGET: &str = "DELETE FROM bq_dedupe WHERE key = ?1";
+/// The state (0 claimed, 1 done) of a key's live row, if it has one.
+const LIVE_STATE: &str = "SELECT state FROM bq_dedupe
+    WHERE key = ?1 AND (expires_at IS NULL OR expires_at > ?2)";
 
 /// A [`Store`] in a SQLite file: persistent, and shared by every process that
 /// opens the same file (claims are atomic across them).
@@ -387,5 +391,49 @@ impl Store for SqliteStore {
         }
         tx.commit().map_err(error)?;
         Ok(settled)
+    }
+}
+
+/// The transactional mode on SQLite: the handler gets the write transaction
+/// (`BEGIN IMMEDIATE`, so the read of the key and the commit cannot interleave
+/// with another writer's) and writes its own tables in the same file; the key is
+/// recorded in `bq_dedupe` before the commit. The handler must not use this
+/// store itself (its connection is the transaction's).
+impl TransactionalStore for SqliteStore {
+    type Tx<'t> = rusqlite::Transaction<'t>;
+
+    fn transaction<T, E>(
+        &self,
+        key: Option<&str>,
+        ttl: Option<Duration>,
+        work: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, E>,
+    ) -> StoreResult<TxRun<T, E>> {
+        let (now, until) = (self.now(), self.until(ttl));
+        let mut conn = self.lock()?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(error)?;
+        if let Some(key) = key {
+            let state: Option<i64> = tx
+                .query_row(LIVE_STATE, params![key, now], |row| row.get(0))
+                .optional()
+                .map_err(error)?;
+            match state {
+                Some(1) => return Ok(TxRun::AlreadyDone),
+                Some(_) => return Ok(TxRun::Held),
+                None => {}
+            }
+        }
+        match work(&tx) {
+            Ok(value) => {
+                if let Some(key) = key {
+                    remember_in(&tx, &[key], until).map_err(error)?;
+                }
+                tx.commit().map_err(error)?;
+                Ok(TxRun::Committed(value))
+            }
+            // Dropping the transaction rolls it back.
+            Err(e) => Ok(TxRun::RolledBack(e)),
+        }
     }
 }

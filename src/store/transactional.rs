@@ -1,0 +1,43 @@
+//! [`TransactionalStore`]: a store that records an id in the same database
+//! transaction as the handler's own writes, for effects that are writes to that
+//! database: both happen, or neither does (exactly-once effects), with no lease.
+
+use std::time::Duration;
+
+use super::StoreResult;
+
+/// What a transactional run did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxRun<T, E> {
+    /// The key was already done (and live): nothing ran, nothing was written.
+    AlreadyDone,
+    /// A live claim of a consumer in claiming mode holds the key: nothing ran.
+    Held,
+    /// The work succeeded and its writes committed together with the key.
+    Committed(T),
+    /// The work failed: its writes were rolled back and the key stays unmarked.
+    RolledBack(E),
+}
+
+/// A store whose records live in a database the handler can write to, in one
+/// transaction with the record of the id.
+///
+/// `transaction` begins a write transaction, reads the key's record (done and
+/// live: [`TxRun::AlreadyDone`]; claimed and live: [`TxRun::Held`]), else runs
+/// `work` with the transaction and, if it succeeds, records the key as done (for
+/// `ttl`, or forever) and commits both; if it fails, rolls both back. Two
+/// transactions for one key serialize on it (the second waits for the first, then
+/// finds the key done), so concurrent duplicates need no claim. `key` `None` (no
+/// usable id): the work runs in a transaction and nothing is recorded.
+pub trait TransactionalStore {
+    /// The open transaction the handler writes through.
+    type Tx<'t>;
+
+    /// See the trait's docs. `Err`: the store failed; nothing was committed.
+    fn transaction<T, E>(
+        &self,
+        key: Option<&str>,
+        ttl: Option<Duration>,
+        work: impl FnOnce(&Self::Tx<'_>) -> Result<T, E>,
+    ) -> StoreResult<TxRun<T, E>>;
+}
