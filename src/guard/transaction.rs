@@ -25,7 +25,7 @@ impl<S: Store + TransactionalStore, O: Observer, T: Timer> Guard<S, O, T> {
     pub fn process_in_transaction<B: Body + ?Sized, E>(
         &self,
         body: &B,
-        handler: impl FnOnce(&Message<'_>, &S::Tx<'_>) -> Result<(), E>,
+        handler: impl FnOnce(&Message<'_>, &mut S::Tx<'_>) -> Result<(), E>,
     ) -> Outcome<E> {
         let (message, decision) = self.classify(body);
         let outcome = match (message, &decision.verdict) {

@@ -38,6 +38,6 @@ pub trait TransactionalStore {
         &self,
         key: Option<&str>,
         ttl: Option<Duration>,
-        work: impl FnOnce(&Self::Tx<'_>) -> Result<T, E>,
+        work: impl FnOnce(&mut Self::Tx<'_>) -> Result<T, E>,
     ) -> StoreResult<TxRun<T, E>>;
 }

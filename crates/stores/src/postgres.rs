@@ -2,6 +2,7 @@
 //! their own. The record formats are in `docs/stores.md`.
 
 use bq_dedupe::store::record::Rules;
+use bq_dedupe::store::{TransactionalStore, TxRun};
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -558,6 +559,60 @@ impl Store for PostgresStore {
     /// One statement, one round trip (see [`PostgresStore`]).
     async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
         self.settle_now(step)
+    }
+}
+
+/// The transactional mode on PostgreSQL: the handler gets the transaction
+/// (`READ COMMITTED` is enough) and writes its own tables in it. The id's row
+/// (Go's table and statement, so seen-set consumers of the Go SDK see it) is
+/// inserted first: a second transaction inserting the same id waits on that row
+/// until the first ends, then finds it done (or, rolled back, inserts it
+/// itself). A live claim of a claiming-mode consumer on the id parks it.
+impl TransactionalStore for PostgresStore {
+    type Tx<'t> = postgres::Transaction<'t>;
+
+    fn transaction<T, E>(
+        &self,
+        key: Option<&str>,
+        ttl: Option<Duration>,
+        work: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<T, E>,
+    ) -> StoreResult<TxRun<T, E>> {
+        if let Some(key) = key {
+            check_keys([key])?;
+        }
+        let mut conn = self.conn()?;
+        let mut tx = conn.transaction().map_err(error)?;
+        if let Some(key) = key {
+            let (t, c) = (&self.table, &self.claims);
+            let held = format!("SELECT 1 FROM {c} WHERE message_id = $1 AND expires_at > now()");
+            if tx.query_opt(&held, &[&key]).map_err(error)?.is_some() {
+                return Ok(TxRun::Held);
+            }
+            let insert = format!(
+                "INSERT INTO {t} AS cur (message_id, expires_at)
+                 VALUES ($1, now() + $2::bigint * interval '1 millisecond')
+                 ON CONFLICT (message_id) DO UPDATE
+                   SET created_at = now(), expires_at = EXCLUDED.expires_at
+                   WHERE cur.expires_at IS NOT NULL AND cur.expires_at <= now()
+                 RETURNING 1"
+            );
+            let ttl = ttl.map(|d| ttl_ms(d) as i64);
+            if tx
+                .query_opt(&insert, &[&key, &ttl])
+                .map_err(error)?
+                .is_none()
+            {
+                return Ok(TxRun::AlreadyDone);
+            }
+        }
+        match work(&mut tx) {
+            Ok(value) => {
+                tx.commit().map_err(error)?;
+                Ok(TxRun::Committed(value))
+            }
+            // Dropping the transaction rolls it back.
+            Err(e) => Ok(TxRun::RolledBack(e)),
+        }
     }
 }
 

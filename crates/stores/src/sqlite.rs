@@ -406,11 +406,11 @@ impl TransactionalStore for SqliteStore {
         &self,
         key: Option<&str>,
         ttl: Option<Duration>,
-        work: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, E>,
+        work: impl FnOnce(&mut rusqlite::Transaction<'_>) -> Result<T, E>,
     ) -> StoreResult<TxRun<T, E>> {
         let (now, until) = (self.now(), self.until(ttl));
         let mut conn = self.lock()?;
-        let tx = conn
+        let mut tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(error)?;
         if let Some(key) = key {
@@ -424,7 +424,7 @@ impl TransactionalStore for SqliteStore {
                 None => {}
             }
         }
-        match work(&tx) {
+        match work(&mut tx) {
             Ok(value) => {
                 if let Some(key) = key {
                     remember_in(&tx, &[key], until).map_err(error)?;

@@ -1,5 +1,5 @@
-//! The transactional mode (`Guard::process_in_transaction`) on SQLite: the
-//! handler's writes and the id commit together or not at all.
+//! The transactional mode (`Guard::process_in_transaction`) on SQLite and
+//! PostgreSQL: the handler's writes and the id commit together or not at all.
 //!
 //! The acceptance run: 4 consumer processes over 1,000 ids (1,200 deliveries,
 //! 20 % duplicates) from a shared inbox, each handler inserting an effect row in
@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bq_dedupe::{Guard, Outcome, OutcomeKind};
-use bq_dedupe_stores::SqliteStore;
+use bq_dedupe_stores::{PostgresStore, SqliteStore};
 use common::*;
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -171,12 +171,24 @@ fn consume(path: &Path) {
 #[test]
 #[ignore = "the consumer process of four_consumers_killed_at_random_leave_exactly_one_effect_per_id"]
 fn consumer_process() {
-    let path = std::env::var("BQ_TX_DB").expect("BQ_TX_DB: run by the kill test");
-    consume(Path::new(&path));
+    let db = std::env::var("BQ_TX_DB").expect("BQ_TX_DB: run by the kill test");
+    match std::env::var("BQ_TX_PG_TABLE") {
+        Ok(table) => consume_postgres(&db, &table),
+        Err(_) => consume(Path::new(&db)),
+    }
 }
 
 fn spawn(path: &Path) -> Child {
-    Command::new(std::env::current_exe().unwrap())
+    spawn_with(path.as_os_str(), None)
+}
+
+/// A consumer of the SQLite file `db`, or (with `pg_table`) of the PostgreSQL URL `db`.
+fn spawn_with(db: &std::ffi::OsStr, pg_table: Option<&str>) -> Child {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    if let Some(table) = pg_table {
+        command.env("BQ_TX_PG_TABLE", table);
+    }
+    command
         .args([
             "consumer_process",
             "--exact",
@@ -184,7 +196,7 @@ fn spawn(path: &Path) -> Child {
             "--nocapture",
             "--test-threads=1",
         ])
-        .env("BQ_TX_DB", path)
+        .env("BQ_TX_DB", db)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -212,30 +224,7 @@ fn four_consumers_killed_at_random_leave_exactly_one_effect_per_id() {
         }
         tx.commit().unwrap();
     }
-    let mut consumers: Vec<Child> = (0..CONSUMERS).map(|_| spawn(&path)).collect();
-    let (mut kills, started) = (0, Instant::now());
-    let mut rng = 0x2545_f491_4f6c_dd1du64;
-    let mut next = move |n: u64| {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng % n
-    };
-    // Kill one at random every 20-80 ms for the first part of the run, starting
-    // it again; then let them finish.
-    while started.elapsed() < Duration::from_secs(4) {
-        std::thread::sleep(Duration::from_millis(20 + next(60)));
-        let victim = next(CONSUMERS as u64) as usize;
-        if consumers[victim].try_wait().unwrap().is_none() {
-            consumers[victim].kill().unwrap(); // SIGKILL
-            consumers[victim].wait().unwrap();
-            kills += 1;
-        }
-        consumers[victim] = spawn(&path);
-    }
-    for mut c in consumers {
-        assert!(c.wait().unwrap().success(), "a consumer failed");
-    }
+    let kills = kill_at_random(|| spawn(&path));
     let conn = Connection::open(&path).unwrap();
     let unacked: i64 = conn
         .query_row("SELECT count(*) FROM inbox WHERE acked = 0", [], |r| {
@@ -255,4 +244,219 @@ fn four_consumers_killed_at_random_leave_exactly_one_effect_per_id() {
     assert_eq!(most, 1, "no id has two effect rows");
     assert_eq!(rows, IDS as i64);
     println!("{kills} consumers killed; {IDS} ids, one effect row each");
+}
+
+/// Runs `CONSUMERS` consumers from `spawn`, killing one at random every 20-80 ms
+/// (SIGKILL) and starting it again, for 4 s; then lets them finish. The kills.
+fn kill_at_random(spawn: impl Fn() -> Child) -> usize {
+    let mut consumers: Vec<Child> = (0..CONSUMERS).map(|_| spawn()).collect();
+    let (mut kills, started) = (0, Instant::now());
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    while started.elapsed() < Duration::from_secs(4) {
+        std::thread::sleep(Duration::from_millis(20 + next(60)));
+        let victim = next(CONSUMERS as u64) as usize;
+        if consumers[victim].try_wait().unwrap().is_none() {
+            consumers[victim].kill().unwrap(); // SIGKILL
+            consumers[victim].wait().unwrap();
+            kills += 1;
+        }
+        consumers[victim] = spawn();
+    }
+    for mut c in consumers {
+        assert!(c.wait().unwrap().success(), "a consumer failed");
+    }
+    assert!(kills >= 20, "only {kills} kills landed");
+    kills
+}
+
+// ---- PostgreSQL ------------------------------------------------------------------
+
+fn pg() -> postgres::Client {
+    postgres::Client::connect(&postgres_url(), postgres::NoTls).unwrap()
+}
+
+/// A store on a fresh table, its effect table made; dropped with the cleanup.
+fn pg_guard(tag: &str) -> (Guard<PostgresStore>, String, PgCleanup) {
+    let table = postgres_table(tag);
+    let store = PostgresStore::connect(&postgres_url(), &table).unwrap();
+    pg().batch_execute(&format!(
+        "CREATE TABLE {table}_effects (id TEXT NOT NULL, attempt BIGINT)"
+    ))
+    .unwrap();
+    let cleanup = PgCleanup {
+        url: postgres_url(),
+        table: table.clone(),
+    };
+    (Guard::new(store), table, cleanup)
+}
+
+fn pg_effects(table: &str, id: &str) -> i64 {
+    pg().query_one(
+        &format!("SELECT count(*) FROM {table}_effects WHERE id = $1"),
+        &[&id],
+    )
+    .unwrap()
+    .get(0)
+}
+
+fn pg_drop(table: &str) {
+    let _ = pg().batch_execute(&format!(
+        "DROP TABLE IF EXISTS {table}_effects; DROP TABLE IF EXISTS {table}_inbox;"
+    ));
+}
+
+#[test]
+fn postgres_a_success_commits_both_a_failure_neither_and_a_redelivery_skips() {
+    let (guard, table, _clean) = pg_guard("tx-pg");
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    let outcome = guard.process_in_transaction(envelope("pg-1").as_str(), |msg, tx| {
+        tx.execute(&insert, &[&msg.id().unwrap()])?;
+        Err::<(), postgres::Error>(tx.execute("SELECT 1/0", &[]).unwrap_err())
+    });
+    assert_eq!(outcome.kind(), OutcomeKind::Failed);
+    assert_eq!(pg_effects(&table, "pg-1"), 0, "rolled back");
+    for expected in [OutcomeKind::Ran, OutcomeKind::Skipped] {
+        let outcome = guard.process_in_transaction(envelope("pg-1").as_str(), |msg, tx| {
+            tx.execute(&insert, &[&msg.id().unwrap()]).map(drop)
+        });
+        assert_eq!(outcome.kind(), expected, "{outcome:?}");
+    }
+    assert_eq!(pg_effects(&table, "pg-1"), 1);
+    // The id is a row of the Go SDK's table: its seen-set consumers see it.
+    let go_row: i64 = pg()
+        .query_one(
+            &format!("SELECT count(*) FROM {table} WHERE message_id = 'pg-1'"),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(go_row, 1);
+    let claimed = ready(bq_dedupe::Store::claim(
+        guard.store(),
+        "pg-held",
+        Duration::from_secs(60),
+    ))
+    .unwrap();
+    assert!(matches!(claimed, bq_dedupe::Claim::Acquired(_)));
+    let outcome = guard.process_in_transaction(envelope("pg-held").as_str(), |_, _| {
+        Ok::<(), postgres::Error>(())
+    });
+    assert_eq!(outcome.kind(), OutcomeKind::Parked);
+    pg_drop(&table);
+}
+
+#[test]
+fn postgres_concurrent_duplicates_serialize_on_the_key_one_runs() {
+    let (guard, table, _clean) = pg_guard("tx-pg-race");
+    let guard = std::sync::Arc::new(guard);
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    let kinds: Vec<OutcomeKind> = std::thread::scope(|s| {
+        let runs: Vec<_> = (0..4)
+            .map(|_| {
+                let (guard, insert) = (guard.clone(), insert.clone());
+                s.spawn(move || {
+                    guard
+                        .process_in_transaction(envelope("pg-race").as_str(), |msg, tx| {
+                            tx.execute(&insert, &[&msg.id().unwrap()])?;
+                            std::thread::sleep(Duration::from_millis(100)); // the others wait on the row
+                            Ok::<(), postgres::Error>(())
+                        })
+                        .kind()
+                })
+            })
+            .collect();
+        runs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        kinds.iter().filter(|k| **k == OutcomeKind::Ran).count(),
+        1,
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.iter().filter(|k| **k == OutcomeKind::Skipped).count(),
+        3,
+        "{kinds:?}"
+    );
+    assert_eq!(pg_effects(&table, "pg-race"), 1);
+    pg_drop(&table);
+}
+
+/// The PostgreSQL consumer of the kill test (see [`consume`]).
+fn consume_postgres(url: &str, table: &str) {
+    let guard = Guard::new(PostgresStore::connect(url, table).unwrap());
+    let mut inbox = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let (pick, ack) = (
+        format!("SELECT seq, body FROM {table}_inbox WHERE NOT acked ORDER BY random() LIMIT 1"),
+        format!("UPDATE {table}_inbox SET acked = true WHERE seq = $1"),
+    );
+    let insert = format!("INSERT INTO {table}_effects (id, attempt) VALUES ($1, $2)");
+    let mut rng = std::process::id() as u64;
+    let mut next = move |n: u64| {
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (rng >> 33) % n
+    };
+    while let Some(row) = inbox.query_opt(&pick, &[]).unwrap() {
+        let (seq, body): (i64, String) = (row.get(0), row.get(1));
+        let pause = Duration::from_micros(next(3_000));
+        let outcome = guard.process_in_transaction(body.as_str(), |msg, tx| {
+            tx.execute(&insert, &[&msg.id().unwrap(), &seq])?;
+            std::thread::sleep(pause);
+            Ok::<(), postgres::Error>(())
+        });
+        std::thread::sleep(Duration::from_micros(next(2_000)));
+        if matches!(outcome.kind(), OutcomeKind::Ran | OutcomeKind::Skipped) {
+            inbox.execute(&ack, &[&seq]).unwrap();
+        }
+    }
+}
+
+#[test]
+fn postgres_four_consumers_killed_at_random_leave_exactly_one_effect_per_id() {
+    let (guard, table, _clean) = pg_guard("tx-pg-kill");
+    drop(guard);
+    let mut client = pg();
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {table}_inbox (seq BIGSERIAL PRIMARY KEY, body TEXT NOT NULL, acked BOOLEAN NOT NULL DEFAULT false)"
+        ))
+        .unwrap();
+    let bodies: Vec<String> = (0..IDS + DUPLICATES)
+        .map(|i| envelope(&format!("order-{:04}", i % IDS)))
+        .collect();
+    client
+        .execute(
+            &format!("INSERT INTO {table}_inbox (body) SELECT unnest($1::text[])"),
+            &[&bodies],
+        )
+        .unwrap();
+    let url = postgres_url();
+    let kills = kill_at_random(|| spawn_with(url.as_ref(), Some(&table)));
+    let unacked: i64 = client
+        .query_one(
+            &format!("SELECT count(*) FROM {table}_inbox WHERE NOT acked"),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(unacked, 0, "every delivery was acked");
+    let row = client
+        .query_one(
+            &format!("SELECT count(*), count(DISTINCT id), coalesce(max(n), 0) FROM (SELECT id, count(*) AS n FROM {table}_effects GROUP BY id) g"),
+            &[],
+        )
+        .unwrap();
+    let (groups, ids, most): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!(ids, IDS as i64, "an effect for every id");
+    assert_eq!(groups, IDS as i64);
+    assert_eq!(most, 1, "no id has two effect rows");
+    println!("postgres: {kills} consumers killed; {IDS} ids, one effect row each");
+    pg_drop(&table);
 }
