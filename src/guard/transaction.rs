@@ -11,6 +11,30 @@ enum WorkFailed<E> {
     Panicked(String),
 }
 
+/// The handler's call, a panic caught as a failure (the store rolls it back).
+fn guarded<E>(call: impl FnOnce() -> Result<(), E>) -> Result<(), WorkFailed<E>> {
+    match std::panic::catch_unwind(AssertUnwindSafe(call)) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(WorkFailed::Handler(e)),
+        Err(payload) => Err(WorkFailed::Panicked(catch::panic_message(&*payload))),
+    }
+}
+
+/// A transactional run's outcome.
+fn outcome_of_run<E>(run: StoreResult<TxRun<(), WorkFailed<E>>>, fail_open: bool) -> Outcome<E> {
+    match (run, fail_open) {
+        (Ok(TxRun::Committed(())), false) => Outcome::Ran,
+        (Ok(TxRun::Committed(())), true) => Outcome::FailOpen(Ok(())),
+        (Ok(TxRun::RolledBack(WorkFailed::Handler(e))), false) => Outcome::Failed(e),
+        (Ok(TxRun::RolledBack(WorkFailed::Handler(e))), true) => Outcome::FailOpen(Err(e)),
+        (Ok(TxRun::RolledBack(WorkFailed::Panicked(m))), _) => Outcome::Panicked(m),
+        (Ok(TxRun::AlreadyDone), _) => Outcome::Skipped,
+        (Ok(TxRun::Held), _) => Outcome::Parked,
+        // Nothing committed: the effect is undone too, so a retry is safe.
+        (Err(e), _) => Outcome::StoreUnavailable(e),
+    }
+}
+
 impl<S: Store + TransactionalStore, O: Observer, T: Timer> Guard<S, O, T> {
     /// Exactly-once effects for database writes: decodes and keys `body` as
     /// [`Guard::process`] does, then runs `handler` with the store's open
@@ -38,31 +62,104 @@ impl<S: Store + TransactionalStore, O: Observer, T: Timer> Guard<S, O, T> {
                 let fail_open = *verdict == Verdict::FailOpen;
                 let key = decision.key.as_deref().filter(|_| !fail_open);
                 let run = self.store.transaction(key, self.options.ttl, |tx| {
-                    let call = std::panic::catch_unwind(AssertUnwindSafe(|| handler(&message, tx)));
-                    match call {
-                        Ok(Ok(())) => Ok(()),
-                        Ok(Err(e)) => Err(WorkFailed::Handler(e)),
-                        Err(payload) => Err(WorkFailed::Panicked(catch::panic_message(&*payload))),
-                    }
+                    guarded(|| handler(&message, tx))
                 });
                 self.report_store_error(StoreOp::Remember, &run);
-                match (run, fail_open) {
-                    (Ok(TxRun::Committed(())), false) => Outcome::Ran,
-                    (Ok(TxRun::Committed(())), true) => Outcome::FailOpen(Ok(())),
-                    (Ok(TxRun::RolledBack(WorkFailed::Handler(e))), false) => Outcome::Failed(e),
-                    (Ok(TxRun::RolledBack(WorkFailed::Handler(e))), true) => {
-                        Outcome::FailOpen(Err(e))
-                    }
-                    (Ok(TxRun::RolledBack(WorkFailed::Panicked(m))), _) => Outcome::Panicked(m),
-                    (Ok(TxRun::AlreadyDone), _) => Outcome::Skipped,
-                    (Ok(TxRun::Held), _) => Outcome::Parked,
-                    // Nothing committed: the effect is undone too, so a retry is safe.
-                    (Err(e), _) => Outcome::StoreUnavailable(e),
-                }
+                outcome_of_run(run, fail_open)
             }
             (None, _) => Outcome::StoreUnavailable(StoreError::internal("no message decoded")),
         };
         self.observe_outcome(&decision, &outcome);
         outcome
+    }
+
+    /// [`Guard::process_in_transaction`] for a batch: one transaction, a
+    /// savepoint per delivery, so a failing delivery rolls back only its own
+    /// writes (and leaves its id unmarked) while the others commit. Deliveries
+    /// sharing an id run at most once: a later one skips after its leader ran,
+    /// parks after its leader failed. Invalid ones are rejected and run nothing.
+    pub fn process_batch_in_transaction<B: Body, E>(
+        &self,
+        bodies: &[B],
+        mut handler: impl FnMut(&Message<'_>, &mut S::Tx<'_>) -> Result<(), E>,
+    ) -> Vec<Outcome<E>> {
+        let classified: Vec<(Option<Message<'_>>, Decision)> =
+            bodies.iter().map(|body| self.classify(body)).collect();
+        // Who runs: a keyed or fail-open delivery, the first of its id.
+        let mut leaders: Vec<Option<usize>> = vec![None; bodies.len()];
+        let mut first_of: hashbrown::HashMap<&str, usize, RandomState> =
+            hashbrown::HashMap::with_hasher(RandomState::default());
+        let mut runs: Vec<usize> = Vec::new();
+        for (i, (message, decision)) in classified.iter().enumerate() {
+            let runnable = message.is_some()
+                && matches!(decision.verdict, Verdict::Run | Verdict::FailOpen)
+                && !(self.options.fingerprint && decision.key.is_some());
+            if !runnable {
+                continue;
+            }
+            match decision.key.as_deref() {
+                Some(key) if decision.verdict == Verdict::Run => match first_of.get(key) {
+                    Some(&leader) => leaders[i] = Some(leader),
+                    None => {
+                        first_of.insert(key, i);
+                        runs.push(i);
+                    }
+                },
+                _ => runs.push(i),
+            }
+        }
+        let keys: Vec<Option<&str>> = runs
+            .iter()
+            .map(|&i| {
+                let d = &classified[i].1;
+                d.key.as_deref().filter(|_| d.verdict == Verdict::Run)
+            })
+            .collect();
+        let run = self
+            .store
+            .transaction_batch(&keys, self.options.ttl, |n, tx| {
+                let message = classified[runs[n]]
+                    .0
+                    .as_ref()
+                    .expect("runnable deliveries decoded");
+                guarded(|| handler(message, tx))
+            });
+        self.report_store_error(StoreOp::Remember, &run);
+        let mut ran: Vec<Option<Outcome<E>>> = (0..bodies.len()).map(|_| None).collect();
+        match run {
+            Ok(results) => {
+                for (&i, result) in runs.iter().zip(results) {
+                    let fail_open = classified[i].1.verdict == Verdict::FailOpen;
+                    ran[i] = Some(outcome_of_run(Ok(result), fail_open));
+                }
+            }
+            Err(e) => {
+                for &i in &runs {
+                    ran[i] = Some(Outcome::StoreUnavailable(e.clone()));
+                }
+            }
+        }
+        let mut outcomes: Vec<Outcome<E>> = Vec::with_capacity(bodies.len());
+        for (i, (_, decision)) in classified.iter().enumerate() {
+            let outcome = match (ran[i].take(), leaders[i], &decision.verdict) {
+                (Some(outcome), _, _) => outcome,
+                (None, Some(leader), _) => match outcomes[leader].kind() {
+                    OutcomeKind::Ran | OutcomeKind::Skipped => Outcome::Skipped,
+                    OutcomeKind::StoreUnavailable => match &outcomes[leader] {
+                        Outcome::StoreUnavailable(e) => Outcome::StoreUnavailable(e.clone()),
+                        _ => Outcome::Parked,
+                    },
+                    _ => Outcome::Parked,
+                },
+                (None, None, Verdict::Reject(r)) => Outcome::Rejected(r.clone()),
+                (None, None, Verdict::StoreUnavailable(e)) => Outcome::StoreUnavailable(e.clone()),
+                (None, None, _) => Outcome::StoreUnavailable(StoreError::unsupported(
+                    "payload fingerprints are not kept in transactional mode",
+                )),
+            };
+            self.observe_outcome(decision, &outcome);
+            outcomes.push(outcome);
+        }
+        outcomes
     }
 }

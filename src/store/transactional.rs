@@ -40,4 +40,17 @@ pub trait TransactionalStore {
         ttl: Option<Duration>,
         work: impl FnOnce(&mut Self::Tx<'_>) -> Result<T, E>,
     ) -> StoreResult<TxRun<T, E>>;
+
+    /// A batch in one transaction, a savepoint per entry: for each `keys[i]` in
+    /// order, as [`TransactionalStore::transaction`] does for one, with
+    /// `work(i, tx)`; a failed entry rolls back to its savepoint (its own writes
+    /// and its key only). One commit at the end; `Err`: the store failed and
+    /// nothing was committed. A key repeated in `keys` finds the first entry's
+    /// record (`AlreadyDone`) once that one committed to its savepoint.
+    fn transaction_batch<E>(
+        &self,
+        keys: &[Option<&str>],
+        ttl: Option<Duration>,
+        work: impl FnMut(usize, &mut Self::Tx<'_>) -> Result<(), E>,
+    ) -> StoreResult<Vec<TxRun<(), E>>>;
 }

@@ -588,14 +588,7 @@ impl TransactionalStore for PostgresStore {
             if tx.query_opt(&held, &[&key]).map_err(error)?.is_some() {
                 return Ok(TxRun::Held);
             }
-            let insert = format!(
-                "INSERT INTO {t} AS cur (message_id, expires_at)
-                 VALUES ($1, now() + $2::bigint * interval '1 millisecond')
-                 ON CONFLICT (message_id) DO UPDATE
-                   SET created_at = now(), expires_at = EXCLUDED.expires_at
-                   WHERE cur.expires_at IS NOT NULL AND cur.expires_at <= now()
-                 RETURNING 1"
-            );
+            let insert = self.insert_live(t);
             let ttl = ttl.map(|d| ttl_ms(d) as i64);
             if tx
                 .query_opt(&insert, &[&key, &ttl])
@@ -613,6 +606,69 @@ impl TransactionalStore for PostgresStore {
             // Dropping the transaction rolls it back.
             Err(e) => Ok(TxRun::RolledBack(e)),
         }
+    }
+
+    fn transaction_batch<E>(
+        &self,
+        keys: &[Option<&str>],
+        ttl: Option<Duration>,
+        mut work: impl FnMut(usize, &mut postgres::Transaction<'_>) -> Result<(), E>,
+    ) -> StoreResult<Vec<TxRun<(), E>>> {
+        check_keys(keys.iter().flatten().copied())?;
+        let (t, c) = (&self.table, &self.claims);
+        let held = format!("SELECT 1 FROM {c} WHERE message_id = $1 AND expires_at > now()");
+        let insert = self.insert_live(t);
+        let ttl = ttl.map(|d| ttl_ms(d) as i64);
+        let mut conn = self.conn()?;
+        let mut tx = conn.transaction().map_err(error)?;
+        let mut runs = Vec::with_capacity(keys.len());
+        for (i, key) in keys.iter().enumerate() {
+            if let Some(key) = key
+                && tx.query_opt(&held, &[key]).map_err(error)?.is_some()
+            {
+                runs.push(TxRun::Held);
+                continue;
+            }
+            tx.batch_execute("SAVEPOINT bq_delivery").map_err(error)?;
+            if let Some(key) = key
+                && tx
+                    .query_opt(&insert, &[key, &ttl])
+                    .map_err(error)?
+                    .is_none()
+            {
+                tx.batch_execute("RELEASE bq_delivery").map_err(error)?;
+                runs.push(TxRun::AlreadyDone);
+                continue;
+            }
+            match work(i, &mut tx) {
+                Ok(()) => {
+                    tx.batch_execute("RELEASE bq_delivery").map_err(error)?;
+                    runs.push(TxRun::Committed(()));
+                }
+                Err(e) => {
+                    tx.batch_execute("ROLLBACK TO bq_delivery; RELEASE bq_delivery")
+                        .map_err(error)?;
+                    runs.push(TxRun::RolledBack(e));
+                }
+            }
+        }
+        tx.commit().map_err(error)?;
+        Ok(runs)
+    }
+}
+
+impl PostgresStore {
+    /// Go's remember of one id (`$1`, TTL `$2` ms or NULL), answering a row when
+    /// it inserted (or took over an expired row) and none when a live one is there.
+    fn insert_live(&self, t: &str) -> String {
+        format!(
+            "INSERT INTO {t} AS cur (message_id, expires_at)
+             VALUES ($1, now() + $2::bigint * interval '1 millisecond')
+             ON CONFLICT (message_id) DO UPDATE
+               SET created_at = now(), expires_at = EXCLUDED.expires_at
+               WHERE cur.expires_at IS NOT NULL AND cur.expires_at <= now()
+             RETURNING 1"
+        )
     }
 }
 

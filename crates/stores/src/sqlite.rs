@@ -436,4 +436,54 @@ impl TransactionalStore for SqliteStore {
             Err(e) => Ok(TxRun::RolledBack(e)),
         }
     }
+
+    fn transaction_batch<E>(
+        &self,
+        keys: &[Option<&str>],
+        ttl: Option<Duration>,
+        mut work: impl FnMut(usize, &mut rusqlite::Transaction<'_>) -> Result<(), E>,
+    ) -> StoreResult<Vec<TxRun<(), E>>> {
+        let (now, until) = (self.now(), self.until(ttl));
+        let mut conn = self.lock()?;
+        let mut tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(error)?;
+        let mut runs = Vec::with_capacity(keys.len());
+        for (i, key) in keys.iter().enumerate() {
+            if let Some(key) = key {
+                let state: Option<i64> = tx
+                    .query_row(LIVE_STATE, params![key, now], |row| row.get(0))
+                    .optional()
+                    .map_err(error)?;
+                match state {
+                    Some(1) => {
+                        runs.push(TxRun::AlreadyDone);
+                        continue;
+                    }
+                    Some(_) => {
+                        runs.push(TxRun::Held);
+                        continue;
+                    }
+                    None => {}
+                }
+            }
+            tx.execute_batch("SAVEPOINT bq_delivery").map_err(error)?;
+            match work(i, &mut tx) {
+                Ok(()) => {
+                    if let Some(key) = key {
+                        remember_in(&tx, &[key], until).map_err(error)?;
+                    }
+                    tx.execute_batch("RELEASE bq_delivery").map_err(error)?;
+                    runs.push(TxRun::Committed(()));
+                }
+                Err(e) => {
+                    tx.execute_batch("ROLLBACK TO bq_delivery; RELEASE bq_delivery")
+                        .map_err(error)?;
+                    runs.push(TxRun::RolledBack(e));
+                }
+            }
+        }
+        tx.commit().map_err(error)?;
+        Ok(runs)
+    }
 }

@@ -460,3 +460,85 @@ fn postgres_four_consumers_killed_at_random_leave_exactly_one_effect_per_id() {
     println!("postgres: {kills} consumers killed; {IDS} ids, one effect row each");
     pg_drop(&table);
 }
+
+// ---- the batch form: one transaction, a savepoint per delivery ----------------------
+
+/// A batch of [a, b (fails), a again, c, no id, not json]: a, c and the fail-open
+/// delivery commit, b rolls back alone, a's duplicate skips; then the batch again.
+fn batch_bodies() -> Vec<String> {
+    let no_id = r#"{"job":"urn:babel:orders:created","trace_id":"t","data":{},"meta":{"schema_version":1}}"#;
+    vec![
+        envelope("bt-a"),
+        envelope("bt-b"),
+        envelope("bt-a"),
+        envelope("bt-c"),
+        no_id.to_string(),
+        "not json".to_string(),
+    ]
+}
+
+const FIRST: [OutcomeKind; 6] = [
+    OutcomeKind::Ran,
+    OutcomeKind::Failed,
+    OutcomeKind::Skipped,
+    OutcomeKind::Ran,
+    OutcomeKind::FailOpen,
+    OutcomeKind::Rejected,
+];
+const AGAIN: [OutcomeKind; 6] = [
+    OutcomeKind::Skipped,
+    OutcomeKind::Ran,
+    OutcomeKind::Skipped,
+    OutcomeKind::Skipped,
+    OutcomeKind::FailOpen,
+    OutcomeKind::Rejected,
+];
+
+#[test]
+fn sqlite_a_batch_rolls_back_only_the_failing_delivery() {
+    let db = TempDb::new("tx-batch");
+    let guard = open(db.path());
+    let bodies = batch_bodies();
+    for (round, expected) in [FIRST, AGAIN].into_iter().enumerate() {
+        let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+            let id = msg.id().unwrap_or("no-id");
+            tx.execute("INSERT INTO effects (id) VALUES (?1)", [id])
+                .map_err(|e| e.to_string())?;
+            if id == "bt-b" && round == 0 {
+                return Err("b fails the first time".to_string());
+            }
+            Ok(())
+        });
+        let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
+        assert_eq!(kinds, expected, "round {round}: {outcomes:?}");
+    }
+    for (id, n) in [("bt-a", 1), ("bt-b", 1), ("bt-c", 1), ("no-id", 2)] {
+        assert_eq!(effects_of(db.path(), id), n, "{id}");
+    }
+}
+
+#[test]
+fn postgres_a_batch_rolls_back_only_the_failing_delivery() {
+    let (guard, table, _clean) = pg_guard("tx-pg-batch");
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    let bodies = batch_bodies();
+    for (round, expected) in [FIRST, AGAIN].into_iter().enumerate() {
+        let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+            let id = msg.id().unwrap_or("no-id");
+            tx.execute(&insert, &[&id]).map_err(|e| e.to_string())?;
+            if id == "bt-b" && round == 0 {
+                // A failing statement too: the savepoint takes the transaction
+                // out of its aborted state.
+                let _ = tx.execute("SELECT 1/0", &[]);
+                return Err("b fails the first time".to_string());
+            }
+            Ok(())
+        });
+        let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
+        assert_eq!(kinds, expected, "round {round}: {outcomes:?}");
+    }
+    for (id, n) in [("bt-a", 1), ("bt-b", 1), ("bt-c", 1), ("no-id", 2)] {
+        assert_eq!(pg_effects(&table, id), n, "{id}");
+    }
+    pg_drop(&table);
+}
