@@ -162,8 +162,11 @@ export type Validation =
   | { valid: true; failOpen: boolean; id: string | null; key: string | null; job: string; traceId: string; attempts: number }
   | { valid: false; rejection: RejectionInfo };
 
-/** Thrown by dedupeKey for an invalid envelope. */
+/** Thrown by dedupeKey (and rejected by a wrapped handler) for an invalid envelope: an `Error` with this `name`. */
 export interface RejectionError extends Error { name: "RejectionError"; code: RejectionCode; rejection: RejectionInfo }
+
+/** Rejected by a wrapped handler (`wrap`) that did not run: an `Error` with this `name`; `kind` says why. */
+export interface DedupeError extends Error { name: "DedupeError"; kind: "store-unavailable" | "park" | "run-panicked" }
 
 export interface InMemoryStoreOptions {
   /** Use a clock that only moves with advance(ms) (starting at `now`, default 0). */

@@ -7,7 +7,7 @@ export { dedupe, dedupeBatch, dedupeKey, forget, validate, wrap, InMemoryStore }
 export type {
   EnvelopeInput, EnvelopeObject, DecodedEnvelope, Handler, MaybePromise, ClaimResult, ClaimRef,
   Settlement, SettleResult, DedupeStore, DedupeOptions, OutcomeKind, Disposition, RejectionCode,
-  RejectionInfo, StoreErrorCode, StoreErrorInfo, Outcome, Validation, RejectionError,
+  RejectionInfo, StoreErrorCode, StoreErrorInfo, Outcome, Validation, RejectionError, DedupeError,
   InMemoryStoreOptions, StoreEntry,
 } from "../pkg/web/bq_dedupe.js";
 
@@ -34,8 +34,9 @@ export interface BabelQueueEnvelope {
   job: string;
   trace_id: string;
   data: Record<string, unknown>;
-  meta: { id?: string; schema_version: number; [field: string]: unknown };
-  attempts: number;
+  /** `id` is the dedupe key when it is a non-empty string; anything else runs undeduped (fail-open). */
+  meta: { id?: unknown; schema_version: number; [field: string]: unknown };
+  attempts?: number;
   [field: string]: unknown;
 }
 
@@ -79,8 +80,10 @@ export interface QueueReport {
  */
 export interface DedupeQueueOptions {
   DEDUPE_STORE?: "durable-object" | "kv";
-  DEDUPE_DO?: string;
-  DEDUPE_KV?: string;
+  /** The name of the DedupeShard binding (default "DEDUPE_DO"). */
+  DEDUPE_DO_BINDING?: string;
+  /** The name of the KV namespace binding (default "DEDUPE_KV"). */
+  DEDUPE_KV_BINDING?: string;
   DEDUPE_SHARDS?: string | number;
   DEDUPE_PREVIOUS_SHARDS?: string | number;
   DEDUPE_CLAIMING?: "on" | "off";
@@ -117,7 +120,7 @@ export function dedupeQueue<M extends QueueMessage>(
 export class DedupeShard {
   constructor(state: object, env: object);
   fetch(request: Request): Promise<Response>;
-  alarm(): Promise<Response>;
+  alarm(): Promise<unknown>;
 }
 
 /** The store protocol's methods every adapter store answers (through the Rust store). */
@@ -146,7 +149,7 @@ export interface DurableObjectStore extends AdapterStore {
 
 /**
  * The Durable Object store as a JS store, for `dedupe` / `dedupeBatch` / `wrap`:
- * the DedupeShard namespace named by `DEDUPE_DO` (default "DEDUPE_DO"), spread
+ * the DedupeShard binding named by `DEDUPE_DO_BINDING` (default "DEDUPE_DO"), spread
  * over `DEDUPE_SHARDS`; claims, leases and fenced commits, one request per shard
  * per call. Throws a TypeError on a configuration error.
  */
@@ -158,8 +161,8 @@ export declare class DurableObjectStore {
 export interface KvStore extends AdapterStore {}
 
 /**
- * The best-effort Workers KV store as a JS store (`DEDUPE_KV`, default
- * "DEDUPE_KV"): no claims (KV cannot take one atomically), TTLs of 60 s or more.
+ * The best-effort Workers KV store as a JS store (the binding `DEDUPE_KV_BINDING`
+ * names, default "DEDUPE_KV"): no claims (KV cannot take one atomically), TTLs of 60 s or more.
  */
 export declare class KvStore {
   constructor(env: object, options?: StoreOptions);

@@ -14,7 +14,7 @@
 //! | `DEDUPE_PARK_DELAY_SECONDS`  | `45`             | delay for a parked message when the store cannot say how long the claim has left (up to 43200) |
 //! | `DEDUPE_DEAD_LETTER`         | (none)           | queue producer binding for poison messages |
 //! | `DEDUPE_FINGERPRINT`         | `off`            | `on`: remember a hash of each `data`; an id reused with another payload is `payload-mismatch` (dead-lettered) |
-//! | `DEDUPE_MAX_RETRIES`         | (none: 3 assumed) | the queue's `max_retries`: last-attempt failures and parks are dead-lettered with `reason: "failed"`; with claiming, 0 (or retries x 12 h under the lease) is refused |
+//! | `DEDUPE_MAX_RETRIES`         | (none)           | the queue's `max_retries`: then last-attempt failures and parks are dead-lettered with `reason: "failed"` (unset, they are retried and the queue's own `dead_letter_queue`, or nothing, takes them; 3 is assumed only for the lease check below); with claiming, 0 (or retries x 12 h under the lease) is refused |
 //! | `DEDUPE_DO_BINDING`          | `DEDUPE_DO`      | the `DedupeShard` Durable Object binding  |
 //! | `DEDUPE_KV_BINDING`          | `DEDUPE_KV`      | the KV namespace binding                  |
 //!

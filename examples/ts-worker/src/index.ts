@@ -9,7 +9,9 @@ export { DedupeShard };
 export default {
   async queue(batch: MessageBatch, env: Env): Promise<void> {
     const report = await dedupeQueue(batch, env, (envelope, message) => handle(envelope, message, env));
-    if (report.actions.retry > 0 || report.actions["dead-letter"] > 0) {
+    // Anything but a run or a skip is worth a line: a retry, a park, a dead
+    // letter, a delivery without a usable meta.id (fail-open: not deduped).
+    if (Object.keys(report.outcomes).some((outcome) => outcome !== "run-ok" && outcome !== "skip")) {
       console.log("bq-dedupe", JSON.stringify(report.outcomes));
     }
   },
