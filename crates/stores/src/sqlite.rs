@@ -394,6 +394,18 @@ impl Store for SqliteStore {
     }
 }
 
+/// What keeps a transactional run from starting: the key is done and live, or
+/// a live claim holds it; `None`: free.
+fn taken<T, E>(conn: &Connection, key: &str, now: i64) -> rusqlite::Result<Option<TxRun<T, E>>> {
+    let state: Option<i64> = conn
+        .query_row(LIVE_STATE, params![key, now], |row| row.get(0))
+        .optional()?;
+    Ok(state.map(|state| match state {
+        1 => TxRun::AlreadyDone,
+        _ => TxRun::Held,
+    }))
+}
+
 /// The transactional mode on SQLite: the handler gets the write transaction
 /// (`BEGIN IMMEDIATE`, so the read of the key and the commit cannot interleave
 /// with another writer's) and writes its own tables in the same file; the key is
@@ -413,16 +425,10 @@ impl TransactionalStore for SqliteStore {
         let mut tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(error)?;
-        if let Some(key) = key {
-            let state: Option<i64> = tx
-                .query_row(LIVE_STATE, params![key, now], |row| row.get(0))
-                .optional()
-                .map_err(error)?;
-            match state {
-                Some(1) => return Ok(TxRun::AlreadyDone),
-                Some(_) => return Ok(TxRun::Held),
-                None => {}
-            }
+        if let Some(key) = key
+            && let Some(taken) = taken(&tx, key, now).map_err(error)?
+        {
+            return Ok(taken);
         }
         match work(&mut tx) {
             Ok(value) => {
@@ -450,22 +456,11 @@ impl TransactionalStore for SqliteStore {
             .map_err(error)?;
         let mut runs = Vec::with_capacity(keys.len());
         for (i, key) in keys.iter().enumerate() {
-            if let Some(key) = key {
-                let state: Option<i64> = tx
-                    .query_row(LIVE_STATE, params![key, now], |row| row.get(0))
-                    .optional()
-                    .map_err(error)?;
-                match state {
-                    Some(1) => {
-                        runs.push(TxRun::AlreadyDone);
-                        continue;
-                    }
-                    Some(_) => {
-                        runs.push(TxRun::Held);
-                        continue;
-                    }
-                    None => {}
-                }
+            if let Some(key) = key
+                && let Some(taken) = taken(&tx, key, now).map_err(error)?
+            {
+                runs.push(taken);
+                continue;
             }
             tx.execute_batch("SAVEPOINT bq_delivery").map_err(error)?;
             match work(i, &mut tx) {
