@@ -47,7 +47,9 @@ echo "cargo build: $(since "$t")"
 STAMP="$PKG/.built"
 if [[ ! -f "$STAMP" || "$RAW" -nt "$STAMP" || "$WASM_OPT" -nt "$STAMP" || "${BASH_SOURCE[0]}" -nt "$STAMP" ]]; then
     t=$(now)
-    rm -rf "$PKG"
+    # Only the shipped builds: the test build (conformance-node/) is its own, and
+    # a test run that rebuilds the module must not take it from under the others.
+    rm -rf "$PKG/web" "$PKG/node" "$PKG/bindgen.wasm"
     mkdir -p "$PKG"
     "$WB" --target web --out-dir "$PKG/web" --out-name "$NAME" "$RAW"
     "$WB" --target nodejs --out-dir "$PKG/node" --out-name "$NAME" "$RAW"
