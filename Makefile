@@ -84,7 +84,7 @@ host:
 	cargo build --quiet -p babelqueue-dedupe-host
 
 unit: component-build
-	scripts/with-redis.sh scripts/with-postgres.sh scripts/with-redis-cluster.sh bash -c 'cargo build --quiet --example quickstart && cargo test $(TEST_CRATES) --all-targets && cargo test $(TEST_CRATES) --doc && cargo test -p babelqueue-dedupe --features tracing --test tracing_observer && cargo test -p babelqueue-dedupe --features testkit --test store_testkit && scripts/host-conformance.sh'
+	scripts/with-redis.sh scripts/with-redis-tls.sh scripts/with-postgres.sh scripts/with-redis-cluster.sh bash -c 'cargo build --quiet --example quickstart && cargo test $(TEST_CRATES) --all-targets && cargo test $(TEST_CRATES) --doc && cargo test -p babelqueue-dedupe --features tracing --test tracing_observer && cargo test -p babelqueue-dedupe --features testkit --test store_testkit && scripts/host-conformance.sh'
 
 conformance:
 	cargo run --quiet --example conformance

@@ -11,6 +11,7 @@ use crate::{Dialect, PostgresStore, RedisStore, SqliteStore, StoreStats};
 pub const DEFAULT_REDIS_PREFIX: &str = "bq:dedupe:";
 
 /// One of the stores, chosen at run time (see the crate docs for the spec syntax).
+#[allow(clippy::large_enum_variant)] // one per process, never copied in a hot path
 pub enum AnyStore {
     /// `memory`: the core's process-local store.
     Memory(InMemoryStore),
@@ -66,7 +67,9 @@ impl AnyStore {
     /// `redis://HOST[:PORT][/DB][?prefix=P][&dialect=D]`,
     /// `redis+cluster://HOST:PORT[,HOST:PORT...][?prefix=P][&dialect=D]` or
     /// `postgres://...[?table=T]` (see the crate docs). A bad spec is `Invalid`,
-    /// TLS (`rediss://`, `sslmode=require`) is `Unsupported`; a backend that
+    /// `rediss://` (and `rediss+cluster://`) is TLS with rustls, trusting the
+    /// platform's roots (or the PEM file `SSL_CERT_FILE` names); PostgreSQL's
+    /// TLS (`sslmode=require`) is `Unsupported` for now; a backend that
     /// cannot be reached is `Unavailable`.
     pub fn from_spec(spec: &str) -> Result<AnyStore, StoreError> {
         if spec == "memory" {
@@ -312,10 +315,8 @@ mod tests {
     }
 
     #[test]
-    fn tls_is_refused_with_a_clear_message() {
+    fn postgres_tls_is_refused_with_a_clear_message() {
         for spec in [
-            "rediss://h:1",
-            "rediss+cluster://h:1,h:2",
             "postgres://u:pw@h/db?sslmode=require",
             "postgres://u:pw@h/db?sslmode=verify-full",
         ] {

@@ -34,7 +34,8 @@
 //! a password (`redis://:secret@host`) go to the client unchanged. The table
 //! defaults to Go's, `babelqueue_idempotency` (`postgresql://` works too).
 //!
-//! TLS is not built in: `rediss://` and `sslmode=require` are refused
+//! `rediss://` is TLS (rustls; the platform's roots, or the PEM file
+//! `SSL_CERT_FILE` names); PostgreSQL's `sslmode=require` is refused
 //! (`Unsupported`, with a message saying so).
 //!
 //! ```no_run

@@ -59,17 +59,6 @@ impl std::fmt::Debug for RedisStore {
     }
 }
 
-/// `rediss://` is refused: TLS is not compiled in (see `docs/stores.md`).
-fn refuse_tls(url: &str) -> StoreResult<()> {
-    if url.starts_with("rediss://") || url.contains("://rediss") {
-        return Err(StoreError::unsupported(
-            "redis: TLS (rediss://) is not built into this store; reach Redis over a private \
-             network or a local TLS proxy (e.g. stunnel) and use redis://",
-        ));
-    }
-    Ok(())
-}
-
 impl RedisStore {
     /// How `dialect`'s values follow the record model: Redis deletes a key
     /// when its `PX` runs out, so a lapsed claim is gone at once; PHP's claims
@@ -96,7 +85,6 @@ impl RedisStore {
         key_prefix: impl Into<String>,
         dialect: Dialect,
     ) -> Result<Self, StoreError> {
-        refuse_tls(url)?;
         let client = Client::open(url).map_err(|e| {
             StoreError::new(StoreErrorKind::Invalid, format!("redis: bad url: {e}"))
         })?;
@@ -111,9 +99,6 @@ impl RedisStore {
         key_prefix: impl Into<String>,
         dialect: Dialect,
     ) -> Result<Self, StoreError> {
-        for node in nodes {
-            refuse_tls(node)?;
-        }
         if nodes.is_empty() {
             return Err(StoreError::new(
                 StoreErrorKind::Invalid,
