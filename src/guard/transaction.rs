@@ -11,6 +11,11 @@ enum WorkFailed<E> {
     Panicked(String),
 }
 
+/// A keyed delivery with payload fingerprints on: not kept in this mode.
+fn fingerprints_refused() -> StoreError {
+    StoreError::unsupported("payload fingerprints are not kept in transactional mode")
+}
+
 /// The handler's call, a panic caught as a failure (the store rolls it back).
 fn guarded<E>(call: impl FnOnce() -> Result<(), E>) -> Result<(), WorkFailed<E>> {
     match std::panic::catch_unwind(AssertUnwindSafe(call)) {
@@ -55,9 +60,9 @@ impl<S: Store + TransactionalStore, O: Observer, T: Timer> Guard<S, O, T> {
         let outcome = match (message, &decision.verdict) {
             (_, Verdict::Reject(r)) => Outcome::Rejected(r.clone()),
             (_, Verdict::StoreUnavailable(e)) => Outcome::StoreUnavailable(e.clone()),
-            (Some(_), Verdict::Run) if self.options.fingerprint => Outcome::StoreUnavailable(
-                StoreError::unsupported("payload fingerprints are not kept in transactional mode"),
-            ),
+            (Some(_), Verdict::Run) if self.options.fingerprint => {
+                Outcome::StoreUnavailable(fingerprints_refused())
+            }
             (Some(message), verdict) => {
                 let fail_open = *verdict == Verdict::FailOpen;
                 let key = decision.key.as_deref().filter(|_| !fail_open);
@@ -143,19 +148,14 @@ impl<S: Store + TransactionalStore, O: Observer, T: Timer> Guard<S, O, T> {
         for (i, (_, decision)) in classified.iter().enumerate() {
             let outcome = match (ran[i].take(), leaders[i], &decision.verdict) {
                 (Some(outcome), _, _) => outcome,
-                (None, Some(leader), _) => match outcomes[leader].kind() {
-                    OutcomeKind::Ran | OutcomeKind::Skipped => Outcome::Skipped,
-                    OutcomeKind::StoreUnavailable => match &outcomes[leader] {
-                        Outcome::StoreUnavailable(e) => Outcome::StoreUnavailable(e.clone()),
-                        _ => Outcome::Parked,
-                    },
+                (None, Some(leader), _) => match &outcomes[leader] {
+                    Outcome::Ran | Outcome::Skipped => Outcome::Skipped,
+                    Outcome::StoreUnavailable(e) => Outcome::StoreUnavailable(e.clone()),
                     _ => Outcome::Parked,
                 },
                 (None, None, Verdict::Reject(r)) => Outcome::Rejected(r.clone()),
                 (None, None, Verdict::StoreUnavailable(e)) => Outcome::StoreUnavailable(e.clone()),
-                (None, None, _) => Outcome::StoreUnavailable(StoreError::unsupported(
-                    "payload fingerprints are not kept in transactional mode",
-                )),
+                (None, None, _) => Outcome::StoreUnavailable(fingerprints_refused()),
             };
             self.observe_outcome(decision, &outcome);
             outcomes.push(outcome);

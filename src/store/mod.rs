@@ -428,12 +428,10 @@ impl<S: KeyStore> Store for PerKey<S> {
     /// never turned into a failed remember), then renewals, then the remembers,
     /// in order, each one call.
     async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
-        let mut settled = Settled::default();
-        for (key, token) in step.release {
-            if let Err(e) = self.0.release(key, token).await {
-                settled.release_error.get_or_insert(e);
-            }
-        }
+        let mut settled = Settled {
+            release_error: release_each(&self.0, step.release).await,
+            ..Settled::default()
+        };
         for (key, token) in step.renew {
             settled
                 .renewed
@@ -447,6 +445,18 @@ impl<S: KeyStore> Store for PerKey<S> {
         }
         Ok(settled)
     }
+}
+
+/// Releases each claim with its own call; the first failure, if any (a release
+/// that fails changes no outcome: the lease runs out by itself).
+async fn release_each<K: KeyStore>(keys: &K, claims: &[(&str, &ClaimToken)]) -> Option<StoreError> {
+    let mut first_error = None;
+    for (key, token) in claims {
+        if let Err(e) = keys.release(key, token).await {
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error
 }
 
 /// `settle` for a store with batch remembers but single-key claims (a JS store
@@ -464,12 +474,7 @@ pub async fn settle_with_batch_remember<S: Store + ?Sized, K: KeyStore>(
     if fenced || !step.renew.is_empty() {
         return PerKey(keys).settle(step).await;
     }
-    let mut release_error = None;
-    for (key, token) in step.release {
-        if let Err(e) = keys.release(key, token).await {
-            release_error.get_or_insert(e);
-        }
-    }
+    let release_error = release_each(&keys, step.release).await;
     let done: Vec<&str> = step.remember.iter().map(|(key, _)| *key).collect();
     if !done.is_empty() {
         store.remember_many(&done, step.ttl).await?;
