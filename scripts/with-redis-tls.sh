@@ -1,40 +1,68 @@
 #!/usr/bin/env bash
-# Runs a command with a throwaway redis-server on loopback that speaks TLS only,
-# its certificate signed by a CA made here, and stops it after. The command sees
-# BQ_TEST_REDIS_TLS_URL (rediss://) and BQ_TEST_REDIS_TLS_CA (the CA's PEM file).
-# Needs redis-server built with TLS (Debian's is) and openssl.
+# Runs a command with throwaway Redis servers on loopback that speak TLS only,
+# their certificate signed by a CA made here (scripts/test-ca.sh), and stops them
+# after: one server and a 3-node Redis Cluster. The command sees
+# BQ_TEST_REDIS_TLS_URL (rediss://), BQ_TEST_REDIS_TLS_CLUSTER_URL
+# (rediss+cluster://, every node), BQ_TEST_REDIS_TLS_CA (the CA's PEM file) and
+# BQ_TEST_OTHER_CA (a CA that signed nothing here).
+# Needs redis-server built with TLS (Debian's is).
 set -euo pipefail
 
 command -v redis-server >/dev/null || { echo "with-redis-tls: redis-server is missing (scripts/with-redis.sh installs it)" >&2; exit 1; }
-if ! command -v openssl >/dev/null; then
-  SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO=sudo
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq openssl >/dev/null
-fi
+here=$(dirname "$0")
 dir=$(mktemp -d)
-openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=bq-dedupe test CA" \
-  -keyout "$dir/ca.key" -out "$dir/ca.crt" 2>/dev/null
-openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
-  -keyout "$dir/server.key" -out "$dir/server.csr" 2>/dev/null
-printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$dir/san.ext"
-openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial \
-  -days 2 -extfile "$dir/san.ext" -out "$dir/server.crt" 2>/dev/null
-
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
-redis-server --bind 127.0.0.1 --port 0 --tls-port "$port" --tls-cert-file "$dir/server.crt" \
-  --tls-key-file "$dir/server.key" --tls-ca-cert-file "$dir/ca.crt" --tls-auth-clients no \
-  --save '' --appendonly no --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --dir "$dir"
+"$here/test-ca.sh" "$dir"
+pids=()
 stop() {
-  kill "$(cat "$dir/redis.pid" 2>/dev/null)" 2>/dev/null || true
+  for p in "${pids[@]}"; do kill "$(cat "$p" 2>/dev/null)" 2>/dev/null || true; done
   rm -rf "$dir"
 }
 trap stop EXIT
-for _ in $(seq 50); do
-  redis-cli --tls --cacert "$dir/ca.crt" -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && break
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+cli() { redis-cli --tls --cacert "$dir/ca.crt" -h 127.0.0.1 "$@"; }
+# serve PORT [ARGS...]: a TLS-only server in its own directory.
+serve() {
+  local port=$1; shift
+  mkdir -p "$dir/$port"
+  redis-server --bind 127.0.0.1 --port 0 --tls-port "$port" --tls-cert-file "$dir/server.crt" \
+    --tls-key-file "$dir/server.key" --tls-ca-cert-file "$dir/ca.crt" --tls-auth-clients no \
+    --save '' --appendonly no --daemonize yes --pidfile "$dir/$port/redis.pid" \
+    --logfile "$dir/$port/redis.log" --dir "$dir/$port" "$@"
+  pids+=("$dir/$port/redis.pid")
+  for _ in $(seq 50); do cli -p "$port" ping >/dev/null 2>&1 && return; sleep 0.1; done
+  cli -p "$port" ping >/dev/null
+}
+
+single=$(free_port)
+serve "$single"
+# The cluster's nodes: a bus port is the node's port + 10000, so pick ports whose bus is free too.
+nodes=()
+while [[ ${#nodes[@]} -lt 3 ]]; do
+  p=$(free_port)
+  (( p + 10000 < 65536 )) || continue
+  python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', $p + 10000))" 2>/dev/null || continue
+  [[ " ${nodes[*]} $single " == *" $p "* ]] && continue
+  nodes+=("$p")
+done
+for p in "${nodes[@]}"; do
+  serve "$p" --cluster-enabled yes --cluster-config-file "$dir/$p/nodes.conf" --tls-cluster yes
+done
+cli --cluster create "${nodes[@]/#/127.0.0.1:}" --cluster-replicas 0 --cluster-yes >"$dir/create.log" 2>&1 \
+  || { cat "$dir/create.log"; exit 1; }
+for _ in $(seq 100); do
+  ok=1
+  for p in "${nodes[@]}"; do cli -p "$p" cluster info 2>/dev/null | grep -q 'cluster_state:ok' || ok=0; done
+  [[ $ok -eq 1 ]] && break
   sleep 0.1
 done
-redis-cli --tls --cacert "$dir/ca.crt" -h 127.0.0.1 -p "$port" ping >/dev/null
-echo "with-redis-tls: redis-server over TLS on 127.0.0.1:$port"
+[[ $ok -eq 1 ]] || { echo "with-redis-tls: the TLS cluster did not come up"; exit 1; }
+echo "with-redis-tls: redis-server over TLS on 127.0.0.1:$single, a TLS cluster on 127.0.0.1:${nodes[*]}"
 
-export BQ_TEST_REDIS_TLS_URL="rediss://127.0.0.1:$port/0"
+list=$(printf '127.0.0.1:%s,' "${nodes[@]}")
+export BQ_TEST_REDIS_TLS_URL="rediss://127.0.0.1:$single/0"
+export BQ_TEST_REDIS_TLS_CLUSTER_URL="rediss+cluster://${list%,}"
 export BQ_TEST_REDIS_TLS_CA="$dir/ca.crt"
+export BQ_TEST_OTHER_CA="$dir/other-ca.crt"
 "$@"

@@ -3,7 +3,8 @@
 use bq_dedupe::{InMemoryStore, StoreError, StoreErrorKind, StoreResult};
 
 use crate::postgres::DEFAULT_POSTGRES_TABLE;
-use crate::{Dialect, PostgresStore, RedisStore, SqliteStore, StoreStats};
+use crate::tls::read_ca_file;
+use crate::{Dialect, PostgresStore, RedisStore, SqliteStore, StoreStats, take_params};
 
 /// The key prefix of a `redis://` spec without `?prefix=` or `?dialect=`: our
 /// own format's, a prefix no other SDK uses (the PHP SDK's is `bq:idem:`, the Go
@@ -68,9 +69,11 @@ impl AnyStore {
     /// `redis+cluster://HOST:PORT[,HOST:PORT...][?prefix=P][&dialect=D]` or
     /// `postgres://...[?table=T]` (see the crate docs). A bad spec is `Invalid`,
     /// `rediss://` (and `rediss+cluster://`) is TLS with rustls, trusting the
-    /// platform's roots (or the PEM file `SSL_CERT_FILE` names); PostgreSQL's
-    /// TLS (`sslmode=require`) is `Unsupported` for now; a backend that
-    /// cannot be reached is `Unavailable`.
+    /// platform's roots (or the PEM file `SSL_CERT_FILE` names), or only the
+    /// CAs of the PEM file `?ca=PATH` names; PostgreSQL's TLS is libpq's
+    /// `sslmode` and `sslrootcert` ([`PostgresStore::connect`]). A backend
+    /// that cannot be reached, or whose certificate fails its check, is
+    /// `Unavailable`, naming its host.
     pub fn from_spec(spec: &str) -> Result<AnyStore, StoreError> {
         if spec == "memory" {
             return Ok(AnyStore::Memory(InMemoryStore::new()));
@@ -82,17 +85,27 @@ impl AnyStore {
             return SqliteStore::open(path).map(AnyStore::Sqlite);
         }
         if spec.starts_with("redis://") || spec.starts_with("rediss://") {
-            let (url, prefix, dialect) = split_redis(spec)?;
-            return RedisStore::connect_dialect(&url, prefix, dialect).map(AnyStore::Redis);
+            let (url, redis) = split_redis(spec, spec.starts_with("rediss://"))?;
+            return match redis.ca {
+                Some(ca) => RedisStore::connect_trusting(&url, redis.prefix, redis.dialect, &ca),
+                None => RedisStore::connect_dialect(&url, redis.prefix, redis.dialect),
+            }
+            .map(AnyStore::Redis);
         }
         if let Some(rest) = spec
             .strip_prefix("redis+cluster://")
             .or_else(|| spec.strip_prefix("rediss+cluster://"))
         {
             let tls = spec.starts_with("rediss");
-            let (url, prefix, dialect) = split_redis(&format!("redis://{rest}"))?;
+            let (url, redis) = split_redis(&format!("redis://{rest}"), tls)?;
             let nodes = cluster_nodes(&url, tls)?;
-            return RedisStore::connect_cluster(&nodes, prefix, dialect).map(AnyStore::Redis);
+            return match redis.ca {
+                Some(ca) => {
+                    RedisStore::connect_cluster_trusting(&nodes, redis.prefix, redis.dialect, &ca)
+                }
+                None => RedisStore::connect_cluster(&nodes, redis.prefix, redis.dialect),
+            }
+            .map(AnyStore::Redis);
         }
         if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
             let (url, table) = split_table(spec)?;
@@ -133,54 +146,50 @@ impl AnyStore {
     }
 }
 
-/// Splits a URL's query into our own parameters (`names`) and the rest, which
-/// goes to the client unchanged. Values are percent-decoded.
-fn take_params(spec: &str, names: &[&str]) -> Result<(String, Vec<(String, String)>), StoreError> {
-    let Some((base, query)) = spec.split_once('?') else {
-        return Ok((spec.to_owned(), Vec::new()));
-    };
-    let mut ours = Vec::new();
-    let mut rest = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if names.contains(&name) {
-            let value = percent_encoding::percent_decode_str(value)
-                .decode_utf8()
-                .map_err(|_| invalid(format!("store spec: {name} is not UTF-8 once decoded")))?
-                .into_owned();
-            ours.push((name.to_owned(), value));
-        } else {
-            rest.push(pair);
-        }
-    }
-    let url = if rest.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", rest.join("&"))
-    };
-    Ok((url, ours))
+/// Our parameters of a Redis spec: the key prefix (the dialect's own by
+/// default), the dialect, and the CAs `ca=PATH` trusts.
+struct RedisParams {
+    prefix: String,
+    dialect: Dialect,
+    ca: Option<Vec<u8>>,
 }
 
-/// Takes `prefix=` and `dialect=` out of a Redis URL's query (the client would
-/// not know them), returning the URL for the client, the key prefix (the
-/// dialect's own by default) and the dialect.
-fn split_redis(spec: &str) -> Result<(String, String, Dialect), StoreError> {
-    let (url, ours) = take_params(spec, &["prefix", "dialect"])?;
+/// Takes `prefix=`, `dialect=` and `ca=` out of a Redis URL's query (the client
+/// would not know them), returning the URL for the client and them.
+/// `tls`: the spec's scheme is `rediss` (a CA file is refused otherwise).
+fn split_redis(spec: &str, tls: bool) -> Result<(String, RedisParams), StoreError> {
+    let (url, ours) = take_params(spec, &["prefix", "dialect", "ca"])?;
     let mut dialect = Dialect::Native;
     let mut prefix = None;
+    let mut ca = None;
     for (name, value) in ours {
-        if name == "dialect" {
-            dialect = Dialect::from_name(&value).ok_or_else(|| {
-                invalid(format!(
-                    "redis spec: unknown dialect {value:?} (use native, php or go)"
-                ))
-            })?;
-        } else {
-            prefix = Some(value);
+        match name.as_str() {
+            "dialect" => {
+                dialect = Dialect::from_name(&value).ok_or_else(|| {
+                    invalid(format!(
+                        "redis spec: unknown dialect {value:?} (use native, php or go)"
+                    ))
+                })?;
+            }
+            "ca" => ca = Some(value),
+            _ => prefix = Some(value),
         }
     }
+    if ca.is_some() && !tls {
+        return Err(invalid(
+            "redis spec: ca= is for TLS; use rediss:// (or rediss+cluster://)",
+        ));
+    }
+    let ca = ca.as_deref().map(read_ca_file).transpose()?;
     let prefix = prefix.unwrap_or_else(|| dialect.default_prefix().to_owned());
-    Ok((url, prefix, dialect))
+    Ok((
+        url,
+        RedisParams {
+            prefix,
+            dialect,
+            ca,
+        },
+    ))
 }
 
 /// The node URLs of `redis://[USERINFO@]H:P,H:P[/...]`: each node gets the
@@ -241,8 +250,8 @@ mod tests {
     #[test]
     fn prefix_is_taken_out_of_the_redis_url() {
         let split = |s| {
-            let (url, prefix, _) = split_redis(s).unwrap();
-            (url, prefix)
+            let (url, redis) = split_redis(s, false).unwrap();
+            (url, redis.prefix)
         };
         assert_eq!(
             split("redis://h:1/2"),
@@ -257,12 +266,15 @@ mod tests {
             ("redis://h/0?protocol=resp3&x=1".into(), "a b:".into())
         );
         assert_eq!(split("redis://h?prefix="), ("redis://h".into(), "".into()));
-        assert!(split_redis("redis://h?prefix=%ff").is_err());
+        assert!(split_redis("redis://h?prefix=%ff", false).is_err());
     }
 
     #[test]
     fn dialects_pick_their_sdks_prefix() {
-        let split = |s| split_redis(s).unwrap();
+        let split = |s| {
+            let (url, redis) = split_redis(s, false).unwrap();
+            (url, redis.prefix, redis.dialect)
+        };
         assert_eq!(
             split("redis://h?dialect=php"),
             ("redis://h".into(), "bq:idem:".into(), Dialect::Php)
@@ -277,9 +289,31 @@ mod tests {
         );
         assert_eq!(split("redis://h").2, Dialect::Native);
         assert_eq!(
-            split_redis("redis://h?dialect=java").unwrap_err().kind,
+            split_redis("redis://h?dialect=java", false)
+                .map(drop)
+                .unwrap_err()
+                .kind,
             StoreErrorKind::Invalid
         );
+    }
+
+    #[test]
+    fn a_ca_file_is_read_at_once_and_only_for_tls() {
+        let err = |s: &str| {
+            split_redis(s, s.starts_with("rediss"))
+                .map(drop)
+                .unwrap_err()
+        };
+        let missing = err("rediss://h?ca=/nonexistent/ca.pem");
+        assert_eq!(missing.kind, StoreErrorKind::Invalid);
+        assert!(missing.message.contains("/nonexistent/ca.pem"), "{missing}");
+        let not_pem = std::env::temp_dir().join(format!("bq-not-a-ca-{}", std::process::id()));
+        std::fs::write(&not_pem, "not a certificate").unwrap();
+        let spec = format!("rediss://h?ca={}", not_pem.display());
+        let empty = err(&spec);
+        std::fs::remove_file(&not_pem).unwrap();
+        assert!(empty.message.contains("no PEM certificate"), "{empty}");
+        assert!(err("redis://h?ca=/x").message.contains("rediss://"));
     }
 
     #[test]
@@ -315,14 +349,17 @@ mod tests {
     }
 
     #[test]
-    fn postgres_tls_is_refused_with_a_clear_message() {
-        for spec in [
-            "postgres://u:pw@h/db?sslmode=require",
-            "postgres://u:pw@h/db?sslmode=verify-full",
+    fn postgres_tls_settings_are_checked_before_connecting() {
+        for (spec, says) in [
+            ("postgres://u:pw@h/db?sslmode=verify", "unknown sslmode"),
+            (
+                "postgres://u:pw@h/db?sslmode=verify-full&sslrootcert=/nonexistent.pem",
+                "/nonexistent.pem",
+            ),
         ] {
             let e = AnyStore::from_spec(spec).unwrap_err();
-            assert_eq!(e.kind, StoreErrorKind::Unsupported, "{spec}: {e}");
-            assert!(e.message.contains("TLS"), "{e}");
+            assert_eq!(e.kind, StoreErrorKind::Invalid, "{spec}: {e}");
+            assert!(e.message.contains(says), "{e}");
             assert!(!e.message.contains("pw"), "no secrets in errors: {e}");
         }
     }

@@ -34,9 +34,10 @@
 //! a password (`redis://:secret@host`) go to the client unchanged. The table
 //! defaults to Go's, `babelqueue_idempotency` (`postgresql://` works too).
 //!
-//! `rediss://` is TLS (rustls; the platform's roots, or the PEM file
-//! `SSL_CERT_FILE` names); PostgreSQL's `sslmode=require` is refused
-//! (`Unsupported`, with a message saying so).
+//! `rediss://` is TLS (rustls; the platform's roots, the PEM file
+//! `SSL_CERT_FILE` names, or only the CAs of `?ca=PATH`); PostgreSQL reads
+//! libpq's `sslmode` (`require`, `verify-ca`, `verify-full`) and `sslrootcert`
+//! ([`PostgresStore::connect`]).
 //!
 //! ```no_run
 //! use bq_dedupe::{block_on_ready, Guard};
@@ -53,12 +54,13 @@ mod any;
 mod postgres;
 mod redis;
 mod sqlite;
+mod tls;
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use bq_dedupe::ClaimToken;
+use bq_dedupe::{ClaimToken, StoreError};
 
 pub use any::{AnyStore, DEFAULT_REDIS_PREFIX};
 pub use postgres::{DEFAULT_POSTGRES_TABLE, PostgresStore};
@@ -100,4 +102,40 @@ fn new_token() -> ClaimToken {
     });
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     ClaimToken(format!("{instance}-{n:x}"))
+}
+
+/// Splits a URL's query into our own parameters (`names`) and the rest, which
+/// goes to the client unchanged. Values are percent-decoded.
+pub(crate) fn take_params(
+    spec: &str,
+    names: &[&str],
+) -> Result<(String, Vec<(String, String)>), StoreError> {
+    let Some((base, query)) = spec.split_once('?') else {
+        return Ok((spec.to_owned(), Vec::new()));
+    };
+    let mut ours = Vec::new();
+    let mut rest = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if names.contains(&name) {
+            let value = percent_encoding::percent_decode_str(value)
+                .decode_utf8()
+                .map_err(|_| {
+                    StoreError::new(
+                        bq_dedupe::StoreErrorKind::Invalid,
+                        format!("store spec: {name} is not UTF-8 once decoded"),
+                    )
+                })?
+                .into_owned();
+            ours.push((name.to_owned(), value));
+        } else {
+            rest.push(pair);
+        }
+    }
+    let url = if rest.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    };
+    Ok((url, ours))
 }

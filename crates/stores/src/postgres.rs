@@ -10,12 +10,15 @@ use bq_dedupe::{
     Capabilities, Claim, ClaimToken, Settled, Settlement, Store, StoreError, StoreErrorKind,
     StoreResult,
 };
+use postgres::Config;
+use postgres::config::{Host, SslMode};
 use postgres::types::{ToSql, Type};
-use postgres::{Config, NoTls};
 use r2d2_postgres::PostgresConnectionManager;
-use r2d2_postgres::r2d2::{Pool, PooledConnection};
+use r2d2_postgres::r2d2::{ManageConnection, Pool, PooledConnection};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::{StoreStats, new_token, ttl_ms};
+use crate::tls::{Verify, client_config, read_ca_file};
+use crate::{StoreStats, new_token, take_params, ttl_ms};
 
 /// The Go SDK's table name, the default of `?table=`.
 pub const DEFAULT_POSTGRES_TABLE: &str = "babelqueue_idempotency";
@@ -44,10 +47,10 @@ const LIVE: &str = "(expires_at IS NULL OR expires_at > now())";
 ///   while the claim was being taken is seen there, and the claim given back:
 ///   `Seen`).
 ///
-/// Connections come from an `r2d2` pool (up to 4). TLS is not built in: a spec
-/// asking for it (`sslmode=require`) is refused when opened.
+/// Connections come from an `r2d2` pool (up to 4), over TLS as the URL's
+/// `sslmode` asks ([`PostgresStore::connect`]).
 pub struct PostgresStore {
-    pool: Pool<PostgresConnectionManager<NoTls>>,
+    pool: Pool<PostgresConnectionManager<MakeRustlsConnect>>,
     table: String,
     claims: String,
 }
@@ -88,11 +91,81 @@ fn check_table(table: &str) -> StoreResult<()> {
     }
 }
 
-fn tls_refused() -> StoreError {
-    StoreError::unsupported(
-        "postgres: TLS is not built into this store (sslmode=require/verify-*); \
-         connect through a local TLS proxy (e.g. stunnel or pgbouncer) or a private network",
-    )
+/// The TLS a URL asks for, libpq's way: `sslmode` (`disable`, `allow`, `prefer`
+/// (the default), `require`, `verify-ca`, `verify-full`) and `sslrootcert` (a
+/// PEM file of the CAs to trust; without it, the platform's roots). Both are
+/// taken out of the URL, which goes on to the client without them.
+struct Tls {
+    mode: SslMode,
+    verify: Verify,
+    ca: Option<Vec<u8>>,
+}
+
+fn tls_of(url: &str) -> StoreResult<(String, Tls)> {
+    let (url, ours) = take_params(url, &["sslmode", "sslrootcert"])?;
+    let mut mode = "prefer".to_owned();
+    let mut ca = None;
+    for (name, value) in ours {
+        if name == "sslmode" {
+            mode = value;
+        } else {
+            ca = Some(read_ca_file(&value)?);
+        }
+    }
+    // libpq: with a CA file, `require` checks the chain as `verify-ca` does.
+    let unverified = if ca.is_some() {
+        Verify::Chain
+    } else {
+        Verify::Nothing
+    };
+    let (mode, verify) = match mode.as_str() {
+        "disable" => (SslMode::Disable, Verify::Nothing),
+        // `allow` tries plain first in libpq; TLS first when offered is safer.
+        "allow" | "prefer" => (SslMode::Prefer, unverified),
+        "require" => (SslMode::Require, unverified),
+        "verify-ca" => (SslMode::Require, Verify::Chain),
+        "verify-full" => (SslMode::Require, Verify::ChainAndName),
+        other => {
+            return Err(invalid(format!(
+                "postgres: unknown sslmode {other:?} (use disable, allow, prefer, require, verify-ca or verify-full)"
+            )));
+        }
+    };
+    Ok((url, Tls { mode, verify, ca }))
+}
+
+/// An error and what caused it, outermost first ("error performing TLS
+/// handshake: invalid peer certificate: UnknownIssuer").
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let more = cause.to_string();
+        if !text.ends_with(&more) {
+            text = format!("{text}: {more}");
+        }
+        next = cause.source();
+    }
+    text
+}
+
+/// Where a config connects, for an error message: `host:port`, never the
+/// credentials.
+fn where_to(config: &Config) -> String {
+    let ports = config.get_ports();
+    config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            match host {
+                Host::Tcp(name) => format!("{name}:{port}"),
+                Host::Unix(path) => format!("{}", path.display()),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// PostgreSQL `text` cannot hold U+0000: such an id is refused, typed, before
@@ -158,20 +231,32 @@ impl PostgresStore {
 
     /// Connects to `url` (`postgres://[USER[:PASSWORD]@]HOST[:PORT]/DB[?...]`, any
     /// parameter libpq-style URLs take) and creates the tables if missing.
+    ///
+    /// TLS is libpq's: `sslmode=verify-full` checks the server's certificate
+    /// and name against `sslrootcert=PATH` (a PEM file) or the platform's roots,
+    /// `verify-ca` the certificate only; `require` (and the default, `prefer`,
+    /// when the server offers TLS) encrypts without authenticating the server,
+    /// unless `sslrootcert` is given. `disable` is plain TCP. A certificate that
+    /// fails its check is `Unavailable`, naming the host.
     pub fn connect(url: &str, table: &str) -> StoreResult<Self> {
         check_table(table)?;
-        if url.contains("sslmode=verify-") {
-            return Err(tls_refused());
-        }
-        let config: Config = url
+        let (url, tls) = tls_of(url)?;
+        let mut config: Config = url
             .parse()
             .map_err(|e| invalid(format!("postgres: bad url: {e}")))?;
-        if matches!(config.get_ssl_mode(), postgres::config::SslMode::Require) {
-            return Err(tls_refused());
-        }
-        let mut config = config;
-        config.connect_timeout(TIMEOUT);
-        let manager = PostgresConnectionManager::new(config, NoTls);
+        config.connect_timeout(TIMEOUT).ssl_mode(tls.mode);
+        let host = where_to(&config);
+        let connector = MakeRustlsConnect::new(client_config(tls.verify, tls.ca.as_deref())?);
+        let manager = PostgresConnectionManager::new(config, connector);
+        // One connection first, to report why it fails (a certificate, a
+        // password) at once and whole; the pool would retry until its timeout
+        // and keep only the outermost message.
+        drop(manager.connect().map_err(|e| {
+            StoreError::unavailable(format!(
+                "postgres: cannot connect to {host}: {}",
+                causes(&e)
+            ))
+        })?);
         let pool = Pool::builder()
             .max_size(POOL_SIZE)
             .min_idle(Some(1))
@@ -181,7 +266,9 @@ impl PostgresStore {
             .test_on_check_out(false)
             .connection_timeout(TIMEOUT)
             .build(manager)
-            .map_err(|e| StoreError::unavailable(format!("postgres: cannot connect: {e}")))?;
+            .map_err(|e| {
+                StoreError::unavailable(format!("postgres: cannot connect to {host}: {e}"))
+            })?;
         let claims = format!("{table}_claims");
         let store = PostgresStore {
             pool,
@@ -197,7 +284,7 @@ impl PostgresStore {
         &self.table
     }
 
-    fn conn(&self) -> StoreResult<PooledConnection<PostgresConnectionManager<NoTls>>> {
+    fn conn(&self) -> StoreResult<PooledConnection<PostgresConnectionManager<MakeRustlsConnect>>> {
         self.pool
             .get()
             .map_err(|e| StoreError::unavailable(format!("postgres: no connection: {e}")))

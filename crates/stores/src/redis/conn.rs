@@ -15,6 +15,24 @@ pub(super) enum Target {
     Cluster(ClusterClient, Vec<String>),
 }
 
+impl Target {
+    /// `host:port` of the server, or of each node: never the credentials.
+    pub(super) fn location(&self) -> String {
+        match self {
+            Target::Single(client) => client.get_connection_info().addr().to_string(),
+            Target::Cluster(_, nodes) => nodes
+                .iter()
+                .map(|n| {
+                    let rest = n.split_once("://").map_or(n.as_str(), |(_, r)| r);
+                    let rest = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+                    rest.split(['/', '?']).next().unwrap_or(rest).to_owned()
+                })
+                .collect::<Vec<_>>()
+                .join(","),
+        }
+    }
+}
+
 pub(super) enum Conn {
     Single(Connection),
     Cluster(Box<ClusterConnection>),
@@ -63,7 +81,16 @@ pub(super) fn open(target: &Target) -> RedisResult<Conn> {
 /// Network trouble and a server that is loading, read-only or failing over may
 /// pass (`Unavailable`); anything else is `Internal`.
 pub(super) fn error(e: RedisError) -> StoreError {
-    let transient = e.is_io_error()
+    StoreError::backend(transient(&e), format!("redis: {e}"))
+}
+
+/// [`error`], saying which server it came from (`host:port`).
+pub(super) fn error_at(e: RedisError, location: &str) -> StoreError {
+    StoreError::backend(transient(&e), format!("redis {location}: {e}"))
+}
+
+fn transient(e: &RedisError) -> bool {
+    e.is_io_error()
         || e.is_timeout()
         || e.is_connection_dropped()
         || e.is_connection_refusal()
@@ -76,6 +103,5 @@ pub(super) fn error(e: RedisError) -> StoreError {
                     | ServerErrorKind::ClusterDown
                     | ServerErrorKind::ReadOnly
             )
-        );
-    StoreError::backend(transient, format!("redis: {e}"))
+        )
 }

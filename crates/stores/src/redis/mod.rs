@@ -16,10 +16,10 @@ use bq_dedupe::{
     StoreResult,
 };
 use redis::cluster::ClusterClient;
-use redis::{Client, Cmd, ErrorKind, RedisResult, ServerErrorKind, Value};
+use redis::{Client, Cmd, ErrorKind, RedisResult, ServerErrorKind, TlsCertificates, Value};
 
 use crate::{StoreStats, new_token, ttl_ms};
-use conn::{Conn, Target, error, open};
+use conn::{Conn, Target, error, error_at, open};
 pub use dialect::Dialect;
 use dialect::Record;
 use scripts::{eval, load_scripts, scripts};
@@ -80,24 +80,68 @@ impl RedisStore {
     }
 
     /// Connects to one server, reading and writing `dialect`'s records.
+    /// `rediss://` is TLS, trusting the platform's roots (or the PEM file
+    /// `SSL_CERT_FILE` names).
     pub fn connect_dialect(
         url: &str,
         key_prefix: impl Into<String>,
         dialect: Dialect,
     ) -> Result<Self, StoreError> {
-        let client = Client::open(url).map_err(|e| {
-            StoreError::new(StoreErrorKind::Invalid, format!("redis: bad url: {e}"))
-        })?;
-        Self::open_target(Target::Single(client), key_prefix.into(), dialect)
+        Self::connect_single(url, key_prefix.into(), dialect, None)
+    }
+
+    /// Connects to one server over TLS (`rediss://`), trusting only the CA
+    /// certificates in `ca_pem` (a PEM file's bytes) instead of the platform's.
+    pub fn connect_trusting(
+        url: &str,
+        key_prefix: impl Into<String>,
+        dialect: Dialect,
+        ca_pem: &[u8],
+    ) -> Result<Self, StoreError> {
+        Self::connect_single(url, key_prefix.into(), dialect, Some(ca_pem))
+    }
+
+    fn connect_single(
+        url: &str,
+        prefix: String,
+        dialect: Dialect,
+        ca: Option<&[u8]>,
+    ) -> Result<Self, StoreError> {
+        let client = match ca {
+            None => Client::open(url),
+            Some(pem) => Client::build_with_tls(url, certificates(pem)),
+        }
+        .map_err(|e| StoreError::new(StoreErrorKind::Invalid, format!("redis: bad url: {e}")))?;
+        Self::open_target(Target::Single(client), prefix, dialect)
     }
 
     /// Connects to a Redis Cluster through any of its nodes
-    /// (`redis://[:PASSWORD@]HOST:PORT` each), reading and writing `dialect`'s
-    /// records.
+    /// (`redis://[:PASSWORD@]HOST:PORT` each, `rediss://` for TLS), reading and
+    /// writing `dialect`'s records.
     pub fn connect_cluster(
         nodes: &[String],
         key_prefix: impl Into<String>,
         dialect: Dialect,
+    ) -> Result<Self, StoreError> {
+        Self::connect_nodes(nodes, key_prefix.into(), dialect, None)
+    }
+
+    /// Connects to a Redis Cluster over TLS (`rediss://` nodes), trusting only
+    /// the CA certificates in `ca_pem` instead of the platform's.
+    pub fn connect_cluster_trusting(
+        nodes: &[String],
+        key_prefix: impl Into<String>,
+        dialect: Dialect,
+        ca_pem: &[u8],
+    ) -> Result<Self, StoreError> {
+        Self::connect_nodes(nodes, key_prefix.into(), dialect, Some(ca_pem))
+    }
+
+    fn connect_nodes(
+        nodes: &[String],
+        prefix: String,
+        dialect: Dialect,
+        ca: Option<&[u8]>,
     ) -> Result<Self, StoreError> {
         if nodes.is_empty() {
             return Err(StoreError::new(
@@ -105,25 +149,25 @@ impl RedisStore {
                 "redis cluster: no node given",
             ));
         }
-        let client = ClusterClient::builder(nodes.iter().map(String::as_str))
+        let mut builder = ClusterClient::builder(nodes.iter().map(String::as_str))
             .connection_timeout(TIMEOUT)
-            .response_timeout(TIMEOUT)
-            .build()
-            .map_err(|e| {
-                StoreError::new(
-                    StoreErrorKind::Invalid,
-                    format!("redis cluster: bad node list: {e}"),
-                )
-            })?;
-        Self::open_target(
-            Target::Cluster(client, nodes.to_vec()),
-            key_prefix.into(),
-            dialect,
-        )
+            .response_timeout(TIMEOUT);
+        if let Some(pem) = ca {
+            builder = builder.certs(certificates(pem));
+        }
+        let client = builder.build().map_err(|e| {
+            StoreError::new(
+                StoreErrorKind::Invalid,
+                format!("redis cluster: bad node list: {e}"),
+            )
+        })?;
+        Self::open_target(Target::Cluster(client, nodes.to_vec()), prefix, dialect)
     }
 
     fn open_target(target: Target, prefix: String, dialect: Dialect) -> StoreResult<Self> {
-        let conn = open(&target).map_err(error)?;
+        // Which server refused (a certificate, a password): host:port, never
+        // the credentials.
+        let conn = open(&target).map_err(|e| error_at(e, &target.location()))?;
         Ok(RedisStore {
             target,
             conn: Mutex::new(Some(conn)),
@@ -506,5 +550,13 @@ impl Store for RedisStore {
             renewed: renewed.iter().map(answer).collect::<StoreResult<_>>()?,
             release_error: None,
         })
+    }
+}
+
+/// The CAs a TLS connection trusts instead of the platform's.
+fn certificates(ca_pem: &[u8]) -> TlsCertificates {
+    TlsCertificates {
+        client_tls: None,
+        root_cert: Some(ca_pem.to_vec()),
     }
 }

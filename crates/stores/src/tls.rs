@@ -1,0 +1,182 @@
+//! TLS for the network stores: which server certificates are trusted, in one
+//! place. Redis hands a CA file's PEM to its client; PostgreSQL gets a rustls
+//! configuration for its `sslmode` (libpq's meanings).
+
+use std::sync::Arc;
+
+use bq_dedupe::{StoreError, StoreErrorKind, StoreResult};
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+};
+
+fn invalid(message: impl Into<String>) -> StoreError {
+    StoreError::new(StoreErrorKind::Invalid, message)
+}
+
+/// The PEM file of the CA certificates to trust, read whole and checked to hold
+/// at least one certificate (a wrong path is an error now, not a handshake
+/// failure later).
+pub(crate) fn read_ca_file(path: &str) -> StoreResult<Vec<u8>> {
+    let pem = std::fs::read(path)
+        .map_err(|e| invalid(format!("cannot read the CA file {path:?}: {e}")))?;
+    if ca_certificates(&pem).is_empty() {
+        return Err(invalid(format!(
+            "the CA file {path:?} holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
+        )));
+    }
+    Ok(pem)
+}
+
+fn ca_certificates(pem: &[u8]) -> Vec<CertificateDer<'static>> {
+    CertificateDer::pem_slice_iter(pem)
+        .filter_map(Result::ok)
+        .collect()
+}
+
+/// How much of the server's certificate is checked: libpq's `sslmode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verify {
+    /// `require` (and `prefer`) without a CA file: encrypted, the server not
+    /// authenticated (libpq's meaning; a CA file makes it `Chain`).
+    Nothing,
+    /// `verify-ca`: the chain leads to a trusted CA; the name is not checked.
+    Chain,
+    /// `verify-full`: the chain, and the certificate names the host connected to.
+    ChainAndName,
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The trusted roots: the CA file's certificates, or the platform's (which
+/// honour `SSL_CERT_FILE`).
+fn roots(ca: Option<&[u8]>) -> StoreResult<RootCertStore> {
+    let mut roots = RootCertStore::empty();
+    let certs = match ca {
+        Some(pem) => ca_certificates(pem),
+        None => rustls_native_certs::load_native_certs().certs,
+    };
+    let (added, _) = roots.add_parsable_certificates(certs);
+    if added == 0 {
+        return Err(invalid(match ca {
+            Some(_) => "the CA file holds no usable certificate",
+            None => "no trusted root certificates on this machine (give a CA file)",
+        }));
+    }
+    Ok(roots)
+}
+
+/// A rustls client configuration checking what `verify` asks, against `ca` or
+/// the platform's roots.
+pub(crate) fn client_config(verify: Verify, ca: Option<&[u8]>) -> StoreResult<ClientConfig> {
+    let provider = provider();
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| invalid(format!("tls: {e}")))?;
+    let verifier: Arc<dyn ServerCertVerifier> = match verify {
+        Verify::Nothing => Arc::new(EncryptOnly(provider.signature_verification_algorithms)),
+        Verify::Chain | Verify::ChainAndName => {
+            let webpki =
+                WebPkiServerVerifier::builder_with_provider(Arc::new(roots(ca)?), provider)
+                    .build()
+                    .map_err(|e| invalid(format!("tls: {e}")))?;
+            if verify == Verify::Chain {
+                Arc::new(AnyName(webpki))
+            } else {
+                webpki
+            }
+        }
+    };
+    Ok(builder
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth())
+}
+
+/// `verify-ca`: the full check, except that a certificate for another name passes.
+#[derive(Debug)]
+struct AnyName(Arc<WebPkiServerVerifier>);
+
+impl ServerCertVerifier for AnyName {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self
+            .0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+        {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
+/// `require` without a CA file: any certificate is accepted (the handshake's
+/// signatures are still checked, so the session is encrypted to whoever holds
+/// the certificate's key), as libpq does.
+#[derive(Debug)]
+struct EncryptOnly(WebPkiSupportedAlgorithms);
+
+impl ServerCertVerifier for EncryptOnly {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_schemes()
+    }
+}
