@@ -128,7 +128,8 @@ setup-bench:
 ## bench: every path side by side on the same workload (bench/README.md): native
 ## single, batch and decode alone vs the Python peer on 1,000,000 deliveries, bytes
 ## per id, the component single and batch, `bq-dedupe run --store memory` vs the
-## Python peer's CLI loop, the JS package vs plain JS in Node, and the sizes.
+## Python peer's CLI loop, the JS package vs plain JS in Node, the cost of each
+## mode (seen-set, claiming, transactional) on SQLite and PostgreSQL, and the sizes.
 ## It measures; it asserts no timing.
 bench: setup-bench
 	mkdir -p target/bench
@@ -144,5 +145,6 @@ bench: setup-bench
 	head -n $(CLI_BENCH_LINES) target/bench/workload.jsonl > target/bench/cli-workload.jsonl
 	bench/cli.sh target/bench/cli-workload.jsonl
 	$(MAKE) --no-print-directory js-bench
+	scripts/with-postgres.sh cargo bench -p babelqueue-dedupe-stores --bench modes
 	scripts/build-worker.sh
 	bench/sizes.sh

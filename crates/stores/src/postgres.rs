@@ -669,21 +669,11 @@ impl TransactionalStore for PostgresStore {
         }
         let mut conn = self.conn()?;
         let mut tx = conn.transaction().map_err(error)?;
-        if let Some(key) = key {
-            let (t, c) = (&self.table, &self.claims);
-            let held = format!("SELECT 1 FROM {c} WHERE message_id = $1 AND expires_at > now()");
-            if tx.query_opt(&held, &[&key]).map_err(error)?.is_some() {
-                return Ok(TxRun::Held);
-            }
-            let insert = self.insert_live(t);
-            let ttl = ttl.map(|d| ttl_ms(d) as i64);
-            if tx
-                .query_opt(&insert, &[&key, &ttl])
-                .map_err(error)?
-                .is_none()
-            {
-                return Ok(TxRun::AlreadyDone);
-            }
+        if let Some(key) = key
+            && let Some(taken) = self.take_in(&mut tx, &self.take_sql(), key, ms(ttl))?
+        {
+            // Dropping the transaction rolls it back.
+            return Ok(taken);
         }
         match work(&mut tx) {
             Ok(value) => {
@@ -702,29 +692,17 @@ impl TransactionalStore for PostgresStore {
         mut work: impl FnMut(usize, &mut postgres::Transaction<'_>) -> Result<(), E>,
     ) -> StoreResult<Vec<TxRun<(), E>>> {
         check_keys(keys.iter().flatten().copied())?;
-        let (t, c) = (&self.table, &self.claims);
-        let held = format!("SELECT 1 FROM {c} WHERE message_id = $1 AND expires_at > now()");
-        let insert = self.insert_live(t);
-        let ttl = ttl.map(|d| ttl_ms(d) as i64);
+        let (take, ttl) = (self.take_sql(), ms(ttl));
         let mut conn = self.conn()?;
         let mut tx = conn.transaction().map_err(error)?;
         let mut runs = Vec::with_capacity(keys.len());
         for (i, key) in keys.iter().enumerate() {
-            if let Some(key) = key
-                && tx.query_opt(&held, &[key]).map_err(error)?.is_some()
-            {
-                runs.push(TxRun::Held);
-                continue;
-            }
             tx.batch_execute("SAVEPOINT bq_delivery").map_err(error)?;
             if let Some(key) = key
-                && tx
-                    .query_opt(&insert, &[key, &ttl])
-                    .map_err(error)?
-                    .is_none()
+                && let Some(taken) = self.take_in(&mut tx, &take, key, ttl)?
             {
                 tx.batch_execute("RELEASE bq_delivery").map_err(error)?;
-                runs.push(TxRun::AlreadyDone);
+                runs.push(taken);
                 continue;
             }
             match work(i, &mut tx) {
@@ -745,17 +723,45 @@ impl TransactionalStore for PostgresStore {
 }
 
 impl PostgresStore {
-    /// Go's remember of one id (`$1`, TTL `$2` ms or NULL), answering a row when
-    /// it inserted (or took over an expired row) and none when a live one is there.
-    fn insert_live(&self, t: &str) -> String {
+    /// The first statement of a transactional run, one round trip: is `$1` held
+    /// by a live claim, and if not, Go's remember of it (TTL `$2` ms or NULL),
+    /// inserting (or taking over an expired row) unless a live row is there. A
+    /// concurrent run of the same id waits here on the row's unique key until the
+    /// other transaction ends, then finds its row.
+    fn take_sql(&self) -> String {
+        let (t, c) = (&self.table, &self.claims);
         format!(
-            "INSERT INTO {t} AS cur (message_id, expires_at)
-             VALUES ($1, now() + $2::bigint * interval '1 millisecond')
-             ON CONFLICT (message_id) DO UPDATE
-               SET created_at = now(), expires_at = EXCLUDED.expires_at
-               WHERE cur.expires_at IS NOT NULL AND cur.expires_at <= now()
-             RETURNING 1"
+            "WITH held AS (SELECT 1 FROM {c} WHERE message_id = $1 AND expires_at > now()),
+             taken AS (
+               INSERT INTO {t} AS cur (message_id, expires_at)
+               SELECT $1, now() + $2::bigint * interval '1 millisecond'
+               WHERE NOT EXISTS (SELECT 1 FROM held)
+               ON CONFLICT (message_id) DO UPDATE
+                 SET created_at = now(), expires_at = EXCLUDED.expires_at
+                 WHERE cur.expires_at IS NOT NULL AND cur.expires_at <= now()
+               RETURNING 1)
+             SELECT EXISTS (SELECT 1 FROM held), EXISTS (SELECT 1 FROM taken)"
         )
+    }
+
+    /// Runs [`Self::take_sql`] in `tx`: `None` when the id is now this run's
+    /// (the work goes on), else why nothing runs.
+    fn take_in<T, E>(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        take: &str,
+        key: &str,
+        ttl: Option<i64>,
+    ) -> StoreResult<Option<TxRun<T, E>>> {
+        let row = tx
+            .query_typed_one(take, &[(&key, Type::TEXT), (&ttl, Type::INT8)])
+            .map_err(error)?;
+        let (held, taken): (bool, bool) = (row.get(0), row.get(1));
+        Ok(match (held, taken) {
+            (true, _) => Some(TxRun::Held),
+            (false, true) => None,
+            (false, false) => Some(TxRun::AlreadyDone),
+        })
     }
 }
 
