@@ -21,14 +21,22 @@ pub(super) async fn run_caught<E>(
     handler: &mut impl AsyncFnMut(&Message<'_>) -> Result<(), E>,
     msg: &Message<'_>,
 ) -> HandlerResult<E> {
-    // The async block defers the call itself into the first poll, so a panic in
-    // the synchronous part of the handler is caught too.
-    let mut call = pin!(async { handler(msg).await });
+    match caught(async { handler(msg).await }).await {
+        Ok(result) => result.into(),
+        Err(panic) => HandlerResult::Panicked(panic),
+    }
+}
+
+/// Drives `future`, a panic in any poll (where unwinding exists) answered as
+/// its message. Pass an `async` block around the call, so a panic in the
+/// synchronous part of the call is caught too.
+pub(super) async fn caught<F: Future>(future: F) -> Result<F::Output, String> {
+    let mut call = pin!(future);
     std::future::poll_fn(move |cx| {
         match std::panic::catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(cx))) {
-            Ok(Poll::Ready(r)) => Poll::Ready(r.into()),
+            Ok(Poll::Ready(r)) => Poll::Ready(Ok(r)),
             Ok(Poll::Pending) => Poll::Pending,
-            Err(payload) => Poll::Ready(HandlerResult::Panicked(panic_message(&*payload))),
+            Err(payload) => Poll::Ready(Err(panic_message(&*payload))),
         }
     })
     .await

@@ -3,7 +3,7 @@
 //! of its id committed in one database transaction.
 
 use super::*;
-use crate::store::{TransactionalStore, TxRun};
+use crate::store::{Peeked, StatementStore, TransactionalStore, TxRun};
 
 /// Why a transactional handler's work did not commit.
 enum WorkFailed<E> {
@@ -161,5 +161,83 @@ impl<S: Store + TransactionalStore, O: Observer, T: Timer> Guard<S, O, T> {
             outcomes.push(outcome);
         }
         outcomes
+    }
+}
+
+impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
+    /// Exactly-once effects on a store whose transactions are batches of
+    /// statements (Cloudflare D1): decodes and keys `body` as
+    /// [`Guard::process`] does; an id already done is `skip` and one held by a
+    /// claiming-mode consumer `park` (nothing runs); else `handler` builds the
+    /// statements of its effect, and the store commits them with the id's
+    /// record in one batch ([`StatementStore::commit_with`]). `run-ok`: both
+    /// were written, once. A handler that fails or panics writes nothing
+    /// (`failed` / `panicked`, the id unmarked). A duplicate that committed
+    /// between the check and the batch makes the batch abort whole: `skip`, its
+    /// statements never applied. A batch that failed is `store-unavailable`,
+    /// nothing written; retried, the handler builds its statements again. No
+    /// usable id: the statements are committed alone (`fail-open`). Payload
+    /// fingerprints are refused here.
+    pub async fn process_with_statements<B: Body + ?Sized, E>(
+        &self,
+        body: &B,
+        handler: impl AsyncFnOnce(&Message<'_>) -> Result<Vec<S::Statement>, E>,
+    ) -> Outcome<E> {
+        let (message, decision) = self.classify(body);
+        let outcome = match (message, &decision.verdict) {
+            (_, Verdict::Reject(r)) => Outcome::Rejected(r.clone()),
+            (_, Verdict::StoreUnavailable(e)) => Outcome::StoreUnavailable(e.clone()),
+            (Some(_), Verdict::Run) if self.options.fingerprint => {
+                Outcome::StoreUnavailable(fingerprints_refused())
+            }
+            (Some(message), verdict) => {
+                let fail_open = *verdict == Verdict::FailOpen;
+                let key = decision.key.as_deref().filter(|_| !fail_open);
+                self.run_statements(&message, key, fail_open, handler).await
+            }
+            (None, _) => Outcome::StoreUnavailable(StoreError::internal("no message decoded")),
+        };
+        self.observe_outcome(&decision, &outcome);
+        outcome
+    }
+
+    async fn run_statements<E>(
+        &self,
+        message: &Message<'_>,
+        key: Option<&str>,
+        fail_open: bool,
+        handler: impl AsyncFnOnce(&Message<'_>) -> Result<Vec<S::Statement>, E>,
+    ) -> Outcome<E> {
+        if let Some(key) = key {
+            let peeked = self.store.peek_many(&[key]).await;
+            self.report_store_error(StoreOp::Seen, &peeked);
+            match peeked.map(|p| p.into_iter().next()) {
+                Err(e) => return Outcome::StoreUnavailable(e),
+                Ok(Some(Peeked::Done)) => return Outcome::Skipped,
+                Ok(Some(Peeked::NotDone {
+                    claim_ends_in: Some(left),
+                })) if !left.is_zero() => return Outcome::Parked,
+                // Free, or a store that cannot tell: the batch's insert decides.
+                Ok(_) => {}
+            }
+        }
+        let statements = match catch::caught(async { handler(message).await }).await {
+            Ok(Ok(statements)) => statements,
+            Ok(Err(e)) if fail_open => return Outcome::FailOpen(Err(e)),
+            Ok(Err(e)) => return Outcome::Failed(e),
+            Err(panic) => return Outcome::Panicked(panic),
+        };
+        let run = self
+            .store
+            .commit_with(key, self.options.ttl, statements)
+            .await;
+        self.report_store_error(StoreOp::Remember, &run);
+        match run {
+            Ok(TxRun::Committed(())) if fail_open => Outcome::FailOpen(Ok(())),
+            Ok(TxRun::Committed(())) => Outcome::Ran,
+            Ok(TxRun::AlreadyDone) => Outcome::Skipped,
+            Ok(TxRun::Held) => Outcome::Parked,
+            Ok(TxRun::RolledBack(e)) | Err(e) => Outcome::StoreUnavailable(e),
+        }
     }
 }

@@ -10,13 +10,14 @@
 
 mod memory;
 pub mod record;
+pub mod sql;
 mod transactional;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use memory::{InMemoryStore, StoreEntry};
-pub use transactional::{TransactionalStore, TxRun};
+pub use transactional::{StatementStore, TransactionalStore, TxRun};
 
 /// Result of a store operation.
 pub type StoreResult<T> = Result<T, StoreError>;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::StoreResult;
+use super::{StoreError, StoreResult};
 
 /// What a transactional run did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,4 +53,31 @@ pub trait TransactionalStore {
         ttl: Option<Duration>,
         work: impl FnMut(usize, &mut Self::Tx<'_>) -> Result<(), E>,
     ) -> StoreResult<Vec<TxRun<(), E>>>;
+}
+
+/// A store whose transactions are batches of statements rather than an open
+/// connection: Cloudflare D1, where a `batch()` runs in one transaction and no
+/// statement in it can be decided on by code. The handler hands back its
+/// effect as statements, and the store commits them with the id's record in
+/// one batch (the id's insert first, so a concurrent run of the same id aborts
+/// the whole batch on the id's unique key).
+#[allow(async_fn_in_trait)] // Workers' futures are !Send; no Send bound is wanted.
+pub trait StatementStore {
+    /// One statement of the handler's effect (D1's prepared statement).
+    type Statement;
+
+    /// Commits `statements` and `key` as done (for `ttl`, or forever) in one
+    /// atomic batch. `Committed(())`: both are written. `AlreadyDone` /
+    /// `Held`: the key was done, or a live claim held it, when the batch ran;
+    /// nothing was written. `RolledBack(e)`: the batch failed (a statement of the
+    /// handler, or the store) and nothing was written, the key stays unmarked.
+    /// `Err`: the store cannot tell whether the batch was written (a redelivery
+    /// finds out: the effect and the key are one write). `key` `None` (no usable
+    /// id): the statements alone.
+    async fn commit_with(
+        &self,
+        key: Option<&str>,
+        ttl: Option<Duration>,
+        statements: Vec<Self::Statement>,
+    ) -> StoreResult<TxRun<(), StoreError>>;
 }

@@ -12,59 +12,12 @@ use bq_dedupe::{
 };
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 
+use bq_dedupe::store::sql::{
+    CLAIM, COMMIT_IF_FREE, COMMIT_OWN, FORGET, LIVE_STATE, RELEASE, REMEMBER, RENEW, SCHEMA, SEEN,
+    STATE,
+};
+
 use crate::{StoreStats, new_token, ttl_ms};
-
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS bq_dedupe (
-    key        TEXT PRIMARY KEY,
-    state      INTEGER NOT NULL, -- 0 claimed, 1 done
-    token      TEXT,             -- the claim's owner (state 0), or whose commit wrote it (state 1)
-    expires_at INTEGER           -- unix ms; NULL = never
-) WITHOUT ROWID;";
-
-/// A row counts only while `expires_at` is NULL or in the future (`?now` is ms).
-const SEEN: &str = "SELECT 1 FROM bq_dedupe
-    WHERE key = ?1 AND state = 1 AND (expires_at IS NULL OR expires_at > ?2)";
-
-/// Remembering ends any claim: the row becomes `done` whatever it was.
-const REMEMBER: &str =
-    "INSERT INTO bq_dedupe (key, state, token, expires_at) VALUES (?1, 1, NULL, ?2)
-    ON CONFLICT(key) DO UPDATE SET state = 1, token = NULL, expires_at = excluded.expires_at";
-
-/// The claim itself, in one statement: insert, or take over a row that has
-/// expired (a finished id past its TTL, or a crashed holder's lease). A live row is
-/// left alone and the statement changes nothing.
-const CLAIM: &str = "INSERT INTO bq_dedupe (key, state, token, expires_at) VALUES (?1, 0, ?2, ?3)
-    ON CONFLICT(key) DO UPDATE SET state = 0, token = excluded.token, expires_at = excluded.expires_at
-    WHERE bq_dedupe.expires_at IS NOT NULL AND bq_dedupe.expires_at <= ?4";
-
-const STATE: &str = "SELECT state FROM bq_dedupe WHERE key = ?1";
-
-const RELEASE: &str = "DELETE FROM bq_dedupe WHERE key = ?1 AND state = 0 AND token = ?2";
-
-/// A claim is its token's while the row still carries it (live, or lapsed and not
-/// taken over): renewing extends it.
-const RENEW: &str =
-    "UPDATE bq_dedupe SET expires_at = ?3 WHERE key = ?1 AND state = 0 AND token = ?2";
-
-/// The fenced commit, step one: the owner's claim becomes `done`, keeping its
-/// token, so the same commit sent again (its reply lost) finds the row done by
-/// this token and answers that it was ours.
-const COMMIT_OWN: &str = "UPDATE bq_dedupe SET state = 1, expires_at = ?3
-    WHERE key = ?1 AND token = ?2
-      AND (state = 0 OR expires_at IS NULL OR expires_at > ?4)";
-
-/// Step two, when the claim was lost: remember the key only if it is free (no
-/// row, or an expired one), never over another consumer's live claim.
-const COMMIT_IF_FREE: &str =
-    "INSERT INTO bq_dedupe (key, state, token, expires_at) VALUES (?1, 1, NULL, ?2)
-    ON CONFLICT(key) DO UPDATE SET state = 1, token = NULL, expires_at = excluded.expires_at
-    WHERE bq_dedupe.expires_at IS NOT NULL AND bq_dedupe.expires_at <= ?3";
-
-const FORGET: &str = "DELETE FROM bq_dedupe WHERE key = ?1";
-/// The state (0 claimed, 1 done) of a key's live row, if it has one.
-const LIVE_STATE: &str = "SELECT state FROM bq_dedupe
-    WHERE key = ?1 AND (expires_at IS NULL OR expires_at > ?2)";
 
 /// A [`Store`] in a SQLite file: persistent, and shared by every process that
 /// opens the same file (claims are atomic across them).
@@ -91,13 +44,7 @@ impl std::fmt::Debug for SqliteStore {
 impl SqliteStore {
     /// How this store's rows follow the record model: a lapsed claim's row
     /// stays its owner's until another consumer takes it over.
-    pub const RULES: Rules = Rules {
-        lapsed_claim_kept: true,
-        done_keeps_token: true,
-        claims_have_owners: true,
-        remember_resets_expiry: true,
-        lapsed_claim_swept: false,
-    };
+    pub const RULES: Rules = bq_dedupe::store::sql::RULES;
 
     /// Opens (or creates) the store at `path`, creating missing parent folders.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {

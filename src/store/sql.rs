@@ -1,0 +1,95 @@
+//! The record table in SQLite's dialect, stated once: the SQLite store
+//! (`bq_dedupe_stores::SqliteStore`) and the Cloudflare D1 store
+//! (`bq_dedupe_workers::d1`) run these statements on the same table format,
+//! so a file copied into D1 (or the other way) keeps its records.
+//!
+//! One row per key in `bq_dedupe`: `state` 0 is an in-flight claim owned by
+//! `token`, 1 is done (`token`: whose commit wrote it, or NULL). `expires_at` is
+//! unix ms, NULL for never; a row past it reads as absent. Parameters are
+//! numbered (`?1`...), which both rusqlite and D1 bind positionally. Every
+//! statement is one atomic step of the record model ([`RULES`]).
+
+use super::record::Rules;
+
+/// How the table's rows follow the record model: a lapsed claim's row stays its
+/// owner's until another consumer takes it over; a done row keeps the token of
+/// the commit that wrote it.
+pub const RULES: Rules = Rules {
+    lapsed_claim_kept: true,
+    done_keeps_token: true,
+    claims_have_owners: true,
+    remember_resets_expiry: true,
+    lapsed_claim_swept: false,
+};
+
+/// The table (created if missing).
+pub const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS bq_dedupe (
+    key        TEXT PRIMARY KEY,
+    state      INTEGER NOT NULL, -- 0 claimed, 1 done
+    token      TEXT,             -- the claim's owner (state 0), or whose commit wrote it (state 1)
+    expires_at INTEGER           -- unix ms; NULL = never
+) WITHOUT ROWID;";
+
+/// A row counts only while `expires_at` is NULL or in the future (`?now` is ms).
+pub const SEEN: &str = "SELECT 1 FROM bq_dedupe
+    WHERE key = ?1 AND state = 1 AND (expires_at IS NULL OR expires_at > ?2)";
+
+/// Remembering ends any claim: the row becomes `done` whatever it was.
+pub const REMEMBER: &str =
+    "INSERT INTO bq_dedupe (key, state, token, expires_at) VALUES (?1, 1, NULL, ?2)
+    ON CONFLICT(key) DO UPDATE SET state = 1, token = NULL, expires_at = excluded.expires_at";
+
+/// The claim itself, in one statement: insert, or take over a row that has
+/// expired (a finished id past its TTL, or a crashed holder's lease). A live row is
+/// left alone and the statement changes nothing.
+pub const CLAIM: &str = "INSERT INTO bq_dedupe (key, state, token, expires_at) VALUES (?1, 0, ?2, ?3)
+    ON CONFLICT(key) DO UPDATE SET state = 0, token = excluded.token, expires_at = excluded.expires_at
+    WHERE bq_dedupe.expires_at IS NOT NULL AND bq_dedupe.expires_at <= ?4";
+
+/// The state of a key's row, live or not (after a claim that changed nothing:
+/// the row is live, so done or held).
+pub const STATE: &str = "SELECT state FROM bq_dedupe WHERE key = ?1";
+
+/// A claim given back by its owner.
+pub const RELEASE: &str = "DELETE FROM bq_dedupe WHERE key = ?1 AND state = 0 AND token = ?2";
+
+/// A claim is its token's while the row still carries it (live, or lapsed and not
+/// taken over): renewing extends it.
+pub const RENEW: &str =
+    "UPDATE bq_dedupe SET expires_at = ?3 WHERE key = ?1 AND state = 0 AND token = ?2";
+
+/// The fenced commit, step one: the owner's claim becomes `done`, keeping its
+/// token, so the same commit sent again (its reply lost) finds the row done by
+/// this token and answers that it was ours.
+pub const COMMIT_OWN: &str = "UPDATE bq_dedupe SET state = 1, expires_at = ?3
+    WHERE key = ?1 AND token = ?2
+      AND (state = 0 OR expires_at IS NULL OR expires_at > ?4)";
+
+/// Step two, when the claim was lost: remember the key only if it is free (no
+/// row, or an expired one), never over another consumer's live claim.
+pub const COMMIT_IF_FREE: &str =
+    "INSERT INTO bq_dedupe (key, state, token, expires_at) VALUES (?1, 1, NULL, ?2)
+    ON CONFLICT(key) DO UPDATE SET state = 1, token = NULL, expires_at = excluded.expires_at
+    WHERE bq_dedupe.expires_at IS NOT NULL AND bq_dedupe.expires_at <= ?3";
+
+/// The key's row deleted, whatever it holds.
+pub const FORGET: &str = "DELETE FROM bq_dedupe WHERE key = ?1";
+/// The state (0 claimed, 1 done) of a key's live row, if it has one.
+pub const LIVE_STATE: &str = "SELECT state FROM bq_dedupe
+    WHERE key = ?1 AND (expires_at IS NULL OR expires_at > ?2)";
+
+/// The transactional mode where the store runs a batch of statements in one
+/// transaction (D1): first the key's expired row, if any, is cleared...
+pub const TX_CLEAR_EXPIRED: &str =
+    "DELETE FROM bq_dedupe WHERE key = ?1 AND expires_at IS NOT NULL AND expires_at <= ?2";
+
+/// ...then the key is inserted as done by `?2` (the run's token) with a plain
+/// INSERT: a live row (done, or claimed) fails it on the primary key, which
+/// aborts the batch and rolls back the handler's statements with it.
+pub const TX_INSERT_DONE: &str =
+    "INSERT INTO bq_dedupe (key, state, token, expires_at) VALUES (?1, 1, ?2, ?3)";
+
+/// A key's live row (`?2` is now): its state, token and expiry.
+pub const LIVE_ROW: &str = "SELECT state, token, expires_at FROM bq_dedupe
+    WHERE key = ?1 AND (expires_at IS NULL OR expires_at > ?2)";

@@ -1,0 +1,185 @@
+//! `Guard::process_with_statements` (the transactional mode of a store whose
+//! transactions are batches of statements, D1's shape) against a store that
+//! applies a batch atomically: every outcome, and the effect written exactly
+//! once or not at all. D1 itself runs the same paths on workerd
+//! (`crates/workers/tests/d1.test.mjs`).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bq_dedupe::store::{StatementStore, TxRun};
+use bq_dedupe::{
+    Guard, InMemoryStore, OutcomeKind, Store, StoreError, StoreResult, block_on_ready,
+};
+
+/// The effect: a row per id, as a handler's `INSERT` would write.
+type Effects = RefCell<HashMap<String, u32>>;
+
+enum Batched {
+    Memory(InMemoryStore),
+}
+bq_dedupe::delegate_store!(Batched { Memory });
+
+thread_local! {
+    static EFFECTS: Effects = RefCell::new(HashMap::new());
+    /// The next batch fails whole (a statement the database refused).
+    static FAIL_NEXT: RefCell<bool> = const { RefCell::new(false) };
+}
+
+fn effects_of(id: &str) -> u32 {
+    EFFECTS.with(|e| e.borrow().get(id).copied().unwrap_or(0))
+}
+
+/// Writes the effects and the key in one step, or neither, as a D1 batch does.
+impl StatementStore for Batched {
+    type Statement = String;
+
+    async fn commit_with(
+        &self,
+        key: Option<&str>,
+        ttl: Option<Duration>,
+        statements: Vec<String>,
+    ) -> StoreResult<TxRun<(), StoreError>> {
+        if let Some(key) = key {
+            if self.seen(key).await? {
+                return Ok(TxRun::AlreadyDone);
+            }
+            let Batched::Memory(memory) = self;
+            if memory.claimed().iter().any(|k| k == key) {
+                return Ok(TxRun::Held);
+            }
+        }
+        if FAIL_NEXT.with(|f| f.replace(false)) {
+            return Ok(TxRun::RolledBack(StoreError::internal(
+                "no such table: typo",
+            )));
+        }
+        EFFECTS.with(|e| {
+            for id in statements {
+                *e.borrow_mut().entry(id).or_default() += 1;
+            }
+        });
+        if let Some(key) = key {
+            self.remember(key, ttl).await?;
+        }
+        Ok(TxRun::Committed(()))
+    }
+}
+
+fn envelope(id: &str) -> String {
+    format!(
+        r#"{{"job":"urn:babel:orders:created","trace_id":"7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b","data":{{}},"meta":{{"id":"{id}","queue":"orders","schema_version":1}},"attempts":0}}"#
+    )
+}
+
+fn guard() -> Guard<Batched> {
+    Guard::new(Batched::Memory(InMemoryStore::new()))
+}
+
+fn deliver(guard: &Guard<Batched>, id: &str) -> OutcomeKind {
+    block_on_ready(
+        guard.process_with_statements(envelope(id).as_str(), async |m| {
+            Ok::<_, String>(vec![m.id().unwrap().to_owned()])
+        }),
+    )
+    .unwrap()
+    .kind()
+}
+
+#[test]
+fn a_fresh_id_commits_its_statements_once_and_a_redelivery_runs_nothing() {
+    let guard = guard();
+    assert_eq!(deliver(&guard, "s-1"), OutcomeKind::Ran);
+    let mut called = false;
+    let again = block_on_ready(guard.process_with_statements(
+        envelope("s-1").as_str(),
+        async |_| {
+            called = true;
+            Ok::<Vec<String>, String>(vec!["s-1".into()])
+        },
+    ))
+    .unwrap();
+    assert_eq!(again.kind(), OutcomeKind::Skipped);
+    assert!(!called, "a done id builds no statements");
+    assert_eq!(effects_of("s-1"), 1);
+}
+
+#[test]
+fn a_failing_or_panicking_handler_writes_nothing_and_leaves_the_id_unmarked() {
+    let guard = guard();
+    let failed = block_on_ready(
+        guard.process_with_statements(envelope("s-2").as_str(), async |_| {
+            Err::<Vec<String>, _>("payment declined")
+        }),
+    )
+    .unwrap();
+    assert_eq!(failed.kind(), OutcomeKind::Failed);
+    let panicked = block_on_ready(guard.process_with_statements(
+        envelope("s-2").as_str(),
+        async |_| -> Result<Vec<String>, String> { panic!("handler bug") },
+    ))
+    .unwrap();
+    assert_eq!(panicked.kind(), OutcomeKind::Panicked);
+    assert_eq!(effects_of("s-2"), 0);
+    assert!(!block_on_ready(guard.store().seen("s-2")).unwrap().unwrap());
+    assert_eq!(deliver(&guard, "s-2"), OutcomeKind::Ran, "the retry runs");
+    assert_eq!(effects_of("s-2"), 1);
+}
+
+#[test]
+fn a_failed_batch_writes_nothing_and_its_retry_writes_once() {
+    let guard = guard();
+    FAIL_NEXT.with(|f| *f.borrow_mut() = true);
+    assert_eq!(deliver(&guard, "s-3"), OutcomeKind::StoreUnavailable);
+    assert_eq!(effects_of("s-3"), 0);
+    assert!(!block_on_ready(guard.store().seen("s-3")).unwrap().unwrap());
+    assert_eq!(deliver(&guard, "s-3"), OutcomeKind::Ran);
+    assert_eq!(deliver(&guard, "s-3"), OutcomeKind::Skipped);
+    assert_eq!(effects_of("s-3"), 1);
+}
+
+#[test]
+fn a_duplicate_that_commits_first_aborts_the_batch_whole() {
+    let guard = guard();
+    // Another consumer's run of the same id commits while this handler runs.
+    let outcome = block_on_ready(guard.process_with_statements(
+        envelope("s-4").as_str(),
+        async |m| {
+            assert_eq!(deliver(&guard, "s-4"), OutcomeKind::Ran);
+            Ok::<_, String>(vec![m.id().unwrap().to_owned()])
+        },
+    ))
+    .unwrap();
+    assert_eq!(outcome.kind(), OutcomeKind::Skipped);
+    assert_eq!(effects_of("s-4"), 1, "the other run's effect only");
+}
+
+#[test]
+fn an_id_held_by_a_claiming_consumer_parks_and_runs_nothing() {
+    let guard = guard();
+    let claim = block_on_ready(guard.store().claim("s-5", Duration::from_secs(30)))
+        .unwrap()
+        .unwrap();
+    assert!(matches!(claim, bq_dedupe::Claim::Acquired(_)));
+    assert_eq!(deliver(&guard, "s-5"), OutcomeKind::Parked);
+    assert_eq!(effects_of("s-5"), 0);
+}
+
+#[test]
+fn an_envelope_without_an_id_commits_its_statements_fail_open_and_poison_runs_nothing() {
+    let guard = guard();
+    let body = r#"{"job":"urn:babel:orders:created","trace_id":"7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b","data":{},"meta":{"queue":"orders","schema_version":1},"attempts":0}"#;
+    let outcome = block_on_ready(
+        guard.process_with_statements(body, async |_| Ok::<_, String>(vec!["no-id".to_owned()])),
+    )
+    .unwrap();
+    assert_eq!(outcome.kind(), OutcomeKind::FailOpen);
+    assert_eq!(effects_of("no-id"), 1);
+    let poison = block_on_ready(guard.process_with_statements("{not json", async |_| {
+        Ok::<_, String>(vec!["poison".to_owned()])
+    }))
+    .unwrap();
+    assert_eq!(poison.kind(), OutcomeKind::Rejected);
+    assert_eq!(effects_of("poison"), 0);
+}
