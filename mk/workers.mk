@@ -17,10 +17,11 @@ workers-lint:
 ## workers-test: every scenario of the adapter as queue traffic on workerd, the
 ## locked example routes, a user's own worker (examples/user-worker) built
 ## outside the workspace with worker-build, and the store testkit against the
-## Durable Object store on workerd (crates/workerd-testkit).
+## Durable Object and D1 stores on workerd (crates/workerd-testkit).
 workers-test: workers-build workers-lint
 	node --test --test-reporter=spec crates/workers/tests/
-	scripts/with-worker.sh cargo test -p babelqueue-dedupe-workerd-testkit
+	scripts/with-worker.sh cargo test -p babelqueue-dedupe-workerd-testkit --test durable_object
+	BQ_SERVE_VARS='{"DEDUPE_STORE":"d1"}' scripts/with-worker.sh cargo test -p babelqueue-dedupe-workerd-testkit --test d1
 
 ## workers-bench: batch RPC vs a naive per-message adapter, same runtime.
 workers-bench: workers-build

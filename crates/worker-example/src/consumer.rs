@@ -29,6 +29,10 @@ struct Directives {
     sleep_ms: u64,
     /// Panic (a crashing handler: the wasm instance aborts).
     panic: bool,
+    /// With `EXAMPLE_D1_EFFECTS=on`: while the attempts (from 0) are below this,
+    /// the effect's batch also carries a statement D1 refuses, so the batch
+    /// fails after the handler ran (a failure between the handler and the write).
+    bad_statement_attempts: u64,
 }
 
 #[derive(Deserialize, Default)]
@@ -58,7 +62,16 @@ pub async fn consume(batch: QueueBatch, env: Env, _ctx: Context) -> Result<()> {
         directives: directives_enabled(&env),
     };
     let observed = Observed::default();
-    let report = if naive {
+    let report = if switch("EXAMPLE_D1_EFFECTS", "on") {
+        let db = env.d1(&config.d1_binding)?;
+        d1_effects::consume(
+            config.consumer(&env, store)?,
+            &batch,
+            &db,
+            handler.directives,
+        )
+        .await?
+    } else if naive {
         run(
             config.consumer(&env, PerKey(Unbatched(&store)))?,
             &batch,
@@ -98,6 +111,66 @@ async fn run<S: Store>(
         .on_message(move |_| messages.set(messages.get() + 1))
         .consume(batch, async |delivery| handler.handle(delivery).await)
         .await
+}
+
+/// The transactional example (`EXAMPLE_D1_EFFECTS=on`, `DEDUPE_STORE=d1`): the
+/// handler's effect is a row in D1's `example_effects` (no unique key, so a
+/// second write would show), committed with the id in one batch.
+mod d1_effects {
+    use super::*;
+    use bq_dedupe_workers::WorkersStore;
+    use wasm_bindgen::JsValue;
+    use worker::{D1Database, D1PreparedStatement};
+
+    const EFFECTS: &str =
+        "CREATE TABLE IF NOT EXISTS example_effects (id TEXT NOT NULL, attempt INTEGER NOT NULL)";
+    const EFFECT: &str = "INSERT INTO example_effects (id, attempt) VALUES (?1, ?2)";
+    /// A statement D1 refuses (the table does not exist).
+    const REFUSED: &str = "INSERT INTO example_no_such_table (id) VALUES (?1)";
+
+    pub(super) async fn consume(
+        consumer: QueueConsumer<WorkersStore, (), WorkersTimer>,
+        batch: &QueueBatch,
+        db: &D1Database,
+        directives: bool,
+    ) -> Result<BatchReport> {
+        db.prepare(EFFECTS).run().await?;
+        Ok(consumer
+            .consume_with_statements(batch, async |delivery| {
+                statements(db, delivery, directives).await
+            })
+            .await?)
+    }
+
+    async fn statements(
+        db: &D1Database,
+        delivery: &Delivery<'_, '_>,
+        directives: bool,
+    ) -> std::result::Result<Vec<D1PreparedStatement>, String> {
+        let message = delivery.message();
+        let directives = if directives {
+            serde_json::from_str::<Envelope>(message.raw())
+                .map(|e| e.data)
+                .unwrap_or_default()
+        } else {
+            Directives::default()
+        };
+        if directives.sleep_ms > 0 {
+            Delay::from(Duration::from_millis(directives.sleep_ms)).await;
+        }
+        let attempt = delivery.attempts();
+        if directives.always_fail || attempt < directives.fail_attempts {
+            return Err(format!("example handler told to fail (attempt {attempt})"));
+        }
+        let id = JsValue::from_str(message.id().unwrap_or_default());
+        let bind =
+            |sql: &str, args: &[JsValue]| db.prepare(sql).bind(args).map_err(|e| e.to_string());
+        let mut statements = vec![bind(EFFECT, &[id.clone(), JsValue::from(attempt as f64)])?];
+        if attempt < directives.bad_statement_attempts {
+            statements.push(bind(REFUSED, &[id])?);
+        }
+        Ok(statements)
+    }
 }
 
 /// The example handler: its side effect is one row in the effect log (none when

@@ -291,5 +291,8 @@ pub async fn entries(req: Request, env: Env) -> Result<Response> {
         WorkersStore::Kv(_) => store_error(StoreError::unsupported(
             "the KV store cannot list its entries consistently",
         )),
+        WorkersStore::D1(_) => store_error(StoreError::unsupported(
+            "the D1 store's entries are its bq_dedupe table: query it with wrangler d1 execute",
+        )),
     }
 }

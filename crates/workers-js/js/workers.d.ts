@@ -79,11 +79,13 @@ export interface QueueReport {
  * Rust adapter's; see docs/workers.md), and an observer of each message's report.
  */
 export interface DedupeQueueOptions {
-  DEDUPE_STORE?: "durable-object" | "kv";
+  DEDUPE_STORE?: "durable-object" | "kv" | "d1";
   /** The name of the DedupeShard binding (default "DEDUPE_DO"). */
   DEDUPE_DO_BINDING?: string;
   /** The name of the KV namespace binding (default "DEDUPE_KV"). */
   DEDUPE_KV_BINDING?: string;
+  /** The name of the D1 database binding (default "DEDUPE_D1"). */
+  DEDUPE_D1_BINDING?: string;
   DEDUPE_SHARDS?: string | number;
   DEDUPE_PREVIOUS_SHARDS?: string | number;
   DEDUPE_CLAIMING?: "on" | "off";
@@ -110,6 +112,37 @@ export function dedupeQueue<M extends QueueMessage>(
   env: object,
   handler: QueueHandler<M>,
   options?: DedupeQueueOptions,
+): Promise<QueueReport>;
+
+/** A D1 prepared statement (`env.DB.prepare(sql).bind(...)`), as workers-types declares it. */
+export interface D1Statement {
+  bind(...values: unknown[]): D1Statement;
+}
+
+/**
+ * Builds the D1 statements of the delivery's effect without running them; they
+ * commit with the id in one `batch()`. Throw (or reject) to fail the delivery:
+ * nothing is written, it is retried.
+ */
+export type D1QueueHandler<M extends QueueMessage = QueueMessage, S extends D1Statement = D1Statement> = (
+  envelope: BabelQueueEnvelope,
+  message: M,
+) => S[] | Promise<S[]>;
+
+/**
+ * Exactly-once effects on D1: for each message in order, the handler's
+ * statements and the message's id commit in one D1 `batch()` (one transaction),
+ * so the effect is written once or not at all, even when the consumer dies or
+ * a duplicate runs at the same time. An id already done runs nothing. The
+ * store is D1 (the `DEDUPE_D1` binding, or `DEDUPE_D1_BINDING`) whatever
+ * `DEDUPE_STORE` says; the ids live in its `bq_dedupe` table (created if
+ * missing). Acks, retries and dead-letters as `dedupeQueue` does.
+ */
+export function dedupeQueueD1<M extends QueueMessage, S extends D1Statement>(
+  batch: { readonly queue: string; readonly messages: readonly M[] },
+  env: object,
+  handler: D1QueueHandler<M, S>,
+  options?: Omit<DedupeQueueOptions, "DEDUPE_STORE">,
 ): Promise<QueueReport>;
 
 /**

@@ -10,6 +10,7 @@ initSync({ module: wasm });
 export {
   DedupeShard,
   dedupeQueue,
+  dedupeQueueD1,
   DurableObjectStore,
   KvStore,
   dedupe,

@@ -4,11 +4,14 @@
 //! module converts the arguments and the report.
 
 use bq_dedupe_js::{await_value, message_of};
-use bq_dedupe_workers::{Action, BatchReport, DedupeConfig, MessageReport, QueueBatch, RoundTrips};
+use bq_dedupe_workers::{
+    Action, BatchReport, ConsumeError, DedupeConfig, Delivery, MessageReport, QueueBatch,
+    QueueConsumer, RoundTrips, WorkersStore, WorkersTimer,
+};
 use js_sys::{Array, Function, JSON, Object, Reflect};
 use wasm_bindgen::prelude::*;
-use worker::Env;
-use worker::worker_sys::MessageBatch;
+use worker::worker_sys::{D1PreparedStatement as D1PreparedStatementSys, MessageBatch};
+use worker::{D1PreparedStatement, Env};
 
 /// The options `dedupeQueue` takes besides the `DEDUPE_*` settings.
 const OBSERVER: &str = "observer";
@@ -22,12 +25,8 @@ fn set(object: &Object, key: &str, value: &JsValue) {
 }
 
 /// `env` with the `DEDUPE_*` entries of `options` laid over it (as strings, as
-/// wrangler passes vars), and the observer, if one is given.
-fn configure(env: &Env, options: &JsValue) -> Result<(Env, Option<Function>), JsValue> {
-    configure_with(env, options, &[])
-}
-
-/// [`configure`], then `fixed` settings laid over those.
+/// wrangler passes vars), then `fixed` settings over those, and the observer, if
+/// one is given.
 pub(crate) fn configure_with(
     env: &Env,
     options: &JsValue,
@@ -146,6 +145,40 @@ fn report_to_js(report: &BatchReport) -> JsValue {
     o.into()
 }
 
+/// The consumer `env` and `options` configure (`fixed` settings laid over
+/// both), reporting each message to the options' observer.
+fn consumer_for(
+    env: &Env,
+    options: &JsValue,
+    fixed: &[(&str, &str)],
+) -> Result<QueueConsumer<WorkersStore, (), WorkersTimer>, JsValue> {
+    let (env, observer) = configure_with(env, options, fixed)?;
+    let config = DedupeConfig::from_env(&env).map_err(|e| type_error(&e.0))?;
+    let store = config
+        .store(&env, RoundTrips::new())
+        .map_err(|e| type_error(&e.0))?;
+    let mut consumer = config.consumer(&env, store).map_err(|e| type_error(&e.0))?;
+    if let Some(observer) = observer {
+        consumer = consumer.on_message(move |m| {
+            let _ = observer.call1(&JsValue::NULL, &message_to_js(m));
+        });
+    }
+    Ok(consumer)
+}
+
+/// Calls the JS handler with the delivery's envelope and Cloudflare's message,
+/// awaiting what it returns.
+async fn call_handler(handler: &Function, delivery: &Delivery<'_, '_>) -> Result<JsValue, String> {
+    let message = delivery.queue_message();
+    let envelope = envelope_of(&message.body(), delivery.message().raw().as_bytes());
+    let called = handler.call2(&JsValue::NULL, &envelope, message.as_js());
+    await_value(called).await.map_err(|e| message_of(&e))
+}
+
+fn failed_batch(e: ConsumeError) -> JsValue {
+    JsValue::from(js_sys::Error::new(&e.to_string()))
+}
+
 /// `dedupeQueue(batch, env, handler, options?)`: consumes a Queues batch. The
 /// handler `(envelope, message) => void | Promise<void>` runs once per id; a
 /// throw (or rejection) fails that delivery (retried, its id unmarked).
@@ -161,29 +194,66 @@ pub async fn dedupe_queue(
     let handler: Function = handler
         .dyn_into()
         .map_err(|_| type_error("dedupeQueue: handler must be a function"))?;
-    let (env, observer) = configure(&env, &options)?;
-    let config = DedupeConfig::from_env(&env).map_err(|e| type_error(&e.0))?;
-    let store = config
-        .store(&env, RoundTrips::new())
-        .map_err(|e| type_error(&e.0))?;
-    let mut consumer = config.consumer(&env, store).map_err(|e| type_error(&e.0))?;
-    if let Some(observer) = observer {
-        consumer = consumer.on_message(move |m| {
-            let _ = observer.call1(&JsValue::NULL, &message_to_js(m));
-        });
-    }
+    let consumer = consumer_for(&env, &options, &[])?;
     let batch = QueueBatch::from(batch);
     let report = consumer
         .consume(&batch, async |delivery| {
-            let message = delivery.queue_message();
-            let envelope = envelope_of(&message.body(), delivery.message().raw().as_bytes());
-            let called = handler.call2(&JsValue::NULL, &envelope, message.as_js());
-            await_value(called)
-                .await
-                .map(drop)
-                .map_err(|e| message_of(&e))
+            call_handler(&handler, delivery).await.map(drop)
         })
         .await
-        .map_err(|e| JsValue::from(js_sys::Error::new(&e.to_string())))?;
+        .map_err(failed_batch)?;
+    Ok(report_to_js(&report))
+}
+
+/// The D1 statements a handler gave back (an array of prepared statements).
+fn statements_of(value: JsValue) -> Result<Vec<D1PreparedStatement>, String> {
+    let wrong = || {
+        "the handler must return (or resolve to) an array of D1 prepared statements \
+         (env.DB.prepare(...).bind(...)), [] for none"
+            .to_string()
+    };
+    if !Array::is_array(&value) {
+        return Err(wrong());
+    }
+    let bind = JsValue::from_str("bind");
+    Array::from(&value)
+        .iter()
+        .map(|statement| {
+            let is_statement = statement.is_object()
+                && Reflect::get(&statement, &bind).is_ok_and(|f| f.is_function());
+            if !is_statement {
+                return Err(wrong());
+            }
+            Ok(D1PreparedStatement::from(
+                statement.unchecked_into::<D1PreparedStatementSys>(),
+            ))
+        })
+        .collect()
+}
+
+/// `dedupeQueueD1(batch, env, handler, options?)`: exactly-once effects on D1.
+/// The handler `(envelope, message) => D1PreparedStatement[] | Promise<...>`
+/// builds the statements of its effect without running them; they commit with
+/// the id in one `batch()` (one transaction), so the effect happens once or not
+/// at all. The store is D1 (binding `DEDUPE_D1`, or `DEDUPE_D1_BINDING`)
+/// whatever `DEDUPE_STORE` says; the other settings are `dedupeQueue`'s.
+#[wasm_bindgen(js_name = dedupeQueueD1)]
+pub async fn dedupe_queue_d1(
+    batch: MessageBatch,
+    env: Env,
+    handler: JsValue,
+    options: JsValue,
+) -> Result<JsValue, JsValue> {
+    let handler: Function = handler
+        .dyn_into()
+        .map_err(|_| type_error("dedupeQueueD1: handler must be a function"))?;
+    let consumer = consumer_for(&env, &options, &[("DEDUPE_STORE", "d1")])?;
+    let batch = QueueBatch::from(batch);
+    let report = consumer
+        .consume_with_statements(&batch, async |delivery| {
+            statements_of(call_handler(&handler, delivery).await?)
+        })
+        .await
+        .map_err(failed_batch)?;
     Ok(report_to_js(&report))
 }

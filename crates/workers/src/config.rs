@@ -3,12 +3,12 @@
 //!
 //! | var                          | default          | meaning                                   |
 //! |------------------------------|------------------|-------------------------------------------|
-//! | `DEDUPE_STORE`               | `durable-object` | `durable-object` or `kv`                  |
+//! | `DEDUPE_STORE`               | `durable-object` | `durable-object`, `kv` or `d1`            |
 //! | `DEDUPE_TTL_SECONDS`         | `1252800` (14 d 12 h) | how long an id counts as seen (up to 100 years); `forever` or `0`: until forgotten |
 //! | `DEDUPE_SHARDS`              | `1`              | Durable Objects the ids are spread over (1..=1024) |
 //! | `DEDUPE_PREVIOUS_SHARDS`     | (none)           | while resharding: the count before the change (`N`), or `sha256-mod:N` for objects of a version before jump hashing |
 //! | `DEDUPE_KEY_PREFIX`          | (empty)          | namespace for the ids (end it with a separator, e.g. `orders:`) |
-//! | `DEDUPE_CLAIMING`            | `on` (DO), `off` (KV) | take an atomic claim before running (`on`/`off`) |
+//! | `DEDUPE_CLAIMING`            | `on` (DO, D1), `off` (KV) | take an atomic claim before running (`on`/`off`) |
 //! | `DEDUPE_CLAIM_LEASE_SECONDS` | `120`            | how long a claim lasts without renewal (1 s to 100 years) |
 //! | `DEDUPE_RETRY_DELAY_SECONDS` | (none)           | delay for retried messages (up to 43200)  |
 //! | `DEDUPE_PARK_DELAY_SECONDS`  | `45`             | delay for a parked message when the store cannot say how long the claim has left (up to 43200) |
@@ -17,6 +17,7 @@
 //! | `DEDUPE_MAX_RETRIES`         | (none)           | the queue's `max_retries`: then last-attempt failures and parks are dead-lettered with `reason: "failed"` (unset, they are retried and the queue's own `dead_letter_queue`, or nothing, takes them; 3 is assumed only for the lease check below); with claiming, 0 (or retries x 12 h under the lease) is refused |
 //! | `DEDUPE_DO_BINDING`          | `DEDUPE_DO`      | the `DedupeShard` Durable Object binding  |
 //! | `DEDUPE_KV_BINDING`          | `DEDUPE_KV`      | the KV namespace binding                  |
+//! | `DEDUPE_D1_BINDING`          | `DEDUPE_D1`      | the D1 database binding                   |
 //!
 //! **Leases are kept alive.** Claims are taken for a whole batch before its first
 //! handler runs, and the guard renews the ones still held while the batch runs:
@@ -74,6 +75,7 @@ use wasm_bindgen::JsValue;
 use worker::Env;
 
 use crate::consumer::{DEFAULT_PARK_DELAY_SECONDS, QueueConsumer};
+use crate::d1::D1Store;
 use crate::durable::DurableObjectStore;
 use crate::kv::{self, KvStore};
 use crate::round_trips::RoundTrips;
@@ -139,6 +141,9 @@ pub enum StoreKind {
     DurableObject,
     /// Eventually consistent, cannot claim: best effort.
     Kv,
+    /// A D1 database: atomic claims, and the transactional mode (the handler's
+    /// statements committed with the id).
+    D1,
 }
 
 /// A configuration mistake, named after the var or binding to fix.
@@ -182,6 +187,8 @@ pub struct DedupeConfig {
     pub durable_object_binding: String,
     /// The KV namespace binding (`DEDUPE_KV_BINDING`).
     pub kv_binding: String,
+    /// The D1 database binding (`DEDUPE_D1_BINDING`).
+    pub d1_binding: String,
 }
 
 impl DedupeConfig {
@@ -213,14 +220,15 @@ impl DedupeConfig {
         let store = match get("DEDUPE_STORE").as_deref() {
             None | Some("durable-object") => StoreKind::DurableObject,
             Some("kv") => StoreKind::Kv,
+            Some("d1") => StoreKind::D1,
             Some(other) => {
                 return Err(ConfigError(format!(
-                    "DEDUPE_STORE must be \"durable-object\" or \"kv\", got {other:?}"
+                    "DEDUPE_STORE must be \"durable-object\", \"kv\" or \"d1\", got {other:?}"
                 )));
             }
         };
         let claiming = match get("DEDUPE_CLAIMING").as_deref() {
-            None => store == StoreKind::DurableObject,
+            None => store != StoreKind::Kv,
             Some("on" | "true") => true,
             Some("off" | "false") => false,
             Some(other) => {
@@ -279,9 +287,10 @@ impl DedupeConfig {
                 }
             }
         };
-        if previous_layout.is_some() && store == StoreKind::Kv {
+        if previous_layout.is_some() && store != StoreKind::DurableObject {
             return Err(ConfigError(
-                "DEDUPE_PREVIOUS_SHARDS is for the Durable Object store: KV is not sharded".into(),
+                "DEDUPE_PREVIOUS_SHARDS is for the Durable Object store: KV and D1 are not sharded"
+                    .into(),
             ));
         }
         let lease = number("DEDUPE_CLAIM_LEASE_SECONDS", 1, MAX_SECONDS)?.unwrap_or(120);
@@ -306,6 +315,7 @@ impl DedupeConfig {
             dead_letter_binding: get("DEDUPE_DEAD_LETTER"),
             durable_object_binding: get("DEDUPE_DO_BINDING").unwrap_or_else(|| "DEDUPE_DO".into()),
             kv_binding: get("DEDUPE_KV_BINDING").unwrap_or_else(|| "DEDUPE_KV".into()),
+            d1_binding: get("DEDUPE_D1_BINDING").unwrap_or_else(|| "DEDUPE_D1".into()),
         })
     }
 
@@ -339,6 +349,12 @@ impl DedupeConfig {
                     ConfigError(format!("KV namespace binding {:?}: {e}", self.kv_binding))
                 })?;
                 WorkersStore::Kv(KvStore::new(kv).with_round_trips(round_trips))
+            }
+            StoreKind::D1 => {
+                let db = env.d1(&self.d1_binding).map_err(|e| {
+                    ConfigError(format!("D1 database binding {:?}: {e}", self.d1_binding))
+                })?;
+                WorkersStore::D1(D1Store::new(db).with_round_trips(round_trips))
             }
         })
     }

@@ -4,6 +4,7 @@ use std::fmt::Display;
 
 use std::time::Duration;
 
+use bq_dedupe::store::StatementStore;
 use bq_dedupe::{
     Disposition, Guard, Message, NoTimer, Observer, Outcome, OutcomeKind, Store, Timer, Verdict,
 };
@@ -300,11 +301,27 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             })
             .collect();
 
+        let outcomes: Vec<(&Outcome<E>, Option<Duration>)> = decided
+            .iter()
+            .zip(park_for)
+            .map(|((_, outcome), park_for)| (outcome, park_for))
+            .collect();
+        self.settle_all(batch, &messages, &bodies, &outcomes).await
+    }
+
+    /// Acks, retries or dead-letters each message by its outcome (and the park
+    /// delay of a parked one), reporting each; `Err` if some retry could not be
+    /// recorded.
+    async fn settle_all<E: Display>(
+        &self,
+        batch: &QueueBatch,
+        messages: &[QueueMessage],
+        bodies: &[Vec<u8>],
+        outcomes: &[(&Outcome<E>, Option<Duration>)],
+    ) -> Result<BatchReport, ConsumeError> {
         let mut report = BatchReport::default();
         let mut unsettled: Vec<String> = Vec::new();
-        for (((message, body), (_, outcome)), park_for) in
-            messages.iter().zip(&bodies).zip(&decided).zip(park_for)
-        {
+        for ((message, body), &(outcome, park_for)) in messages.iter().zip(bodies).zip(outcomes) {
             let (action, reason) = self.action_for(batch, message, body, outcome).await;
             if let Err(e) = self.settle(message, action, outcome.kind(), park_for) {
                 worker::console_error!("bq-dedupe: retry of message {} failed: {e}", message.id());
@@ -450,6 +467,42 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             .await
             .map_err(|e| e.to_string())?;
         Ok(true)
+    }
+}
+
+impl<S: Store + StatementStore, O: Observer, T: Timer> QueueConsumer<S, O, T> {
+    /// Exactly-once effects on D1: for each message in order, `handler` builds
+    /// the D1 statements of its effect, and they commit with the message's id
+    /// in one `batch()` (see `bq_dedupe::Guard::process_with_statements`). An id
+    /// already done is skipped and runs nothing (an in-batch duplicate too, once
+    /// its first committed); a handler error, a panic or a failed batch writes
+    /// nothing and the message is retried; a duplicate that committed first
+    /// aborts this one's batch whole (skipped). Messages are then settled as
+    /// [`QueueConsumer::consume`] settles them. Needs `DEDUPE_STORE = "d1"`.
+    pub async fn consume_with_statements<E: Display>(
+        &self,
+        batch: &QueueBatch,
+        mut handler: impl AsyncFnMut(&Delivery<'_, '_>) -> Result<Vec<S::Statement>, E>,
+    ) -> Result<BatchReport, ConsumeError> {
+        let messages = batch.messages().map_err(ConsumeError::Batch)?;
+        let bodies: Vec<Vec<u8>> = messages.iter().map(QueueMessage::body_bytes).collect();
+        let mut outcomes = Vec::with_capacity(messages.len());
+        for (queue_message, body) in messages.iter().zip(&bodies) {
+            let outcome = self
+                .guard
+                .process_with_statements(body.as_slice(), async |message| {
+                    handler(&Delivery {
+                        message,
+                        queue_message,
+                    })
+                    .await
+                })
+                .await;
+            outcomes.push(outcome);
+        }
+        let outcomes: Vec<(&Outcome<E>, Option<Duration>)> =
+            outcomes.iter().map(|outcome| (outcome, None)).collect();
+        self.settle_all(batch, &messages, &bodies, &outcomes).await
     }
 }
 

@@ -14,6 +14,9 @@
 //!   Durable Object (SQLite-backed, atomic claims, batch RPC, TTL sweep alarm) and
 //!   [`durable::DurableObjectStore`], the client that shards ids over N objects.
 //! - [`kv`]: the best-effort Workers KV store (eventually consistent, no claims).
+//! - [`d1`]: a D1 database (the SQLite store's table, atomic claims), and the
+//!   transactional mode: the handler's D1 statements committed with the id in one
+//!   `batch()` ([`QueueConsumer::consume_with_statements`]).
 //! - [`config`]: everything above, configured from `wrangler.toml` vars (the
 //!   default dedupe window is 14 days + 12 hours, every redelivery Cloudflare can
 //!   make; `DEDUPE_TTL_SECONDS=forever` keeps ids until forgotten).
@@ -67,6 +70,7 @@ mod batch;
 mod body;
 pub mod config;
 mod consumer;
+pub mod d1;
 mod dead_letter;
 pub mod durable;
 pub mod kv;

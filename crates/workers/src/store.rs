@@ -1,5 +1,12 @@
 //! `WorkersStore`: whichever store the configuration chose, as one type.
 
+use std::time::Duration;
+
+use bq_dedupe::StoreError;
+use bq_dedupe::store::{StatementStore, TxRun};
+use worker::D1PreparedStatement;
+
+use crate::d1::D1Store;
 use crate::durable::DurableObjectStore;
 use crate::kv::KvStore;
 use crate::round_trips::RoundTrips;
@@ -11,6 +18,8 @@ pub enum WorkersStore {
     DurableObject(DurableObjectStore),
     /// `kv`: a Workers KV namespace.
     Kv(KvStore),
+    /// `d1`: a D1 database.
+    D1(D1Store),
 }
 
 impl WorkersStore {
@@ -19,8 +28,40 @@ impl WorkersStore {
         match self {
             WorkersStore::DurableObject(s) => s.round_trips(),
             WorkersStore::Kv(s) => s.round_trips(),
+            WorkersStore::D1(s) => s.round_trips(),
         }
     }
 }
 
-bq_dedupe::delegate_store!(WorkersStore { DurableObject, Kv });
+bq_dedupe::delegate_store!(WorkersStore {
+    DurableObject,
+    Kv,
+    D1
+});
+
+/// The transactional mode is D1's alone: another configured store refuses it
+/// (`Unsupported`, naming the setting), and every message is retried.
+impl StatementStore for WorkersStore {
+    type Statement = D1PreparedStatement;
+
+    async fn commit_with(
+        &self,
+        key: Option<&str>,
+        ttl: Option<Duration>,
+        statements: Vec<D1PreparedStatement>,
+    ) -> bq_dedupe::StoreResult<TxRun<(), StoreError>> {
+        match self {
+            WorkersStore::D1(d1) => d1.commit_with(key, ttl, statements).await,
+            _ => Err(StoreError::unsupported(
+                "the handler's D1 statements need DEDUPE_STORE = \"d1\" (and the D1 binding)",
+            )),
+        }
+    }
+}
+
+/// A claim token: unique per claim (time plus 52 random bits), so only the
+/// claimer can release it.
+pub(crate) fn new_token(now: i64) -> String {
+    let random = (js_sys::Math::random() * 4_503_599_627_370_496.0) as u64;
+    format!("{now:x}-{random:013x}")
+}

@@ -66,7 +66,7 @@ export async function startWorker({ vars = {}, consumer = {}, assets = false, pe
       }).filter(([, v]) => v !== undefined),
     ),
     queueConsumers,
-    ...(persist ? { durableObjectsPersist: persist, kvPersist: persist } : {}),
+    ...(persist ? { durableObjectsPersist: persist, kvPersist: persist, d1Persist: persist } : {}),
     // A socket for other processes (serve.mjs); dispatchFetch needs none.
     ...(port === undefined ? {} : { host: "127.0.0.1", port }),
     log: new Log(process.env.BQ_WORKER_LOG ? LogLevel.DEBUG : LogLevel.WARN),
@@ -139,6 +139,12 @@ class Worker {
     const before = (await this.stats()).deliveries;
     await this.publish(items);
     return this.waitForStats((s) => s.deliveries >= before + n, `${n} deliveries`);
+  }
+
+  /** Runs `sql` on the D1 database `binding` (default DEDUPE_D1): its rows. */
+  async d1(sql, ...args) {
+    const db = await this.mf.getD1Database("DEDUPE_D1");
+    return (await db.prepare(sql).bind(...args).all()).results;
   }
 
   /** Calls the worker's queue() handler directly, as the runtime would. */

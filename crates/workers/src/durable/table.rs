@@ -7,6 +7,8 @@ use bq_dedupe::store::record::{ClaimAnswer, Record, Rules};
 use serde::Deserialize;
 use worker::{Result, SqlStorage, SqlStorageValue};
 
+use crate::store::new_token;
+
 use super::protocol::{
     ClaimRef, ClaimReply, Entry, MAX_SAFE_MS, PeekState, Remember, ShardReply, ShardRequest,
 };
@@ -300,13 +302,6 @@ fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
-}
-
-/// A claim token: unique per claim (time plus 52 random bits), so only the
-/// claimer can release it.
-fn new_token(now: i64) -> String {
-    let random = (js_sys::Math::random() * 4_503_599_627_370_496.0) as u64;
-    format!("{now:x}-{random:013x}")
 }
 
 /// `now + ms`, kept within what a JS number (and so a row read back) holds exactly.

@@ -1,0 +1,33 @@
+//! The D1 store (`D1Store`, in the example worker on workerd with
+//! `DEDUPE_STORE = "d1"`, Miniflare's local D1) passes the core's store testkit:
+//! random runs from several clients, each answer checked against the record
+//! model on workerd's own clock, with faults injected. It runs the SQLite
+//! store's statements (`bq_dedupe::store::sql`), so it follows the same rules.
+//! `make workers-test` serves the worker with `BQ_SERVE_VARS` naming D1 and
+//! sets `BQ_TEST_WORKER_URL`; without it this test fails rather than skips.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use babelqueue_dedupe_workerd_testkit::HttpStore;
+use bq_dedupe::store::sql::RULES;
+use bq_dedupe::testkit::{self, OnServer};
+
+/// The admin token `scripts/with-worker.sh` configures.
+const TOKEN: &str = "test-admin-token-0123456789";
+
+#[test]
+fn the_d1_store_follows_the_record_model_on_workerd() {
+    let url = std::env::var("BQ_TEST_WORKER_URL")
+        .expect("BQ_TEST_WORKER_URL: run this test through scripts/with-worker.sh");
+    static RUN: AtomicU32 = AtomicU32::new(0);
+    testkit::check(12, || {
+        // A fresh key space per run: the database keeps every earlier run's rows.
+        let prefix = format!(
+            "testkit-d1-{}-{}:",
+            std::process::id(),
+            RUN.fetch_add(1, Ordering::Relaxed)
+        );
+        let url = url.clone();
+        OnServer::new(RULES, move || HttpStore::new(&url, TOKEN, &prefix)).with_timing(80, 20)
+    });
+}

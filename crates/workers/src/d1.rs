@@ -1,0 +1,346 @@
+//! [`D1Store`]: the seen-set in a Cloudflare D1 database, in the SQLite store's
+//! table (`bq_dedupe`, the statements of `bq_dedupe::store::sql`), with atomic
+//! claims and the transactional mode ([`StatementStore`]).
+//!
+//! D1 is one SQLite database behind a network call: every statement is atomic
+//! and a `batch()` is one transaction, but no code runs between the statements
+//! of a batch. So every call here is one batch of statements, each of which is
+//! one atomic step of the record model (the same ones `SqliteStore` runs): a
+//! claim is `CLAIM` + `STATE` for each key in one batch, a settle its releases,
+//! renewals and fenced commits in one batch. The transactional mode puts the
+//! id's insert first in the handler's own batch: a live row (a duplicate that
+//! committed first, or a claim) fails it on the primary key and the whole batch,
+//! the handler's statements with it, rolls back.
+
+use std::cell::Cell;
+use std::time::Duration;
+
+use bq_dedupe::store::sql::{
+    CLAIM, COMMIT_IF_FREE, COMMIT_OWN, FORGET, LIVE_ROW, RELEASE, REMEMBER, RENEW, SCHEMA, SEEN,
+    STATE, TX_CLEAR_EXPIRED, TX_INSERT_DONE,
+};
+use bq_dedupe::store::{Peeked, StatementStore, TxRun};
+use bq_dedupe::{
+    Capabilities, Claim, ClaimToken, Settled, Settlement, Store, StoreError, StoreResult,
+};
+use serde::Deserialize;
+use wasm_bindgen::JsValue;
+use worker::{D1Database, D1PreparedStatement, D1Result};
+
+use crate::durable::protocol::MAX_SAFE_MS;
+use crate::round_trips::RoundTrips;
+
+thread_local! {
+    /// The table was created by this isolate (the first batch of each isolate
+    /// creates it if missing, in the same round trip).
+    static TABLE_READY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The seen-set in a D1 database (see the module docs).
+#[derive(Debug)]
+pub struct D1Store {
+    db: D1Database,
+    round_trips: RoundTrips,
+}
+
+#[derive(Deserialize)]
+struct LiveRow {
+    state: i64,
+    token: Option<String>,
+    expires_at: Option<f64>,
+}
+
+#[derive(Deserialize)]
+struct StateRow {
+    state: i64,
+}
+
+fn error(e: impl std::fmt::Display) -> StoreError {
+    StoreError::unavailable(format!("d1: {e}"))
+}
+
+fn now_ms() -> i64 {
+    js_sys::Date::now() as i64
+}
+
+/// `now + d`, kept within what a JS number (a bound D1 value) holds exactly.
+fn after(now: i64, d: Duration) -> i64 {
+    let ms = i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1);
+    now.saturating_add(ms).min(MAX_SAFE_MS as i64)
+}
+
+fn until(now: i64, ttl: Option<Duration>) -> JsValue {
+    ttl.map_or(JsValue::NULL, |ttl| JsValue::from(after(now, ttl) as f64))
+}
+
+fn text(s: &str) -> JsValue {
+    JsValue::from_str(s)
+}
+
+fn number(n: i64) -> JsValue {
+    JsValue::from(n as f64)
+}
+
+/// How many rows a statement changed.
+fn changes(result: &D1Result) -> StoreResult<usize> {
+    Ok(result
+        .meta()
+        .map_err(error)?
+        .and_then(|m| m.changes)
+        .unwrap_or(0))
+}
+
+impl D1Store {
+    /// The seen-set in the database `db`.
+    pub fn new(db: D1Database) -> Self {
+        D1Store {
+            db,
+            round_trips: RoundTrips::new(),
+        }
+    }
+
+    /// Counts this store's requests into `counter`.
+    pub fn with_round_trips(mut self, counter: RoundTrips) -> Self {
+        self.round_trips = counter;
+        self
+    }
+
+    /// The counter of this store's requests (see [`Self::with_round_trips`]).
+    pub fn round_trips(&self) -> &RoundTrips {
+        &self.round_trips
+    }
+
+    fn statement(&self, sql: &str, args: &[JsValue]) -> StoreResult<D1PreparedStatement> {
+        self.db.prepare(sql).bind(args).map_err(error)
+    }
+
+    /// One round trip: `statements` as one transaction, their results in order.
+    /// The first batch of an isolate creates the table first, if missing.
+    async fn batch(&self, mut statements: Vec<D1PreparedStatement>) -> StoreResult<Vec<D1Result>> {
+        let create = !TABLE_READY.with(Cell::get);
+        if create {
+            statements.insert(0, self.statement(SCHEMA, &[])?);
+        }
+        self.round_trips.add(1);
+        let mut results = self.db.batch(statements).await.map_err(error)?;
+        if create {
+            TABLE_READY.with(|ready| ready.set(true));
+            results.remove(0);
+        }
+        Ok(results)
+    }
+
+    /// The key's live row, if it has one.
+    async fn live_row(&self, key: &str, now: i64) -> StoreResult<Option<LiveRow>> {
+        let read = self.statement(LIVE_ROW, &[text(key), number(now)])?;
+        let results = self.batch(vec![read]).await?;
+        let rows: Vec<LiveRow> = results[0].results().map_err(error)?;
+        Ok(rows.into_iter().next())
+    }
+}
+
+impl Store for D1Store {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            claim: true,
+            ttl: true,
+            lease: true,
+        }
+    }
+
+    async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = number(now_ms());
+        let reads = keys
+            .iter()
+            .map(|key| self.statement(SEEN, &[text(key), now.clone()]))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let results = self.batch(reads).await?;
+        results
+            .iter()
+            .map(|r| Ok(!r.results::<serde_json::Value>().map_err(error)?.is_empty()))
+            .collect()
+    }
+
+    async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let until = until(now_ms(), ttl);
+        let writes = keys
+            .iter()
+            .map(|key| self.statement(REMEMBER, &[text(key), until.clone()]))
+            .collect::<StoreResult<Vec<_>>>()?;
+        self.batch(writes).await.map(drop)
+    }
+
+    async fn forget(&self, key: &str) -> StoreResult<()> {
+        let delete = self.statement(FORGET, &[text(key)])?;
+        self.batch(vec![delete]).await.map(drop)
+    }
+
+    async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = now_ms();
+        let reads = keys
+            .iter()
+            .map(|key| self.statement(LIVE_ROW, &[text(key), number(now)]))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let results = self.batch(reads).await?;
+        results
+            .iter()
+            .map(|r| {
+                let rows: Vec<LiveRow> = r.results().map_err(error)?;
+                Ok(match rows.first() {
+                    Some(row) if row.state == 1 => Peeked::Done,
+                    Some(row) => Peeked::NotDone {
+                        claim_ends_in: Some(row.expires_at.map_or(Duration::MAX, |at| {
+                            Duration::from_millis((at as i64).saturating_sub(now).max(1) as u64)
+                        })),
+                    },
+                    None => Peeked::NotDone {
+                        claim_ends_in: Some(Duration::ZERO),
+                    },
+                })
+            })
+            .collect()
+    }
+
+    /// One batch (one transaction): for each key, the claim and the read that
+    /// tells `Seen` from `Held` when it changed nothing.
+    async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = now_ms();
+        let until = number(after(now, lease));
+        let tokens: Vec<ClaimToken> = keys.iter().map(|_| new_token(now)).collect();
+        let mut statements = Vec::with_capacity(keys.len() * 2);
+        for (key, token) in keys.iter().zip(&tokens) {
+            let args = [text(key), text(&token.0), until.clone(), number(now)];
+            statements.push(self.statement(CLAIM, &args)?);
+            statements.push(self.statement(STATE, &[text(key)])?);
+        }
+        let results = self.batch(statements).await?;
+        let mut claims = Vec::with_capacity(keys.len());
+        for (pair, token) in results.chunks(2).zip(tokens) {
+            if changes(&pair[0])? == 1 {
+                claims.push(Claim::Acquired(token));
+                continue;
+            }
+            let state: Vec<StateRow> = pair[1].results().map_err(error)?;
+            claims.push(match state.first() {
+                Some(row) if row.state == 1 => Claim::Seen,
+                _ => Claim::Held,
+            });
+        }
+        Ok(claims)
+    }
+
+    /// One batch (one transaction): releases, renewals and (fenced) remembers are
+    /// applied together or not at all. A fenced remember is `COMMIT_OWN` then
+    /// `COMMIT_IF_FREE`: once the first took the row, the second finds it live
+    /// and changes nothing.
+    async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
+        let now = now_ms();
+        let done_until = until(now, step.ttl);
+        let lease_until = number(after(now, step.lease));
+        let mut statements = Vec::new();
+        for (key, token) in step.release {
+            statements.push(self.statement(RELEASE, &[text(key), text(&token.0)])?);
+        }
+        for (key, token) in step.renew {
+            let args = [text(key), text(&token.0), lease_until.clone()];
+            statements.push(self.statement(RENEW, &args)?);
+        }
+        for (key, token) in step.remember {
+            match token {
+                Some(token) => {
+                    let args = [text(key), text(&token.0), done_until.clone(), number(now)];
+                    statements.push(self.statement(COMMIT_OWN, &args)?);
+                    let args = [text(key), done_until.clone(), number(now)];
+                    statements.push(self.statement(COMMIT_IF_FREE, &args)?);
+                }
+                None => {
+                    statements.push(self.statement(REMEMBER, &[text(key), done_until.clone()])?)
+                }
+            }
+        }
+        if statements.is_empty() {
+            return Ok(Settled::default());
+        }
+        let results = self.batch(statements).await?;
+        let mut results = results.iter().skip(step.release.len());
+        let mut settled = Settled::default();
+        for _ in step.renew {
+            let renew = results.next().ok_or_else(|| error("a result is missing"))?;
+            settled.renewed.push(changes(renew)? == 1);
+        }
+        for (_, token) in step.remember {
+            let first = results.next().ok_or_else(|| error("a result is missing"))?;
+            settled.kept.push(match token {
+                Some(_) => {
+                    results.next();
+                    changes(first)? == 1
+                }
+                None => true,
+            });
+        }
+        Ok(settled)
+    }
+}
+
+impl StatementStore for D1Store {
+    type Statement = D1PreparedStatement;
+
+    /// One batch: the key's expired row cleared, the key inserted as done by a
+    /// fresh token (a live row fails the insert, so the batch), then the
+    /// handler's statements. When the batch fails, the key's row says what
+    /// happened: done by this token (the reply was lost after the commit:
+    /// committed), done by another (a duplicate committed first: nothing of this
+    /// run was written), claimed (held), or none (nothing was written).
+    async fn commit_with(
+        &self,
+        key: Option<&str>,
+        ttl: Option<Duration>,
+        statements: Vec<D1PreparedStatement>,
+    ) -> StoreResult<TxRun<(), StoreError>> {
+        let Some(key) = key else {
+            return Ok(match self.batch(statements).await {
+                Ok(_) => TxRun::Committed(()),
+                Err(e) => TxRun::RolledBack(e),
+            });
+        };
+        let now = now_ms();
+        let token = new_token(now);
+        let mut batch = Vec::with_capacity(statements.len() + 2);
+        batch.push(self.statement(TX_CLEAR_EXPIRED, &[text(key), number(now)])?);
+        batch.push(self.statement(
+            TX_INSERT_DONE,
+            &[text(key), text(&token.0), until(now, ttl)],
+        )?);
+        batch.extend(statements);
+        let failed = match self.batch(batch).await {
+            Ok(_) => return Ok(TxRun::Committed(())),
+            Err(e) => e,
+        };
+        // What the failed batch left: read on a fresh round trip. If this read
+        // fails too, nobody can tell yet: `Err`, and the redelivery finds out.
+        Ok(match self.live_row(key, now_ms()).await? {
+            Some(row) if row.state == 1 && row.token.as_deref() == Some(token.0.as_str()) => {
+                TxRun::Committed(())
+            }
+            Some(row) if row.state == 1 => TxRun::AlreadyDone,
+            Some(_) => TxRun::Held,
+            None => TxRun::RolledBack(failed),
+        })
+    }
+}
+
+fn new_token(now: i64) -> ClaimToken {
+    ClaimToken(crate::store::new_token(now))
+}

@@ -1,0 +1,117 @@
+// The D1 store and the transactional mode of the Rust adapter, on workerd
+// (Miniflare's local D1): the example worker with DEDUPE_STORE = "d1" and
+// EXAMPLE_D1_EFFECTS = "on", whose handler's effect is a row in D1's
+// `example_effects` (no unique key: a second write would show), committed with
+// the id in one batch. The store testkit runs against D1 too
+// (crates/workerd-testkit/tests/d1.rs, in make workers-test).
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { envelope, sleep, withWorker } from "./harness.mjs";
+
+const TRANSACTIONAL = { vars: { DEDUPE_STORE: "d1", EXAMPLE_D1_EFFECTS: "on" } };
+
+/** Effect rows per id. */
+async function effects(worker) {
+  const rows = await worker.d1(
+    "SELECT id, count(*) AS n FROM example_effects GROUP BY id ORDER BY id",
+  );
+  return Object.fromEntries(rows.map((r) => [r.id, r.n]));
+}
+
+/** The id's row in the dedupe table: state 1 done, 0 claimed; none: unmarked. */
+async function record(worker, id) {
+  const rows = await worker.d1("SELECT state FROM bq_dedupe WHERE key = ?1", id);
+  return rows[0]?.state;
+}
+
+describe("D1: the handler's statements and the id in one batch", () => {
+  test("duplicates in a batch and across batches: one effect row per id", () =>
+    withWorker(TRANSACTIONAL, async (worker) => {
+      let stats = await worker.publishAndWait([
+        envelope("d1-a"),
+        envelope("d1-a"),
+        envelope("d1-b"),
+      ]);
+      assert.equal(stats.runs, 2, JSON.stringify(stats));
+      assert.equal(stats.skips, 1);
+      stats = await worker.publishAndWait([envelope("d1-a"), envelope("d1-b"), envelope("d1-c")]);
+      assert.equal(stats.runs, 3);
+      assert.equal(stats.skips, 3);
+      assert.deepEqual(await effects(worker), { "d1-a": 1, "d1-b": 1, "d1-c": 1 });
+      for (const id of ["d1-a", "d1-b", "d1-c"]) assert.equal(await record(worker, id), 1);
+    }));
+
+  test("a thrown handler writes nothing and leaves the id unmarked; its retry writes once", () =>
+    withWorker({ ...TRANSACTIONAL, consumer: { maxRetries: 0 } }, async (worker) => {
+      // Never succeeds, and Cloudflare gives up after one attempt.
+      const stats = await worker.publishAndWait([envelope("d1-throws", { always_fail: true })]);
+      assert.equal(stats.failures, 1, JSON.stringify(stats));
+      assert.deepEqual(await effects(worker), {});
+      assert.equal(await record(worker, "d1-throws"), undefined, "unmarked");
+    }));
+
+  test("a failure between the handler and the write (the batch refused) writes nothing; the retry writes once", () =>
+    withWorker({ ...TRANSACTIONAL, consumer: { maxRetries: 3 } }, async (worker) => {
+      const stats = await worker.publishAndWait(
+        [
+          envelope("d1-flaky-handler", { fail_attempts: 1 }),
+          envelope("d1-flaky-batch", { bad_statement_attempts: 2 }),
+        ],
+        5,
+      );
+      assert.equal(stats.runs, 2, JSON.stringify(stats));
+      assert.equal(stats.failures, 1, "the handler's one failure");
+      assert.equal(stats.store_errors, 2, "the two refused batches");
+      assert.deepEqual(await effects(worker), { "d1-flaky-batch": 1, "d1-flaky-handler": 1 });
+      // Only the attempt that committed wrote its row.
+      const rows = await worker.d1("SELECT attempt FROM example_effects WHERE id = ?1", "d1-flaky-batch");
+      assert.deepEqual(rows, [{ attempt: 2 }]);
+    }));
+
+  test("a batch refused on the last attempt leaves neither effect nor id", () =>
+    withWorker({ ...TRANSACTIONAL, consumer: { maxRetries: 0 } }, async (worker) => {
+      const stats = await worker.publishAndWait([
+        envelope("d1-refused", { bad_statement_attempts: 99 }),
+      ]);
+      assert.equal(stats.store_errors, 1, JSON.stringify(stats));
+      assert.deepEqual(await effects(worker), {});
+      assert.equal(await record(worker, "d1-refused"), undefined, "unmarked");
+    }));
+
+  test("two invocations racing on one id: one effect row, the other skipped", () =>
+    withWorker(TRANSACTIONAL, async (worker) => {
+      const message = (id) => ({
+        id: `cf-${id}-${Math.random()}`,
+        timestamp: new Date(),
+        attempts: 1,
+        body: envelope("d1-race"),
+      });
+      // Both check the id before either commits (the handler sleeps first).
+      const slow = { ...envelope("d1-race", { sleep_ms: 300 }) };
+      const results = await Promise.all([
+        worker.dispatchQueue([{ ...message(1), body: slow }]),
+        (async () => {
+          await sleep(50);
+          return worker.dispatchQueue([message(2)]);
+        })(),
+      ]);
+      assert.equal(results.length, 2);
+      assert.deepEqual(await effects(worker), { "d1-race": 1 });
+      const stats = await worker.stats();
+      assert.equal(stats.runs, 1, JSON.stringify(stats));
+      assert.equal(stats.skips, 1);
+    }));
+
+  test("the seen-set and claiming modes on D1: the plain consumer dedupes with claims", () =>
+    withWorker({ vars: { DEDUPE_STORE: "d1", DEDUPE_CLAIMING: "on" } }, async (worker) => {
+      const stats = await worker.publishAndWait([
+        envelope("d1-plain"),
+        envelope("d1-plain"),
+        envelope("d1-plain-2"),
+      ]);
+      assert.equal(stats.runs, 2, JSON.stringify(stats));
+      assert.equal(stats.skips, 1);
+      assert.deepEqual((await worker.effects()).effects, { "d1-plain": 1, "d1-plain-2": 1 });
+      assert.equal(await record(worker, "d1-plain"), 1);
+    }));
+});
