@@ -129,6 +129,30 @@ export default { async fetch(request: Request, env: object): Promise<Response> {
   run(path.join(BIN, "tsc"), ["--strict", "--noEmit", "--module", "es2022", "--moduleResolution", "bundler", "--target", "es2022", "--lib", "es2022", "--types", "@cloudflare/workers-types", "stores.ts"], { cwd: scratch });
   wrangler("--config", "wrangler.stores.toml", "--outdir", "dist-stores");
 
+  // dedupeQueueD1: the handler's D1 statements committed with the id.
+  writeFileSync(path.join(scratch, "d1.ts"), `import { dedupeQueueD1 } from "@babelqueue/dedupe/workers";
+interface Env { DEDUPE_D1: D1Database }
+interface Directives { fail?: boolean; bad_statement_attempts?: number }
+export default {
+  async queue(batch: MessageBatch, env: Env): Promise<void> {
+    await env.DEDUPE_D1.prepare("CREATE TABLE IF NOT EXISTS effects (id TEXT NOT NULL, attempt INTEGER NOT NULL)").run();
+    await dedupeQueueD1(batch, env, (envelope, message) => {
+      const data = envelope.data as Directives;
+      if (data.fail) throw new Error("told to fail");
+      const statements = [env.DEDUPE_D1.prepare("INSERT INTO effects (id, attempt) VALUES (?1, ?2)").bind(envelope.meta.id, message.attempts)];
+      // A failure between the handler and the write: the batch is refused.
+      if (message.attempts <= (data.bad_statement_attempts ?? 0)) {
+        statements.push(env.DEDUPE_D1.prepare("INSERT INTO no_such_table (id) VALUES (?1)").bind(envelope.meta.id));
+      }
+      return statements;
+    });
+  },
+};
+`);
+  writeFileSync(path.join(scratch, "wrangler.d1.toml"), 'name = "d1"\nmain = "d1.ts"\ncompatibility_date = "2025-06-01"\n');
+  run(path.join(BIN, "tsc"), ["--strict", "--noEmit", "--module", "es2022", "--moduleResolution", "bundler", "--target", "es2022", "--lib", "es2022", "--types", "@cloudflare/workers-types", "d1.ts"], { cwd: scratch });
+  wrangler("--config", "wrangler.d1.toml", "--outdir", "dist-d1");
+
   const ts = unstable_getMiniflareWorkerOptions(path.join(scratch, "wrangler.toml")).workerOptions;
   const rust = unstable_getMiniflareWorkerOptions(path.join(ROOT, "wrangler.toml"));
   delete rust.workerOptions.assets;
@@ -162,6 +186,7 @@ export default { async fetch(request: Request, env: object): Promise<Response> {
         kvNamespaces: { DEDUPE_KV: "stores-kv" },
       },
       bundled("plain", "dist-plain"),
+      { ...bundled("d1", "dist-d1"), d1Databases: { DEDUPE_D1: "ts-d1" } },
       rustExample({ EXAMPLE_ADMIN_TOKEN: "t0ken-for-the-ts-worker-test", EXAMPLE_TEST_DIRECTIVES: "1" }),
     ],
     log: new Log(process.env.BQ_WORKER_LOG ? LogLevel.DEBUG : LogLevel.WARN),
@@ -317,6 +342,43 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
     const counts = await effects();
     assert.equal(counts["both-1"], 1);
     assert.equal(counts["both-2"], undefined, "the TS worker skipped the id the Rust worker ran");
+  });
+});
+
+describe("dedupeQueueD1: the handler's D1 statements and the id in one batch", () => {
+  const d1 = async (sql, ...args) => (await (await mf.getD1Database("DEDUPE_D1", "d1")).prepare(sql).bind(...args).all()).results;
+  const d1Effects = async () =>
+    Object.fromEntries((await d1("SELECT id, count(*) AS n FROM effects GROUP BY id")).map((r) => [r.id, r.n]));
+  const marked = async (id) => (await d1("SELECT state FROM bq_dedupe WHERE key = ?1", id))[0]?.state;
+  const queueD1 = async (messages) => (await mf.getWorker("d1")).queue("orders", messages);
+
+  test("duplicates in a batch and across batches: one effect row per id", async () => {
+    const first = await queueD1([msg(envelope("d1ts-a")), msg(envelope("d1ts-a")), msg(envelope("d1ts-b"))]);
+    assert.equal(first.explicitAcks.length, 3, JSON.stringify(first));
+    const again = await queueD1([msg(envelope("d1ts-a")), msg(envelope("d1ts-b"))]);
+    assert.equal(again.explicitAcks.length, 2, JSON.stringify(again));
+    const counts = await d1Effects();
+    assert.deepEqual([counts["d1ts-a"], counts["d1ts-b"]], [1, 1]);
+    assert.equal(await marked("d1ts-a"), 1);
+  });
+
+  test("a thrown handler writes nothing and leaves the id unmarked (retried)", async () => {
+    const result = await queueD1([msg(envelope("d1ts-throws", { fail: true }), 1, "t-1")]);
+    assert.deepEqual(result.retryMessages.map((r) => r.msgId), ["t-1"], JSON.stringify(result));
+    assert.equal((await d1Effects())["d1ts-throws"], undefined);
+    assert.equal(await marked("d1ts-throws"), undefined);
+  });
+
+  test("a failure between the handler and the write writes nothing; the redelivery writes once", async () => {
+    const body = envelope("d1ts-refused", { bad_statement_attempts: 1 });
+    const first = await queueD1([msg(body, 1, "f-1")]);
+    assert.deepEqual(first.retryMessages.map((r) => r.msgId), ["f-1"], JSON.stringify(first));
+    assert.equal((await d1Effects())["d1ts-refused"], undefined);
+    assert.equal(await marked("d1ts-refused"), undefined, "unmarked");
+    const second = await queueD1([msg(body, 2, "f-1")]);
+    assert.deepEqual(second.explicitAcks, ["f-1"], JSON.stringify(second));
+    assert.deepEqual(await d1("SELECT attempt FROM effects WHERE id = ?1", "d1ts-refused"), [{ attempt: 2 }]);
+    assert.equal(await marked("d1ts-refused"), 1);
   });
 });
 
