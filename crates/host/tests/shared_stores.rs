@@ -215,15 +215,47 @@ fn cli_go_dialect_refuses_claiming_mode() {
     assert!(stderr.contains("cannot claim"), "{stderr}");
 }
 
+/// `--store` over TLS (scripts/with-redis-tls.sh and with-postgres.sh make the
+/// CA): verified against the given CA, the CLI runs then skips; against
+/// another CA it refuses to start, naming the host, never the password.
 #[test]
-fn cli_refuses_postgres_tls_specs_with_a_clear_message() {
-    // (rediss:// is TLS now: crates/stores/tests/redis_tls.rs.)
-    let spec = "postgres://u:pw@127.0.0.1:1/db?sslmode=require";
-    let out = bq(&["run", "--store", spec], &stream(&["x".into()]));
+fn cli_dedupes_over_tls_and_refuses_a_wrong_ca_naming_the_host() {
+    let (pg_ca, other) = (var("BQ_TEST_POSTGRES_TLS_CA"), var("BQ_TEST_OTHER_CA"));
+    let redis = format!(
+        "{}?ca={}&prefix=bq-test%3A{}%3A",
+        var("BQ_TEST_REDIS_TLS_URL"),
+        var("BQ_TEST_REDIS_TLS_CA"),
+        unique("tls")
+    );
+    let pg = with_query(
+        &postgres_spec("tls"),
+        &format!("sslmode=verify-full&sslrootcert={pg_ca}"),
+    );
+    for spec in [&redis, &pg] {
+        let ids = [unique("tls-id")];
+        assert_eq!(
+            outcomes(&bq(&["run", "--store", spec], &stream(&ids))),
+            vec!["run-ok"]
+        );
+        assert_eq!(
+            outcomes(&bq(&["run", "--store", spec], &stream(&ids))),
+            vec!["skip"]
+        );
+    }
+    let url = var("BQ_TEST_POSTGRES_URL").replacen("postgres@", "postgres:secret-pw@", 1);
+    let wrong = format!("{url}?sslmode=verify-full&sslrootcert={other}");
+    let out = bq(&["run", "--store", &wrong], &stream(&["x".into()]));
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("TLS"), "{spec}: {stderr}");
-    assert!(!stderr.contains("pw"), "no secrets in errors: {stderr}");
+    let host = url.rsplit_once('@').unwrap().1.split('/').next().unwrap();
+    assert!(
+        stderr.contains(host) && stderr.contains("certificate"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("secret-pw"),
+        "no secrets in errors: {stderr}"
+    );
 }
 
 /// Ids a PHP consumer committed and a Go consumer remembered (written with
