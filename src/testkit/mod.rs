@@ -35,6 +35,14 @@
 //! (the swallowed reply is checked too). A client's crash drops what it knew
 //! (its tokens); its claims lapse by themselves. Batch calls are given distinct
 //! keys, as the guard sends them.
+//!
+//! A backend with a transactional mode ([`crate::store::TransactionalStore`],
+//! [`crate::store::StatementStore`]) says so ([`Harness::transactional`]) and
+//! runs are given one more operation: a transaction on one key whose work writes
+//! one effect row and then succeeds or fails. Its answer is checked against the
+//! model as any call's (done: nothing runs; held by a live claim: nothing runs;
+//! else committed, or rolled back leaving the record as it was), and after each
+//! one the key's effect rows must number its committed transactions.
 
 mod fault;
 mod run;
@@ -42,8 +50,11 @@ mod run;
 pub use fault::{Fault, Faulty};
 pub use run::{Op, as_rust, check, check_ops, check_seeded, ops};
 
-use crate::store::Store;
+use std::time::Duration;
+
+use crate::StoreResult;
 use crate::store::record::Rules;
+use crate::store::{Store, TxRun};
 
 /// A backend under test: how to reach it and how its time moves.
 pub trait Harness {
@@ -83,7 +94,41 @@ pub trait Harness {
     fn clients(&self) -> usize {
         3
     }
+
+    /// The backend has a transactional mode: runs include
+    /// [`Harness::transact`] calls. `false` by default.
+    fn transactional(&self) -> bool {
+        false
+    }
+
+    /// One transaction on `client` for `key` (the transactional mode, where
+    /// [`Harness::transactional`]): its work writes one effect row for `key` in
+    /// the transaction, then succeeds (`ok`) or fails. Answers the store's
+    /// [`TxRun`] (its work's error as `()`). Never called otherwise.
+    fn transact(
+        &mut self,
+        client: &Self::Client,
+        key: &str,
+        ttl: Option<Duration>,
+        ok: bool,
+    ) -> StoreResult<TxRun<(), ()>> {
+        let _ = (client, key, ttl, ok);
+        Err(crate::StoreError::unsupported(
+            "this harness has no transactional mode",
+        ))
+    }
+
+    /// How many effect rows the committed transactions left for `key`.
+    fn effects(&mut self, key: &str) -> u64 {
+        let _ = key;
+        0
+    }
 }
+
+/// [`Harness::transact`] for an [`OnServer`] harness.
+type Transact<C> = Box<dyn FnMut(&C, &str, Option<Duration>, bool) -> StoreResult<TxRun<(), ()>>>;
+/// [`Harness::effects`] for an [`OnServer`] harness.
+type Effects = Box<dyn FnMut(&str) -> u64>;
 
 /// A [`Harness`] for a store on a server that keeps its own time (Redis,
 /// PostgreSQL, a Durable Object on workerd): a new client per `open`, the real
@@ -95,6 +140,7 @@ pub struct OnServer<C> {
     started: std::time::Instant,
     tick_ms: u64,
     slack_ms: u64,
+    transactions: Option<(Transact<C>, Effects)>,
     _cleanup: Box<dyn std::any::Any>,
 }
 
@@ -107,6 +153,7 @@ impl<C> OnServer<C> {
             started: std::time::Instant::now(),
             tick_ms: 40,
             slack_ms: 8,
+            transactions: None,
             _cleanup: Box::new(()),
         }
     }
@@ -115,6 +162,17 @@ impl<C> OnServer<C> {
     /// the harness is dropped.
     pub fn with_cleanup(mut self, cleanup: impl std::any::Any) -> Self {
         self._cleanup = Box::new(cleanup);
+        self
+    }
+
+    /// The backend's transactional mode: `transact` as [`Harness::transact`],
+    /// `effects` as [`Harness::effects`].
+    pub fn with_transactions(
+        mut self,
+        transact: impl FnMut(&C, &str, Option<Duration>, bool) -> StoreResult<TxRun<(), ()>> + 'static,
+        effects: impl FnMut(&str) -> u64 + 'static,
+    ) -> Self {
+        self.transactions = Some((Box::new(transact), Box::new(effects)));
         self
     }
 
@@ -132,6 +190,7 @@ impl<C> std::fmt::Debug for OnServer<C> {
             .field("rules", &self.rules)
             .field("tick_ms", &self.tick_ms)
             .field("slack_ms", &self.slack_ms)
+            .field("transactional", &self.transactions.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -157,5 +216,27 @@ impl<C: Store> Harness for OnServer<C> {
     }
     fn tick_ms(&self) -> u64 {
         self.tick_ms
+    }
+    fn transactional(&self) -> bool {
+        self.transactions.is_some()
+    }
+    fn transact(
+        &mut self,
+        client: &C,
+        key: &str,
+        ttl: Option<Duration>,
+        ok: bool,
+    ) -> StoreResult<TxRun<(), ()>> {
+        match &mut self.transactions {
+            Some((transact, _)) => transact(client, key, ttl, ok),
+            None => Err(crate::StoreError::unsupported(
+                "no transactional mode given",
+            )),
+        }
+    }
+    fn effects(&mut self, key: &str) -> u64 {
+        self.transactions
+            .as_mut()
+            .map_or(0, |(_, effects)| effects(key))
     }
 }

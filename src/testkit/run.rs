@@ -8,9 +8,9 @@ use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRu
 use super::Harness;
 use super::fault::{Fault, Faulty};
 use crate::block_on_ready;
-use crate::store::record::{ClaimAnswer, Record, Rules};
+use crate::store::record::{ClaimAnswer, Peek, Record, Rules};
 use crate::store::{
-    Capabilities, Claim, ClaimToken, Peeked, Settled, Settlement, Store, StoreResult,
+    Capabilities, Claim, ClaimToken, Peeked, Settled, Settlement, Store, StoreResult, TxRun,
 };
 
 /// The keys a run uses: canonical UUIDs (which some stores hold as bytes) and
@@ -77,6 +77,14 @@ pub enum Op {
         ttl: Option<u64>,
         lease: u64,
     },
+    /// A transaction on one key (the transactional mode) whose work writes one
+    /// effect row, then succeeds (`ok`) or fails.
+    Transact {
+        client: usize,
+        key: usize,
+        ttl: Option<u64>,
+        ok: bool,
+    },
     /// The clock moves on.
     Advance { ticks: u64 },
     /// The client crashes and is opened again, knowing no tokens.
@@ -96,6 +104,7 @@ enum KeyOp {
     Renew(ClaimToken, u64),
     Release(ClaimToken),
     Commit(ClaimToken, Option<u64>),
+    Transact(Option<u64>, bool),
 }
 
 /// One key's part of a reply.
@@ -107,6 +116,8 @@ enum KeyAnswer {
     Claim(ClaimAnswer, Option<ClaimToken>),
     /// A peek; a store's "cannot tell how long" (`None`) matches any claim.
     Peek(Peeked),
+    /// What a transaction did.
+    Tx(TxRun<(), ()>),
 }
 
 impl PartialEq for KeyAnswer {
@@ -115,6 +126,7 @@ impl PartialEq for KeyAnswer {
             (KeyAnswer::Done, KeyAnswer::Done) => true,
             (KeyAnswer::Bool(a), KeyAnswer::Bool(b)) => a == b,
             (KeyAnswer::Claim(a, _), KeyAnswer::Claim(b, _)) => a == b,
+            (KeyAnswer::Tx(a), KeyAnswer::Tx(b)) => a == b,
             (KeyAnswer::Peek(a), KeyAnswer::Peek(b)) => match (a, b) {
                 (Peeked::NotDone { claim_ends_in: x }, Peeked::NotDone { claim_ends_in: y }) => {
                     x.is_none() || y.is_none() || x == y
@@ -136,8 +148,13 @@ impl From<Claim> for KeyAnswer {
     }
 }
 
-/// Random runs of `Op`s for a store with `caps`, over `clients` clients.
-pub fn ops(caps: Capabilities, clients: usize) -> impl Strategy<Value = Vec<Op>> {
+/// Random runs of `Op`s for a store with `caps`, over `clients` clients
+/// (transactions too, for a `transactional` one).
+pub fn ops(
+    caps: Capabilities,
+    clients: usize,
+    transactional: bool,
+) -> impl Strategy<Value = Vec<Op>> {
     let client = 0..clients.max(1);
     let key = 0..KEYS.len();
     let keys = prop::sample::subsequence((0..KEYS.len()).collect::<Vec<_>>(), 1..=KEYS.len())
@@ -173,6 +190,23 @@ pub fn ops(caps: Capabilities, clients: usize) -> impl Strategy<Value = Vec<Op>>
             .prop_map(|(client, fault)| Op::Arm { client, fault })
             .boxed(),
     ];
+    if transactional {
+        let transact = (
+            client.clone(),
+            key.clone(),
+            ttl(),
+            prop::bool::weighted(0.75),
+        )
+            .prop_map(|(client, key, ttl, ok)| Op::Transact {
+                client,
+                key,
+                ttl,
+                ok,
+            })
+            .boxed();
+        choices.push(transact.clone());
+        choices.push(transact);
+    }
     if caps.claim {
         let claim = (client.clone(), keys.clone(), lease())
             .prop_map(|(client, keys, lease)| Op::Claim {
@@ -265,9 +299,14 @@ pub fn check<H: Harness>(cases: u32, make: impl Fn() -> H) {
 /// host without them, as wasm32 in JS, passes its own): `Err` describes the
 /// smallest failing run and names the seed.
 pub fn check_seeded<H: Harness>(cases: u32, seed: u64, make: impl Fn() -> H) -> Result<(), String> {
-    let (caps, clients, rules) = {
+    let (caps, clients, rules, transactional) = {
         let mut h = make();
-        (h.open().capabilities(), h.clients(), h.rules())
+        (
+            h.open().capabilities(),
+            h.clients(),
+            h.rules(),
+            h.transactional(),
+        )
     };
     if caps.lease && !rules.claims_have_owners {
         return Err(
@@ -288,7 +327,7 @@ pub fn check_seeded<H: Harness>(cases: u32, seed: u64, make: impl Fn() -> H) -> 
     let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
     let mut runner = TestRunner::new_with_rng(config, rng);
     runner
-        .run(&ops(caps, clients), |ops| {
+        .run(&ops(caps, clients, transactional), |ops| {
             check_ops(&mut make(), &ops).map_err(TestCaseError::fail)
         })
         .map_err(|e| format!("store testkit (BQ_TESTKIT_SEED={seed}): {e}"))
@@ -340,6 +379,8 @@ struct World<C: Store> {
     clients: Vec<Faulty<C>>,
     /// `tokens[client][key]`: every token the client was given for the key.
     tokens: Vec<Vec<Vec<ClaimToken>>>,
+    /// Per key, the transactions the store answered committed.
+    committed: Vec<u64>,
     tick: u64,
 }
 
@@ -351,6 +392,7 @@ impl<C: Store> World<C> {
             records: vec![vec![Record::Free]; KEYS.len()],
             clients: (0..n).map(|_| Faulty::new(h.open())).collect(),
             tokens: vec![vec![Vec::new(); KEYS.len()]; n],
+            committed: vec![0; KEYS.len()],
             tick: h.tick_ms(),
         }
     }
@@ -382,6 +424,12 @@ impl<C: Store> World<C> {
                 self.clients[*client].arm(*fault);
                 return Ok(());
             }
+            Op::Transact {
+                client,
+                key,
+                ttl,
+                ok,
+            } => return self.transact(h, *client, *key, *ttl, *ok),
             op => self.parts(op),
         };
         let lo = h.now_ms().saturating_sub(h.slack_ms());
@@ -397,6 +445,41 @@ impl<C: Store> World<C> {
             Err(e) if e.message.starts_with("injected fault") => Ok(()),
             Err(e) => Err(format!("the store failed: {e}")),
         }
+    }
+
+    /// A transaction: its answer checked as a call's, then the key's effect
+    /// rows counted against its committed transactions.
+    fn transact<H: Harness<Client = C>>(
+        &mut self,
+        h: &mut H,
+        client: usize,
+        key: usize,
+        ttl: Option<u64>,
+        ok: bool,
+    ) -> Result<(), String> {
+        let lo = h.now_ms().saturating_sub(h.slack_ms());
+        let ttl_ms = ttl.map(|t| self.ms(t));
+        let run = h.transact(
+            self.clients[client].inner(),
+            KEYS[key],
+            ttl_ms.map(Duration::from_millis),
+            ok,
+        );
+        let hi = h.now_ms() + h.slack_ms();
+        let run = run.map_err(|e| format!("the transaction failed: {e}"))?;
+        if run == TxRun::Committed(()) {
+            self.committed[key] += 1;
+        }
+        let part = [(key, KeyOp::Transact(ttl_ms, ok))];
+        self.settle_answers(client, &part, &[KeyAnswer::Tx(run)], (lo, hi), true)?;
+        let effects = h.effects(KEYS[key]);
+        if effects != self.committed[key] {
+            return Err(format!(
+                "key {:?}: {effects} effect rows for {} committed transactions",
+                KEYS[key], self.committed[key]
+            ));
+        }
+        Ok(())
     }
 
     /// The per-key parts of a call.
@@ -478,7 +561,9 @@ impl<C: Store> World<C> {
                 }
                 (c, parts)
             }
-            Op::Advance { .. } | Op::Crash { .. } | Op::Arm { .. } => (0, Vec::new()),
+            Op::Advance { .. } | Op::Crash { .. } | Op::Arm { .. } | Op::Transact { .. } => {
+                (0, Vec::new())
+            }
         }
     }
 
@@ -628,6 +713,17 @@ fn apply(
         KeyOp::Commit(token, ttl) => {
             KeyAnswer::Bool(r.remember_fenced(rules, now_, token, ttl.and_then(after)))
         }
+        // Done: nothing runs; a live claim: nothing runs; else the work's writes
+        // and the key commit together, or neither.
+        KeyOp::Transact(ttl, ok) => KeyAnswer::Tx(match r.peek(now_) {
+            Peek::Done => TxRun::AlreadyDone,
+            Peek::Claimed => TxRun::Held,
+            Peek::Free if *ok => {
+                r.remember(rules, now_, ttl.and_then(after));
+                TxRun::Committed(())
+            }
+            Peek::Free => TxRun::RolledBack(()),
+        }),
     }
 }
 

@@ -9,7 +9,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bq_dedupe::StoreResult;
 use bq_dedupe::store::record::Rules;
+use bq_dedupe::store::{TransactionalStore, TxRun};
 use bq_dedupe::testkit::{self, Harness, OnServer};
 use bq_dedupe::{Clock, ManualClock};
 use bq_dedupe_stores::{AnyStore, Dialect, PostgresStore, RedisStore, SqliteStore};
@@ -36,7 +38,39 @@ impl Harness for Sqlite {
     fn advance(&mut self, ms: u64) {
         self.clock.advance(ms);
     }
+    fn transactional(&self) -> bool {
+        true
+    }
+    fn transact(
+        &mut self,
+        client: &SqliteStore,
+        key: &str,
+        ttl: Option<Duration>,
+        ok: bool,
+    ) -> StoreResult<TxRun<(), ()>> {
+        client.transaction(Some(key), ttl, |tx| {
+            tx.execute_batch(SQLITE_EFFECTS).expect("the effect table");
+            tx.execute("INSERT INTO testkit_effects (key) VALUES (?1)", [key])
+                .expect("the effect row");
+            if ok { Ok(()) } else { Err(()) }
+        })
+    }
+    fn effects(&mut self, key: &str) -> u64 {
+        let conn = rusqlite::Connection::open(self.db.path()).unwrap();
+        conn.execute_batch(SQLITE_EFFECTS).unwrap();
+        let n: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM testkit_effects WHERE key = ?1",
+                [key],
+                |r| r.get(0),
+            )
+            .unwrap();
+        n as u64
+    }
 }
+
+/// The transactional runs' effect rows (no unique key: a second write shows).
+const SQLITE_EFFECTS: &str = "CREATE TABLE IF NOT EXISTS testkit_effects (key TEXT NOT NULL);";
 
 #[test]
 fn sqlite_follows_the_record_model() {
@@ -153,13 +187,38 @@ fn postgres_follows_the_record_model() {
     testkit::check(12, || {
         let url = postgres_url();
         let table = postgres_table("testkit");
-        let cleanup = PgCleanup {
-            url: url.clone(),
-            table: table.clone(),
-        };
+        let effects = format!("{table}_fx");
+        let cleanup = (
+            PgCleanup {
+                url: url.clone(),
+                table: table.clone(),
+            },
+            PgCleanup {
+                url: url.clone(),
+                table: effects.clone(),
+            },
+        );
+        let mut counter = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let create = format!("CREATE TABLE IF NOT EXISTS {effects} (key TEXT NOT NULL)");
+        counter.batch_execute(&create).unwrap();
+        let insert = format!("INSERT INTO {effects} (key) VALUES ($1)");
+        let count = format!("SELECT count(*) FROM {effects} WHERE key = $1");
+        let open_url = url.clone();
         OnServer::new(PostgresStore::RULES, move || {
-            PostgresStore::connect(&url, &table).expect("connect to PostgreSQL")
+            PostgresStore::connect(&open_url, &table).expect("connect to PostgreSQL")
         })
+        .with_transactions(
+            move |store, key, ttl, ok| {
+                store.transaction(Some(key), ttl, |tx| {
+                    tx.execute(&insert, &[&key]).expect("the effect row");
+                    if ok { Ok(()) } else { Err(()) }
+                })
+            },
+            move |key| {
+                let n: i64 = counter.query_one(&count, &[&key]).unwrap().get(0);
+                n as u64
+            },
+        )
         .with_cleanup(cleanup)
     });
 }
@@ -192,4 +251,49 @@ fn a_resent_commit_is_run_ok_on_sqlite_and_redis() {
         prefix: prefix.clone(),
     };
     a_resent_commit_is_run_ok(RedisStore::connect(&url, prefix).unwrap());
+}
+
+/// The transactional mode over a claim that lapsed: the transaction runs and
+/// records the id, and the lapsed claim's owner can no longer renew or commit
+/// it as its own (its effect would then run a second time unreported).
+#[test]
+fn sqlite_a_transaction_over_a_lapsed_claim_ends_that_claim() {
+    use bq_dedupe::testkit::Op;
+    let run = vec![
+        Op::Claim {
+            client: 0,
+            keys: vec![0],
+            lease: 1,
+        },
+        Op::Advance { ticks: 2 },
+        Op::Transact {
+            client: 1,
+            key: 0,
+            ttl: None,
+            ok: true,
+        },
+        Op::Renew {
+            client: 0,
+            key: 0,
+            token: 0,
+            lease: 5,
+        },
+        Op::Commit {
+            client: 0,
+            key: 0,
+            token: 0,
+            ttl: None,
+        },
+        Op::Transact {
+            client: 2,
+            key: 0,
+            ttl: None,
+            ok: true,
+        },
+    ];
+    let mut harness = Sqlite {
+        db: TempDb::new("tx-lapsed"),
+        clock: Arc::new(ManualClock::new(1_000_000)),
+    };
+    testkit::check_ops(&mut harness, &run).unwrap();
 }

@@ -56,6 +56,12 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
             store_api::release(req, ctx.env)
         })
         .post_async("/store/settle", |req, ctx| store_api::settle(req, ctx.env))
+        .post_async("/store/transact", |req, ctx| {
+            store_api::transact(req, ctx.env)
+        })
+        .post_async("/store/effects", |req, ctx| {
+            store_api::effects(req, ctx.env)
+        })
         .get_async("/store/entries", |req, ctx| {
             store_api::entries(req, ctx.env)
         })

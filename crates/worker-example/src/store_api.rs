@@ -273,6 +273,91 @@ pub async fn settle(mut req: Request, env: Env) -> Result<Response> {
     }))
 }
 
+#[derive(Deserialize)]
+struct Transaction {
+    key: String,
+    #[serde(default)]
+    ttl_ms: Option<u64>,
+    ok: bool,
+}
+
+/// The testkit's effect rows (test directives only): one per committed
+/// transaction of `/store/transact`.
+const TESTKIT_EFFECTS: &str = "CREATE TABLE IF NOT EXISTS testkit_effects (key TEXT NOT NULL)";
+
+/// `POST /store/transact {"key", "ttl_ms", "ok"}` (D1, test directives only):
+/// the transactional mode on one key, its work one row in `testkit_effects`,
+/// the batch made to fail (a statement D1 refuses) when `ok` is false.
+/// Answers `{"run": "committed" | "already-done" | "held" | "rolled-back"}`.
+pub async fn transact(mut req: Request, env: Env) -> Result<Response> {
+    use bq_dedupe_workers::bq_dedupe::store::{StatementStore, TxRun};
+    if !crate::access::directives_enabled(&env) {
+        return Response::error(
+            "the testkit's transactions need EXAMPLE_TEST_DIRECTIVES=1",
+            403,
+        );
+    }
+    let tx: Transaction = match body(&mut req, &env).await? {
+        Ok(b) => b,
+        Err(refusal) => return Ok(refusal),
+    };
+    let (config, store) = open(&env)?;
+    let db = env.d1(&config.d1_binding)?;
+    db.prepare(TESTKIT_EFFECTS).run().await?;
+    let key = wasm_bindgen::JsValue::from_str(&tx.key);
+    let mut statements = vec![
+        db.prepare("INSERT INTO testkit_effects (key) VALUES (?1)")
+            .bind(std::slice::from_ref(&key))?,
+    ];
+    if !tx.ok {
+        statements.push(
+            db.prepare("INSERT INTO testkit_no_such_table (key) VALUES (?1)")
+                .bind(&[key])?,
+        );
+    }
+    let ttl = tx.ttl_ms.map(Duration::from_millis);
+    reply(
+        store
+            .commit_with(Some(&tx.key), ttl, statements)
+            .await
+            .map(|run| {
+                let run = match run {
+                    TxRun::Committed(()) => "committed",
+                    TxRun::AlreadyDone => "already-done",
+                    TxRun::Held => "held",
+                    TxRun::RolledBack(_) => "rolled-back",
+                };
+                json!({ "run": run })
+            }),
+    )
+}
+
+/// `POST /store/effects {"keys": [key]}` (test directives only): how many rows
+/// `/store/transact` left for the key, `{"effects": n}`.
+pub async fn effects(mut req: Request, env: Env) -> Result<Response> {
+    if !crate::access::directives_enabled(&env) {
+        return Response::error("the testkit's effects need EXAMPLE_TEST_DIRECTIVES=1", 403);
+    }
+    let keys: Keys = match body(&mut req, &env).await? {
+        Ok(b) => b,
+        Err(refusal) => return Ok(refusal),
+    };
+    let (config, _) = open(&env)?;
+    let db = env.d1(&config.d1_binding)?;
+    db.prepare(TESTKIT_EFFECTS).run().await?;
+    #[derive(Deserialize)]
+    struct Count {
+        n: u64,
+    }
+    let key = wasm_bindgen::JsValue::from_str(keys.keys.first().map_or("", String::as_str));
+    let count: Option<Count> = db
+        .prepare("SELECT count(*) AS n FROM testkit_effects WHERE key = ?1")
+        .bind(&[key])?
+        .first(None)
+        .await?;
+    Response::from_json(&json!({ "effects": count.map_or(0, |c| c.n) }))
+}
+
 /// `GET /store/entries[?expired=1]`: the live rows; with `expired=1` also the
 /// expired rows the sweep alarm has not removed yet.
 pub async fn entries(req: Request, env: Env) -> Result<Response> {

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use bq_dedupe::store::{Peeked, Settled, Settlement};
+use bq_dedupe::store::{Peeked, Settled, Settlement, TxRun};
 use bq_dedupe::{Capabilities, Claim, ClaimToken, Store, StoreError, StoreErrorKind, StoreResult};
 use serde_json::{Value, json};
 
@@ -77,6 +77,37 @@ impl HttpStore {
             kind,
             format!("{url}: HTTP {status}: {text}"),
         ))
+    }
+}
+
+impl HttpStore {
+    /// The transactional mode through `/store/transact` (a D1 store): one
+    /// effect row for `key` and the key in one batch, the batch refused when
+    /// `ok` is false.
+    pub fn transact(
+        &self,
+        key: &str,
+        ttl: Option<Duration>,
+        ok: bool,
+    ) -> StoreResult<TxRun<(), ()>> {
+        let body =
+            json!({ "key": format!("{}{key}", self.prefix), "ttl_ms": ttl.map(ms), "ok": ok });
+        let reply = self.post("transact", body)?;
+        match reply["run"].as_str() {
+            Some("committed") => Ok(TxRun::Committed(())),
+            Some("already-done") => Ok(TxRun::AlreadyDone),
+            Some("held") => Ok(TxRun::Held),
+            Some("rolled-back") => Ok(TxRun::RolledBack(())),
+            _ => Err(StoreError::internal(format!("transact: {reply}"))),
+        }
+    }
+
+    /// How many effect rows `/store/transact` left for `key`.
+    pub fn effects(&self, key: &str) -> StoreResult<u64> {
+        let reply = self.post("effects", json!({ "keys": self.keys(&[key]) }))?;
+        reply["effects"]
+            .as_u64()
+            .ok_or_else(|| StoreError::internal(format!("effects: {reply}")))
     }
 }
 

@@ -3,6 +3,8 @@
 //! random runs from several clients, each answer checked against the record
 //! model on workerd's own clock, with faults injected. It runs the SQLite
 //! store's statements (`bq_dedupe::store::sql`), so it follows the same rules.
+//! Runs include the transactional mode (`StatementStore::commit_with`, through
+//! the worker's `/store/transact`): each committed run leaves one effect row.
 //! `make workers-test` serves the worker with `BQ_SERVE_VARS` naming D1 and
 //! sets `BQ_TEST_WORKER_URL`; without it this test fails rather than skips.
 
@@ -28,6 +30,13 @@ fn the_d1_store_follows_the_record_model_on_workerd() {
             RUN.fetch_add(1, Ordering::Relaxed)
         );
         let url = url.clone();
-        OnServer::new(RULES, move || HttpStore::new(&url, TOKEN, &prefix)).with_timing(80, 20)
+        let effects = HttpStore::new(&url, TOKEN, &prefix);
+        OnServer::new(RULES, move || HttpStore::new(&url, TOKEN, &prefix))
+            .with_timing(80, 20)
+            // The transactional mode: the handler's statements with the id in one batch.
+            .with_transactions(
+                |store, key, ttl, ok| store.transact(key, ttl, ok),
+                move |key| effects.effects(key).expect("count the effect rows"),
+            )
     });
 }
