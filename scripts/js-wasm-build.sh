@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds one JS package crate's cdylib for wasm32 in the package's `js` profile
-# (release at opt-level z, fat LTO, panic=abort, no debug info; defined here with
+# (release at opt-level s, fat LTO, panic=abort, no debug info; defined here with
 # --config because the profiles live in the root Cargo.toml), and prints the
 # .wasm's path. Shared by scripts/build-js.sh and scripts/build-workers-js.sh.
 #
@@ -8,6 +8,8 @@
 #
 # `cargo rustc --crate-type cdylib`: with the manifest's extra `rlib` type cargo
 # would skip LTO. Shorter source paths (kept in panic locations) save a few KB.
+# opt-level s, not z: z made the JS package about 15 % slower for 10 KB less
+# (bench/README.md, issue #19).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,7 +17,7 @@ PACKAGE="$1"
 shift
 cargo rustc -p "$PACKAGE" --lib --crate-type cdylib --target wasm32-unknown-unknown --profile js \
     --config 'profile.js.inherits="release"' \
-    --config 'profile.js.opt-level="z"' \
+    --config 'profile.js.opt-level="s"' \
     --config 'profile.js.lto=true' \
     --config 'profile.js.codegen-units=1' \
     --config 'profile.js.panic="abort"' \
