@@ -26,7 +26,8 @@ use std::time::Duration;
 
 use bq_dedupe::observe::Event;
 use bq_dedupe::{
-    Disposition, Guard, KeySpace, Limits, Message, Observer, Options, Outcome, Rejection, Timer,
+    Disposition, Guard, KeySpace, Limits, Message, Observer, Options, Outcome, OutcomeKind,
+    Rejection, Timer,
 };
 use js_sys::{Array, Function, Object, Uint8Array};
 use wasm_bindgen::JsCast;
@@ -311,20 +312,36 @@ fn disposition_code(d: Disposition) -> &'static str {
     }
 }
 
+thread_local! {
+    /// Per outcome kind, `{ kind, disposition, ran }`: each outcome starts as a
+    /// copy of its kind's (one `Object.assign` instead of three property sets).
+    static OUTCOME_TEMPLATES: RefCell<Vec<(OutcomeKind, Object)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A new outcome object with its kind's three fixed fields.
+fn outcome_object(kind: OutcomeKind) -> Object {
+    OUTCOME_TEMPLATES.with_borrow_mut(|templates| {
+        let template = match templates.iter().find(|(k, _)| *k == kind) {
+            Some((_, t)) => t,
+            None => {
+                let t = Object::new();
+                set(&t, "kind", interned(kind.code()));
+                set(&t, "disposition", interned(disposition_code(kind.disposition())));
+                set(&t, "ran", &JsValue::from_bool(kind.handler_ran()));
+                templates.push((kind, t));
+                &templates.last().expect("just pushed").1
+            }
+        };
+        Object::assign(&Object::new(), template)
+    })
+}
+
 /// The outcomes of a batch as JS objects `{ kind, disposition, ran, key, reason?,
 /// error?, storeError?, rejection? }`, in order (names and codes are interned).
 fn outcomes_js(outcomes: Vec<Outcome<HandlerError>>, keys: &[Option<String>]) -> Array {
     let array = Array::new();
     for (i, outcome) in outcomes.into_iter().enumerate() {
-        let kind = outcome.kind();
-        let o = Object::new();
-        set(&o, "kind", interned(kind.code()));
-        set(
-            &o,
-            "disposition",
-            interned(disposition_code(kind.disposition())),
-        );
-        set(&o, "ran", &JsValue::from_bool(kind.handler_ran()));
+        let o = outcome_object(outcome.kind());
         set(
             &o,
             "key",
