@@ -183,3 +183,18 @@ fn an_envelope_without_an_id_commits_its_statements_fail_open_and_poison_runs_no
     assert_eq!(poison.kind(), OutcomeKind::Rejected);
     assert_eq!(effects_of("poison"), 0);
 }
+
+#[test]
+fn a_handler_with_nothing_to_write_still_records_its_id_once() {
+    let guard = guard();
+    for expected in [OutcomeKind::Ran, OutcomeKind::Skipped] {
+        let outcome = block_on_ready(
+            guard.process_with_statements(envelope("s-6").as_str(), async |_| {
+                Ok::<Vec<String>, String>(Vec::new())
+            }),
+        )
+        .unwrap();
+        assert_eq!(outcome.kind(), expected);
+    }
+    assert!(block_on_ready(guard.store().seen("s-6")).unwrap().unwrap());
+}

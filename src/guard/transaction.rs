@@ -232,6 +232,9 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
             .commit_with(key, self.options.ttl, statements)
             .await;
         self.report_store_error(StoreOp::Remember, &run);
+        if let Ok(TxRun::RolledBack(e)) = &run {
+            self.report_store_error::<()>(StoreOp::Remember, &Err(e.clone()));
+        }
         match run {
             Ok(TxRun::Committed(())) if fail_open => Outcome::FailOpen(Ok(())),
             Ok(TxRun::Committed(())) => Outcome::Ran,

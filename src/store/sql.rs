@@ -31,6 +31,17 @@ CREATE TABLE IF NOT EXISTS bq_dedupe (
     expires_at INTEGER           -- unix ms; NULL = never
 ) WITHOUT ROWID;";
 
+/// The index the sweep of expired rows reads (created with the table).
+pub const EXPIRY_INDEX: &str =
+    "CREATE INDEX IF NOT EXISTS bq_dedupe_expires_at ON bq_dedupe (expires_at)";
+
+/// A bounded sweep of expired *done* rows (`?1` now, `?2` at most this many):
+/// they already read as absent, so removing them changes no answer. Lapsed
+/// claims stay (their owner may still renew them, as the rules say).
+pub const PURGE_EXPIRED_DONE: &str = "DELETE FROM bq_dedupe WHERE key IN (
+    SELECT key FROM bq_dedupe
+    WHERE state = 1 AND expires_at IS NOT NULL AND expires_at <= ?1 LIMIT ?2)";
+
 /// A row counts only while `expires_at` is NULL or in the future (`?now` is ms).
 pub const SEEN: &str = "SELECT 1 FROM bq_dedupe
     WHERE key = ?1 AND state = 1 AND (expires_at IS NULL OR expires_at > ?2)";

@@ -326,7 +326,11 @@ fn outcome_object(kind: OutcomeKind) -> Object {
             None => {
                 let t = Object::new();
                 set(&t, "kind", interned(kind.code()));
-                set(&t, "disposition", interned(disposition_code(kind.disposition())));
+                set(
+                    &t,
+                    "disposition",
+                    interned(disposition_code(kind.disposition())),
+                );
                 set(&t, "ran", &JsValue::from_bool(kind.handler_ran()));
                 templates.push((kind, t));
                 &templates.last().expect("just pushed").1

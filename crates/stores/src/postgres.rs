@@ -96,36 +96,52 @@ fn check_table(table: &str) -> StoreResult<()> {
 /// PEM file of the CAs to trust; without it, the platform's roots). Both are
 /// taken out of the URL, which goes on to the client without them.
 struct Tls {
-    mode: SslMode,
+    /// `None`: the URL said nothing (the config's own parse stands: a
+    /// key=value string's `sslmode`, or the default `prefer`).
+    mode: Option<SslMode>,
     verify: Verify,
     ca: Option<Vec<u8>>,
 }
 
 fn tls_of(url: &str) -> StoreResult<(String, Tls)> {
     let (url, ours) = take_params(url, &["sslmode", "sslrootcert"])?;
-    let mut mode = "prefer".to_owned();
-    let mut ca = None;
+    let mut mode = None;
+    let mut root = None;
     for (name, value) in ours {
         if name == "sslmode" {
-            mode = value;
+            mode = Some(value);
         } else {
-            ca = Some(read_ca_file(&value)?);
+            root = Some(value);
         }
     }
+    // `sslrootcert=system` (libpq 16): the platform's roots, as without one.
+    let ca = match root.as_deref() {
+        None | Some("system") => None,
+        Some(path) => Some(read_ca_file(path)?),
+    };
     // libpq: with a CA file, `require` checks the chain as `verify-ca` does.
     let unverified = if ca.is_some() {
         Verify::Chain
     } else {
         Verify::Nothing
     };
-    let (mode, verify) = match mode.as_str() {
-        "disable" => (SslMode::Disable, Verify::Nothing),
+    let (mode, verify) = match mode.as_deref() {
+        None => (None, unverified),
+        Some("disable") => (Some(SslMode::Disable), Verify::Nothing),
         // `allow` tries plain first in libpq; TLS first when offered is safer.
-        "allow" | "prefer" => (SslMode::Prefer, unverified),
-        "require" => (SslMode::Require, unverified),
-        "verify-ca" => (SslMode::Require, Verify::Chain),
-        "verify-full" => (SslMode::Require, Verify::ChainAndName),
-        other => {
+        Some("allow" | "prefer") => (Some(SslMode::Prefer), unverified),
+        Some("require") => (Some(SslMode::Require), unverified),
+        // Any public CA's certificate for any name would pass: libpq refuses it too.
+        Some("verify-ca") if ca.is_none() => {
+            return Err(invalid(
+                "postgres: sslmode=verify-ca needs sslrootcert=PATH (the CA that signs the \
+                 server's certificate); to trust the platform's roots use verify-full, \
+                 which also checks the host name",
+            ));
+        }
+        Some("verify-ca") => (Some(SslMode::Require), Verify::Chain),
+        Some("verify-full") => (Some(SslMode::Require), Verify::ChainAndName),
+        Some(other) => {
             return Err(invalid(format!(
                 "postgres: unknown sslmode {other:?} (use disable, allow, prefer, require, verify-ca or verify-full)"
             )));
@@ -232,19 +248,27 @@ impl PostgresStore {
     /// Connects to `url` (`postgres://[USER[:PASSWORD]@]HOST[:PORT]/DB[?...]`, any
     /// parameter libpq-style URLs take) and creates the tables if missing.
     ///
-    /// TLS is libpq's: `sslmode=verify-full` checks the server's certificate
-    /// and name against `sslrootcert=PATH` (a PEM file) or the platform's roots,
-    /// `verify-ca` the certificate only; `require` (and the default, `prefer`,
-    /// when the server offers TLS) encrypts without authenticating the server,
-    /// unless `sslrootcert` is given. `disable` is plain TCP. A certificate that
-    /// fails its check is `Unavailable`, naming the host.
+    /// TLS as libpq reads the URL's `sslmode` and `sslrootcert`:
+    /// `verify-full` checks the server's certificate and name against
+    /// `sslrootcert=PATH` (a PEM file) or the platform's roots (also
+    /// `sslrootcert=system`); `verify-ca` the certificate only, against
+    /// `sslrootcert` (required); `require` (and the default, `prefer`, when the
+    /// server offers TLS) encrypts without authenticating the server, unless
+    /// `sslrootcert` is given. `disable` is plain TCP. Differences from libpq:
+    /// `allow` is `prefer`; a failed handshake under `prefer` is an error, not a
+    /// plain retry; `~/.postgresql/root.crt`, `PGSSLMODE` and client
+    /// certificates are not read. A certificate that fails its check is
+    /// `Unavailable`, naming the host.
     pub fn connect(url: &str, table: &str) -> StoreResult<Self> {
         check_table(table)?;
         let (url, tls) = tls_of(url)?;
         let mut config: Config = url
             .parse()
             .map_err(|e| invalid(format!("postgres: bad url: {e}")))?;
-        config.connect_timeout(TIMEOUT).ssl_mode(tls.mode);
+        config.connect_timeout(TIMEOUT);
+        if let Some(mode) = tls.mode {
+            config.ssl_mode(mode);
+        }
         let host = where_to(&config);
         let connector = MakeRustlsConnect::new(client_config(tls.verify, tls.ca.as_deref())?);
         let manager = PostgresConnectionManager::new(config, connector);

@@ -13,8 +13,8 @@ use bq_dedupe::{
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 
 use bq_dedupe::store::sql::{
-    CLAIM, COMMIT_IF_FREE, COMMIT_OWN, FORGET, LIVE_STATE, RELEASE, REMEMBER, RENEW, SCHEMA, SEEN,
-    STATE,
+    CLAIM, COMMIT_IF_FREE, COMMIT_OWN, EXPIRY_INDEX, FORGET, LIVE_STATE, RELEASE, REMEMBER, RENEW,
+    SCHEMA, SEEN, STATE,
 };
 
 use crate::{StoreStats, new_token, ttl_ms};
@@ -213,10 +213,12 @@ fn set_up(conn: &Connection) -> rusqlite::Result<String> {
         conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
     if mode.eq_ignore_ascii_case("wal") {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.execute_batch(&format!("BEGIN IMMEDIATE; {SCHEMA} COMMIT;"))
-            .inspect_err(|_| {
-                let _ = conn.execute_batch("ROLLBACK");
-            })?;
+        conn.execute_batch(&format!(
+            "BEGIN IMMEDIATE; {SCHEMA} {EXPIRY_INDEX}; COMMIT;"
+        ))
+        .inspect_err(|_| {
+            let _ = conn.execute_batch("ROLLBACK");
+        })?;
     }
     Ok(mode)
 }

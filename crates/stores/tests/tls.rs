@@ -138,22 +138,48 @@ fn postgres_sslmodes_follow_libpq_and_the_verified_store_follows_the_record_mode
         &format!("{elsewhere}?sslmode=verify-full&sslrootcert={ca}"),
         &host_of(&elsewhere),
     );
-    for spec in [
-        format!("{elsewhere}?sslmode=verify-ca&sslrootcert={ca}"),
+    // Each mode's sessions: encrypted or not, as libpq's mode says.
+    for (spec, encrypted) in [
+        (
+            format!("{elsewhere}?sslmode=verify-ca&sslrootcert={ca}"),
+            true,
+        ),
         // require without a CA file: encrypted, the server not authenticated (libpq).
-        format!("{url}?sslmode=require"),
-        format!("{url}?sslmode=disable"),
+        (format!("{url}?sslmode=require"), true),
+        // prefer (also the default) and allow: TLS when the server offers it.
+        (format!("{url}?sslmode=prefer"), true),
+        (format!("{url}?sslmode=allow"), true),
+        (url.clone(), true),
+        (format!("{url}?sslmode=disable"), false),
     ] {
         let table = postgres_table("tls-mode");
         let _clean = PgCleanup {
             url: url.clone(),
             table: table.clone(),
         };
-        let store = PostgresStore::connect(&spec, &table).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        let app = unique("tls-mode-app");
+        let sep = if spec.contains('?') { '&' } else { '?' };
+        let with_app = format!("{spec}{sep}application_name={app}");
+        let store =
+            PostgresStore::connect(&with_app, &table).unwrap_or_else(|e| panic!("{spec}: {e}"));
         check_basics(&store);
+        let (tls, all) = sessions(&url, &app);
+        let want = if encrypted { all } else { 0 };
+        assert!(
+            all >= 1 && tls == want,
+            "{spec}: {tls} of {all} sessions encrypted"
+        );
     }
+    // verify-ca against the platform's roots would take any public certificate
+    // for any name: refused before connecting, as libpq does.
+    let e = refused(&format!("{url}?sslmode=verify-ca"));
+    assert_eq!(e.kind, StoreErrorKind::Invalid, "{e}");
+    assert!(e.message.contains("sslrootcert"), "{e}");
     // require with a CA file checks the chain, as libpq does.
-    refused(&format!("{url}?sslmode=require&sslrootcert={other}"));
+    assert_refused_naming_the_host(
+        &format!("{url}?sslmode=require&sslrootcert={other}"),
+        &host_of(&url),
+    );
 
     testkit::check(6, || {
         let (full, table) = (full.clone(), postgres_table("tls-testkit"));

@@ -33,6 +33,8 @@ struct Directives {
     /// the effect's batch also carries a statement D1 refuses, so the batch
     /// fails after the handler ran (a failure between the handler and the write).
     bad_statement_attempts: u64,
+    /// With `EXAMPLE_D1_EFFECTS=on`: the handler has nothing to write (`[]`).
+    no_statements: bool,
 }
 
 #[derive(Deserialize, Default)]
@@ -161,6 +163,9 @@ mod d1_effects {
         let attempt = delivery.attempts();
         if directives.always_fail || attempt < directives.fail_attempts {
             return Err(format!("example handler told to fail (attempt {attempt})"));
+        }
+        if directives.no_statements {
+            return Ok(Vec::new());
         }
         let id = JsValue::from_str(message.id().unwrap_or_default());
         let bind =

@@ -114,19 +114,27 @@ export function dedupeQueue<M extends QueueMessage>(
   options?: DedupeQueueOptions,
 ): Promise<QueueReport>;
 
-/** A D1 prepared statement (`env.DB.prepare(sql).bind(...)`), as workers-types declares it. */
+/** A D1 prepared statement (`db.prepare(sql).bind(...)`), as workers-types declares it. */
 export interface D1Statement {
   bind(...values: unknown[]): D1Statement;
 }
 
+/** The D1 database the ids live in, as the handler uses it (workers-types' `D1Database` fits). */
+export interface D1Like<S extends D1Statement = D1Statement> {
+  prepare(query: string): S;
+}
+
 /**
- * Builds the D1 statements of the delivery's effect without running them; they
- * commit with the id in one `batch()`. Throw (or reject) to fail the delivery:
- * nothing is written, it is retried.
+ * Builds the D1 statements of the delivery's effect on `db` without running
+ * them; they commit with the id in one `batch()`. Prepare them on `db` (the
+ * database the ids live in): a D1 batch runs every statement in the database
+ * it is sent to. Throw (or reject) to fail the delivery: nothing is written, it
+ * is retried.
  */
 export type D1QueueHandler<M extends QueueMessage = QueueMessage, S extends D1Statement = D1Statement> = (
   envelope: BabelQueueEnvelope,
   message: M,
+  db: D1Like<S>,
 ) => S[] | Promise<S[]>;
 
 /**
@@ -134,9 +142,11 @@ export type D1QueueHandler<M extends QueueMessage = QueueMessage, S extends D1St
  * statements and the message's id commit in one D1 `batch()` (one transaction),
  * so the effect is written once or not at all, even when the consumer dies or
  * a duplicate runs at the same time. An id already done runs nothing. The
- * store is D1 (the `DEDUPE_D1` binding, or `DEDUPE_D1_BINDING`) whatever
- * `DEDUPE_STORE` says; the ids live in its `bq_dedupe` table (created if
- * missing). Acks, retries and dead-letters as `dedupeQueue` does.
+ * store is D1 whatever `DEDUPE_STORE` says: the `DEDUPE_D1` binding, or the one
+ * `DEDUPE_D1_BINDING` names (point it at your own database, where your effect
+ * tables are); the ids live in its `bq_dedupe` table (created if missing).
+ * Messages run one after another (a pre-check and one batch each), take no
+ * claims, and are acked, retried or dead-lettered as `dedupeQueue` does.
  */
 export function dedupeQueueD1<M extends QueueMessage, S extends D1Statement>(
   batch: { readonly queue: string; readonly messages: readonly M[] },

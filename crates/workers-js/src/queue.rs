@@ -151,7 +151,14 @@ fn consumer_for(
     env: &Env,
     options: &JsValue,
     fixed: &[(&str, &str)],
-) -> Result<QueueConsumer<WorkersStore, (), WorkersTimer>, JsValue> {
+) -> Result<
+    (
+        QueueConsumer<WorkersStore, (), WorkersTimer>,
+        Env,
+        DedupeConfig,
+    ),
+    JsValue,
+> {
     let (env, observer) = configure_with(env, options, fixed)?;
     let config = DedupeConfig::from_env(&env).map_err(|e| type_error(&e.0))?;
     let store = config
@@ -163,15 +170,19 @@ fn consumer_for(
             let _ = observer.call1(&JsValue::NULL, &message_to_js(m));
         });
     }
-    Ok(consumer)
+    Ok((consumer, env, config))
 }
 
-/// Calls the JS handler with the delivery's envelope and Cloudflare's message,
-/// awaiting what it returns.
-async fn call_handler(handler: &Function, delivery: &Delivery<'_, '_>) -> Result<JsValue, String> {
+/// Calls the JS handler with the delivery's envelope, Cloudflare's message and
+/// `extra` (the D1 database, for `dedupeQueueD1`), awaiting what it returns.
+async fn call_handler(
+    handler: &Function,
+    delivery: &Delivery<'_, '_>,
+    extra: &JsValue,
+) -> Result<JsValue, String> {
     let message = delivery.queue_message();
     let envelope = envelope_of(&message.body(), delivery.message().raw().as_bytes());
-    let called = handler.call2(&JsValue::NULL, &envelope, message.as_js());
+    let called = handler.call3(&JsValue::NULL, &envelope, message.as_js(), extra);
     await_value(called).await.map_err(|e| message_of(&e))
 }
 
@@ -194,11 +205,13 @@ pub async fn dedupe_queue(
     let handler: Function = handler
         .dyn_into()
         .map_err(|_| type_error("dedupeQueue: handler must be a function"))?;
-    let consumer = consumer_for(&env, &options, &[])?;
+    let (consumer, ..) = consumer_for(&env, &options, &[])?;
     let batch = QueueBatch::from(batch);
     let report = consumer
         .consume(&batch, async |delivery| {
-            call_handler(&handler, delivery).await.map(drop)
+            call_handler(&handler, delivery, &JsValue::UNDEFINED)
+                .await
+                .map(drop)
         })
         .await
         .map_err(failed_batch)?;
@@ -208,8 +221,8 @@ pub async fn dedupe_queue(
 /// The D1 statements a handler gave back (an array of prepared statements).
 fn statements_of(value: JsValue) -> Result<Vec<D1PreparedStatement>, String> {
     let wrong = || {
-        "the handler must return (or resolve to) an array of D1 prepared statements \
-         (env.DB.prepare(...).bind(...)), [] for none"
+        "the handler must return (or resolve to) an array of D1 prepared statements, \
+         prepared on the database it is given (db.prepare(...).bind(...)), [] for none"
             .to_string()
     };
     if !Array::is_array(&value) {
@@ -232,11 +245,12 @@ fn statements_of(value: JsValue) -> Result<Vec<D1PreparedStatement>, String> {
 }
 
 /// `dedupeQueueD1(batch, env, handler, options?)`: exactly-once effects on D1.
-/// The handler `(envelope, message) => D1PreparedStatement[] | Promise<...>`
-/// builds the statements of its effect without running them; they commit with
-/// the id in one `batch()` (one transaction), so the effect happens once or not
-/// at all. The store is D1 (binding `DEDUPE_D1`, or `DEDUPE_D1_BINDING`)
-/// whatever `DEDUPE_STORE` says; the other settings are `dedupeQueue`'s.
+/// The handler `(envelope, message, db) => D1PreparedStatement[] | Promise<...>`
+/// builds the statements of its effect on `db` without running them; they
+/// commit with the id in one `batch()` (one transaction), so the effect happens
+/// once or not at all. `db` is the database the ids live in (binding
+/// `DEDUPE_D1`, or the one `DEDUPE_D1_BINDING` names: point it at your own),
+/// whatever `DEDUPE_STORE` says.
 #[wasm_bindgen(js_name = dedupeQueueD1)]
 pub async fn dedupe_queue_d1(
     batch: MessageBatch,
@@ -247,11 +261,14 @@ pub async fn dedupe_queue_d1(
     let handler: Function = handler
         .dyn_into()
         .map_err(|_| type_error("dedupeQueueD1: handler must be a function"))?;
-    let consumer = consumer_for(&env, &options, &[("DEDUPE_STORE", "d1")])?;
+    let (consumer, env, config) = consumer_for(&env, &options, &[("DEDUPE_STORE", "d1")])?;
+    // The database the ids live in: the handler prepares its statements on it
+    // (a D1 batch runs every statement in the database it is sent to).
+    let db = Reflect::get(&env, &JsValue::from_str(&config.d1_binding))?;
     let batch = QueueBatch::from(batch);
     let report = consumer
         .consume_with_statements(&batch, async |delivery| {
-            statements_of(call_handler(&handler, delivery).await?)
+            statements_of(call_handler(&handler, delivery, &db).await?)
         })
         .await
         .map_err(failed_batch)?;

@@ -16,8 +16,8 @@ use std::cell::Cell;
 use std::time::Duration;
 
 use bq_dedupe::store::sql::{
-    CLAIM, COMMIT_IF_FREE, COMMIT_OWN, FORGET, LIVE_ROW, RELEASE, REMEMBER, RENEW, SCHEMA, SEEN,
-    STATE, TX_CLEAR_EXPIRED, TX_INSERT_DONE,
+    CLAIM, COMMIT_IF_FREE, COMMIT_OWN, EXPIRY_INDEX, FORGET, LIVE_ROW, PURGE_EXPIRED_DONE, RELEASE,
+    REMEMBER, RENEW, SCHEMA, SEEN, STATE, TX_CLEAR_EXPIRED, TX_INSERT_DONE,
 };
 use bq_dedupe::store::{Peeked, StatementStore, TxRun};
 use bq_dedupe::{
@@ -31,10 +31,17 @@ use crate::durable::protocol::MAX_SAFE_MS;
 use crate::round_trips::RoundTrips;
 
 thread_local! {
-    /// The table was created by this isolate (the first batch of each isolate
-    /// creates it if missing, in the same round trip).
+    /// This isolate has created the table (its first batch creates it if
+    /// missing, in the same round trip). Only a fast path: a batch that meets
+    /// "no such table" (another database, a table dropped or restored away)
+    /// creates it and runs once more.
     static TABLE_READY: Cell<bool> = const { Cell::new(false) };
 }
+
+/// How often a write also sweeps expired done rows (1 in this many), and how
+/// many at most: the table stays bounded by the dedupe window without a cron.
+const SWEEP_EVERY: f64 = 32.0;
+const SWEEP_LIMIT: i64 = 200;
 
 /// The seen-set in a D1 database (see the module docs).
 #[derive(Debug)]
@@ -115,19 +122,57 @@ impl D1Store {
     }
 
     /// One round trip: `statements` as one transaction, their results in order.
-    /// The first batch of an isolate creates the table first, if missing.
-    async fn batch(&self, mut statements: Vec<D1PreparedStatement>) -> StoreResult<Vec<D1Result>> {
-        let create = !TABLE_READY.with(Cell::get);
+    /// The first batch of an isolate creates the table (and its expiry index)
+    /// first, if missing; a batch that finds no table does so and runs again.
+    async fn batch(&self, statements: Vec<D1PreparedStatement>) -> StoreResult<Vec<D1Result>> {
+        if TABLE_READY.with(Cell::get) {
+            match self.run(statements.clone(), false).await {
+                Err(e) if e.message.contains("no such table: bq_dedupe") => {
+                    TABLE_READY.with(|ready| ready.set(false));
+                }
+                done => return done,
+            }
+        }
+        let results = self.run(statements, true).await?;
+        TABLE_READY.with(|ready| ready.set(true));
+        Ok(results)
+    }
+
+    async fn run(
+        &self,
+        mut statements: Vec<D1PreparedStatement>,
+        create: bool,
+    ) -> StoreResult<Vec<D1Result>> {
+        let n = statements.len();
         if create {
             statements.insert(0, self.statement(SCHEMA, &[])?);
+            statements.insert(1, self.statement(EXPIRY_INDEX, &[])?);
         }
         self.round_trips.add(1);
         let mut results = self.db.batch(statements).await.map_err(error)?;
-        if create {
-            TABLE_READY.with(|ready| ready.set(true));
-            results.remove(0);
-        }
+        results.drain(..results.len().saturating_sub(n));
         Ok(results)
+    }
+
+    /// Sometimes (1 in [`SWEEP_EVERY`] writes) the statement that sweeps
+    /// expired done rows, to send at the end of a write's batch.
+    fn maybe_sweep(&self, now: i64) -> StoreResult<Option<D1PreparedStatement>> {
+        if js_sys::Math::random() * SWEEP_EVERY >= 1.0 {
+            return Ok(None);
+        }
+        self.statement(PURGE_EXPIRED_DONE, &[number(now), number(SWEEP_LIMIT)])
+            .map(Some)
+    }
+
+    /// Deletes up to `limit` expired done rows now (for a scheduled handler;
+    /// writes also do it now and then); answers how many went.
+    pub async fn purge_expired(&self, limit: u32) -> StoreResult<u64> {
+        let purge = self.statement(
+            PURGE_EXPIRED_DONE,
+            &[number(now_ms()), number(i64::from(limit))],
+        )?;
+        let results = self.batch(vec![purge]).await?;
+        Ok(changes(&results[0])? as u64)
     }
 
     /// The key's live row, if it has one.
@@ -168,11 +213,13 @@ impl Store for D1Store {
         if keys.is_empty() {
             return Ok(());
         }
-        let until = until(now_ms(), ttl);
-        let writes = keys
+        let now = now_ms();
+        let until = until(now, ttl);
+        let mut writes = keys
             .iter()
             .map(|key| self.statement(REMEMBER, &[text(key), until.clone()]))
             .collect::<StoreResult<Vec<_>>>()?;
+        writes.extend(self.maybe_sweep(now)?);
         self.batch(writes).await.map(drop)
     }
 
@@ -273,6 +320,7 @@ impl Store for D1Store {
         if statements.is_empty() {
             return Ok(Settled::default());
         }
+        statements.extend(self.maybe_sweep(now)?);
         let results = self.batch(statements).await?;
         let mut results = results.iter().skip(step.release.len());
         let mut settled = Settled::default();
@@ -310,6 +358,10 @@ impl StatementStore for D1Store {
         statements: Vec<D1PreparedStatement>,
     ) -> StoreResult<TxRun<(), StoreError>> {
         let Some(key) = key else {
+            // D1 refuses an empty batch: nothing to write is written.
+            if statements.is_empty() {
+                return Ok(TxRun::Committed(()));
+            }
             return Ok(match self.batch(statements).await {
                 Ok(_) => TxRun::Committed(()),
                 Err(e) => TxRun::RolledBack(e),
@@ -324,6 +376,7 @@ impl StatementStore for D1Store {
             &[text(key), text(&token.0), until(now, ttl)],
         )?);
         batch.extend(statements);
+        batch.extend(self.maybe_sweep(now)?);
         let failed = match self.batch(batch).await {
             Ok(_) => return Ok(TxRun::Committed(())),
             Err(e) => e,

@@ -102,6 +102,22 @@ describe("D1: the handler's statements and the id in one batch", () => {
       assert.equal(stats.skips, 1);
     }));
 
+  test("a handler with nothing to write: an id is still recorded once; without an id nothing is sent", () =>
+    withWorker(TRANSACTIONAL, async (worker) => {
+      // A batch first, so the table exists and the later batches are not an isolate's first.
+      await worker.publishAndWait([envelope("d1-warm")]);
+      const stats = await worker.publishAndWait([
+        envelope("d1-nothing", { no_statements: true }),
+        envelope(undefined, { no_statements: true }),
+        envelope("d1-nothing", { no_statements: true }),
+      ]);
+      assert.equal(stats.fail_open, 1, JSON.stringify(stats));
+      assert.equal(stats.store_errors, 0);
+      assert.equal(stats.skips, 1);
+      assert.equal(await record(worker, "d1-nothing"), 1);
+      assert.deepEqual(await effects(worker), { "d1-warm": 1 });
+    }));
+
   test("the seen-set and claiming modes on D1: the plain consumer dedupes with claims", () =>
     withWorker({ vars: { DEDUPE_STORE: "d1", DEDUPE_CLAIMING: "on" } }, async (worker) => {
       const stats = await worker.publishAndWait([

@@ -136,13 +136,14 @@ interface Directives { fail?: boolean; bad_statement_attempts?: number }
 export default {
   async queue(batch: MessageBatch, env: Env): Promise<void> {
     await env.DEDUPE_D1.prepare("CREATE TABLE IF NOT EXISTS effects (id TEXT NOT NULL, attempt INTEGER NOT NULL)").run();
-    await dedupeQueueD1(batch, env, (envelope, message) => {
+    // db: the database the ids live in (env.DEDUPE_D1 here): the statements are prepared on it.
+    await dedupeQueueD1(batch, env, (envelope, message, db) => {
       const data = envelope.data as Directives;
       if (data.fail) throw new Error("told to fail");
-      const statements = [env.DEDUPE_D1.prepare("INSERT INTO effects (id, attempt) VALUES (?1, ?2)").bind(envelope.meta.id, message.attempts)];
+      const statements = [db.prepare("INSERT INTO effects (id, attempt) VALUES (?1, ?2)").bind(envelope.meta.id, message.attempts)];
       // A failure between the handler and the write: the batch is refused.
       if (message.attempts <= (data.bad_statement_attempts ?? 0)) {
-        statements.push(env.DEDUPE_D1.prepare("INSERT INTO no_such_table (id) VALUES (?1)").bind(envelope.meta.id));
+        statements.push(db.prepare("INSERT INTO no_such_table (id) VALUES (?1)").bind(envelope.meta.id));
       }
       return statements;
     });
@@ -411,7 +412,7 @@ describe("the store testkit against the JavaScript DedupeShard", () => {
     });
     try {
       const url = String(await served.ready).replace(/\/$/, "");
-      run("cargo", ["test", "-p", "babelqueue-dedupe-workerd-testkit"], {
+      run("cargo", ["test", "-p", "babelqueue-dedupe-workerd-testkit", "--test", "durable_object"], {
         cwd: ROOT,
         env: { ...process.env, BQ_TEST_WORKER_URL: url },
       });
