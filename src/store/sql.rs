@@ -1,7 +1,7 @@
 //! The record table in SQLite's dialect, stated once: the SQLite store
 //! (`bq_dedupe_stores::SqliteStore`) and the Cloudflare D1 store
 //! (`bq_dedupe_workers::d1`) run these statements on the same table format,
-//! so a file copied into D1 (or the other way) keeps its records.
+//! so a SQLite file's dump run into D1 (or D1's export into a file) keeps its records.
 //!
 //! One row per key in `bq_dedupe`: `state` 0 is an in-flight claim owned by
 //! `token`, 1 is done (`token`: whose commit wrote it, or NULL). `expires_at` is
