@@ -448,6 +448,24 @@ fn guard(store: &JsValue, opts: &Option<JsValue>) -> Result<JsGuard, JsValue> {
 
 // ---- exports ----------------------------------------------------------------
 
+/// The promise of `call`. A call whose store and handler answer at once (the
+/// in-memory store, a handler that returns no promise) is done in its first
+/// poll: its promise is made already settled, without the executor's queue and
+/// closures. Otherwise the same future, polled once, is handed to
+/// `future_to_promise` and driven from there (a future may be polled again
+/// with another waker).
+fn promise_of(
+    call: impl std::future::Future<Output = Result<JsValue, JsValue>> + 'static,
+) -> js_sys::Promise {
+    let mut call = Box::pin(call);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match call.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(Ok(value)) => js_sys::Promise::resolve(&value),
+        std::task::Poll::Ready(Err(e)) => js_sys::Promise::reject(&e),
+        std::task::Poll::Pending => future_to_promise(call),
+    }
+}
+
 /// What one of the promise-returning exports does. They share one future type,
 /// so the module carries one copy of the promise glue instead of three.
 enum Call {
@@ -588,7 +606,7 @@ pub fn dedupe(
     #[wasm_bindgen(unchecked_param_type = "Handler")] handler: JsValue,
     #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: Option<JsValue>,
 ) -> js_sys::Promise {
-    future_to_promise(call(Call::One(envelope), store, handler, options))
+    promise_of(call(Call::One(envelope), store, handler, options))
 }
 
 /// The old name of `dedupe` (the same function).
@@ -614,7 +632,7 @@ pub fn dedupe_batch(
     #[wasm_bindgen(unchecked_param_type = "Handler")] handler: JsValue,
     #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: Option<JsValue>,
 ) -> js_sys::Promise {
-    future_to_promise(call(Call::Batch(envelopes), store, handler, options))
+    promise_of(call(Call::Batch(envelopes), store, handler, options))
 }
 
 /// The old name of `dedupeBatch` (the same function).
@@ -638,7 +656,7 @@ pub fn forget(
     #[wasm_bindgen(unchecked_param_type = "DedupeStore | InMemoryStore")] store: JsValue,
     #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: Option<JsValue>,
 ) -> js_sys::Promise {
-    future_to_promise(call(Call::Forget(id), store, JsValue::UNDEFINED, options))
+    promise_of(call(Call::Forget(id), store, JsValue::UNDEFINED, options))
 }
 
 /// The store key of an envelope (`meta.id`, namespaced by the options), or `null`

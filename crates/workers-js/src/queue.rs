@@ -145,20 +145,21 @@ fn report_to_js(report: &BatchReport) -> JsValue {
     o.into()
 }
 
+/// A consumer, the env it was configured from (options laid over) and the
+/// configuration read from it.
+type Configured = (
+    QueueConsumer<WorkersStore, (), WorkersTimer>,
+    Env,
+    DedupeConfig,
+);
+
 /// The consumer `env` and `options` configure (`fixed` settings laid over
 /// both), reporting each message to the options' observer.
 fn consumer_for(
     env: &Env,
     options: &JsValue,
     fixed: &[(&str, &str)],
-) -> Result<
-    (
-        QueueConsumer<WorkersStore, (), WorkersTimer>,
-        Env,
-        DedupeConfig,
-    ),
-    JsValue,
-> {
+) -> Result<Configured, JsValue> {
     let (env, observer) = configure_with(env, options, fixed)?;
     let config = DedupeConfig::from_env(&env).map_err(|e| type_error(&e.0))?;
     let store = config
