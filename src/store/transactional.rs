@@ -66,6 +66,13 @@ pub trait StatementStore {
     /// One statement of the handler's effect (D1's prepared statement).
     type Statement;
 
+    /// Whether this store, as configured, can commit statements at all (a
+    /// store of several backends may not, for some): checked before any
+    /// handler runs. `Ok` by default.
+    fn check_statements(&self) -> StoreResult<()> {
+        Ok(())
+    }
+
     /// Commits `statements` and `key` as done (for `ttl`, or forever) in one
     /// atomic batch. `Committed(())`: both are written. `AlreadyDone` /
     /// `Held`: the key was done, or a live claim held it, when the batch ran;

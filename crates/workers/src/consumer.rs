@@ -135,6 +135,10 @@ pub enum ConsumeError {
     /// The batch's messages could not be read (the JS error).
     #[error("bq-dedupe: reading the queue batch: {0}")]
     Batch(String),
+    /// The store cannot do what was asked of it (the transactional mode on a
+    /// store other than D1): nothing ran, every message is redelivered.
+    #[error("bq-dedupe: {0}")]
+    Unsupported(String),
     /// Some messages could not be marked for retry.
     #[error("bq-dedupe: {count} message(s) could not be marked for retry (first: {first})")]
     Unsettled {
@@ -478,12 +482,19 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> QueueConsumer<S, O, T> {
     /// its first committed); a handler error, a panic or a failed batch writes
     /// nothing and the message is retried; a duplicate that committed first
     /// aborts this one's batch whole (skipped). Messages are then settled as
-    /// [`QueueConsumer::consume`] settles them. Needs `DEDUPE_STORE = "d1"`.
+    /// [`QueueConsumer::consume`] settles them. Needs `DEDUPE_STORE = "d1"`:
+    /// another store is [`ConsumeError::Unsupported`] before any handler runs.
     pub async fn consume_with_statements<E: Display>(
         &self,
         batch: &QueueBatch,
         mut handler: impl AsyncFnMut(&Delivery<'_, '_>) -> Result<Vec<S::Statement>, E>,
     ) -> Result<BatchReport, ConsumeError> {
+        // A store that cannot take statements fails the batch before any
+        // handler runs (not each message after its handler ran).
+        self.guard
+            .store()
+            .check_statements()
+            .map_err(|e| ConsumeError::Unsupported(e.message))?;
         let messages = batch.messages().map_err(ConsumeError::Batch)?;
         let bodies: Vec<Vec<u8>> = messages.iter().map(QueueMessage::body_bytes).collect();
         let mut outcomes = Vec::with_capacity(messages.len());

@@ -44,6 +44,13 @@ bq_dedupe::delegate_store!(WorkersStore {
 impl StatementStore for WorkersStore {
     type Statement = D1PreparedStatement;
 
+    fn check_statements(&self) -> bq_dedupe::StoreResult<()> {
+        match self {
+            WorkersStore::D1(_) => Ok(()),
+            _ => Err(not_d1()),
+        }
+    }
+
     async fn commit_with(
         &self,
         key: Option<&str>,
@@ -52,11 +59,15 @@ impl StatementStore for WorkersStore {
     ) -> bq_dedupe::StoreResult<TxRun<(), StoreError>> {
         match self {
             WorkersStore::D1(d1) => d1.commit_with(key, ttl, statements).await,
-            _ => Err(StoreError::unsupported(
-                "the handler's D1 statements need DEDUPE_STORE = \"d1\" (and the D1 binding)",
-            )),
+            _ => Err(not_d1()),
         }
     }
+}
+
+fn not_d1() -> StoreError {
+    StoreError::unsupported(
+        "the handler's D1 statements need DEDUPE_STORE = \"d1\" (and the D1 binding)",
+    )
 }
 
 /// A claim token: unique per claim (time plus 52 random bits), so only the

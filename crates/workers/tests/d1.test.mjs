@@ -118,6 +118,16 @@ describe("D1: the handler's statements and the id in one batch", () => {
       assert.deepEqual(await effects(worker), { "d1-warm": 1 });
     }));
 
+  test("the transactional mode on a store other than D1 fails the batch before any handler runs", () =>
+    withWorker({ vars: { DEDUPE_STORE: "durable-object", EXAMPLE_D1_EFFECTS: "on" } }, async (worker) => {
+      const result = await worker.dispatchQueue([
+        { id: "cf-wrong-store", timestamp: new Date(), attempts: 1, body: envelope("d1-wrong-store") },
+      ]);
+      assert.equal(result.outcome, "exception", JSON.stringify(result));
+      assert.deepEqual(result.explicitAcks, [], "nothing acked");
+      assert.deepEqual(await effects(worker), {}, "nothing written");
+    }));
+
   test("the seen-set and claiming modes on D1: the plain consumer dedupes with claims", () =>
     withWorker({ vars: { DEDUPE_STORE: "d1", DEDUPE_CLAIMING: "on" } }, async (worker) => {
       const stats = await worker.publishAndWait([
