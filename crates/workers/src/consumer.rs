@@ -511,9 +511,28 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> QueueConsumer<S, O, T> {
                 .await;
             outcomes.push(outcome);
         }
+        // A parked message waits just past the claim it parked behind.
+        let mut park_for = Vec::with_capacity(outcomes.len());
+        for (outcome, body) in outcomes.iter().zip(&bodies) {
+            park_for.push(match outcome {
+                Outcome::Parked => self.claim_ends_in(body).await,
+                _ => None,
+            });
+        }
         let outcomes: Vec<(&Outcome<E>, Option<Duration>)> =
-            outcomes.iter().map(|outcome| (outcome, None)).collect();
+            outcomes.iter().zip(park_for).collect();
         self.settle_all(batch, &messages, &bodies, &outcomes).await
+    }
+
+    /// How long the claim on a body's id has left, where the store can tell.
+    async fn claim_ends_in(&self, body: &[u8]) -> Option<Duration> {
+        let options = self.guard.options();
+        let message = Message::parse(body, &options.limits).ok()?;
+        let key = options.keyspace.key(message.id()?);
+        match self.guard.store().peek_many(&[&key]).await.ok()?.first()? {
+            bq_dedupe::store::Peeked::NotDone { claim_ends_in } => *claim_ends_in,
+            bq_dedupe::store::Peeked::Done => None,
+        }
     }
 }
 

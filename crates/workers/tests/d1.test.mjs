@@ -118,6 +118,19 @@ describe("D1: the handler's statements and the id in one batch", () => {
       assert.deepEqual(await effects(worker), { "d1-warm": 1 });
     }));
 
+  test("an id a claiming consumer holds parks, and comes back just after that claim ends", () =>
+    withWorker(TRANSACTIONAL, async (worker) => {
+      await worker.request("POST", "/store/claim", { keys: ["d1-held"], lease_ms: 30_000 });
+      const result = await worker.dispatchQueue([
+        { id: "cf-held", timestamp: new Date(), attempts: 1, body: envelope("d1-held") },
+      ]);
+      assert.deepEqual(result.retryMessages.map((r) => r.msgId), ["cf-held"], JSON.stringify(result));
+      // Just past the 30 s claim (not the 45 s default park delay).
+      const delay = result.retryMessages[0].delaySeconds;
+      assert.ok(delay >= 30 && delay <= 32, `park delay ${delay}`);
+      assert.deepEqual(await effects(worker), {});
+    }));
+
   test("the transactional mode on a store other than D1 fails the batch before any handler runs", () =>
     withWorker({ vars: { DEDUPE_STORE: "durable-object", EXAMPLE_D1_EFFECTS: "on" } }, async (worker) => {
       const result = await worker.dispatchQueue([
