@@ -16,6 +16,32 @@ fn fingerprints_refused() -> StoreError {
     StoreError::unsupported("payload fingerprints are not kept in transactional mode")
 }
 
+/// Where a transactional run of one classified delivery starts: its message,
+/// the key to record (`None`: fail-open, nothing recorded) and whether it is
+/// fail-open; or the outcome it ends with before anything runs (rejected, the
+/// store refused, fingerprints asked for).
+fn start<'m, 'd, E>(
+    message: Option<Message<'m>>,
+    decision: &'d Decision,
+    fingerprint: bool,
+) -> Result<(Message<'m>, Option<&'d str>, bool), Outcome<E>> {
+    match (message, &decision.verdict) {
+        (_, Verdict::Reject(r)) => Err(Outcome::Rejected(r.clone())),
+        (_, Verdict::StoreUnavailable(e)) => Err(Outcome::StoreUnavailable(e.clone())),
+        (Some(_), Verdict::Run) if fingerprint => {
+            Err(Outcome::StoreUnavailable(fingerprints_refused()))
+        }
+        (Some(message), verdict) => {
+            let fail_open = *verdict == Verdict::FailOpen;
+            let key = decision.key.as_deref().filter(|_| !fail_open);
+            Ok((message, key, fail_open))
+        }
+        (None, _) => Err(Outcome::StoreUnavailable(StoreError::internal(
+            "no message decoded",
+        ))),
+    }
+}
+
 /// The handler's call, a panic caught as a failure (the store rolls it back).
 fn guarded<E>(call: impl FnOnce() -> Result<(), E>) -> Result<(), WorkFailed<E>> {
     match std::panic::catch_unwind(AssertUnwindSafe(call)) {
@@ -57,22 +83,15 @@ impl<S: Store + TransactionalStore, O: Observer, T: Timer> Guard<S, O, T> {
         handler: impl FnOnce(&Message<'_>, &mut S::Tx<'_>) -> Result<(), E>,
     ) -> Outcome<E> {
         let (message, decision) = self.classify(body);
-        let outcome = match (message, &decision.verdict) {
-            (_, Verdict::Reject(r)) => Outcome::Rejected(r.clone()),
-            (_, Verdict::StoreUnavailable(e)) => Outcome::StoreUnavailable(e.clone()),
-            (Some(_), Verdict::Run) if self.options.fingerprint => {
-                Outcome::StoreUnavailable(fingerprints_refused())
-            }
-            (Some(message), verdict) => {
-                let fail_open = *verdict == Verdict::FailOpen;
-                let key = decision.key.as_deref().filter(|_| !fail_open);
+        let outcome = match start(message, &decision, self.options.fingerprint) {
+            Err(outcome) => outcome,
+            Ok((message, key, fail_open)) => {
                 let run = self.store.transaction(key, self.options.ttl, |tx| {
                     guarded(|| handler(&message, tx))
                 });
                 self.report_store_error(StoreOp::Remember, &run);
                 outcome_of_run(run, fail_open)
             }
-            (None, _) => Outcome::StoreUnavailable(StoreError::internal("no message decoded")),
         };
         self.observe_outcome(&decision, &outcome);
         outcome
@@ -184,18 +203,11 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
         handler: impl AsyncFnOnce(&Message<'_>) -> Result<Vec<S::Statement>, E>,
     ) -> Outcome<E> {
         let (message, decision) = self.classify(body);
-        let outcome = match (message, &decision.verdict) {
-            (_, Verdict::Reject(r)) => Outcome::Rejected(r.clone()),
-            (_, Verdict::StoreUnavailable(e)) => Outcome::StoreUnavailable(e.clone()),
-            (Some(_), Verdict::Run) if self.options.fingerprint => {
-                Outcome::StoreUnavailable(fingerprints_refused())
-            }
-            (Some(message), verdict) => {
-                let fail_open = *verdict == Verdict::FailOpen;
-                let key = decision.key.as_deref().filter(|_| !fail_open);
+        let outcome = match start(message, &decision, self.options.fingerprint) {
+            Err(outcome) => outcome,
+            Ok((message, key, fail_open)) => {
                 self.run_statements(&message, key, fail_open, handler).await
             }
-            (None, _) => Outcome::StoreUnavailable(StoreError::internal("no message decoded")),
         };
         self.observe_outcome(&decision, &outcome);
         outcome
