@@ -14,6 +14,7 @@
 //   plain       JSON.parse + a Set of meta.id (validates nothing)
 //   dedupe      `await dedupe(line, store, handler)` per line (= the deprecated `process`)
 //   batch       `await dedupeBatch(lines[i..i+100], store, handler)` (= `processBatch`)
+//   wrap        `await wrap(store, handler)(line)` per line: the package's `Wrap` shape
 //   sdk         (with BQ_NODE_SDK) per line `EnvelopeCodec.decode` + `accepts`, then
 //               `await Wrap(new InMemoryStore(), handler)(envelope)`: what a Node
 //               user of BabelQueue runs without this package
@@ -80,6 +81,19 @@ async function batch(handler) {
   store.free();
 }
 
+async function wrapped(handler) {
+  const store = new bq.InMemoryStore();
+  const w = bq.wrap(store, handler);
+  for (const line of lines) {
+    try {
+      await w(line);
+    } catch {
+      // an invalid envelope rejects (RejectionError), as the helper's decode throws
+    }
+  }
+  store.free();
+}
+
 // BabelQueue's Node helper, when a bundle of it is given.
 const sdkPath = process.env.BQ_NODE_SDK;
 const sdk = sdkPath ? await import(pathToFileURL(resolve(sdkPath)).href) : null;
@@ -99,7 +113,9 @@ async function sdkWrap(handler) {
   }
 }
 
-const modes = sdk ? { plain, dedupe: single, batch, sdk: sdkWrap } : { plain, dedupe: single, batch };
+const modes = sdk
+  ? { plain, dedupe: single, batch, wrap: wrapped, sdk: sdkWrap }
+  : { plain, dedupe: single, batch, wrap: wrapped };
 const results = {};
 for (const [hname, make] of Object.entries({
   noop: () => { const ran = { n: 0, sum: 0 }; return [ran, () => { ran.n++; }]; },
@@ -141,7 +157,7 @@ for (const [h, r] of Object.entries(results)) {
 if (sdk) {
   console.log(`against BabelQueue's Node helper (${sdkPath}: decode + accepts + Wrap):`);
   for (const [h, r] of Object.entries(results)) {
-    console.log(`${h.padEnd(8)} sdk ${fmt(r.sdk)} dedupe/sdk ${(r.dedupe.kps / r.sdk.kps).toFixed(2)}x, batch/sdk ${(r.batch.kps / r.sdk.kps).toFixed(2)}x, plain/sdk ${(r.plain.kps / r.sdk.kps).toFixed(2)}x`);
+    console.log(`${h.padEnd(8)} sdk ${fmt(r.sdk)} dedupe/sdk ${(r.dedupe.kps / r.sdk.kps).toFixed(2)}x, batch/sdk ${(r.batch.kps / r.sdk.kps).toFixed(2)}x, wrap/sdk ${(r.wrap.kps / r.sdk.kps).toFixed(2)}x, plain/sdk ${(r.plain.kps / r.sdk.kps).toFixed(2)}x`);
   }
 } else {
   console.log('(set BQ_NODE_SDK to a bundle of BabelQueue\'s Node helper to measure against it: bench/README.md says how)');

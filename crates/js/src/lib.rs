@@ -583,7 +583,7 @@ pub fn wrap(
     guard(&store, &options)?;
     let wrapped = Closure::<dyn Fn(JsValue) -> js_sys::Promise>::new(move |envelope: JsValue| {
         let (store, handler, options) = (store.clone(), handler.clone(), options.clone());
-        future_to_promise(async move {
+        promise_of(async move {
             let (outcomes, _) =
                 run_outcomes(&Array::of1(&envelope), store, handler, options).await?;
             match outcomes.into_iter().next() {
