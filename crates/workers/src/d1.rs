@@ -383,17 +383,69 @@ impl StatementStore for D1Store {
         };
         // What the failed batch left: read on a fresh round trip. If this read
         // fails too, nobody can tell yet: `Err`, and the redelivery finds out.
-        Ok(match self.live_row(key, now_ms()).await? {
-            Some(row) if row.state == 1 && row.token.as_deref() == Some(token.0.as_str()) => {
-                TxRun::Committed(())
-            }
-            Some(row) if row.state == 1 => TxRun::AlreadyDone,
-            Some(_) => TxRun::Held,
-            None => TxRun::RolledBack(failed),
-        })
+        let row = self.live_row(key, now_ms()).await?;
+        Ok(after_failed_batch(row.as_ref(), &token, failed))
+    }
+}
+
+/// What a transactional batch that answered an error left, read from the key's
+/// live row afterwards: done by this run's token (the commit landed, its reply
+/// was lost), done by another (a duplicate committed first), claimed (held), or
+/// none (nothing was written).
+fn after_failed_batch(
+    row: Option<&LiveRow>,
+    token: &ClaimToken,
+    failed: StoreError,
+) -> TxRun<(), StoreError> {
+    match row {
+        Some(row) if row.state == 1 && row.token.as_deref() == Some(token.0.as_str()) => {
+            TxRun::Committed(())
+        }
+        Some(row) if row.state == 1 => TxRun::AlreadyDone,
+        Some(_) => TxRun::Held,
+        None => TxRun::RolledBack(failed),
     }
 }
 
 fn new_token(now: i64) -> ClaimToken {
     ClaimToken(crate::store::new_token(now))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(state: i64, token: Option<&str>) -> LiveRow {
+        LiveRow {
+            state,
+            token: token.map(str::to_owned),
+            expires_at: None,
+        }
+    }
+
+    #[test]
+    fn a_failed_batch_is_told_apart_by_the_row_it_left() {
+        let ours = ClaimToken("run-1".into());
+        let failed = || StoreError::unavailable("d1: network");
+        // The commit landed and only its reply was lost: ours, exactly once.
+        let lost_reply = after_failed_batch(Some(&row(1, Some("run-1"))), &ours, failed());
+        assert_eq!(lost_reply, TxRun::Committed(()));
+        // Another run committed first (its token, or a plain remember's NULL).
+        for other in [Some("run-2"), None] {
+            let done = after_failed_batch(Some(&row(1, other)), &ours, failed());
+            assert_eq!(done, TxRun::AlreadyDone);
+        }
+        // A claiming consumer's live claim, even one carrying our token's text.
+        for token in [Some("claim-9"), Some("run-1")] {
+            assert_eq!(
+                after_failed_batch(Some(&row(0, token)), &ours, failed()),
+                TxRun::Held
+            );
+        }
+        // Nothing written: the error, for a retry.
+        match after_failed_batch(None, &ours, failed()) {
+            TxRun::RolledBack(e) => assert!(e.message.contains("network")),
+            other => panic!("{other:?}"),
+        }
+    }
 }
