@@ -43,6 +43,23 @@ struct Envelope {
     data: Directives,
 }
 
+impl Directives {
+    /// The delivery's directives (none unless `enabled`), after its `sleep_ms`.
+    async fn of(delivery: &Delivery<'_, '_>, enabled: bool) -> Directives {
+        let directives: Directives = if enabled {
+            serde_json::from_str::<Envelope>(delivery.message().raw())
+                .map(|e| e.data)
+                .unwrap_or_default()
+        } else {
+            Directives::default()
+        };
+        if directives.sleep_ms > 0 {
+            Delay::from(Duration::from_millis(directives.sleep_ms)).await;
+        }
+        directives
+    }
+}
+
 pub async fn consume(batch: QueueBatch, env: Env, _ctx: Context) -> Result<()> {
     let log = EffectLogClient::new(&env)?;
     let dead_letter_queue = env
@@ -150,16 +167,7 @@ mod d1_effects {
         directives: bool,
     ) -> std::result::Result<Vec<D1PreparedStatement>, String> {
         let message = delivery.message();
-        let directives = if directives {
-            serde_json::from_str::<Envelope>(message.raw())
-                .map(|e| e.data)
-                .unwrap_or_default()
-        } else {
-            Directives::default()
-        };
-        if directives.sleep_ms > 0 {
-            Delay::from(Duration::from_millis(directives.sleep_ms)).await;
-        }
+        let directives = Directives::of(delivery, directives).await;
         let attempt = delivery.attempts();
         if directives.always_fail || attempt < directives.fail_attempts {
             return Err(format!("example handler told to fail (attempt {attempt})"));
@@ -189,16 +197,7 @@ struct Handler<'a> {
 impl Handler<'_> {
     async fn handle(&self, delivery: &Delivery<'_, '_>) -> std::result::Result<(), String> {
         let message = delivery.message();
-        let directives = if self.directives {
-            serde_json::from_str::<Envelope>(message.raw())
-                .map(|e| e.data)
-                .unwrap_or_default()
-        } else {
-            Directives::default()
-        };
-        if directives.sleep_ms > 0 {
-            Delay::from(Duration::from_millis(directives.sleep_ms)).await;
-        }
+        let directives = Directives::of(delivery, self.directives).await;
         if directives.panic {
             panic!("example handler told to panic");
         }
