@@ -86,9 +86,6 @@ pub const COMMIT_IF_FREE: &str =
 
 /// The key's row deleted, whatever it holds.
 pub const FORGET: &str = "DELETE FROM bq_dedupe WHERE key = ?1";
-/// The state (0 claimed, 1 done) of a key's live row, if it has one.
-pub const LIVE_STATE: &str = "SELECT state FROM bq_dedupe
-    WHERE key = ?1 AND (expires_at IS NULL OR expires_at > ?2)";
 
 /// The transactional mode where the store runs a batch of statements in one
 /// transaction (D1): first the key's expired row, if any, is cleared...
@@ -101,6 +98,7 @@ pub const TX_CLEAR_EXPIRED: &str =
 pub const TX_INSERT_DONE: &str =
     "INSERT INTO bq_dedupe (key, state, token, expires_at) VALUES (?1, 1, ?2, ?3)";
 
-/// A key's live row (`?2` is now): its state, token and expiry.
+/// A key's live row (`?2` is now): its state (0 claimed, 1 done), token and
+/// expiry.
 pub const LIVE_ROW: &str = "SELECT state, token, expires_at FROM bq_dedupe
     WHERE key = ?1 AND (expires_at IS NULL OR expires_at > ?2)";

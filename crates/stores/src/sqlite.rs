@@ -13,7 +13,7 @@ use bq_dedupe::{
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 
 use bq_dedupe::store::sql::{
-    CLAIM, COMMIT_IF_FREE, COMMIT_OWN, EXPIRY_INDEX, FORGET, LIVE_STATE, RELEASE, REMEMBER, RENEW,
+    CLAIM, COMMIT_IF_FREE, COMMIT_OWN, EXPIRY_INDEX, FORGET, LIVE_ROW, RELEASE, REMEMBER, RENEW,
     SCHEMA, SEEN, STATE,
 };
 
@@ -347,7 +347,7 @@ impl Store for SqliteStore {
 /// a live claim holds it; `None`: free.
 fn taken<T, E>(conn: &Connection, key: &str, now: i64) -> rusqlite::Result<Option<TxRun<T, E>>> {
     let state: Option<i64> = conn
-        .query_row(LIVE_STATE, params![key, now], |row| row.get(0))
+        .query_row(LIVE_ROW, params![key, now], |row| row.get(0))
         .optional()?;
     Ok(state.map(|state| match state {
         1 => TxRun::AlreadyDone,
