@@ -20,11 +20,11 @@ fn fingerprints_refused() -> StoreError {
 /// the key to record (`None`: fail-open, nothing recorded) and whether it is
 /// fail-open; or the outcome it ends with before anything runs (rejected, the
 /// store refused, fingerprints asked for).
-fn start<'m, 'd, E>(
-    message: Option<Message<'m>>,
+fn start<'a, 'm, 'd, E>(
+    message: Option<&'a Message<'m>>,
     decision: &'d Decision,
     fingerprint: bool,
-) -> Result<(Message<'m>, Option<&'d str>, bool), Outcome<E>> {
+) -> Result<(&'a Message<'m>, Option<&'d str>, bool), Outcome<E>> {
     match (message, &decision.verdict) {
         (_, Verdict::Reject(r)) => Err(Outcome::Rejected(r.clone())),
         (_, Verdict::StoreUnavailable(e)) => Err(Outcome::StoreUnavailable(e.clone())),
@@ -83,12 +83,12 @@ impl<S: Store + TransactionalStore, O: Observer, T: Timer> Guard<S, O, T> {
         handler: impl FnOnce(&Message<'_>, &mut S::Tx<'_>) -> Result<(), E>,
     ) -> Outcome<E> {
         let (message, decision) = self.classify(body);
-        let outcome = match start(message, &decision, self.options.fingerprint) {
+        let outcome = match start(message.as_ref(), &decision, self.options.fingerprint) {
             Err(outcome) => outcome,
             Ok((message, key, fail_open)) => {
-                let run = self.store.transaction(key, self.options.ttl, |tx| {
-                    guarded(|| handler(&message, tx))
-                });
+                let run = self
+                    .store
+                    .transaction(key, self.options.ttl, |tx| guarded(|| handler(message, tx)));
                 self.report_store_error(StoreOp::Remember, &run);
                 outcome_of_run(run, fail_open)
             }
@@ -109,77 +109,61 @@ impl<S: Store + TransactionalStore, O: Observer, T: Timer> Guard<S, O, T> {
     ) -> Vec<Outcome<E>> {
         let classified: Vec<(Option<Message<'_>>, Decision)> =
             bodies.iter().map(|body| self.classify(body)).collect();
-        // Who runs: a keyed or fail-open delivery, the first of its id.
+        // Each delivery ends before anything runs, follows the first of its id
+        // (its leader), or runs: with its message, its key and whether fail-open.
+        let mut outcomes: Vec<Option<Outcome<E>>> = (0..bodies.len()).map(|_| None).collect();
         let mut leaders: Vec<Option<usize>> = vec![None; bodies.len()];
         let mut first_of: hashbrown::HashMap<&str, usize, RandomState> =
             hashbrown::HashMap::with_hasher(RandomState::default());
-        let mut runs: Vec<usize> = Vec::new();
+        let mut runs: Vec<(usize, &Message<'_>, Option<&str>, bool)> = Vec::new();
         for (i, (message, decision)) in classified.iter().enumerate() {
-            let runnable = message.is_some()
-                && matches!(decision.verdict, Verdict::Run | Verdict::FailOpen)
-                && !(self.options.fingerprint && decision.key.is_some());
-            if !runnable {
-                continue;
-            }
-            match decision.key.as_deref() {
-                Some(key) if decision.verdict == Verdict::Run => match first_of.get(key) {
-                    Some(&leader) => leaders[i] = Some(leader),
-                    None => {
+            match start(message.as_ref(), decision, self.options.fingerprint) {
+                Err(outcome) => outcomes[i] = Some(outcome),
+                Ok((message, key, fail_open)) => match key.map(|k| (k, first_of.get(k))) {
+                    Some((_, Some(&leader))) => leaders[i] = Some(leader),
+                    Some((key, None)) => {
                         first_of.insert(key, i);
-                        runs.push(i);
+                        runs.push((i, message, Some(key), fail_open));
                     }
+                    None => runs.push((i, message, None, fail_open)),
                 },
-                _ => runs.push(i),
             }
         }
-        let keys: Vec<Option<&str>> = runs
-            .iter()
-            .map(|&i| {
-                let d = &classified[i].1;
-                d.key.as_deref().filter(|_| d.verdict == Verdict::Run)
-            })
-            .collect();
+        let keys: Vec<Option<&str>> = runs.iter().map(|&(_, _, key, _)| key).collect();
         let run = self
             .store
             .transaction_batch(&keys, self.options.ttl, |n, tx| {
-                let message = classified[runs[n]]
-                    .0
-                    .as_ref()
-                    .expect("runnable deliveries decoded");
-                guarded(|| handler(message, tx))
+                guarded(|| handler(runs[n].1, tx))
             });
         self.report_store_error(StoreOp::Remember, &run);
-        let mut ran: Vec<Option<Outcome<E>>> = (0..bodies.len()).map(|_| None).collect();
         match run {
             Ok(results) => {
-                for (&i, result) in runs.iter().zip(results) {
-                    let fail_open = classified[i].1.verdict == Verdict::FailOpen;
-                    ran[i] = Some(outcome_of_run(Ok(result), fail_open));
+                for (&(i, _, _, fail_open), result) in runs.iter().zip(results) {
+                    outcomes[i] = Some(outcome_of_run(Ok(result), fail_open));
                 }
             }
             Err(e) => {
-                for &i in &runs {
-                    ran[i] = Some(Outcome::StoreUnavailable(e.clone()));
+                for &(i, ..) in &runs {
+                    outcomes[i] = Some(Outcome::StoreUnavailable(e.clone()));
                 }
             }
         }
-        let mut outcomes: Vec<Outcome<E>> = Vec::with_capacity(bodies.len());
+        let mut done: Vec<Outcome<E>> = Vec::with_capacity(bodies.len());
         for (i, (_, decision)) in classified.iter().enumerate() {
-            let outcome = match (ran[i].take(), leaders[i], &decision.verdict) {
-                (Some(outcome), _, _) => outcome,
-                (None, Some(leader), _) => match &outcomes[leader] {
+            let outcome = match (outcomes[i].take(), leaders[i]) {
+                (Some(outcome), _) => outcome,
+                (None, Some(leader)) => match &done[leader] {
                     Outcome::Ran | Outcome::Skipped => Outcome::Skipped,
                     Outcome::StoreUnavailable(e) => Outcome::StoreUnavailable(e.clone()),
                     _ => Outcome::Parked,
                 },
-                (None, None, Verdict::Reject(r)) => Outcome::Rejected(r.clone()),
-                (None, None, Verdict::StoreUnavailable(e)) => Outcome::StoreUnavailable(e.clone()),
-                (None, None, _) => Outcome::StoreUnavailable(fingerprints_refused()),
+                // Every delivery ended, follows a leader or ran: not reached.
+                (None, None) => Outcome::StoreUnavailable(StoreError::internal("no outcome")),
             };
             self.observe_outcome(decision, &outcome);
-            outcomes.push(outcome);
+            done.push(outcome);
         }
-        outcomes
+        done
     }
 }
 
@@ -202,57 +186,76 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
         body: &B,
         handler: impl AsyncFnOnce(&Message<'_>) -> Result<Vec<S::Statement>, E>,
     ) -> Outcome<E> {
-        let (message, decision) = self.classify(body);
-        let outcome = match start(message, &decision, self.options.fingerprint) {
-            Err(outcome) => outcome,
-            Ok((message, key, fail_open)) => {
-                self.run_statements(&message, key, fail_open, handler).await
-            }
-        };
-        self.observe_outcome(&decision, &outcome);
-        outcome
+        self.process_with_statements_decided(body, handler).await.1
     }
 
+    /// [`Guard::process_with_statements`], with the delivery's decision: a
+    /// delivery that parked on a claim the store could time has that claim's
+    /// time left in `park_for` (a queue redelivers it just after).
+    pub async fn process_with_statements_decided<B: Body + ?Sized, E>(
+        &self,
+        body: &B,
+        handler: impl AsyncFnOnce(&Message<'_>) -> Result<Vec<S::Statement>, E>,
+    ) -> (Decision, Outcome<E>) {
+        let (message, mut decision) = self.classify(body);
+        let (outcome, park_for) = match start(message.as_ref(), &decision, self.options.fingerprint)
+        {
+            Err(outcome) => (outcome, None),
+            Ok((message, key, fail_open)) => {
+                self.run_statements(message, key, fail_open, handler).await
+            }
+        };
+        decision.park_for = park_for;
+        self.observe_outcome(&decision, &outcome);
+        (decision, outcome)
+    }
+
+    /// The pre-check, the handler and the batch of one delivery; a `park`
+    /// comes with the time its claim has left, where the store can tell.
     async fn run_statements<E>(
         &self,
         message: &Message<'_>,
         key: Option<&str>,
         fail_open: bool,
         handler: impl AsyncFnOnce(&Message<'_>) -> Result<Vec<S::Statement>, E>,
-    ) -> Outcome<E> {
+    ) -> (Outcome<E>, Option<Duration>) {
         if let Some(key) = key {
             let peeked = self.store.peek_many(&[key]).await;
             self.report_store_error(StoreOp::Seen, &peeked);
             match peeked.map(|p| p.into_iter().next()) {
-                Err(e) => return Outcome::StoreUnavailable(e),
-                Ok(Some(Peeked::Done)) => return Outcome::Skipped,
+                Err(e) => return (Outcome::StoreUnavailable(e), None),
+                Ok(Some(Peeked::Done)) => return (Outcome::Skipped, None),
                 Ok(Some(Peeked::NotDone {
                     claim_ends_in: Some(left),
-                })) if !left.is_zero() => return Outcome::Parked,
+                })) if !left.is_zero() => return (Outcome::Parked, Some(left)),
                 // Free, or a store that cannot tell: the batch's insert decides.
                 Ok(_) => {}
             }
         }
         let statements = match catch::caught(async { handler(message).await }).await {
             Ok(Ok(statements)) => statements,
-            Ok(Err(e)) if fail_open => return Outcome::FailOpen(Err(e)),
-            Ok(Err(e)) => return Outcome::Failed(e),
-            Err(panic) => return Outcome::Panicked(panic),
+            Ok(Err(e)) if fail_open => return (Outcome::FailOpen(Err(e)), None),
+            Ok(Err(e)) => return (Outcome::Failed(e), None),
+            Err(panic) => return (Outcome::Panicked(panic), None),
         };
-        let run = self
+        // A batch that failed whole is the store's error, as one that cannot tell.
+        let run = match self
             .store
             .commit_with(key, self.options.ttl, statements)
-            .await;
+            .await
+        {
+            Ok(TxRun::RolledBack(e)) => Err(e),
+            run => run,
+        };
         self.report_store_error(StoreOp::Remember, &run);
-        if let Ok(TxRun::RolledBack(e)) = &run {
-            self.report_store_error::<()>(StoreOp::Remember, &Err(e.clone()));
-        }
-        match run {
+        let outcome = match run {
             Ok(TxRun::Committed(())) if fail_open => Outcome::FailOpen(Ok(())),
             Ok(TxRun::Committed(())) => Outcome::Ran,
             Ok(TxRun::AlreadyDone) => Outcome::Skipped,
+            // A claim taken since the pre-check: how long it has left is not known.
             Ok(TxRun::Held) => Outcome::Parked,
             Ok(TxRun::RolledBack(e)) | Err(e) => Outcome::StoreUnavailable(e),
-        }
+        };
+        (outcome, None)
     }
 }

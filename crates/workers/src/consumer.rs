@@ -497,11 +497,11 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             .map_err(|e| ConsumeError::Unsupported(e.message))?;
         let messages = batch.messages().map_err(ConsumeError::Batch)?;
         let bodies: Vec<Vec<u8>> = messages.iter().map(QueueMessage::body_bytes).collect();
-        let mut outcomes = Vec::with_capacity(messages.len());
+        let mut decided = Vec::with_capacity(messages.len());
         for (queue_message, body) in messages.iter().zip(&bodies) {
-            let outcome = self
+            let (decision, outcome) = self
                 .guard
-                .process_with_statements(body.as_slice(), async |message| {
+                .process_with_statements_decided(body.as_slice(), async |message| {
                     handler(&Delivery {
                         message,
                         queue_message,
@@ -509,30 +509,12 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> QueueConsumer<S, O, T> {
                     .await
                 })
                 .await;
-            outcomes.push(outcome);
-        }
-        // A parked message waits just past the claim it parked behind.
-        let mut park_for = Vec::with_capacity(outcomes.len());
-        for (outcome, body) in outcomes.iter().zip(&bodies) {
-            park_for.push(match outcome {
-                Outcome::Parked => self.claim_ends_in(body).await,
-                _ => None,
-            });
+            // A parked message waits just past the claim it parked behind.
+            decided.push((outcome, decision.park_for));
         }
         let outcomes: Vec<(&Outcome<E>, Option<Duration>)> =
-            outcomes.iter().zip(park_for).collect();
+            decided.iter().map(|(o, park_for)| (o, *park_for)).collect();
         self.settle_all(batch, &messages, &bodies, &outcomes).await
-    }
-
-    /// How long the claim on a body's id has left, where the store can tell.
-    async fn claim_ends_in(&self, body: &[u8]) -> Option<Duration> {
-        let options = self.guard.options();
-        let message = Message::parse(body, &options.limits).ok()?;
-        let key = options.keyspace.key(message.id()?);
-        match self.guard.store().peek_many(&[&key]).await.ok()?.first()? {
-            bq_dedupe::store::Peeked::NotDone { claim_ends_in } => *claim_ends_in,
-            bq_dedupe::store::Peeked::Done => None,
-        }
     }
 }
 
