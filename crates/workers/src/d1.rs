@@ -15,6 +15,7 @@
 use std::cell::Cell;
 use std::time::Duration;
 
+use bq_dedupe::store::record::Record;
 use bq_dedupe::store::sql::{
     CLAIM, COMMIT_IF_FREE, COMMIT_OWN, EXPIRY_INDEX, FORGET, LIVE_ROW, PURGE_EXPIRED_DONE, RELEASE,
     REMEMBER, RENEW, SCHEMA, SEEN, STATE, TX_CLEAR_EXPIRED, TX_INSERT_DONE,
@@ -27,7 +28,7 @@ use serde::Deserialize;
 use wasm_bindgen::JsValue;
 use worker::{D1Database, D1PreparedStatement, D1Result};
 
-use crate::durable::protocol::MAX_SAFE_MS;
+use crate::durable::protocol::{expiry_after, wire_ms};
 use crate::round_trips::RoundTrips;
 
 thread_local! {
@@ -72,8 +73,7 @@ fn now_ms() -> i64 {
 
 /// `now + d`, kept within what a JS number (a bound D1 value) holds exactly.
 fn after(now: i64, d: Duration) -> i64 {
-    let ms = i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1);
-    now.saturating_add(ms).min(MAX_SAFE_MS as i64)
+    expiry_after(now, wire_ms(d))
 }
 
 fn until(now: i64, ttl: Option<Duration>) -> JsValue {
@@ -242,17 +242,7 @@ impl Store for D1Store {
             .iter()
             .map(|r| {
                 let rows: Vec<LiveRow> = r.results().map_err(error)?;
-                Ok(match rows.first() {
-                    Some(row) if row.state == 1 => Peeked::Done,
-                    Some(row) => Peeked::NotDone {
-                        claim_ends_in: Some(row.expires_at.map_or(Duration::MAX, |at| {
-                            Duration::from_millis((at as i64).saturating_sub(now).max(1) as u64)
-                        })),
-                    },
-                    None => Peeked::NotDone {
-                        claim_ends_in: Some(Duration::ZERO),
-                    },
-                })
+                Ok(record_of(rows.into_iter().next()).peeked(Some(now as u64)))
             })
             .collect()
     }
@@ -385,6 +375,28 @@ impl StatementStore for D1Store {
         // fails too, nobody can tell yet: `Err`, and the redelivery finds out.
         let row = self.live_row(key, now_ms()).await?;
         Ok(after_failed_batch(row.as_ref(), &token, failed))
+    }
+}
+
+/// A key's live row as the record model's record (no row: free).
+fn record_of(row: Option<LiveRow>) -> Record {
+    let until = |at: Option<f64>| at.map(|at| at as u64);
+    match row {
+        None => Record::Free,
+        Some(LiveRow {
+            state: 1,
+            token,
+            expires_at,
+        }) => Record::Done {
+            until: until(expires_at),
+            by: token.map(ClaimToken),
+        },
+        Some(LiveRow {
+            token, expires_at, ..
+        }) => Record::Claimed {
+            token: ClaimToken(token.unwrap_or_default()),
+            until: until(expires_at),
+        },
     }
 }
 

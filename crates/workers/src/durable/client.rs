@@ -9,7 +9,7 @@ use wasm_bindgen::JsValue;
 use worker::{Method, ObjectNamespace, Request, RequestInit};
 
 use super::protocol::{
-    ClaimRef, ClaimReply, Entry, MAX_SAFE_MS, PeekState, Remember, ShardReply, ShardRequest,
+    ClaimRef, ClaimReply, Entry, PeekState, Remember, ShardReply, ShardRequest, wire_ms,
 };
 use crate::round_trips::RoundTrips;
 use crate::shard::{Layout, key_hash};
@@ -365,11 +365,6 @@ fn scatter<T: Clone>(
     out.into_iter()
         .map(|a| a.ok_or_else(|| StoreError::internal(format!("a key got no {what}"))))
         .collect()
-}
-
-/// A duration in whole milliseconds for the wire: at least 1, at most 2^53 - 1.
-fn wire_ms(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).map_or(MAX_SAFE_MS, |ms| ms.clamp(1, MAX_SAFE_MS))
 }
 
 impl Store for DurableObjectStore {

@@ -7,6 +7,17 @@ use serde::{Deserialize, Serialize};
 /// wire, or stored by a shard, exceeds it (a row read back must still fit).
 pub const MAX_SAFE_MS: u64 = (1 << 53) - 1;
 
+/// A duration in whole milliseconds for the wire: at least 1, at most 2^53 - 1.
+pub(crate) fn wire_ms(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_millis()).map_or(MAX_SAFE_MS, |ms| ms.clamp(1, MAX_SAFE_MS))
+}
+
+/// `now + ms`, kept within what a JS number (and so a row read back) holds exactly.
+pub(crate) fn expiry_after(now: i64, ms: u64) -> i64 {
+    now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
+        .min(MAX_SAFE_MS as i64)
+}
+
 /// A request to one shard. Keys are exact store keys (any length).
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "kebab-case")]

@@ -11,6 +11,7 @@ use crate::store::new_token;
 
 use super::protocol::{
     ClaimRef, ClaimReply, Entry, MAX_SAFE_MS, PeekState, Remember, ShardReply, ShardRequest,
+    expiry_after,
 };
 
 /// How the table's rows follow the record model: a lapsed claim's row stays its
@@ -302,10 +303,4 @@ fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
-}
-
-/// `now + ms`, kept within what a JS number (and so a row read back) holds exactly.
-fn expiry_after(now: i64, ms: u64) -> i64 {
-    now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
-        .min(MAX_SAFE_MS as i64)
 }
