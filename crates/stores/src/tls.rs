@@ -79,19 +79,20 @@ pub(crate) fn client_config(verify: Verify, ca: Option<&[u8]>) -> StoreResult<Cl
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| invalid(format!("tls: {e}")))?;
-    let verifier: Arc<dyn ServerCertVerifier> = match verify {
-        Verify::Nothing => Arc::new(EncryptOnly(provider.signature_verification_algorithms)),
-        Verify::Chain | Verify::ChainAndName => {
-            let webpki =
-                WebPkiServerVerifier::builder_with_provider(Arc::new(roots(ca)?), provider)
-                    .build()
-                    .map_err(|e| invalid(format!("tls: {e}")))?;
-            if verify == Verify::Chain {
-                Arc::new(AnyName(webpki))
-            } else {
-                webpki
-            }
-        }
+    let chain = match verify {
+        Verify::Nothing => None,
+        Verify::Chain | Verify::ChainAndName => Some(
+            WebPkiServerVerifier::builder_with_provider(Arc::new(roots(ca)?), provider.clone())
+                .build()
+                .map_err(|e| invalid(format!("tls: {e}")))?,
+        ),
+    };
+    let verifier: Arc<dyn ServerCertVerifier> = match (verify, chain) {
+        (Verify::ChainAndName, Some(webpki)) => webpki,
+        (_, chain) => Arc::new(Relaxed {
+            chain,
+            algorithms: provider.signature_verification_algorithms,
+        }),
     };
     Ok(builder
         .dangerous()
@@ -99,11 +100,18 @@ pub(crate) fn client_config(verify: Verify, ca: Option<&[u8]>) -> StoreResult<Cl
         .with_no_client_auth())
 }
 
-/// `verify-ca`: the full check, except that a certificate for another name passes.
+/// libpq's weaker modes. `verify-ca` (`chain`): the full check, except that a
+/// certificate for another name passes. `require` without a CA file (no
+/// `chain`): any certificate is accepted. Either way the handshake's signatures
+/// are checked, so the session is encrypted to whoever holds the certificate's
+/// key.
 #[derive(Debug)]
-struct AnyName(Arc<WebPkiServerVerifier>);
+struct Relaxed {
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    algorithms: WebPkiSupportedAlgorithms,
+}
 
-impl ServerCertVerifier for AnyName {
+impl ServerCertVerifier for Relaxed {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -112,10 +120,10 @@ impl ServerCertVerifier for AnyName {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -128,7 +136,7 @@ impl ServerCertVerifier for AnyName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
     }
     fn verify_tls13_signature(
         &self,
@@ -136,47 +144,9 @@ impl ServerCertVerifier for AnyName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-}
-
-/// `require` without a CA file: any certificate is accepted (the handshake's
-/// signatures are still checked, so the session is encrypted to whoever holds
-/// the certificate's key), as libpq does.
-#[derive(Debug)]
-struct EncryptOnly(WebPkiSupportedAlgorithms);
-
-impl ServerCertVerifier for EncryptOnly {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
-    }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_schemes()
+        self.algorithms.supported_schemes()
     }
 }
