@@ -27,7 +27,7 @@ fn set(object: &Object, key: &str, value: &JsValue) {
 /// `env` with the `DEDUPE_*` entries of `options` laid over it (as strings, as
 /// wrangler passes vars), then `fixed` settings over those, and the observer, if
 /// one is given.
-pub(crate) fn configure_with(
+fn configure_with(
     env: &Env,
     options: &JsValue,
     fixed: &[(&str, &str)],
@@ -145,17 +145,17 @@ fn report_to_js(report: &BatchReport) -> JsValue {
     o.into()
 }
 
-/// A consumer, the env it was configured from (options laid over) and the
-/// configuration read from it.
-type Configured = (
-    QueueConsumer<WorkersStore, (), WorkersTimer>,
-    Env,
-    DedupeConfig,
-);
+/// What `env` and `options` configure (`fixed` settings laid over both): the
+/// env as read (options laid over), the configuration, its store and the
+/// options' observer.
+pub(crate) struct Configured {
+    pub(crate) env: Env,
+    pub(crate) config: DedupeConfig,
+    pub(crate) store: WorkersStore,
+    pub(crate) observer: Option<Function>,
+}
 
-/// The consumer `env` and `options` configure (`fixed` settings laid over
-/// both), reporting each message to the options' observer.
-fn consumer_for(
+pub(crate) fn configured(
     env: &Env,
     options: &JsValue,
     fixed: &[(&str, &str)],
@@ -165,13 +165,41 @@ fn consumer_for(
     let store = config
         .store(&env, RoundTrips::new())
         .map_err(|e| type_error(&e.0))?;
+    Ok(Configured {
+        env,
+        config,
+        store,
+        observer,
+    })
+}
+
+/// The consumer `env` and `options` configure, reporting each message to the
+/// options' observer.
+fn consumer_for(
+    env: &Env,
+    options: &JsValue,
+    fixed: &[(&str, &str)],
+) -> Result<QueueConsumer<WorkersStore, (), WorkersTimer>, JsValue> {
+    let Configured {
+        env,
+        config,
+        store,
+        observer,
+    } = configured(env, options, fixed)?;
     let mut consumer = config.consumer(&env, store).map_err(|e| type_error(&e.0))?;
     if let Some(observer) = observer {
         consumer = consumer.on_message(move |m| {
             let _ = observer.call1(&JsValue::NULL, &message_to_js(m));
         });
     }
-    Ok((consumer, env, config))
+    Ok(consumer)
+}
+
+/// The handler argument of `export`, a function.
+fn handler_of(handler: JsValue, export: &str) -> Result<Function, JsValue> {
+    handler
+        .dyn_into()
+        .map_err(|_| type_error(&format!("{export}: handler must be a function")))
 }
 
 /// Calls the JS handler with the delivery's envelope, Cloudflare's message and
@@ -203,10 +231,8 @@ pub async fn dedupe_queue(
     handler: JsValue,
     options: JsValue,
 ) -> Result<JsValue, JsValue> {
-    let handler: Function = handler
-        .dyn_into()
-        .map_err(|_| type_error("dedupeQueue: handler must be a function"))?;
-    let (consumer, ..) = consumer_for(&env, &options, &[])?;
+    let handler = handler_of(handler, "dedupeQueue")?;
+    let consumer = consumer_for(&env, &options, &[])?;
     let batch = QueueBatch::from(batch);
     let report = consumer
         .consume(&batch, async |delivery| {
@@ -259,17 +285,18 @@ pub async fn dedupe_queue_d1(
     handler: JsValue,
     options: JsValue,
 ) -> Result<JsValue, JsValue> {
-    let handler: Function = handler
-        .dyn_into()
-        .map_err(|_| type_error("dedupeQueueD1: handler must be a function"))?;
-    let (consumer, env, config) = consumer_for(&env, &options, &[("DEDUPE_STORE", "d1")])?;
+    let handler = handler_of(handler, "dedupeQueueD1")?;
+    let consumer = consumer_for(&env, &options, &[("DEDUPE_STORE", "d1")])?;
     // The database the ids live in: the handler prepares its statements on it
     // (a D1 batch runs every statement in the database it is sent to).
-    let db = Reflect::get(&env, &JsValue::from_str(&config.d1_binding))?;
+    let WorkersStore::D1(d1) = consumer.guard().store() else {
+        return Err(type_error("dedupeQueueD1: the store is not D1"));
+    };
+    let db: &JsValue = d1.database().as_ref();
     let batch = QueueBatch::from(batch);
     let report = consumer
         .consume_with_statements(&batch, async |delivery| {
-            statements_of(call_handler(&handler, delivery, &db).await?)
+            statements_of(call_handler(&handler, delivery, db).await?)
         })
         .await
         .map_err(failed_batch)?;

@@ -8,25 +8,21 @@
 use std::rc::Rc;
 
 use bq_dedupe_js::protocol;
-use bq_dedupe_workers::{DedupeConfig, RoundTrips, WorkersStore};
+use bq_dedupe_workers::WorkersStore;
 use js_sys::Promise;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 use worker::Env;
 
-use crate::queue::{configure_with, type_error};
+use crate::queue::{configured, type_error};
 
 /// The store `env` and `options` configure, with `store` forced to `kind`.
 fn open(env: &Env, options: &JsValue, kind: &str) -> Result<Rc<WorkersStore>, JsValue> {
-    let (env, observer) = configure_with(env, options, &[("DEDUPE_STORE", kind)])?;
-    if observer.is_some() {
+    let configured = configured(env, options, &[("DEDUPE_STORE", kind)])?;
+    if configured.observer.is_some() {
         return Err(type_error("a store takes no observer (dedupeQueue does)"));
     }
-    let config = DedupeConfig::from_env(&env).map_err(|e| type_error(&e.0))?;
-    let store = config
-        .store(&env, RoundTrips::new())
-        .map_err(|e| type_error(&e.0))?;
-    Ok(Rc::new(store))
+    Ok(Rc::new(configured.store))
 }
 
 fn answer(store: &Rc<WorkersStore>, method: &'static str, args: Vec<JsValue>) -> Promise {

@@ -112,6 +112,12 @@ impl D1Store {
         self
     }
 
+    /// The database the ids live in: a handler's statements for
+    /// [`StatementStore::commit_with`] are prepared on it.
+    pub fn database(&self) -> &D1Database {
+        &self.db
+    }
+
     /// The counter of this store's requests (see [`Self::with_round_trips`]).
     pub fn round_trips(&self) -> &RoundTrips {
         &self.round_trips
