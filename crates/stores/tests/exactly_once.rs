@@ -123,6 +123,18 @@ const IDS: usize = 1_000;
 const DUPLICATES: usize = 200;
 const CONSUMERS: usize = 4;
 
+/// A consumer's own random numbers below `n` (seeded by its pid): a small LCG,
+/// so each process pauses and picks differently.
+fn random_below() -> impl FnMut(u64) -> u64 {
+    let mut rng = std::process::id() as u64;
+    move |n: u64| {
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (rng >> 33) % n
+    }
+}
+
 /// A consumer: takes random unacked deliveries from the inbox until none is
 /// left; each handler inserts its effect row in the dedupe transaction, then
 /// (after the commit) the delivery is acked. Pauses inside the transaction and
@@ -131,13 +143,7 @@ fn consume(path: &Path) {
     let guard = Guard::new(SqliteStore::open(path).unwrap());
     let inbox = Connection::open(path).unwrap();
     inbox.busy_timeout(Duration::from_secs(10)).unwrap();
-    let mut rng = std::process::id() as u64;
-    let mut next = move |n: u64| {
-        rng = rng
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (rng >> 33) % n
-    };
+    let mut next = random_below();
     loop {
         let picked: Option<(i64, String)> = inbox
             .query_row(
@@ -396,13 +402,7 @@ fn consume_postgres(url: &str, table: &str) {
         format!("UPDATE {table}_inbox SET acked = true WHERE seq = $1"),
     );
     let insert = format!("INSERT INTO {table}_effects (id, attempt) VALUES ($1, $2)");
-    let mut rng = std::process::id() as u64;
-    let mut next = move |n: u64| {
-        rng = rng
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (rng >> 33) % n
-    };
+    let mut next = random_below();
     while let Some(row) = inbox.query_opt(&pick, &[]).unwrap() {
         let (seq, body): (i64, String) = (row.get(0), row.get(1));
         let pause = Duration::from_micros(next(3_000));
