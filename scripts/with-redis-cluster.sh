@@ -10,9 +10,7 @@ if ! command -v redis-server >/dev/null; then
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server >/dev/null
 fi
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
+source "$(dirname "$0")/redis-cluster-lib.sh"
 dir=$(mktemp -d)
 ports=()
 stop() {
@@ -22,14 +20,7 @@ stop() {
   rm -rf "$dir"
 }
 trap stop EXIT
-# A cluster bus port is the node's port + 10000: pick ports whose bus is free too.
-while [[ ${#ports[@]} -lt 3 ]]; do
-  p=$(free_port)
-  (( p + 10000 < 65536 )) || continue
-  python3 -c "import socket,sys; s=socket.socket(); s.bind(('127.0.0.1', $p + 10000))" 2>/dev/null || continue
-  [[ " ${ports[*]} " == *" $p "* ]] && continue
-  ports+=("$p")
-done
+pick_cluster_ports ports
 for p in "${ports[@]}"; do
   mkdir -p "$dir/$p"
   redis-server --bind 127.0.0.1 --port "$p" --cluster-enabled yes \
@@ -42,17 +33,8 @@ for p in "${ports[@]}"; do
     sleep 0.1
   done
 done
-redis-cli --cluster create "${ports[@]/#/127.0.0.1:}" --cluster-replicas 0 --cluster-yes >"$dir/create.log" 2>&1 \
-  || { cat "$dir/create.log"; exit 1; }
-for _ in $(seq 100); do
-  ok=1
-  for p in "${ports[@]}"; do
-    redis-cli -p "$p" cluster info 2>/dev/null | grep -q 'cluster_state:ok' || ok=0
-  done
-  [[ $ok -eq 1 ]] && break
-  sleep 0.1
-done
-[[ $ok -eq 1 ]] || { echo "with-redis-cluster: the cluster did not come up"; exit 1; }
+form_cluster redis-cli "$dir/create.log" "${ports[@]}" \
+  || { echo "with-redis-cluster: the cluster did not come up"; exit 1; }
 echo "with-redis-cluster: 3 nodes, redis-server $(redis-server --version | grep -o 'v=[0-9.]*') on 127.0.0.1:${ports[*]}"
 
 nodes=$(printf '127.0.0.1:%s,' "${ports[@]}")

@@ -18,9 +18,7 @@ stop() {
   rm -rf "$dir"
 }
 trap stop EXIT
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
+source "$here/redis-cluster-lib.sh"
 cli() { redis-cli --tls --cacert "$dir/ca.crt" -h 127.0.0.1 "$@"; }
 # serve PORT [ARGS...]: a TLS-only server in its own directory.
 serve() {
@@ -37,27 +35,12 @@ serve() {
 
 single=$(free_port)
 serve "$single"
-# The cluster's nodes: a bus port is the node's port + 10000, so pick ports whose bus is free too.
-nodes=()
-while [[ ${#nodes[@]} -lt 3 ]]; do
-  p=$(free_port)
-  (( p + 10000 < 65536 )) || continue
-  python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', $p + 10000))" 2>/dev/null || continue
-  [[ " ${nodes[*]} $single " == *" $p "* ]] && continue
-  nodes+=("$p")
-done
+pick_cluster_ports nodes "$single"
 for p in "${nodes[@]}"; do
   serve "$p" --cluster-enabled yes --cluster-config-file "$dir/$p/nodes.conf" --tls-cluster yes
 done
-cli --cluster create "${nodes[@]/#/127.0.0.1:}" --cluster-replicas 0 --cluster-yes >"$dir/create.log" 2>&1 \
-  || { cat "$dir/create.log"; exit 1; }
-for _ in $(seq 100); do
-  ok=1
-  for p in "${nodes[@]}"; do cli -p "$p" cluster info 2>/dev/null | grep -q 'cluster_state:ok' || ok=0; done
-  [[ $ok -eq 1 ]] && break
-  sleep 0.1
-done
-[[ $ok -eq 1 ]] || { echo "with-redis-tls: the TLS cluster did not come up"; exit 1; }
+form_cluster cli "$dir/create.log" "${nodes[@]}" \
+  || { echo "with-redis-tls: the TLS cluster did not come up"; exit 1; }
 echo "with-redis-tls: redis-server over TLS on 127.0.0.1:$single, a TLS cluster on 127.0.0.1:${nodes[*]}"
 
 list=$(printf '127.0.0.1:%s,' "${nodes[@]}")
