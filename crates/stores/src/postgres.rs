@@ -748,7 +748,8 @@ impl TransactionalStore for PostgresStore {
 
 impl PostgresStore {
     /// The first statement of a transactional run, one round trip: is `$1` held
-    /// by a live claim, and if not, Go's remember of it (TTL `$2` ms or NULL),
+    /// by a live claim, and if not, a lapsed claim's row dropped and Go's
+    /// remember of it (TTL `$2` ms or NULL),
     /// inserting (or taking over an expired row) unless a live row is there. A
     /// concurrent run of the same id waits here on the row's unique key until the
     /// other transaction ends, then finds its row.
@@ -756,6 +757,8 @@ impl PostgresStore {
         let (t, c) = (&self.table, &self.claims);
         format!(
             "WITH held AS (SELECT 1 FROM {c} WHERE message_id = $1 AND expires_at > now()),
+             -- A lapsed claim ends with this run's commit (undone with its rollback).
+             ended AS (DELETE FROM {c} WHERE message_id = $1 AND NOT EXISTS (SELECT 1 FROM held)),
              taken AS (
                INSERT INTO {t} AS cur (message_id, expires_at)
                SELECT $1, now() + $2::bigint * interval '1 millisecond'
