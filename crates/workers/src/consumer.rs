@@ -484,6 +484,27 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> QueueConsumer<S, O, T> {
     /// aborts this one's batch whole (skipped). Messages are then settled as
     /// [`QueueConsumer::consume`] settles them. Needs `DEDUPE_STORE = "d1"`:
     /// another store is [`ConsumeError::Unsupported`] before any handler runs.
+    ///
+    /// The example of `docs/modes.md` (`DEDUPE_D1_BINDING = "DB"`, your
+    /// database, where your `orders` table is):
+    ///
+    /// ```no_run
+    /// # use bq_dedupe_workers::{QueueBatch, QueueConsumer};
+    /// # async fn consume(batch: QueueBatch, env: worker::Env) -> worker::Result<()> {
+    /// let consumer = QueueConsumer::from_env(&env)?;
+    /// let db = env.d1("DB")?;
+    /// consumer
+    ///     .consume_with_statements(&batch, async |delivery| {
+    ///         let id = delivery.message().id().unwrap_or_default();
+    ///         Ok::<_, String>(vec![db
+    ///             .prepare("INSERT INTO orders (id, total) VALUES (?1, ?2)")
+    ///             .bind(&[id.into(), 42.into()])
+    ///             .map_err(|e| e.to_string())?])
+    ///     })
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn consume_with_statements<E: Display>(
         &self,
         batch: &QueueBatch,
