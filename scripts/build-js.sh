@@ -30,6 +30,28 @@ BUDGET="${BQ_JS_BUDGET:-176128}"
 NAME=bq_dedupe
 
 now() { date +%s.%N; }
+
+# The JS half of the package's crossings (crates/js/src/glue.js) is a wasm-bindgen
+# snippet, an ES module; the nodejs glue is CommonJS and `require`s it. Its copy in
+# DIR becomes CommonJS (.cjs, `export` dropped, `exports.NAME` added), so a Node
+# without require(esm) loads it too, and the glue DIR/GLUE requires that copy.
+cjs_snippets() {
+    local dir="$1" glue="$2" f names
+    while IFS= read -r f; do
+        names="$(sed -n -E 's/^export (function|class) ([A-Za-z_$][A-Za-z0-9_$]*).*/\2/p' "$f")"
+        { sed -E 's/^export (function|class) /\1 /' "$f"; for n in $names; do echo "exports.$n = $n;"; done; } >"${f%.js}.cjs"
+        rm "$f"
+        if grep -nE '^\s*(export|import)\b' "${f%.js}.cjs"; then
+            echo "$f: a snippet with more than 'export function|class' cannot become CommonJS here" >&2
+            exit 1
+        fi
+    done < <(find "$dir/snippets" -name '*.js')
+    sed -i -E 's|(require\(String\.raw`\./snippets/[^`]*)\.js`\)|\1.cjs`)|' "$glue"
+    if grep -n 'snippets/[^`]*\.js`' "$glue"; then
+        echo "$glue still requires an ES module snippet" >&2
+        exit 1
+    fi
+}
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
 size() { stat -c %s "$1"; }
 
@@ -67,6 +89,7 @@ if [[ ! -f "$STAMP" || "$RAW" -nt "$STAMP" || "$WASM_OPT" -nt "$STAMP" || "${BAS
     # with TS1471 under node16/nodenext).
     mv "$PKG/node/$NAME.js" "$PKG/node/$NAME.cjs"
     mv "$PKG/node/$NAME.d.ts" "$PKG/node/$NAME.d.cts"
+    cjs_snippets "$PKG/node" "$PKG/node/$NAME.cjs"
     grep -q '^const wasmPath = `${__dirname}/'"${NAME}_bg.wasm"'`;$' "$PKG/node/$NAME.cjs" || {
         echo "the nodejs glue no longer loads its module as expected (wasmPath)" >&2
         exit 1
@@ -109,7 +132,9 @@ fi
 
 # --- the playground's copy ----------------------------------------------------------
 mkdir -p "$WWW/pkg" "$WWW/conformance"
+rm -rf "$WWW/pkg/snippets"
 cp "$PKG/web/$NAME.js" "$PKG/web/$NAME.d.ts" "$PKG/web/${NAME}_bg.wasm" "$JS/conformance.js" "$WWW/pkg/"
+cp -r "$PKG/web/snippets" "$WWW/pkg/"
 cp "$ROOT/tests/conformance/manifest.json" "$WWW/conformance/"
 cp -r "$ROOT/tests/conformance/fixtures" "$WWW/conformance/"
 
@@ -132,6 +157,7 @@ if [[ "$MODE" == test ]]; then
         rm -rf "$TOUT"
         "$WB" --target nodejs --out-dir "$TOUT" --out-name "$NAME" "$TRAW"
         mv "$TOUT/$NAME.js" "$TOUT/$NAME.cjs"
+        cjs_snippets "$TOUT" "$TOUT/$NAME.cjs"
     fi
     echo "conformance test build: $(since "$t") -> ${TOUT#"$ROOT"/}/"
 fi

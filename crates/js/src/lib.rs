@@ -7,6 +7,7 @@
 
 #[cfg(feature = "conformance")]
 mod conformance;
+mod crossing;
 mod memory;
 pub mod protocol;
 mod store;
@@ -21,19 +22,18 @@ mod types;
 static TALC: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
 
 use std::cell::RefCell;
-use std::ops::Range;
 use std::time::Duration;
 
 use bq_dedupe::observe::Event;
 use bq_dedupe::{
-    Disposition, Guard, KeySpace, Limits, Message, Observer, Options, Outcome, OutcomeKind,
-    Rejection, Timer,
+    Disposition, Guard, KeySpace, Limits, Message, Observer, Options, Outcome, Rejection, Timer,
 };
-use js_sys::{Array, Function, Object, Uint8Array};
+use js_sys::{Array, Function, Object};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
+use crate::crossing::{Batch, outcomes_js};
 use crate::store::GivenStore;
 
 pub use memory::JsInMemoryStore;
@@ -55,20 +55,14 @@ pub(crate) fn js_error(message: &str) -> JsValue {
 //
 // A Rust string handed to JS is decoded by a `TextDecoder` call each time, which
 // costs more than the property set it is for: property names and codes are made
-// into JS strings once (`interned`), and the handler's `JSON.parse` reads the
-// envelope's own JS string (`Batch::texts`), not a copy decoded out of wasm memory.
+// into JS strings once (`interned`). A batch's envelopes, handler calls and
+// outcome objects cross through `crossing` (one call each way, not one per field).
 
 #[wasm_bindgen]
 extern "C" {
     /// `Reflect.set` on an object this module made (it cannot throw: no `catch`).
     #[wasm_bindgen(js_namespace = Reflect, js_name = set)]
     fn reflect_set(target: &JsValue, key: &JsValue, value: &JsValue) -> bool;
-    /// `Reflect.get` on an object (no `catch`: only for values that cannot throw).
-    #[wasm_bindgen(js_namespace = Reflect, js_name = get)]
-    fn reflect_get(target: &JsValue, key: &JsValue) -> JsValue;
-    /// `JSON.parse` of a JS string (no copy through wasm memory).
-    #[wasm_bindgen(js_namespace = JSON, js_name = parse, catch)]
-    fn parse_text(text: &JsValue) -> Result<JsValue, JsValue>;
 }
 
 thread_local! {
@@ -189,114 +183,17 @@ fn options(o: &Option<JsValue>) -> Result<Options, JsValue> {
     })
 }
 
-// ---- envelopes --------------------------------------------------------------
+// ---- outcomes ---------------------------------------------------------------
 
-/// A batch's envelopes as bytes (one buffer) and, for the handler, each one's JSON
-/// text as a JS string when it has one (given as a string, or `JSON.stringify`'d;
-/// a `Uint8Array` has none), so that the handler's `JSON.parse` reads the JS string
-/// instead of a copy decoded back out of wasm memory.
-struct Batch {
-    buf: Vec<u8>,
-    /// Each envelope's bytes in `buf`, or why it has none.
-    ranges: Vec<Result<Range<usize>, String>>,
-    texts: Vec<Option<JsValue>>,
-}
-
-impl Batch {
-    fn of(envelopes: &Array) -> Batch {
-        let mut batch = Batch {
-            buf: Vec::new(),
-            ranges: Vec::new(),
-            texts: Vec::new(),
-        };
-        for item in envelopes.iter() {
-            let text = text_of(&item);
-            let start = batch.buf.len();
-            let range = match &text {
-                Ok(Some(text)) => {
-                    let text = text.as_string().unwrap_or_default();
-                    batch.buf.extend_from_slice(text.as_bytes());
-                    Ok(start..batch.buf.len())
-                }
-                Ok(None) => {
-                    let bytes = item.unchecked_ref::<Uint8Array>();
-                    batch.buf.resize(start + bytes.length() as usize, 0);
-                    bytes.copy_to(&mut batch.buf[start..]);
-                    Ok(start..batch.buf.len())
-                }
-                Err(why) => Err(why.clone()),
-            };
-            batch.ranges.push(range);
-            batch.texts.push(text.ok().flatten());
-        }
-        batch
-    }
-
-    fn of_one(envelope: &JsValue) -> Result<Vec<u8>, Rejection> {
-        let batch = Batch::of(&Array::of1(envelope));
-        match &batch.ranges[0] {
-            Ok(range) => Ok(batch.buf[range.clone()].to_vec()),
-            Err(why) => Err(Rejection::NotJson(why.clone())),
-        }
-    }
-
-    fn bodies(&self) -> Vec<&[u8]> {
-        self.ranges
-            .iter()
-            .map(|r| r.as_ref().map_or(&[][..], |r| &self.buf[r.clone()]))
-            .collect()
-    }
-}
-
-/// An envelope's JSON text: itself when a string, `None` for a `Uint8Array`
-/// (its bytes are the body), else `JSON.stringify`; `Err`: why it has neither.
-fn text_of(item: &JsValue) -> Result<Option<JsValue>, String> {
-    if item.is_string() {
-        return Ok(Some(item.clone()));
-    }
-    if item.is_instance_of::<Uint8Array>() {
-        return Ok(None);
-    }
-    if item.is_undefined() {
-        return Err("no envelope given (undefined)".into());
-    }
-    match js_sys::JSON::stringify(item) {
-        Ok(s) if s.is_string() => Ok(Some(s.into())),
-        Ok(_) => Err("the envelope is not JSON-serialisable".into()),
-        Err(e) => Err(format!("JSON.stringify failed: {}", message_of(&e))),
-    }
-}
-
-fn rejection_js(r: &Rejection) -> JsValue {
+pub(crate) fn rejection_js(r: &Rejection) -> JsValue {
     let o = Object::new();
     set(&o, "code", interned(r.code()));
     set(&o, "message", &JsValue::from_str(&r.to_string()));
     o.into()
 }
 
-/// The plain-object form of the decoded envelope the handler receives: `JSON.parse`
-/// of the delivered text (already validated by the core), with the canonical `job`
-/// filled in when the producer used the `urn` alias.
-fn envelope_js(text: Option<&JsValue>, msg: &Message<'_>) -> JsValue {
-    let value = match text {
-        Some(text) => parse_text(text),
-        None => js_sys::JSON::parse(msg.raw()),
-    };
-    // The core validated the same text: it parses, to an object.
-    let Ok(value) = value else {
-        return JsValue::NULL;
-    };
-    let job = interned("job");
-    if !reflect_get(&value, job).is_string() {
-        reflect_set(&value, job, &JsValue::from_str(msg.job()));
-    }
-    value
-}
-
-// ---- outcomes ---------------------------------------------------------------
-
 /// What a JS handler threw (or rejected with), kept unchanged for the outcome.
-pub struct HandlerError(JsValue);
+pub struct HandlerError(pub(crate) JsValue);
 
 impl std::fmt::Display for HandlerError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -304,70 +201,12 @@ impl std::fmt::Display for HandlerError {
     }
 }
 
-fn disposition_code(d: Disposition) -> &'static str {
+pub(crate) fn disposition_code(d: Disposition) -> &'static str {
     match d {
         Disposition::Ack => "ack",
         Disposition::Retry => "retry",
         Disposition::Poison => "poison",
     }
-}
-
-thread_local! {
-    /// Per outcome kind, `{ kind, disposition, ran }`: each outcome starts as a
-    /// copy of its kind's (one `Object.assign` instead of three property sets).
-    static OUTCOME_TEMPLATES: RefCell<Vec<(OutcomeKind, Object)>> = const { RefCell::new(Vec::new()) };
-}
-
-/// A new outcome object with its kind's three fixed fields.
-fn outcome_object(kind: OutcomeKind) -> Object {
-    OUTCOME_TEMPLATES.with_borrow_mut(|templates| {
-        let template = match templates.iter().find(|(k, _)| *k == kind) {
-            Some((_, t)) => t,
-            None => {
-                let t = Object::new();
-                set(&t, "kind", interned(kind.code()));
-                set(
-                    &t,
-                    "disposition",
-                    interned(disposition_code(kind.disposition())),
-                );
-                set(&t, "ran", &JsValue::from_bool(kind.handler_ran()));
-                templates.push((kind, t));
-                &templates.last().expect("just pushed").1
-            }
-        };
-        Object::assign(&Object::new(), template)
-    })
-}
-
-/// The outcomes of a batch as JS objects `{ kind, disposition, ran, key, reason?,
-/// error?, storeError?, rejection? }`, in order (names and codes are interned).
-fn outcomes_js(outcomes: Vec<Outcome<HandlerError>>, keys: &[Option<String>]) -> Array {
-    let array = Array::new();
-    for (i, outcome) in outcomes.into_iter().enumerate() {
-        let o = outcome_object(outcome.kind());
-        set(
-            &o,
-            "key",
-            &str_or_null(keys.get(i).and_then(Option::as_deref)),
-        );
-        if let Some(reason) = outcome.reason() {
-            set(&o, "reason", &JsValue::from_str(&reason));
-        }
-        match outcome {
-            Outcome::Failed(e) | Outcome::FailOpen(Err(e)) => set(&o, "error", &e.0),
-            Outcome::RanUnrecorded(e) | Outcome::StoreUnavailable(e) => {
-                let se = Object::new();
-                set(&se, "code", interned(e.kind.code()));
-                set(&se, "message", &JsValue::from_str(&e.message));
-                set(&o, "storeError", &se);
-            }
-            Outcome::Rejected(r) => set(&o, "rejection", &rejection_js(&r)),
-            _ => {}
-        }
-        array.push(&o);
-    }
-    array
 }
 
 /// Collects each outcome's store key, in delivery order (the guard reports every
@@ -384,15 +223,6 @@ impl Observer for KeyLog {
 }
 
 // ---- the handler ------------------------------------------------------------
-
-async fn call_handler(
-    handler: &Function,
-    text: Option<&JsValue>,
-    msg: &Message<'_>,
-) -> Result<(), HandlerError> {
-    let result = handler.call1(&JsValue::UNDEFINED, &envelope_js(text, msg));
-    await_value(result).await.map(drop).map_err(HandlerError)
-}
 
 fn handler_of(value: JsValue) -> Result<Function, JsValue> {
     value
@@ -480,7 +310,7 @@ async fn call(
     handler: JsValue,
     options: Option<JsValue>,
 ) -> Result<JsValue, JsValue> {
-    let (envelopes, one) = match call {
+    let (batch, one) = match call {
         Call::Forget(id) => {
             let guard = guard(&store, &options)?;
             return match guard.forget(&id).await {
@@ -488,51 +318,38 @@ async fn call(
                 Err(e) => Err(js_error(&e.to_string())),
             };
         }
-        Call::One(envelope) => (Array::of1(&envelope), true),
+        Call::One(envelope) => (Batch::of_one(&envelope), true),
         Call::Batch(envelopes) if Array::is_array(&envelopes) => {
-            (envelopes.unchecked_into(), false)
+            (Batch::of(envelopes.unchecked_ref()), false)
         }
         Call::Batch(_) => return Err(type_error("envelopes must be an array")),
     };
-    let outcomes = run_batch(&envelopes, store, handler, options).await?;
+    let (outcomes, keys) = run_outcomes(&batch, store, handler, options).await?;
+    let outcomes = outcomes_js(outcomes, &keys);
     Ok(match one {
         true => outcomes.get(0),
         false => outcomes.into(),
     })
 }
 
-async fn run_batch(
-    envelopes: &Array,
-    store: JsValue,
-    handler: JsValue,
-    options: Option<JsValue>,
-) -> Result<Array, JsValue> {
-    let (outcomes, keys) = run_outcomes(envelopes, store, handler, options).await?;
-    Ok(outcomes_js(outcomes, &keys))
-}
-
-/// The guard's outcomes for `envelopes`, and each one's store key.
+/// The guard's outcomes for a batch, and each one's store key.
 async fn run_outcomes(
-    envelopes: &Array,
+    batch: &Batch,
     store: JsValue,
     handler: JsValue,
     options: Option<JsValue>,
 ) -> Result<(Vec<Outcome<HandlerError>>, Vec<Option<String>>), JsValue> {
     let handler = handler_of(handler)?;
     let guard = guard(&store, &options)?;
-    // Bodies that cannot become bytes go through as empty text (rejected as
+    // Envelopes that have no bytes go through as empty text (rejected as
     // not-json by the guard) and get their own reason afterwards.
-    let batch = Batch::of(envelopes);
     let bodies = batch.bodies();
-    let texts = &batch.texts;
     let mut outcomes = guard
-        .process_batch_indexed(&bodies, async |i, msg| {
-            call_handler(&handler, texts[i].as_ref(), msg).await
-        })
+        .process_batch_indexed(&bodies, async |i, msg| batch.run(i, &handler, msg).await)
         .await;
-    for (i, range) in batch.ranges.iter().enumerate() {
-        if let (Err(why), Some(o)) = (range, outcomes.get_mut(i)) {
-            *o = Outcome::Rejected(Rejection::NotJson(why.clone()));
+    for (i, o) in outcomes.iter_mut().enumerate().take(batch.len()) {
+        if let Some(refused) = batch.refused(i) {
+            *o = Outcome::Rejected(refused);
         }
     }
     Ok((outcomes, guard.observer().0.take()))
@@ -584,8 +401,8 @@ pub fn wrap(
     let wrapped = Closure::<dyn Fn(JsValue) -> js_sys::Promise>::new(move |envelope: JsValue| {
         let (store, handler, options) = (store.clone(), handler.clone(), options.clone());
         promise_of(async move {
-            let (outcomes, _) =
-                run_outcomes(&Array::of1(&envelope), store, handler, options).await?;
+            let batch = Batch::of_one(&envelope);
+            let (outcomes, _) = run_outcomes(&batch, store, handler, options).await?;
             match outcomes.into_iter().next() {
                 Some(outcome) => wrapped_result(outcome),
                 None => Err(js_error("dedupe: no outcome")),
@@ -668,8 +485,9 @@ pub fn dedupe_key(
     #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: Option<JsValue>,
 ) -> Result<JsValue, JsValue> {
     let opts = self::options(&options)?;
-    let body = Batch::of_one(&envelope).map_err(|r| rejection_error(&r))?;
-    let msg = Message::parse(&body, &opts.limits).map_err(|r| rejection_error(&r))?;
+    let batch = Batch::of_one(&envelope);
+    let body = batch.only_body().map_err(|r| rejection_error(&r))?;
+    let msg = Message::parse(body, &opts.limits).map_err(|r| rejection_error(&r))?;
     Ok(str_or_null(
         msg.id().map(|id| opts.keyspace.key(id)).as_deref(),
     ))
@@ -692,8 +510,9 @@ pub fn validate(
 ) -> Result<JsValue, JsValue> {
     let opts = self::options(&options)?;
     let o = Object::new();
-    let parsed = Batch::of_one(&envelope).and_then(|body| {
-        let msg = Message::parse(&body, &opts.limits)?;
+    let batch = Batch::of_one(&envelope);
+    let parsed = batch.only_body().and_then(|body| {
+        let msg = Message::parse(body, &opts.limits)?;
         let id = msg.id().map(str::to_owned);
         let key = msg.id().map(|id| opts.keyspace.key(id).into_owned());
         Ok((

@@ -1,4 +1,4 @@
-// How a batch's envelopes cross into wasm (crates/js/src/lib.rs `Batch`) and what
+// How a batch's envelopes cross into wasm (crates/js/src/crossing.rs and glue.js) and what
 // the handler and the outcomes get back: every input kind in one batch, in order;
 // the handler parses the envelope's own JS text (a string as given, an object as
 // JSON.stringify'd, a Uint8Array from its bytes); keys and codes with characters
@@ -88,4 +88,55 @@ test('validate and the outcomes agree on rejections, and validate reports every 
   assert.equal(bad.valid, false);
   assert.equal(bad.rejection.code, 'meta-not-object');
   assert.equal(typeof bad.rejection.message, 'string');
+});
+
+test('a batch bigger than any before it, most envelopes outside ASCII, is written whole (the buffer grows mid-batch)', async () => {
+  const store = new bq.InMemoryStore();
+  // A small batch first, so the module's reusable buffer is small.
+  await bq.dedupeBatch([JSON.stringify(envelope('warm-1'))], store, () => {});
+  const ids = Array.from({ length: 600 }, (_, i) => (i % 3 === 0 ? `ascii-${i}` : `\u00e9t\u00e9-\u{1F600}-${i}`));
+  const texts = ids.map((id, i) => JSON.stringify(envelope(id, { note: i % 2 ? '\u4e2d\u6587'.repeat(40) : 'plain' })));
+  const got = [];
+  const outcomes = await bq.dedupeBatch(texts, store, (e) => { got.push(e.meta.id); });
+  assert.deepEqual(outcomes.map((o) => o.key), ids);
+  assert.ok(outcomes.every((o) => o.kind === 'run-ok'));
+  assert.deepEqual(got, ids);
+  // The same batch again is all skips (every key was remembered as written).
+  const again = await bq.dedupeBatch(texts, store, () => { throw new Error('ran twice'); });
+  assert.ok(again.every((o) => o.kind === 'skip'));
+});
+
+test('batches in flight together (their handlers awaiting) each keep their own envelopes', async () => {
+  const store = new bq.InMemoryStore();
+  const batch = (tag, n) => Array.from({ length: n }, (_, i) => JSON.stringify(envelope(`${tag}-${i}`, { note: tag.repeat(i + 1) })));
+  const seen = { a: [], b: [] };
+  const handler = (tag) => async (e) => {
+    await new Promise((r) => setTimeout(r, 1));
+    seen[tag].push([e.meta.id, e.note]);
+  };
+  const [a, b] = await Promise.all([
+    bq.dedupeBatch(batch('a', 20), store, handler('a')),
+    bq.dedupeBatch(batch('b\u00e9', 30), store, handler('b')),
+  ]);
+  assert.deepEqual(a.map((o) => o.key), Array.from({ length: 20 }, (_, i) => `a-${i}`));
+  assert.deepEqual(b.map((o) => o.key), Array.from({ length: 30 }, (_, i) => `b\u00e9-${i}`));
+  assert.deepEqual(seen.a, Array.from({ length: 20 }, (_, i) => [`a-${i}`, 'a'.repeat(i + 1)]));
+  assert.deepEqual(seen.b, Array.from({ length: 30 }, (_, i) => [`b\u00e9-${i}`, 'b\u00e9'.repeat(i + 1)]));
+});
+
+test('an object JSON.stringify refuses is rejected with why; its neighbours run', async () => {
+  const cyclic = envelope('cyc-1');
+  cyclic.self = cyclic;
+  const outcomes = await bq.dedupeBatch(
+    [envelope('ok-1'), cyclic, { ...envelope('big-1'), n: 1n }, () => {}, envelope('ok-2')],
+    new bq.InMemoryStore(),
+    () => {},
+  );
+  assert.deepEqual(outcomes.map((o) => [o.kind, o.key]), [
+    ['run-ok', 'ok-1'], ['rejected', null], ['rejected', null], ['rejected', null], ['run-ok', 'ok-2'],
+  ]);
+  assert.match(outcomes[1].reason, /JSON\.stringify failed: .*circular/i);
+  assert.match(outcomes[2].reason, /JSON\.stringify failed: .*BigInt/i);
+  assert.match(outcomes[3].reason, /not JSON-serialisable/);
+  assert.ok(outcomes.slice(1, 4).every((o) => o.rejection.code === 'not-json'));
 });
