@@ -20,5 +20,5 @@ row() {
 echo "| artifact | bytes | KiB | gzip -9 bytes | budget |"
 echo "|---|---:|---:|---:|---|"
 row "component (\`bq_dedupe.component.wasm\`)" "$TARGET/component/bq_dedupe.component.wasm" "256 KiB"
-row "JS package wasm (\`crates/js/pkg/web\`)" "$ROOT/crates/js/pkg/web/bq_dedupe_bg.wasm" "172 KiB"
+row "JS package wasm (\`crates/js/pkg/web\`)" "$ROOT/crates/js/pkg/web/bq_dedupe_bg.wasm" "180 KiB"
 row "example worker (\`crates/worker-example/build\`)" "$ROOT/crates/worker-example/build/index_bg.wasm" "1 MiB gzip"

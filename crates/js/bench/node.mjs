@@ -162,7 +162,7 @@ if (sdk) {
 } else {
   console.log('(set BQ_NODE_SDK to a bundle of BabelQueue\'s Node helper to measure against it: bench/README.md says how)');
 }
-if (wasm) console.log(`wasm: ${wasm} B of 176128 B`);
+if (wasm) console.log(`wasm: ${wasm} B of 184320 B`);
 if (process.env.BQ_JS_BENCH_JSON) {
   console.log(JSON.stringify({ node: process.version, lines: lines.length, passes, batch: BATCH, wasm, results }));
 }

@@ -21,7 +21,7 @@ mod types;
 #[global_allocator]
 static TALC: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
 use bq_dedupe::observe::Event;
@@ -209,15 +209,19 @@ pub(crate) fn disposition_code(d: Disposition) -> &'static str {
     }
 }
 
-/// Collects each outcome's store key, in delivery order (the guard reports every
-/// outcome, with its key, to its observer).
+/// The store key of the outcome the guard reports, for a single delivery
+/// (`Guard::process` hands back only the outcome; a batch's keys come with its
+/// decisions, so it is off for batches).
 #[derive(Default)]
-struct KeyLog(RefCell<Vec<Option<String>>>);
+struct LastKey {
+    on: Cell<bool>,
+    key: RefCell<Option<String>>,
+}
 
-impl Observer for KeyLog {
+impl Observer for LastKey {
     fn observe(&self, event: Event<'_>) {
-        if let Event::Outcome { key, .. } = event {
-            self.0.borrow_mut().push(key.map(str::to_owned));
+        if let (true, Event::Outcome { key, .. }) = (self.on.get(), event) {
+            *self.key.borrow_mut() = key.map(str::to_owned);
         }
     }
 }
@@ -264,7 +268,7 @@ impl Timer for JsTimer {
     }
 }
 
-type JsGuard = Guard<GivenStore, KeyLog, JsTimer>;
+type JsGuard = Guard<GivenStore, LastKey, JsTimer>;
 
 fn guard(store: &JsValue, opts: &Option<JsValue>) -> Result<JsGuard, JsValue> {
     let options = options(opts)?;
@@ -273,7 +277,7 @@ fn guard(store: &JsValue, opts: &Option<JsValue>) -> Result<JsGuard, JsValue> {
         .with_options(options)
         .with_clock(clock)
         .with_timer(JsTimer)
-        .with_observer(KeyLog::default()))
+        .with_observer(LastKey::default()))
 }
 
 // ---- exports ----------------------------------------------------------------
@@ -343,16 +347,28 @@ async fn run_outcomes(
     let guard = guard(&store, &options)?;
     // Envelopes that have no bytes go through as empty text (rejected as
     // not-json by the guard) and get their own reason afterwards.
-    let bodies = batch.bodies();
-    let mut outcomes = guard
-        .process_batch_indexed(&bodies, async |i, msg| batch.run(i, &handler, msg).await)
-        .await;
+    let (mut outcomes, keys): (Vec<_>, Vec<_>) = match batch.len() {
+        // One delivery: the core's single-delivery path (fewer allocations).
+        1 => {
+            let body = batch.bodies()[0];
+            let run = async |msg: &Message<'_>| batch.run(0, &handler, msg).await;
+            guard.observer().on.set(true);
+            let outcome = guard.process(body, run).await;
+            (vec![outcome], vec![guard.observer().key.take()])
+        }
+        _ => {
+            let bodies = batch.bodies();
+            let run = async |i, msg: &Message<'_>| batch.run(i, &handler, msg).await;
+            let decided = guard.process_batch_decided(&bodies, run).await;
+            decided.into_iter().map(|(d, o)| (o, d.key)).unzip()
+        }
+    };
     for (i, o) in outcomes.iter_mut().enumerate().take(batch.len()) {
         if let Some(refused) = batch.refused(i) {
             *o = Outcome::Rejected(refused);
         }
     }
-    Ok((outcomes, guard.observer().0.take()))
+    Ok((outcomes, keys))
 }
 
 /// What a wrapped handler (see [`wrap`]) does with one delivery's outcome:

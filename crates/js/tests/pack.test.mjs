@@ -92,7 +92,7 @@ test('npm pack in a clean copy builds the module and ships it once, with the CJS
   // The copy built the same bytes as the tree the other tests use.
   const shipped = readFileSync(join(scratch, 'node_modules', NAME, 'pkg/web/bq_dedupe_bg.wasm'));
   assert.ok(shipped.equals(readFileSync(join(JS, 'pkg/web/bq_dedupe_bg.wasm'))), 'the packed .wasm equals crates/js/pkg/web/');
-  assert.ok(shipped.length <= 176_128, `${shipped.length} B is over the 172 KiB budget`);
+  assert.ok(shipped.length <= 184_320, `${shipped.length} B is over the 180 KiB budget`);
 });
 
 test('ESM in the scratch project: the node build (named imports), the web build, ./conformance', () => {
