@@ -12,10 +12,25 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     ) -> Outcome<E> {
         let recorded = match commit_of(&decision, &result) {
             Commit::Remember => {
-                // A plain remember of one key is the store's own `remember` call.
-                let remember = self.remember_list(std::slice::from_ref(&decision), &[0]);
+                // A plain remember of one key is the store's own `remember` call;
+                // without fingerprints its one entry needs no list of its own.
+                let one;
+                let listed;
+                let remember: &[_] = match decision.fingerprint {
+                    None => {
+                        one = [(
+                            key_at(std::slice::from_ref(&decision), 0),
+                            self.fence_token(&decision),
+                        )];
+                        &one
+                    }
+                    Some(_) => {
+                        listed = self.remember_list(std::slice::from_ref(&decision), &[0]);
+                        &listed
+                    }
+                };
                 let step = Settlement {
-                    remember: &remember,
+                    remember,
                     ttl: self.options.ttl,
                     ..Settlement::default()
                 };

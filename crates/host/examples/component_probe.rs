@@ -23,7 +23,9 @@ use bq_dedupe_stores::AnyStore;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let n: usize = args.first().map_or(200_000, |s| s.replace('_', "").parse().unwrap());
+    let n: usize = args
+        .first()
+        .map_or(200_000, |s| s.replace('_', "").parse().unwrap());
     let passes: usize = args.get(1).map_or(5, |s| s.parse().unwrap());
     let lines = workload::generate(n);
     let distinct = workload::count_distinct_ids(&lines);
@@ -31,7 +33,9 @@ fn main() {
     for _ in 0..passes {
         let store = AnyStore::Memory(InMemoryStore::new());
         let mut rt = Runtime::load(&default_component(), store, Handler::Mark).expect("loads");
-        rt.open_guard(&guard_options("")).unwrap().expect("plain options");
+        rt.open_guard(&guard_options(""))
+            .unwrap()
+            .expect("plain options");
         let started = Instant::now();
         let mut ran = 0;
         for chunk in lines.chunks(100) {

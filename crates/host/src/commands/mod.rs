@@ -20,7 +20,8 @@ pub fn reject_bytes(line: &[u8]) -> Rejection {
 
 /// Lines of a file, or of stdin for `-`, as raw bytes (a line that is not UTF-8
 /// is still a line, to be rejected rather than stop the stream), without their
-/// line ending, read through a 64 KiB buffer.
+/// line ending, read through a 1 MiB buffer (a chunk of lines is what one
+/// buffer holds, and each chunk is a hand-off between threads: see `run`).
 pub struct Lines {
     reader: BufReader<Box<dyn Read + Send>>,
     /// Where a line is read before it is copied out at its exact length.
@@ -34,7 +35,7 @@ impl Lines {
             path => Box::new(std::fs::File::open(path).with_context(|| format!("opening {path}"))?),
         };
         Ok(Lines {
-            reader: BufReader::with_capacity(1 << 16, reader),
+            reader: BufReader::with_capacity(1 << 20, reader),
             scratch: Vec::new(),
         })
     }
