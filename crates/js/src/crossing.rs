@@ -43,6 +43,10 @@ extern "C" {
 
     #[wasm_bindgen(js_name = outcomes)]
     fn outcome_objects(kinds: &[u8], keys: &str, ends: &[u32]) -> Array;
+
+    /// `key`: UTF-8 (`ascii`: all below U+0080, read without a `TextDecoder`).
+    #[wasm_bindgen(js_name = outcome)]
+    fn one_outcome(kind: u8, key: Option<&[u8]>, ascii: bool) -> JsValue;
 }
 
 /// `glue.js`: `ends` entries of envelopes without bytes, and of `null` keys.
@@ -194,27 +198,40 @@ pub(crate) fn outcomes_js(outcomes: Vec<Outcome<HandlerError>>, keys: &[Option<S
     }
     let array = outcome_objects(&kinds, &text, &ends);
     for (i, outcome) in outcomes.into_iter().enumerate() {
-        let reason = outcome.reason();
-        if reason.is_none() && !matches!(outcome, Outcome::FailOpen(Err(_))) {
-            continue;
-        }
-        let o: Object = array.get(i as u32).unchecked_into();
-        if let Some(reason) = reason {
-            set(&o, "reason", &JsValue::from_str(&reason));
-        }
-        match outcome {
-            Outcome::Failed(e) | Outcome::FailOpen(Err(e)) => set(&o, "error", &e.0),
-            Outcome::RanUnrecorded(e) | Outcome::StoreUnavailable(e) => {
-                let se = Object::new();
-                set(&se, "code", interned(e.kind.code()));
-                set(&se, "message", &JsValue::from_str(&e.message));
-                set(&o, "storeError", &se);
-            }
-            Outcome::Rejected(r) => set(&o, "rejection", &rejection_js(&r)),
-            _ => {}
+        if outcome.reason().is_some() {
+            add_details(&array.get(i as u32).unchecked_into(), outcome);
         }
     }
     array
+}
+
+/// One delivery's outcome object (see [`outcomes_js`]), built by one call.
+pub(crate) fn outcome_js(outcome: Outcome<HandlerError>, key: Option<&str>) -> JsValue {
+    let ascii = key.is_some_and(|k| k.len() <= 256 && k.is_ascii());
+    let o: Object =
+        one_outcome(defined(outcome.kind()), key.map(str::as_bytes), ascii).unchecked_into();
+    if outcome.reason().is_some() {
+        add_details(&o, outcome);
+    }
+    o.into()
+}
+
+/// The fields beyond the fixed four, for an outcome that has a reason.
+fn add_details(o: &Object, outcome: Outcome<HandlerError>) {
+    if let Some(reason) = outcome.reason() {
+        set(o, "reason", &JsValue::from_str(&reason));
+    }
+    match outcome {
+        Outcome::Failed(e) | Outcome::FailOpen(Err(e)) => set(o, "error", &e.0),
+        Outcome::RanUnrecorded(e) | Outcome::StoreUnavailable(e) => {
+            let se = Object::new();
+            set(&se, "code", interned(e.kind.code()));
+            set(&se, "message", &JsValue::from_str(&e.message));
+            set(o, "storeError", &se);
+        }
+        Outcome::Rejected(r) => set(o, "rejection", &rejection_js(&r)),
+        _ => {}
+    }
 }
 
 /// `kind`'s index, its template defined in `glue.js` on first use.

@@ -136,6 +136,19 @@ export function defineKind(index, kind, disposition, ran) {
 }
 
 /**
+ * One delivery's outcome object. `key`: its UTF-8 bytes (a view of wasm
+ * memory) or `undefined` for none; `ascii`: at most 256 bytes, each below
+ * 0x80, so the bytes are the characters (a `TextDecoder` call costs more than
+ * a short key; the bound keeps `apply` within any engine's argument limit).
+ */
+export function outcome(kind, key, ascii) {
+  const t = KINDS[kind];
+  let text = null;
+  if (key !== undefined) text = ascii ? String.fromCharCode.apply(null, key) : (decoder ??= new TextDecoder()).decode(key);
+  return { kind: t.kind, disposition: t.disposition, ran: t.ran, key: text };
+}
+
+/**
  * The batch's outcome objects: `kinds[i]` indexes `KINDS`, the keys are
  * `keys` cut at `ends` (UTF-16 offsets; `NO_BYTES`: a `null` key).
  */

@@ -33,7 +33,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
-use crate::crossing::{Batch, outcomes_js};
+use crate::crossing::{Batch, outcome_js, outcomes_js};
 use crate::store::GivenStore;
 
 pub use memory::JsInMemoryStore;
@@ -156,8 +156,10 @@ const OPTIONS: &[&str] = &["ttlMs", "claimLeaseMs", "keyPrefix", "scope", "maxBy
 
 /// The core's options from the JS options object (`undefined`: the defaults).
 fn options(o: &Option<JsValue>) -> Result<Options, JsValue> {
-    let undefined = JsValue::UNDEFINED;
-    let o = o.as_ref().unwrap_or(&undefined);
+    // No options (the common call): no property reads, each a crossing.
+    let Some(o) = o else {
+        return Ok(Options::default());
+    };
     check_options("options", o, OPTIONS)?;
     let ms = |key| {
         opt_number("options", o, key).map(|n| n.map(|n| Duration::from_millis(n.ceil() as u64)))
@@ -328,11 +330,13 @@ async fn call(
         }
         Call::Batch(_) => return Err(type_error("envelopes must be an array")),
     };
-    let (outcomes, keys) = run_outcomes(&batch, store, handler, options).await?;
-    let outcomes = outcomes_js(outcomes, &keys);
-    Ok(match one {
-        true => outcomes.get(0),
-        false => outcomes.into(),
+    let (mut outcomes, keys) = run_outcomes(&batch, store, handler, options).await?;
+    Ok(match (one, outcomes.pop()) {
+        (true, Some(outcome)) => outcome_js(outcome, keys[0].as_deref()),
+        (_, last) => {
+            outcomes.extend(last);
+            outcomes_js(outcomes, &keys).into()
+        }
     })
 }
 

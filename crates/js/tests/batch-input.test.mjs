@@ -140,3 +140,12 @@ test('an object JSON.stringify refuses is rejected with why; its neighbours run'
   assert.match(outcomes[3].reason, /not JSON-serialisable/);
   assert.ok(outcomes.slice(1, 4).every((o) => o.rejection.code === 'not-json'));
 });
+
+test('one delivery gives back its key whatever its length or script (the short-ASCII path and the decoder)', async () => {
+  const store = new bq.InMemoryStore();
+  for (const id of ['a', 'x'.repeat(256), 'y'.repeat(257), 'z'.repeat(70_000), 'caf\u00e9', '\u{1F600}'.repeat(100), 'quote"d\\']) {
+    const o = await bq.dedupe(JSON.stringify(envelope(id)), store, () => {}, { keyPrefix: 'p:' });
+    assert.equal(o.kind, 'run-ok');
+    assert.equal(o.key, `p:${id}`);
+  }
+});
