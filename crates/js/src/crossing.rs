@@ -19,21 +19,41 @@ extern "C" {
     /// A batch's envelopes on the JS side.
     type Deliveries;
 
-    #[wasm_bindgen(constructor)]
-    fn new(envelopes: &Array) -> Deliveries;
+    /// Throws what reading the caller's array threw (a getter, a proxy).
+    #[wasm_bindgen(constructor, catch)]
+    fn new(envelopes: &Array) -> Result<Deliveries, JsValue>;
 
-    #[wasm_bindgen(static_method_of = Deliveries)]
-    fn one(envelope: &JsValue) -> Deliveries;
+    #[wasm_bindgen(static_method_of = Deliveries, catch)]
+    fn one(envelope: &JsValue) -> Result<Deliveries, JsValue>;
 
-    /// 0: all written; else the bytes `buf` must hold to go on.
-    #[wasm_bindgen(method)]
-    fn encode(this: &Deliveries, buf: &mut [u8], ends: &mut [u32]) -> f64;
+    #[wasm_bindgen(method, getter)]
+    fn length(this: &Deliveries) -> u32;
+
+    /// 0: all written; else the bytes `buf` must hold to go on. Throws what
+    /// reading an envelope threw (a `Uint8Array` subclass's getter).
+    #[wasm_bindgen(method, catch)]
+    fn encode(
+        this: &Deliveries,
+        buf: &mut [u8],
+        ends: &mut [u32],
+        kinds: &mut [u8],
+    ) -> Result<f64, JsValue>;
 
     #[wasm_bindgen(method)]
     fn why(this: &Deliveries, i: u32) -> JsValue;
 
-    #[wasm_bindgen(method, catch)]
-    fn run(this: &Deliveries, i: u32, handler: &Function) -> Result<JsValue, JsValue>;
+    /// For an envelope given as text.
+    #[wasm_bindgen(method, catch, js_name = run)]
+    fn run_text(this: &Deliveries, i: u32, handler: &Function) -> Result<JsValue, JsValue>;
+
+    /// For an envelope given as bytes: `body` is its copy the core validated.
+    #[wasm_bindgen(method, catch, js_name = run)]
+    fn run_bytes(
+        this: &Deliveries,
+        i: u32,
+        handler: &Function,
+        body: &[u8],
+    ) -> Result<JsValue, JsValue>;
 
     #[wasm_bindgen(method, catch, js_name = runWithJob)]
     fn run_with_job(this: &Deliveries, handler: &Function, job: &str) -> Result<JsValue, JsValue>;
@@ -49,8 +69,11 @@ extern "C" {
     fn one_outcome(kind: u8, key: Option<&[u8]>, ascii: bool) -> JsValue;
 }
 
-/// `glue.js`: `ends` entries of envelopes without bytes, and of `null` keys.
-const NO_BYTES: u32 = 0x8000_0000;
+/// `glue.js`: what each envelope became (`encode`'s `kinds`).
+const BYTES: u8 = 1;
+const NO_BYTES: u8 = 2;
+/// `glue.js`: the `ends` entry of an outcome without a key.
+const NO_KEY: u32 = u32::MAX;
 /// `glue.js`: what `run` answers for an envelope without `job`.
 const NEEDS_JOB: f64 = 1.0;
 
@@ -63,38 +86,49 @@ thread_local! {
 }
 
 /// A batch's envelopes: their bytes in one buffer (written by JS in one call)
-/// and, for the handler, the JS side's own texts.
+/// and, for the handler, the JS side's own copy of the batch.
 pub(crate) struct Batch {
     deliveries: Deliveries,
     buf: Vec<u8>,
-    /// Each envelope's end offset in `buf`, `NO_BYTES` set where it has none.
+    /// Each envelope's end offset in `buf`.
     ends: Vec<u32>,
+    /// What each envelope was: text, bytes, or none (`glue.js`).
+    kinds: Vec<u8>,
 }
 
 impl Batch {
-    pub(crate) fn of(envelopes: &Array) -> Batch {
-        Self::encoded(Deliveries::new(envelopes), envelopes.length() as usize)
+    /// Fails with what reading `envelopes` threw.
+    pub(crate) fn of(envelopes: &Array) -> Result<Batch, JsValue> {
+        Self::encoded(Deliveries::new(envelopes)?)
     }
 
-    pub(crate) fn of_one(envelope: &JsValue) -> Batch {
-        Self::encoded(Deliveries::one(envelope), 1)
+    pub(crate) fn of_one(envelope: &JsValue) -> Result<Batch, JsValue> {
+        Self::encoded(Deliveries::one(envelope)?)
     }
 
-    fn encoded(deliveries: Deliveries, len: usize) -> Batch {
-        let mut buf = SPARE.with_borrow_mut(std::mem::take);
-        let mut ends = vec![0; len];
-        loop {
-            let needed = deliveries.encode(&mut buf, &mut ends) as usize;
-            if needed == 0 {
-                break;
-            }
-            // The bytes already written stay where they are.
-            buf.resize(needed.max(buf.len() * 2), 0);
-        }
-        Batch {
+    fn encoded(deliveries: Deliveries) -> Result<Batch, JsValue> {
+        // The JS side's count: its copy of the caller's array is the batch.
+        let len = deliveries.length() as usize;
+        let mut batch = Batch {
             deliveries,
-            buf,
-            ends,
+            buf: SPARE.with_borrow_mut(std::mem::take),
+            ends: vec![0; len],
+            kinds: vec![NO_BYTES; len],
+        };
+        loop {
+            let Batch {
+                deliveries,
+                buf,
+                ends,
+                kinds,
+            } = &mut batch;
+            let needed = deliveries.encode(buf, ends, kinds)? as usize;
+            if needed == 0 {
+                return Ok(batch);
+            }
+            // The bytes already written stay where they are; growing by half
+            // at least keeps a batch of many texts outside ASCII to a few calls.
+            buf.resize(needed.max(buf.len() + buf.len() / 2), 0);
         }
     }
 
@@ -102,25 +136,26 @@ impl Batch {
         self.ends.len()
     }
 
-    /// Each envelope's bytes (empty for one without: see [`Batch::refused`]).
+    /// Envelope `i`'s bytes (empty for one without: see [`Batch::refused`]).
+    fn body(&self, i: usize) -> &[u8] {
+        let start = match i {
+            0 => 0,
+            _ => self.ends[i - 1] as usize,
+        };
+        match self.kinds[i] {
+            NO_BYTES => &[],
+            _ => self.buf.get(start..self.ends[i] as usize).unwrap_or(&[]),
+        }
+    }
+
+    /// Each envelope's bytes.
     pub(crate) fn bodies(&self) -> Vec<&[u8]> {
-        let mut start = 0;
-        self.ends
-            .iter()
-            .map(|&end| {
-                let body = match end & NO_BYTES {
-                    0 => &self.buf[start..end as usize],
-                    _ => &[][..],
-                };
-                start = (end & !NO_BYTES) as usize;
-                body
-            })
-            .collect()
+        (0..self.len()).map(|i| self.body(i)).collect()
     }
 
     /// Why envelope `i` has no bytes (`undefined`, or JSON.stringify would not).
     pub(crate) fn refused(&self, i: usize) -> Option<Rejection> {
-        if self.ends[i] & NO_BYTES == 0 {
+        if self.kinds[i] != NO_BYTES {
             return None;
         }
         let why = self.deliveries.why(i as u32);
@@ -138,7 +173,7 @@ impl Batch {
     pub(crate) fn only_body(&self) -> Result<&[u8], Rejection> {
         match self.refused(0) {
             Some(r) => Err(r),
-            None => Ok(&self.buf[..self.ends[0] as usize]),
+            None => Ok(self.body(0)),
         }
     }
 
@@ -149,7 +184,10 @@ impl Batch {
         handler: &Function,
         msg: &Message<'_>,
     ) -> Result<(), HandlerError> {
-        let mut ran = self.deliveries.run(i as u32, handler);
+        let mut ran = match self.kinds[i] {
+            BYTES => self.deliveries.run_bytes(i as u32, handler, self.body(i)),
+            _ => self.deliveries.run_text(i as u32, handler),
+        };
         if matches!(&ran, Ok(v) if v.as_f64() == Some(NEEDS_JOB)) {
             ran = self.deliveries.run_with_job(handler, msg.job());
         }
@@ -193,7 +231,7 @@ pub(crate) fn outcomes_js(outcomes: Vec<Outcome<HandlerError>>, keys: &[Option<S
                 } as u32;
                 ends.push(at);
             }
-            None => ends.push(NO_BYTES),
+            None => ends.push(NO_KEY),
         }
     }
     let array = outcome_objects(&kinds, &text, &ends);

@@ -11,29 +11,38 @@ let decoder;
 
 /** Returned by `run` when the envelope has no `job` (the `urn` alias): call `runWithJob`. */
 const NEEDS_JOB = 1;
-/** Set in an `ends` entry whose envelope has no bytes (see `why`). */
-const NO_BYTES = 0x80000000;
+/** What each envelope became, in `encode`'s `kinds`: its JSON text, its bytes, or nothing. */
+const TEXT = 0;
+const BYTES = 1;
+const NO_BYTES = 2;
 
 /** A batch's envelopes as given (JSON text, its bytes, or an object to stringify). */
 export class Deliveries {
   constructor(envelopes) {
-    // Strings and bytes stay as given; an object is replaced by its JSON text
-    // (in a copy, never in the caller's array).
-    this.items = envelopes;
+    // A copy taken first: the caller may reuse its array while handlers run
+    // (the strings in it cannot change; the bytes are read back from the copy
+    // in wasm memory that the core validated, see `run`). An object becomes
+    // its JSON text here.
+    const items = Array.from(envelopes);
+    this.items = items;
     this.whys = null;
     this.next = 0;
     this.at = 0;
     this.pending = undefined;
-    for (let i = 0; i < envelopes.length; i++) {
-      const item = envelopes[i];
+    for (let i = 0; i < items.length; i++) {
+      const item = items[i];
       if (typeof item === 'string' || item instanceof Uint8Array) continue;
-      if (this.items === envelopes) this.items = Array.from(envelopes);
-      this.items[i] = this.textOf(i, item);
+      items[i] = this.textOf(i, item);
     }
   }
 
   static one(envelope) {
     return new Deliveries([envelope]);
+  }
+
+  /** How many envelopes (the copy's, whatever the caller's array does since). */
+  get length() {
+    return this.items.length;
   }
 
   textOf(i, item) {
@@ -55,11 +64,12 @@ export class Deliveries {
 
   /**
    * Writes the envelopes' UTF-8 bytes into `buf` (wasm memory), one after the
-   * other, and each one's end offset into `ends` (`NO_BYTES` set where it has
-   * none). Answers 0 when all are written, else how many bytes `buf` must hold
-   * for the next call to go on from where this one stopped.
+   * other, each one's end offset into `ends` and what it was into `kinds`
+   * (`TEXT`, `BYTES`, `NO_BYTES`). Answers 0 when all are written, else how
+   * many bytes `buf` must hold for the next call to go on from where this one
+   * stopped.
    */
-  encode(buf, ends) {
+  encode(buf, ends, kinds) {
     const items = this.items;
     let at = this.at;
     for (let i = this.next; i < items.length; i++) {
@@ -70,13 +80,14 @@ export class Deliveries {
         // Characters past U+007F take two or three bytes: room ran out.
         if (read < item.length) return this.stop(i, at, 3);
         at += written;
+        kinds[i] = TEXT;
       } else if (item instanceof Uint8Array) {
         if (buf.length - at < item.length) return this.stop(i, at, 1);
         buf.set(item, at);
         at += item.length;
+        kinds[i] = BYTES;
       } else {
-        ends[i] = at | NO_BYTES;
-        continue;
+        kinds[i] = NO_BYTES;
       }
       ends[i] = at;
     }
@@ -85,12 +96,17 @@ export class Deliveries {
     return 0;
   }
 
+  /**
+   * Where `encode` stopped, and the room it needs to go on: item `i` at up to
+   * `perUnit` bytes per UTF-16 unit (3 once it is known not to be ASCII), the
+   * rest at one (a later overflow asks again).
+   */
   stop(i, at, perUnit) {
     this.next = i;
     this.at = at;
     let rest = 0;
-    for (let j = i; j < this.items.length; j++) rest += this.items[j]?.length ?? 0;
-    return at + rest * perUnit;
+    for (let j = i + 1; j < this.items.length; j++) rest += this.items[j]?.length ?? 0;
+    return at + this.items[i].length * perUnit + rest;
   }
 
   /** Why envelope `i` has no bytes: a message, or `{ thrown }` from JSON.stringify. */
@@ -99,13 +115,15 @@ export class Deliveries {
   }
 
   /**
-   * Runs `handler` on envelope `i`, parsed from its own text. Answers
-   * `undefined` when it returned (anything but a thenable), the thenable when it
-   * returned one, `NEEDS_JOB` when the envelope has no `job`; throws what it threw.
+   * Runs `handler` on envelope `i`, parsed from its own text, or for bytes from
+   * `body` (the copy in wasm memory the core validated, not the caller's
+   * buffer, which may have changed or be shared memory). Answers `undefined`
+   * when it returned (anything but a thenable), the thenable when it returned
+   * one, `NEEDS_JOB` when the envelope has no `job`; throws what it threw.
    */
-  run(i, handler) {
+  run(i, handler, body) {
     const item = this.items[i];
-    const envelope = JSON.parse(typeof item === 'string' ? item : (decoder ??= new TextDecoder()).decode(item));
+    const envelope = JSON.parse(typeof item === 'string' ? item : (decoder ??= new TextDecoder()).decode(body));
     if (typeof envelope.job !== 'string') {
       this.pending = envelope;
       return NEEDS_JOB;
@@ -127,6 +145,9 @@ function thenable(value) {
     ? value
     : undefined;
 }
+
+/** An `ends` entry of `outcomes` for an outcome without a key. */
+const NO_KEY = 0xffffffff;
 
 /** Per outcome kind (the core's index): `{ kind, disposition, ran }`. */
 const KINDS = [];
@@ -150,7 +171,7 @@ export function outcome(kind, key, ascii) {
 
 /**
  * The batch's outcome objects: `kinds[i]` indexes `KINDS`, the keys are
- * `keys` cut at `ends` (UTF-16 offsets; `NO_BYTES`: a `null` key).
+ * `keys` cut at `ends` (UTF-16 offsets; `NO_KEY`: a `null` key).
  */
 export function outcomes(kinds, keys, ends) {
   const out = new Array(kinds.length);
@@ -159,7 +180,7 @@ export function outcomes(kinds, keys, ends) {
     const t = KINDS[kinds[i]];
     const end = ends[i];
     let key = null;
-    if (end !== NO_BYTES) {
+    if (end !== NO_KEY) {
       key = keys.slice(at, end);
       at = end;
     }

@@ -324,9 +324,9 @@ async fn call(
                 Err(e) => Err(js_error(&e.to_string())),
             };
         }
-        Call::One(envelope) => (Batch::of_one(&envelope), true),
+        Call::One(envelope) => (Batch::of_one(&envelope)?, true),
         Call::Batch(envelopes) if Array::is_array(&envelopes) => {
-            (Batch::of(envelopes.unchecked_ref()), false)
+            (Batch::of(envelopes.unchecked_ref())?, false)
         }
         Call::Batch(_) => return Err(type_error("envelopes must be an array")),
     };
@@ -421,7 +421,7 @@ pub fn wrap(
     let wrapped = Closure::<dyn Fn(JsValue) -> js_sys::Promise>::new(move |envelope: JsValue| {
         let (store, handler, options) = (store.clone(), handler.clone(), options.clone());
         promise_of(async move {
-            let batch = Batch::of_one(&envelope);
+            let batch = Batch::of_one(&envelope)?;
             let (outcomes, _) = run_outcomes(&batch, store, handler, options).await?;
             match outcomes.into_iter().next() {
                 Some(outcome) => wrapped_result(outcome),
@@ -434,8 +434,8 @@ pub fn wrap(
 
 /// Puts one delivery through the guard: decode, decide, run `handler` if needed,
 /// record. Resolves to an `Outcome`; rejects only for a bad argument (not a
-/// store, not a function, bad options). The core's batch of one: the same single-key
-/// store calls as `Guard::process`, and one code path to ship.
+/// store, not a function, bad options). The core's `Guard::process`: single-key
+/// store calls.
 #[wasm_bindgen(unchecked_return_type = "Promise<Outcome>")]
 pub fn dedupe(
     #[wasm_bindgen(unchecked_param_type = "EnvelopeInput")] envelope: JsValue,
@@ -505,7 +505,7 @@ pub fn dedupe_key(
     #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: Option<JsValue>,
 ) -> Result<JsValue, JsValue> {
     let opts = self::options(&options)?;
-    let batch = Batch::of_one(&envelope);
+    let batch = Batch::of_one(&envelope)?;
     let body = batch.only_body().map_err(|r| rejection_error(&r))?;
     let msg = Message::parse(body, &opts.limits).map_err(|r| rejection_error(&r))?;
     Ok(str_or_null(
@@ -530,7 +530,7 @@ pub fn validate(
 ) -> Result<JsValue, JsValue> {
     let opts = self::options(&options)?;
     let o = Object::new();
-    let batch = Batch::of_one(&envelope);
+    let batch = Batch::of_one(&envelope)?;
     let parsed = batch.only_body().and_then(|body| {
         let msg = Message::parse(body, &opts.limits)?;
         let id = msg.id().map(str::to_owned);

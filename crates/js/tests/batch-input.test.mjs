@@ -149,3 +149,45 @@ test('one delivery gives back its key whatever its length or script (the short-A
     assert.equal(o.key, `p:${id}`);
   }
 });
+
+test('the handler gets the envelope that was deduped, even if the caller reuses its array or bytes while handlers run', async () => {
+  const store = new bq.InMemoryStore();
+  const batch = ['a', 'b', 'c'].map((id) => JSON.stringify(envelope(`reuse-${id}`)));
+  const ran = [];
+  const pending = bq.dedupeBatch(batch, store, async (e) => { ran.push(e.meta.id); await new Promise((r) => setTimeout(r, 2)); });
+  batch.length = 0;
+  batch.push(...['x', 'y', 'z'].map((id) => JSON.stringify(envelope(`reuse-${id}`))));
+  const outcomes = await pending;
+  assert.deepEqual(ran, ['reuse-a', 'reuse-b', 'reuse-c']);
+  assert.deepEqual(outcomes.map((o) => [o.kind, o.key]), [['run-ok', 'reuse-a'], ['run-ok', 'reuse-b'], ['run-ok', 'reuse-c']]);
+
+  // Bytes: the handler reads the copy the core validated, not the caller's buffer.
+  const bytes = enc.encode(JSON.stringify(envelope('bytes-w1')));
+  const slowStore = {
+    seen: async (k) => store.seen(k),
+    remember: async (k, ttl) => store.remember(k, ttl),
+    forget: async (k) => store.forget(k),
+  };
+  let got;
+  const one = bq.dedupe(bytes, slowStore, (e) => { got = e.meta.id; });
+  bytes.set(enc.encode(JSON.stringify(envelope('bytes-w2'))));
+  assert.equal((await one).key, 'bytes-w1');
+  assert.equal(got, 'bytes-w1');
+});
+
+test('an array that grows while it is read, or an envelope whose reading throws, never traps the module', async () => {
+  const store = new bq.InMemoryStore();
+  const grows = [];
+  grows.push({ toJSON() { grows.push(JSON.stringify(envelope('late'))); return envelope('first'); } }, JSON.stringify(envelope('second')));
+  const outcomes = await bq.dedupeBatch(grows, store, () => {});
+  assert.deepEqual(outcomes.map((o) => [o.kind, o.key]), [['run-ok', 'first'], ['run-ok', 'second']]);
+
+  class Evil extends Uint8Array { get length() { throw new Error('evil length'); } }
+  const evil = new Evil(enc.encode(JSON.stringify(envelope('evil'))));
+  await assert.rejects(bq.dedupeBatch([envelope('ok'), evil], store, () => {}), /evil length/);
+  await assert.rejects(bq.dedupe(evil, store, () => {}), /evil length/);
+  const trap = new Proxy([envelope('p')], { get(t, k) { if (k === 'length') throw new Error('length trap'); return t[k]; } });
+  await assert.rejects(bq.dedupeBatch(trap, store, () => {}), /length trap/);
+  // The module still works.
+  assert.deepEqual((await bq.dedupeBatch([envelope('after')], store, () => {})).map((o) => o.kind), ['run-ok']);
+});
