@@ -79,6 +79,14 @@ export class Deliveries {
         const { read, written } = encoder.encodeInto(item, buf.subarray(at));
         // Characters past U+007F take two or three bytes: room ran out.
         if (read < item.length) return this.stop(i, at, 3);
+        if (written !== read && !wellFormed(item)) {
+          // A lone surrogate has no UTF-8 form: encoding would make it U+FFFD,
+          // and two different ids the same key. Refused, as its escaped form is.
+          (this.whys ??= [])[i] = 'the text has a lone surrogate (not well-formed UTF-16), so it has no UTF-8 form';
+          kinds[i] = NO_BYTES;
+          ends[i] = at;
+          continue;
+        }
         at += written;
         kinds[i] = TEXT;
       } else if (item instanceof Uint8Array) {
@@ -138,6 +146,13 @@ export class Deliveries {
     envelope.job = job;
     return thenable(handler(envelope));
   }
+}
+
+/** A lone surrogate: a high one not followed by a low one, or a low one not after a high one. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+function wellFormed(text) {
+  return typeof text.isWellFormed === 'function' ? text.isWellFormed() : !LONE_SURROGATE.test(text);
 }
 
 function thenable(value) {

@@ -191,3 +191,26 @@ test('an array that grows while it is read, or an envelope whose reading throws,
   // The module still works.
   assert.deepEqual((await bq.dedupeBatch([envelope('after')], store, () => {})).map((o) => o.kind), ['run-ok']);
 });
+
+test('text with a lone surrogate is rejected (it has no UTF-8 form), never turned into U+FFFD and deduped as another id', async () => {
+  const text = (id) => `{"job":"j","trace_id":"t","data":{},"meta":{"id":"${id}","schema_version":1}}`;
+  const check = async () => {
+    const store = new bq.InMemoryStore();
+    const ran = [];
+    const outcomes = await bq.dedupeBatch([text('ab\ud800'), text('ab\ud801'), text('\udc00x'), text('ok\ud83d\ude00')], store, (e) => { ran.push(e.meta.id); });
+    assert.deepEqual(outcomes.map((o) => [o.kind, o.key]), [['rejected', null], ['rejected', null], ['rejected', null], ['run-ok', 'ok\ud83d\ude00']]);
+    assert.ok(outcomes.slice(0, 3).every((o) => o.rejection.code === 'not-json' && /lone surrogate/.test(o.reason)));
+    assert.deepEqual(ran, ['ok\ud83d\ude00']);
+    assert.equal((await bq.dedupe(text('\u00e9\ud800'), store, () => {})).kind, 'rejected');
+    assert.throws(() => bq.dedupeKey(text('x\udfff')), (e) => e.code === 'not-json');
+  };
+  await check();
+  // Where the engine has no String.prototype.isWellFormed (before ES2024), the same.
+  const own = Object.getOwnPropertyDescriptor(String.prototype, 'isWellFormed');
+  delete String.prototype.isWellFormed;
+  try {
+    await check();
+  } finally {
+    if (own) Object.defineProperty(String.prototype, 'isWellFormed', own);
+  }
+});
