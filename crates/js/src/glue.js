@@ -31,7 +31,7 @@ export class Deliveries {
     this.pending = undefined;
     for (let i = 0; i < items.length; i++) {
       const item = items[i];
-      if (typeof item === 'string' || item instanceof Uint8Array) continue;
+      if (typeof item === 'string' || isBytes(item)) continue;
       items[i] = this.textOf(i, item);
     }
   }
@@ -89,7 +89,7 @@ export class Deliveries {
         }
         at += written;
         kinds[i] = TEXT;
-      } else if (item instanceof Uint8Array) {
+      } else if (isBytes(item)) {
         if (buf.length - at < item.length) return this.stop(i, at, 1);
         buf.set(item, at);
         at += item.length;
@@ -146,6 +146,14 @@ export class Deliveries {
     envelope.job = job;
     return thenable(handler(envelope));
   }
+}
+
+/**
+ * A `Uint8Array` (a Node `Buffer` too), also one made in another realm (a `vm`
+ * context, a test runner's sandbox), where `instanceof` is false.
+ */
+function isBytes(item) {
+  return item instanceof Uint8Array || (ArrayBuffer.isView(item) && Object.prototype.toString.call(item) === '[object Uint8Array]');
 }
 
 /** A lone surrogate: a high one not followed by a low one, or a low one not after a high one. */

@@ -214,3 +214,17 @@ test('text with a lone surrogate is rejected (it has no UTF-8 form), never turne
     if (own) Object.defineProperty(String.prototype, 'isWellFormed', own);
   }
 });
+
+test('a Uint8Array from another realm (a vm context, as test runners make) is bytes, not an object to stringify', async () => {
+  const { runInNewContext } = await import('node:vm');
+  const text = JSON.stringify(envelope('realm-1'));
+  const foreign = runInNewContext('new Uint8Array(bytes)', { bytes: Array.from(enc.encode(text)) });
+  const sub = runInNewContext('new Uint8Array(3)'); // not one of ours, not an envelope either
+  assert.equal(foreign instanceof Uint8Array, false, 'the test needs a foreign Uint8Array');
+  const got = [];
+  const outcomes = await bq.dedupeBatch([foreign, sub], new bq.InMemoryStore(), (e) => { got.push(e.meta.id); });
+  assert.deepEqual(outcomes.map((o) => [o.kind, o.key]), [['run-ok', 'realm-1'], ['rejected', null]]);
+  assert.equal(outcomes[1].rejection.code, 'not-json');
+  assert.deepEqual(got, ['realm-1']);
+  assert.equal(bq.dedupeKey(foreign), 'realm-1');
+});
