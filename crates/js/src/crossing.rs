@@ -122,13 +122,25 @@ impl Batch {
                 ends,
                 kinds,
             } = &mut batch;
-            let needed = deliveries.encode(buf, ends, kinds)? as usize;
-            if needed == 0 {
+            let needed = deliveries.encode(buf, ends, kinds)?;
+            if needed == 0.0 {
                 return Ok(batch);
             }
             // The bytes already written stay where they are; growing by half
             // at least keeps a batch of many texts outside ASCII to a few calls.
-            buf.resize(needed.max(buf.len() + buf.len() / 2), 0);
+            let target = (buf.len() + buf.len() / 2).max(needed as usize);
+            let grown = needed.is_finite()
+                && needed > buf.len() as f64
+                && buf.try_reserve_exact(target - buf.len()).is_ok();
+            if !grown {
+                // (An integer: float formatting would add ~20 KB to the module.)
+                let e = js_sys::RangeError::new(&format!(
+                    "the batch does not fit in wasm memory ({} bytes needed)",
+                    needed as u64
+                ));
+                return Err(e.into());
+            }
+            buf.resize(target, 0);
         }
     }
 

@@ -19,21 +19,53 @@ const NO_BYTES = 2;
 /** A batch's envelopes as given (JSON text, its bytes, or an object to stringify). */
 export class Deliveries {
   constructor(envelopes) {
-    // A copy taken first: the caller may reuse its array while handlers run
-    // (the strings in it cannot change; the bytes are read back from the copy
-    // in wasm memory that the core validated, see `run`). An object becomes
-    // its JSON text here.
-    const items = Array.from(envelopes);
+    // A copy taken first, by index (not through the array's iterator): the
+    // caller may reuse its array while handlers run. The strings in it cannot
+    // change; bytes become this module's own `Uint8Array` over the same memory
+    // (read back from the copy the core validated, see `run`); an object
+    // becomes its JSON text.
+    const n = envelopes.length;
+    const items = new Array(n);
     this.items = items;
     this.whys = null;
     this.next = 0;
     this.at = 0;
     this.pending = undefined;
-    for (let i = 0; i < items.length; i++) {
-      const item = items[i];
-      if (typeof item === 'string' || isBytes(item)) continue;
-      items[i] = this.textOf(i, item);
+    for (let i = 0; i < n; i++) {
+      const item = envelopes[i];
+      if (typeof item === 'string') {
+        items[i] = item;
+        continue;
+      }
+      const bytes = this.bytesOf(i, item);
+      items[i] = bytes === NOT_BYTES ? this.textOf(i, item) : bytes;
     }
+  }
+
+  /**
+   * An envelope given as bytes (a `Uint8Array` from any realm, a `DataView`, an
+   * `ArrayBuffer`) as this module's own `Uint8Array` over the same memory, read
+   * through the built-in getters, so a subclass's `length` cannot lie;
+   * `NOT_BYTES` for anything else; `undefined` (with why) for bytes that
+   * cannot be read.
+   */
+  bytesOf(i, item) {
+    if (item === null || typeof item !== 'object') return NOT_BYTES;
+    try {
+      const tag = typedArrayTag.call(item);
+      if (tag === 'Uint8Array') return new Uint8Array(typedArrayBuffer.call(item), typedArrayOffset.call(item), typedArrayLength.call(item));
+      if (tag !== undefined) return this.refuse(i, `a ${tag} is not an envelope: pass its bytes as a Uint8Array`);
+      if (isA(dataViewLength, item)) return new Uint8Array(dataViewBuffer.call(item), dataViewOffset.call(item), dataViewLength.call(item));
+      if (isA(arrayBufferLength, item)) return new Uint8Array(item);
+    } catch (e) {
+      return this.refuse(i, { thrown: e });
+    }
+    return NOT_BYTES;
+  }
+
+  refuse(i, why) {
+    (this.whys ??= [])[i] = why;
+    return undefined;
   }
 
   static one(envelope) {
@@ -46,20 +78,14 @@ export class Deliveries {
   }
 
   textOf(i, item) {
-    let why;
-    if (item === undefined) {
-      why = 'no envelope given (undefined)';
-    } else {
-      try {
-        const text = JSON.stringify(item);
-        if (typeof text === 'string') return text;
-        why = 'the envelope is not JSON-serialisable';
-      } catch (e) {
-        why = { thrown: e };
-      }
+    if (item === undefined) return this.refuse(i, 'no envelope given (undefined)');
+    try {
+      const text = JSON.stringify(item);
+      if (typeof text === 'string') return text;
+      return this.refuse(i, 'the envelope is not JSON-serialisable');
+    } catch (e) {
+      return this.refuse(i, { thrown: e });
     }
-    (this.whys ??= [])[i] = why;
-    return undefined;
   }
 
   /**
@@ -75,22 +101,22 @@ export class Deliveries {
     for (let i = this.next; i < items.length; i++) {
       const item = items[i];
       if (typeof item === 'string') {
-        if (buf.length - at < item.length) return this.stop(i, at, 1);
+        if (buf.length - at < item.length) return this.stop(i, at);
         const { read, written } = encoder.encodeInto(item, buf.subarray(at));
         // Characters past U+007F take two or three bytes: room ran out.
-        if (read < item.length) return this.stop(i, at, 3);
+        if (read < item.length) return this.stop(i, at);
         if (written !== read && !wellFormed(item)) {
           // A lone surrogate has no UTF-8 form: encoding would make it U+FFFD,
           // and two different ids the same key. Refused, as its escaped form is.
-          (this.whys ??= [])[i] = 'the text has a lone surrogate (not well-formed UTF-16), so it has no UTF-8 form';
+          this.refuse(i, 'the text has a lone surrogate (not well-formed UTF-16), so it has no UTF-8 form');
           kinds[i] = NO_BYTES;
           ends[i] = at;
           continue;
         }
         at += written;
         kinds[i] = TEXT;
-      } else if (isBytes(item)) {
-        if (buf.length - at < item.length) return this.stop(i, at, 1);
+      } else if (item !== undefined) {
+        if (buf.length - at < item.length) return this.stop(i, at);
         buf.set(item, at);
         at += item.length;
         kinds[i] = BYTES;
@@ -105,16 +131,20 @@ export class Deliveries {
   }
 
   /**
-   * Where `encode` stopped, and the room it needs to go on: item `i` at up to
-   * `perUnit` bytes per UTF-16 unit (3 once it is known not to be ASCII), the
-   * rest at one (a later overflow asks again).
+   * Where `encode` stopped, and the room it needs to go on: a text outside
+   * ASCII at 3 bytes per UTF-16 unit (its most), any other text and bytes at
+   * their length.
    */
-  stop(i, at, perUnit) {
+  stop(i, at) {
     this.next = i;
     this.at = at;
-    let rest = 0;
-    for (let j = i + 1; j < this.items.length; j++) rest += this.items[j]?.length ?? 0;
-    return at + this.items[i].length * perUnit + rest;
+    let needed = at;
+    for (let j = i; j < this.items.length; j++) {
+      const item = this.items[j];
+      if (typeof item === 'string') needed += NOT_ASCII.test(item) ? 3 * item.length : item.length;
+      else if (item !== undefined) needed += item.length;
+    }
+    return needed;
   }
 
   /** Why envelope `i` has no bytes: a message, or `{ thrown }` from JSON.stringify. */
@@ -148,16 +178,35 @@ export class Deliveries {
   }
 }
 
-/**
- * A `Uint8Array` (a Node `Buffer` too), also one made in another realm (a `vm`
- * context, a test runner's sandbox), where `instanceof` is false.
- */
-function isBytes(item) {
-  return item instanceof Uint8Array || (ArrayBuffer.isView(item) && Object.prototype.toString.call(item) === '[object Uint8Array]');
+/** `bytesOf`'s answer for an envelope that is not bytes. */
+const NOT_BYTES = Symbol('not bytes');
+const NOT_ASCII = /[^\x00-\x7f]/;
+
+// The built-in getters, which read an object's internal slots: they work on
+// objects from any realm, and no subclass or proxy can fake their answers.
+const getter = (proto, key) => Object.getOwnPropertyDescriptor(proto, key).get;
+const TypedArray = Object.getPrototypeOf(Uint8Array.prototype);
+const typedArrayTag = getter(TypedArray, Symbol.toStringTag); // undefined for a non-typed-array
+const typedArrayBuffer = getter(TypedArray, 'buffer');
+const typedArrayOffset = getter(TypedArray, 'byteOffset');
+const typedArrayLength = getter(TypedArray, 'length');
+const dataViewBuffer = getter(DataView.prototype, 'buffer');
+const dataViewOffset = getter(DataView.prototype, 'byteOffset');
+const dataViewLength = getter(DataView.prototype, 'byteLength');
+const arrayBufferLength = getter(ArrayBuffer.prototype, 'byteLength');
+
+/** Is `item` what the built-in getter `get` reads (it throws on anything else)? */
+function isA(get, item) {
+  try {
+    get.call(item);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
-/** A lone surrogate: a high one not followed by a low one, or a low one not after a high one. */
-const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+/** A lone surrogate (no lookbehind: older engines' regexes have none). */
+const LONE_SURROGATE = /(?:^|[^\uD800-\uDBFF])[\uDC00-\uDFFF]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])/;
 
 function wellFormed(text) {
   return typeof text.isWellFormed === 'function' ? text.isWellFormed() : !LONE_SURROGATE.test(text);

@@ -182,10 +182,22 @@ test('an array that grows while it is read, or an envelope whose reading throws,
   const outcomes = await bq.dedupeBatch(grows, store, () => {});
   assert.deepEqual(outcomes.map((o) => [o.kind, o.key]), [['run-ok', 'first'], ['run-ok', 'second']]);
 
+  // A subclass whose `length` throws or lies is read by its real bytes (the
+  // built-in getters), never past them into what an earlier batch left.
   class Evil extends Uint8Array { get length() { throw new Error('evil length'); } }
   const evil = new Evil(enc.encode(JSON.stringify(envelope('evil'))));
-  await assert.rejects(bq.dedupeBatch([envelope('ok'), evil], store, () => {}), /evil length/);
-  await assert.rejects(bq.dedupe(evil, store, () => {}), /evil length/);
+  assert.deepEqual((await bq.dedupeBatch([envelope('ok'), evil], store, () => {})).map((o) => [o.kind, o.key]), [['run-ok', 'ok'], ['run-ok', 'evil']]);
+  const secret = JSON.stringify(envelope('earlier', { card: '4111' }));
+  await bq.dedupeBatch([secret, secret], new bq.InMemoryStore(), () => {});
+  class Lies extends Uint8Array { get length() { return secret.length; } }
+  const seen = [];
+  const lied = await bq.dedupeBatch([new Lies(0), 'x'], store, (e) => { seen.push(e); });
+  assert.deepEqual(lied.map((o) => o.kind), ['rejected', 'rejected']);
+  assert.deepEqual(seen, []);
+  // An array whose iterator lies: every index is still a delivery.
+  const iterates = [envelope('it-1'), envelope('it-2')];
+  iterates[Symbol.iterator] = function* () { yield this[0]; };
+  assert.deepEqual((await bq.dedupeBatch(iterates, store, () => {})).map((o) => o.key), ['it-1', 'it-2']);
   const trap = new Proxy([envelope('p')], { get(t, k) { if (k === 'length') throw new Error('length trap'); return t[k]; } });
   await assert.rejects(bq.dedupeBatch(trap, store, () => {}), /length trap/);
   // The module still works.
@@ -227,4 +239,34 @@ test('a Uint8Array from another realm (a vm context, as test runners make) is by
   assert.equal(outcomes[1].rejection.code, 'not-json');
   assert.deepEqual(got, ['realm-1']);
   assert.equal(bq.dedupeKey(foreign), 'realm-1');
+});
+
+test('bytes come as a Uint8Array, a DataView or an ArrayBuffer; other typed arrays are refused with a reason that says so', async () => {
+  const store = new bq.InMemoryStore();
+  const bytes = (id) => enc.encode(JSON.stringify(envelope(id)));
+  const b = bytes('view-dv');
+  const padded = new Uint8Array(b.length + 8);
+  padded.set(b, 4);
+  const outcomes = await bq.dedupeBatch([
+    new DataView(padded.buffer, 4, b.length),
+    bytes('view-ab').buffer,
+    new Uint16Array(4),
+    new Float64Array(2),
+    Buffer.from(bytes('view-buffer')),
+  ], store, () => {});
+  assert.deepEqual(outcomes.map((o) => [o.kind, o.key]), [
+    ['run-ok', 'view-dv'], ['run-ok', 'view-ab'], ['rejected', null], ['rejected', null], ['run-ok', 'view-buffer'],
+  ]);
+  assert.match(outcomes[2].reason, /Uint16Array is not an envelope: pass its bytes as a Uint8Array/);
+  assert.equal(outcomes[3].rejection.code, 'not-json');
+  assert.equal(bq.dedupeKey(bytes('view-key').buffer), 'view-key');
+});
+
+test('a batch too large for wasm memory rejects with a RangeError, and the module goes on', async () => {
+  const store = new bq.InMemoryStore();
+  // Twice 2 GiB: more than a wasm32 module can hold (the pages are never touched).
+  let big = new Uint8Array(2 ** 31 + 16);
+  await assert.rejects(bq.dedupeBatch([JSON.stringify(envelope('\u00e9')), big, big], store, () => {}), RangeError);
+  big = null;
+  assert.deepEqual((await bq.dedupeBatch([envelope('after-big')], store, () => {})).map((o) => o.kind), ['run-ok']);
 });
