@@ -18,10 +18,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
                 let listed;
                 let remember: &[_] = match decision.fingerprint {
                     None => {
-                        one = [(
-                            key_at(std::slice::from_ref(&decision), 0),
-                            self.fence_token(&decision),
-                        )];
+                        one = [self.remember_entry(&decision)];
                         &one
                     }
                     Some(_) => {
@@ -182,7 +179,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     ) -> Vec<(&'d str, Option<&'d ClaimToken>)> {
         let mut remember: Vec<(&str, Option<&ClaimToken>)> = waiting
             .iter()
-            .map(|&i| (key_at(decisions, i), self.fence_token(&decisions[i])))
+            .map(|&i| self.remember_entry(&decisions[i]))
             .collect();
         for &i in waiting {
             if let Some(fp) = &decisions[i].fingerprint {
@@ -191,6 +188,18 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             }
         }
         remember
+    }
+
+    /// What remembering one success writes first: its key, fenced by its claim
+    /// where the store fences.
+    pub(super) fn remember_entry<'d>(
+        &self,
+        decision: &'d Decision,
+    ) -> (&'d str, Option<&'d ClaimToken>) {
+        (
+            decision.key.as_deref().unwrap_or_default(),
+            self.fence_token(decision),
+        )
     }
 
     /// The token a success is committed under: its claim, when the store fences.
