@@ -149,7 +149,7 @@ impl Batch {
     }
 
     /// Envelope `i`'s bytes (empty for one without: see [`Batch::refused`]).
-    fn body(&self, i: usize) -> &[u8] {
+    pub(crate) fn body(&self, i: usize) -> &[u8] {
         let start = match i {
             0 => 0,
             _ => self.ends[i - 1] as usize,
@@ -248,8 +248,8 @@ pub(crate) fn outcomes_js(outcomes: Vec<Outcome<HandlerError>>, keys: &[Option<S
     }
     let array = outcome_objects(&kinds, &text, &ends);
     for (i, outcome) in outcomes.into_iter().enumerate() {
-        if outcome.reason().is_some() {
-            add_details(&array.get(i as u32).unchecked_into(), outcome);
+        if let Some(reason) = outcome.reason() {
+            add_details(&array.get(i as u32).unchecked_into(), outcome, &reason);
         }
     }
     array
@@ -260,17 +260,15 @@ pub(crate) fn outcome_js(outcome: Outcome<HandlerError>, key: Option<&str>) -> J
     let ascii = key.is_some_and(|k| k.len() <= 256 && k.is_ascii());
     let o: Object =
         one_outcome(defined(outcome.kind()), key.map(str::as_bytes), ascii).unchecked_into();
-    if outcome.reason().is_some() {
-        add_details(&o, outcome);
+    if let Some(reason) = outcome.reason() {
+        add_details(&o, outcome, &reason);
     }
     o.into()
 }
 
 /// The fields beyond the fixed four, for an outcome that has a reason.
-fn add_details(o: &Object, outcome: Outcome<HandlerError>) {
-    if let Some(reason) = outcome.reason() {
-        set(o, "reason", &JsValue::from_str(&reason));
-    }
+fn add_details(o: &Object, outcome: Outcome<HandlerError>, reason: &str) {
+    set(o, "reason", &JsValue::from_str(reason));
     match outcome {
         Outcome::Failed(e) | Outcome::FailOpen(Err(e)) => set(o, "error", &e.0),
         Outcome::RanUnrecorded(e) | Outcome::StoreUnavailable(e) => {

@@ -110,11 +110,10 @@ export class Deliveries {
           // and two different ids the same key. Refused, as its escaped form is.
           this.refuse(i, 'the text has a lone surrogate (not well-formed UTF-16), so it has no UTF-8 form');
           kinds[i] = NO_BYTES;
-          ends[i] = at;
-          continue;
+        } else {
+          at += written;
+          kinds[i] = TEXT;
         }
-        at += written;
-        kinds[i] = TEXT;
       } else if (item !== undefined) {
         if (buf.length - at < item.length) return this.stop(i, at);
         buf.set(item, at);
@@ -235,10 +234,15 @@ export function defineKind(index, kind, disposition, ran) {
  * a short key; the bound keeps `apply` within any engine's argument limit).
  */
 export function outcome(kind, key, ascii) {
-  const t = KINDS[kind];
   let text = null;
   if (key !== undefined) text = ascii ? String.fromCharCode.apply(null, key) : (decoder ??= new TextDecoder()).decode(key);
-  return { kind: t.kind, disposition: t.disposition, ran: t.ran, key: text };
+  return outcomeObject(kind, text);
+}
+
+/** An outcome object: its kind's three fixed fields and its key (`null`: none). */
+function outcomeObject(kind, key) {
+  const t = KINDS[kind];
+  return { kind: t.kind, disposition: t.disposition, ran: t.ran, key };
 }
 
 /**
@@ -249,14 +253,13 @@ export function outcomes(kinds, keys, ends) {
   const out = new Array(kinds.length);
   let at = 0;
   for (let i = 0; i < kinds.length; i++) {
-    const t = KINDS[kinds[i]];
     const end = ends[i];
     let key = null;
     if (end !== NO_KEY) {
       key = keys.slice(at, end);
       at = end;
     }
-    out[i] = { kind: t.kind, disposition: t.disposition, ran: t.ran, key };
+    out[i] = outcomeObject(kinds[i], key);
   }
   return out;
 }

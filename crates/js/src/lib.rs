@@ -331,13 +331,10 @@ async fn call(
         Call::Batch(_) => return Err(type_error("envelopes must be an array")),
     };
     let (mut outcomes, keys) = run_outcomes(&batch, store, handler, options).await?;
-    Ok(match (one, outcomes.pop()) {
-        (true, Some(outcome)) => outcome_js(outcome, keys[0].as_deref()),
-        (_, last) => {
-            outcomes.extend(last);
-            outcomes_js(outcomes, &keys).into()
-        }
-    })
+    match (one, outcomes.len()) {
+        (true, 1) => Ok(outcome_js(outcomes.remove(0), keys[0].as_deref())),
+        _ => Ok(outcomes_js(outcomes, &keys).into()),
+    }
 }
 
 /// The guard's outcomes for a batch, and each one's store key.
@@ -354,7 +351,7 @@ async fn run_outcomes(
     let (mut outcomes, keys): (Vec<_>, Vec<_>) = match batch.len() {
         // One delivery: the core's single-delivery path (fewer allocations).
         1 => {
-            let body = batch.bodies()[0];
+            let body = batch.body(0);
             let run = async |msg: &Message<'_>| batch.run(0, &handler, msg).await;
             guard.observer().on.set(true);
             let outcome = guard.process(body, run).await;
