@@ -27,6 +27,11 @@ pub enum Outcome<E> {
     /// The handler panicked (native targets only; on wasm a panic aborts). Treated
     /// like `Failed`: the id is left unmarked.
     Panicked(String),
+    /// run-failed, in the transactional mode: the handler returned `Ok`, but a
+    /// statement in its transaction had failed and the database had aborted or
+    /// rolled back the transaction (an error the handler swallowed). Nothing was
+    /// committed and the id is left unmarked, so a redelivery runs it again.
+    TransactionAborted(StoreError),
     /// skip: the id was already processed; the handler did not run.
     Skipped,
     /// fail-open: no usable `meta.id`, so the handler ran without dedupe. Carries
@@ -146,6 +151,7 @@ impl<E> Outcome<E> {
             Outcome::RanLeaseLost => OutcomeKind::RanLeaseLost,
             Outcome::Failed(_) => OutcomeKind::Failed,
             Outcome::Panicked(_) => OutcomeKind::Panicked,
+            Outcome::TransactionAborted(_) => OutcomeKind::Failed,
             Outcome::Skipped => OutcomeKind::Skipped,
             Outcome::FailOpen(Ok(())) => OutcomeKind::FailOpen,
             Outcome::FailOpen(Err(_)) => OutcomeKind::FailOpenFailed,
@@ -168,6 +174,10 @@ impl<E> Outcome<E> {
     {
         match self {
             Outcome::RanUnrecorded(e) | Outcome::StoreUnavailable(e) => Some(e.to_string()),
+            Outcome::TransactionAborted(e) => Some(format!(
+                "the handler returned Ok, but its transaction had been aborted: {}",
+                e.message
+            )),
             Outcome::Failed(e) | Outcome::FailOpen(Err(e)) => Some(e.to_string()),
             Outcome::Panicked(msg) => Some(format!("handler panicked: {msg}")),
             Outcome::Rejected(r) => Some(r.to_string()),

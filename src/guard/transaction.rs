@@ -61,6 +61,7 @@ fn outcome_of_run<E>(run: StoreResult<TxRun<(), WorkFailed<E>>>, fail_open: bool
         (Ok(TxRun::RolledBack(WorkFailed::Panicked(m))), _) => Outcome::Panicked(m),
         (Ok(TxRun::AlreadyDone), _) => Outcome::Skipped,
         (Ok(TxRun::Held), _) => Outcome::Parked,
+        (Ok(TxRun::Aborted(e)), _) => Outcome::TransactionAborted(e),
         // Nothing committed: the effect is undone too, so a retry is safe.
         (Err(e), _) => Outcome::StoreUnavailable(e),
     }
@@ -254,6 +255,7 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
             Ok(TxRun::AlreadyDone) => Outcome::Skipped,
             // A claim taken since the pre-check: how long it has left is not known.
             Ok(TxRun::Held) => Outcome::Parked,
+            Ok(TxRun::Aborted(e)) => Outcome::TransactionAborted(e),
             Ok(TxRun::RolledBack(e)) | Err(e) => Outcome::StoreUnavailable(e),
         };
         (outcome, None)

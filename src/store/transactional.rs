@@ -17,6 +17,12 @@ pub enum TxRun<T, E> {
     Committed(T),
     /// The work failed: its writes were rolled back and the key stays unmarked.
     RolledBack(E),
+    /// The work returned `Ok`, but its transaction was no longer alive: a
+    /// statement in it failed and the database aborted it (PostgreSQL) or rolled
+    /// it back (SQLite's `OR ROLLBACK`, `RAISE(ROLLBACK)`, a full disk), and the
+    /// work carried on as if it had not. Nothing of it is committed and the key
+    /// stays unmarked; the error says what was found.
+    Aborted(StoreError),
 }
 
 /// A store whose records live in a database the handler can write to, in one

@@ -271,6 +271,9 @@ impl From<bq::Outcome<String>> for wit::Outcome {
             bq::Outcome::RanLeaseLost => wit::Outcome::RunOkLeaseLost,
             bq::Outcome::Failed(e) => wit::Outcome::RunFailed(e),
             bq::Outcome::Panicked(msg) => wit::Outcome::RunPanicked(msg),
+            aborted @ bq::Outcome::TransactionAborted(_) => {
+                wit::Outcome::RunFailed(aborted.reason().unwrap_or_default())
+            }
             bq::Outcome::Skipped => wit::Outcome::Skip,
             bq::Outcome::FailOpen(Ok(())) => wit::Outcome::FailOpen,
             bq::Outcome::FailOpen(Err(e)) => wit::Outcome::FailOpenFailed(e),

@@ -83,6 +83,12 @@ pub struct StoreStats {
 /// overflow in SQLite's i64 and within what Redis' `PX` accepts.
 const MAX_TTL_MS: u64 = 1 << 50;
 
+/// How long after its lease ran out a claim nobody took over is swept by a
+/// purge (`SqliteStore::purge_expired`, `PostgresStore::purge_expired`): until
+/// then its owner may still renew or commit it, as the rules of SQL rows say; a
+/// claim lapsed this long is a crashed consumer's.
+pub const STALE_CLAIM: Duration = Duration::from_secs(3600);
+
 /// A TTL or lease in whole milliseconds, at least 1 (Redis rejects `PX 0`, and a
 /// zero TTL should not mean something different per backend).
 fn ttl_ms(d: Duration) -> u64 {

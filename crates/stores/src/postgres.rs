@@ -184,15 +184,36 @@ fn where_to(config: &Config) -> String {
         .join(",")
 }
 
-/// PostgreSQL `text` cannot hold U+0000: such an id is refused, typed, before
-/// any statement is sent (the Go store cannot store it either).
-fn check_keys<'a>(keys: impl IntoIterator<Item = &'a str>) -> StoreResult<()> {
-    if keys.into_iter().any(|k| k.contains('\0')) {
-        return Err(invalid(
-            "postgres: an id containing U+0000 cannot be stored in a text column",
-        ));
+/// Names of ids the table cannot hold as they are.
+const HASHED_PREFIX: &str = "bq-dedupe:sha256:";
+
+/// Longest id stored as itself: a `text` primary key's index entry must fit
+/// PostgreSQL's B-tree row limit (2,704 bytes, after compression, which an
+/// incompressible id does not get), with room for the tuple's header.
+const MAX_KEY_BYTES: usize = 2048;
+
+/// The `message_id` an id is stored under. An id PostgreSQL cannot hold as text
+/// (with U+0000) or index (longer than [`MAX_KEY_BYTES`]), or one that looks
+/// like a hashed name, is named by its SHA-256 (as the Workers KV store does),
+/// so it is that delivery's own record and never fails a statement holding
+/// its neighbours. (The Go SDK cannot store such ids at all.)
+fn stored(key: &str) -> std::borrow::Cow<'_, str> {
+    let refused = key.len() > MAX_KEY_BYTES || key.contains('\0');
+    if !refused && !key.starts_with(HASHED_PREFIX) {
+        return std::borrow::Cow::Borrowed(key);
     }
-    Ok(())
+    use sha2::{Digest, Sha256};
+    let mut name = String::with_capacity(HASHED_PREFIX.len() + 64);
+    name.push_str(HASHED_PREFIX);
+    for byte in Sha256::digest(key.as_bytes()) {
+        name.push_str(&format!("{byte:02x}"));
+    }
+    std::borrow::Cow::Owned(name)
+}
+
+/// [`stored`] for a list, kept beside the borrowed form the statements bind.
+fn stored_all<'a>(keys: impl IntoIterator<Item = &'a str>) -> Vec<std::borrow::Cow<'a, str>> {
+    keys.into_iter().map(stored).collect()
 }
 
 /// The connection is gone: closed, or the server ended the session (admin
@@ -396,15 +417,19 @@ impl PostgresStore {
         })
     }
 
-    /// Deletes expired rows and lapsed claims (Go's optional GC); how many went.
+    /// Deletes expired rows (Go's optional GC) and claims that lapsed over
+    /// [`crate::STALE_CLAIM`] ago; how many went. A claim that lapsed more
+    /// recently stays its owner's, as the rules of SQL rows say.
     pub fn purge_expired(&self) -> StoreResult<u64> {
         let (t, c) = (&self.table, &self.claims);
         let sql = format!(
             "WITH a AS (DELETE FROM {t} WHERE NOT {LIVE} RETURNING 1),
-                  b AS (DELETE FROM {c} WHERE expires_at <= now() RETURNING 1)
+                  b AS (DELETE FROM {c} WHERE expires_at <= now() - $1::bigint * interval '1 millisecond'
+                        RETURNING 1)
              SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM b)"
         );
-        let row = self.run(|c| c.query_one(&sql, &[]))?;
+        let stale = crate::STALE_CLAIM.as_millis() as i64;
+        let row = self.run(|c| c.query_typed_one(&sql, &[(&stale, Type::INT8)]))?;
         Ok(row.get::<_, i64>(0).max(0) as u64)
     }
 
@@ -427,13 +452,31 @@ impl PostgresStore {
         if step.remember.is_empty() && step.release.is_empty() && step.renew.is_empty() {
             return Ok(Settled::default());
         }
-        check_keys(
-            step.remember
-                .iter()
-                .map(|(k, _)| *k)
-                .chain(step.release.iter().map(|(k, _)| *k))
-                .chain(step.renew.iter().map(|(k, _)| *k)),
-        )?;
+        let rem_names = stored_all(step.remember.iter().map(|(k, _)| *k));
+        let rel_names = stored_all(step.release.iter().map(|(k, _)| *k));
+        let ren_names = stored_all(step.renew.iter().map(|(k, _)| *k));
+        let remember: Vec<(&str, Option<&ClaimToken>)> = rem_names
+            .iter()
+            .zip(step.remember)
+            .map(|(name, (_, token))| (name.as_ref(), *token))
+            .collect();
+        let release: Vec<(&str, &ClaimToken)> = rel_names
+            .iter()
+            .zip(step.release)
+            .map(|(name, (_, token))| (name.as_ref(), *token))
+            .collect();
+        let renew: Vec<(&str, &ClaimToken)> = ren_names
+            .iter()
+            .zip(step.renew)
+            .map(|(name, (_, token))| (name.as_ref(), *token))
+            .collect();
+        let step = &Settlement {
+            remember: &remember,
+            release: &release,
+            renew: &renew,
+            ttl: step.ttl,
+            lease: step.lease,
+        };
         // One row per remembered key (a fenced entry wins over a plain one of the
         // same key: it carries the token the answer is about).
         let mut seen_keys = HashSet::new();
@@ -523,7 +566,8 @@ impl PostgresStore {
 
 impl Store for PostgresStore {
     async fn forget(&self, key: &str) -> StoreResult<()> {
-        check_keys([key])?;
+        let key = stored(key);
+        let key = key.as_ref();
         let (t, c) = (&self.table, &self.claims);
         let sql = format!(
             "WITH a AS (DELETE FROM {t} WHERE message_id = $1)
@@ -550,7 +594,8 @@ impl Store for PostgresStore {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        check_keys(keys.iter().copied())?;
+        let names = stored_all(keys.iter().copied());
+        let keys: Vec<&str> = names.iter().map(|k| k.as_ref()).collect();
         let sql = format!(
             "SELECT message_id FROM {} WHERE message_id = ANY($1::text[]) AND {LIVE}",
             self.table
@@ -576,7 +621,8 @@ impl Store for PostgresStore {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        check_keys(keys.iter().copied())?;
+        let names = stored_all(keys.iter().copied());
+        let keys: &[&str] = &names.iter().map(|k| k.as_ref()).collect::<Vec<_>>();
         // A key repeated in one batch is claimed once; its repeats find the claim.
         let mut firsts: Vec<&str> = Vec::new();
         let mut unique = HashSet::new();
@@ -674,11 +720,17 @@ impl Store for PostgresStore {
 }
 
 /// The transactional mode on PostgreSQL: the handler gets the transaction
-/// (`READ COMMITTED` is enough) and writes its own tables in it. The id's row
-/// (Go's table and statement, so seen-set consumers of the Go SDK see it) is
-/// inserted first: a second transaction inserting the same id waits on that row
-/// until the first ends, then finds it done (or, rolled back, inserts it
-/// itself). A live claim of a claiming-mode consumer on the id parks it.
+/// (`READ COMMITTED` is enough) and writes its own tables in it.
+///
+/// The run's first statement ([`PostgresStore::take_sql`]) marks the id in
+/// `TABLE_claims` (a claim row of its own that never commits) and inserts its
+/// row in Go's table: a second transactional run, or a claiming consumer's
+/// claim, of the same id waits on the mark until this run ends, then finds the
+/// id done (or, rolled back, free). A live claim of a claiming consumer parks
+/// the run. After the work, one statement ([`PostgresStore::finish_sql`])
+/// removes the mark and sets the id's expiry from that moment; it fails in a
+/// transaction a swallowed error aborted, which is then rolled back
+/// ([`TxRun::Aborted`]) instead of committed.
 impl TransactionalStore for PostgresStore {
     type Tx<'t> = postgres::Transaction<'t>;
 
@@ -688,19 +740,23 @@ impl TransactionalStore for PostgresStore {
         ttl: Option<Duration>,
         work: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<T, E>,
     ) -> StoreResult<TxRun<T, E>> {
-        if let Some(key) = key {
-            check_keys([key])?;
-        }
+        let name = key.map(stored);
+        let key = name.as_deref();
+        let mark = format!("tx:{}", new_token().0);
         let mut conn = self.conn()?;
         let mut tx = conn.transaction().map_err(error)?;
         if let Some(key) = key
-            && let Some(taken) = self.take_in(&mut tx, &self.take_sql(), key, ms(ttl))?
+            && let Some(taken) = self.take_in(&mut tx, &self.take_sql(), key, ms(ttl), &mark)?
         {
             // Dropping the transaction rolls it back.
             return Ok(taken);
         }
         match work(&mut tx) {
             Ok(value) => {
+                let keys: Vec<&str> = key.into_iter().collect();
+                if let Err(aborted) = self.finish_in(&mut tx, &keys, ms(ttl), &mark)? {
+                    return Ok(TxRun::Aborted(aborted));
+                }
                 tx.commit().map_err(error)?;
                 Ok(TxRun::Committed(value))
             }
@@ -709,65 +765,114 @@ impl TransactionalStore for PostgresStore {
         }
     }
 
+    /// A work that swallowed an error (its transaction aborted) is rolled back
+    /// to its own savepoint, which PostgreSQL allows: that entry is
+    /// [`TxRun::Aborted`] and the others go on.
     fn transaction_batch<E>(
         &self,
         keys: &[Option<&str>],
         ttl: Option<Duration>,
         mut work: impl FnMut(usize, &mut postgres::Transaction<'_>) -> Result<(), E>,
     ) -> StoreResult<Vec<TxRun<(), E>>> {
-        check_keys(keys.iter().flatten().copied())?;
+        let names: Vec<Option<std::borrow::Cow<'_, str>>> =
+            keys.iter().map(|k| k.map(stored)).collect();
         let (take, ttl) = (self.take_sql(), ms(ttl));
+        let mark = format!("tx:{}", new_token().0);
         let mut conn = self.conn()?;
         let mut tx = conn.transaction().map_err(error)?;
         let mut runs = Vec::with_capacity(keys.len());
-        for (i, key) in keys.iter().enumerate() {
+        let mut committed: Vec<&str> = Vec::new();
+        for (i, key) in names.iter().enumerate() {
+            let key = key.as_deref();
             tx.batch_execute("SAVEPOINT bq_delivery").map_err(error)?;
             if let Some(key) = key
-                && let Some(taken) = self.take_in(&mut tx, &take, key, ttl)?
+                && let Some(taken) = self.take_in(&mut tx, &take, key, ttl, &mark)?
             {
                 tx.batch_execute("RELEASE bq_delivery").map_err(error)?;
                 runs.push(taken);
                 continue;
             }
-            match work(i, &mut tx) {
-                Ok(()) => {
-                    tx.batch_execute("RELEASE bq_delivery").map_err(error)?;
+            let result = work(i, &mut tx);
+            // In a transaction a swallowed error aborted, RELEASE fails (25P02).
+            let released = match &result {
+                Ok(()) => match tx.batch_execute("RELEASE bq_delivery") {
+                    Ok(()) => Ok(()),
+                    Err(e) => aborted_or(e)?,
+                },
+                Err(_) => Err(()),
+            };
+            match (result, released) {
+                (Ok(()), Ok(())) => {
+                    committed.extend(key);
                     runs.push(TxRun::Committed(()));
                 }
-                Err(e) => {
+                (result, _) => {
                     tx.batch_execute("ROLLBACK TO bq_delivery; RELEASE bq_delivery")
                         .map_err(error)?;
-                    runs.push(TxRun::RolledBack(e));
+                    runs.push(match result {
+                        Err(e) => TxRun::RolledBack(e),
+                        Ok(()) => TxRun::Aborted(aborted_error()),
+                    });
                 }
             }
+        }
+        if let Err(e) = self.finish_in(&mut tx, &committed, ttl, &mark)? {
+            // The handlers left the transaction unusable after all: nothing commits.
+            return Err(e);
         }
         tx.commit().map_err(error)?;
         Ok(runs)
     }
 }
 
+/// What a transaction a swallowed error aborted is reported with.
+fn aborted_error() -> StoreError {
+    StoreError::internal(
+        "postgres: a statement in the transaction failed (an error the handler ignored), \
+         so PostgreSQL aborted the transaction; nothing was committed (to go on after \
+         an expected error, run that statement under a SAVEPOINT of your own, or use \
+         ON CONFLICT DO NOTHING)",
+    )
+}
+
+/// `Ok(Err(()))` for the error of a statement sent in an aborted transaction
+/// (SQLSTATE 25P02); `Err` for any other.
+fn aborted_or(e: postgres::Error) -> StoreResult<Result<(), ()>> {
+    match e.code().map(|c| c.code()) {
+        Some("25P02") => Ok(Err(())),
+        _ => Err(error(e)),
+    }
+}
+
 impl PostgresStore {
-    /// The first statement of a transactional run, one round trip: is `$1` held
-    /// by a live claim, and if not, a lapsed claim's row dropped and Go's
-    /// remember of it (TTL `$2` ms or NULL),
-    /// inserting (or taking over an expired row) unless a live row is there. A
-    /// concurrent run of the same id waits here on the row's unique key until the
-    /// other transaction ends, then finds its row.
+    /// The first statement of a transactional run, one round trip, for `$1`
+    /// (TTL `$2` ms or NULL, the run's mark `$3`): unless the id is done and
+    /// live, the mark is put in its claims row (taking over a lapsed claim; a
+    /// live one parks the run), then Go's remember of the id (inserting, or
+    /// taking over an expired row). A concurrent run of the same id, or a claim
+    /// on it, waits on the mark's row until this transaction ends. Answers
+    /// (done, marked, taken).
     fn take_sql(&self) -> String {
         let (t, c) = (&self.table, &self.claims);
         format!(
-            "WITH held AS (SELECT 1 FROM {c} WHERE message_id = $1 AND expires_at > now()),
-             -- A lapsed claim ends with this run's commit (undone with its rollback).
-             ended AS (DELETE FROM {c} WHERE message_id = $1 AND NOT EXISTS (SELECT 1 FROM held)),
+            "WITH done AS (SELECT 1 FROM {t} WHERE message_id = $1 AND {LIVE}),
+             mark AS (
+               INSERT INTO {c} AS cl (message_id, token, expires_at)
+               SELECT $1, $3, 'infinity' WHERE NOT EXISTS (SELECT 1 FROM done)
+               ON CONFLICT (message_id) DO UPDATE
+                 SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
+                 WHERE cl.expires_at <= now()
+               RETURNING 1),
              taken AS (
                INSERT INTO {t} AS cur (message_id, expires_at)
                SELECT $1, now() + $2::bigint * interval '1 millisecond'
-               WHERE NOT EXISTS (SELECT 1 FROM held)
+               WHERE EXISTS (SELECT 1 FROM mark)
                ON CONFLICT (message_id) DO UPDATE
                  SET created_at = now(), expires_at = EXCLUDED.expires_at
                  WHERE cur.expires_at IS NOT NULL AND cur.expires_at <= now()
                RETURNING 1)
-             SELECT EXISTS (SELECT 1 FROM held), EXISTS (SELECT 1 FROM taken)"
+             SELECT EXISTS (SELECT 1 FROM done), EXISTS (SELECT 1 FROM mark),
+                    EXISTS (SELECT 1 FROM taken)"
         )
     }
 
@@ -779,15 +884,67 @@ impl PostgresStore {
         take: &str,
         key: &str,
         ttl: Option<i64>,
+        mark: &str,
     ) -> StoreResult<Option<TxRun<T, E>>> {
         let row = tx
-            .query_typed_one(take, &[(&key, Type::TEXT), (&ttl, Type::INT8)])
+            .query_typed_one(
+                take,
+                &[(&key, Type::TEXT), (&ttl, Type::INT8), (&mark, Type::TEXT)],
+            )
             .map_err(error)?;
-        let (held, taken): (bool, bool) = (row.get(0), row.get(1));
-        Ok(match (held, taken) {
-            (true, _) => Some(TxRun::Held),
-            (false, true) => None,
-            (false, false) => Some(TxRun::AlreadyDone),
+        let (done, marked, taken): (bool, bool, bool) = (row.get(0), row.get(1), row.get(2));
+        Ok(match (done, marked, taken) {
+            (true, ..) => Some(TxRun::AlreadyDone),
+            (false, false, _) => Some(TxRun::Held),
+            (false, true, true) => None,
+            // Done by a run that committed while this one waited on the mark.
+            (false, true, false) => Some(TxRun::AlreadyDone),
+        })
+    }
+
+    /// The last statement before the commit, for the ids `$1` this run took
+    /// (TTL `$2` ms, its mark `$3`): their marks removed and their expiry
+    /// counted from now (`clock_timestamp()`, not the transaction's start).
+    /// Answers how many it found.
+    fn finish_sql(&self) -> String {
+        let (t, c) = (&self.table, &self.claims);
+        format!(
+            "WITH unmark AS (DELETE FROM {c} WHERE message_id = ANY($1::text[]) AND token = $3
+                             RETURNING message_id)
+             UPDATE {t} SET expires_at = CASE WHEN $2::bigint IS NULL THEN NULL
+                 ELSE clock_timestamp() + $2::bigint * interval '1 millisecond' END
+             WHERE message_id IN (SELECT message_id FROM unmark)
+             RETURNING 1"
+        )
+    }
+
+    /// Runs [`Self::finish_sql`] (even for no ids: it is what finds a
+    /// transaction a swallowed error aborted). `Ok(Err(_))`: the transaction
+    /// cannot commit this run, roll it back.
+    fn finish_in(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        keys: &[&str],
+        ttl: Option<i64>,
+        mark: &str,
+    ) -> StoreResult<Result<(), StoreError>> {
+        let found = tx.query_typed(
+            &self.finish_sql(),
+            &[
+                (&keys, Type::TEXT_ARRAY),
+                (&ttl, Type::INT8),
+                (&mark, Type::TEXT),
+            ],
+        );
+        Ok(match found {
+            Ok(rows) if rows.len() == keys.len() => Ok(()),
+            Ok(rows) => Err(StoreError::internal(format!(
+                "postgres: {} of the {} ids this transaction took were no longer in it (did \
+                 the handler end the transaction, or delete them?); nothing was committed",
+                keys.len() - rows.len(),
+                keys.len()
+            ))),
+            Err(e) => aborted_or(e)?.map_err(|()| aborted_error()),
         })
     }
 }

@@ -111,15 +111,20 @@ impl SqliteStore {
         })
     }
 
-    /// Deletes expired rows (finished ids past their TTL, lapsed claims) and says
-    /// how many went. Optional: reads never see them either way.
+    /// Deletes expired rows and says how many went: finished ids past their
+    /// TTL, and claims that lapsed over [`crate::STALE_CLAIM`] ago (a crashed
+    /// consumer's, whose id never came back). A claim that lapsed more recently
+    /// stays: the rules keep it its owner's until another consumer takes it
+    /// over. Optional: reads never see either.
     pub fn purge_expired(&self) -> StoreResult<u64> {
         let now = self.now();
+        let stale = now.saturating_sub(crate::STALE_CLAIM.as_millis() as i64);
         let conn = self.lock()?;
         let n = conn
             .execute(
-                "DELETE FROM bq_dedupe WHERE expires_at IS NOT NULL AND expires_at <= ?1",
-                [now],
+                "DELETE FROM bq_dedupe WHERE expires_at IS NOT NULL
+                   AND ((state = 1 AND expires_at <= ?1) OR (state = 0 AND expires_at <= ?2))",
+                [now, stale],
             )
             .map_err(error)?;
         Ok(n as u64)
@@ -355,11 +360,27 @@ fn taken<T, E>(conn: &Connection, key: &str, now: i64) -> rusqlite::Result<Optio
     }))
 }
 
+/// Whether the work left its transaction alive. An error SQLite answers by
+/// rolling the whole transaction back (`INSERT OR ROLLBACK`, `RAISE(ROLLBACK)`, a
+/// full disk) leaves the connection in autocommit; a work that swallowed it and
+/// returned `Ok` must not have the key recorded (it would be written alone, in
+/// autocommit, and the redelivery skipped).
+fn still_open(tx: &rusqlite::Transaction<'_>) -> Result<(), StoreError> {
+    if tx.is_autocommit() {
+        return Err(StoreError::internal(
+            "sqlite: a statement in the transaction failed and rolled it back (an error \
+             the handler ignored); nothing was committed",
+        ));
+    }
+    Ok(())
+}
+
 /// The transactional mode on SQLite: the handler gets the write transaction
 /// (`BEGIN IMMEDIATE`, so the read of the key and the commit cannot interleave
 /// with another writer's) and writes its own tables in the same file; the key is
 /// recorded in `bq_dedupe` before the commit. The handler must not use this
-/// store itself (its connection is the transaction's).
+/// store itself (its connection is the transaction's). Time is read once the
+/// write lock is held, and the key's expiry counted from the end of the work.
 impl TransactionalStore for SqliteStore {
     type Tx<'t> = rusqlite::Transaction<'t>;
 
@@ -369,20 +390,22 @@ impl TransactionalStore for SqliteStore {
         ttl: Option<Duration>,
         work: impl FnOnce(&mut rusqlite::Transaction<'_>) -> Result<T, E>,
     ) -> StoreResult<TxRun<T, E>> {
-        let (now, until) = (self.now(), self.until(ttl));
         let mut conn = self.lock()?;
         let mut tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(error)?;
         if let Some(key) = key
-            && let Some(taken) = taken(&tx, key, now).map_err(error)?
+            && let Some(taken) = taken(&tx, key, self.now()).map_err(error)?
         {
             return Ok(taken);
         }
         match work(&mut tx) {
             Ok(value) => {
+                if let Err(e) = still_open(&tx) {
+                    return Ok(TxRun::Aborted(e));
+                }
                 if let Some(key) = key {
-                    remember_in(&tx, &[key], until).map_err(error)?;
+                    remember_in(&tx, &[key], self.until(ttl)).map_err(error)?;
                 }
                 tx.commit().map_err(error)?;
                 Ok(TxRun::Committed(value))
@@ -392,18 +415,25 @@ impl TransactionalStore for SqliteStore {
         }
     }
 
+    /// A work that ends the transaction (see [`still_open`]) takes the earlier
+    /// entries' uncommitted writes with it: those are `Aborted` too (retried,
+    /// nothing recorded), and the entries after it run in a new transaction.
     fn transaction_batch<E>(
         &self,
         keys: &[Option<&str>],
         ttl: Option<Duration>,
         mut work: impl FnMut(usize, &mut rusqlite::Transaction<'_>) -> Result<(), E>,
     ) -> StoreResult<Vec<TxRun<(), E>>> {
-        let (now, until) = (self.now(), self.until(ttl));
         let mut conn = self.lock()?;
-        let mut tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(error)?;
+        fn begin(conn: &mut Connection) -> StoreResult<rusqlite::Transaction<'_>> {
+            conn.transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(error)
+        }
+        let mut tx = begin(&mut conn)?;
+        let now = self.now();
         let mut runs = Vec::with_capacity(keys.len());
+        // Where the open transaction's entries start.
+        let mut since = 0;
         for (i, key) in keys.iter().enumerate() {
             if let Some(key) = key
                 && let Some(taken) = taken(&tx, key, now).map_err(error)?
@@ -414,8 +444,24 @@ impl TransactionalStore for SqliteStore {
             tx.execute_batch("SAVEPOINT bq_delivery").map_err(error)?;
             match work(i, &mut tx) {
                 Ok(()) => {
+                    if let Err(e) = still_open(&tx) {
+                        for run in &mut runs[since..] {
+                            if matches!(run, TxRun::Committed(())) {
+                                *run = TxRun::Aborted(StoreError::internal(format!(
+                                    "sqlite: rolled back with its batch: the handler of \
+                                     delivery {i} ended the transaction ({})",
+                                    e.message
+                                )));
+                            }
+                        }
+                        runs.push(TxRun::Aborted(e));
+                        drop(tx);
+                        tx = begin(&mut conn)?;
+                        since = i + 1;
+                        continue;
+                    }
                     if let Some(key) = key {
-                        remember_in(&tx, &[key], until).map_err(error)?;
+                        remember_in(&tx, &[key], self.until(ttl)).map_err(error)?;
                     }
                     tx.execute_batch("RELEASE bq_delivery").map_err(error)?;
                     runs.push(TxRun::Committed(()));

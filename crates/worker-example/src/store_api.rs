@@ -325,7 +325,7 @@ pub async fn transact(mut req: Request, env: Env) -> Result<Response> {
                     TxRun::Committed(()) => "committed",
                     TxRun::AlreadyDone => "already-done",
                     TxRun::Held => "held",
-                    TxRun::RolledBack(_) => "rolled-back",
+                    TxRun::RolledBack(_) | TxRun::Aborted(_) => "rolled-back",
                 };
                 json!({ "run": run })
             }),

@@ -409,14 +409,13 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         }
     }
 
-    /// A handler failure, or a park, on the queue's last attempt (known only
+    /// Any retried outcome (a handler failure or panic, a park, an unavailable
+    /// store, an aborted transaction) on the queue's last attempt (known only
     /// with [`QueueConsumer::with_max_retries`]): retried, Cloudflare would drop
     /// it or move it to its dead-letter queue without a `dead_letter` block.
     fn is_last_failure<E>(&self, message: &QueueMessage, outcome: &Outcome<E>) -> bool {
-        let failed = matches!(
-            outcome,
-            Outcome::Failed(_) | Outcome::FailOpen(Err(_)) | Outcome::Parked
-        );
+        // Every retried outcome: on the last attempt, a retry is a silent drop.
+        let failed = outcome.disposition() == Disposition::Retry;
         failed && self.max_retries.is_some_and(|max| message.attempts() > max)
     }
 
@@ -442,6 +441,17 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             Outcome::Failed(e) | Outcome::FailOpen(Err(e)) => {
                 ("failed", e.to_string(), "handler-error")
             }
+            Outcome::TransactionAborted(_) => (
+                "failed",
+                outcome.reason().unwrap_or_default(),
+                "transaction-aborted",
+            ),
+            Outcome::Panicked(_) => (
+                "failed",
+                outcome.reason().unwrap_or_default(),
+                "handler-panicked",
+            ),
+            Outcome::StoreUnavailable(e) => ("failed", e.to_string(), "store-unavailable"),
             // The schema's reasons are failed / unknown_urn / poison: a delivery
             // that parked on every attempt failed, and `exception` says how.
             Outcome::Parked => (

@@ -1,0 +1,411 @@
+//! Findings of issue #25 that lost or doubled a message, each a test that failed
+//! on main at 4936227 before its fix:
+//! 1. a transactional handler that swallows a failed statement and returns `Ok`
+//!    (SQLite: a statement that rolls the transaction back; PostgreSQL: any
+//!    failed statement, which aborts it);
+//! 2. PostgreSQL: a claiming consumer beside an open transactional run of the id;
+//! 3. PostgreSQL: one id the table cannot hold (U+0000, an incompressible id over
+//!    the index row limit) failing its whole batch;
+//! 6. transactional expiry counted from before the wait and the handler;
+//! 7. the purge deleting lapsed claims whose owner the rules say keeps them.
+
+mod common;
+
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use bq_dedupe::{Guard, OutcomeKind, Store};
+use bq_dedupe_stores::{PostgresStore, SqliteStore};
+use common::*;
+use rusqlite::Connection;
+
+fn sqlite_effects(path: &std::path::Path, id: &str) -> i64 {
+    Connection::open(path)
+        .unwrap()
+        .query_row("SELECT count(*) FROM effects WHERE id = ?1", [id], |r| {
+            r.get(0)
+        })
+        .unwrap()
+}
+
+fn sqlite_guard(db: &TempDb) -> Guard<SqliteStore> {
+    let store = SqliteStore::open(db.path()).unwrap();
+    Connection::open(db.path())
+        .unwrap()
+        .execute_batch(
+            "CREATE TABLE effects (id TEXT NOT NULL);
+             CREATE TABLE once (id TEXT PRIMARY KEY);
+             INSERT INTO once VALUES ('taken');",
+        )
+        .unwrap();
+    Guard::new(store)
+}
+
+/// The "the row is already there" habit: an `INSERT OR ROLLBACK` that fails,
+/// its error ignored. SQLite rolled the whole transaction back; before the fix
+/// the id was then recorded alone, in autocommit, and the redelivery skipped.
+fn sqlite_swallowing(msg: &bq_dedupe::Message<'_>, tx: &mut rusqlite::Transaction<'_>) {
+    tx.execute("INSERT INTO effects (id) VALUES (?1)", [msg.id().unwrap()])
+        .unwrap();
+    let swallowed = tx.execute("INSERT OR ROLLBACK INTO once VALUES ('taken')", []);
+    assert!(swallowed.is_err(), "the statement must fail for this test");
+}
+
+#[test]
+fn sqlite_a_handler_that_swallows_a_rolled_back_transaction_is_run_failed_and_runs_again() {
+    let db = TempDb::new("swallow");
+    let guard = sqlite_guard(&db);
+    let body = envelope("swallow-1");
+    let outcome = guard.process_in_transaction(body.as_str(), |msg, tx| {
+        sqlite_swallowing(msg, tx);
+        Ok::<(), String>(())
+    });
+    assert_eq!(outcome.kind(), OutcomeKind::Failed, "{outcome:?}");
+    assert!(
+        outcome.reason().unwrap().contains("transaction"),
+        "{outcome:?}"
+    );
+    assert!(
+        !ready(guard.store().seen("swallow-1")).unwrap(),
+        "not recorded"
+    );
+    assert_eq!(sqlite_effects(db.path(), "swallow-1"), 0);
+    // The redelivery runs, and commits once.
+    let outcome = guard.process_in_transaction(body.as_str(), |msg, tx| {
+        tx.execute("INSERT INTO effects (id) VALUES (?1)", [msg.id().unwrap()])
+            .map(drop)
+    });
+    assert_eq!(outcome.kind(), OutcomeKind::Ran, "{outcome:?}");
+    assert_eq!(sqlite_effects(db.path(), "swallow-1"), 1);
+}
+
+#[test]
+fn sqlite_a_batch_whose_handler_swallows_a_rollback_acks_nothing_it_did_not_commit() {
+    let db = TempDb::new("swallow-batch");
+    let guard = sqlite_guard(&db);
+    let bodies: Vec<String> = ["b-1", "b-2", "b-3"].map(envelope).to_vec();
+    let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+        if msg.id() == Some("b-2") {
+            sqlite_swallowing(msg, tx);
+            return Ok::<(), String>(());
+        }
+        tx.execute("INSERT INTO effects (id) VALUES (?1)", [msg.id().unwrap()])
+            .map(drop)
+            .map_err(|e| e.to_string())
+    });
+    for (id, outcome) in ["b-1", "b-2", "b-3"].iter().zip(&outcomes) {
+        let effects = sqlite_effects(db.path(), id);
+        let seen = ready(guard.store().seen(id)).unwrap();
+        match outcome.kind() {
+            // Acked: the effect and the id are there, once.
+            OutcomeKind::Ran => assert_eq!((effects, seen), (1, true), "{id}: {outcome:?}"),
+            // Retried: neither is.
+            kind => {
+                assert_eq!(kind.disposition(), bq_dedupe::Disposition::Retry, "{id}");
+                assert_eq!((effects, seen), (0, false), "{id}: {outcome:?}");
+            }
+        }
+    }
+    assert_eq!(outcomes[1].kind(), OutcomeKind::Failed, "{outcomes:?}");
+    assert_eq!(outcomes[2].kind(), OutcomeKind::Ran, "{outcomes:?}");
+}
+
+// ---- PostgreSQL ------------------------------------------------------------------
+
+fn pg() -> postgres::Client {
+    postgres::Client::connect(&postgres_url(), postgres::NoTls).unwrap()
+}
+
+struct Pg {
+    table: String,
+    _cleanup: PgCleanup,
+}
+
+impl Drop for Pg {
+    fn drop(&mut self) {
+        let _ = pg().batch_execute(&format!("DROP TABLE IF EXISTS {}_effects", self.table));
+    }
+}
+
+fn pg_store(tag: &str) -> (PostgresStore, Pg) {
+    let table = postgres_table(tag);
+    let store = PostgresStore::connect(&postgres_url(), &table).unwrap();
+    pg().batch_execute(&format!("CREATE TABLE {table}_effects (id TEXT NOT NULL)"))
+        .unwrap();
+    let cleanup = PgCleanup {
+        url: postgres_url(),
+        table: table.clone(),
+    };
+    (
+        store,
+        Pg {
+            table,
+            _cleanup: cleanup,
+        },
+    )
+}
+
+fn pg_effects(table: &str, id: &str) -> i64 {
+    pg().query_one(
+        &format!("SELECT count(*) FROM {table}_effects WHERE id = $1"),
+        &[&id],
+    )
+    .unwrap()
+    .get(0)
+}
+
+#[test]
+fn postgres_a_handler_that_swallows_a_failed_statement_is_run_failed_and_runs_again() {
+    let (store, pg_) = pg_store("swallow");
+    let guard = Guard::new(store);
+    let insert = format!("INSERT INTO {}_effects (id) VALUES ($1)", pg_.table);
+    let body = envelope("pg-swallow-1");
+    let outcome = guard.process_in_transaction(body.as_str(), |msg, tx| {
+        tx.execute(&insert, &[&msg.id().unwrap()]).unwrap();
+        // Swallowed: PostgreSQL has aborted the transaction, and its COMMIT
+        // would be answered with ROLLBACK.
+        let _ = tx.execute("SELECT 1/0", &[]);
+        Ok::<(), String>(())
+    });
+    assert_eq!(outcome.kind(), OutcomeKind::Failed, "{outcome:?}");
+    assert!(outcome.reason().unwrap().contains("aborted"), "{outcome:?}");
+    assert_eq!(pg_effects(&pg_.table, "pg-swallow-1"), 0);
+    assert!(!ready(guard.store().seen("pg-swallow-1")).unwrap());
+    let outcome = guard.process_in_transaction(body.as_str(), |msg, tx| {
+        tx.execute(&insert, &[&msg.id().unwrap()]).map(drop)
+    });
+    assert_eq!(outcome.kind(), OutcomeKind::Ran, "{outcome:?}");
+    assert_eq!(pg_effects(&pg_.table, "pg-swallow-1"), 1);
+}
+
+#[test]
+fn postgres_a_batch_with_a_swallowing_handler_fails_that_delivery_only() {
+    let (store, pg_) = pg_store("swallow-batch");
+    let guard = Guard::new(store);
+    let insert = format!("INSERT INTO {}_effects (id) VALUES ($1)", pg_.table);
+    let ids = ["pb-1", "pb-2", "pb-3"];
+    let bodies: Vec<String> = ids.map(envelope).to_vec();
+    let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+        tx.execute(&insert, &[&msg.id().unwrap()])?;
+        if msg.id() == Some("pb-2") {
+            let _ = tx.execute("SELECT 1/0", &[]);
+        }
+        Ok::<(), postgres::Error>(())
+    });
+    let kinds: Vec<OutcomeKind> = outcomes.iter().map(|o| o.kind()).collect();
+    assert_eq!(
+        kinds,
+        [OutcomeKind::Ran, OutcomeKind::Failed, OutcomeKind::Ran],
+        "{outcomes:?}"
+    );
+    for (id, effects) in ids.iter().zip([1, 0, 1]) {
+        assert_eq!(pg_effects(&pg_.table, id), effects, "{id}");
+        assert_eq!(ready(guard.store().seen(id)).unwrap(), effects == 1, "{id}");
+    }
+}
+
+/// A claiming consumer takes the id while a transactional run of it is open
+/// (its insert not yet visible): before the fix both ran and both said `run-ok`.
+#[test]
+fn postgres_a_claim_beside_an_open_transactional_run_is_not_a_second_plain_run() {
+    // Two consumers of one table, each with its own store (its own pool).
+    let (store, pg_) = pg_store("mixed");
+    let tx_guard = Guard::new(store);
+    let other = PostgresStore::connect(&postgres_url(), &pg_.table).unwrap();
+    let claiming = Guard::new(other).with_claiming(Duration::from_secs(30));
+    let body = envelope("mixed-1");
+    let inside = Arc::new(Barrier::new(2));
+    let insert = format!("INSERT INTO {}_effects (id) VALUES ($1)", pg_.table);
+    let transactional = {
+        let (inside, body) = (inside.clone(), body.clone());
+        std::thread::spawn(move || {
+            tx_guard
+                .process_in_transaction(body.as_str(), |msg, tx| {
+                    tx.execute(&insert, &[&msg.id().unwrap()])?;
+                    inside.wait();
+                    std::thread::sleep(Duration::from_millis(400));
+                    Ok::<(), postgres::Error>(())
+                })
+                .kind()
+        })
+    };
+    inside.wait();
+    let runs = std::sync::atomic::AtomicU32::new(0);
+    let claimed = ready(claiming.process(body.as_str(), async |_| {
+        runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok::<(), String>(())
+    }))
+    .kind();
+    let transactional = transactional.join().unwrap();
+    let effects = pg_effects(&pg_.table, "mixed-1") as u32 + runs.into_inner();
+    let plain_runs = [transactional, claimed]
+        .iter()
+        .filter(|k| **k == OutcomeKind::Ran)
+        .count();
+    assert!(
+        effects <= 1 || plain_runs <= 1,
+        "{effects} runs, both reported run-ok: transactional {transactional:?}, claiming {claimed:?}"
+    );
+    assert_eq!(transactional, OutcomeKind::Ran);
+    assert_eq!(
+        claimed,
+        OutcomeKind::Skipped,
+        "the claim waited for the commit"
+    );
+}
+
+/// An id PostgreSQL cannot hold as text (U+0000), or cannot index (an
+/// incompressible id over the 2,704-byte index row limit), failed the whole
+/// batch's statement: none of the ordinary ids ran.
+#[test]
+fn postgres_an_id_the_table_cannot_hold_is_its_own_deliverys_verdict() {
+    let (store, pg_) = pg_store("hostile");
+    let store = Arc::new(store);
+    let nul = "nul\u{0}id".to_string();
+    // Incompressible: hex of a long pseudo-random sequence.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let long: String = (0..500)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            format!("{x:016x}")
+        })
+        .collect();
+    assert!(long.len() > 2704);
+    let mut ids: Vec<String> = (0..10).map(|i| format!("ordinary-{i}")).collect();
+    ids.insert(3, nul.clone());
+    ids.insert(7, long.clone());
+    let bodies: Vec<String> = ids.iter().map(|id| envelope(id)).collect();
+    let guards = [
+        ("seen-set", Guard::new(store.clone())),
+        (
+            "claiming",
+            Guard::new(store.clone()).with_claiming(Duration::from_secs(30)),
+        ),
+    ];
+    for (mode, guard) in &guards {
+        for id in &ids {
+            ready(store.forget(id)).unwrap();
+        }
+        let outcomes = ready(guard.process_batch(&bodies, async |_| Ok::<(), String>(())));
+        for (id, outcome) in ids.iter().zip(&outcomes) {
+            if id.starts_with("ordinary") {
+                assert_eq!(outcome.kind(), OutcomeKind::Ran, "{mode} {id}: {outcome:?}");
+            } else {
+                assert!(
+                    matches!(outcome.kind(), OutcomeKind::Ran | OutcomeKind::Rejected),
+                    "{mode}: a hostile id is deduped or rejected, {outcome:?}"
+                );
+            }
+        }
+        // And a redelivery of the hostile ones is a skip where they ran.
+        let again = ready(guard.process_batch(&bodies, async |_| Ok::<(), String>(())));
+        for (id, (first, second)) in ids.iter().zip(outcomes.iter().zip(&again)) {
+            if first.kind() == OutcomeKind::Ran {
+                assert_eq!(second.kind(), OutcomeKind::Skipped, "{mode} {}", id.len());
+            }
+        }
+    }
+    // The transactional batch too.
+    drop(guards);
+    let guard = Guard::new(Arc::into_inner(store).unwrap());
+    let mut fresh = ids.clone();
+    for id in fresh.iter_mut() {
+        id.push_str("-tx");
+    }
+    let bodies: Vec<String> = fresh.iter().map(|id| envelope(id)).collect();
+    let insert = format!("INSERT INTO {}_effects (id) VALUES ('x')", pg_.table);
+    let outcomes =
+        guard.process_batch_in_transaction(&bodies, |_, tx| tx.execute(&insert, &[]).map(drop));
+    for (id, outcome) in fresh.iter().zip(&outcomes) {
+        if id.starts_with("ordinary") {
+            assert_eq!(outcome.kind(), OutcomeKind::Ran, "tx {id}: {outcome:?}");
+        } else {
+            assert!(
+                matches!(outcome.kind(), OutcomeKind::Ran | OutcomeKind::Rejected),
+                "tx: {outcome:?}"
+            );
+        }
+    }
+}
+
+// ---- expiry and the purge ---------------------------------------------------------
+
+/// The TTL of a transactional run counts from its commit: a handler slower than
+/// the TTL left a row that had already expired, so the redelivery ran again.
+#[test]
+fn a_transactional_ttl_counts_from_the_commit_on_both_databases() {
+    let ttl = Duration::from_millis(600);
+    let slow = Duration::from_millis(800);
+    let db = TempDb::new("tx-ttl");
+    let guard = sqlite_guard(&db).with_ttl(ttl);
+    let outcome = guard.process_in_transaction(envelope("ttl-1").as_str(), |_, _| {
+        std::thread::sleep(slow);
+        Ok::<(), String>(())
+    });
+    assert_eq!(outcome.kind(), OutcomeKind::Ran);
+    assert!(
+        ready(guard.store().seen("ttl-1")).unwrap(),
+        "sqlite: live after the commit"
+    );
+
+    let (store, _pg) = pg_store("tx-ttl");
+    let guard = Guard::new(store).with_ttl(ttl);
+    let outcome = guard.process_in_transaction(envelope("ttl-1").as_str(), |_, _| {
+        std::thread::sleep(slow);
+        Ok::<(), String>(())
+    });
+    assert_eq!(outcome.kind(), OutcomeKind::Ran);
+    assert!(
+        ready(guard.store().seen("ttl-1")).unwrap(),
+        "postgres: live after the commit"
+    );
+}
+
+/// `Rules::lapsed_claim_swept` is false for SQL rows: a lapsed claim nobody took
+/// over is still its owner's, so the purge must leave it (it deleted it).
+#[test]
+fn the_purge_leaves_a_lapsed_claim_its_owner_still_holds() {
+    let db = TempDb::new("purge");
+    let sqlite = SqliteStore::open(db.path()).unwrap();
+    let (postgres, _pg) = pg_store("purge");
+    let purge_sqlite = || sqlite.purge_expired().unwrap();
+    let purge_postgres = || postgres.purge_expired().unwrap();
+    let cases: [(&str, &dyn DynStore, &dyn Fn() -> u64); 2] = [
+        ("sqlite", &sqlite, &purge_sqlite),
+        ("postgres", &postgres, &purge_postgres),
+    ];
+    for (name, store, purge) in cases {
+        let token = match store.claim_("lapsed-1", Duration::from_millis(50)) {
+            bq_dedupe::Claim::Acquired(t) => t,
+            other => panic!("{name}: {other:?}"),
+        };
+        store.remember_("expired-1", Some(Duration::from_millis(50)));
+        std::thread::sleep(Duration::from_millis(150));
+        assert_eq!(purge(), 1, "{name}: the expired done row only");
+        assert!(
+            store.commit_("lapsed-1", &token),
+            "{name}: the owner's commit of its lapsed, untaken claim is its own"
+        );
+    }
+}
+
+/// The few calls the purge test makes, on either store.
+trait DynStore {
+    fn claim_(&self, key: &str, lease: Duration) -> bq_dedupe::Claim;
+    fn remember_(&self, key: &str, ttl: Option<Duration>);
+    fn commit_(&self, key: &str, token: &bq_dedupe::ClaimToken) -> bool;
+}
+
+impl<S: Store> DynStore for S {
+    fn claim_(&self, key: &str, lease: Duration) -> bq_dedupe::Claim {
+        ready(self.claim(key, lease)).unwrap()
+    }
+    fn remember_(&self, key: &str, ttl: Option<Duration>) {
+        ready(self.remember(key, ttl)).unwrap()
+    }
+    fn commit_(&self, key: &str, token: &bq_dedupe::ClaimToken) -> bool {
+        ready(self.remember_fenced(key, token, None)).unwrap()
+    }
+}
