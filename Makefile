@@ -28,6 +28,16 @@ include mk/*.mk
 # `make` alone is the demo, not the first rule of an included file.
 .DEFAULT_GOAL := dev
 
+
+.PHONY: histories
+## histories: the history checker longer than in `make test` (HISTORY_RUNS runs per
+## store, more clients' calls at once): every store's histories linearizable.
+HISTORY_RUNS ?= 200
+histories: setup
+	BQ_HISTORY_RUNS=$(HISTORY_RUNS) cargo test -p babelqueue-dedupe --features testkit --test store_testkit histor
+	BQ_HISTORY_RUNS=$(HISTORY_RUNS) scripts/with-redis.sh scripts/with-postgres.sh scripts/with-redis-cluster.sh \
+	  cargo test -p babelqueue-dedupe-stores --test histories
+
 .PHONY: dev demo-host demo-native test setup setup-fuzz setup-bench lint wasm component-build component-test host unit conformance packages fuzz bench
 
 ## dev: the example worker on local workerd (`wrangler dev`, state in .wrangler-state/):

@@ -121,3 +121,98 @@ fn a_failing_run_is_printed_as_rust_to_replay() {
          remember: vec![(1, Some(0))], ttl: None, lease: 2 }]"
     );
 }
+
+/// A fleet of four clients on one in-memory store, calling at once on a
+/// manual clock each of them moves: every key's history linearizable.
+fn memory_fleet() -> testkit::Fleet<Arc<InMemoryStore>> {
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let store = Arc::new(InMemoryStore::with_clock(clock.clone()));
+    let (now, step) = (clock.clone(), clock);
+    testkit::Fleet::new(InMemoryStore::RULES, move || store.clone())
+        .with_clock(move || now.now_ms(), move |ms| step.advance(ms), 1000)
+        .with_clients(4, 24)
+}
+
+#[test]
+fn the_in_memory_store_is_linearizable_under_four_concurrent_clients() {
+    testkit::check_histories(60, memory_fleet);
+}
+
+/// The history checker can fail: a store whose claim is a check, then a write
+/// (not one atomic step) grants one key to two clients at once, and that
+/// history has no order.
+#[test]
+fn the_history_checker_catches_a_claim_that_is_not_atomic() {
+    use bq_dedupe::store::{Claim, Peeked, Settled, Settlement, StoreResult};
+    use bq_dedupe::{Capabilities, ClaimToken, Store};
+    use std::time::Duration;
+
+    struct CheckThenClaim(Arc<InMemoryStore>);
+    impl Store for CheckThenClaim {
+        async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
+            self.0.seen_many(keys).await
+        }
+        async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
+            self.0.remember_many(keys, ttl).await
+        }
+        async fn forget(&self, key: &str) -> StoreResult<()> {
+            self.0.forget(key).await
+        }
+        fn capabilities(&self) -> Capabilities {
+            self.0.capabilities()
+        }
+        async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
+            self.0.peek_many(keys).await
+        }
+        async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
+            let mut claims = Vec::new();
+            for (key, peeked) in keys.iter().zip(self.0.peek_many(keys).await?) {
+                claims.push(match peeked {
+                    Peeked::Done => Claim::Seen,
+                    Peeked::NotDone { claim_ends_in } if claim_ends_in != Some(Duration::ZERO) => {
+                        Claim::Held
+                    }
+                    Peeked::NotDone { .. } => {
+                        // The race: another client may claim it now.
+                        std::thread::sleep(Duration::from_millis(3));
+                        self.0.forget(key).await?;
+                        self.0.claim(key, lease).await?
+                    }
+                });
+            }
+            Ok(claims)
+        }
+        async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
+            self.0.settle(step).await
+        }
+        async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
+            self.0.release(key, token).await
+        }
+        async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
+            self.0.renew(key, token, lease).await
+        }
+        async fn remember_fenced(
+            &self,
+            key: &str,
+            token: &ClaimToken,
+            ttl: Option<Duration>,
+        ) -> StoreResult<bool> {
+            self.0.remember_fenced(key, token, ttl).await
+        }
+    }
+    let caught = (0..40u64).find_map(|seed| {
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        let store = Arc::new(InMemoryStore::with_clock(clock.clone()));
+        let now = clock.clone();
+        let fleet =
+            testkit::Fleet::new(InMemoryStore::RULES, move || CheckThenClaim(store.clone()))
+                .with_clock(move || now.now_ms(), move |ms| clock.advance(ms), 1000)
+                .with_clients(4, 24);
+        testkit::check_history(&fleet, seed).err()
+    });
+    let err = caught.expect("40 runs and the race never caught");
+    assert!(err.contains("not linearizable"), "{err}");
+    if std::env::var_os("BQ_SHOW").is_some() {
+        println!("{err}");
+    }
+}

@@ -45,9 +45,11 @@
 //! one the key's effect rows must number its committed transactions.
 
 mod fault;
+mod history;
 mod run;
 
 pub use fault::{Fault, Faulty};
+pub use history::{Fleet, FleetTransact, check_histories, check_history};
 pub use run::{Op, as_rust, check, check_ops, check_seeded, ops};
 
 use std::time::Duration;

@@ -95,7 +95,7 @@ pub enum Op {
 
 /// What one key's part of a call does.
 #[derive(Debug, Clone)]
-enum KeyOp {
+pub(super) enum KeyOp {
     Seen,
     Peek,
     Remember(Option<u64>),
@@ -109,7 +109,7 @@ enum KeyOp {
 
 /// One key's part of a reply.
 #[derive(Debug, Clone)]
-enum KeyAnswer {
+pub(super) enum KeyAnswer {
     Done,
     Bool(bool),
     /// The answer, and the token of an acquired claim (not compared).
@@ -126,6 +126,10 @@ impl PartialEq for KeyAnswer {
             (KeyAnswer::Done, KeyAnswer::Done) => true,
             (KeyAnswer::Bool(a), KeyAnswer::Bool(b)) => a == b,
             (KeyAnswer::Claim(a, _), KeyAnswer::Claim(b, _)) => a == b,
+            // A work that swallowed its error and found its transaction
+            // aborted commits nothing, as a failed one: the model's rollback.
+            (KeyAnswer::Tx(TxRun::Aborted(_)), KeyAnswer::Tx(TxRun::RolledBack(())))
+            | (KeyAnswer::Tx(TxRun::RolledBack(())), KeyAnswer::Tx(TxRun::Aborted(_))) => true,
             (KeyAnswer::Tx(a), KeyAnswer::Tx(b)) => a == b,
             (KeyAnswer::Peek(a), KeyAnswer::Peek(b)) => match (a, b) {
                 (Peeked::NotDone { claim_ends_in: x }, Peeked::NotDone { claim_ends_in: y }) => {
@@ -586,86 +590,99 @@ impl<C: Store> World<C> {
             ));
         }
         for ((key, part), got) in parts.iter().zip(answers) {
-            if self.rules.lapsed_claim_swept {
-                sweep_may_have_run(&mut self.records[*key], hi);
-            }
-            let token = match got {
-                KeyAnswer::Claim(_, token) => token.clone(),
-                _ => None,
-            };
-            // Every record the key may be in, at either end of the call's time,
-            // that gives the store's answer.
-            let mut next: Vec<Record> = Vec::new();
-            let mut expected = Vec::new();
-            // Per record, a peek's time left at the window's two ends.
-            let mut windows: Vec<(&Record, Duration, Duration)> = Vec::new();
-            for record in &self.records[*key] {
-                let mut ends = Vec::new();
-                for now in [lo, hi] {
-                    let mut r = record.clone();
-                    let answer = apply(&mut r, self.rules, now, part, token.clone());
-                    if let KeyAnswer::Peek(Peeked::NotDone {
-                        claim_ends_in: Some(left),
-                    }) = &answer
-                    {
-                        ends.push(*left);
-                    }
-                    if answer == *got {
-                        if !next.contains(&r) {
-                            next.push(r);
-                        }
-                    } else {
-                        expected.push((answer, now));
-                    }
-                }
-                if let [early, late] = ends[..] {
-                    windows.push((record, late, early));
-                }
-            }
-            // A claim's time left, read at some instant inside the window, of a
-            // claim taken at some instant inside its own: anything between what
-            // the model says at the ends, over the records of that one claim
-            // (the same token, its end known only within a window).
-            // (Not only when nothing matched exactly: an exact match at one end
-            // must not drop the records of the same claim with other ends.)
-            if let KeyAnswer::Peek(Peeked::NotDone {
-                claim_ends_in: Some(left),
-            }) = got
-            {
-                for (record, ..) in &windows {
-                    let Record::Claimed { token: ours, .. } = record else {
-                        continue;
-                    };
-                    let same: Vec<_> = windows
-                        .iter()
-                        .filter(|w| matches!(w.0, Record::Claimed { token, .. } if token == ours))
-                        .collect();
-                    let least = same.iter().map(|w| w.1).min();
-                    let most = same.iter().map(|w| w.2).max();
-                    if let (Some(least), Some(most)) = (least, most)
-                        && (least..=most).contains(left)
-                        && !next.contains(record)
-                    {
-                        next.push((*record).clone());
-                    }
-                }
-            }
-            if next.is_empty() {
-                return Err(format!(
-                    "key {:?} ({part:?}): the store answered {got:?}, the model {expected:?} \
-                     (answer, at ms); the record was one of {:?}",
-                    KEYS[*key], self.records[*key]
-                ));
-            }
+            let next = next_records(&self.records[*key], self.rules, part, got, (lo, hi))
+                .map_err(|e| format!("key {:?} ({part:?}): {e}", KEYS[*key]))?;
             self.records[*key] = next;
-            if learn {
-                if let Some(t) = token {
-                    self.tokens[client][*key].push(t);
-                }
+            if learn && let KeyAnswer::Claim(_, Some(t)) = got {
+                self.tokens[client][*key].push(t.clone());
             }
         }
         Ok(())
     }
+}
+
+/// The records a key may be in after one key's part of a call answered `got`,
+/// from any of `records`, the call taking effect at some instant of `(lo, hi)`
+/// (tried at both ends). `Err` when the model allows that answer from none.
+pub(super) fn next_records(
+    records: &[Record],
+    rules: Rules,
+    part: &KeyOp,
+    got: &KeyAnswer,
+    (lo, hi): (u64, u64),
+) -> Result<Vec<Record>, String> {
+    let mut records = records.to_vec();
+    if rules.lapsed_claim_swept {
+        sweep_may_have_run(&mut records, hi);
+    }
+    let token = match got {
+        KeyAnswer::Claim(_, token) => token.clone(),
+        _ => None,
+    };
+    // Every record the key may be in, at either end of the call's time,
+    // that gives the store's answer.
+    let mut next: Vec<Record> = Vec::new();
+    let mut expected = Vec::new();
+    // Per record, a peek's time left at the window's two ends.
+    let mut windows: Vec<(&Record, Duration, Duration)> = Vec::new();
+    for record in &records {
+        let mut ends = Vec::new();
+        for now in [lo, hi] {
+            let mut r = record.clone();
+            let answer = apply(&mut r, rules, now, part, token.clone());
+            if let KeyAnswer::Peek(Peeked::NotDone {
+                claim_ends_in: Some(left),
+            }) = &answer
+            {
+                ends.push(*left);
+            }
+            if answer == *got {
+                if !next.contains(&r) {
+                    next.push(r);
+                }
+            } else {
+                expected.push((answer, now));
+            }
+        }
+        if let [early, late] = ends[..] {
+            windows.push((record, late, early));
+        }
+    }
+    // A claim's time left, read at some instant inside the window, of a
+    // claim taken at some instant inside its own: anything between what
+    // the model says at the ends, over the records of that one claim
+    // (the same token, its end known only within a window).
+    // (Not only when nothing matched exactly: an exact match at one end
+    // must not drop the records of the same claim with other ends.)
+    if let KeyAnswer::Peek(Peeked::NotDone {
+        claim_ends_in: Some(left),
+    }) = got
+    {
+        for (record, ..) in &windows {
+            let Record::Claimed { token: ours, .. } = record else {
+                continue;
+            };
+            let same: Vec<_> = windows
+                .iter()
+                .filter(|w| matches!(w.0, Record::Claimed { token, .. } if token == ours))
+                .collect();
+            let least = same.iter().map(|w| w.1).min();
+            let most = same.iter().map(|w| w.2).max();
+            if let (Some(least), Some(most)) = (least, most)
+                && (least..=most).contains(left)
+                && !next.contains(record)
+            {
+                next.push((*record).clone());
+            }
+        }
+    }
+    if next.is_empty() {
+        return Err(format!(
+            "the store answered {got:?}, the model {expected:?} (answer, at ms); the \
+             record was one of {records:?}"
+        ));
+    }
+    Ok(next)
 }
 
 /// A store that sweeps lapsed claims (`Rules::lapsed_claim_swept`) may have
@@ -680,7 +697,7 @@ fn sweep_may_have_run(records: &mut Vec<Record>, now: u64) {
 }
 
 /// One key's part under the model at `now`.
-fn apply(
+pub(super) fn apply(
     r: &mut Record,
     rules: Rules,
     now: u64,

@@ -816,10 +816,8 @@ impl TransactionalStore for PostgresStore {
                 }
             }
         }
-        if let Err(e) = self.finish_in(&mut tx, &committed, ttl, &mark)? {
-            // The handlers left the transaction unusable after all: nothing commits.
-            return Err(e);
-        }
+        // The handlers left the transaction unusable after all: nothing commits.
+        self.finish_in(&mut tx, &committed, ttl, &mark)??;
         tx.commit().map_err(error)?;
         Ok(runs)
     }

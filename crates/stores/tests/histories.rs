@@ -1,0 +1,210 @@
+//! The history checker (`bq_dedupe::testkit::check_histories`) on every store
+//! here: four clients, each with its own connection, call one backend at once
+//! on three shared keys (claims, renewals, fenced commits and settlements,
+//! remembers, forgets, peeks, transactions where the store has them), under
+//! injected faults, crashes and pauses past their leases; every key's history
+//! must be linearizable against the record model. `BQ_HISTORY_RUNS=200` (or
+//! `make histories`) for a longer run.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bq_dedupe::store::TransactionalStore;
+use bq_dedupe::testkit::{self, Fleet};
+use bq_dedupe::{Clock, ManualClock};
+use bq_dedupe_stores::{AnyStore, Dialect, PostgresStore, RedisStore, SqliteStore};
+use common::*;
+
+const SQLITE_EFFECTS: &str = "CREATE TABLE IF NOT EXISTS testkit_effects (key TEXT NOT NULL);
+    CREATE TABLE IF NOT EXISTS testkit_once (id TEXT PRIMARY KEY);
+    INSERT OR IGNORE INTO testkit_once VALUES ('taken');";
+
+/// Every other failing work swallows its error and returns `Ok` instead (the
+/// "the row is already there" habit): the store must then commit nothing.
+fn swallows() -> bool {
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed).is_multiple_of(2)
+}
+
+/// Four connections to one SQLite file, on a manual clock the clients move.
+fn sqlite() -> Fleet<SqliteStore> {
+    let db = Arc::new(TempDb::new("histories"));
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let (open_db, open_clock) = (db.clone(), clock.clone());
+    let (now, step) = (clock.clone(), clock);
+    rusqlite::Connection::open(db.path())
+        .unwrap()
+        .execute_batch(SQLITE_EFFECTS)
+        .unwrap();
+    let count_db = db.clone();
+    Fleet::new(SqliteStore::RULES, move || {
+        SqliteStore::open(open_db.path())
+            .expect("open the test file")
+            .with_clock(open_clock.clone())
+    })
+    .with_clock(move || now.now_ms(), move |ms| step.advance(ms), 1000)
+    .with_transactions(
+        |store, key, ttl, ok| {
+            store.transaction(Some(key), ttl, |tx| {
+                tx.execute("INSERT INTO testkit_effects (key) VALUES (?1)", [key])
+                    .expect("the effect row");
+                match (ok, swallows()) {
+                    (true, _) => Ok(()),
+                    (false, true) => {
+                        // Rolls the whole transaction back; ignored.
+                        let _ =
+                            tx.execute("INSERT OR ROLLBACK INTO testkit_once VALUES ('taken')", []);
+                        Ok(())
+                    }
+                    (false, false) => Err(()),
+                }
+            })
+        },
+        move |key| {
+            let conn = rusqlite::Connection::open(count_db.path()).unwrap();
+            let n: i64 = conn
+                .query_row(
+                    "SELECT count(*) FROM testkit_effects WHERE key = ?1",
+                    [key],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            n as u64
+        },
+    )
+    .with_cleanup(db)
+}
+
+#[test]
+fn sqlite_histories_are_linearizable() {
+    testkit::check_histories(40, sqlite);
+}
+
+fn redis(dialect: Dialect) -> Fleet<RedisStore> {
+    let url = redis_url().expect("a Redis server");
+    let prefix = redis_prefix(&format!("histories-{}", dialect.name()));
+    let cleanup = RedisCleanup {
+        url: url.clone(),
+        prefix: prefix.clone(),
+    };
+    Fleet::new(RedisStore::rules(dialect), move || {
+        RedisStore::connect_dialect(&url, prefix.clone(), dialect).expect("connect to Redis")
+    })
+    .with_cleanup(cleanup)
+}
+
+#[test]
+fn redis_histories_are_linearizable_in_each_dialect() {
+    for dialect in [Dialect::Native, Dialect::Php, Dialect::Go] {
+        testkit::check_histories(5, || redis(dialect));
+    }
+}
+
+#[test]
+fn redis_cluster_histories_are_linearizable() {
+    let spec = redis_cluster_spec();
+    testkit::check_histories(4, || {
+        let nodes = cluster_nodes(&spec);
+        let prefix = redis_prefix("histories-cluster");
+        let cleanup = ClusterCleanup {
+            spec: spec.clone(),
+            prefix: prefix.clone(),
+        };
+        Fleet::new(RedisStore::rules(Dialect::Native), move || {
+            RedisStore::connect_cluster(&nodes, prefix.clone(), Dialect::Native)
+                .expect("connect to the cluster")
+        })
+        .with_cleanup(cleanup)
+    });
+}
+
+#[test]
+fn any_store_histories_are_linearizable() {
+    let url = redis_url().expect("a Redis server");
+    testkit::check_histories(3, || {
+        let prefix = redis_prefix("histories-any");
+        let cleanup = RedisCleanup {
+            url: url.clone(),
+            prefix: prefix.clone(),
+        };
+        let spec = format!("{url}?prefix={prefix}");
+        Fleet::new(RedisStore::rules(Dialect::Native), move || {
+            AnyStore::from_spec(&spec).expect("open the spec")
+        })
+        .with_cleanup(cleanup)
+    });
+}
+
+/// PostgreSQL with its transactional mode: transactions and claims on the same
+/// ids, at once (the mixed fleet of issue #25's finding 2).
+fn postgres() -> Fleet<PostgresStore> {
+    let url = postgres_url();
+    let table = postgres_table("histories");
+    let effects = format!("{table}_fx");
+    let cleanup = (
+        PgCleanup {
+            url: url.clone(),
+            table: table.clone(),
+        },
+        PgCleanup {
+            url: url.clone(),
+            table: effects.clone(),
+        },
+    );
+    let mut counter = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let create = format!("CREATE TABLE IF NOT EXISTS {effects} (key TEXT NOT NULL)");
+    counter.batch_execute(&create).unwrap();
+    let counter = Mutex::new(counter);
+    let insert = format!("INSERT INTO {effects} (key) VALUES ($1)");
+    let count = format!("SELECT count(*) FROM {effects} WHERE key = $1");
+    Fleet::new(PostgresStore::RULES, move || {
+        PostgresStore::connect(&url, &table).expect("connect to PostgreSQL")
+    })
+    .with_transactions(
+        move |store, key, ttl, ok| {
+            store.transaction(Some(key), ttl, |tx| {
+                tx.execute(&insert, &[&effect_id(key)])
+                    .expect("the effect row");
+                match (ok, swallows()) {
+                    (true, _) => {
+                        // Open long enough for other clients' calls to meet it.
+                        std::thread::sleep(Duration::from_millis(15));
+                        Ok(())
+                    }
+                    (false, true) => {
+                        // Aborts the transaction; ignored.
+                        let _ = tx.execute("SELECT 1/0", &[]);
+                        Ok(())
+                    }
+                    (false, false) => Err(()),
+                }
+            })
+        },
+        move |key| {
+            let n: i64 = counter
+                .lock()
+                .unwrap()
+                .query_one(&count, &[&effect_id(key)])
+                .unwrap()
+                .get(0);
+            n as u64
+        },
+    )
+    .with_cleanup(cleanup)
+}
+
+/// The effect table's name for a key (`text` cannot hold U+0000).
+fn effect_id(key: &str) -> String {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    key.hash(&mut h);
+    format!("{}:{:016x}", key.len(), h.finish())
+}
+
+#[test]
+fn postgres_histories_are_linearizable() {
+    testkit::check_histories(30, postgres);
+}
