@@ -80,7 +80,7 @@ fn sqlite() -> Fleet<SqliteStore> {
 
 #[test]
 fn sqlite_histories_are_linearizable() {
-    testkit::check_histories(40, sqlite);
+    testkit::check_histories(15, sqlite);
 }
 
 fn redis(dialect: Dialect) -> Fleet<RedisStore> {
