@@ -207,10 +207,13 @@ fn lease_live(until: Option<u64>, now: Option<u64>) -> bool {
     }
 }
 
+// Every call reads the clock once it holds the lock: a time read before it
+// could be older than a call that went first and swept the key (a claim then
+// granted over a done record, with a lease counted from before it waited).
 impl Store for InMemoryStore {
     async fn seen(&self, key: &str) -> StoreResult<bool> {
-        let now = self.now_if_timed();
         let mut inner = self.lock()?;
+        let now = self.now_if_timed();
         inner.table.begin_lookups();
         Ok(inner.table.seen(key, now))
     }
@@ -238,16 +241,16 @@ impl Store for InMemoryStore {
     }
 
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
-        let now = self.now_if_timed();
         let mut inner = self.lock()?;
+        let now = self.now_if_timed();
         Ok(inner.table.seen_batch(keys, now))
     }
 
     /// Done, or how long the live claim has left (`ZERO`: free; a claim without
     /// a clock never runs out: `None`).
     async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
-        let now = self.now();
         let mut inner = self.lock()?;
+        let now = self.now();
         let seen = inner.table.seen_batch(keys, now);
         Ok(keys
             .iter()
@@ -271,8 +274,8 @@ impl Store for InMemoryStore {
     }
 
     async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
-        let now = self.now();
         let mut inner = self.lock()?;
+        let now = self.now();
         inner.table.begin_lookups();
         Ok(self.claim_locked(&mut inner, key, (now, false), lease))
     }
@@ -287,8 +290,8 @@ impl Store for InMemoryStore {
     /// Under one lock: the whole batch is claimed atomically, and nothing can fail
     /// halfway.
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
-        let now = self.now();
         let mut inner = self.lock()?;
+        let now = self.now();
         // The seen-set first, for the whole batch (hashed, then probed back to
         // back); the claims only for the keys it has not seen.
         let seen = inner.table.seen_batch(keys, now);
@@ -303,8 +306,9 @@ impl Store for InMemoryStore {
     }
 
     async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
+        let mut inner = self.lock()?;
         let now = self.now();
-        Ok(self.renew_locked(&mut *self.lock()?, key, token, now, lease))
+        Ok(self.renew_locked(&mut inner, key, token, now, lease))
     }
 
     async fn remember_fenced(
@@ -313,8 +317,8 @@ impl Store for InMemoryStore {
         token: &ClaimToken,
         ttl: Option<Duration>,
     ) -> StoreResult<bool> {
-        let now = self.now();
         let mut inner = self.lock()?;
+        let now = self.now();
         let expiry = self.expiry(&inner.table, ttl)?;
         self.remember_fenced_locked(&mut inner, key, Some(token), expiry, now)
     }
@@ -323,11 +327,11 @@ impl Store for InMemoryStore {
     async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
         // Time matters to renewals and fenced remembers only.
         let fenced = step.remember.iter().any(|(_, token)| token.is_some());
+        let mut inner = self.lock()?;
         let now = match step.renew.is_empty() && !fenced {
             true => None,
             false => self.now(),
         };
-        let mut inner = self.lock()?;
         inner.table.reserve(step.remember.len());
         // Releases first: they cannot fail, and a failed remember must not skip them.
         for (key, token) in step.release {
