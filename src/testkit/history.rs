@@ -177,11 +177,12 @@ struct KeyCall {
 /// with the first key whose history is not linearizable, the seed, and the
 /// command that repeats the run. `BQ_TESTKIT_SEED` repeats a run (the same
 /// calls by each client; the interleaving is the machine's), `BQ_HISTORY_RUNS`
-/// overrides `runs`.
+/// overrides `runs` and `BQ_HISTORY_CLIENTS` the number of clients.
 pub fn check_histories<C: Store + Send + 'static>(runs: u32, make: impl Fn() -> Fleet<C>) {
     let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
     let runs = env("BQ_HISTORY_RUNS").map_or(runs, |n| n as u32);
     let fixed = env("BQ_TESTKIT_SEED");
+    let clients = env("BQ_HISTORY_CLIENTS").filter(|&n| n > 0);
     let first = fixed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -193,15 +194,25 @@ pub fn check_histories<C: Store + Send + 'static>(runs: u32, make: impl Fn() -> 
         } else {
             first.wrapping_add(u64::from(run).wrapping_mul(0x9e37_79b9_7f4a_7c15))
         };
-        if let Err(e) = check_history(&make(), seed) {
+        let mut fleet = make();
+        if let Some(clients) = clients {
+            // As many calls in all, spread over more clients (a key's history
+            // holds at most 128).
+            let total = fleet.clients * fleet.steps;
+            fleet.clients = clients as usize;
+            fleet.steps = (total / fleet.clients).max(4);
+        }
+        if let Err(e) = check_history(&fleet, seed) {
             let test = std::thread::current()
                 .name()
                 .unwrap_or("the test")
                 .to_string();
             panic!(
-                "history checker (BQ_TESTKIT_SEED={seed}): {e}\nrepeat it: \
-                 BQ_TESTKIT_SEED={seed} BQ_HISTORY_RUNS=1 cargo test {test} -- --exact \
-                 (with the services `make test` starts: scripts/with-*.sh)"
+                "history checker (BQ_TESTKIT_SEED={seed}, {} clients): {e}\nrepeat it: \
+                 BQ_TESTKIT_SEED={seed} BQ_HISTORY_RUNS=1 BQ_HISTORY_CLIENTS={} cargo test \
+                 {test} -- --exact \
+                 (with the services `make test` starts: scripts/with-*.sh)",
+                fleet.clients, fleet.clients
             );
         }
     }
