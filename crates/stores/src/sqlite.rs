@@ -267,8 +267,8 @@ impl Store for SqliteStore {
     }
 
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
-        let now = self.now();
         let mut conn = self.lock()?;
+        let now = self.now();
         if let [key] = keys {
             // One read is one snapshot: no transaction needed.
             let mut stmt = conn.prepare_cached(SEEN).map_err(error)?;
@@ -288,22 +288,22 @@ impl Store for SqliteStore {
     }
 
     async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
-        let until = self.until(ttl);
         let mut conn = self.lock()?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(error)?;
+        let until = self.until(ttl);
         remember_in(&tx, keys, until).map_err(error)?;
         tx.commit().map_err(error)
     }
 
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
-        let now = self.now();
         let lease_ms = ttl_ms(lease);
         let mut conn = self.lock()?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(error)?;
+        let now = self.now();
         let answers = keys
             .iter()
             .map(|key| claim_in(&tx, key, now, lease_ms))
@@ -316,13 +316,13 @@ impl Store for SqliteStore {
     /// One write transaction: releases, renewals and (fenced) remembers are
     /// applied together or not at all.
     async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
-        let now = self.now();
-        let until = self.until(step.ttl);
-        let lease_until = now.saturating_add(ttl_ms(step.lease) as i64);
         let mut conn = self.lock()?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(error)?;
+        let now = self.now();
+        let until = self.until(step.ttl);
+        let lease_until = now.saturating_add(ttl_ms(step.lease) as i64);
         let mut settled = Settled::default();
         {
             let mut release = tx.prepare_cached(RELEASE).map_err(error)?;
