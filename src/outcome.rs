@@ -174,10 +174,9 @@ impl<E> Outcome<E> {
     {
         match self {
             Outcome::RanUnrecorded(e) | Outcome::StoreUnavailable(e) => Some(e.to_string()),
-            Outcome::TransactionAborted(e) => Some(format!(
-                "the handler returned Ok, but its transaction had been aborted: {}",
-                e.message
-            )),
+            // The store's message says what it found (the handler's own
+            // swallowed error, or a batch neighbour's).
+            Outcome::TransactionAborted(e) => Some(e.message.clone()),
             Outcome::Failed(e) | Outcome::FailOpen(Err(e)) => Some(e.to_string()),
             Outcome::Panicked(msg) => Some(format!("handler panicked: {msg}")),
             Outcome::Rejected(r) => Some(r.to_string()),

@@ -826,8 +826,9 @@ impl TransactionalStore for PostgresStore {
 /// What a transaction a swallowed error aborted is reported with.
 fn aborted_error() -> StoreError {
     StoreError::internal(
-        "postgres: a statement in the transaction failed (an error the handler ignored), \
-         so PostgreSQL aborted the transaction; nothing was committed (to go on after \
+        "postgres: the handler returned Ok, but a statement in its transaction had failed \
+         (an error the handler ignored), so PostgreSQL had aborted the transaction; nothing \
+         was committed (to go on after \
          an expected error, run that statement under a SAVEPOINT of your own, or use \
          ON CONFLICT DO NOTHING)",
     )

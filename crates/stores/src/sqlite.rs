@@ -368,8 +368,9 @@ fn taken<T, E>(conn: &Connection, key: &str, now: i64) -> rusqlite::Result<Optio
 fn still_open(tx: &rusqlite::Transaction<'_>) -> Result<(), StoreError> {
     if tx.is_autocommit() {
         return Err(StoreError::internal(
-            "sqlite: a statement in the transaction failed and rolled it back (an error \
-             the handler ignored); nothing was committed",
+            "sqlite: the handler returned Ok, but a statement in its transaction had failed \
+             and rolled the transaction back (an error the handler ignored); nothing was \
+             committed",
         ));
     }
     Ok(())
@@ -448,9 +449,12 @@ impl TransactionalStore for SqliteStore {
                         for run in &mut runs[since..] {
                             if matches!(run, TxRun::Committed(())) {
                                 *run = TxRun::Aborted(StoreError::internal(format!(
-                                    "sqlite: rolled back with its batch: the handler of \
-                                     delivery {i} ended the transaction ({})",
-                                    e.message
+                                    "sqlite: rolled back with its batch, though its own \
+                                     handler succeeded: the handler of the batch's \
+                                     delivery #{} (counting from 1) ignored an error that \
+                                     ended the shared transaction; nothing of this delivery \
+                                     was committed",
+                                    i + 1
                                 )));
                             }
                         }
