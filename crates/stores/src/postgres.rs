@@ -788,7 +788,9 @@ impl TransactionalStore for PostgresStore {
             if let Some(key) = key
                 && let Some(taken) = self.take_in(&mut tx, &take, key, ttl, &mark)?
             {
-                tx.batch_execute("RELEASE bq_delivery").map_err(error)?;
+                // Undone: a mark put after waiting for another run of the id.
+                tx.batch_execute("ROLLBACK TO bq_delivery; RELEASE bq_delivery")
+                    .map_err(error)?;
                 runs.push(taken);
                 continue;
             }

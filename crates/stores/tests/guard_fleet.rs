@@ -233,19 +233,19 @@ fn seen_set_consumers_lose_nothing() {
 
 // ---- the transactional mode, alone and beside claiming consumers ----------------
 
-fn pg() -> postgres::Client {
-    postgres::Client::connect(&postgres_url(), postgres::NoTls).unwrap()
-}
-
 /// A transactional consumer's delivery on PostgreSQL: the effect row is written
 /// in the transaction.
+/// A transactional consumer's delivery on PostgreSQL: the effect row is written
+/// in the transaction; `batched`: through the batch path (a batch of one, whose
+/// savepoints and marks differ from the single path's).
 fn pg_tx_delivery(
     guard: &Guard<PostgresStore>,
     insert: &str,
     id: &str,
     act: Act,
+    batched: bool,
 ) -> (bool, OutcomeKind) {
-    let outcome = guard.process_in_transaction(envelope(id).as_str(), |msg, tx| {
+    let handler = |msg: &bq_dedupe::Message<'_>, tx: &mut postgres::Transaction<'_>| {
         tx.execute(insert, &[&msg.id().unwrap()])
             .map_err(|e| e.to_string())?;
         match act {
@@ -261,9 +261,15 @@ fn pg_tx_delivery(
             }
             Act::Succeed => Ok(()),
         }
-    });
+    };
+    let body = envelope(id);
+    let kind = if batched {
+        guard.process_batch_in_transaction(&[body.as_str()], handler)[0].kind()
+    } else {
+        guard.process_in_transaction(body.as_str(), handler).kind()
+    };
     // The effect is the committed row: there only when the outcome says run-ok.
-    (outcome.kind() == OutcomeKind::Ran, outcome.kind())
+    (kind == OutcomeKind::Ran, kind)
 }
 
 #[test]
@@ -289,8 +295,9 @@ fn transactional_and_mixed_fleets_on_postgres_commit_each_effect_once() {
             table: format!("{table}_fx"),
         };
         let insert = format!("INSERT INTO {table}_fx (id) VALUES ($1)");
-        // Consumers 0 and 1 transactional; in the mixed fleet 2 and 3 claim,
-        // and write their effect row after the handler, outside the guard.
+        // Consumers 0 and 1 transactional (1 through the batch path); in the mixed
+        // fleet 2 and 3 claim, and write their effect row after the handler,
+        // outside the guard.
         let tx_guards: Vec<Guard<PostgresStore>> = stores.into_iter().map(Guard::new).collect();
         let claiming_store = PostgresStore::connect(&postgres_url(), &table).unwrap();
         let claiming = Guard::new(&claiming_store).with_claiming(LEASE);
@@ -302,7 +309,7 @@ fn transactional_and_mixed_fleets_on_postgres_commit_each_effect_once() {
                 }
                 (effect, kind)
             } else {
-                pg_tx_delivery(&tx_guards[c], &insert, id, act)
+                pg_tx_delivery(&tx_guards[c], &insert, id, act, c == 1)
             }
         });
         let count = format!("SELECT count(*) FROM {table}_fx WHERE id = $1");

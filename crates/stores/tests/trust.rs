@@ -112,10 +112,6 @@ fn sqlite_a_batch_whose_handler_swallows_a_rollback_acks_nothing_it_did_not_comm
 
 // ---- PostgreSQL ------------------------------------------------------------------
 
-fn pg() -> postgres::Client {
-    postgres::Client::connect(&postgres_url(), postgres::NoTls).unwrap()
-}
-
 struct Pg {
     table: String,
     _cleanup: PgCleanup,
@@ -143,15 +139,6 @@ fn pg_store(tag: &str) -> (PostgresStore, Pg) {
             _cleanup: cleanup,
         },
     )
-}
-
-fn pg_effects(table: &str, id: &str) -> i64 {
-    pg().query_one(
-        &format!("SELECT count(*) FROM {table}_effects WHERE id = $1"),
-        &[&id],
-    )
-    .unwrap()
-    .get(0)
 }
 
 #[test]
@@ -408,4 +395,85 @@ impl<S: Store> DynStore for S {
     fn commit_(&self, key: &str, token: &bq_dedupe::ClaimToken) -> bool {
         ready(self.remember_fenced(key, token, None)).unwrap()
     }
+}
+
+// ---- from the adversarial review of the fixes above ----------------------------
+
+/// A batch entry that waited on another run's mark and then found the id done
+/// released its savepoint, keeping its own mark: an 'infinity' claim row that
+/// parked every later delivery of the id (found by review of 9590666).
+#[test]
+fn postgres_a_batch_that_finds_the_id_done_after_waiting_leaves_no_mark() {
+    use bq_dedupe::store::{TransactionalStore, TxRun};
+    let (store, pg_) = pg_store("batch-mark");
+    let other = PostgresStore::connect(&postgres_url(), &pg_.table).unwrap();
+    let ttl = Some(Duration::from_millis(500));
+    let inside = Arc::new(Barrier::new(2));
+    let first = {
+        let inside = inside.clone();
+        std::thread::spawn(move || {
+            store
+                .transaction(Some("bm-1"), ttl, |_tx| {
+                    inside.wait();
+                    std::thread::sleep(Duration::from_millis(300));
+                    Ok::<(), ()>(())
+                })
+                .unwrap()
+        })
+    };
+    inside.wait();
+    let runs = other
+        .transaction_batch(&[Some("bm-1")], ttl, |_, _| Ok::<(), ()>(()))
+        .unwrap();
+    assert_eq!(first.join().unwrap(), TxRun::Committed(()));
+    assert_eq!(runs, [TxRun::AlreadyDone]);
+    let marks: i64 = pg()
+        .query_one(&format!("SELECT count(*) FROM {}_claims", pg_.table), &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(marks, 0, "the batch's mark outlived it");
+    std::thread::sleep(Duration::from_millis(700)); // the id's TTL is over
+    assert!(matches!(
+        ready(other.claim("bm-1", Duration::from_secs(5))).unwrap(),
+        bq_dedupe::Claim::Acquired(_)
+    ));
+}
+
+/// After a statement that rolled the whole SQLite transaction back, the
+/// handler's next writes ran in autocommit and committed alone; the delivery
+/// was retried and they committed again (found by review of 9590666).
+#[test]
+fn sqlite_writes_after_a_swallowed_rollback_are_never_committed() {
+    let db = TempDb::new("swallow-then-write");
+    let guard = sqlite_guard(&db);
+    let body = envelope("sw-2");
+    let handler = |msg: &bq_dedupe::Message<'_>, tx: &mut rusqlite::Transaction<'_>| {
+        let _ = tx.execute("INSERT OR ROLLBACK INTO once VALUES ('taken')", []);
+        tx.execute("INSERT INTO effects (id) VALUES (?1)", [msg.id().unwrap()])
+            .map(drop)
+            .map_err(|e| e.to_string())
+    };
+    for _ in 0..2 {
+        let outcome = guard.process_in_transaction(body.as_str(), handler);
+        assert_eq!(outcome.kind(), OutcomeKind::Failed, "{outcome:?}");
+        assert_eq!(
+            sqlite_effects(db.path(), "sw-2"),
+            0,
+            "run-failed, yet a write committed"
+        );
+    }
+    // The same in a batch, with a good neighbour after it.
+    let bodies = [envelope("sw-3"), envelope("sw-4")];
+    let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+        if msg.id() == Some("sw-3") {
+            return handler(msg, tx);
+        }
+        tx.execute("INSERT INTO effects (id) VALUES (?1)", [msg.id().unwrap()])
+            .map(drop)
+            .map_err(|e| e.to_string())
+    });
+    assert_eq!(outcomes[0].kind(), OutcomeKind::Failed, "{outcomes:?}");
+    assert_eq!(sqlite_effects(db.path(), "sw-3"), 0);
+    assert_eq!(outcomes[1].kind(), OutcomeKind::Ran, "{outcomes:?}");
+    assert_eq!(sqlite_effects(db.path(), "sw-4"), 1);
 }
