@@ -1,6 +1,7 @@
 //! [`SqliteStore`]: the seen-set in one SQLite table.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -33,6 +34,9 @@ use crate::{StoreStats, new_token, ttl_ms};
 pub struct SqliteStore {
     conn: Mutex<Connection>,
     clock: Arc<dyn Clock>,
+    /// Read by the connection's commit hook: while set (a transactional
+    /// handler runs), every commit is turned into a rollback ([`no_commits`]).
+    refuse_commits: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -54,7 +58,7 @@ impl SqliteStore {
                 StoreError::unavailable(format!("sqlite: creating {}: {e}", parent.display()))
             })?;
         }
-        let conn = Connection::open(path).map_err(error)?;
+        let mut conn = Connection::open(path).map_err(error)?;
         // Set first, so the pragmas below also wait for a concurrent opener.
         conn.busy_timeout(Duration::from_secs(5)).map_err(error)?;
         // Switching to WAL and creating the table can still answer "database is
@@ -77,9 +81,14 @@ impl SqliteStore {
                 path.display()
             )));
         }
+        let refuse_commits = Arc::new(AtomicBool::new(false));
+        let refuse = refuse_commits.clone();
+        conn.commit_hook(Some(move || refuse.load(Ordering::Relaxed)))
+            .map_err(error)?;
         Ok(SqliteStore {
             conn: Mutex::new(conn),
             clock: Arc::new(SystemClock),
+            refuse_commits,
         })
     }
 
@@ -376,6 +385,18 @@ fn still_open(tx: &rusqlite::Transaction<'_>) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Runs `work` with every commit on the connection refused (its commit hook
+/// turns them into rollbacks): a handler whose transaction an error rolled
+/// back, and that carries on, would otherwise have its later writes committed
+/// one by one in autocommit, and again on the redelivery. [`still_open`] then
+/// finds the transaction gone.
+fn no_commits<T, R>(refuse: &AtomicBool, tx: &mut T, work: impl FnOnce(&mut T) -> R) -> R {
+    refuse.store(true, Ordering::Relaxed);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(tx)));
+    refuse.store(false, Ordering::Relaxed);
+    result.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
 /// The transactional mode on SQLite: the handler gets the write transaction
 /// (`BEGIN IMMEDIATE`, so the read of the key and the commit cannot interleave
 /// with another writer's) and writes its own tables in the same file; the key is
@@ -400,7 +421,7 @@ impl TransactionalStore for SqliteStore {
         {
             return Ok(taken);
         }
-        match work(&mut tx) {
+        match no_commits(&self.refuse_commits, &mut tx, work) {
             Ok(value) => {
                 if let Err(e) = still_open(&tx) {
                     return Ok(TxRun::Aborted(e));
@@ -443,27 +464,32 @@ impl TransactionalStore for SqliteStore {
                 continue;
             }
             tx.execute_batch("SAVEPOINT bq_delivery").map_err(error)?;
-            match work(i, &mut tx) {
-                Ok(()) => {
-                    if let Err(e) = still_open(&tx) {
-                        for run in &mut runs[since..] {
-                            if matches!(run, TxRun::Committed(())) {
-                                *run = TxRun::Aborted(StoreError::internal(format!(
-                                    "sqlite: rolled back with its batch, though its own \
-                                     handler succeeded: the handler of the batch's \
-                                     delivery #{} (counting from 1) ignored an error that \
-                                     ended the shared transaction; nothing of this delivery \
-                                     was committed",
-                                    i + 1
-                                )));
-                            }
-                        }
-                        runs.push(TxRun::Aborted(e));
-                        drop(tx);
-                        tx = begin(&mut conn)?;
-                        since = i + 1;
-                        continue;
+            let result = no_commits(&self.refuse_commits, &mut tx, |tx| work(i, tx));
+            // The work ended the transaction (whether it then failed or not):
+            // the entries before it lost their writes with it.
+            if let Err(ended) = still_open(&tx) {
+                for run in &mut runs[since..] {
+                    if matches!(run, TxRun::Committed(())) {
+                        *run = TxRun::Aborted(StoreError::internal(format!(
+                            "sqlite: rolled back with its batch, though its own handler \
+                             succeeded: the handler of the batch's delivery #{} (counting \
+                             from 1) hit an error that ended the shared transaction; \
+                             nothing of this delivery was committed",
+                            i + 1
+                        )));
                     }
+                }
+                runs.push(match result {
+                    Ok(()) => TxRun::Aborted(ended),
+                    Err(e) => TxRun::RolledBack(e),
+                });
+                drop(tx);
+                tx = begin(&mut conn)?;
+                since = i + 1;
+                continue;
+            }
+            match result {
+                Ok(()) => {
                     if let Some(key) = key {
                         remember_in(&tx, &[key], self.until(ttl)).map_err(error)?;
                     }
