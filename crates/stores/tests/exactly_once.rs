@@ -283,10 +283,6 @@ fn kill_at_random(spawn: impl Fn() -> Child) -> usize {
 
 // ---- PostgreSQL ------------------------------------------------------------------
 
-fn pg() -> postgres::Client {
-    postgres::Client::connect(&postgres_url(), postgres::NoTls).unwrap()
-}
-
 /// A store on a fresh table, its effect table made; dropped with the cleanup.
 fn pg_guard(tag: &str) -> (Guard<PostgresStore>, String, PgCleanup) {
     let table = postgres_table(tag);
@@ -300,15 +296,6 @@ fn pg_guard(tag: &str) -> (Guard<PostgresStore>, String, PgCleanup) {
         table: table.clone(),
     };
     (Guard::new(store), table, cleanup)
-}
-
-fn pg_effects(table: &str, id: &str) -> i64 {
-    pg().query_one(
-        &format!("SELECT count(*) FROM {table}_effects WHERE id = $1"),
-        &[&id],
-    )
-    .unwrap()
-    .get(0)
 }
 
 fn pg_drop(table: &str) {

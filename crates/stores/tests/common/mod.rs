@@ -100,6 +100,22 @@ pub fn postgres_url() -> String {
     }
 }
 
+/// A plain client of the test server (`BQ_TEST_POSTGRES_URL`), for a test's own
+/// tables and counts.
+pub fn pg() -> postgres::Client {
+    postgres::Client::connect(&postgres_url(), postgres::NoTls).unwrap()
+}
+
+/// How many effect rows a test's handlers left for `id` in `TABLE_effects`.
+pub fn pg_effects(table: &str, id: &str) -> i64 {
+    pg().query_one(
+        &format!("SELECT count(*) FROM {table}_effects WHERE id = $1"),
+        &[&id],
+    )
+    .unwrap()
+    .get(0)
+}
+
 /// `BQ_TEST_REDIS_CLUSTER_URL` (a `redis+cluster://` spec): a test that needs a
 /// cluster fails without it (`scripts/with-redis-cluster.sh`, run by `make test`).
 pub fn redis_cluster_spec() -> String {
