@@ -135,7 +135,7 @@ fn memory_fleet() -> testkit::Fleet<Arc<InMemoryStore>> {
 
 #[test]
 fn the_in_memory_store_histories_are_linearizable_under_four_concurrent_clients() {
-    testkit::check_histories(20, memory_fleet);
+    testkit::check_histories(60, memory_fleet);
 }
 
 /// The history checker can fail: a store whose claim is a check, then a write

@@ -259,8 +259,7 @@ pub fn check_history<C: Store + Send + 'static>(fleet: &Fleet<C>, seed: u64) -> 
         }
     }
     for (key, history) in calls.iter().enumerate() {
-        // On a clock the clients move in ticks, every tick a long call spanned
-        // is an instant it may have taken effect at (not only its two ends).
+        // The instants a call may have taken effect at (see `instants`).
         let ticks = (fleet.slack_ms == 0).then_some(fleet.tick_ms);
         linearizable(history, fleet.rules, ticks).map_err(|e| {
             let mut sorted = history.clone();
@@ -383,8 +382,11 @@ fn linearizable(calls: &[KeyCall], rules: Rules, ticks: Option<u64>) -> Result<(
     ))
 }
 
-/// The windows to try a call at: its own, or on a ticking clock each tick it
-/// spanned (at most 64; a longer call keeps its two ends).
+/// The windows to try a call at. On a clock the clients move in ticks: each
+/// tick it spanned (at most 64; a longer call keeps its two ends). On a real
+/// clock: its whole window (both ends, and a claim's time left anywhere
+/// between), and instants spread across it, since a deadline it set may fall
+/// between two later calls' instants that its ends alone cannot reach.
 fn instants((lo, hi): (u64, u64), ticks: Option<u64>) -> Vec<(u64, u64)> {
     match ticks {
         Some(tick) if tick > 0 && hi > lo && (hi - lo) / tick <= 64 => {
@@ -392,6 +394,17 @@ fn instants((lo, hi): (u64, u64), ticks: Option<u64>) -> Vec<(u64, u64)> {
                 (lo..=hi).step_by(tick as usize).map(|t| (t, t)).collect();
             if at.last() != Some(&(hi, hi)) {
                 at.push((hi, hi));
+            }
+            at
+        }
+        None if hi > lo && hi - lo < 1 << 20 => {
+            const INSIDE: u64 = 7;
+            let mut at = vec![(lo, hi)];
+            for n in 1..=INSIDE {
+                let t = lo + (hi - lo) * n / (INSIDE + 1);
+                if !at.contains(&(t, t)) {
+                    at.push((t, t));
+                }
             }
             at
         }
