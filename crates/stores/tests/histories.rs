@@ -80,20 +80,12 @@ fn sqlite() -> Fleet<SqliteStore> {
 
 #[test]
 fn sqlite_histories_are_linearizable() {
-    testkit::check_histories(15, sqlite);
+    testkit::check_histories(40, sqlite);
 }
 
 fn redis(dialect: Dialect) -> Fleet<RedisStore> {
-    let url = redis_url().expect("a Redis server");
-    let prefix = redis_prefix(&format!("histories-{}", dialect.name()));
-    let cleanup = RedisCleanup {
-        url: url.clone(),
-        prefix: prefix.clone(),
-    };
-    Fleet::new(RedisStore::rules(dialect), move || {
-        RedisStore::connect_dialect(&url, prefix.clone(), dialect).expect("connect to Redis")
-    })
-    .with_cleanup(cleanup)
+    let (open, cleanup) = redis_backend("histories", dialect);
+    Fleet::new(RedisStore::rules(dialect), open).with_cleanup(cleanup)
 }
 
 #[test]
@@ -105,19 +97,9 @@ fn redis_histories_are_linearizable_in_each_dialect() {
 
 #[test]
 fn redis_cluster_histories_are_linearizable() {
-    let spec = redis_cluster_spec();
     testkit::check_histories(4, || {
-        let nodes = cluster_nodes(&spec);
-        let prefix = redis_prefix("histories-cluster");
-        let cleanup = ClusterCleanup {
-            spec: spec.clone(),
-            prefix: prefix.clone(),
-        };
-        Fleet::new(RedisStore::rules(Dialect::Native), move || {
-            RedisStore::connect_cluster(&nodes, prefix.clone(), Dialect::Native)
-                .expect("connect to the cluster")
-        })
-        .with_cleanup(cleanup)
+        let (open, cleanup) = cluster_backend("histories-cluster");
+        Fleet::new(RedisStore::rules(Dialect::Native), open).with_cleanup(cleanup)
     });
 }
 
@@ -141,59 +123,33 @@ fn any_store_histories_are_linearizable() {
 /// PostgreSQL with its transactional mode: transactions and claims on the same
 /// ids, at once (the mixed fleet of issue #25's finding 2).
 fn postgres() -> Fleet<PostgresStore> {
-    let url = postgres_url();
-    let table = postgres_table("histories");
-    let effects = format!("{table}_fx");
-    let cleanup = (
-        PgCleanup {
-            url: url.clone(),
-            table: table.clone(),
-        },
-        PgCleanup {
-            url: url.clone(),
-            table: effects.clone(),
-        },
-    );
-    let mut counter = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-    let create = format!("CREATE TABLE IF NOT EXISTS {effects} (key TEXT NOT NULL)");
-    counter.batch_execute(&create).unwrap();
-    let counter = Mutex::new(counter);
-    let insert = format!("INSERT INTO {effects} (key) VALUES ($1)");
-    let count = format!("SELECT count(*) FROM {effects} WHERE key = $1");
-    Fleet::new(PostgresStore::RULES, move || {
-        PostgresStore::connect(&url, &table).expect("connect to PostgreSQL")
-    })
-    .with_transactions(
-        move |store, key, ttl, ok| {
-            store.transaction(Some(key), ttl, |tx| {
-                tx.execute(&insert, &[&effect_id(key)])
-                    .expect("the effect row");
-                match (ok, swallows()) {
-                    (true, _) => {
-                        // Open long enough for other clients' calls to meet it.
-                        std::thread::sleep(Duration::from_millis(15));
-                        Ok(())
+    let backend = PgBackend::new("histories");
+    let insert = backend.insert();
+    let counter = Mutex::new(backend.counter());
+    Fleet::new(PostgresStore::RULES, backend.opener())
+        .with_transactions(
+            move |store, key, ttl, ok| {
+                store.transaction(Some(key), ttl, |tx| {
+                    tx.execute(&insert, &[&effect_id(key)])
+                        .expect("the effect row");
+                    match (ok, swallows()) {
+                        (true, _) => {
+                            // Open long enough for other clients' calls to meet it.
+                            std::thread::sleep(Duration::from_millis(15));
+                            Ok(())
+                        }
+                        (false, true) => {
+                            // Aborts the transaction; ignored.
+                            let _ = tx.execute("SELECT 1/0", &[]);
+                            Ok(())
+                        }
+                        (false, false) => Err(()),
                     }
-                    (false, true) => {
-                        // Aborts the transaction; ignored.
-                        let _ = tx.execute("SELECT 1/0", &[]);
-                        Ok(())
-                    }
-                    (false, false) => Err(()),
-                }
-            })
-        },
-        move |key| {
-            let n: i64 = counter
-                .lock()
-                .unwrap()
-                .query_one(&count, &[&effect_id(key)])
-                .unwrap()
-                .get(0);
-            n as u64
-        },
-    )
-    .with_cleanup(cleanup)
+                })
+            },
+            move |key| (counter.lock().unwrap())(&effect_id(key)),
+        )
+        .with_cleanup(backend.cleanup)
 }
 
 /// The effect table's name for a key (`text` cannot hold U+0000).
@@ -206,5 +162,5 @@ fn effect_id(key: &str) -> String {
 
 #[test]
 fn postgres_histories_are_linearizable() {
-    testkit::check_histories(30, postgres);
+    testkit::check_histories(10, postgres);
 }

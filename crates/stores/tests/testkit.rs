@@ -145,16 +145,8 @@ fn sqlite_a_commit_sent_again_after_its_record_expired_is_not_ours() {
 /// Time on a server's own clock: real ms since the harness began, in short
 /// ticks, with a few ms of slack for the server's view of "now".
 fn redis(dialect: Dialect) -> OnServer<RedisStore> {
-    let url = redis_url().expect("a Redis server");
-    let prefix = redis_prefix(&format!("testkit-{}", dialect.name()));
-    let cleanup = RedisCleanup {
-        url: url.clone(),
-        prefix: prefix.clone(),
-    };
-    OnServer::new(RedisStore::rules(dialect), move || {
-        RedisStore::connect_dialect(&url, prefix.clone(), dialect).expect("connect to Redis")
-    })
-    .with_cleanup(cleanup)
+    let (open, cleanup) = redis_backend("testkit", dialect);
+    OnServer::new(RedisStore::rules(dialect), open).with_cleanup(cleanup)
 }
 
 #[test]
@@ -166,59 +158,28 @@ fn redis_follows_the_record_model_in_each_dialect() {
 
 #[test]
 fn redis_cluster_follows_the_record_model() {
-    let spec = redis_cluster_spec();
     testkit::check(8, || {
-        let nodes = cluster_nodes(&spec);
-        let prefix = redis_prefix("testkit-cluster");
-        let cleanup = ClusterCleanup {
-            spec: spec.clone(),
-            prefix: prefix.clone(),
-        };
-        OnServer::new(RedisStore::rules(Dialect::Native), move || {
-            RedisStore::connect_cluster(&nodes, prefix.clone(), Dialect::Native)
-                .expect("connect to the cluster")
-        })
-        .with_cleanup(cleanup)
+        let (open, cleanup) = cluster_backend("testkit-cluster");
+        OnServer::new(RedisStore::rules(Dialect::Native), open).with_cleanup(cleanup)
     });
 }
 
 /// PostgreSQL on its own clock, with its transactional mode: each run's
 /// effect rows in a table of their own.
 fn postgres() -> OnServer<PostgresStore> {
-    let url = postgres_url();
-    let table = postgres_table("testkit");
-    let effects = format!("{table}_fx");
-    let cleanup = (
-        PgCleanup {
-            url: url.clone(),
-            table: table.clone(),
-        },
-        PgCleanup {
-            url: url.clone(),
-            table: effects.clone(),
-        },
-    );
-    let mut counter = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-    let create = format!("CREATE TABLE IF NOT EXISTS {effects} (key TEXT NOT NULL)");
-    counter.batch_execute(&create).unwrap();
-    let insert = format!("INSERT INTO {effects} (key) VALUES ($1)");
-    let count = format!("SELECT count(*) FROM {effects} WHERE key = $1");
-    OnServer::new(PostgresStore::RULES, move || {
-        PostgresStore::connect(&url, &table).expect("connect to PostgreSQL")
-    })
-    .with_transactions(
-        move |store, key, ttl, ok| {
-            store.transaction(Some(key), ttl, |tx| {
-                tx.execute(&insert, &[&key]).expect("the effect row");
-                if ok { Ok(()) } else { Err(()) }
-            })
-        },
-        move |key| {
-            let n: i64 = counter.query_one(&count, &[&key]).unwrap().get(0);
-            n as u64
-        },
-    )
-    .with_cleanup(cleanup)
+    let backend = PgBackend::new("testkit");
+    let insert = backend.insert();
+    OnServer::new(PostgresStore::RULES, backend.opener())
+        .with_transactions(
+            move |store, key, ttl, ok| {
+                store.transaction(Some(key), ttl, |tx| {
+                    tx.execute(&insert, &[&key]).expect("the effect row");
+                    if ok { Ok(()) } else { Err(()) }
+                })
+            },
+            backend.counter(),
+        )
+        .with_cleanup(backend.cleanup)
 }
 
 #[test]

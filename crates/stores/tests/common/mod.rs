@@ -496,3 +496,112 @@ pub fn check_leases<S: Store>(store: &S, short: Duration, expire: impl Fn()) {
         Claim::Acquired(_)
     ));
 }
+
+// ---- backends for the testkit and the history checker -----------------------------
+
+/// Opens clients of one Redis prefix in `dialect` (each call a new
+/// connection), and the cleanup that drops the prefix's keys.
+pub fn redis_backend(
+    tag: &str,
+    dialect: bq_dedupe_stores::Dialect,
+) -> (
+    impl Fn() -> bq_dedupe_stores::RedisStore + Send + Sync + 'static,
+    RedisCleanup,
+) {
+    let url = redis_url().expect("a Redis server");
+    let prefix = redis_prefix(&format!("{tag}-{}", dialect.name()));
+    let cleanup = RedisCleanup {
+        url: url.clone(),
+        prefix: prefix.clone(),
+    };
+    let open = move || {
+        bq_dedupe_stores::RedisStore::connect_dialect(&url, prefix.clone(), dialect)
+            .expect("connect to Redis")
+    };
+    (open, cleanup)
+}
+
+/// Opens clients of one prefix on the test cluster, and its cleanup.
+pub fn cluster_backend(
+    tag: &str,
+) -> (
+    impl Fn() -> bq_dedupe_stores::RedisStore + Send + Sync + 'static,
+    ClusterCleanup,
+) {
+    let spec = redis_cluster_spec();
+    let nodes = cluster_nodes(&spec);
+    let prefix = redis_prefix(tag);
+    let cleanup = ClusterCleanup {
+        spec,
+        prefix: prefix.clone(),
+    };
+    let open = move || {
+        bq_dedupe_stores::RedisStore::connect_cluster(
+            &nodes,
+            prefix.clone(),
+            bq_dedupe_stores::Dialect::Native,
+        )
+        .expect("connect to the cluster")
+    };
+    (open, cleanup)
+}
+
+/// A fresh PostgreSQL table for a run, with a table of effect rows beside it
+/// (`effects` is its name: `key TEXT`); dropped with `cleanup`.
+pub struct PgBackend {
+    pub url: String,
+    pub table: String,
+    pub effects: String,
+    pub cleanup: (PgCleanup, PgCleanup),
+}
+
+impl PgBackend {
+    pub fn new(tag: &str) -> Self {
+        let url = postgres_url();
+        let table = postgres_table(tag);
+        let effects = format!("{table}_fx");
+        pg().batch_execute(&format!(
+            "CREATE TABLE IF NOT EXISTS {effects} (key TEXT NOT NULL)"
+        ))
+        .unwrap();
+        let cleanup = (
+            PgCleanup {
+                url: url.clone(),
+                table: table.clone(),
+            },
+            PgCleanup {
+                url: url.clone(),
+                table: effects.clone(),
+            },
+        );
+        PgBackend {
+            url,
+            table,
+            effects,
+            cleanup,
+        }
+    }
+
+    /// Opens a client (a new pool) of the run's table.
+    pub fn opener(&self) -> impl Fn() -> bq_dedupe_stores::PostgresStore + Send + Sync + 'static {
+        let (url, table) = (self.url.clone(), self.table.clone());
+        move || {
+            bq_dedupe_stores::PostgresStore::connect(&url, &table).expect("connect to PostgreSQL")
+        }
+    }
+
+    /// The statement that writes one effect row (`$1`: its key).
+    pub fn insert(&self) -> String {
+        format!("INSERT INTO {} (key) VALUES ($1)", self.effects)
+    }
+
+    /// Counts a key's effect rows, on a client of its own.
+    pub fn counter(&self) -> impl FnMut(&str) -> u64 + 'static {
+        let mut client = pg();
+        let count = format!("SELECT count(*) FROM {} WHERE key = $1", self.effects);
+        move |key| {
+            let n: i64 = client.query_one(&count, &[&key]).unwrap().get(0);
+            n as u64
+        }
+    }
+}
