@@ -196,17 +196,19 @@ const MAX_KEY_BYTES: usize = 2048;
 /// (with U+0000) or index (longer than [`MAX_KEY_BYTES`]), or one that looks
 /// like a hashed name, is named by its SHA-256 (as the Workers KV store does),
 /// so it is that delivery's own record and never fails a statement holding
-/// its neighbours. (The Go SDK cannot store such ids at all.)
+/// its neighbours. (A Go consumer stores some of these as themselves: see
+/// docs/stores.md.)
 fn stored(key: &str) -> std::borrow::Cow<'_, str> {
     let refused = key.len() > MAX_KEY_BYTES || key.contains('\0');
     if !refused && !key.starts_with(HASHED_PREFIX) {
         return std::borrow::Cow::Borrowed(key);
     }
     use sha2::{Digest, Sha256};
+    use std::fmt::Write;
     let mut name = String::with_capacity(HASHED_PREFIX.len() + 64);
     name.push_str(HASHED_PREFIX);
     for byte in Sha256::digest(key.as_bytes()) {
-        name.push_str(&format!("{byte:02x}"));
+        let _ = write!(name, "{byte:02x}");
     }
     std::borrow::Cow::Owned(name)
 }
@@ -214,6 +216,19 @@ fn stored(key: &str) -> std::borrow::Cow<'_, str> {
 /// [`stored`] for a list, kept beside the borrowed form the statements bind.
 fn stored_all<'a>(keys: impl IntoIterator<Item = &'a str>) -> Vec<std::borrow::Cow<'a, str>> {
     keys.into_iter().map(stored).collect()
+}
+
+/// A settlement's `(id, token)` pairs under their stored names (`names`, made
+/// by [`stored_all`] from the same pairs).
+fn renamed<'a, T: Copy>(
+    names: &'a [std::borrow::Cow<'_, str>],
+    pairs: &[(&str, T)],
+) -> Vec<(&'a str, T)> {
+    names
+        .iter()
+        .zip(pairs)
+        .map(|(name, (_, token))| (name.as_ref(), *token))
+        .collect()
 }
 
 /// The connection is gone: closed, or the server ended the session (admin
@@ -455,25 +470,10 @@ impl PostgresStore {
         let rem_names = stored_all(step.remember.iter().map(|(k, _)| *k));
         let rel_names = stored_all(step.release.iter().map(|(k, _)| *k));
         let ren_names = stored_all(step.renew.iter().map(|(k, _)| *k));
-        let remember: Vec<(&str, Option<&ClaimToken>)> = rem_names
-            .iter()
-            .zip(step.remember)
-            .map(|(name, (_, token))| (name.as_ref(), *token))
-            .collect();
-        let release: Vec<(&str, &ClaimToken)> = rel_names
-            .iter()
-            .zip(step.release)
-            .map(|(name, (_, token))| (name.as_ref(), *token))
-            .collect();
-        let renew: Vec<(&str, &ClaimToken)> = ren_names
-            .iter()
-            .zip(step.renew)
-            .map(|(name, (_, token))| (name.as_ref(), *token))
-            .collect();
         let step = &Settlement {
-            remember: &remember,
-            release: &release,
-            renew: &renew,
+            remember: &renamed(&rem_names, step.remember),
+            release: &renamed(&rel_names, step.release),
+            renew: &renamed(&ren_names, step.renew),
             ttl: step.ttl,
             lease: step.lease,
         };

@@ -452,13 +452,12 @@ impl TransactionalStore for SqliteStore {
                 .map_err(error)
         }
         let mut tx = begin(&mut conn)?;
-        let now = self.now();
         let mut runs = Vec::with_capacity(keys.len());
         // Where the open transaction's entries start.
         let mut since = 0;
         for (i, key) in keys.iter().enumerate() {
             if let Some(key) = key
-                && let Some(taken) = taken(&tx, key, now).map_err(error)?
+                && let Some(taken) = taken(&tx, key, self.now()).map_err(error)?
             {
                 runs.push(taken);
                 continue;
