@@ -91,6 +91,12 @@ pub struct Rules {
     /// moment after it lapses (`true`: the Durable Object's alarm sweeps expired
     /// rows), so its owner's renewal or fenced commit may find it gone.
     pub lapsed_claim_swept: bool,
+    /// A claim is taken before the store has checked whether the key was done
+    /// meanwhile, and given back if it was (PostgreSQL at `READ COMMITTED`:
+    /// two statements), so a claim (or a transactional run, or a peek) made
+    /// in between may find a free key held. Such a `Held` parks a message
+    /// that could have run; it never runs one twice.
+    pub claim_given_back: bool,
 }
 
 impl Rules {
@@ -103,6 +109,7 @@ impl Rules {
         claims_have_owners: true,
         remember_resets_expiry: true,
         lapsed_claim_swept: false,
+        claim_given_back: false,
     };
 }
 
@@ -275,6 +282,7 @@ mod tests {
         claims_have_owners: true,
         remember_resets_expiry: true,
         lapsed_claim_swept: false,
+        claim_given_back: false,
     };
 
     fn t(s: &'static str) -> &'static str {

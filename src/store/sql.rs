@@ -20,6 +20,7 @@ pub const RULES: Rules = Rules {
     claims_have_owners: true,
     remember_resets_expiry: true,
     lapsed_claim_swept: false,
+    claim_given_back: false,
 };
 
 /// The table (created if missing).

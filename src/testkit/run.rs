@@ -640,6 +640,14 @@ pub(super) fn next_records(
                 if !next.contains(&r) {
                     next.push(r);
                 }
+            } else if rules.claim_given_back
+                && held_by_a_claim_given_back(got)
+                && record.peek(Some(now)) == Peek::Free
+            {
+                // Another consumer's claim, given back since: nothing changed.
+                if !next.contains(record) {
+                    next.push(record.clone());
+                }
             } else {
                 expected.push((answer, now));
             }
@@ -880,4 +888,17 @@ fn call<C: Store>(
         }
         _ => (Ok(Vec::new()), None),
     }
+}
+
+/// The answers a free key may get under [`Rules::claim_given_back`]: held by a
+/// claim that another consumer took and then gave back.
+fn held_by_a_claim_given_back(got: &KeyAnswer) -> bool {
+    matches!(
+        got,
+        KeyAnswer::Claim(ClaimAnswer::Held, _)
+            | KeyAnswer::Tx(TxRun::Held)
+            | KeyAnswer::Peek(Peeked::NotDone {
+                claim_ends_in: Some(_) | None
+            })
+    )
 }

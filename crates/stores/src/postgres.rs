@@ -279,6 +279,7 @@ impl PostgresStore {
         claims_have_owners: true,
         remember_resets_expiry: false,
         lapsed_claim_swept: false,
+        claim_given_back: true,
     };
 
     /// Connects to `url` (`postgres://[USER[:PASSWORD]@]HOST[:PORT]/DB[?...]`, any
@@ -463,6 +464,15 @@ impl PostgresStore {
     /// releases, renewals, and the remembers (own claims dropped and their rows
     /// inserted; a lost claim's row inserted only if no other live claim holds
     /// the key; Go's `ON CONFLICT` keeps a live row as it is).
+    ///
+    /// "No other live claim" is decided on locked rows, never on the
+    /// statement's snapshot: a claim committed after the snapshot was taken
+    /// would not be in it, and the key would end both done and claimed. A
+    /// lost claim's key whose claims row is gone or lapsed gets a lapsed row
+    /// (`free`, a token no claim has) and is remembered; a claim racing it
+    /// waits on that row and then finds the key done (its second statement).
+    /// (Not a key this settlement also releases or renews: one statement
+    /// cannot change a row twice. Such a lost commit is not remembered.)
     fn settle_now(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
         if step.remember.is_empty() && step.release.is_empty() && step.renew.is_empty() {
             return Ok(Settled::default());
@@ -513,13 +523,20 @@ impl PostgresStore {
                      WHERE {c}.message_id = m.k
                        AND (m.tok IS NULL OR {c}.token = m.tok OR {c}.expires_at <= now())
                      RETURNING m.k, ({c}.token = m.tok) AS mine),
+             free AS (INSERT INTO {c} AS x (message_id, token, expires_at)
+                     SELECT m.k, 'free', '-infinity' FROM unnest($1::text[], $2::text[]) m(k, tok)
+                     WHERE m.tok IS NOT NULL AND m.k NOT IN (SELECT k FROM own)
+                       AND m.k <> ALL($4::text[]) AND m.k <> ALL($6::text[])
+                     ON CONFLICT (message_id) DO UPDATE
+                       SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
+                       WHERE x.expires_at <= now()
+                     RETURNING message_id),
              ins AS (INSERT INTO {t} (message_id, expires_at)
                      SELECT m.k, CASE WHEN $3::bigint IS NULL THEN NULL
                                       ELSE now() + $3::bigint * interval '1 millisecond' END
                      FROM unnest($1::text[], $2::text[]) m(k, tok)
-                     WHERE m.tok IS NULL
-                        OR NOT EXISTS (SELECT 1 FROM {c} x WHERE x.message_id = m.k
-                                       AND x.token <> m.tok AND x.expires_at > now())
+                     WHERE m.tok IS NULL OR m.k IN (SELECT k FROM own)
+                        OR m.k IN (SELECT message_id FROM free)
                      ON CONFLICT (message_id) DO UPDATE
                        SET created_at = now(), expires_at = EXCLUDED.expires_at
                        WHERE {t}.expires_at IS NOT NULL AND {t}.expires_at <= now())

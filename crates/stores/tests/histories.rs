@@ -162,5 +162,5 @@ fn effect_id(key: &str) -> String {
 
 #[test]
 fn postgres_histories_are_linearizable() {
-    testkit::check_histories(10, postgres);
+    testkit::check_histories(30, postgres);
 }

@@ -241,6 +241,53 @@ fn postgres_a_claim_beside_an_open_transactional_run_is_not_a_second_plain_run()
     );
 }
 
+/// A commit that lost its claim decided "no other live claim holds the key" on
+/// its statement's snapshot: a claim another consumer committed while the
+/// commit waited on the row was not in it, so the key ended both done and
+/// claimed (found by the history checker, BQ_TESTKIT_SEED=14467629832397442632;
+/// this test failed on 78431e6).
+#[test]
+fn postgres_a_commit_that_lost_its_claim_leaves_a_claim_taken_meanwhile_alone() {
+    let (store, pg_) = pg_store("lost");
+    let key = "lost-1";
+    let token = match &ready(store.claim_many(&[key], Duration::from_millis(50))).unwrap()[0] {
+        bq_dedupe::Claim::Acquired(token) => token.clone(),
+        other => panic!("a fresh key: {other:?}"),
+    };
+    std::thread::sleep(Duration::from_millis(120)); // our claim lapses
+    // Another consumer takes the lapsed claim over; its statement is still open.
+    let mut theirs = pg();
+    let mut tx = theirs.transaction().unwrap();
+    tx.execute(
+        &format!(
+            "UPDATE {}_claims SET token = 'theirs', expires_at = now() + interval '1 hour' \
+             WHERE message_id = $1",
+            pg_.table
+        ),
+        &[&key],
+    )
+    .unwrap();
+    let store = Arc::new(store);
+    let commit = {
+        let (store, token) = (store.clone(), token.clone());
+        std::thread::spawn(move || {
+            ready(store.settle(&bq_dedupe::Settlement {
+                remember: &[(key, Some(&token))],
+                ..Default::default()
+            }))
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300)); // our commit waits on their row
+    tx.commit().unwrap();
+    let settled = commit.join().unwrap().unwrap();
+    assert_eq!(settled.kept, vec![false], "the claim was theirs by then");
+    assert_eq!(
+        ready(store.seen_many(&[key])).unwrap(),
+        vec![false],
+        "a live claim of another consumer holds the key: a lost commit must not mark it done"
+    );
+}
+
 /// An id PostgreSQL cannot hold as text (U+0000), or cannot index (an
 /// incompressible id over the 2,704-byte index row limit), failed the whole
 /// batch's statement: none of the ordinary ids ran.

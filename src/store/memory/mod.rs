@@ -369,6 +369,7 @@ impl InMemoryStore {
         claims_have_owners: true,
         remember_resets_expiry: true,
         lapsed_claim_swept: false,
+        claim_given_back: false,
     };
 
     /// Applies `op` (one of [`Record`]'s rules) to `key`'s record and writes back

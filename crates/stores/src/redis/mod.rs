@@ -70,6 +70,7 @@ impl RedisStore {
             claims_have_owners: matches!(dialect, Dialect::Native),
             remember_resets_expiry: true,
             lapsed_claim_swept: false,
+            claim_given_back: false,
         }
     }
 

@@ -23,6 +23,7 @@ pub(crate) const RULES: Rules = Rules {
     claims_have_owners: true,
     remember_resets_expiry: true,
     lapsed_claim_swept: true,
+    claim_given_back: false,
 };
 
 /// `token` NULL: remembered (done); otherwise an in-flight claim owned by that
