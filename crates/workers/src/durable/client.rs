@@ -34,8 +34,8 @@ pub struct DurableObjectStore {
 
 thread_local! {
     /// The (layout, previous, window) this isolate's registry check accepted:
-    /// asked once per isolate while resharding, not per batch.
-    static LAYOUT_ACCEPTED: std::cell::RefCell<Option<(Layout, Layout, Option<Duration>)>> =
+    /// asked once per isolate, not per batch.
+    static LAYOUT_ACCEPTED: std::cell::RefCell<Option<(Layout, Option<Layout>, Option<Duration>)>> =
         const { std::cell::RefCell::new(None) };
 }
 
@@ -74,19 +74,19 @@ impl DurableObjectStore {
         self
     }
 
-    /// While resharding: once per isolate, the layout registry's answer to this
-    /// reshard (see [`DurableObjectStore::with_reshard_window`]).
+    /// Once per isolate, the layout registry's answer to this consumer's
+    /// layouts (see [`DurableObjectStore::with_reshard_window`]): also without a
+    /// previous layout, so that dropping `DEDUPE_PREVIOUS_SHARDS` inside the
+    /// window, or changing `DEDUPE_SHARDS` without it, is refused instead of
+    /// forgetting every moved id. One request per isolate.
     async fn check_layouts(&self) -> StoreResult<()> {
-        let Some(previous) = self.previous else {
-            return Ok(());
-        };
-        let this = (self.layout, previous, self.window);
+        let this = (self.layout, self.previous, self.window);
         if LAYOUT_ACCEPTED.with_borrow(|accepted| *accepted == Some(this)) {
             return Ok(());
         }
         let request = ShardRequest::Layouts {
             current: self.layout.setting(),
-            previous: previous.setting(),
+            previous: self.previous.map(|p| p.setting()),
             window_ms: self.window.map(wire_ms),
         };
         let reply = self.call(super::layouts::OBJECT, request).await?;

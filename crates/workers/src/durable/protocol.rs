@@ -88,8 +88,9 @@ pub enum ShardRequest {
     Layouts {
         /// The consumer's layout ([`Layout::setting`](crate::shard::Layout::setting)).
         current: String,
-        /// The layout before the change, named the same way.
-        previous: String,
+        /// The layout before the change, named the same way (`None`: not
+        /// resharding; still asked, so dropping it too early is refused).
+        previous: Option<String>,
         /// The dedupe window, in ms (`None`: forever).
         window_ms: Option<u64>,
     },

@@ -178,8 +178,13 @@ impl IdTable {
                 previous,
                 window_ms,
             } => {
-                reply.refused =
-                    super::layouts::check(&self.sql, &current, &previous, window_ms, now)?;
+                reply.refused = super::layouts::check(
+                    &self.sql,
+                    &current,
+                    previous.as_deref(),
+                    window_ms,
+                    now,
+                )?;
             }
             ShardRequest::Entries { limit, expired } => {
                 // With `expired`, every row: `now` then excludes nothing.
