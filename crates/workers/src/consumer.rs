@@ -492,8 +492,9 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> QueueConsumer<S, O, T> {
     /// its first committed); a handler error, a panic or a failed batch writes
     /// nothing and the message is retried; a duplicate that committed first
     /// aborts this one's batch whole (skipped). Messages are then settled as
-    /// [`QueueConsumer::consume`] settles them. Needs `DEDUPE_STORE = "d1"`:
-    /// another store is [`ConsumeError::Unsupported`] before any handler runs.
+    /// [`QueueConsumer::consume`] settles them. Needs `DEDUPE_STORE = "d1"`
+    /// and fingerprints off: otherwise [`ConsumeError::Unsupported`] before any
+    /// handler runs.
     ///
     /// The example of `docs/modes.md` (`DEDUPE_D1_BINDING = "DB"`, your
     /// database, where your `orders` table is):
@@ -526,6 +527,15 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             .store()
             .check_statements()
             .map_err(|e| ConsumeError::Unsupported(e.message))?;
+        // So are payload fingerprints, which this mode does not keep: refused
+        // here, not by failing every keyed message after its handler ran.
+        if self.guard.options().fingerprint {
+            return Err(ConsumeError::Unsupported(
+                "DEDUPE_FINGERPRINT = \"on\" with the D1 statement path: payload fingerprints \
+                 are not kept in the exactly-once mode; set it to \"off\""
+                    .into(),
+            ));
+        }
         let messages = batch.messages().map_err(ConsumeError::Batch)?;
         let bodies: Vec<Vec<u8>> = messages.iter().map(QueueMessage::body_bytes).collect();
         let mut decided = Vec::with_capacity(messages.len());

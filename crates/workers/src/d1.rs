@@ -421,8 +421,32 @@ fn after_failed_batch(
         }
         Some(row) if row.state == 1 => TxRun::AlreadyDone,
         Some(_) => TxRun::Held,
+        // D1 ran the batch and SQLite refused one of its statements (the
+        // handler's, in practice: a missing table, a constraint): the run's
+        // own failure, told with D1's words, not the store's.
+        None if refused_by_sqlite(&failed.message) => {
+            TxRun::Aborted(StoreError::internal(format!(
+                "{}; D1 rolled the whole batch back, so nothing of this run was written",
+                failed.message
+            )))
+        }
         None => TxRun::RolledBack(failed),
     }
+}
+
+/// Whether a failed batch's error is SQLite refusing a statement (D1 ends such
+/// messages with its result code: `no such table: t: SQLITE_ERROR`), not D1
+/// failing to run the batch (a network error, an overloaded or busy database).
+fn refused_by_sqlite(message: &str) -> bool {
+    const REFUSED: [&str; 6] = [
+        "SQLITE_ERROR",
+        "SQLITE_CONSTRAINT",
+        "SQLITE_MISMATCH",
+        "SQLITE_TOOBIG",
+        "SQLITE_RANGE",
+        "SQLITE_AUTH",
+    ];
+    REFUSED.iter().any(|code| message.contains(code))
 }
 
 fn new_token(now: i64) -> ClaimToken {
@@ -463,6 +487,16 @@ mod tests {
         // Nothing written: the error, for a retry.
         match after_failed_batch(None, &ours, failed()) {
             TxRun::RolledBack(e) => assert!(e.message.contains("network")),
+            other => panic!("{other:?}"),
+        }
+        // Issue #25, finding 4: a statement SQLite refused was reported as the
+        // store being unavailable; it is the run's own failure, D1's words kept.
+        let refused = StoreError::unavailable("d1: D1_ERROR: no such table: nope: SQLITE_ERROR");
+        match after_failed_batch(None, &ours, refused) {
+            TxRun::Aborted(e) => {
+                assert!(e.message.contains("no such table: nope"), "{e}");
+                assert!(e.message.contains("nothing of this run was written"), "{e}");
+            }
             other => panic!("{other:?}"),
         }
     }

@@ -187,7 +187,18 @@ export default {
         kvNamespaces: { DEDUPE_KV: "stores-kv" },
       },
       bundled("plain", "dist-plain"),
-      { ...bundled("d1", "dist-d1"), d1Databases: { DEDUPE_D1: "ts-d1" } },
+      {
+        ...bundled("d1", "dist-d1"),
+        d1Databases: { DEDUPE_D1: "ts-d1" },
+        bindings: { DEDUPE_DEAD_LETTER: "DEAD_LETTERS", DEDUPE_MAX_RETRIES: "1" },
+        queueProducers: { DEAD_LETTERS: { queueName: "orders-dlq" } },
+      },
+      // The same worker with fingerprints on, which D1's exactly-once mode does not keep.
+      {
+        ...bundled("d1-fingerprints", "dist-d1"),
+        d1Databases: { DEDUPE_D1: "ts-d1" },
+        bindings: { DEDUPE_FINGERPRINT: "on" },
+      },
       rustExample({ EXAMPLE_ADMIN_TOKEN: "t0ken-for-the-ts-worker-test", EXAMPLE_TEST_DIRECTIVES: "1" }),
     ],
     log: new Log(process.env.BQ_WORKER_LOG ? LogLevel.DEBUG : LogLevel.WARN),
@@ -380,6 +391,38 @@ describe("dedupeQueueD1: the handler's D1 statements and the id in one batch", (
     assert.deepEqual(second.explicitAcks, ["f-1"], JSON.stringify(second));
     assert.deepEqual(await d1("SELECT attempt FROM effects WHERE id = ?1", "d1ts-refused"), [{ attempt: 2 }]);
     assert.equal(await marked("d1ts-refused"), 1);
+  });
+});
+
+describe("dedupeQueueD1: a statement D1 refuses, fingerprints (issue #25, finding 4; failed on 78431e6)", () => {
+  const d1 = async (sql, ...args) => (await (await mf.getD1Database("DEDUPE_D1", "d1")).prepare(sql).bind(...args).all()).results;
+  const marked = async (id) => (await d1("SELECT state FROM bq_dedupe WHERE key = ?1", id))[0]?.state;
+
+  test("refused on the last attempt: dead-lettered as the run's failure with D1's message, not dropped", async () => {
+    const body = envelope("d1ts-refused-always", { bad_statement_attempts: 99 });
+    const result = await (await mf.getWorker("d1")).queue("orders", [msg(body, 2, "r-2")]);
+    assert.deepEqual(result.explicitAcks, ["r-2"], `dead-lettered, then acked: ${JSON.stringify(result)}`);
+    const kv = await mf.getKVNamespace("EFFECTS", "dlq");
+    let dead;
+    for (let i = 0; i < 100 && !dead; i++) {
+      for (const { name } of (await kv.list({ prefix: "dead:" })).keys) {
+        const letter = JSON.parse(await kv.get(name));
+        if (letter.meta?.id === "d1ts-refused-always") dead = letter;
+      }
+      if (!dead) await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.ok(dead, "a dead letter arrived");
+    assert.equal(dead.dead_letter.reason, "failed");
+    assert.equal(dead.dead_letter.exception, "transaction-aborted", JSON.stringify(dead.dead_letter));
+    assert.match(dead.dead_letter.error, /no such table: no_such_table/);
+    assert.equal(await marked("d1ts-refused-always"), undefined, "nothing written");
+  });
+
+  test("DEDUPE_FINGERPRINT on: the batch is refused before any handler runs, not each message after", async () => {
+    const result = await (await mf.getWorker("d1-fingerprints")).queue("orders", [msg(envelope("d1ts-fp"), 1, "fp-1")]);
+    assert.equal(result.outcome, "exception", JSON.stringify(result));
+    assert.deepEqual(await d1("SELECT id FROM effects WHERE id = ?1", "d1ts-fp"), []);
+    assert.equal(await marked("d1ts-fp"), undefined);
   });
 });
 
