@@ -8,16 +8,34 @@
 //! `"json"` content type has already turned it into `{}` in the producer, see
 //! [`crate::send_envelope`]).
 
-use js_sys::{ArrayBuffer, JSON, Map, Object, Uint8Array};
+use js_sys::{ArrayBuffer, JSON, JsString, Map, Object, Uint8Array};
 use wasm_bindgen::closure::Closure;
+use wasm_bindgen::prelude::wasm_bindgen;
 use wasm_bindgen::{JsCast, JsValue};
+
+#[wasm_bindgen]
+extern "C" {
+    /// A JS string, for the one method js-sys does not bind.
+    type Text;
+    /// `String.prototype.isWellFormed` (no lone surrogate), one call.
+    #[wasm_bindgen(method, js_name = isWellFormed)]
+    fn is_well_formed(this: &Text) -> bool;
+}
 
 /// The body's bytes. A value JSON cannot represent (`undefined`, a cycle, a
 /// BigInt) becomes empty bytes, which the core rejects as malformed, so it takes
 /// the poison path instead of vanishing.
+///
+/// A text body with a lone surrogate (a structured clone, `contentType: "v8"`,
+/// keeps one; `"text"` and `"json"` do not) has no UTF-8 form: `as_string`
+/// would make it U+FFFD, and two different ids one key. Its bytes are the
+/// surrogate's generalized UTF-8 instead, which the core refuses as not UTF-8.
 pub(crate) fn body_bytes(body: &JsValue) -> Vec<u8> {
-    if let Some(text) = body.as_string() {
-        return text.into_bytes();
+    if let Some(text) = body.dyn_ref::<JsString>() {
+        if !text.unchecked_ref::<Text>().is_well_formed() {
+            return wtf8(text);
+        }
+        return String::from(text).into_bytes();
     }
     if let Some(bytes) = body.dyn_ref::<Uint8Array>() {
         return bytes.to_vec();
@@ -62,4 +80,25 @@ fn stringify(body: &JsValue, replacer: Option<&JsValue>) -> Option<String> {
         Some(replacer) => JSON::stringify_with_replacer(body, replacer),
     };
     text.ok().and_then(|t| t.as_string())
+}
+
+/// `text` as generalized UTF-8 (WTF-8): UTF-8 where it is well formed, a lone
+/// surrogate as its own three bytes (invalid UTF-8, refused by the core at
+/// exactly that byte).
+fn wtf8(text: &JsString) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.length() as usize);
+    for unit in char::decode_utf16(text.iter()) {
+        match unit {
+            Ok(c) => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+            Err(lone) => {
+                let u = lone.unpaired_surrogate();
+                out.extend_from_slice(&[
+                    0xE0 | (u >> 12) as u8,
+                    0x80 | ((u >> 6) & 0x3F) as u8,
+                    0x80 | (u & 0x3F) as u8,
+                ]);
+            }
+        }
+    }
+    out
 }

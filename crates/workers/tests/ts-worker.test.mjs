@@ -188,6 +188,18 @@ export default {
       },
       bundled("plain", "dist-plain"),
       {
+        // A producer of string bodies as a structured clone ("v8"), which keeps
+        // a lone surrogate ("text" would have made it U+FFFD already).
+        name: "v8-producer",
+        modules: true,
+        script: `export default { async fetch(request, env) {
+          for (const body of await request.json()) await env.ORDERS.send(body.replace("LONE", "\\ud800"), { contentType: "v8" });
+          return new Response("sent");
+        } };`,
+        queueProducers: { ORDERS: { queueName: "orders" } },
+        cf: false,
+      },
+      {
         ...bundled("d1", "dist-d1"),
         d1Databases: { DEDUPE_D1: "ts-d1" },
         bindings: { DEDUPE_DEAD_LETTER: "DEAD_LETTERS", DEDUPE_MAX_RETRIES: "1" },
@@ -423,6 +435,32 @@ describe("dedupeQueueD1: a statement D1 refuses, fingerprints (issue #25, findin
     assert.equal(result.outcome, "exception", JSON.stringify(result));
     assert.deepEqual(await d1("SELECT id FROM effects WHERE id = ?1", "d1ts-fp"), []);
     assert.equal(await marked("d1ts-fp"), undefined);
+  });
+});
+
+describe("a text body with a lone surrogate (issue #25, finding 8; failed on 78431e6)", () => {
+  test("sent as a structured clone: poison (dead-lettered, never run), never another id's duplicate", async () => {
+    // Read as U+FFFD, "lone-\ud800-1" and "lone-\ufffd-1" were one id: the
+    // second was skipped as a duplicate of the first without ever running.
+    const text = (id) => JSON.stringify(envelope(id));
+    const producer = await mf.getWorker("v8-producer");
+    await producer.fetch("http://producer/", { method: "POST", body: JSON.stringify([text("lone-LONE-1")]) });
+    const kv = await mf.getKVNamespace("EFFECTS", "dlq");
+    let dead;
+    for (let i = 0; i < 100 && !dead; i++) {
+      for (const { name } of (await kv.list({ prefix: "dead:" })).keys) {
+        const letter = JSON.parse(await kv.get(name));
+        if (String(letter.body ?? "").includes("lone-")) dead = letter;
+      }
+      if (!dead) await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.ok(dead, "a dead letter arrived");
+    assert.equal(dead.dead_letter.reason, "poison", JSON.stringify(dead.dead_letter));
+    assert.match(dead.dead_letter.error, /UTF-8/);
+    // The well-formed id it used to be confused with still runs.
+    const result = await queue("ts", [msg(envelope("lone-\ufffd-1"))]);
+    assert.equal(result.explicitAcks.length, 1, JSON.stringify(result));
+    assert.equal((await effects())["lone-\ufffd-1"], 1);
   });
 });
 

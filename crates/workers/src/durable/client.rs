@@ -32,10 +32,13 @@ pub struct DurableObjectStore {
     round_trips: RoundTrips,
 }
 
+/// A consumer's (layout, previous layout, dedupe window).
+type Layouts = (Layout, Option<Layout>, Option<Duration>);
+
 thread_local! {
-    /// The (layout, previous, window) this isolate's registry check accepted:
-    /// asked once per isolate, not per batch.
-    static LAYOUT_ACCEPTED: std::cell::RefCell<Option<(Layout, Option<Layout>, Option<Duration>)>> =
+    /// The layouts this isolate's registry check accepted: asked once per
+    /// isolate, not per batch.
+    static LAYOUT_ACCEPTED: std::cell::RefCell<Option<Layouts>> =
         const { std::cell::RefCell::new(None) };
 }
 
