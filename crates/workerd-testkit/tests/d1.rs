@@ -12,15 +12,19 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use babelqueue_dedupe_workerd_testkit::HttpStore;
 use bq_dedupe::store::sql::RULES;
-use bq_dedupe::testkit::{self, OnServer};
+use bq_dedupe::testkit::{self, Fleet, OnServer};
 
 /// The admin token `scripts/with-worker.sh` configures.
 const TOKEN: &str = "test-admin-token-0123456789";
 
+fn worker_url() -> String {
+    std::env::var("BQ_TEST_WORKER_URL")
+        .expect("BQ_TEST_WORKER_URL: run this test through scripts/with-worker.sh")
+}
+
 #[test]
 fn the_d1_store_follows_the_record_model_on_workerd() {
-    let url = std::env::var("BQ_TEST_WORKER_URL")
-        .expect("BQ_TEST_WORKER_URL: run this test through scripts/with-worker.sh");
+    let url = worker_url();
     static RUN: AtomicU32 = AtomicU32::new(0);
     testkit::check(12, || {
         // A fresh key space per run: the database keeps every earlier run's rows.
@@ -34,6 +38,30 @@ fn the_d1_store_follows_the_record_model_on_workerd() {
         OnServer::new(RULES, move || HttpStore::new(&url, TOKEN, &prefix))
             .with_timing(80, 20)
             // The transactional mode: the handler's statements with the id in one batch.
+            .with_transactions(
+                |store, key, ttl, ok| store.transact(key, ttl, ok),
+                move |key| effects.effects(key).expect("count the effect rows"),
+            )
+    });
+}
+
+/// Four clients at once on the same few keys, transactional runs (the
+/// statement batch) among the calls: each key's history linearizable against
+/// the record model, and one effect row per committed run.
+#[test]
+fn d1_histories_are_linearizable_on_workerd() {
+    let url = worker_url();
+    static RUN: AtomicU32 = AtomicU32::new(0);
+    testkit::check_histories(4, || {
+        let prefix = format!(
+            "histories-d1-{}-{}:",
+            std::process::id(),
+            RUN.fetch_add(1, Ordering::Relaxed)
+        );
+        let url = url.clone();
+        let effects = HttpStore::new(&url, TOKEN, &prefix);
+        Fleet::new(RULES, move || HttpStore::new(&url, TOKEN, &prefix))
+            .with_timing(80, 20)
             .with_transactions(
                 |store, key, ttl, ok| store.transact(key, ttl, ok),
                 move |key| effects.effects(key).expect("count the effect rows"),

@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use babelqueue_dedupe_workerd_testkit::HttpStore;
-use bq_dedupe::testkit::{self, OnServer};
+use bq_dedupe::testkit::{self, Fleet, OnServer};
 use bq_dedupe_workers::durable::DedupeShard;
 
 /// The admin token `scripts/with-worker.sh` configures.
@@ -33,6 +33,26 @@ fn the_durable_object_store_follows_the_record_model_on_workerd() {
         let url = url.clone();
         // A request crosses a socket and miniflare: longer ticks than Redis's.
         OnServer::new(DedupeShard::RULES, move || {
+            HttpStore::new(&url, TOKEN, &prefix)
+        })
+        .with_timing(80, 20)
+    });
+}
+
+/// Four clients at once on the same few keys (the hostile one included), each
+/// key's history linearizable against the record model, faults injected.
+#[test]
+fn durable_object_histories_are_linearizable_on_workerd() {
+    let url = worker_url();
+    static RUN: AtomicU32 = AtomicU32::new(0);
+    testkit::check_histories(4, || {
+        let prefix = format!(
+            "histories-{}-{}:",
+            std::process::id(),
+            RUN.fetch_add(1, Ordering::Relaxed)
+        );
+        let url = url.clone();
+        Fleet::new(DedupeShard::RULES, move || {
             HttpStore::new(&url, TOKEN, &prefix)
         })
         .with_timing(80, 20)

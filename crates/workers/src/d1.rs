@@ -437,7 +437,12 @@ fn after_failed_batch(
 /// Whether a failed batch's error is SQLite refusing a statement (D1 ends such
 /// messages with its result code: `no such table: t: SQLITE_ERROR`), not D1
 /// failing to run the batch (a network error, an overloaded or busy database).
+/// Our own insert's constraint (`bq_dedupe.key`, a row that was gone again by
+/// the time it was read) is not the handler's.
 fn refused_by_sqlite(message: &str) -> bool {
+    if message.contains("bq_dedupe.") {
+        return false;
+    }
     const REFUSED: [&str; 6] = [
         "SQLITE_ERROR",
         "SQLITE_CONSTRAINT",
@@ -499,5 +504,14 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // Our own insert refused (a live row, gone before the read): not the
+        // handler's failure (found by review).
+        let ours_refused = StoreError::unavailable(
+            "d1: D1_ERROR: UNIQUE constraint failed: bq_dedupe.key: SQLITE_CONSTRAINT",
+        );
+        assert!(matches!(
+            after_failed_batch(None, &ours, ours_refused),
+            TxRun::RolledBack(_)
+        ));
     }
 }

@@ -70,8 +70,11 @@ pub(crate) fn decide(
 /// [`decide`] for a consumer with no previous layout: its layout is registered
 /// (from "always") the first time; it is refused while a reshard to it still
 /// needs the layout before it (`DEDUPE_PREVIOUS_SHARDS` dropped inside the
-/// window: every moved id would be forgotten), and when it is a layout the
-/// registry never saw (`DEDUPE_SHARDS` changed without `DEDUPE_PREVIOUS_SHARDS`).
+/// window: every moved id would be forgotten), and whenever it is not the
+/// layout in use (`DEDUPE_SHARDS` changed, or rolled back, without
+/// `DEDUPE_PREVIOUS_SHARDS` naming the layout in use: the ids written there
+/// would be forgotten). A refused consumer's messages are retried, so an old
+/// isolate still running through a deploy hands them to the new ones.
 fn not_resharding(
     history: &[(String, i64)],
     current: &str,
@@ -82,9 +85,6 @@ fn not_resharding(
         return Ok(vec![(current.to_string(), 0)]);
     };
     if last != current {
-        if history.iter().any(|(layout, _)| layout == current) {
-            return Ok(Vec::new()); // a consumer of a layout before, still running
-        }
         return Err(format!(
             "DEDUPE_SHARDS={current} without DEDUPE_PREVIOUS_SHARDS, but the layout in use is \
              DEDUPE_SHARDS={last}: every id it holds would be forgotten; set \
@@ -244,8 +244,13 @@ mod tests {
         );
         let after = 1_000 + DAY as i64;
         assert_eq!(decide(&history, "4", None, Some(DAY), after), Ok(vec![]));
-        // An old deploy of the layout before, still running: as before.
-        assert_eq!(decide(&history, "1", None, Some(DAY), 2_000), Ok(vec![]));
+        // Back to the layout before without naming the one in use: the ids
+        // written in 4 would be forgotten (found by review).
+        let refused = decide(&history, "1", None, Some(DAY), 2 * DAY as i64).unwrap_err();
+        assert!(
+            refused.contains("set DEDUPE_PREVIOUS_SHARDS=4"),
+            "{refused}"
+        );
     }
 
     #[test]
