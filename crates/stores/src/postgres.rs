@@ -633,7 +633,8 @@ impl Store for PostgresStore {
     /// find the remembered keys and claim every free one (no live row, no live
     /// claim: a lapsed claim is taken over, our own token's is ours again), then,
     /// on a fresh snapshot, find the claimed keys remembered meanwhile and give
-    /// their new claims back.
+    /// their new claims back; a claim no longer standing (a forget removed it)
+    /// is `Held`.
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
         if keys.is_empty() {
             return Ok(Vec::new());
@@ -669,13 +670,17 @@ impl Store for PostgresStore {
              SELECT true, message_id FROM done UNION ALL SELECT false, message_id FROM ins"
         );
         // Statement two, only when something was claimed: on a fresh snapshot,
-        // the claimed keys remembered meanwhile; their new claims are given back.
+        // the claimed keys remembered meanwhile (their new claims are given
+        // back), and the claims still standing (a forget may have removed one).
         let recheck = format!(
             "WITH done AS (SELECT message_id FROM {t}
                            WHERE message_id = ANY($1::text[]) AND {LIVE}),
                   back AS (DELETE FROM {c} USING done
-                           WHERE {c}.message_id = done.message_id AND {c}.token = ANY($2::text[]))
-             SELECT true, message_id FROM done"
+                           WHERE {c}.message_id = done.message_id AND {c}.token = ANY($2::text[])),
+                  kept AS (SELECT message_id FROM {c}
+                           WHERE message_id = ANY($1::text[]) AND token = ANY($2::text[])
+                             AND message_id NOT IN (SELECT message_id FROM done))
+             SELECT true, message_id FROM done UNION ALL SELECT false, message_id FROM kept"
         );
         let rows =
             |conn: &mut postgres::Client, sql: &str, keys: &Vec<&str>, lease: Option<&i64>| {
@@ -707,7 +712,12 @@ impl Store for PostgresStore {
                     .copied()
                     .filter(|k| acquired.contains(*k))
                     .collect();
-                done.extend(rows(conn, &recheck, &mine, None)?.0);
+                // A claim a forget removed in between (with the done row the
+                // first statement did not see) is not held: `Held`, not an
+                // `Acquired` that a second claimant could take too.
+                let (since, kept) = rows(conn, &recheck, &mine, None)?;
+                done.extend(since);
+                return Ok((done, kept));
             }
             Ok((done, acquired))
         })?;
