@@ -30,21 +30,27 @@ use crate::store::{Claim, ClaimToken, Peeked, Settled, Settlement, Store, StoreR
 /// them an id some backends cannot hold as it is (U+0000, and longer than a
 /// PostgreSQL index entry), which must still be its own record.
 static KEYS: std::sync::LazyLock<[String; 3]> = std::sync::LazyLock::new(|| {
-    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-    let noise: String = (0..400)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            format!("{x:016x}")
-        })
-        .collect();
+    let noise = incompressible(0x2545_f491_4f6c_dd1d, 400);
     [
         "60a7c782-d326-426c-876e-7fc44dd0bb78".to_string(),
         "order:1042".to_string(),
         format!("hostile:\u{0}:{noise}"),
     ]
 });
+
+/// `words` x 16 hex digits no compressor shrinks (xorshift from `seed`): an id
+/// longer than a PostgreSQL index entry can hold even compressed.
+pub fn incompressible(seed: u64, words: usize) -> String {
+    let mut x = seed;
+    (0..words)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            format!("{x:016x}")
+        })
+        .collect()
+}
 
 /// A transaction of the backend's transactional mode, as [`super::Harness::transact`].
 pub type FleetTransact<C> =

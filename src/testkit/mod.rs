@@ -49,7 +49,7 @@ mod history;
 mod run;
 
 pub use fault::{Fault, Faulty};
-pub use history::{Fleet, FleetTransact, check_histories, check_history};
+pub use history::{Fleet, FleetTransact, check_histories, check_history, incompressible};
 pub use run::{Op, as_rust, check, check_ops, check_seeded, ops};
 
 use std::time::Duration;

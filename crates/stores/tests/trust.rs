@@ -296,16 +296,7 @@ fn postgres_an_id_the_table_cannot_hold_is_its_own_deliverys_verdict() {
     let (store, pg_) = pg_store("hostile");
     let store = Arc::new(store);
     let nul = "nul\u{0}id".to_string();
-    // Incompressible: hex of a long pseudo-random sequence.
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let long: String = (0..500)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            format!("{x:016x}")
-        })
-        .collect();
+    let long = bq_dedupe::testkit::incompressible(0x9e37_79b9_7f4a_7c15, 500);
     assert!(long.len() > 2704);
     let mut ids: Vec<String> = (0..10).map(|i| format!("ordinary-{i}")).collect();
     ids.insert(3, nul.clone());
@@ -372,29 +363,26 @@ fn postgres_an_id_the_table_cannot_hold_is_its_own_deliverys_verdict() {
 fn a_transactional_ttl_counts_from_the_commit_on_both_databases() {
     let ttl = Duration::from_millis(600);
     let slow = Duration::from_millis(800);
+    // A handler slower than the TTL, then the id must still be live.
+    fn slow_run_is_live<S: bq_dedupe::store::TransactionalStore + Store>(
+        guard: Guard<S>,
+        slow: Duration,
+    ) {
+        let outcome = guard.process_in_transaction(envelope("ttl-1").as_str(), |_, _| {
+            std::thread::sleep(slow);
+            Ok::<(), String>(())
+        });
+        assert_eq!(outcome.kind(), OutcomeKind::Ran);
+        assert!(
+            ready(guard.store().seen("ttl-1")).unwrap(),
+            "{}: live after the commit",
+            std::any::type_name::<S>()
+        );
+    }
     let db = TempDb::new("tx-ttl");
-    let guard = sqlite_guard(&db).with_ttl(ttl);
-    let outcome = guard.process_in_transaction(envelope("ttl-1").as_str(), |_, _| {
-        std::thread::sleep(slow);
-        Ok::<(), String>(())
-    });
-    assert_eq!(outcome.kind(), OutcomeKind::Ran);
-    assert!(
-        ready(guard.store().seen("ttl-1")).unwrap(),
-        "sqlite: live after the commit"
-    );
-
+    slow_run_is_live(sqlite_guard(&db).with_ttl(ttl), slow);
     let (store, _pg) = pg_store("tx-ttl");
-    let guard = Guard::new(store).with_ttl(ttl);
-    let outcome = guard.process_in_transaction(envelope("ttl-1").as_str(), |_, _| {
-        std::thread::sleep(slow);
-        Ok::<(), String>(())
-    });
-    assert_eq!(outcome.kind(), OutcomeKind::Ran);
-    assert!(
-        ready(guard.store().seen("ttl-1")).unwrap(),
-        "postgres: live after the commit"
-    );
+    slow_run_is_live(Guard::new(store).with_ttl(ttl), slow);
 }
 
 /// `Rules::lapsed_claim_swept` is false for SQL rows: a lapsed claim nobody took

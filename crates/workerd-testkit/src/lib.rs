@@ -10,6 +10,24 @@ use bq_dedupe::store::{Peeked, Settled, Settlement, TxRun};
 use bq_dedupe::{Capabilities, Claim, ClaimToken, Store, StoreError, StoreErrorKind, StoreResult};
 use serde_json::{Value, json};
 
+/// The admin token `scripts/with-worker.sh` configures.
+pub const TOKEN: &str = "test-admin-token-0123456789";
+
+/// The worker `scripts/with-worker.sh` started (`BQ_TEST_WORKER_URL`); without
+/// it a test fails rather than skips.
+pub fn worker_url() -> String {
+    std::env::var("BQ_TEST_WORKER_URL")
+        .expect("BQ_TEST_WORKER_URL: run this test through scripts/with-worker.sh")
+}
+
+/// A fresh key space for one run, `tag` and a counter (the worker keeps every
+/// earlier run's rows).
+pub fn run_prefix(tag: &str) -> String {
+    static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{tag}-{}-{run}:", std::process::id())
+}
+
 /// A worker's store routes, every key under `prefix` (one per run, so runs
 /// never meet).
 #[derive(Debug)]

@@ -8,32 +8,15 @@
 //! `make workers-test` serves the worker with `BQ_SERVE_VARS` naming D1 and
 //! sets `BQ_TEST_WORKER_URL`; without it this test fails rather than skips.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-
-use babelqueue_dedupe_workerd_testkit::HttpStore;
+use babelqueue_dedupe_workerd_testkit::{HttpStore, TOKEN, run_prefix, worker_url};
 use bq_dedupe::store::sql::RULES;
 use bq_dedupe::testkit::{self, Fleet, OnServer};
-
-/// The admin token `scripts/with-worker.sh` configures.
-const TOKEN: &str = "test-admin-token-0123456789";
-
-fn worker_url() -> String {
-    std::env::var("BQ_TEST_WORKER_URL")
-        .expect("BQ_TEST_WORKER_URL: run this test through scripts/with-worker.sh")
-}
 
 #[test]
 fn the_d1_store_follows_the_record_model_on_workerd() {
     let url = worker_url();
-    static RUN: AtomicU32 = AtomicU32::new(0);
     testkit::check(12, || {
-        // A fresh key space per run: the database keeps every earlier run's rows.
-        let prefix = format!(
-            "testkit-d1-{}-{}:",
-            std::process::id(),
-            RUN.fetch_add(1, Ordering::Relaxed)
-        );
-        let url = url.clone();
+        let (url, prefix) = (url.clone(), run_prefix("testkit-d1"));
         let effects = HttpStore::new(&url, TOKEN, &prefix);
         OnServer::new(RULES, move || HttpStore::new(&url, TOKEN, &prefix))
             .with_timing(80, 20)
@@ -51,14 +34,8 @@ fn the_d1_store_follows_the_record_model_on_workerd() {
 #[test]
 fn d1_histories_are_linearizable_on_workerd() {
     let url = worker_url();
-    static RUN: AtomicU32 = AtomicU32::new(0);
     testkit::check_histories(4, || {
-        let prefix = format!(
-            "histories-d1-{}-{}:",
-            std::process::id(),
-            RUN.fetch_add(1, Ordering::Relaxed)
-        );
-        let url = url.clone();
+        let (url, prefix) = (url.clone(), run_prefix("histories-d1"));
         let effects = HttpStore::new(&url, TOKEN, &prefix);
         Fleet::new(RULES, move || HttpStore::new(&url, TOKEN, &prefix))
             .with_timing(80, 20)

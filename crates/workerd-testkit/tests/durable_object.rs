@@ -5,32 +5,15 @@
 //! `scripts/with-worker.sh` (`make workers-test`), which sets
 //! `BQ_TEST_WORKER_URL`; without it this test fails rather than skips.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-
-use babelqueue_dedupe_workerd_testkit::HttpStore;
+use babelqueue_dedupe_workerd_testkit::{HttpStore, TOKEN, run_prefix, worker_url};
 use bq_dedupe::testkit::{self, Fleet, OnServer};
 use bq_dedupe_workers::durable::DedupeShard;
-
-/// The admin token `scripts/with-worker.sh` configures.
-const TOKEN: &str = "test-admin-token-0123456789";
-
-fn worker_url() -> String {
-    std::env::var("BQ_TEST_WORKER_URL")
-        .expect("BQ_TEST_WORKER_URL: run this test through scripts/with-worker.sh")
-}
 
 #[test]
 fn the_durable_object_store_follows_the_record_model_on_workerd() {
     let url = worker_url();
-    static RUN: AtomicU32 = AtomicU32::new(0);
     testkit::check(12, || {
-        // A fresh key space per run: the shard keeps every earlier run's rows.
-        let prefix = format!(
-            "testkit-{}-{}:",
-            std::process::id(),
-            RUN.fetch_add(1, Ordering::Relaxed)
-        );
-        let url = url.clone();
+        let (url, prefix) = (url.clone(), run_prefix("testkit"));
         // A request crosses a socket and miniflare: longer ticks than Redis's.
         OnServer::new(DedupeShard::RULES, move || {
             HttpStore::new(&url, TOKEN, &prefix)
@@ -44,14 +27,8 @@ fn the_durable_object_store_follows_the_record_model_on_workerd() {
 #[test]
 fn durable_object_histories_are_linearizable_on_workerd() {
     let url = worker_url();
-    static RUN: AtomicU32 = AtomicU32::new(0);
     testkit::check_histories(4, || {
-        let prefix = format!(
-            "histories-{}-{}:",
-            std::process::id(),
-            RUN.fetch_add(1, Ordering::Relaxed)
-        );
-        let url = url.clone();
+        let (url, prefix) = (url.clone(), run_prefix("histories"));
         Fleet::new(DedupeShard::RULES, move || {
             HttpStore::new(&url, TOKEN, &prefix)
         })
