@@ -804,27 +804,34 @@ impl TransactionalStore for PostgresStore {
         let names: Vec<Option<std::borrow::Cow<'_, str>>> =
             keys.iter().map(|k| k.map(stored)).collect();
         let (take, ttl) = (self.take_sql(), ms(ttl));
-        let mark = format!("tx:{}", new_token().0);
+        let token = new_token().0;
+        let mark = format!("tx:{token}");
+        // A name no handler's own savepoint has.
+        let savepoint = format!("bq_delivery_{}", token.replace('-', "_"));
+        let (begin, release) = (
+            format!("SAVEPOINT {savepoint}"),
+            format!("RELEASE {savepoint}"),
+        );
+        let undo = format!("ROLLBACK TO {savepoint}; RELEASE {savepoint}");
         let mut conn = self.conn()?;
         let mut tx = conn.transaction().map_err(error)?;
         let mut runs = Vec::with_capacity(keys.len());
         let mut committed: Vec<&str> = Vec::new();
         for (i, key) in names.iter().enumerate() {
             let key = key.as_deref();
-            tx.batch_execute("SAVEPOINT bq_delivery").map_err(error)?;
+            tx.batch_execute(&begin).map_err(error)?;
             if let Some(key) = key
                 && let Some(taken) = self.take_in(&mut tx, &take, key, ttl, &mark)?
             {
                 // Undone: a mark put after waiting for another run of the id.
-                tx.batch_execute("ROLLBACK TO bq_delivery; RELEASE bq_delivery")
-                    .map_err(error)?;
+                tx.batch_execute(&undo).map_err(error)?;
                 runs.push(taken);
                 continue;
             }
             let result = work(i, &mut tx);
             // In a transaction a swallowed error aborted, RELEASE fails (25P02).
             let released = match &result {
-                Ok(()) => match tx.batch_execute("RELEASE bq_delivery") {
+                Ok(()) => match tx.batch_execute(&release) {
                     Ok(()) => Ok(()),
                     Err(e) => aborted_or(e)?,
                 },
@@ -836,8 +843,7 @@ impl TransactionalStore for PostgresStore {
                     runs.push(TxRun::Committed(()));
                 }
                 (result, _) => {
-                    tx.batch_execute("ROLLBACK TO bq_delivery; RELEASE bq_delivery")
-                        .map_err(error)?;
+                    tx.batch_execute(&undo).map_err(error)?;
                     runs.push(match result {
                         Err(e) => TxRun::RolledBack(e),
                         Ok(()) => TxRun::Aborted(aborted_error()),

@@ -379,7 +379,8 @@ fn still_open(tx: &rusqlite::Transaction<'_>) -> Result<(), StoreError> {
         return Err(StoreError::internal(
             "sqlite: the handler returned Ok, but a statement in its transaction had failed \
              and rolled the transaction back (an error the handler ignored); nothing was \
-             committed",
+             committed (to go on after an expected error, use INSERT OR IGNORE or ON \
+             CONFLICT DO NOTHING, or a SAVEPOINT of your own, not OR ROLLBACK)",
         ));
     }
     Ok(())
@@ -438,8 +439,12 @@ impl TransactionalStore for SqliteStore {
     }
 
     /// A work that ends the transaction (see [`still_open`]) takes the earlier
-    /// entries' uncommitted writes with it: those are `Aborted` too (retried,
-    /// nothing recorded), and the entries after it run in a new transaction.
+    /// entries' uncommitted writes with it: it is that entry's failure, and the
+    /// batch starts again in a new transaction without it, so the entries
+    /// before it run again (their first writes were rolled back) instead of
+    /// failing beside it on every redelivery. Each new start leaves out one
+    /// more entry, so a batch runs at most once per entry that ended it, plus
+    /// one.
     fn transaction_batch<E>(
         &self,
         keys: &[Option<&str>],
@@ -447,62 +452,59 @@ impl TransactionalStore for SqliteStore {
         mut work: impl FnMut(usize, &mut rusqlite::Transaction<'_>) -> Result<(), E>,
     ) -> StoreResult<Vec<TxRun<(), E>>> {
         let mut conn = self.lock()?;
-        fn begin(conn: &mut Connection) -> StoreResult<rusqlite::Transaction<'_>> {
-            conn.transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(error)
-        }
-        let mut tx = begin(&mut conn)?;
-        let mut runs = Vec::with_capacity(keys.len());
-        // Where the open transaction's entries start.
-        let mut since = 0;
-        for (i, key) in keys.iter().enumerate() {
-            if let Some(key) = key
-                && let Some(taken) = taken(&tx, key, self.now()).map_err(error)?
-            {
-                runs.push(taken);
-                continue;
-            }
-            tx.execute_batch("SAVEPOINT bq_delivery").map_err(error)?;
-            let result = no_commits(&self.refuse_commits, &mut tx, |tx| work(i, tx));
-            // The work ended the transaction (whether it then failed or not):
-            // the entries before it lost their writes with it.
-            if let Err(ended) = still_open(&tx) {
-                for run in &mut runs[since..] {
-                    if matches!(run, TxRun::Committed(())) {
-                        *run = TxRun::Aborted(StoreError::internal(format!(
-                            "sqlite: rolled back with its batch, though its own handler \
-                             succeeded: the handler of the batch's delivery #{} (counting \
-                             from 1) hit an error that ended the shared transaction; \
-                             nothing of this delivery was committed",
-                            i + 1
-                        )));
+        // The entries that ended a transaction, with how they ended.
+        let mut ended: Vec<Option<TxRun<(), E>>> = keys.iter().map(|_| None).collect();
+        // A name no handler's own savepoint has.
+        let savepoint = format!("bq_delivery_{}", crate::new_token().0.replace('-', "_"));
+        'batch: loop {
+            let mut tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(error)?;
+            let mut runs = Vec::with_capacity(keys.len());
+            for (i, key) in keys.iter().enumerate() {
+                if ended[i].is_some() {
+                    continue;
+                }
+                if let Some(key) = key
+                    && let Some(taken) = taken(&tx, key, self.now()).map_err(error)?
+                {
+                    runs.push((i, taken));
+                    continue;
+                }
+                tx.execute_batch(&format!("SAVEPOINT {savepoint}"))
+                    .map_err(error)?;
+                let result = no_commits(&self.refuse_commits, &mut tx, |tx| work(i, tx));
+                if let Err(aborted) = still_open(&tx) {
+                    ended[i] = Some(match result {
+                        Ok(()) => TxRun::Aborted(aborted),
+                        Err(e) => TxRun::RolledBack(e),
+                    });
+                    continue 'batch; // `tx` is dropped: a rollback of nothing
+                }
+                match result {
+                    Ok(()) => {
+                        if let Some(key) = key {
+                            remember_in(&tx, &[key], self.until(ttl)).map_err(error)?;
+                        }
+                        tx.execute_batch(&format!("RELEASE {savepoint}"))
+                            .map_err(error)?;
+                        runs.push((i, TxRun::Committed(())));
+                    }
+                    Err(e) => {
+                        tx.execute_batch(&format!("ROLLBACK TO {savepoint}; RELEASE {savepoint}"))
+                            .map_err(error)?;
+                        runs.push((i, TxRun::RolledBack(e)));
                     }
                 }
-                runs.push(match result {
-                    Ok(()) => TxRun::Aborted(ended),
-                    Err(e) => TxRun::RolledBack(e),
-                });
-                drop(tx);
-                tx = begin(&mut conn)?;
-                since = i + 1;
-                continue;
             }
-            match result {
-                Ok(()) => {
-                    if let Some(key) = key {
-                        remember_in(&tx, &[key], self.until(ttl)).map_err(error)?;
-                    }
-                    tx.execute_batch("RELEASE bq_delivery").map_err(error)?;
-                    runs.push(TxRun::Committed(()));
-                }
-                Err(e) => {
-                    tx.execute_batch("ROLLBACK TO bq_delivery; RELEASE bq_delivery")
-                        .map_err(error)?;
-                    runs.push(TxRun::RolledBack(e));
-                }
+            tx.commit().map_err(error)?;
+            for (i, run) in runs {
+                ended[i] = Some(run);
             }
+            return Ok(ended
+                .into_iter()
+                .map(|run| run.unwrap_or_else(|| TxRun::Aborted(StoreError::internal("no run"))))
+                .collect());
         }
-        tx.commit().map_err(error)?;
-        Ok(runs)
     }
 }

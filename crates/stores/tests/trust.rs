@@ -110,6 +110,76 @@ fn sqlite_a_batch_whose_handler_swallows_a_rollback_acks_nothing_it_did_not_comm
     assert_eq!(outcomes[2].kind(), OutcomeKind::Ran, "{outcomes:?}");
 }
 
+/// A healthy delivery batched with one whose handler swallows a rollback was
+/// rolled back with it and `run-failed`, on every redelivery while the two
+/// stayed in one batch: its retries ran out beside the poison one (found by a
+/// user trial of bc88e4d). It now runs again in a new transaction and commits.
+#[test]
+fn sqlite_a_healthy_delivery_beside_a_swallowing_one_commits_on_its_first_delivery() {
+    let db = TempDb::new("swallow-neighbour");
+    let guard = sqlite_guard(&db);
+    let ids = ["n-1", "n-2", "n-3", "n-4"];
+    let bodies: Vec<String> = ids.map(envelope).to_vec();
+    let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+        if msg.id() == Some("n-3") {
+            sqlite_swallowing(msg, tx);
+            return Ok::<(), String>(());
+        }
+        tx.execute("INSERT INTO effects (id) VALUES (?1)", [msg.id().unwrap()])
+            .map(drop)
+            .map_err(|e| e.to_string())
+    });
+    let kinds: Vec<OutcomeKind> = outcomes.iter().map(|o| o.kind()).collect();
+    use OutcomeKind::{Failed, Ran};
+    assert_eq!(kinds, vec![Ran, Ran, Failed, Ran], "{outcomes:?}");
+    for id in ["n-1", "n-2", "n-4"] {
+        assert_eq!(sqlite_effects(db.path(), id), 1, "{id}: once");
+        assert!(ready(guard.store().seen(id)).unwrap(), "{id}");
+    }
+    assert_eq!(sqlite_effects(db.path(), "n-3"), 0);
+}
+
+/// A handler's own savepoint with the store's name (`bq_delivery`) caught the
+/// store's `ROLLBACK TO`: a failed entry's id row (and on PostgreSQL its
+/// 'infinity' mark) was committed, so the redelivery was skipped though the
+/// handler never succeeded (found by review of bc88e4d).
+#[test]
+fn a_handlers_own_savepoint_does_not_catch_the_stores_rollback_on_both_databases() {
+    let db = TempDb::new("savepoint");
+    let sqlite = sqlite_guard(&db);
+    let bodies = vec![envelope("sp-1")];
+    let failed = sqlite.process_batch_in_transaction(&bodies, |_, tx| {
+        tx.execute_batch("SAVEPOINT bq_delivery").unwrap();
+        Err::<(), String>("declined".into())
+    });
+    assert_eq!(failed[0].kind(), OutcomeKind::Failed, "{failed:?}");
+    assert!(
+        !ready(sqlite.store().seen("sp-1")).unwrap(),
+        "sqlite: not done"
+    );
+
+    let (store, pg_) = pg_store("savepoint");
+    let guard = Guard::new(store);
+    let failed = guard.process_batch_in_transaction(&bodies, |_, tx| {
+        tx.batch_execute("SAVEPOINT bq_delivery").unwrap();
+        Err::<(), String>("declined".into())
+    });
+    assert_eq!(failed[0].kind(), OutcomeKind::Failed, "{failed:?}");
+    assert!(
+        !ready(guard.store().seen("sp-1")).unwrap(),
+        "postgres: not done"
+    );
+    let insert = format!("INSERT INTO {}_effects (id) VALUES ($1)", pg_.table);
+    let again = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+        tx.execute(&insert, &[&msg.id().unwrap()]).map(drop)
+    });
+    assert_eq!(
+        again[0].kind(),
+        OutcomeKind::Ran,
+        "the redelivery runs: {again:?}"
+    );
+}
+
 // ---- PostgreSQL ------------------------------------------------------------------
 
 struct Pg {
