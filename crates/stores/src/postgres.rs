@@ -189,8 +189,10 @@ const HASHED_PREFIX: &str = "bq-dedupe:sha256:";
 
 /// Longest id stored as itself: a `text` primary key's index entry must fit
 /// PostgreSQL's B-tree row limit (2,704 bytes, after compression, which an
-/// incompressible id does not get), with room for the tuple's header.
-const MAX_KEY_BYTES: usize = 2048;
+/// incompressible id does not get) with its 12 bytes of headers, so every id
+/// up to this length is stored as the Go SDK stores it (measured on 15: an
+/// incompressible 2,692-byte id is indexed, 2,693 bytes are refused).
+const MAX_KEY_BYTES: usize = 2692;
 
 /// The `message_id` an id is stored under. An id PostgreSQL cannot hold as text
 /// (with U+0000) or index (longer than [`MAX_KEY_BYTES`]), or one that looks

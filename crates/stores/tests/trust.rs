@@ -425,6 +425,38 @@ fn postgres_an_id_the_table_cannot_hold_is_its_own_deliverys_verdict() {
     }
 }
 
+/// Ids up to the longest PostgreSQL indexes are stored as themselves, as the
+/// Go SDK stores them (from 2,049 bytes they were digested, so an id a Go
+/// consumer recorded was not found and ran again: review of bc88e4d).
+#[test]
+fn postgres_stores_every_id_it_can_index_as_itself_like_the_go_sdk() {
+    let (store, pg_) = pg_store("as-itself");
+    let longest = bq_dedupe::testkit::incompressible(7, 169)[..2692].to_string();
+    let longer = bq_dedupe::testkit::incompressible(7, 169)[..2693].to_string();
+    // A Go consumer recorded the longest one, as itself.
+    pg().execute(
+        &format!("INSERT INTO {} (message_id) VALUES ($1)", pg_.table),
+        &[&longest],
+    )
+    .unwrap();
+    assert_eq!(
+        ready(store.seen_many(&[longest.as_str(), longer.as_str()])).unwrap(),
+        vec![true, false]
+    );
+    ready(store.remember_many(&[longer.as_str()], None)).unwrap();
+    let named: i64 = pg()
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM {} WHERE message_id LIKE 'bq-dedupe:sha256:%'",
+                pg_.table
+            ),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(named, 1, "the one it cannot index is digested");
+}
+
 // ---- expiry and the purge ---------------------------------------------------------
 
 /// The TTL of a transactional run counts from its commit: a handler slower than
