@@ -375,6 +375,24 @@ impl PostgresStore {
         }
     }
 
+    /// Runs `body` in a transaction on a pooled connection; one the server
+    /// dropped while it was idle fails its `BEGIN` (nothing done yet), and is
+    /// discarded for another, as [`Self::run`] does.
+    fn in_transaction<R>(
+        &self,
+        body: impl FnOnce(postgres::Transaction<'_>) -> StoreResult<R>,
+    ) -> StoreResult<R> {
+        let mut attempts = POOL_SIZE + 1;
+        loop {
+            let mut conn = self.conn()?;
+            match conn.transaction() {
+                Ok(tx) => return body(tx),
+                Err(e) if attempts > 1 && connection_lost(&e) => attempts -= 1,
+                Err(e) => return Err(error(e)),
+            }
+        }
+    }
+
     fn create_tables(&self) -> StoreResult<()> {
         let (t, c) = (&self.table, &self.claims);
         let index = t.replace('.', "_");
@@ -772,26 +790,26 @@ impl TransactionalStore for PostgresStore {
         let name = key.map(stored);
         let key = name.as_deref();
         let mark = format!("tx:{}", new_token().0);
-        let mut conn = self.conn()?;
-        let mut tx = conn.transaction().map_err(error)?;
-        if let Some(key) = key
-            && let Some(taken) = self.take_in(&mut tx, &self.take_sql(), key, ms(ttl), &mark)?
-        {
-            // Dropping the transaction rolls it back.
-            return Ok(taken);
-        }
-        match work(&mut tx) {
-            Ok(value) => {
-                let keys: Vec<&str> = key.into_iter().collect();
-                if let Err(aborted) = self.finish_in(&mut tx, &keys, ms(ttl), &mark)? {
-                    return Ok(TxRun::Aborted(aborted));
-                }
-                tx.commit().map_err(error)?;
-                Ok(TxRun::Committed(value))
+        self.in_transaction(|mut tx| {
+            if let Some(key) = key
+                && let Some(taken) = self.take_in(&mut tx, &self.take_sql(), key, ms(ttl), &mark)?
+            {
+                // Dropping the transaction rolls it back.
+                return Ok(taken);
             }
-            // Dropping the transaction rolls it back.
-            Err(e) => Ok(TxRun::RolledBack(e)),
-        }
+            match work(&mut tx) {
+                Ok(value) => {
+                    let keys: Vec<&str> = key.into_iter().collect();
+                    if let Err(aborted) = self.finish_in(&mut tx, &keys, ms(ttl), &mark)? {
+                        return Ok(TxRun::Aborted(aborted));
+                    }
+                    tx.commit().map_err(error)?;
+                    Ok(TxRun::Committed(value))
+                }
+                // Dropping the transaction rolls it back.
+                Err(e) => Ok(TxRun::RolledBack(e)),
+            }
+        })
     }
 
     /// A work that swallowed an error (its transaction aborted) is rolled back
@@ -815,48 +833,48 @@ impl TransactionalStore for PostgresStore {
             format!("RELEASE {savepoint}"),
         );
         let undo = format!("ROLLBACK TO {savepoint}; RELEASE {savepoint}");
-        let mut conn = self.conn()?;
-        let mut tx = conn.transaction().map_err(error)?;
-        let mut runs = Vec::with_capacity(keys.len());
-        let mut committed: Vec<&str> = Vec::new();
-        for (i, key) in names.iter().enumerate() {
-            let key = key.as_deref();
-            tx.batch_execute(&begin).map_err(error)?;
-            if let Some(key) = key
-                && let Some(taken) = self.take_in(&mut tx, &take, key, ttl, &mark)?
-            {
-                // Undone: a mark put after waiting for another run of the id.
-                tx.batch_execute(&undo).map_err(error)?;
-                runs.push(taken);
-                continue;
-            }
-            let result = work(i, &mut tx);
-            // In a transaction a swallowed error aborted, RELEASE fails (25P02).
-            let released = match &result {
-                Ok(()) => match tx.batch_execute(&release) {
-                    Ok(()) => Ok(()),
-                    Err(e) => aborted_or(e)?,
-                },
-                Err(_) => Err(()),
-            };
-            match (result, released) {
-                (Ok(()), Ok(())) => {
-                    committed.extend(key);
-                    runs.push(TxRun::Committed(()));
-                }
-                (result, _) => {
+        self.in_transaction(|mut tx| {
+            let mut runs = Vec::with_capacity(keys.len());
+            let mut committed: Vec<&str> = Vec::new();
+            for (i, key) in names.iter().enumerate() {
+                let key = key.as_deref();
+                tx.batch_execute(&begin).map_err(error)?;
+                if let Some(key) = key
+                    && let Some(taken) = self.take_in(&mut tx, &take, key, ttl, &mark)?
+                {
+                    // Undone: a mark put after waiting for another run of the id.
                     tx.batch_execute(&undo).map_err(error)?;
-                    runs.push(match result {
-                        Err(e) => TxRun::RolledBack(e),
-                        Ok(()) => TxRun::Aborted(aborted_error()),
-                    });
+                    runs.push(taken);
+                    continue;
+                }
+                let result = work(i, &mut tx);
+                // In a transaction a swallowed error aborted, RELEASE fails (25P02).
+                let released = match &result {
+                    Ok(()) => match tx.batch_execute(&release) {
+                        Ok(()) => Ok(()),
+                        Err(e) => aborted_or(e)?,
+                    },
+                    Err(_) => Err(()),
+                };
+                match (result, released) {
+                    (Ok(()), Ok(())) => {
+                        committed.extend(key);
+                        runs.push(TxRun::Committed(()));
+                    }
+                    (result, _) => {
+                        tx.batch_execute(&undo).map_err(error)?;
+                        runs.push(match result {
+                            Err(e) => TxRun::RolledBack(e),
+                            Ok(()) => TxRun::Aborted(aborted_error()),
+                        });
+                    }
                 }
             }
-        }
-        // The handlers left the transaction unusable after all: nothing commits.
-        self.finish_in(&mut tx, &committed, ttl, &mark)??;
-        tx.commit().map_err(error)?;
-        Ok(runs)
+            // The handlers left the transaction unusable after all: nothing commits.
+            self.finish_in(&mut tx, &committed, ttl, &mark)??;
+            tx.commit().map_err(error)?;
+            Ok(runs)
+        })
     }
 }
 

@@ -457,6 +457,36 @@ fn postgres_stores_every_id_it_can_index_as_itself_like_the_go_sdk() {
     assert_eq!(named, 1, "the one it cannot index is digested");
 }
 
+/// A transaction began on a pooled connection the server had dropped while it
+/// sat idle (a restart, an idle timeout): `store-unavailable`, where every
+/// other call retries on a fresh connection (found by the history checker
+/// killing connections, on b939b41). Its `BEGIN` did nothing, so it is retried.
+#[test]
+fn postgres_a_transaction_after_the_server_dropped_an_idle_connection_runs() {
+    let table = postgres_table("idle-drop");
+    let _clean = PgCleanup {
+        url: postgres_url(),
+        table: table.clone(),
+    };
+    let app = format!("bq-idle-{}", std::process::id());
+    let url = format!("{}?application_name={app}", postgres_url());
+    let guard = Guard::new(PostgresStore::connect(&url, &table).unwrap());
+    assert!(!ready(guard.store().seen("idle-1")).unwrap());
+    let killed: i64 = pg()
+        .query_one(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE application_name = $1) k",
+            &[&app],
+        )
+        .unwrap()
+        .get(0);
+    assert!(killed >= 1, "the pool's idle connections");
+    std::thread::sleep(Duration::from_millis(100));
+    let outcome =
+        guard.process_in_transaction(envelope("idle-1").as_str(), |_, _| Ok::<(), String>(()));
+    assert_eq!(outcome.kind(), OutcomeKind::Ran, "{outcome:?}");
+}
+
 // ---- expiry and the purge ---------------------------------------------------------
 
 /// The TTL of a transactional run counts from its commit: a handler slower than
