@@ -86,6 +86,16 @@ impl<S: Store> Faulty<S> {
     }
 }
 
+/// The error of a call a test broke itself in the middle (a connection killed
+/// inside a transaction, say), whose outcome nobody knows: the history
+/// checker records it as unknown instead of failing the run.
+pub fn outcome_unknown(why: impl std::fmt::Display) -> StoreError {
+    StoreError::unavailable(format!("{OUTCOME_UNKNOWN}: {why}"))
+}
+
+/// How [`outcome_unknown`]'s errors begin.
+pub(crate) const OUTCOME_UNKNOWN: &str = "injected fault, outcome unknown";
+
 impl<S: Store> Store for Faulty<S> {
     crate::__store_methods!(faulty);
 }

@@ -48,7 +48,7 @@ mod fault;
 mod history;
 mod run;
 
-pub use fault::{Fault, Faulty};
+pub use fault::{Fault, Faulty, outcome_unknown};
 pub use history::{Fleet, FleetTransact, check_histories, check_history, incompressible};
 pub use run::{Op, as_rust, check, check_ops, check_seeded, ops};
 

@@ -121,7 +121,8 @@ fn any_store_histories_are_linearizable() {
 }
 
 /// PostgreSQL with its transactional mode: transactions and claims on the same
-/// ids, at once (the mixed fleet of issue #25's finding 2).
+/// ids, at once (the mixed fleet of issue #25's finding 2), some transactions'
+/// connections killed inside them.
 fn postgres() -> Fleet<PostgresStore> {
     let backend = PgBackend::new("histories");
     let insert = backend.insert();
@@ -129,11 +130,13 @@ fn postgres() -> Fleet<PostgresStore> {
     Fleet::new(PostgresStore::RULES, backend.opener())
         .with_transactions(
             move |store, key, ttl, ok| {
-                store.transaction(Some(key), ttl, |tx| {
+                let mut killer = None;
+                let run = store.transaction(Some(key), ttl, |tx| {
                     tx.execute(&insert, &[&effect_id(key)])
                         .expect("the effect row");
                     match (ok, swallows()) {
                         (true, _) => {
+                            killer = kill_sometimes(tx);
                             // Open long enough for other clients' calls to meet it.
                             std::thread::sleep(Duration::from_millis(15));
                             Ok(())
@@ -145,11 +148,34 @@ fn postgres() -> Fleet<PostgresStore> {
                         }
                         (false, false) => Err(()),
                     }
-                })
+                });
+                // The connection killed inside the transaction, before or
+                // after its COMMIT: what happened is unknown.
+                match killer.map(|k: std::thread::JoinHandle<()>| k.join()) {
+                    Some(_) => run.map_err(testkit::outcome_unknown),
+                    None => run,
+                }
             },
             move |key| (counter.lock().unwrap())(&effect_id(key)),
         )
         .with_cleanup(backend.cleanup)
+}
+
+/// One transaction in three has its connection killed (`pg_terminate_backend`)
+/// from another connection 0 to 24 ms later: in the handler, in the statement
+/// after it, around the `COMMIT`, or just after. Joined before the call
+/// returns, so the kill never lands in the client's next call.
+fn kill_sometimes(tx: &mut postgres::Transaction<'_>) -> Option<std::thread::JoinHandle<()>> {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    if !n.is_multiple_of(3) {
+        return None;
+    }
+    let pid: i32 = tx.query_one("SELECT pg_backend_pid()", &[]).ok()?.get(0);
+    Some(std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(n * 7 % 25));
+        let _ = pg().execute("SELECT pg_terminate_backend($1)", &[&pid]);
+    }))
 }
 
 /// The effect table's name for a key (`text` cannot hold U+0000).
