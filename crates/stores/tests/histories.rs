@@ -95,12 +95,76 @@ fn redis_histories_are_linearizable_in_each_dialect() {
     }
 }
 
+/// Then again with its clients' connections killed (`CLIENT KILL`) on one
+/// node at a time, every 10 to 30 ms: a multi-key call can fail on one node
+/// after another node took its part. The store's errors are then the test's
+/// own faults (unknown: each key may or may not have taken effect). One test,
+/// so that the kills never meet the first part's clients.
 #[test]
 fn redis_cluster_histories_are_linearizable() {
     testkit::check_histories(4, || {
         let (open, cleanup) = cluster_backend("histories-cluster");
         Fleet::new(RedisStore::rules(Dialect::Native), open).with_cleanup(cleanup)
     });
+    testkit::check_histories(4, || {
+        let (open, cleanup) = cluster_backend("histories-cluster-kills");
+        let killer = NodeKiller::start(cluster_nodes(&redis_cluster_spec()));
+        // A client reopened after a crash may meet a kill while it connects.
+        let reopen = move || {
+            let mut tries = 0;
+            loop {
+                match std::panic::catch_unwind(&open) {
+                    Ok(store) => return store,
+                    Err(_) if tries < 10 => tries += 1,
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            }
+        };
+        Fleet::new(RedisStore::rules(Dialect::Native), reopen)
+            .with_backend_errors()
+            .with_cleanup((killer, cleanup))
+    });
+}
+
+/// Kills the normal clients of one cluster node at a time until dropped.
+struct NodeKiller {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl NodeKiller {
+    fn start(nodes: Vec<String>) -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let running = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut n: u64 = 0;
+            while !running.load(Ordering::Relaxed) {
+                n += 1;
+                std::thread::sleep(Duration::from_millis(10 + n * 7 % 21));
+                let node = &nodes[(n as usize) % nodes.len()];
+                if let Ok(mut conn) =
+                    redis::Client::open(node.as_str()).and_then(|c| c.get_connection())
+                {
+                    let _: redis::RedisResult<i64> = redis::cmd("CLIENT")
+                        .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"][..])
+                        .query(&mut conn);
+                }
+            }
+        });
+        NodeKiller {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for NodeKiller {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 #[test]
