@@ -36,7 +36,7 @@ HISTORY_RUNS ?= 200
 histories: setup
 	BQ_HISTORY_RUNS=$(HISTORY_RUNS) cargo test -p babelqueue-dedupe --features testkit --test store_testkit histor
 	BQ_HISTORY_RUNS=$(HISTORY_RUNS) scripts/with-redis.sh scripts/with-postgres.sh scripts/with-redis-cluster.sh \
-	  cargo test -p babelqueue-dedupe-stores --test histories
+	  cargo test -p babelqueue-dedupe-stores --test histories --test sqlite_processes
 
 .PHONY: dev demo-host demo-native test setup setup-fuzz setup-bench lint wasm component-build component-test host unit conformance packages fuzz bench
 
