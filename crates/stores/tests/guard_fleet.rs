@@ -12,8 +12,15 @@
 //!   transactional on one PostgreSQL table, at most one plain `run-ok` per id:
 //!   every successful run beyond the first was reported (`run-ok-lease-lost`).
 //!
+//! Consumers also die: after their handler's effect and before the commit
+//! (claiming: the claim is left to lapse; transactional: the transaction, its
+//! PostgreSQL connection killed, rolls back), and are restarted knowing
+//! nothing; the queue redelivers after its visibility timeout. A run repeated
+//! after such a death is the window docs/modes.md names (a crash between the
+//! effect and the commit runs once more), so it is allowed, once per death.
+//!
 //! (The seen-set mode's window, concurrent duplicates both running, is
-//! documented, not checked; consumers killed mid-commit are in
+//! documented, not checked; consumers killed mid-commit are also in
 //! `exactly_once.rs`, as real processes.)
 
 mod common;
@@ -41,6 +48,8 @@ enum Act {
     Slow,
     /// Transactional: a failed statement, ignored, then `Ok`.
     Swallow,
+    /// The consumer dies after the handler's effect, before the commit.
+    Die,
 }
 
 fn act(id: usize, attempt: u32) -> Act {
@@ -52,24 +61,25 @@ fn act(id: usize, attempt: u32) -> Act {
         2 => Act::Panic,
         3 => Act::Slow,
         4 => Act::Swallow,
+        5 => Act::Die,
         _ => Act::Succeed,
     }
 }
 
 /// One delivery's record: the id, whether its handler (or transaction) did
-/// its effect, and the outcome.
+/// its effect, and the outcome (`None`: the consumer died first).
 #[derive(Debug, Clone)]
 struct Delivery {
     id: usize,
     effect: bool,
-    kind: OutcomeKind,
+    kind: Option<OutcomeKind>,
 }
 
 /// Runs the fleet: `deliver(consumer, id, act)` processes one delivery and
 /// answers (did the effect happen, the outcome). Answers every delivery made.
 fn run_fleet(
     tag: &str,
-    deliver: impl Fn(usize, &str, Act) -> (bool, OutcomeKind) + Sync,
+    deliver: impl Fn(usize, &str, Act) -> (bool, Option<OutcomeKind>) + Sync,
 ) -> (Vec<String>, Vec<Delivery>) {
     let ids: Vec<String> = (0..IDS).map(|i| unique(&format!("{tag}-{i}"))).collect();
     let mut inbox: VecDeque<(usize, u32)> = VecDeque::new();
@@ -97,6 +107,13 @@ fn run_fleet(
                     idle = 0;
                     let (effect, kind) = deliver(consumer, &ids[id], act(id, attempt));
                     log.lock().unwrap().push(Delivery { id, effect, kind });
+                    let Some(kind) = kind else {
+                        // Died: redelivered once the queue's visibility timeout
+                        // (here, the lease) has passed.
+                        std::thread::sleep(LEASE + Duration::from_millis(50));
+                        inbox.lock().unwrap().push_back((id, attempt + 1));
+                        continue;
+                    };
                     match kind.disposition() {
                         Disposition::Ack => {}
                         Disposition::Retry => {
@@ -125,7 +142,7 @@ fn check(mode: &str, ids: &[String], log: &[Delivery], committed: Option<&dyn Fn
         let deliveries = by_id.get(&i).map(Vec::as_slice).unwrap_or(&[]);
         let acked = deliveries
             .iter()
-            .any(|d| d.kind.disposition() == Disposition::Ack);
+            .any(|d| d.kind.map(|k| k.disposition()) == Some(Disposition::Ack));
         let effects = deliveries.iter().filter(|d| d.effect).count();
         assert!(acked, "{mode}: {id} never acked: {deliveries:?}");
         assert!(
@@ -134,7 +151,7 @@ fn check(mode: &str, ids: &[String], log: &[Delivery], committed: Option<&dyn Fn
         );
         let plain = deliveries
             .iter()
-            .filter(|d| d.effect && d.kind == OutcomeKind::Ran)
+            .filter(|d| d.effect && d.kind == Some(OutcomeKind::Ran))
             .count();
         let reported = deliveries
             .iter()
@@ -142,9 +159,13 @@ fn check(mode: &str, ids: &[String], log: &[Delivery], committed: Option<&dyn Fn
                 d.effect
                     && matches!(
                         d.kind,
-                        OutcomeKind::RanLeaseLost | OutcomeKind::RanUnrecorded
+                        Some(OutcomeKind::RanLeaseLost | OutcomeKind::RanUnrecorded)
                     )
             })
+            .count();
+        let died = deliveries
+            .iter()
+            .filter(|d| d.effect && d.kind.is_none())
             .count();
         if mode != "seen-set" {
             assert!(
@@ -152,8 +173,9 @@ fn check(mode: &str, ids: &[String], log: &[Delivery], committed: Option<&dyn Fn
                 "{mode}: {id} ran {plain} times as plain run-ok: {deliveries:?}"
             );
             assert!(
-                effects <= 1 + reported,
-                "{mode}: {id}: {effects} effects, {reported} reported: {deliveries:?}"
+                effects <= 1 + reported + died,
+                "{mode}: {id}: {effects} effects, {reported} reported, {died} died after \
+                 theirs: {deliveries:?}"
             );
         }
         if let Some(committed) = committed {
@@ -168,7 +190,13 @@ fn check(mode: &str, ids: &[String], log: &[Delivery], committed: Option<&dyn Fn
 
 /// A claiming or seen-set consumer's delivery: the handler's effect is its
 /// successful run.
-fn plain_delivery<S: Store>(guard: &Guard<S>, id: &str, act: Act) -> (bool, OutcomeKind) {
+fn plain_delivery<S: Store>(guard: &Guard<S>, id: &str, act: Act) -> (bool, Option<OutcomeKind>) {
+    if act == Act::Die {
+        // Decided (claimed, in the claiming mode), the handler's effect done,
+        // then the consumer is gone: nothing is committed or released.
+        let decision = ready(guard.decide(envelope(id).as_str()));
+        return (decision.verdict == bq_dedupe::Verdict::Run, None);
+    }
     let mut effect = false;
     let outcome = ready(guard.process(envelope(id).as_str(), async |_| {
         match act {
@@ -176,11 +204,12 @@ fn plain_delivery<S: Store>(guard: &Guard<S>, id: &str, act: Act) -> (bool, Outc
             Act::Panic => panic!("handler bug"),
             Act::Slow => std::thread::sleep(LEASE + Duration::from_millis(100)),
             Act::Succeed | Act::Swallow => {}
+            Act::Die => unreachable!("handled above"),
         }
         effect = true;
         Ok(())
     }));
-    (effect, outcome.kind())
+    (effect, Some(outcome.kind()))
 }
 
 fn claiming_fleet<S: Store + Sync>(mode: &str, stores: &[S]) {
@@ -244,7 +273,7 @@ fn pg_tx_delivery(
     id: &str,
     act: Act,
     batched: bool,
-) -> (bool, OutcomeKind) {
+) -> (bool, Option<OutcomeKind>) {
     let handler = |msg: &bq_dedupe::Message<'_>, tx: &mut postgres::Transaction<'_>| {
         tx.execute(insert, &[&msg.id().unwrap()])
             .map_err(|e| e.to_string())?;
@@ -260,6 +289,11 @@ fn pg_tx_delivery(
                 Ok(())
             }
             Act::Succeed => Ok(()),
+            Act::Die => {
+                // The consumer's connection dies with it, mid-transaction.
+                let _ = tx.execute("SELECT pg_terminate_backend(pg_backend_pid())", &[]);
+                Ok(())
+            }
         }
     };
     let body = envelope(id);
@@ -268,8 +302,11 @@ fn pg_tx_delivery(
     } else {
         guard.process_in_transaction(body.as_str(), handler).kind()
     };
+    if act == Act::Die {
+        return (false, None); // nobody is left to see the outcome
+    }
     // The effect is the committed row: there only when the outcome says run-ok.
-    (kind == OutcomeKind::Ran, kind)
+    (kind == OutcomeKind::Ran, Some(kind))
 }
 
 #[test]
@@ -321,10 +358,14 @@ fn transactional_and_mixed_fleets_on_postgres_commit_each_effect_once() {
             for id in &ids {
                 let lost = log
                     .iter()
-                    .filter(|d| &ids[d.id] == id && d.kind == OutcomeKind::RanLeaseLost)
+                    .filter(|d| &ids[d.id] == id && d.kind == Some(OutcomeKind::RanLeaseLost))
+                    .count() as i64;
+                let died = log
+                    .iter()
+                    .filter(|d| &ids[d.id] == id && d.effect && d.kind.is_none())
                     .count() as i64;
                 assert!(
-                    committed(id) >= 1 && committed(id) <= 1 + lost,
+                    committed(id) >= 1 && committed(id) <= 1 + lost + died,
                     "{mode}: {id}"
                 );
             }
@@ -368,9 +409,14 @@ fn transactional_fleet_on_sqlite_commits_each_effect_once() {
                     Ok(())
                 }
                 Act::Slow | Act::Succeed => Ok(()),
+                // Gone mid-transaction: SQLite rolls it back.
+                Act::Die => Err("the consumer died".to_string()),
             }
         });
-        (outcome.kind() == OutcomeKind::Ran, outcome.kind())
+        if act == Act::Die {
+            return (false, None);
+        }
+        (outcome.kind() == OutcomeKind::Ran, Some(outcome.kind()))
     });
     let committed = |id: &str| -> i64 {
         rusqlite::Connection::open(db.path())
