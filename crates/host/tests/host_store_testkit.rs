@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bq_dedupe::store::{Settled, Settlement};
-use bq_dedupe::testkit::{self, OnServer};
+use bq_dedupe::testkit::{self, Fleet, OnServer};
 use bq_dedupe::{Capabilities, Claim, ClaimToken, Store, StoreError, StoreErrorKind, StoreResult};
 use bq_dedupe_host::handler::Handler;
 use bq_dedupe_host::keep_alive::HeldClaims;
@@ -116,24 +116,40 @@ impl Drop for TempFile {
     }
 }
 
-#[test]
-fn the_host_store_served_to_the_component_follows_the_record_model() {
+/// A fresh SQLite file for one run, and how a client opens it.
+fn run_file() -> (TempFile, impl Fn() -> ViaImports + Send + Sync + 'static) {
     use std::sync::atomic::{AtomicU32, Ordering};
     static RUN: AtomicU32 = AtomicU32::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "bq-host-testkit-{}-{}.db",
+        std::process::id(),
+        RUN.fetch_add(1, Ordering::Relaxed)
+    ));
+    let spec = format!("sqlite:{}", path.display());
+    let open = move || {
+        ViaImports(RefCell::new(HostState {
+            store: AnyStore::from_spec(&spec).expect("open the SQLite file"),
+            handler: Handler::Mark,
+            claims: HeldClaims::default(),
+        }))
+    };
+    (TempFile(path), open)
+}
+
+#[test]
+fn the_host_store_served_to_the_component_follows_the_record_model() {
     testkit::check(24, || {
-        let path = std::env::temp_dir().join(format!(
-            "bq-host-testkit-{}-{}.db",
-            std::process::id(),
-            RUN.fetch_add(1, Ordering::Relaxed)
-        ));
-        let spec = format!("sqlite:{}", path.display());
-        OnServer::new(SqliteStore::RULES, move || {
-            ViaImports(RefCell::new(HostState {
-                store: AnyStore::from_spec(&spec).expect("open the SQLite file"),
-                handler: Handler::Mark,
-                claims: HeldClaims::default(),
-            }))
-        })
-        .with_cleanup(TempFile(path))
+        let (file, open) = run_file();
+        OnServer::new(SqliteStore::RULES, open).with_cleanup(file)
+    });
+}
+
+/// Four clients at once, each its own host state and connection to one file,
+/// every call through the imports: each key's history linearizable.
+#[test]
+fn the_host_store_served_to_the_component_has_linearizable_histories() {
+    testkit::check_histories(6, || {
+        let (file, open) = run_file();
+        Fleet::new(SqliteStore::RULES, open).with_cleanup(file)
     });
 }
