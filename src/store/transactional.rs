@@ -19,9 +19,10 @@ pub enum TxRun<T, E> {
     RolledBack(E),
     /// The work returned `Ok`, but its transaction was no longer alive: a
     /// statement in it failed and the database aborted it (PostgreSQL) or rolled
-    /// it back (SQLite's `OR ROLLBACK`, `RAISE(ROLLBACK)`, a full disk), and the
-    /// work carried on as if it had not. Nothing of it is committed and the key
-    /// stays unmarked; the error says what was found.
+    /// it back (SQLite's `OR ROLLBACK`, `RAISE(ROLLBACK)`, a full disk; on D1,
+    /// a statement of the batch refused), and the work carried on as if it had
+    /// not. Nothing of it is committed and the key stays unmarked; the error
+    /// says what was found.
     Aborted(StoreError),
 }
 

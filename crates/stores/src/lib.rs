@@ -95,6 +95,12 @@ fn ttl_ms(d: Duration) -> u64 {
     (d.as_millis().min(u128::from(MAX_TTL_MS)) as u64).max(1)
 }
 
+/// The savepoint a transactional batch puts around each delivery, named by a
+/// fresh token so that no handler's own savepoint can catch its rollback.
+fn savepoint_for(token: &ClaimToken) -> String {
+    format!("bq_delivery_{}", token.0.replace('-', "_"))
+}
+
 /// A claim token unique across the processes sharing a store: pid, the
 /// process's start time in nanoseconds, and a counter.
 fn new_token() -> ClaimToken {

@@ -824,10 +824,9 @@ impl TransactionalStore for PostgresStore {
         let names: Vec<Option<std::borrow::Cow<'_, str>>> =
             keys.iter().map(|k| k.map(stored)).collect();
         let (take, ttl) = (self.take_sql(), ms(ttl));
-        let token = new_token().0;
-        let mark = format!("tx:{token}");
-        // A name no handler's own savepoint has.
-        let savepoint = format!("bq_delivery_{}", token.replace('-', "_"));
+        let token = new_token();
+        let mark = format!("tx:{}", token.0);
+        let savepoint = crate::savepoint_for(&token);
         let (begin, release) = (
             format!("SAVEPOINT {savepoint}"),
             format!("RELEASE {savepoint}"),

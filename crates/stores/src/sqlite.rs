@@ -454,8 +454,7 @@ impl TransactionalStore for SqliteStore {
         let mut conn = self.lock()?;
         // The entries that ended a transaction, with how they ended.
         let mut ended: Vec<Option<TxRun<(), E>>> = keys.iter().map(|_| None).collect();
-        // A name no handler's own savepoint has.
-        let savepoint = format!("bq_delivery_{}", crate::new_token().0.replace('-', "_"));
+        let savepoint = crate::savepoint_for(&new_token());
         'batch: loop {
             let mut tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
