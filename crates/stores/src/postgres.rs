@@ -355,9 +355,9 @@ impl PostgresStore {
 
     /// Runs `op` on a pooled connection; a connection found closed (the server
     /// restarted, the network dropped it) is discarded and `op` retried once on a
-    /// fresh one. Every operation is safe to repeat: a repeated claim finds its
-    /// own first claim and answers `Held`, a repeated commit `false` (lost), both
-    /// on the safe side.
+    /// fresh one. Every operation is safe to repeat: a repeated claim carries
+    /// the same tokens, so it takes its own first claim again, and a repeated
+    /// commit answers `false` (lost), on the safe side.
     fn run<T>(
         &self,
         op: impl Fn(&mut postgres::Client) -> Result<T, postgres::Error>,
