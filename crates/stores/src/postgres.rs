@@ -385,10 +385,14 @@ impl PostgresStore {
         let mut attempts = POOL_SIZE + 1;
         loop {
             let mut conn = self.conn()?;
-            match conn.transaction() {
+            let e = match conn.transaction() {
                 Ok(tx) => return body(tx),
-                Err(e) if attempts > 1 && connection_lost(&e) => attempts -= 1,
-                Err(e) => return Err(error(e)),
+                Err(e) => e,
+            };
+            if attempts > 1 && (connection_lost(&e) || conn.is_closed()) {
+                attempts -= 1;
+            } else {
+                return Err(error(e));
             }
         }
     }
