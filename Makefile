@@ -37,6 +37,8 @@ histories: setup
 	BQ_HISTORY_RUNS=$(HISTORY_RUNS) cargo test -p babelqueue-dedupe --features testkit --test store_testkit histor
 	BQ_HISTORY_RUNS=$(HISTORY_RUNS) scripts/with-redis.sh scripts/with-postgres.sh scripts/with-redis-cluster.sh \
 	  cargo test -p babelqueue-dedupe-stores --test histories --test sqlite_processes
+	scripts/build-js.sh test
+	BQ_HISTORY_RUNS=$(HISTORY_RUNS) BQ_HISTORY_CLIENTS=8 node --test crates/js/tests/store-histories.test.mjs
 
 .PHONY: dev demo-host demo-native test setup setup-fuzz setup-bench lint wasm component-build component-test host unit conformance packages fuzz bench
 

@@ -59,29 +59,94 @@ pub type FleetTransact<C> =
 /// How many effect rows a key's committed transactions left.
 type FleetEffects = Box<dyn Fn(&str) -> u64>;
 
-/// A backend under concurrent test: how each client connects, how time moves.
-/// Built fresh for each run (its keys must start free).
+/// What a run's clients share: how a client connects and the backend's clock.
+/// [`Fleet`] gives one to clients on threads; a runner without threads (the JS
+/// package's, on one event loop) gives its own to [`Plan::clients`].
+pub trait Setting<C>: Clone {
+    /// A new client's store (a crashed client reopens).
+    fn open(&self) -> C;
+    /// The backend's time.
+    fn now_ms(&self) -> u64;
+    /// A pause: moves a manual clock, or waits on a real one.
+    fn advance(&self, ms: u64);
+    /// The backend's transactional mode, if it has one (as
+    /// [`super::Harness::transact`]).
+    fn transact(&self) -> Option<&FleetTransact<C>> {
+        None
+    }
+}
+
+/// How a run goes, whatever drives its clients: the rules its answers are
+/// judged by, its timing, how many clients make how many calls.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    /// The store's rules.
+    pub rules: Rules,
+    /// A step's unit of time (leases and TTLs are a few ticks).
+    pub tick_ms: u64,
+    /// How far the backend's clock may be from the clients' (0: a manual clock
+    /// moved in ticks).
+    pub slack_ms: u64,
+    /// How many clients.
+    pub clients: usize,
+    /// How many steps each client takes.
+    pub steps: usize,
+    /// The backend's own errors are part of the test (recorded as unknown).
+    pub backend_errors: bool,
+}
+
+/// One client's recorded calls, for [`Plan::judge`].
+#[derive(Debug)]
+pub struct ClientCalls(Vec<(usize, KeyCall)>);
+
+/// A backend under concurrent test, its clients on threads: how each connects,
+/// how time moves. Built fresh for each run (its keys must start free).
 pub struct Fleet<C> {
-    open: Arc<dyn Fn() -> C + Send + Sync>,
-    rules: Rules,
-    now_ms: Arc<dyn Fn() -> u64 + Send + Sync>,
-    advance: Arc<dyn Fn(u64) + Send + Sync>,
-    tick_ms: u64,
-    slack_ms: u64,
-    clients: usize,
-    steps: usize,
-    transactions: Option<(FleetTransact<C>, FleetEffects)>,
-    backend_errors: bool,
+    shared: Threaded<C>,
+    plan: Plan,
+    effects: Option<FleetEffects>,
     _cleanup: Box<dyn std::any::Any>,
 }
 
 impl<C> std::fmt::Debug for Fleet<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Fleet")
-            .field("rules", &self.rules)
-            .field("clients", &self.clients)
-            .field("tick_ms", &self.tick_ms)
+            .field("plan", &self.plan)
             .finish_non_exhaustive()
+    }
+}
+
+/// The [`Setting`] of a [`Fleet`]'s threads.
+struct Threaded<C> {
+    open: Arc<dyn Fn() -> C + Send + Sync>,
+    now_ms: Arc<dyn Fn() -> u64 + Send + Sync>,
+    advance: Arc<dyn Fn(u64) + Send + Sync>,
+    transact: Option<FleetTransact<C>>,
+}
+
+impl<C> Clone for Threaded<C> {
+    fn clone(&self) -> Self {
+        Threaded {
+            open: self.open.clone(),
+            now_ms: self.now_ms.clone(),
+            advance: self.advance.clone(),
+            transact: self.transact.clone(),
+        }
+    }
+}
+
+impl<C> Setting<C> for Threaded<C> {
+    fn open(&self) -> C {
+        (self.open)()
+    }
+    fn now_ms(&self) -> u64 {
+        (self.now_ms)()
+    }
+    fn advance(&self, ms: u64) {
+        (self.advance)(ms)
+    }
+    fn transact(&self) -> Option<&FleetTransact<C>> {
+        self.transact.as_ref()
     }
 }
 
@@ -91,17 +156,22 @@ impl<C: Store + Send + 'static> Fleet<C> {
     pub fn new(rules: Rules, open: impl Fn() -> C + Send + Sync + 'static) -> Self {
         let started = std::time::Instant::now();
         Fleet {
-            open: Arc::new(open),
-            rules,
-            // From an offset, so a window's lower end does not stop at 0.
-            now_ms: Arc::new(move || 1_000_000 + started.elapsed().as_millis() as u64),
-            advance: Arc::new(|ms| std::thread::sleep(Duration::from_millis(ms))),
-            tick_ms: 40,
-            slack_ms: 8,
-            clients: 4,
-            steps: 16,
-            transactions: None,
-            backend_errors: false,
+            shared: Threaded {
+                open: Arc::new(open),
+                // From an offset, so a window's lower end does not stop at 0.
+                now_ms: Arc::new(move || 1_000_000 + started.elapsed().as_millis() as u64),
+                advance: Arc::new(|ms| std::thread::sleep(Duration::from_millis(ms))),
+                transact: None,
+            },
+            plan: Plan {
+                rules,
+                tick_ms: 40,
+                slack_ms: 8,
+                clients: 4,
+                steps: 16,
+                backend_errors: false,
+            },
+            effects: None,
             _cleanup: Box::new(()),
         }
     }
@@ -115,21 +185,21 @@ impl<C: Store + Send + 'static> Fleet<C> {
         advance: impl Fn(u64) + Send + Sync + 'static,
         tick_ms: u64,
     ) -> Self {
-        self.now_ms = Arc::new(now_ms);
-        self.advance = Arc::new(advance);
-        (self.tick_ms, self.slack_ms) = (tick_ms, 0);
+        self.shared.now_ms = Arc::new(now_ms);
+        self.shared.advance = Arc::new(advance);
+        (self.plan.tick_ms, self.plan.slack_ms) = (tick_ms, 0);
         self
     }
 
     /// Other timing for a server: its tick, and how far its clock may be from ours.
     pub fn with_timing(mut self, tick_ms: u64, slack_ms: u64) -> Self {
-        (self.tick_ms, self.slack_ms) = (tick_ms, slack_ms);
+        (self.plan.tick_ms, self.plan.slack_ms) = (tick_ms, slack_ms);
         self
     }
 
     /// How many clients, and how many calls each makes.
     pub fn with_clients(mut self, clients: usize, steps: usize) -> Self {
-        (self.clients, self.steps) = (clients.max(1), steps);
+        (self.plan.clients, self.plan.steps) = (clients.max(1), steps);
         self
     }
 
@@ -145,14 +215,15 @@ impl<C: Store + Send + 'static> Fleet<C> {
         + 'static,
         effects: impl Fn(&str) -> u64 + 'static,
     ) -> Self {
-        self.transactions = Some((Arc::new(transact), Box::new(effects)));
+        self.shared.transact = Some(Arc::new(transact));
+        self.effects = Some(Box::new(effects));
         self
     }
 
     /// The backend's own errors are part of the test (a fault it injects
     /// itself): recorded as unknown instead of failing the run.
     pub fn with_backend_errors(mut self) -> Self {
-        self.backend_errors = true;
+        self.plan.backend_errors = true;
         self
     }
 
@@ -202,121 +273,142 @@ pub fn check_histories<C: Store + Send + 'static>(runs: u32, make: impl Fn() -> 
         };
         let mut fleet = make();
         if let Some(clients) = clients {
-            // As many calls in all, spread over more clients (a key's history
-            // holds at most 128).
-            let total = fleet.clients * fleet.steps;
-            fleet.clients = clients as usize;
-            fleet.steps = (total / fleet.clients).max(4);
+            fleet.plan = fleet.plan.with_clients(clients as usize);
         }
         if let Err(e) = check_history(&fleet, seed) {
             let test = std::thread::current()
                 .name()
                 .unwrap_or("the test")
                 .to_string();
+            let clients = fleet.plan.clients;
             panic!(
-                "history checker (BQ_TESTKIT_SEED={seed}, {} clients): {e}\nrepeat it: \
-                 BQ_TESTKIT_SEED={seed} BQ_HISTORY_RUNS=1 BQ_HISTORY_CLIENTS={} cargo test \
-                 {test} -- --exact \
-                 (with the services `make test` starts: scripts/with-*.sh)",
-                fleet.clients, fleet.clients
+                "history checker (BQ_TESTKIT_SEED={seed}, {clients} clients): {e}\nrepeat it: \
+                 BQ_TESTKIT_SEED={seed} BQ_HISTORY_RUNS=1 BQ_HISTORY_CLIENTS={clients} cargo \
+                 test {test} -- --exact \
+                 (with the services `make test` starts: scripts/with-*.sh)"
             );
         }
     }
 }
 
-/// One concurrent run from `seed`: `Err` names the key whose history no order
-/// explains, with that history.
+/// One concurrent run from `seed`, its clients on threads: `Err` names the key
+/// whose history no order explains, with that history.
 pub fn check_history<C: Store + Send + 'static>(fleet: &Fleet<C>, seed: u64) -> Result<(), String> {
-    let clock = Arc::new(AtomicU64::new(0));
-    type Calls = Result<Vec<(usize, KeyCall)>, String>;
-    let histories: Vec<std::thread::JoinHandle<Calls>> = (0..fleet.clients)
-        .map(|client| {
-            let mut worker = Client {
-                id: client,
-                open: fleet.open.clone(),
-                store: Faulty::new((fleet.open)()),
-                tokens: vec![Vec::new(); KEYS.len()],
-                rng: Rng(seed ^ (client as u64 + 1).wrapping_mul(0xd1b5_4a32_d192_ed03)),
-                now_ms: fleet.now_ms.clone(),
-                advance: fleet.advance.clone(),
-                tick: fleet.tick_ms,
-                slack: fleet.slack_ms,
-                order: clock.clone(),
-                transact: fleet.transactions.as_ref().map(|(t, _)| t.clone()),
-                backend_errors: fleet.backend_errors,
-                calls: Vec::new(),
-            };
-            let steps = fleet.steps;
-            std::thread::spawn(move || {
-                for _ in 0..steps {
-                    worker.step()?;
-                }
-                Ok(worker.calls)
-            })
-        })
+    let threads: Vec<_> = fleet
+        .plan
+        .clients(&fleet.shared, seed)
+        .into_iter()
+        .map(|client| std::thread::spawn(move || block_on_ready(client.run())))
         .collect();
-    let mut calls: Vec<Vec<KeyCall>> = vec![Vec::new(); KEYS.len()];
-    for handle in histories {
-        let client_calls = handle
-            .join()
-            .map_err(|_| "a client thread panicked".to_string())??;
-        for (key, call) in client_calls {
-            calls[key].push(call);
+    let mut calls = Vec::new();
+    for thread in threads {
+        match thread.join() {
+            Ok(Ok(done)) => calls.push(done?),
+            Ok(Err(_)) => return Err("a client's store did not complete synchronously".into()),
+            Err(_) => return Err("a client thread panicked".into()),
         }
     }
-    for (key, history) in calls.iter().enumerate() {
-        // The instants a call may have taken effect at (see `instants`).
-        let ticks = (fleet.slack_ms == 0).then_some(fleet.tick_ms);
-        linearizable(history, fleet.rules, ticks).map_err(|e| {
-            let mut sorted = history.clone();
-            sorted.sort_by_key(|c| c.invoked);
-            let lines: Vec<String> = sorted
-                .iter()
-                .map(|c| {
-                    format!(
-                        "  client {} [{}..{}] at ms {:?}: {:?} -> {:?}",
-                        c.client,
-                        c.invoked,
-                        if c.completed == u64::MAX {
-                            "?".to_string()
-                        } else {
-                            c.completed.to_string()
-                        },
-                        c.window,
-                        c.op,
-                        c.answer
-                    )
-                })
-                .collect();
-            format!(
-                "key {:?}: {e}; its history ({} calls):\n{}",
-                shown(&KEYS[key]),
-                history.len(),
-                lines.join("\n")
-            )
-        })?;
+    fleet.plan.judge(calls, fleet.effects.as_deref())
+}
+
+impl Plan {
+    /// The same number of calls in all, spread over `clients` (a key's
+    /// history holds at most 128).
+    pub fn with_clients(mut self, clients: usize) -> Self {
+        let total = self.clients * self.steps;
+        self.clients = clients.max(1);
+        self.steps = (total / self.clients).max(4);
+        self
     }
-    if let Some((_, effects)) = &fleet.transactions {
-        for (key, history) in calls.iter().enumerate() {
-            let committed = history
-                .iter()
-                .filter(|c| matches!(c.answer, Some(KeyAnswer::Tx(TxRun::Committed(())))))
-                .count() as u64;
-            let unknown = history
-                .iter()
-                .filter(|c| matches!(c.op, KeyOp::Transact(..)) && c.answer.is_none())
-                .count() as u64;
-            let rows = effects(&KEYS[key]);
-            if !(committed..=committed + unknown).contains(&rows) {
-                return Err(format!(
-                    "key {:?}: {rows} effect rows for {committed} committed transactions \
-                     ({unknown} unknown)",
-                    shown(&KEYS[key])
-                ));
+
+    /// The clients of the run from `seed`: run them all at once (each on a
+    /// thread, or their [`Client::run`]s joined on one event loop), then hand
+    /// what they recorded to [`Plan::judge`].
+    pub fn clients<C: Store, S: Setting<C>>(&self, setting: &S, seed: u64) -> Vec<Client<C, S>> {
+        let order = Arc::new(AtomicU64::new(0));
+        (0..self.clients)
+            .map(|id| Client {
+                id,
+                steps: self.steps,
+                store: Faulty::new(setting.open()),
+                setting: setting.clone(),
+                tokens: vec![Vec::new(); KEYS.len()],
+                rng: Rng(seed ^ (id as u64 + 1).wrapping_mul(0xd1b5_4a32_d192_ed03)),
+                tick: self.tick_ms,
+                slack: self.slack_ms,
+                order: order.clone(),
+                backend_errors: self.backend_errors,
+                calls: Vec::new(),
+            })
+            .collect()
+    }
+
+    /// Whether every key's history in `calls` is linearizable, and (with
+    /// `effects`, a transactional backend's count of a key's effect rows) each
+    /// key's effects number its committed transactions.
+    pub fn judge(
+        &self,
+        calls: Vec<ClientCalls>,
+        effects: Option<&dyn Fn(&str) -> u64>,
+    ) -> Result<(), String> {
+        let mut per_key: Vec<Vec<KeyCall>> = vec![Vec::new(); KEYS.len()];
+        for (key, call) in calls.into_iter().flat_map(|c| c.0) {
+            per_key[key].push(call);
+        }
+        // The instants a call may have taken effect at (see `instants`).
+        let ticks = (self.slack_ms == 0).then_some(self.tick_ms);
+        for (key, history) in per_key.iter().enumerate() {
+            linearizable(history, self.rules, ticks).map_err(|e| {
+                format!(
+                    "key {:?}: {e}; its history ({} calls):\n{}",
+                    shown(&KEYS[key]),
+                    history.len(),
+                    listed(history)
+                )
+            })?;
+        }
+        if let Some(effects) = effects {
+            for (key, history) in per_key.iter().enumerate() {
+                let committed = history
+                    .iter()
+                    .filter(|c| matches!(c.answer, Some(KeyAnswer::Tx(TxRun::Committed(())))))
+                    .count() as u64;
+                let unknown = history
+                    .iter()
+                    .filter(|c| matches!(c.op, KeyOp::Transact(..)) && c.answer.is_none())
+                    .count() as u64;
+                let rows = effects(&KEYS[key]);
+                if !(committed..=committed + unknown).contains(&rows) {
+                    return Err(format!(
+                        "key {:?}: {rows} effect rows for {committed} committed transactions \
+                         ({unknown} unknown)",
+                        shown(&KEYS[key])
+                    ));
+                }
             }
         }
+        Ok(())
     }
-    Ok(())
+}
+
+/// A key's history, one call a line, in the order they were invoked.
+fn listed(history: &[KeyCall]) -> String {
+    let mut sorted = history.to_vec();
+    sorted.sort_by_key(|c| c.invoked);
+    let lines: Vec<String> = sorted
+        .iter()
+        .map(|c| {
+            let completed = match c.completed {
+                u64::MAX => "?".to_string(),
+                n => n.to_string(),
+            };
+            format!(
+                "  client {} [{}..{completed}] at ms {:?}: {:?} -> {:?}",
+                c.client, c.invoked, c.window, c.op, c.answer
+            )
+        })
+        .collect();
+    lines.join("\n")
 }
 
 /// A key as a message shows it: a long one cut short.
@@ -337,6 +429,15 @@ fn linearizable(calls: &[KeyCall], rules: Rules, ticks: Option<u64>) -> Result<(
         .enumerate()
         .filter(|(_, c)| c.answer.is_some())
         .fold(0, |m, (i, _)| m | (1 << i));
+    // The instants the history observed: an unknown call may take effect at
+    // any of them after its start (or far beyond them all).
+    let mut observed: Vec<u64> = calls
+        .iter()
+        .flat_map(|c| [c.window.0, c.window.1])
+        .filter(|&t| t != u64::MAX)
+        .collect();
+    observed.sort_unstable();
+    observed.dedup();
     let mut seen: HashSet<(u128, String)> = HashSet::new();
     let mut deepest = 0u32;
     // Depth-first, iteratively: (calls done, the records the key may be in).
@@ -375,7 +476,7 @@ fn linearizable(calls: &[KeyCall], rules: Rules, ticks: Option<u64>) -> Result<(
                     }
                     (!next.is_empty()).then_some(next)
                 }
-                None => Some(any_effect(&records, rules, call, i)),
+                None => Some(any_effect(&records, rules, call, &observed)),
             };
             if let Some(next) = next {
                 stack.push((done | (1 << i), next));
@@ -419,14 +520,18 @@ fn instants((lo, hi): (u64, u64), ticks: Option<u64>) -> Vec<(u64, u64)> {
 }
 
 /// The records after a call whose answer was lost took effect (with whatever
-/// answer the model gives), at either end of its window.
-fn any_effect(records: &[Record], rules: Rules, call: &KeyCall, index: usize) -> Vec<Record> {
+/// answer the model gives): at its start, at any instant the history observed
+/// after it, or after them all.
+fn any_effect(records: &[Record], rules: Rules, call: &KeyCall, observed: &[u64]) -> Vec<Record> {
     let mut next: Vec<Record> = Vec::new();
     let (lo, hi) = call.window;
+    let mut instants = vec![lo];
+    instants.extend(observed.iter().copied().filter(|&t| t > lo && t <= hi));
+    instants.push(hi.min(lo.saturating_add(1 << 40)));
     for record in records {
-        for now in [lo, hi.min(lo.saturating_add(1 << 40))] {
+        for &now in &instants {
             let mut r = record.clone();
-            let token = ClaimToken(format!("(lost reply of call {index})"));
+            let token = lost_token(call.client, call.invoked);
             super::run::apply(&mut r, rules, now, &call.op, Some(token));
             if !next.contains(&r) {
                 next.push(r);
@@ -436,7 +541,13 @@ fn any_effect(records: &[Record], rules: Rules, call: &KeyCall, index: usize) ->
     next
 }
 
+/// The token a claim whose reply was lost holds, if it took effect.
+fn lost_token(client: usize, invoked: u64) -> ClaimToken {
+    ClaimToken(format!("(lost reply of client {client}'s call {invoked})"))
+}
+
 /// A small deterministic generator (xorshift64*), one per client.
+#[derive(Debug)]
 struct Rng(u64);
 
 impl Rng {
@@ -451,24 +562,31 @@ impl Rng {
     }
 }
 
-/// One client of a run, on its own thread.
-struct Client<C> {
+/// One client of a run (on its own thread, or a future among others).
+#[derive(Debug)]
+pub struct Client<C, S> {
     id: usize,
-    open: Arc<dyn Fn() -> C + Send + Sync>,
+    steps: usize,
+    setting: S,
     store: Faulty<C>,
     tokens: Vec<Vec<ClaimToken>>,
     rng: Rng,
-    now_ms: Arc<dyn Fn() -> u64 + Send + Sync>,
-    advance: Arc<dyn Fn(u64) + Send + Sync>,
     tick: u64,
     slack: u64,
     order: Arc<AtomicU64>,
-    transact: Option<FleetTransact<C>>,
     backend_errors: bool,
     calls: Vec<(usize, KeyCall)>,
 }
 
-impl<C: Store> Client<C> {
+impl<C: Store, S: Setting<C>> Client<C, S> {
+    /// Takes its steps, and gives back what it recorded.
+    pub async fn run(mut self) -> Result<ClientCalls, String> {
+        for _ in 0..self.steps {
+            self.step().await?;
+        }
+        Ok(ClientCalls(self.calls))
+    }
+
     fn token(&mut self, key: usize) -> ClaimToken {
         let held = &self.tokens[key];
         if held.is_empty() || self.rng.below(8) == 0 {
@@ -499,17 +617,17 @@ impl<C: Store> Client<C> {
     }
 
     /// One random step: a call (maybe under a fault), a pause, or a crash.
-    fn step(&mut self) -> Result<(), String> {
+    async fn step(&mut self) -> Result<(), String> {
         let caps = self.store.inner().capabilities();
         match self.rng.below(20) {
             // A pause, sometimes past every lease a run takes.
             0 => {
                 let ticks = *self.rng.pick(&[1, 2, 5]);
-                (self.advance)(ticks * self.tick);
+                self.setting.advance(ticks * self.tick);
                 return Ok(());
             }
             1 => {
-                self.store = Faulty::new((self.open)());
+                self.store = Faulty::new(self.setting.open());
                 self.tokens = vec![Vec::new(); KEYS.len()];
                 return Ok(());
             }
@@ -547,21 +665,21 @@ impl<C: Store> Client<C> {
                 let ttl = self.ttl();
                 vec![(key, KeyOp::Commit(self.token(key), ttl))]
             }
-            10 if self.transact.is_some() => {
+            10 if self.setting.transact().is_some() => {
                 let ttl = self.ttl();
                 vec![(key, KeyOp::Transact(ttl, self.rng.below(4) != 0))]
             }
             _ => vec![(key, KeyOp::Seen)],
         };
-        self.call(parts)
+        self.call(parts).await
     }
 
     /// Makes the call, and records each key's part of it.
-    fn call(&mut self, parts: Vec<(usize, KeyOp)>) -> Result<(), String> {
+    async fn call(&mut self, parts: Vec<(usize, KeyOp)>) -> Result<(), String> {
         let invoked = self.order.fetch_add(1, Ordering::SeqCst);
-        let lo = (self.now_ms)().saturating_sub(self.slack);
-        let (reply, swallowed) = self.make(&parts);
-        let hi = (self.now_ms)() + self.slack;
+        let lo = self.setting.now_ms().saturating_sub(self.slack);
+        let (reply, swallowed) = self.make(&parts).await;
+        let hi = self.setting.now_ms() + self.slack;
         let completed = self.order.fetch_add(1, Ordering::SeqCst);
         let check = |answers: &Vec<KeyAnswer>| {
             if answers.len() == parts.len() {
@@ -627,6 +745,22 @@ impl<C: Store> Client<C> {
                         window: (lo, hi),
                     },
                 ));
+                // A claim of several keys that failed may have taken some and
+                // given them back (a store claiming one key at a time, as
+                // `PerKey` does): another unknown call, the release of what it took.
+                if answers.is_none() && parts.len() > 1 && matches!(op, KeyOp::Claim(_)) {
+                    self.calls.push((
+                        *key,
+                        KeyCall {
+                            client: self.id,
+                            op: KeyOp::Release(lost_token(self.id, invoked)),
+                            answer: None,
+                            invoked,
+                            completed,
+                            window: (lo, hi),
+                        },
+                    ));
+                }
             }
         }
         Ok(())
@@ -635,7 +769,7 @@ impl<C: Store> Client<C> {
     /// The store call for `parts` (they are all of one kind), split per key;
     /// and the reply a fault swallowed, if one did.
     #[allow(clippy::type_complexity)]
-    fn make(
+    async fn make(
         &self,
         parts: &[(usize, KeyOp)],
     ) -> (
@@ -645,18 +779,11 @@ impl<C: Store> Client<C> {
         let keys: Vec<&str> = parts.iter().map(|(k, _)| KEYS[*k].as_str()).collect();
         let ms = Duration::from_millis;
         let store = &self.store;
-        fn wait<T>(f: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
-            block_on_ready(f).unwrap_or_else(|_| {
-                Err(crate::StoreError::internal(
-                    "the store did not complete synchronously",
-                ))
-            })
-        }
         let n = keys.len();
         macro_rules! split {
             ($call:expr, $ty:ty, $f:expr) => {{
                 let f = $f;
-                let reply = wait($call).map(f);
+                let reply = $call.await.map(f);
                 let swallowed = store.take_swallowed::<StoreResult<$ty>>().map(|r| r.map(f));
                 (reply, swallowed)
             }};
@@ -699,7 +826,7 @@ impl<C: Store> Client<C> {
                 ])
             }
             KeyOp::Transact(ttl, ok) => {
-                let transact = self.transact.as_ref().expect("a transactional fleet");
+                let transact = self.setting.transact().expect("a transactional fleet");
                 let reply = transact(store.inner(), keys[0], ttl.map(ms), *ok)
                     .map(|run| vec![KeyAnswer::Tx(run)]);
                 (reply, None)

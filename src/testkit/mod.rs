@@ -49,7 +49,10 @@ mod history;
 mod run;
 
 pub use fault::{Fault, Faulty, outcome_unknown};
-pub use history::{Fleet, FleetTransact, check_histories, check_history, incompressible};
+pub use history::{
+    Client, ClientCalls, Fleet, FleetTransact, Plan, Setting, check_histories, check_history,
+    incompressible,
+};
 pub use run::{Op, as_rust, check, check_ops, check_seeded, ops};
 
 use std::time::Duration;

@@ -11,11 +11,17 @@
 //!   client is the adapter over `store`, every answer is checked against the
 //!   record model. Throws an `Error` naming the smallest failing run and its
 //!   seed.
+//! - `runStoreHistory(make, clients, seed)`: the core's history checker over
+//!   the adapter: `clients` clients, each its own adapter over one `store`
+//!   from `make()`, run at once on the event loop (a promise-returning store
+//!   interleaves them); every key's history must be linearizable against the
+//!   record model. The store's own errors are recorded as unknown (a fault
+//!   the test injects). Resolves, or rejects with an `Error` naming the seed.
 
 use std::sync::Arc;
 
 use bq_dedupe::store::record::Rules;
-use bq_dedupe::testkit::{self, Harness};
+use bq_dedupe::testkit::{self, Harness, Plan, Setting};
 use bq_dedupe::{Clock, InMemoryStore, ManualClock, block_on_ready};
 use js_sys::{Array, Function};
 use wasm_bindgen::prelude::*;
@@ -74,17 +80,22 @@ impl Harness for JsHarness {
         InMemoryStore::RULES
     }
     fn open(&mut self) -> GivenStore {
-        match GivenStore::from_js(&self.store) {
-            Ok((store @ GivenStore::Js(_), _)) => store,
-            Ok(_) => panic!("the testkit's store must be a plain JS object"),
-            Err(e) => panic!("not a store: {e}"),
-        }
+        js_store(&self.store).unwrap_or_else(|e| panic!("{e}"))
     }
     fn now_ms(&self) -> u64 {
         call(&self.backend, "now", &[]).as_f64().unwrap_or(0.0) as u64
     }
     fn advance(&mut self, ms: u64) {
         call(&self.backend, "advance", &[JsValue::from_f64(ms as f64)]);
+    }
+}
+
+/// The adapter over a test's plain-object store.
+fn js_store(store: &JsValue) -> Result<GivenStore, String> {
+    match GivenStore::from_js(store) {
+        Ok((store @ GivenStore::Js(_), _)) => Ok(store),
+        Ok(_) => Err("the testkit's store must be a plain JS object".to_string()),
+        Err(e) => Err(format!("not a store: {e}")),
     }
 }
 
@@ -105,4 +116,61 @@ pub fn run_store_testkit(make: &Function, cases: u32, seed: f64) -> Result<(), J
         }
     };
     testkit::check_seeded(cases, seed as u64, harness).map_err(|e| js_sys::Error::new(&e).into())
+}
+
+/// A history run's clients share one JS store (each opens its own adapter over
+/// it) and the backend's manual clock.
+#[derive(Clone)]
+struct JsSetting {
+    store: JsValue,
+    backend: JsValue,
+}
+
+impl Setting<GivenStore> for JsSetting {
+    fn open(&self) -> GivenStore {
+        // Checked once before the run (`run_store_history`).
+        js_store(&self.store).unwrap_or_else(|e| panic!("{e}"))
+    }
+    fn now_ms(&self) -> u64 {
+        call(&self.backend, "now", &[]).as_f64().unwrap_or(0.0) as u64
+    }
+    fn advance(&self, ms: u64) {
+        call(&self.backend, "advance", &[JsValue::from_f64(ms as f64)]);
+    }
+}
+
+/// `runStoreHistory(make, clients, seed)`: see the module docs.
+#[wasm_bindgen(js_name = runStoreHistory)]
+pub async fn run_store_history(make: Function, clients: u32, seed: f64) -> Result<(), JsValue> {
+    let made = make.call0(&JsValue::NULL)?;
+    let setting = JsSetting {
+        store: prop(&made, "store"),
+        backend: prop(&made, "backend"),
+    };
+    js_store(&setting.store).map_err(|e| js_sys::Error::new(&e))?;
+    let plan = Plan {
+        rules: InMemoryStore::RULES,
+        // The backend's manual clock moves in whole ticks.
+        tick_ms: 1_000,
+        slack_ms: 0,
+        clients: 4,
+        steps: 16,
+        backend_errors: true,
+    }
+    .with_clients(clients as usize);
+    let seed = seed as u64;
+    let runs = plan.clients(&setting, seed).into_iter().map(|c| c.run());
+    let calls: Result<Vec<_>, String> = futures_util::future::join_all(runs)
+        .await
+        .into_iter()
+        .collect();
+    calls
+        .and_then(|calls| plan.judge(calls, None))
+        .map_err(|e| {
+            let clients = plan.clients;
+            js_sys::Error::new(&format!(
+                "history checker (BQ_TESTKIT_SEED={seed}, {clients} clients): {e}"
+            ))
+            .into()
+        })
 }
