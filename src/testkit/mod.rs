@@ -45,6 +45,7 @@
 //! one the key's effect rows must number its committed transactions.
 
 mod fault;
+pub mod guard_fleet;
 mod history;
 mod run;
 
