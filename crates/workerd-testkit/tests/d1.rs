@@ -10,7 +10,7 @@
 
 use babelqueue_dedupe_workerd_testkit::{HttpStore, TOKEN, run_prefix, worker_url};
 use bq_dedupe::store::sql::RULES;
-use bq_dedupe::testkit::{self, Fleet, OnServer};
+use bq_dedupe::testkit::{self, Fleet, OnServer, guard_fleet};
 
 #[test]
 fn the_d1_store_follows_the_record_model_on_workerd() {
@@ -44,4 +44,19 @@ fn d1_histories_are_linearizable_on_workerd() {
                 move |key| effects.effects(key).expect("count the effect rows"),
             )
     });
+}
+
+/// The guard in the loop on the D1 store: four claiming consumers (each its
+/// own client) on one inbox, handlers that fail, panic, outlive their lease or
+/// die before the commit; nothing lost, every second run reported
+/// (`bq_dedupe::testkit::guard_fleet`).
+#[test]
+fn claiming_consumers_on_the_d1_store_lose_nothing() {
+    let url = worker_url();
+    let prefix = run_prefix("fleet-d1");
+    let stores: Vec<HttpStore> = (0..4)
+        .map(|_| HttpStore::new(&url, TOKEN, &prefix))
+        .collect();
+    let lease = std::time::Duration::from_millis(300);
+    guard_fleet::check_claiming_fleet("claiming d1", &prefix, &stores, lease);
 }

@@ -6,7 +6,7 @@
 //! `BQ_TEST_WORKER_URL`; without it this test fails rather than skips.
 
 use babelqueue_dedupe_workerd_testkit::{HttpStore, TOKEN, run_prefix, worker_url};
-use bq_dedupe::testkit::{self, Fleet, OnServer};
+use bq_dedupe::testkit::{self, Fleet, OnServer, guard_fleet};
 use bq_dedupe_workers::durable::DedupeShard;
 
 #[test]
@@ -34,4 +34,19 @@ fn durable_object_histories_are_linearizable_on_workerd() {
         })
         .with_timing(80, 20)
     });
+}
+
+/// The guard in the loop on the Durable Object store: four claiming consumers
+/// (each its own client) on one inbox, handlers that fail, panic, outlive
+/// their lease or die before the commit; nothing lost, every second run
+/// reported (`bq_dedupe::testkit::guard_fleet`).
+#[test]
+fn claiming_consumers_on_the_durable_object_store_lose_nothing() {
+    let url = worker_url();
+    let prefix = run_prefix("fleet");
+    let stores: Vec<HttpStore> = (0..4)
+        .map(|_| HttpStore::new(&url, TOKEN, &prefix))
+        .collect();
+    let lease = std::time::Duration::from_millis(300);
+    guard_fleet::check_claiming_fleet("claiming durable object", &prefix, &stores, lease);
 }
