@@ -21,7 +21,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::{Disposition, Guard, OutcomeKind, Store, Verdict, block_on_ready};
+use crate::{Disposition, Guard, Observer, OutcomeKind, Store, Timer, Verdict, block_on_ready};
 
 /// How many ids the inbox holds.
 pub const IDS: usize = 30;
@@ -239,8 +239,8 @@ pub fn envelope(id: &str) -> String {
 
 /// A claiming or seen-set consumer's delivery: the handler's effect is its
 /// successful run. `lease`: how long a slow handler outlives.
-pub async fn plain_delivery<S: Store>(
-    guard: &Guard<S>,
+pub async fn plain_delivery<S: Store, O: Observer, T: Timer>(
+    guard: &Guard<S, O, T>,
     id: &str,
     act: Act,
     lease: Duration,

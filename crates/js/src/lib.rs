@@ -270,9 +270,9 @@ impl Timer for JsTimer {
     }
 }
 
-type JsGuard = Guard<GivenStore, LastKey, JsTimer>;
+pub(crate) type JsGuard = Guard<GivenStore, LastKey, JsTimer>;
 
-fn guard(store: &JsValue, opts: &Option<JsValue>) -> Result<JsGuard, JsValue> {
+pub(crate) fn guard(store: &JsValue, opts: &Option<JsValue>) -> Result<JsGuard, JsValue> {
     let options = options(opts)?;
     let (store, clock) = GivenStore::from_js(store).map_err(|e| type_error(&e))?;
     Ok(Guard::new(store)

@@ -17,10 +17,18 @@
 //!   interleaves them); every key's history must be linearizable against the
 //!   record model. The store's own errors are recorded as unknown (a fault
 //!   the test injects). Resolves, or rejects with an `Error` naming the seed.
+//! - `runGuardFleet(store, prefix, mode, leaseMs)`: the core's guard in the
+//!   loop (`testkit::guard_fleet`) over the package's own guard (as `dedupe`
+//!   builds it: the adapter over `store`, the JS clock and timer): four
+//!   consumers, `mode` "claiming" (leases of `leaseMs`) or "seen-set", on one
+//!   inbox of ids `{prefix}-N` joined on the event loop; handlers fail, outlive
+//!   their lease, die before the commit. Rejects with what broke.
 
 use std::sync::Arc;
 
+use bq_dedupe::Timer;
 use bq_dedupe::store::record::Rules;
+use bq_dedupe::testkit::guard_fleet::{Inbox, plain_delivery};
 use bq_dedupe::testkit::{self, Harness, Plan, Setting};
 use bq_dedupe::{Clock, InMemoryStore, ManualClock, block_on_ready};
 use js_sys::{Array, Function};
@@ -173,4 +181,38 @@ pub async fn run_store_history(make: Function, clients: u32, seed: f64) -> Resul
             ))
             .into()
         })
+}
+
+/// `runGuardFleet(store, prefix, mode, leaseMs)`: see the module docs.
+#[wasm_bindgen(js_name = runGuardFleet)]
+pub async fn run_guard_fleet(
+    store: JsValue,
+    prefix: String,
+    mode: String,
+    lease_ms: f64,
+) -> Result<(), JsValue> {
+    let lease = std::time::Duration::from_millis(lease_ms as u64);
+    let opts = js_sys::Object::new();
+    if mode == "claiming" {
+        js_sys::Reflect::set(&opts, &"claimLeaseMs".into(), &lease_ms.into())?;
+    }
+    let opts = Some(JsValue::from(opts));
+    let guards = (0..4)
+        .map(|_| crate::guard(&store, &opts))
+        .collect::<Result<Vec<_>, _>>()?;
+    // A panic aborts the module on wasm32: those handlers fail instead.
+    let inbox = Inbox::new(&prefix, lease).without_panics();
+    let sleep = async |d| crate::JsTimer.sleep(d).await;
+    let consumers = guards.iter().map(|guard| {
+        inbox.consume(
+            async |id, act| plain_delivery(guard, id, act, lease, sleep).await,
+            sleep,
+        )
+    });
+    futures_util::future::join_all(consumers)
+        .await
+        .into_iter()
+        .collect::<Result<(), String>>()
+        .and_then(|()| inbox.check(&mode, None))
+        .map_err(|e| js_sys::Error::new(&format!("the guard in the loop: {e}")).into())
 }
