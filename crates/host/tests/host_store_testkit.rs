@@ -4,12 +4,12 @@
 //! their conversions of keys, tokens, claims and errors, and the host's note of
 //! the claims it keeps alive. On a SQLite file, on the real clock.
 
-use std::cell::RefCell;
 use std::path::PathBuf;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use bq_dedupe::store::{Settled, Settlement};
-use bq_dedupe::testkit::{self, Fleet, OnServer};
+use bq_dedupe::testkit::{self, Fleet, OnServer, guard_fleet};
 use bq_dedupe::{Capabilities, Claim, ClaimToken, Store, StoreError, StoreErrorKind, StoreResult};
 use bq_dedupe_host::handler::Handler;
 use bq_dedupe_host::keep_alive::HeldClaims;
@@ -18,7 +18,13 @@ use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::{leases, store, types}
 use bq_dedupe_stores::{AnyStore, SqliteStore};
 
 /// The host's imports, called as the guest calls them.
-struct ViaImports(RefCell<HostState>);
+struct ViaImports(Mutex<HostState>);
+
+impl ViaImports {
+    fn state(&self) -> std::sync::MutexGuard<'_, HostState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 fn from_wit<T>(result: Result<T, types::StoreError>) -> StoreResult<T> {
     result.map_err(|e| {
@@ -45,24 +51,21 @@ fn pairs(claims: &[(&str, &ClaimToken)]) -> Vec<(String, String)> {
 
 impl Store for ViaImports {
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
-        from_wit(store::Host::seen_many(
-            &mut *self.0.borrow_mut(),
-            owned(keys),
-        ))
+        from_wit(store::Host::seen_many(&mut *self.state(), owned(keys)))
     }
     async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
         let ttl_ms = ttl.map(|d| d.as_millis() as u64);
         from_wit(store::Host::remember_many(
-            &mut *self.0.borrow_mut(),
+            &mut *self.state(),
             owned(keys),
             ttl_ms,
         ))
     }
     async fn forget(&self, key: &str) -> StoreResult<()> {
-        from_wit(store::Host::forget(&mut *self.0.borrow_mut(), key.into()))
+        from_wit(store::Host::forget(&mut *self.state(), key.into()))
     }
     fn capabilities(&self) -> Capabilities {
-        let mut state = self.0.borrow_mut();
+        let mut state = self.state();
         let caps = store::Host::capabilities(&mut *state);
         Capabilities {
             claim: caps.claim,
@@ -72,7 +75,7 @@ impl Store for ViaImports {
     }
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
         let lease_ms = lease.as_millis() as u64;
-        let claims = store::Host::claim_many(&mut *self.0.borrow_mut(), owned(keys), lease_ms);
+        let claims = store::Host::claim_many(&mut *self.state(), owned(keys), lease_ms);
         Ok(from_wit(claims)?
             .into_iter()
             .map(|c| match c {
@@ -89,7 +92,7 @@ impl Store for ViaImports {
             .map(|(k, t)| (k.to_string(), t.map(|t| t.0.clone())))
             .collect();
         let settled = leases::Host::settle(
-            &mut *self.0.borrow_mut(),
+            &mut *self.state(),
             remember,
             step.ttl.map(|d| d.as_millis() as u64),
             pairs(step.release),
@@ -127,7 +130,7 @@ fn run_file() -> (TempFile, impl Fn() -> ViaImports + Send + Sync + 'static) {
     ));
     let spec = format!("sqlite:{}", path.display());
     let open = move || {
-        ViaImports(RefCell::new(HostState {
+        ViaImports(Mutex::new(HostState {
             store: AnyStore::from_spec(&spec).expect("open the SQLite file"),
             handler: Handler::Mark,
             claims: HeldClaims::default(),
@@ -152,4 +155,15 @@ fn the_host_store_served_to_the_component_has_linearizable_histories() {
         let (file, open) = run_file();
         Fleet::new(SqliteStore::RULES, open).with_cleanup(file)
     });
+}
+
+/// The guard in the loop on the host's store: four claiming consumers, each
+/// its own host state on one SQLite file, handlers that fail, panic, outlive
+/// their lease or die before the commit (`bq_dedupe::testkit::guard_fleet`).
+#[test]
+fn claiming_consumers_on_the_host_store_lose_nothing() {
+    let (_file, open) = run_file();
+    let stores: Vec<ViaImports> = (0..4).map(|_| open()).collect();
+    let lease = Duration::from_millis(150);
+    guard_fleet::check_claiming_fleet("claiming host store", "fleet", &stores, lease);
 }
