@@ -1,14 +1,13 @@
 //! The component's imported `handler`: what "processing a message" means for this
 //! host run.
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result};
 use wasmtime::component::{Component, Linker, WasmStr};
 use wasmtime::{Store, StoreContextMut};
 
+pub use crate::exec::ExecHandler;
 use crate::runtime::HostState;
 use crate::wit::dedupe::babelqueue::idempotency::handler;
 use crate::wit::plugin::HandlerPlugin;
@@ -19,7 +18,7 @@ pub enum Handler {
     /// No handler: record the delivery as if it succeeded (a "mark" run).
     Mark,
     /// A shell command per message, the envelope on stdin; exit 0 = success.
-    Exec(String),
+    Exec(ExecHandler),
     /// A component exporting the WIT `handler` interface.
     Plugin(Box<Plugin>),
     /// Succeeds or fails as told (the conformance runner's scripted handler).
@@ -44,7 +43,7 @@ impl Handler {
     fn handle(&mut self, envelope: &str) -> Result<(), String> {
         match self {
             Handler::Mark => Ok(()),
-            Handler::Exec(cmd) => exec(cmd, envelope),
+            Handler::Exec(exec) => exec.handle(envelope),
             Handler::Plugin(plugin) => plugin.handle(envelope),
             Handler::Scripted { succeed, calls } => {
                 *calls += 1;
@@ -107,38 +106,6 @@ pub fn bind_lazily(linker: &mut Linker<HostState>, component: &Component) -> Res
     });
     linker.allow_shadowing(false);
     Ok(bound?)
-}
-
-fn exec(cmd: &str, envelope: &str) -> Result<(), String> {
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(cmd)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("could not start handler: {e}"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        // A handler that does not read its input closes the pipe early: not an error.
-        let _ = stdin.write_all(envelope.as_bytes());
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("handler did not finish: {e}"))?;
-    if out.status.success() {
-        return Ok(());
-    }
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let tail: String = stderr
-        .trim()
-        .chars()
-        .rev()
-        .take(200)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
-    Err(format!("handler exited with {}: {tail}", out.status))
 }
 
 /// A handler component in its own store (it shares nothing with the dedupe component).

@@ -5,6 +5,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod engine;
+pub mod exec;
 pub mod handler;
 mod host_store;
 pub mod keep_alive;

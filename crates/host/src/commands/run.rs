@@ -15,7 +15,7 @@ use anyhow::{Context, Result, bail};
 use bq_dedupe_stores::AnyStore;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use bq_dedupe_host::handler::{Handler, Plugin};
+use bq_dedupe_host::handler::{ExecHandler, Handler, Plugin};
 use bq_dedupe_host::runtime::{ComponentSource, Runtime, guard_options};
 
 pub use args::RunArgs;
@@ -60,7 +60,10 @@ impl From<Stopped> for Stop {
 
 pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
     let handler = match (&args.exec, &args.handler) {
-        (Some(cmd), _) => Handler::Exec(cmd.clone()),
+        (Some(cmd), _) => Handler::Exec(ExecHandler {
+            cmd: cmd.clone(),
+            timeout: args.handler_timeout(),
+        }),
         (None, Some(path)) => Handler::Plugin(Box::new(Plugin::load(path)?)),
         (None, None) => Handler::Mark,
     };

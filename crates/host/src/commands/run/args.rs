@@ -31,6 +31,11 @@ pub struct RunArgs {
     /// A shell command run per message with the envelope on stdin (exit 0 = success).
     #[arg(long, conflicts_with = "handler")]
     pub(super) exec: Option<String>,
+    /// The longest one `--exec` handler may run: then it is killed with every
+    /// process it started, and the delivery fails (retried; its claim released).
+    /// Default 5m, and never longer than `--lease` in claiming mode.
+    #[arg(long, value_parser = parse_duration)]
+    pub(super) handler_timeout: Option<Duration>,
     /// A handler plugin component exporting the WIT `handler` interface.
     #[arg(long)]
     pub(super) handler: Option<PathBuf>,
@@ -46,6 +51,20 @@ pub struct RunArgs {
     /// Input file, or - for stdin.
     #[arg(default_value = "-")]
     pub(super) input: String,
+}
+
+/// `--handler-timeout`'s default.
+const HANDLER_TIMEOUT: Duration = Duration::from_secs(300);
+
+impl RunArgs {
+    /// How long one `--exec` handler may run (see the flag).
+    pub(super) fn handler_timeout(&self) -> Duration {
+        match (self.handler_timeout, self.claim) {
+            (Some(timeout), _) => timeout,
+            (None, true) => HANDLER_TIMEOUT.min(self.lease),
+            (None, false) => HANDLER_TIMEOUT,
+        }
+    }
 }
 
 /// `90s`, `15m`, `24h`, `7d`, `250ms`, or a number of seconds.

@@ -1,0 +1,176 @@
+//! The `--exec` handler's process: `sh -c CMD` with the envelope on its stdin.
+//!
+//! Its stdin is written from a thread of its own while its stderr is drained
+//! into a bounded tail on another, so neither side waits on a full pipe. It is
+//! done when it exits, whatever it left running (a background child keeping
+//! the pipes open is not waited for), and at its timeout it is killed with its
+//! whole process group.
+
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How much of a handler's stderr is kept (its end, for the failure's reason).
+const TAIL_BYTES: usize = 4096;
+/// How much of that tail a reason shows.
+const REASON_CHARS: usize = 200;
+/// How long, after the handler exits, its stderr may take to reach its end
+/// (a background child holding it open is not waited for longer).
+const STDERR_GRACE: Duration = Duration::from_millis(100);
+
+/// A shell command run per delivery (`bq-dedupe run --exec`).
+#[derive(Debug, Clone)]
+pub struct ExecHandler {
+    /// The command, for `sh -c`.
+    pub cmd: String,
+    /// How long one delivery's handler may run before it is killed.
+    pub timeout: Duration,
+}
+
+impl ExecHandler {
+    /// Runs the command on `envelope`: `Ok` when it exits 0; otherwise why,
+    /// with the end of its stderr.
+    pub fn handle(&self, envelope: &str) -> Result<(), String> {
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(&self.cmd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        // Its own process group, so a timeout kills whatever it started too.
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let mut child = command
+            .spawn()
+            .map_err(|e| format!("could not start handler: {e}"))?;
+        feed(&mut child, envelope);
+        let tail = Tail::drain(&mut child);
+        let pid = child.id();
+        let (exited, exit) = mpsc::channel();
+        std::thread::spawn(move || exited.send(child.wait()));
+        let status = match exit.recv_timeout(self.timeout) {
+            Ok(status) => status.map_err(|e| format!("handler did not finish: {e}"))?,
+            Err(RecvTimeoutError::Timeout) => {
+                kill_group(pid);
+                let _ = exit.recv(); // reaped
+                return Err(format!(
+                    "handler timed out after {} and was killed{}",
+                    shown(self.timeout),
+                    tail.reason(STDERR_GRACE)
+                ));
+            }
+            Err(RecvTimeoutError::Disconnected) => return Err("handler did not finish".into()),
+        };
+        if status.success() {
+            return Ok(());
+        }
+        Err(format!(
+            "handler exited with {}{}",
+            exited_with(status),
+            tail.reason(STDERR_GRACE)
+        ))
+    }
+}
+
+/// Writes `envelope` to the child's stdin from a thread, then closes it. A
+/// handler that does not read its input closes the pipe early: not an error.
+/// The thread is not joined: a background child holding the pipe unread must
+/// not hold the delivery.
+fn feed(child: &mut Child, envelope: &str) {
+    if let Some(mut stdin) = child.stdin.take() {
+        let input = envelope.to_owned();
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(input.as_bytes());
+        });
+    }
+}
+
+/// The end of a child's stderr, read on a thread of its own.
+struct Tail {
+    kept: Arc<Mutex<VecDeque<u8>>>,
+    ended: mpsc::Receiver<()>,
+}
+
+impl Tail {
+    fn drain(child: &mut Child) -> Tail {
+        let kept = Arc::new(Mutex::new(VecDeque::with_capacity(TAIL_BYTES)));
+        let (end, ended) = mpsc::channel();
+        if let Some(mut stderr) = child.stderr.take() {
+            let kept = kept.clone();
+            std::thread::spawn(move || {
+                let mut chunk = [0u8; 8192];
+                while let Ok(n @ 1..) = stderr.read(&mut chunk) {
+                    let mut tail = kept.lock().unwrap_or_else(|e| e.into_inner());
+                    tail.extend(&chunk[..n]);
+                    let over = tail.len().saturating_sub(TAIL_BYTES);
+                    tail.drain(..over);
+                }
+                let _ = end.send(());
+            });
+        }
+        Tail { kept, ended }
+    }
+
+    /// `": <the last lines of stderr>"`, once stderr ended or `grace` passed;
+    /// empty when it said nothing.
+    fn reason(&self, grace: Duration) -> String {
+        let _ = self.ended.recv_timeout(grace);
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        let text = String::from_utf8_lossy(&kept.iter().copied().collect::<Vec<u8>>()).into_owned();
+        let text = text.trim();
+        let start = text
+            .char_indices()
+            .rev()
+            .nth(REASON_CHARS - 1)
+            .map_or(0, |(i, _)| i);
+        match &text[start..] {
+            "" => String::new(),
+            tail => format!(": {tail}"),
+        }
+    }
+}
+
+#[cfg(unix)]
+fn exited_with(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("status {code}"),
+        (None, Some(signal)) => format!("signal {signal}"),
+        _ => status.to_string(),
+    }
+}
+
+#[cfg(not(unix))]
+fn exited_with(status: ExitStatus) -> String {
+    status.to_string()
+}
+
+/// Kills the process group `pgid` (the handler and all it started).
+#[cfg(unix)]
+fn kill_group(pgid: u32) {
+    // SAFETY: killpg only sends a signal; a group already gone is ESRCH.
+    unsafe {
+        libc::killpg(pgid as libc::pid_t, libc::SIGKILL);
+    }
+}
+
+#[cfg(not(unix))]
+fn kill_group(pid: u32) {
+    let _ = Command::new("taskkill")
+        .args(["/F", "/T", "/PID", &pid.to_string()])
+        .status();
+}
+
+/// `1s`, `250ms`, `5m`: a duration as the flags write it.
+fn shown(d: Duration) -> String {
+    let ms = d.as_millis();
+    match ms {
+        ms if ms % 60_000 == 0 && ms > 0 => format!("{}m", ms / 60_000),
+        ms if ms % 1000 == 0 && ms > 0 => format!("{}s", ms / 1000),
+        ms => format!("{ms}ms"),
+    }
+}

@@ -1,0 +1,185 @@
+//! `bq-dedupe run --exec`: the handler's process, as issue #29 found it. Its
+//! input is fed from a thread while its stderr is drained into a bounded tail,
+//! it is done when it exits (whatever it left running), and it is killed with
+//! its process group at `--handler-timeout`. Wall-clock bounds here are
+//! deadlines a hang would miss by far, not timings.
+
+mod common;
+
+use std::io::Write;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+fn envelope(id: &str, pad: usize) -> String {
+    serde_json::json!({
+        "job": "urn:babel:orders:created",
+        "trace_id": "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b",
+        "data": {"pad": "x".repeat(pad)},
+        "meta": {"id": id, "queue": "orders", "schema_version": 1},
+    })
+    .to_string()
+}
+
+/// Runs `bq-dedupe ARGS` on `input`, killed and failed if it has not exited
+/// after `secs`; its verdicts and how long it took.
+fn run_within(args: &[&str], input: &str, secs: u64) -> (Vec<Value>, Duration, String) {
+    let started = Instant::now();
+    let mut child = spawn(args);
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_owned();
+    std::thread::spawn(move || {
+        let _ = stdin.write_all(input.as_bytes());
+    });
+    let out = wait_within(child, secs);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (decisions(&out), started.elapsed(), stderr)
+}
+
+fn wait_within(child: Child, secs: u64) -> std::process::Output {
+    let pid = child.id();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(child.wait_with_output()));
+    match finished.recv_timeout(Duration::from_secs(secs)) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            let _ = std::process::Command::new("kill")
+                .arg("-9")
+                .arg(pid.to_string())
+                .status();
+            panic!("bq-dedupe run still running after {secs} s: a hang");
+        }
+    }
+}
+
+/// Measured on today's main: a 200 KB envelope whose handler writes 100 KB to
+/// stderr before reading its input had no verdict after 20 s (the host wrote
+/// stdin whole before reading stderr; each side waited on a full pipe).
+#[test]
+fn a_handler_that_writes_stderr_before_reading_its_input_does_not_deadlock() {
+    let cmd = "head -c 100000 /dev/zero | tr '\\0' e >&2; cat > /dev/null";
+    let (verdicts, _, stderr) = run_within(
+        &["run", "--store", "memory", "--exec", cmd],
+        &envelope("pipes-1", 200_000),
+        30,
+    );
+    assert_eq!(verdicts.len(), 1, "{stderr}");
+    assert_eq!(verdicts[0]["decision"], "run", "{verdicts:?}");
+}
+
+/// A handler that exits 0 leaving a background child (which keeps its stderr
+/// open) is done when it exits: before, the run waited the child's whole life.
+#[test]
+fn a_handler_is_done_when_it_exits_whatever_it_left_running() {
+    let cmd = "cat > /dev/null; sleep 30 & exit 0";
+    let (verdicts, took, stderr) = run_within(
+        &["run", "--store", "memory", "--exec", cmd],
+        &envelope("background-1", 10),
+        25,
+    );
+    assert_eq!(verdicts.len(), 1, "{stderr}");
+    assert_eq!(verdicts[0]["decision"], "run", "{verdicts:?}");
+    assert!(
+        took < Duration::from_secs(20),
+        "waited {took:?} for the background child"
+    );
+}
+
+fn alive(pid: &str) -> bool {
+    // A zombie has exited: only a live process has a state other than Z.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit(')')
+            .next()
+            .is_some_and(|s| !s.trim_start().starts_with('Z'))
+    })
+}
+
+/// A hung handler is killed at `--handler-timeout` with everything it started
+/// (its process group), the delivery fails with a reason that says so, and in
+/// claiming mode its claim is released: the redelivery runs at once.
+#[test]
+fn a_hung_handler_is_killed_with_its_process_group_at_the_timeout() {
+    let dir = scratch("hung");
+    let spec = format!("sqlite:{}", dir.join("seen.db").display());
+    let pids = dir.join("pids");
+    // The first attempt hangs (a background child and a foreground sleep); the
+    // second succeeds.
+    let cmd = format!(
+        "cat > /dev/null; if [ ! -e {0} ]; then sleep 60 & echo $! > {0}; echo $$ >> {0}; sleep 60; fi",
+        pids.display()
+    );
+    let args = [
+        "run",
+        "--store",
+        &spec,
+        "--claim",
+        "--lease",
+        "30s",
+        "--exec",
+        &cmd,
+        "--handler-timeout",
+        "1s",
+        "--batch",
+        "1",
+    ];
+    let (verdicts, took, stderr) = run_within(&args, &envelope("hung-1", 10), 30);
+    assert_eq!(verdicts.len(), 1, "{stderr}");
+    assert_eq!(verdicts[0]["decision"], "failed", "{verdicts:?}");
+    let reason = verdicts[0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("timed out after 1s"), "{reason}");
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    // Everything the handler started is gone.
+    let started = std::fs::read_to_string(&pids).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    for pid in started.split_whitespace() {
+        assert!(
+            !alive(pid),
+            "process {pid} of the killed handler still runs"
+        );
+    }
+    // The claim was released, not left to its 30 s lease: the redelivery runs.
+    let (verdicts, _, stderr) = run_within(&args, &envelope("hung-1", 10), 30);
+    assert_eq!(verdicts[0]["decision"], "run", "{verdicts:?} {stderr}");
+}
+
+/// A handler writing 300 MB to stderr grew the host to 306 MB: only a bounded
+/// tail of it is kept (for the reason).
+#[test]
+fn a_handler_flooding_stderr_keeps_the_host_small() {
+    let cmd =
+        "cat > /dev/null; head -c 300000000 /dev/zero | tr '\\0' e >&2; echo the-end >&2; exit 1";
+    let mut child = spawn(&["run", "--store", "memory", "--exec", cmd]);
+    let pid = child.id();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{}", envelope("flood-1", 10)).unwrap();
+    drop(stdin);
+    // The host's peak resident size, read while it runs.
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(child.wait_with_output()));
+    let mut peak_kb = 0u64;
+    let out = loop {
+        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            let hwm = status.lines().find_map(|l| l.strip_prefix("VmHWM:"));
+            if let Some(kb) = hwm.and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            {
+                peak_kb = peak_kb.max(kb);
+            }
+        }
+        match finished.recv_timeout(Duration::from_millis(20)) {
+            Ok(out) => break out.unwrap(),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let verdicts = decisions(&out);
+    assert_eq!(verdicts[0]["decision"], "failed", "{verdicts:?}");
+    let reason = verdicts[0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.ends_with("the-end"), "the tail of stderr: {reason}");
+    assert!(peak_kb > 0, "the host's peak size was read");
+    assert!(
+        peak_kb < 150_000,
+        "the host grew to {peak_kb} kB on a handler's stderr"
+    );
+}
