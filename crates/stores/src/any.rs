@@ -114,7 +114,7 @@ impl AnyStore {
         Err(invalid(format!(
             "unknown store spec {:?}: use memory, sqlite:PATH, redis://HOST:PORT[/DB][?prefix=P&dialect=native|php|go], \
              redis+cluster://HOST:PORT[,HOST:PORT...] or postgres://USER@HOST:PORT/DB[?table=T]",
-            spec.split(['/', '?', '@']).next().unwrap_or_default()
+            crate::shown_spec(spec)
         )))
     }
 

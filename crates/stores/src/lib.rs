@@ -53,6 +53,7 @@
 mod any;
 mod postgres;
 mod redis;
+mod shown;
 mod sqlite;
 mod tls;
 
@@ -65,6 +66,7 @@ use bq_dedupe::{ClaimToken, StoreError};
 pub use any::{AnyStore, DEFAULT_REDIS_PREFIX};
 pub use postgres::{DEFAULT_POSTGRES_TABLE, PostgresStore};
 pub use redis::{Dialect, RedisStore};
+pub use shown::shown_spec;
 pub use sqlite::SqliteStore;
 
 /// What a store holds right now, for inspection and metrics.
