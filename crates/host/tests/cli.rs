@@ -142,9 +142,8 @@ fn exec_handler_failure_leaves_the_id_for_the_retry() {
     assert_eq!(d[1]["decision"], "run");
     assert_eq!(d[2]["decision"], "skip");
 
-    // Batched (the default): the copies of x in the same batch follow the first,
-    // which failed, so they park (redeliver later) instead of running at once; the
-    // id stays unmarked, and the next run runs it.
+    // Batched (the default): the same verdicts as one at a time. The copy after
+    // the failed first one runs again, the next is a skip.
     let spec = format!("sqlite:{}", dir.join("batched.db").display());
     std::fs::write(&flag, "").unwrap();
     let out = bq(&["run", "--store", &spec, "--exec", &cmd], &input);
@@ -153,13 +152,13 @@ fn exec_handler_failure_leaves_the_id_for_the_retry() {
         .iter()
         .map(|d| d["decision"].clone())
         .collect();
-    assert_eq!(d, [json!("failed"), json!("park"), json!("park")]);
+    assert_eq!(d, [json!("failed"), json!("run"), json!("skip")]);
     let again = bq(&["run", "--store", &spec, "--exec", &cmd], &input);
     let d: Vec<Value> = decisions(&again)
         .iter()
         .map(|d| d["decision"].clone())
         .collect();
-    assert_eq!(d, [json!("run"), json!("skip"), json!("skip")]);
+    assert_eq!(d, [json!("skip"), json!("skip"), json!("skip")]);
 }
 
 /// 16 processes deliver the same id at the same moment, in claiming mode: the
@@ -808,4 +807,43 @@ fn run_with_fingerprints_refuses_a_store_of_another_sdks_format() {
         String::from_utf8_lossy(&plain.stderr)
     );
     assert_eq!(decisions(&plain)[0]["decision"], "run");
+}
+
+/// An ordered stream gets the verdicts of one-at-a-time processing whatever
+/// its batching (issue #29: in a batch, the redeliveries of an id that failed
+/// came back `park`, "another consumer holds the claim", where one at a time
+/// they ran again). The sample stream with the demo's handler (the third order
+/// fails once), batch 1 against the default batch, seen-set and claiming.
+#[test]
+fn verdicts_do_not_depend_on_batching() {
+    let sample =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/sample-stream.jsonl");
+    let input = std::fs::read_to_string(&sample).unwrap();
+    for mode in [&[][..], &["--claim"][..]] {
+        let mut runs = Vec::new();
+        for batch in ["1", "100"] {
+            let dir = scratch("batching");
+            let spec = format!("sqlite:{}", dir.join("seen.db").display());
+            let marker = dir.join("failed-once");
+            let cmd = format!(
+                "e=$(cat); case \"$e\" in *00000003-*) [ -e {0} ] || {{ touch {0}; echo gateway timeout >&2; exit 1; }};; esac",
+                marker.display()
+            );
+            let mut args = vec!["run", "--store", &spec, "--exec", &cmd, "--batch", batch];
+            args.extend_from_slice(mode);
+            let out = bq(&args, &input);
+            let verdicts: Vec<(Value, Value)> = decisions(&out)
+                .iter()
+                .map(|d| (d["decision"].clone(), d["reason"].clone()))
+                .collect();
+            runs.push(verdicts);
+        }
+        assert_eq!(runs[0], runs[1], "{mode:?}: batch 1 vs batch 100");
+        let decided: Vec<&Value> = runs[1].iter().map(|(d, _)| d).collect();
+        assert_eq!(
+            decided[3..6],
+            [&json!("failed"), &json!("run"), &json!("skip")],
+            "{mode:?}"
+        );
+    }
 }

@@ -128,13 +128,50 @@ pub(super) fn decide(runtime: &mut Runtime, batch: Vec<Line>) -> Vec<LineVerdict
         [] => Ok(Vec::new()),
         many => runtime.guard_process_batch_ids(many),
     };
-    let decided = resolve(&lines, &texts, processed);
+    let mut decided = resolve(&lines, &texts, processed);
+    rerun_after_failed_leaders(runtime, &lines, texts, &mut decided);
     // Every `None` slot is a text, and `decided` holds one verdict per text.
     let mut decided = decided.into_iter();
     verdicts
         .into_iter()
         .filter_map(|v| v.or_else(|| decided.next()))
         .collect()
+}
+
+/// Gives a batch the verdicts of one-at-a-time processing. The guard collapses
+/// an id's deliveries inside one batch onto the first; when that one failed,
+/// the others come back `park`, where one at a time each would have run again
+/// (the failure left the id free). Those are decided again, in their order, in
+/// a call of their own (and again, while a first one still fails).
+fn rerun_after_failed_leaders(
+    runtime: &mut Runtime,
+    lines: &[u64],
+    texts: Vec<String>,
+    decided: &mut [LineVerdict],
+) {
+    let mut failed: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let mut again: Vec<usize> = Vec::new();
+    for (i, verdict) in decided.iter().enumerate() {
+        let Some(id) = verdict.id.as_deref() else {
+            continue;
+        };
+        if verdict.decision == "park" && failed.contains(id) {
+            again.push(i);
+        } else if verdict.decision == "failed" {
+            failed.insert(id);
+        }
+    }
+    if again.is_empty() {
+        return;
+    }
+    let mut texts: Vec<Option<String>> = texts.into_iter().map(Some).collect();
+    let batch: Vec<Line> = again
+        .iter()
+        .map(|&i| (lines[i], Ok(texts[i].take().unwrap_or_default())))
+        .collect();
+    for (i, verdict) in again.into_iter().zip(decide(runtime, batch)) {
+        decided[i] = verdict;
+    }
 }
 
 /// The verdicts of one component call, one per text. A call that trapped (the
