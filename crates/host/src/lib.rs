@@ -18,3 +18,15 @@ pub const DEFAULT_STORE: &str = "sqlite:.bq-dedupe/seen.db";
 /// A store spec as it may be printed, every password masked (one function for
 /// every command and error: the stores crate's).
 pub use bq_dedupe_stores::shown_spec;
+
+/// Opens the store of `spec` for a command: an error names the spec masked,
+/// and what its connection leaves unauthenticated is said once, on stderr.
+pub fn open_store(spec: &str) -> anyhow::Result<bq_dedupe_stores::AnyStore> {
+    use anyhow::Context;
+    let store = bq_dedupe_stores::AnyStore::from_spec(spec)
+        .with_context(|| format!("opening store {}", shown_spec(spec)))?;
+    if let Some(note) = store.security_note() {
+        eprintln!("bq-dedupe: note: store {}: {note}", shown_spec(spec));
+    }
+    Ok(store)
+}

@@ -64,6 +64,16 @@ fn invalid(message: impl Into<String>) -> StoreError {
 }
 
 impl AnyStore {
+    /// What the connection leaves unchecked, where it does not authenticate
+    /// its server (PostgreSQL's `prefer`, `allow`, `require` without a CA,
+    /// `disable`: [`PostgresStore::security_note`]), for a host to say once.
+    pub fn security_note(&self) -> Option<&str> {
+        match self {
+            AnyStore::Postgres(store) => store.security_note(),
+            _ => None,
+        }
+    }
+
     /// Opens the store a spec names: `memory`, `sqlite:PATH`,
     /// `redis://HOST[:PORT][/DB][?prefix=P][&dialect=D]`,
     /// `redis+cluster://HOST:PORT[,HOST:PORT...][?prefix=P][&dialect=D]` or

@@ -53,6 +53,7 @@ pub struct PostgresStore {
     pool: Pool<PostgresConnectionManager<MakeRustlsConnect>>,
     table: String,
     claims: String,
+    security_note: Option<String>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -93,39 +94,58 @@ fn check_table(table: &str) -> StoreResult<()> {
 
 /// The TLS a URL asks for, libpq's way: `sslmode` (`disable`, `allow`, `prefer`
 /// (the default), `require`, `verify-ca`, `verify-full`) and `sslrootcert` (a
-/// PEM file of the CAs to trust; without it, the platform's roots). Both are
-/// taken out of the URL, which goes on to the client without them.
+/// PEM file of the CAs to trust, or `system`: the platform's roots, and
+/// verify-full). Both are taken out of the URL, which goes on to the client
+/// without them.
 struct Tls {
     /// `None`: the URL said nothing (the config's own parse stands: a
     /// key=value string's `sslmode`, or the default `prefer`).
     mode: Option<SslMode>,
     verify: Verify,
     ca: Option<Vec<u8>>,
+    /// What the mode leaves unchecked, when it does not authenticate the server.
+    note: Option<String>,
 }
 
 fn tls_of(url: &str) -> StoreResult<(String, Tls)> {
     let (url, ours) = take_params(url, &["sslmode", "sslrootcert"])?;
-    let mut mode = None;
+    let mut asked: Option<String> = None;
     let mut root = None;
     for (name, value) in ours {
         if name == "sslmode" {
-            mode = Some(value);
+            asked = Some(value);
         } else {
             root = Some(value);
         }
     }
-    // `sslrootcert=system` (libpq 16): the platform's roots, as without one.
-    let ca = match root.as_deref() {
-        None | Some("system") => None,
-        Some(path) => Some(read_ca_file(path)?),
-    };
+    // `sslrootcert=system` (libpq 16): the platform's roots, and verify-full;
+    // a weaker mode beside it is refused, as libpq refuses it.
+    if root.as_deref() == Some("system") {
+        return match asked.as_deref() {
+            None | Some("verify-full") => Ok((
+                url,
+                Tls {
+                    mode: Some(SslMode::Require),
+                    verify: Verify::ChainAndName,
+                    ca: None,
+                    note: None,
+                },
+            )),
+            Some(weak) => Err(invalid(format!(
+                "postgres: sslmode={weak} may not be used with sslrootcert=system, which \
+                 verifies the server's certificate and name against the platform's roots \
+                 (libpq 16): use sslmode=verify-full, or sslrootcert=PATH"
+            ))),
+        };
+    }
+    let ca = root.as_deref().map(read_ca_file).transpose()?;
     // libpq: with a CA file, `require` checks the chain as `verify-ca` does.
     let unverified = if ca.is_some() {
         Verify::Chain
     } else {
         Verify::Nothing
     };
-    let (mode, verify) = match mode.as_deref() {
+    let (mode, verify) = match asked.as_deref() {
         None => (None, unverified),
         Some("disable") => (Some(SslMode::Disable), Verify::Nothing),
         // `allow` tries plain first in libpq; TLS first when offered is safer.
@@ -147,7 +167,35 @@ fn tls_of(url: &str) -> StoreResult<(String, Tls)> {
             )));
         }
     };
-    Ok((url, Tls { mode, verify, ca }))
+    let named = asked.as_deref().unwrap_or("prefer (the default)");
+    let note = match (asked.as_deref(), verify) {
+        (Some("disable"), _) => {
+            Some("sslmode=disable: plain text, the server not authenticated".into())
+        }
+        (None | Some("allow" | "prefer"), _) => Some(format!(
+            "sslmode={named}: TLS only when the server offers it (plain text otherwise){}",
+            if ca.is_some() {
+                ""
+            } else {
+                ", the server not authenticated"
+            }
+        )),
+        (Some("require"), Verify::Nothing) => Some(
+            "sslmode=require: encrypted, the server not authenticated (add sslrootcert=PATH, or \
+             use verify-full)"
+                .into(),
+        ),
+        _ => None,
+    };
+    Ok((
+        url,
+        Tls {
+            mode,
+            verify,
+            ca,
+            note,
+        },
+    ))
 }
 
 /// An error and what caused it, outermost first ("error performing TLS
@@ -337,9 +385,17 @@ impl PostgresStore {
             pool,
             table: table.to_owned(),
             claims,
+            security_note: tls.note,
         };
         store.create_tables()?;
         Ok(store)
+    }
+
+    /// What the connection's TLS mode leaves unchecked, when it does not
+    /// authenticate the server (`prefer`, the default; `allow`; `require`
+    /// without `sslrootcert`; `disable`): for a host to say once on start-up.
+    pub fn security_note(&self) -> Option<&str> {
+        self.security_note.as_deref()
     }
 
     /// The table of remembered ids (Go's); claims are in `TABLE_claims`.

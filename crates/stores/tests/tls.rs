@@ -193,3 +193,61 @@ fn postgres_sslmodes_follow_libpq_and_the_verified_store_follows_the_record_mode
         .with_cleanup(cleanup)
     });
 }
+
+/// `sslrootcert=system` is verify-full against the platform's roots, as libpq
+/// 16 reads it: a server whose certificate a private CA signed is refused
+/// (issue #29: `?sslrootcert=system` and `?sslmode=require&sslrootcert=system`
+/// both connected, unverified). A weaker mode beside it is refused before
+/// connecting, as libpq does; so is a parameter given twice (libpq's URL
+/// parse would take one of them silently).
+#[test]
+fn postgres_sslrootcert_system_verifies_and_a_repeated_parameter_is_refused() {
+    let url = postgres_url();
+    assert_refused_naming_the_host(&format!("{url}?sslrootcert=system"), &host_of(&url));
+    assert_refused_naming_the_host(
+        &format!("{url}?sslmode=verify-full&sslrootcert=system"),
+        &host_of(&url),
+    );
+    for weak in ["require", "prefer", "allow", "disable", "verify-ca"] {
+        let e = refused(&format!("{url}?sslmode={weak}&sslrootcert=system"));
+        assert_eq!(e.kind, StoreErrorKind::Invalid, "{weak}: {e}");
+        assert!(e.message.contains("verify-full"), "{weak}: {e}");
+    }
+    for twice in [
+        format!("{url}?sslmode=verify-full&sslmode=disable"),
+        format!("{url}?sslrootcert=system&sslrootcert=/etc/none.pem"),
+        format!("{url}?application_name=a&application_name=b"),
+    ] {
+        let e = refused(&twice);
+        assert_eq!(e.kind, StoreErrorKind::Invalid, "{twice}: {e}");
+        assert!(e.message.contains("twice"), "{twice}: {e}");
+    }
+}
+
+/// The modes that do not authenticate the server are named once when the
+/// store opens: a note the CLI prints on start-up.
+#[test]
+fn postgres_unauthenticated_modes_are_named() {
+    let url = postgres_url();
+    let ca = var("BQ_TEST_POSTGRES_TLS_CA");
+    let table = postgres_table("tls-note");
+    let _clean = PgCleanup {
+        url: url.clone(),
+        table: table.clone(),
+    };
+    for (spec, named) in [
+        (url.clone(), Some("prefer")),
+        (format!("{url}?sslmode=require"), Some("require")),
+        (format!("{url}?sslmode=allow"), Some("allow")),
+        (format!("{url}?sslmode=disable"), Some("disable")),
+        (format!("{url}?sslmode=require&sslrootcert={ca}"), None),
+        (format!("{url}?sslmode=verify-full&sslrootcert={ca}"), None),
+    ] {
+        let store = PostgresStore::connect(&spec, &table).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        match (store.security_note(), named) {
+            (Some(note), Some(mode)) => assert!(note.contains(mode), "{spec}: {note}"),
+            (None, None) => {}
+            (note, _) => panic!("{spec}: {note:?}"),
+        }
+    }
+}

@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
-use bq_dedupe_stores::AnyStore;
 
 use bq_dedupe_host::handler::Handler;
 use bq_dedupe_host::runtime::{ComponentSource, Runtime, guard_options};
@@ -17,7 +16,7 @@ pub fn forget(
     fingerprint: bool,
     ids: &[String],
 ) -> Result<ExitCode> {
-    let mut runtime = Runtime::load(component, AnyStore::from_spec(store)?, Handler::Mark)?;
+    let mut runtime = Runtime::load(component, bq_dedupe_host::open_store(store)?, Handler::Mark)?;
     let mut opts = guard_options(prefix);
     opts.fingerprint = fingerprint;
     if let Err(refused) = runtime.open_guard(&opts)? {
@@ -44,7 +43,7 @@ pub fn forget(
 }
 
 pub fn stats(store: &str) -> Result<ExitCode> {
-    let stats = AnyStore::from_spec(store)?.stats()?;
+    let stats = bq_dedupe_host::open_store(store)?.stats()?;
     // The spec is not echoed: a Redis URL may carry a password.
     println!(
         "{}",

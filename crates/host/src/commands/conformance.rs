@@ -6,7 +6,6 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use bq_dedupe::conformance::{self, Effect, Subject};
-use bq_dedupe_stores::AnyStore;
 use serde_json::Value;
 
 use bq_dedupe_host::handler::Handler;
@@ -131,8 +130,7 @@ pub fn run(
         ),
         None => (BUILT_IN_MANIFEST.to_string(), None),
     };
-    let store = AnyStore::from_spec(store)
-        .map_err(|e| anyhow::anyhow!("store {}: {e}", bq_dedupe_host::shown_spec(store)))?;
+    let store = bq_dedupe_host::open_store(store)?;
     let runtime = Runtime::load(component, store, Handler::Mark)?;
     let mut subject = ComponentSubject {
         runtime,

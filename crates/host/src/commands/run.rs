@@ -11,8 +11,7 @@ use std::process::ExitCode;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
-use bq_dedupe_stores::AnyStore;
+use anyhow::{Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use bq_dedupe_host::handler::{ExecHandler, Handler, Plugin};
@@ -67,8 +66,7 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
         (None, Some(path)) => Handler::Plugin(Box::new(Plugin::load(path)?)),
         (None, None) => Handler::Mark,
     };
-    let store = AnyStore::from_spec(&args.store)
-        .with_context(|| format!("opening store {}", bq_dedupe_host::shown_spec(&args.store)))?;
+    let store = bq_dedupe_host::open_store(&args.store)?;
     if args.claim && !bq_dedupe::Store::capabilities(&store).claim {
         bail!(
             "store {} cannot claim",
