@@ -216,3 +216,76 @@ fn the_history_checker_catches_a_claim_that_is_not_atomic() {
         println!("{err}");
     }
 }
+
+/// The guard in the loop can fail: a store whose fenced commit records the id
+/// whoever holds the claim (and says it was kept) lets a slow handler whose
+/// claim another consumer took report a plain `run-ok`, so the id runs twice
+/// unreported.
+#[test]
+fn the_guard_in_the_loop_catches_a_fenced_commit_that_ignores_a_lost_claim() {
+    use bq_dedupe::store::{Claim, Peeked, Settled, Settlement, StoreResult};
+    use bq_dedupe::testkit::guard_fleet::{Inbox, plain_delivery, run_on_threads};
+    use bq_dedupe::{Capabilities, ClaimToken, Guard, Store, block_on_ready};
+    use std::time::Duration;
+
+    struct Unfenced(Arc<InMemoryStore>);
+    impl Store for Unfenced {
+        async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
+            self.0.seen_many(keys).await
+        }
+        async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
+            self.0.remember_many(keys, ttl).await
+        }
+        async fn forget(&self, key: &str) -> StoreResult<()> {
+            self.0.forget(key).await
+        }
+        fn capabilities(&self) -> Capabilities {
+            self.0.capabilities()
+        }
+        async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
+            self.0.peek_many(keys).await
+        }
+        async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
+            self.0.claim_many(keys, lease).await
+        }
+        async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
+            // The bug: every remember as if its claim still stood.
+            let plain: Vec<(&str, Option<&ClaimToken>)> =
+                step.remember.iter().map(|(key, _)| (*key, None)).collect();
+            let step = Settlement {
+                remember: &plain,
+                ..*step
+            };
+            self.0.settle(&step).await
+        }
+        async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
+            self.0.release(key, token).await
+        }
+        async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
+            self.0.renew(key, token, lease).await
+        }
+        async fn remember_fenced(
+            &self,
+            key: &str,
+            _token: &ClaimToken,
+            ttl: Option<Duration>,
+        ) -> StoreResult<bool> {
+            self.0.remember_many(&[key], ttl).await.map(|()| true)
+        }
+    }
+    let memory = Arc::new(InMemoryStore::new());
+    let lease = Duration::from_millis(150);
+    let guards: Vec<Guard<Unfenced>> = (0..4)
+        .map(|_| Guard::new(Unfenced(memory.clone())).with_claiming(lease))
+        .collect();
+    let inbox = Inbox::new("unfenced", lease);
+    let sleep = async |d: Duration| std::thread::sleep(d);
+    run_on_threads(&inbox, 4, |c, id, act| {
+        block_on_ready(plain_delivery(&guards[c], id, act, lease, sleep)).unwrap()
+    })
+    .unwrap();
+    let err = inbox
+        .check("claiming", None)
+        .expect_err("an id ran twice, unreported");
+    assert!(err.contains("times as plain run-ok"), "{err}");
+}

@@ -60,7 +60,9 @@ pub struct Delivery {
 #[derive(Debug)]
 pub struct Inbox {
     ids: Vec<String>,
-    queue: Mutex<VecDeque<(usize, u32)>>,
+    /// (id, attempt, when it may be delivered, in ms of `now_ms`).
+    queue: Mutex<VecDeque<(usize, u32, u64)>>,
+    now_ms: fn() -> u64,
     log: Mutex<Vec<Delivery>>,
     panics: bool,
     lease: Duration,
@@ -69,23 +71,36 @@ pub struct Inbox {
 impl Inbox {
     /// [`IDS`] ids `{prefix}-0` ... (the prefix must be new to the store),
     /// id `i` delivered `1 + i % 3` times; `lease`: the consumers' claim lease
-    /// (a queue's visibility timeout is taken as that long).
+    /// (a queue's visibility timeout is taken as that long). Time is the
+    /// system's; [`Inbox::with_clock`] gives another.
     pub fn new(prefix: &str, lease: Duration) -> Self {
         let mut queue = VecDeque::new();
         for copies in 1..=3 {
             for id in 0..IDS {
                 if id % 3 < copies {
-                    queue.push_back((id, 0));
+                    queue.push_back((id, 0, 0));
                 }
             }
         }
         Inbox {
             ids: (0..IDS).map(|i| format!("{prefix}-{i}")).collect(),
             queue: Mutex::new(queue),
+            now_ms: || {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64)
+            },
             log: Mutex::new(Vec::new()),
             panics: true,
             lease,
         }
+    }
+
+    /// Reads time from `now_ms` (where the system's clock cannot be read, as
+    /// on wasm32 without WASI).
+    pub fn with_clock(mut self, now_ms: fn() -> u64) -> Self {
+        self.now_ms = now_ms;
+        self
     }
 
     /// Handlers never panic (where a panic aborts, as on wasm32): those
@@ -121,21 +136,29 @@ impl Inbox {
         }
     }
 
-    fn take(&self) -> Option<(usize, u32)> {
-        self.queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front()
+    /// The first delivery that is due; `Err` when none is due but some wait.
+    fn take(&self) -> Result<Option<(usize, u32)>, ()> {
+        let now = (self.now_ms)();
+        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        match queue.iter().position(|&(_, _, due)| due <= now) {
+            Some(i) => Ok(queue.remove(i).map(|(id, attempt, _)| (id, attempt))),
+            None if queue.is_empty() => Ok(None),
+            None => Err(()),
+        }
     }
 
-    fn put_back(&self, id: usize, attempt: u32) {
+    /// Redelivers `id` after `delay`, as a queue does: the consumer goes on
+    /// with other deliveries meanwhile.
+    fn put_back(&self, id: usize, attempt: u32, delay: Duration) {
+        let due = (self.now_ms)() + delay.as_millis() as u64;
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        queue.push_back((id, attempt));
+        queue.push_back((id, attempt, due));
     }
 
     /// One consumer's loop: takes deliveries until the inbox has stayed empty
     /// for 40 pauses of 20 ms. `deliver(id, act)` processes one delivery and
-    /// answers (did the effect happen, the outcome); `sleep` waits.
+    /// answers (did the effect happen, the outcome); `sleep` waits. A
+    /// redelivery waits in the inbox, not in the consumer, which goes on.
     pub async fn consume(
         &self,
         deliver: impl AsyncFn(&str, Act) -> (bool, Option<OutcomeKind>),
@@ -143,11 +166,20 @@ impl Inbox {
     ) -> Result<(), String> {
         let mut idle = 0;
         while idle < 40 {
-            let Some((id, attempt)) = self.take() else {
+            let (id, attempt) = match self.take() {
+                Ok(Some(next)) => next,
                 // Others may still put retries back.
-                idle += 1;
-                sleep(Duration::from_millis(20)).await;
-                continue;
+                Ok(None) => {
+                    idle += 1;
+                    sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+                // A redelivery is not due yet.
+                Err(()) => {
+                    idle = 0;
+                    sleep(Duration::from_millis(5)).await;
+                    continue;
+                }
             };
             idle = 0;
             let (effect, kind) = deliver(&self.ids[id], self.act(id, attempt)).await;
@@ -158,17 +190,17 @@ impl Inbox {
             let Some(kind) = kind else {
                 // Died: redelivered once the queue's visibility timeout (here,
                 // the lease) has passed.
-                sleep(self.lease + Duration::from_millis(50)).await;
-                self.put_back(id, attempt + 1);
+                self.put_back(id, attempt + 1, self.lease + Duration::from_millis(50));
                 continue;
             };
             match kind.disposition() {
                 Disposition::Ack => {}
                 Disposition::Retry => {
-                    if kind == OutcomeKind::Parked {
-                        sleep(Duration::from_millis(30)).await;
-                    }
-                    self.put_back(id, attempt + 1);
+                    let delay = match kind {
+                        OutcomeKind::Parked => Duration::from_millis(30),
+                        _ => Duration::ZERO,
+                    };
+                    self.put_back(id, attempt + 1, delay);
                 }
                 Disposition::Poison => {
                     return Err(format!("{kind:?} for {}, a valid envelope", self.ids[id]));

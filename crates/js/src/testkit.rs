@@ -15,22 +15,24 @@
 //!   the adapter: `clients` clients, each its own adapter over one `store`
 //!   from `make()`, run at once on the event loop (a promise-returning store
 //!   interleaves them); every key's history must be linearizable against the
-//!   record model. The store's own errors are recorded as unknown (a fault
-//!   the test injects). Resolves, or rejects with an `Error` naming the seed.
-//! - `runGuardFleet(store, prefix, mode, leaseMs)`: the core's guard in the
-//!   loop (`testkit::guard_fleet`) over the package's own guard (as `dedupe`
-//!   builds it: the adapter over `store`, the JS clock and timer): four
+//!   record model. The store's errors whose message says "injected by the
+//!   test store" are recorded as unknown (a fault the test injects); any other
+//!   error fails the run. Resolves, or rejects with an `Error` naming the seed.
+//! - `runGuardFleet(store, prefix, mode, leaseMs, renewing)`: the core's guard
+//!   in the loop (`testkit::guard_fleet`) over the package's own guard (as
+//!   `dedupe` builds it: the adapter over `store`, the JS clock, and with
+//!   `renewing` its timer, which renews claims while a handler runs): four
 //!   consumers, `mode` "claiming" (leases of `leaseMs`) or "seen-set", on one
 //!   inbox of ids `{prefix}-N` joined on the event loop; handlers fail, outlive
 //!   their lease, die before the commit. Rejects with what broke.
 
 use std::sync::Arc;
 
-use bq_dedupe::Timer;
 use bq_dedupe::store::record::Rules;
 use bq_dedupe::testkit::guard_fleet::{Inbox, plain_delivery};
 use bq_dedupe::testkit::{self, Harness, Plan, Setting};
 use bq_dedupe::{Clock, InMemoryStore, ManualClock, block_on_ready};
+use bq_dedupe::{Guard, NoTimer, Timer};
 use js_sys::{Array, Function};
 use wasm_bindgen::prelude::*;
 
@@ -147,6 +149,10 @@ impl Setting<GivenStore> for JsSetting {
     }
 }
 
+/// What a test store's thrown errors say, so that the checker tells them from
+/// the adapter's own errors.
+const INJECTED: &str = "injected by the test store";
+
 /// `runStoreHistory(make, clients, seed)`: see the module docs.
 #[wasm_bindgen(js_name = runStoreHistory)]
 pub async fn run_store_history(make: Function, clients: u32, seed: f64) -> Result<(), JsValue> {
@@ -164,6 +170,8 @@ pub async fn run_store_history(make: Function, clients: u32, seed: f64) -> Resul
         clients: 4,
         steps: 16,
         backend_errors: true,
+        // Only the test store's own throws; an error of the adapter fails.
+        backend_error_mark: Some(INJECTED),
     }
     .with_clients(clients as usize);
     let seed = seed as u64;
@@ -183,13 +191,14 @@ pub async fn run_store_history(make: Function, clients: u32, seed: f64) -> Resul
         })
 }
 
-/// `runGuardFleet(store, prefix, mode, leaseMs)`: see the module docs.
+/// `runGuardFleet(store, prefix, mode, leaseMs, renewing)`: see the module docs.
 #[wasm_bindgen(js_name = runGuardFleet)]
 pub async fn run_guard_fleet(
     store: JsValue,
     prefix: String,
     mode: String,
     lease_ms: f64,
+    renewing: bool,
 ) -> Result<(), JsValue> {
     let lease = std::time::Duration::from_millis(lease_ms as u64);
     let opts = js_sys::Object::new();
@@ -201,7 +210,26 @@ pub async fn run_guard_fleet(
         .map(|_| crate::guard(&store, &opts))
         .collect::<Result<Vec<_>, _>>()?;
     // A panic aborts the module on wasm32: those handlers fail instead.
-    let inbox = Inbox::new(&prefix, lease).without_panics();
+    let inbox = Inbox::new(&prefix, lease)
+        .without_panics()
+        .with_clock(|| js_sys::Date::now() as u64);
+    let ran = if renewing {
+        consume_all(&inbox, &guards, lease).await
+    } else {
+        // No timer: a slow handler's claim lapses and is taken over.
+        let guards: Vec<_> = guards.into_iter().map(|g| g.with_timer(NoTimer)).collect();
+        consume_all(&inbox, &guards, lease).await
+    };
+    ran.and_then(|()| inbox.check(&mode, None))
+        .map_err(|e| js_sys::Error::new(&format!("the guard in the loop: {e}")).into())
+}
+
+/// Every guard a consumer of `inbox`, joined on the event loop.
+async fn consume_all<T: Timer>(
+    inbox: &Inbox,
+    guards: &[Guard<GivenStore, crate::LastKey, T>],
+    lease: std::time::Duration,
+) -> Result<(), String> {
     let sleep = async |d| crate::JsTimer.sleep(d).await;
     let consumers = guards.iter().map(|guard| {
         inbox.consume(
@@ -212,7 +240,5 @@ pub async fn run_guard_fleet(
     futures_util::future::join_all(consumers)
         .await
         .into_iter()
-        .collect::<Result<(), String>>()
-        .and_then(|()| inbox.check(&mode, None))
-        .map_err(|e| js_sys::Error::new(&format!("the guard in the loop: {e}")).into())
+        .collect()
 }

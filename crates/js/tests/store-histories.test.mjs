@@ -55,10 +55,10 @@ function flaky(methods, seed) {
         try {
           for (let n = Math.floor(next() * 4); n > 0; n--) await turn();
           const fault = next();
-          if (fault < 1 / 12) throw new Error(`store down (before ${name})`);
+          if (fault < 1 / 12) throw new Error(`store down (before ${name}): injected by the test store`);
           const answer = backend.call(name, args);
           for (let n = Math.floor(next() * 4); n > 0; n--) await turn();
-          if (fault > 11 / 12) throw new Error(`reply lost (after ${name})`);
+          if (fault > 11 / 12) throw new Error(`reply lost (after ${name}): injected by the test store`);
           return answer;
         } finally {
           made.inFlight--;
@@ -113,4 +113,19 @@ test('the history checker over the JS adapter fails a store that breaks a rule, 
   }
   assert.ok(failed, 'no run of a store that frees claims on any release failed the checker');
   assert.match(failed.message, /history checker \(BQ_TESTKIT_SEED=\d+, \d+ clients\): key .*not linearizable/s);
+});
+
+test('an error of the adapter itself fails the history checker (only the store\'s injected throws are unknown)', async () => {
+  // claimMany answers a non-array: the adapter's own error, on every call.
+  const make = (seed) => () => {
+    const made = flaky([...SPEC, ...CLAIMS, ...BATCH], seed)();
+    made.store.claimMany = async () => 'acquired';
+    return made;
+  };
+  let failed;
+  for (let run = 0; run < 10 && !failed; run++) {
+    await core.runStoreHistory(make(base + run), CLIENTS, base + run).catch((e) => (failed = e));
+  }
+  assert.ok(failed, 'a store whose claimMany never answers an array passed the checker');
+  assert.match(failed.message, /the store failed, with no fault injected/);
 });
