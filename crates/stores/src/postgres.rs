@@ -107,6 +107,57 @@ struct Tls {
     note: Option<String>,
 }
 
+/// `lock_timeout`'s default: how long a call waits for a row or table lock
+/// another session holds.
+const LOCK_TIMEOUT_MS: u64 = 5_000;
+/// `statement_timeout`'s default: how long one statement may run (a handler's
+/// inside the store's transaction too).
+const STATEMENT_TIMEOUT_MS: u64 = 15_000;
+
+/// The session settings of the URL's `lock_timeout` and `statement_timeout`
+/// (`500ms`, `5s`, `2min`, `1h`, or milliseconds; `0` turns one off), taken out
+/// of the URL: `-c lock_timeout=N -c statement_timeout=N`, for the startup
+/// packet's `options`.
+fn timeouts_of(url: &str) -> StoreResult<(String, String)> {
+    let (url, ours) = take_params(url, &["lock_timeout", "statement_timeout"])?;
+    let mut lock = LOCK_TIMEOUT_MS;
+    let mut statement = STATEMENT_TIMEOUT_MS;
+    for (name, value) in ours {
+        let ms = millis(&value).ok_or_else(|| {
+            invalid(format!(
+                "postgres: {name}={value:?} is not a duration (500ms, 5s, 2min, 1h, or milliseconds)"
+            ))
+        })?;
+        if name == "lock_timeout" {
+            lock = ms;
+        } else {
+            statement = ms;
+        }
+    }
+    Ok((
+        url,
+        format!("-c lock_timeout={lock} -c statement_timeout={statement}"),
+    ))
+}
+
+/// `500ms`, `5s`, `2min`, `1h` or a number of milliseconds, in milliseconds.
+fn millis(value: &str) -> Option<u64> {
+    let split = value
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(value.len());
+    let (n, unit) = value.split_at(split);
+    let n: u64 = n.parse().ok()?;
+    let scale = match unit {
+        "" | "ms" => 1,
+        "s" => 1_000,
+        "min" => 60_000,
+        "h" => 3_600_000,
+        _ => return None,
+    };
+    // PostgreSQL takes at most i32::MAX milliseconds.
+    n.checked_mul(scale).filter(|&ms| ms <= i32::MAX as u64)
+}
+
 fn tls_of(url: &str) -> StoreResult<(String, Tls)> {
     let (url, ours) = take_params(url, &["sslmode", "sslrootcert"])?;
     let mut asked: Option<String> = None;
@@ -297,6 +348,9 @@ fn error(e: postgres::Error) -> StoreError {
             let c = c.code();
             c.starts_with("08")
                 || c.starts_with("57P")
+                // statement_timeout, lock_timeout: the call did not get through.
+                || c == "57014"
+                || c == "55P03"
                 || c == "40001"
                 || c == "40P01"
                 || c == "53300"
@@ -349,10 +403,18 @@ impl PostgresStore {
     pub fn connect(url: &str, table: &str) -> StoreResult<Self> {
         check_table(table)?;
         let (url, tls) = tls_of(url)?;
+        let (url, limits) = timeouts_of(&url)?;
         let mut config: Config = url
             .parse()
             .map_err(|e| invalid(format!("postgres: bad url: {e}")))?;
         config.connect_timeout(TIMEOUT);
+        // Every session of the store: a call blocked on a lock, or a
+        // statement running long, ends as `Unavailable` within its limit.
+        let options = match config.get_options() {
+            Some(given) => format!("{given} {limits}"),
+            None => limits,
+        };
+        config.options(&options);
         if let Some(mode) = tls.mode {
             config.ssl_mode(mode);
         }
