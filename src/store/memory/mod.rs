@@ -35,8 +35,13 @@ pub struct StoreEntry {
     pub expires_at_ms: Option<u64>,
 }
 
+/// The fewest entries held before a write that can expire sweeps.
+const SWEEP_AT_LEAST: usize = 4096;
+
 struct Inner {
     table: Table,
+    /// How many entries held (live or expired) make the next TTL'd write sweep.
+    sweep_at: usize,
     /// In-flight claims: few at a time, so a plain map.
     claims: hashbrown::HashMap<String, (u64, Option<u64>), RandomState>,
     next_token: u64,
@@ -92,6 +97,7 @@ impl InMemoryStore {
         InMemoryStore {
             inner: Mutex::new(Inner {
                 table: Table::new(epoch_ms),
+                sweep_at: SWEEP_AT_LEAST,
                 claims: hashbrown::HashMap::with_hasher(RandomState::default()),
                 next_token: 0,
             }),
@@ -135,13 +141,20 @@ impl InMemoryStore {
             .map_err(|_| StoreError::internal("in-memory store lock poisoned by a panic"))
     }
 
-    /// The expiry field for `ttl`; the clock is read only for a TTL.
-    fn expiry(&self, table: &Table, ttl: Option<Duration>) -> StoreResult<u32> {
+    /// The expiry field for `ttl`; the clock is read only for a TTL. A write
+    /// that can expire also sweeps the expired entries out once the table has
+    /// doubled since the last sweep (amortised, so memory follows the ids live
+    /// within a TTL, not every id ever seen).
+    fn expiry(&self, inner: &mut Inner, ttl: Option<Duration>) -> StoreResult<u32> {
         let Some(ttl) = ttl else { return Ok(NEVER) };
         match self.now() {
             Some(now) => {
                 self.timed.store(true, Ordering::Relaxed);
-                Ok(table.expiry_secs(now, ttl))
+                if inner.table.held() >= inner.sweep_at {
+                    inner.table.purge_expired(now);
+                    inner.sweep_at = SWEEP_AT_LEAST.max(2 * inner.table.held());
+                }
+                Ok(inner.table.expiry_secs(now, ttl))
             }
             None => Err(StoreError::unsupported(
                 "a TTL needs a clock: build the store with InMemoryStore::with_clock",
@@ -152,6 +165,12 @@ impl InMemoryStore {
     /// Ids currently remembered (expired ones are not counted once read or purged).
     pub fn len(&self) -> usize {
         self.lock().map_or(0, |inner| inner.table.live)
+    }
+
+    /// Entries held in memory: the live ids and the expired ones not swept yet
+    /// (a write with a TTL sweeps them once the table has doubled).
+    pub fn held(&self) -> usize {
+        self.lock().map_or(0, |inner| inner.table.held())
     }
 
     /// No id is remembered.
@@ -220,7 +239,7 @@ impl Store for InMemoryStore {
 
     async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
         let mut inner = self.lock()?;
-        let expiry = self.expiry(&inner.table, ttl)?;
+        let expiry = self.expiry(&mut inner, ttl)?;
         end_claim(&mut inner, key);
         inner.table.remember(key, expiry, self.capacity)
     }
@@ -264,7 +283,7 @@ impl Store for InMemoryStore {
 
     async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
         let mut inner = self.lock()?;
-        let expiry = self.expiry(&inner.table, ttl)?;
+        let expiry = self.expiry(&mut inner, ttl)?;
         inner.table.reserve(keys.len());
         for key in keys {
             end_claim(&mut inner, key);
@@ -319,7 +338,7 @@ impl Store for InMemoryStore {
     ) -> StoreResult<bool> {
         let mut inner = self.lock()?;
         let now = self.now();
-        let expiry = self.expiry(&inner.table, ttl)?;
+        let expiry = self.expiry(&mut inner, ttl)?;
         self.remember_fenced_locked(&mut inner, key, Some(token), expiry, now)
     }
 
@@ -344,7 +363,7 @@ impl Store for InMemoryStore {
             .collect();
         let expiry = match step.remember {
             [] => NEVER,
-            _ => self.expiry(&inner.table, step.ttl)?,
+            _ => self.expiry(&mut inner, step.ttl)?,
         };
         let kept = step
             .remember

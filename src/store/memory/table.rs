@@ -393,6 +393,11 @@ impl Table {
         }
     }
 
+    /// Entries held: live, expired, and removed ones not compacted yet.
+    pub(super) fn held(&self) -> usize {
+        self.meta.len()
+    }
+
     pub(super) fn purge_expired(&mut self, now_ms: u64) -> usize {
         let mut purged = 0;
         for i in 0..self.meta.len() {
