@@ -61,6 +61,12 @@ enum Command {
         #[arg(long, default_value = DEFAULT_STORE)]
         store: String,
     },
+    /// Delete expired ids (and claims lapsed long ago) from the store; live
+    /// claims stay. `run` does the same every `--purge-every`.
+    Purge {
+        #[arg(long, default_value = DEFAULT_STORE)]
+        store: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -79,6 +85,7 @@ fn main() -> ExitCode {
             ids,
         } => commands::admin::forget(&component, &store, &prefix, fingerprint, &ids),
         Command::Stats { store } => commands::admin::stats(&store),
+        Command::Purge { store } => commands::admin::purge(&store),
     };
     match result {
         Ok(code) => code,

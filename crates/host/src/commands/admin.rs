@@ -55,3 +55,9 @@ pub fn stats(store: &str) -> Result<ExitCode> {
     );
     Ok(ExitCode::SUCCESS)
 }
+
+pub fn purge(store: &str) -> Result<ExitCode> {
+    let purged = bq_dedupe_host::open_store(store)?.purge_expired()?;
+    println!("{}", serde_json::json!({ "purged": purged }));
+    Ok(ExitCode::SUCCESS)
+}

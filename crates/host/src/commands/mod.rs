@@ -50,6 +50,33 @@ impl Lines {
 /// The most of `Lines::scratch` kept from one line to the next.
 const SCRATCH_KEPT: usize = 1 << 20;
 
+/// The most of one line read into memory: one byte over the envelope limit
+/// (`Limits::max_bytes`), so a longer line is still rejected as too large,
+/// while the rest of it is skipped as it is read, never held.
+const LINE_READ_LIMIT: usize = (1 << 20) + 1;
+
+impl Lines {
+    /// Skips the rest of the current line (up to and with its newline).
+    fn skip_line(&mut self) -> std::io::Result<()> {
+        loop {
+            let buf = self.reader.fill_buf()?;
+            if buf.is_empty() {
+                return Ok(());
+            }
+            match buf.iter().position(|&b| b == b'\n') {
+                Some(at) => {
+                    self.reader.consume(at + 1);
+                    return Ok(());
+                }
+                None => {
+                    let n = buf.len();
+                    self.reader.consume(n);
+                }
+            }
+        }
+    }
+}
+
 impl Iterator for Lines {
     type Item = std::io::Result<Vec<u8>>;
 
@@ -59,9 +86,16 @@ impl Iterator for Lines {
             self.scratch = Vec::new();
         }
         self.scratch.clear();
-        match self.reader.read_until(b'\n', &mut self.scratch) {
+        let mut limited = (&mut self.reader).take(LINE_READ_LIMIT as u64);
+        match limited.read_until(b'\n', &mut self.scratch) {
             Ok(0) => None,
             Ok(_) => {
+                if self.scratch.len() >= LINE_READ_LIMIT
+                    && self.scratch.last() != Some(&b'\n')
+                    && let Err(e) = self.skip_line()
+                {
+                    return Some(Err(e));
+                }
                 let mut line = self.scratch.as_slice();
                 while let [rest @ .., b'\n' | b'\r'] = line {
                     line = rest;

@@ -154,6 +154,7 @@ fn decide_stream(
 ) -> Result<u64, Stop> {
     let batch = args.batch as usize;
     let mut n = 0u64;
+    let mut purge = Purge::every(args.purge_every);
     // Lines read and not yet decided, oldest first; `deadline` is when the oldest
     // of them has waited `--window`.
     let mut pending: VecDeque<Line> = VecDeque::with_capacity(2 * batch);
@@ -166,6 +167,7 @@ fn decide_stream(
             decide_group(runtime, pending.drain(..full), batch, printer)?;
             deadline = (!pending.is_empty()).then(|| Instant::now() + args.window);
         }
+        purge.if_due(runtime);
         progress.set_position(n);
         let next = match deadline {
             None => events.recv().map_err(|_| RecvTimeoutError::Disconnected),
@@ -194,6 +196,34 @@ fn decide_stream(
                 decide_group(runtime, pending.drain(..), batch, printer)?;
                 return Ok(n);
             }
+        }
+    }
+}
+
+/// The run's scheduled purge of expired ids (`--purge-every`), between groups.
+struct Purge {
+    every: std::time::Duration,
+    last: Instant,
+}
+
+impl Purge {
+    fn every(every: std::time::Duration) -> Self {
+        Purge {
+            every,
+            last: Instant::now(),
+        }
+    }
+
+    /// Purges when `every` has passed since the last one. A failure is said
+    /// and left for the next one: the run goes on (reads never see an
+    /// expired id either way).
+    fn if_due(&mut self, runtime: &mut Runtime) {
+        if self.every.is_zero() || self.last.elapsed() < self.every {
+            return;
+        }
+        self.last = Instant::now();
+        if let Err(e) = runtime.state().store.purge_expired() {
+            eprintln!("bq-dedupe: purge of expired ids failed: {e}");
         }
     }
 }

@@ -48,6 +48,10 @@ pub struct RunArgs {
     /// stream still gets each verdict within about this much of its line.
     #[arg(long, value_parser = parse_duration, default_value = "5ms")]
     pub(super) window: Duration,
+    /// How often a run deletes expired ids from its store (as `bq-dedupe
+    /// purge`; live claims stay); 0 never.
+    #[arg(long, value_parser = parse_duration, default_value = "10m")]
+    pub(super) purge_every: Duration,
     /// Input file, or - for stdin.
     #[arg(default_value = "-")]
     pub(super) input: String,
@@ -67,20 +71,27 @@ impl RunArgs {
     }
 }
 
+/// The longest duration a flag takes: 100 years.
+const MAX_DURATION_MS: u64 = 36_500 * 86_400_000;
+
 /// `90s`, `15m`, `24h`, `7d`, `250ms`, or a number of seconds.
 pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (n, unit) = s.split_at(split);
     let n: u64 = n.parse().map_err(|_| format!("invalid duration {s:?}"))?;
-    let ms = match unit {
-        "ms" => n,
-        "" | "s" => n * 1000,
-        "m" => n * 60_000,
-        "h" => n * 3_600_000,
-        "d" => n * 86_400_000,
+    let scale: u64 = match unit {
+        "ms" => 1,
+        "" | "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
         _ => return Err(format!("invalid duration unit in {s:?} (ms, s, m, h, d)")),
     };
-    Ok(Duration::from_millis(ms))
+    // Checked: an overflow must not wrap to a short window.
+    match n.checked_mul(scale).filter(|&ms| ms <= MAX_DURATION_MS) {
+        Some(ms) => Ok(Duration::from_millis(ms)),
+        None => Err(format!("duration {s:?} is too long (at most 36500d)")),
+    }
 }
 
 #[cfg(test)]
@@ -96,5 +107,13 @@ mod tests {
         assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(604_800)));
         assert!(parse_duration("5 weeks").is_err());
         assert!(parse_duration("m").is_err());
+        // An overflow is an argument error, never a wrapped short window
+        // (18446744073709552 s x 1000 wrapped to 384 ms).
+        assert!(parse_duration("18446744073709552s").is_err());
+        assert!(parse_duration("36501d").is_err());
+        assert_eq!(
+            parse_duration("36500d"),
+            Ok(Duration::from_secs(36_500 * 86_400))
+        );
     }
 }

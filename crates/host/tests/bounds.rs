@@ -1,0 +1,154 @@
+//! What a run keeps bounded (issue #29 item 6): expired ids purged (`bq-dedupe
+//! purge`, and on a schedule inside `run`) without touching live claims; a
+//! line's bytes read only up to the envelope limit; durations that would
+//! overflow refused as arguments.
+
+mod common;
+
+use std::io::Write;
+use std::time::Duration;
+
+use bq_dedupe::{Claim, Store, block_on_ready};
+use bq_dedupe_stores::SqliteStore;
+use common::*;
+use serde_json::Value;
+
+fn envelope(id: &str) -> String {
+    format!(
+        r#"{{"job":"urn:babel:orders:created","trace_id":"t","data":{{}},"meta":{{"id":"{id}","schema_version":1}}}}"#
+    )
+}
+
+fn json(out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"))
+}
+
+/// `purge` deletes expired ids and keeps a live claim (and a live id).
+#[test]
+fn purge_deletes_expired_ids_and_keeps_live_claims() {
+    let dir = scratch("purge");
+    let spec = format!("sqlite:{}", dir.join("seen.db").display());
+    let input = [envelope("short-1"), envelope("short-2")].join("\n");
+    let out = bq(&["run", "--store", &spec, "--ttl", "1s"], &input);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    bq(&["run", "--store", &spec], &envelope("forever-1"));
+    let store = SqliteStore::open(dir.join("seen.db")).unwrap();
+    let claim = block_on_ready(store.claim("in-flight", Duration::from_secs(600)))
+        .unwrap()
+        .unwrap();
+    assert!(matches!(claim, Claim::Acquired(_)));
+    std::thread::sleep(Duration::from_millis(2100));
+    let purged = bq(&["purge", "--store", &spec], "");
+    assert_eq!(json(&purged)["purged"], 2, "{purged:?}");
+    let stats = json(&bq(&["stats", "--store", &spec], ""));
+    assert_eq!(stats["remembered"], 1, "{stats}");
+    assert_eq!(stats["claimed"], 1, "the live claim stays: {stats}");
+    let again = block_on_ready(store.claim("in-flight", Duration::from_secs(600)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(again, Claim::Held);
+}
+
+/// `run --purge-every` purges while it runs: ids that expired during a long
+/// run are gone before it ends.
+#[test]
+fn a_long_run_purges_expired_ids_on_its_schedule() {
+    let dir = scratch("purge-run");
+    let spec = format!("sqlite:{}", dir.join("seen.db").display());
+    let mut child = spawn(&[
+        "run",
+        "--store",
+        &spec,
+        "--ttl",
+        "1s",
+        "--purge-every",
+        "1s",
+        "--batch",
+        "1",
+    ]);
+    let mut stdin = child.stdin.take().unwrap();
+    for i in 0..5 {
+        writeln!(stdin, "{}", envelope(&format!("early-{i}"))).unwrap();
+    }
+    stdin.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    // A line after the purge is due wakes the run, which purges.
+    writeln!(stdin, "{}", envelope("late-1")).unwrap();
+    stdin.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let stats = json(&bq(&["stats", "--store", &spec], ""));
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(decisions(&out).len(), 6, "{out:?}");
+    assert_eq!(
+        stats["expired"], 0,
+        "expired ids left in the store: {stats}"
+    );
+    assert_eq!(stats["remembered"], 1, "{stats}");
+}
+
+/// A 200 MB line without a newline took the host to 403 MB: only the first
+/// MiB is read, the rest skipped; the line is rejected as too large and the
+/// next one runs.
+#[test]
+fn an_endless_line_is_rejected_without_reading_it_into_memory() {
+    let mut child = spawn(&["run", "--store", "memory"]);
+    let pid = child.id();
+    let mut stdin = child.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        let chunk = vec![b'x'; 1 << 20];
+        for _ in 0..200 {
+            stdin.write_all(&chunk).unwrap();
+        }
+        writeln!(stdin).unwrap();
+        writeln!(stdin, "{}", envelope("after-1")).unwrap();
+    });
+    let mut peak_kb = 0u64;
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(child.wait_with_output()));
+    let out = loop {
+        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            let hwm = status.lines().find_map(|l| l.strip_prefix("VmHWM:"));
+            if let Some(kb) = hwm.and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            {
+                peak_kb = peak_kb.max(kb);
+            }
+        }
+        match finished.recv_timeout(Duration::from_millis(20)) {
+            Ok(out) => break out.unwrap(),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    feeder.join().unwrap();
+    let verdicts = decisions(&out);
+    assert_eq!(verdicts.len(), 2, "{out:?}");
+    assert_eq!(verdicts[0]["decision"], "reject", "{}", verdicts[0]);
+    assert_eq!(verdicts[1]["decision"], "run", "{}", verdicts[1]);
+    assert!(
+        peak_kb > 0 && peak_kb < 150_000,
+        "the host grew to {peak_kb} kB on one line"
+    );
+}
+
+/// `--ttl 18446744073709552s` wrapped to a 384 ms window: now an argument error.
+#[test]
+fn a_duration_that_overflows_is_an_argument_error() {
+    for flag in [
+        "--ttl",
+        "--lease",
+        "--window",
+        "--handler-timeout",
+        "--purge-every",
+    ] {
+        let out = bq(
+            &["run", "--store", "memory", flag, "18446744073709552s"],
+            "",
+        );
+        assert_eq!(out.status.code(), Some(2), "{flag}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("too long"),
+            "{flag}: {out:?}"
+        );
+    }
+}
