@@ -326,7 +326,17 @@ async fn call(
         }
         Call::One(envelope) => (Batch::of_one(&envelope)?, true),
         Call::Batch(envelopes) if Array::is_array(&envelopes) => {
-            (Batch::of(envelopes.unchecked_ref())?, false)
+            let envelopes: &Array = envelopes.unchecked_ref();
+            // Checked before anything is copied: wasm memory, once grown,
+            // is never given back.
+            if envelopes.length() > MAX_BATCH {
+                return Err(js_sys::RangeError::new(&format!(
+                    "dedupeBatch takes at most {MAX_BATCH} envelopes, got {}: split the batch",
+                    envelopes.length()
+                ))
+                .into());
+            }
+            (Batch::of(envelopes)?, false)
         }
         Call::Batch(_) => return Err(type_error("envelopes must be an array")),
     };
@@ -455,6 +465,11 @@ pub fn process(
 ) -> js_sys::Promise {
     dedupe(envelope, store, handler, options)
 }
+
+/// The most envelopes one `dedupeBatch` takes (a queue's batch is at most a
+/// few hundred; a million-element array took 844 MB of wasm memory that is
+/// never given back).
+const MAX_BATCH: u32 = 10_000;
 
 /// Puts a batch through the guard: one store call to decide, one to record;
 /// deliveries sharing an id run at most once. Resolves to one `Outcome` per

@@ -179,6 +179,16 @@ test('bad arguments reject with a TypeError that says what is wrong', async () =
   await assert.rejects(bq.dedupe(envelope('a'), store, ok, { ttlMs: -1 }), /ttlMs must be a non-negative number/);
   await assert.rejects(bq.dedupe(envelope('a'), store, ok, { scope: 'a:b' }), /invalid key scope/);
   await assert.rejects(bq.dedupeBatch('nope', store, ok), /envelopes must be an array/);
+  // A batch over 10,000 envelopes: a RangeError before anything is copied or
+  // run (a million took 844 MB of wasm memory, never given back).
+  let ran = 0;
+  const huge = new Array(10_001).fill(envelope('huge'));
+  await assert.rejects(bq.dedupeBatch(huge, store, () => { ran++; }), {
+    name: 'RangeError',
+    message: /at most 10000 envelopes, got 10001/,
+  });
+  assert.equal(ran, 0);
+  assert.equal((await bq.dedupeBatch(huge.slice(1), store, () => { ran++; })).length, 10_000);
   assert.throws(() => new bq.InMemoryStore({ manual: true }), /unknown option "manual"/);
   const freed = new bq.InMemoryStore();
   const handle = { __bqHandle: freed.__bqHandle };
