@@ -69,9 +69,29 @@ pub fn refuse(req: &Request, env: &Env) -> Result<Option<Response>> {
     ))
 }
 
-/// Compares without stopping at the first differing byte.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Compares `given` with the `secret` in a time that depends on the secret's
+/// length only: neither where they differ nor the secret's length shows in how
+/// long a wrong guess takes to refuse.
+fn same(given: &[u8], secret: &[u8]) -> bool {
+    let mut differ = given.len() ^ secret.len();
+    for (i, s) in secret.iter().enumerate() {
+        differ |= usize::from(given.get(i).copied().unwrap_or(!s) ^ s);
+    }
+    differ == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same;
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(same(b"s3cret", b"s3cret"));
+        assert!(!same(b"s3cre", b"s3cret"));
+        assert!(!same(b"s3cretX", b"s3cret"));
+        assert!(!same(b"S3cret", b"s3cret"));
+        assert!(!same(b"", b"s3cret"));
+    }
 }
 
 /// The request body as JSON, at most [`MAX_BODY_BYTES`] (or `EXAMPLE_MAX_BODY_BYTES`):

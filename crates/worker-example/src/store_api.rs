@@ -36,6 +36,20 @@ struct ReleaseItem {
     token: String,
 }
 
+/// Where the `/store/*` routes read and write in a deployment: a key space of
+/// their own, so the playground (or anyone with the admin token) never marks
+/// a production id done or claims it. With test directives on (local runs
+/// only, [`crate::access::DIRECTIVES_VAR`]) they reach the consumer's own keys,
+/// as the Workers tests need to play a second consumer. `/store/entries` only
+/// reads, and lists every key.
+pub const PLAYGROUND_PREFIX: &str = "playground:";
+
+fn scope(env: &Env, key: &mut String) {
+    if !crate::access::directives_enabled(env) {
+        key.insert_str(0, PLAYGROUND_PREFIX);
+    }
+}
+
 fn open(env: &Env) -> Result<(DedupeConfig, WorkersStore)> {
     let config = DedupeConfig::from_env(env)?;
     let store = config.store(env, RoundTrips::new())?;
@@ -86,10 +100,11 @@ pub async fn forget(mut req: Request, env: Env) -> Result<Response> {
 
 /// `POST /store/forget {"keys": [...]}`: by exact store key (no prefix added).
 pub async fn forget_keys(mut req: Request, env: Env) -> Result<Response> {
-    let keys: Keys = match body(&mut req, &env).await? {
+    let mut keys: Keys = match body(&mut req, &env).await? {
         Ok(b) => b,
         Err(refusal) => return Ok(refusal),
     };
+    keys.keys.iter_mut().for_each(|k| scope(&env, k));
     let (_, store) = open(&env)?;
     for key in &keys.keys {
         if let Err(e) = store.forget(key).await {
@@ -100,10 +115,11 @@ pub async fn forget_keys(mut req: Request, env: Env) -> Result<Response> {
 }
 
 pub async fn seen(mut req: Request, env: Env) -> Result<Response> {
-    let keys: Keys = match body(&mut req, &env).await? {
+    let mut keys: Keys = match body(&mut req, &env).await? {
         Ok(b) => b,
         Err(refusal) => return Ok(refusal),
     };
+    keys.keys.iter_mut().for_each(|k| scope(&env, k));
     let (_, store) = open(&env)?;
     let refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
     reply(
@@ -118,10 +134,11 @@ pub async fn seen(mut req: Request, env: Env) -> Result<Response> {
 /// `{"state": "not-done", "claim_ends_in_ms": ms | null}` (0: free; null: the
 /// store cannot tell), as the guard's re-check of a held key reads it.
 pub async fn peek(mut req: Request, env: Env) -> Result<Response> {
-    let keys: Keys = match body(&mut req, &env).await? {
+    let mut keys: Keys = match body(&mut req, &env).await? {
         Ok(b) => b,
         Err(refusal) => return Ok(refusal),
     };
+    keys.keys.iter_mut().for_each(|k| scope(&env, k));
     let (_, store) = open(&env)?;
     let refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
     reply(store.peek_many(&refs).await.map(|peeked| {
@@ -140,10 +157,11 @@ pub async fn peek(mut req: Request, env: Env) -> Result<Response> {
 }
 
 pub async fn remember(mut req: Request, env: Env) -> Result<Response> {
-    let keys: Keys = match body(&mut req, &env).await? {
+    let mut keys: Keys = match body(&mut req, &env).await? {
         Ok(b) => b,
         Err(refusal) => return Ok(refusal),
     };
+    keys.keys.iter_mut().for_each(|k| scope(&env, k));
     let (_, store) = open(&env)?;
     let refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
     let ttl = keys.ttl_ms.map(Duration::from_millis);
@@ -156,10 +174,11 @@ pub async fn remember(mut req: Request, env: Env) -> Result<Response> {
 }
 
 pub async fn claim(mut req: Request, env: Env) -> Result<Response> {
-    let keys: Keys = match body(&mut req, &env).await? {
+    let mut keys: Keys = match body(&mut req, &env).await? {
         Ok(b) => b,
         Err(refusal) => return Ok(refusal),
     };
+    keys.keys.iter_mut().for_each(|k| scope(&env, k));
     let (_, store) = open(&env)?;
     let refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
     let lease = Duration::from_millis(keys.lease_ms.unwrap_or(60_000));
@@ -179,10 +198,11 @@ pub async fn claim(mut req: Request, env: Env) -> Result<Response> {
 }
 
 pub async fn release(mut req: Request, env: Env) -> Result<Response> {
-    let releases: Releases = match body(&mut req, &env).await? {
+    let mut releases: Releases = match body(&mut req, &env).await? {
         Ok(b) => b,
         Err(refusal) => return Ok(refusal),
     };
+    (releases.releases.iter_mut()).for_each(|r| scope(&env, &mut r.key));
     let (_, store) = open(&env)?;
     let tokens: Vec<(&str, ClaimToken)> = releases
         .releases
@@ -230,10 +250,15 @@ struct RememberItem {
 /// "renew": [{key, token}], "ttl_ms"?, "lease_ms"?}`: one batch step, as the
 /// guard makes it. Answers `kept`, `renewed` and `release_error` (or `null`).
 pub async fn settle(mut req: Request, env: Env) -> Result<Response> {
-    let step: SettleBody = match body(&mut req, &env).await? {
+    let mut step: SettleBody = match body(&mut req, &env).await? {
         Ok(b) => b,
         Err(refusal) => return Ok(refusal),
     };
+    let items = step.release.iter_mut().chain(step.renew.iter_mut());
+    items.for_each(|r| scope(&env, &mut r.key));
+    step.remember
+        .iter_mut()
+        .for_each(|r| scope(&env, &mut r.key));
     let (_, store) = open(&env)?;
     let token = |t: &str| ClaimToken(t.to_string());
     let remember_tokens: Vec<(&str, Option<ClaimToken>)> = step
@@ -297,10 +322,11 @@ pub async fn transact(mut req: Request, env: Env) -> Result<Response> {
             403,
         );
     }
-    let tx: Transaction = match body(&mut req, &env).await? {
+    let mut tx: Transaction = match body(&mut req, &env).await? {
         Ok(b) => b,
         Err(refusal) => return Ok(refusal),
     };
+    scope(&env, &mut tx.key);
     let (config, store) = open(&env)?;
     let db = env.d1(&config.d1_binding)?;
     db.prepare(TESTKIT_EFFECTS).run().await?;
@@ -338,10 +364,11 @@ pub async fn effects(mut req: Request, env: Env) -> Result<Response> {
     if !crate::access::directives_enabled(&env) {
         return Response::error("the testkit's effects need EXAMPLE_TEST_DIRECTIVES=1", 403);
     }
-    let keys: Keys = match body(&mut req, &env).await? {
+    let mut keys: Keys = match body(&mut req, &env).await? {
         Ok(b) => b,
         Err(refusal) => return Ok(refusal),
     };
+    keys.keys.iter_mut().for_each(|k| scope(&env, k));
     let (config, _) = open(&env)?;
     let db = env.d1(&config.d1_binding)?;
     db.prepare(TESTKIT_EFFECTS).run().await?;

@@ -133,3 +133,26 @@ describe("test directives", () => {
     }
   });
 });
+
+describe("the store routes in a deployment", () => {
+  test("write in a key space of their own: a playground remember or claim never makes the consumer skip or park a real id (issue #29)", async () => {
+    // No test directives: as deployed.
+    const worker = await startWorker({ vars: { EXAMPLE_TEST_DIRECTIVES: undefined } });
+    try {
+      const remembered = await worker.request("POST", "/store/remember", { keys: ["real-1"] });
+      assert.ok(remembered, "the playground's remember answered");
+      await worker.request("POST", "/store/claim", { keys: ["real-2"], lease_ms: 60_000 });
+      // The store routes see their own writes...
+      assert.deepEqual((await worker.request("POST", "/store/seen", { keys: ["real-1"] })).seen, [true]);
+      // ...under their own prefix, which the read-only listing shows.
+      const { entries } = await worker.request("GET", "/store/entries");
+      assert.ok(entries.some((e) => String(e.key).startsWith("playground:")), JSON.stringify(entries));
+      // The consumer runs both real ids.
+      const stats = await worker.publishAndWait([envelope("real-1"), envelope("real-2")]);
+      assert.equal(stats.runs, 2, JSON.stringify(stats));
+      assert.deepEqual((await worker.effects()).effects, { "real-1": 1, "real-2": 1 });
+    } finally {
+      await worker.dispose();
+    }
+  });
+});
