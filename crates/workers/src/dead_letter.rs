@@ -7,6 +7,13 @@
 //! number) is kept verbatim under `body` beside the block, so nothing is lost.
 
 use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+/// Cloudflare Queues' largest message (128 KB), less room for the encoding:
+/// no dead letter is larger.
+pub(crate) const MAX_DEAD_LETTER_BYTES: usize = 128_000 - 1_024;
+/// The longest `dead_letter.error` kept when the whole letter is too large.
+const ERROR_CHARS: usize = 1_000;
 
 /// What is known about the delivery being dead-lettered.
 pub(crate) struct DeadDelivery<'a> {
@@ -24,17 +31,92 @@ pub(crate) struct DeadDelivery<'a> {
     pub failed_at_ms: u64,
 }
 
-/// The dead-letter message for a delivery.
+/// The dead-letter message for a delivery, never over
+/// [`MAX_DEAD_LETTER_BYTES`]: the envelope whole with its block if that fits;
+/// else with the block's `error` cut short (still whole, so a redrive can
+/// send it again); else the envelope's `job`, `trace_id` and `meta`, and a
+/// `truncated` digest of the body in place of the rest (less still, if even
+/// those do not fit).
 pub(crate) fn wrap(delivery: &DeadDelivery<'_>) -> Value {
+    let whole = wrap_whole(delivery, &delivery.error);
+    if fits(&whole) {
+        return whole;
+    }
+    let error = cut(&delivery.error);
+    let short = wrap_whole(delivery, &error);
+    if fits(&short) {
+        return short;
+    }
+    let body = serde_json::from_slice::<Value>(delivery.body).ok();
+    let kept: Vec<(&str, Value)> = match &body {
+        Some(Value::Object(envelope)) => ["job", "trace_id", "meta"]
+            .into_iter()
+            .filter_map(|k| envelope.get(k).map(|v| (k, v.clone())))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let digest = json!({
+        "bytes": delivery.body.len(),
+        "sha256": hex(&Sha256::digest(delivery.body)),
+        "why": "the dead letter would exceed the queue's 128 KB message limit: the envelope's \
+                job, trace_id and meta are kept, the rest is this digest",
+    });
+    // The most of the envelope that fits: all three fields, then `meta.id`
+    // alone, then nothing but the digest.
+    let meta_id = kept
+        .iter()
+        .find(|(k, _)| *k == "meta")
+        .and_then(|(_, meta)| meta.get("id").cloned());
+    let tries: [Vec<(&str, Value)>; 3] = [
+        kept.clone(),
+        meta_id
+            .map(|id| vec![("meta", json!({ "id": id }))])
+            .unwrap_or_default(),
+        Vec::new(),
+    ];
+    let mut letter = Value::Null;
+    for fields in tries {
+        let mut out: Map<String, Value> = fields.into_iter().map(|(k, v)| (k.into(), v)).collect();
+        out.insert("truncated".into(), digest.clone());
+        out.insert("dead_letter".into(), block(delivery, &error));
+        letter = Value::Object(out);
+        if fits(&letter) {
+            break;
+        }
+    }
+    letter
+}
+
+fn fits(letter: &Value) -> bool {
+    serde_json::to_vec(letter).is_ok_and(|bytes| bytes.len() <= MAX_DEAD_LETTER_BYTES)
+}
+
+/// `error` cut to [`ERROR_CHARS`] characters, saying so.
+fn cut(error: &str) -> String {
+    match error.char_indices().nth(ERROR_CHARS) {
+        Some((end, _)) => format!("{}... ({} bytes in all)", &error[..end], error.len()),
+        None => error.to_string(),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn block(delivery: &DeadDelivery<'_>, error: &str) -> Value {
     // The schema's `lang` enum has no Rust entry, so `lang` is left out.
-    let block = json!({
+    json!({
         "reason": delivery.reason,
-        "error": delivery.error,
+        "error": error,
         "exception": delivery.exception,
         "failed_at": delivery.failed_at_ms,
         "original_queue": delivery.original_queue,
         "attempts": delivery.attempts,
-    });
+    })
+}
+
+fn wrap_whole(delivery: &DeadDelivery<'_>, error: &str) -> Value {
+    let block = block(delivery, error);
     match serde_json::from_slice::<Value>(delivery.body) {
         Ok(Value::Object(mut envelope)) => {
             envelope.insert("dead_letter".into(), block);
@@ -83,6 +165,75 @@ mod tests {
                 .as_str()
                 .is_some_and(|c| !c.is_empty())
         );
+    }
+
+    fn failed(body: &[u8], error: String) -> Value {
+        wrap(&DeadDelivery {
+            body,
+            reason: "failed",
+            error,
+            exception: "handler-error",
+            original_queue: "orders",
+            attempts: 4,
+            failed_at_ms: 1_700_000_000_000,
+        })
+    }
+
+    fn size(letter: &Value) -> usize {
+        serde_json::to_vec(letter).unwrap().len()
+    }
+
+    fn envelope(pad: usize) -> Vec<u8> {
+        json!({
+            "job": "urn:babel:orders:created",
+            "trace_id": "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b",
+            "data": {"pad": "x".repeat(pad)},
+            "meta": {"id": "big-1", "queue": "orders", "schema_version": 1},
+            "attempts": 0
+        })
+        .to_string()
+        .into_bytes()
+    }
+
+    /// Issue #29: a 128 KB body wrapped with its block could not be sent (over
+    /// the queue's limit), so it left without its block. Now no letter is over.
+    #[test]
+    fn a_dead_letter_never_exceeds_the_queue_message_limit() {
+        // Fits whole once the handler's long error is cut: still redrivable.
+        let body = envelope(124_000);
+        let letter = failed(&body, "e".repeat(50_000));
+        assert!(size(&letter) <= MAX_DEAD_LETTER_BYTES, "{}", size(&letter));
+        assert_eq!(letter["data"]["pad"].as_str().map(str::len), Some(124_000));
+        assert!(
+            letter["dead_letter"]["error"]
+                .as_str()
+                .unwrap()
+                .ends_with("(50000 bytes in all)")
+        );
+        // Too large whatever: job, trace_id and meta, and a digest of the rest.
+        let body = envelope(128_000);
+        let letter = failed(&body, "boom".into());
+        assert!(size(&letter) <= MAX_DEAD_LETTER_BYTES, "{}", size(&letter));
+        assert_eq!(letter["meta"]["id"], "big-1");
+        assert_eq!(letter["job"], "urn:babel:orders:created");
+        assert_eq!(letter["trace_id"], "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b");
+        assert!(letter.get("data").is_none());
+        assert_eq!(letter["truncated"]["bytes"], body.len());
+        assert_eq!(
+            letter["truncated"]["sha256"].as_str().map(str::len),
+            Some(64)
+        );
+        assert_eq!(letter["dead_letter"]["error"], "boom");
+        // A huge meta: its id alone. A body that is not JSON: the digest alone.
+        let body = json!({"job": "j", "trace_id": "t", "data": {}, "meta": {"id": "m-1", "x": "y".repeat(200_000)}})
+            .to_string();
+        let letter = failed(body.as_bytes(), "boom".into());
+        assert!(size(&letter) <= MAX_DEAD_LETTER_BYTES);
+        assert_eq!(letter["meta"], json!({"id": "m-1"}));
+        let letter = poison(&vec![b'{'; 300_000]);
+        assert!(size(&letter) <= MAX_DEAD_LETTER_BYTES);
+        assert_eq!(letter["truncated"]["bytes"], 300_000);
+        assert_eq!(letter["dead_letter"]["reason"], "poison");
     }
 
     #[test]

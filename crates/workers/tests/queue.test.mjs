@@ -205,6 +205,22 @@ describe("poison (malformed or invalid envelopes)", () => {
       assert.equal(wrapped.meta.schema_version, 2, "the envelope is kept as it was");
     }));
 
+  test("a poison message near the queue's 128 KB limit is dead-lettered with its block, within the limit (issue #29)", () =>
+    withWorker({ consumer: { maxRetries: 1 } }, async (worker) => {
+      const big = envelope("big-poison", { pad: "x".repeat(127_300) });
+      big.meta.schema_version = 2;
+      const stats = await worker.publishAndWait([big]);
+      assert.equal(stats.poison, 1);
+      assert.equal(stats.dead_lettered, 1, JSON.stringify(stats));
+      await worker.waitForStats((s) => s.dead_letters_received >= 1, "the dead letter");
+      const [letter] = (await worker.deadLetters()).dead_letters;
+      assert.equal(letter.dead_letter?.reason, "poison", "sent by the consumer, with its block");
+      assert.equal(letter.meta.id, "big-poison");
+      assert.equal(letter.job, big.job);
+      assert.ok(letter.truncated?.bytes > 127_300, JSON.stringify(letter).slice(0, 300));
+      assert.ok(JSON.stringify(letter).length <= 128_000);
+    }));
+
   test("without one: retried, so the queue's max_retries + dead_letter_queue take it", () =>
     withWorker({ vars: { DEDUPE_DEAD_LETTER: "" }, consumer: { maxRetries: 1 } }, async (worker) => {
       await worker.publish(["{not json"]);
