@@ -65,7 +65,11 @@ demo-native: setup
 ## a fuzz smoke, and the native conformance run.
 test: setup lint wasm component-test unit fuzz conformance packages demo-host $(EXTRA_TESTS)
 
+# Every cargo command after this one builds what Cargo.lock pins: a lock file
+# that would need an update fails here (--locked) instead of resolving afresh.
 setup:
+	@cargo metadata --locked --format-version 1 >/dev/null
+	@cargo metadata --locked --format-version 1 --manifest-path crates/component/componentize/Cargo.toml >/dev/null
 	@rustup target list --installed | grep -qx wasm32-unknown-unknown \
 	  || rustup target add wasm32-unknown-unknown
 	@rustup component list --installed | grep -q '^clippy' || rustup component add clippy

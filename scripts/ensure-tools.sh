@@ -29,7 +29,7 @@ case "${1:?usage: $0 wasm-bindgen|worker-build|chromium|python DIR PKG==VERSION|
 wasm-bindgen)
     # `--locked` fails for this version (a locked dependency is not in the index).
     have_version wasm-bindgen "$WASM_BINDGEN_VERSION" \
-        || cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" >&2
+        || cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --locked >&2
     command -v wasm-bindgen
     ;;
 worker-build)

@@ -29,11 +29,18 @@ rm -rf "$STATE"
 mkdir -p "$STATE"
 export WRANGLER_SEND_METRICS=false
 TOKEN="$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')"
-AUTH="Authorization: Bearer $TOKEN"
+# The token never goes on a command line (`ps` would show it): wrangler reads it
+# from an env file and curl its header from a file, both readable by us only.
+(
+    umask 077
+    printf 'EXAMPLE_ADMIN_TOKEN=%s\n' "$TOKEN" >"$STATE/demo.env"
+    printf 'Authorization: Bearer %s\n' "$TOKEN" >"$STATE/auth.header"
+)
+AUTH="@$STATE/auth.header"
 # Its own process group (npx -> wrangler -> workerd), so stopping it stops them all.
 setsid npx wrangler dev --ip 127.0.0.1 --port "$PORT" --inspector-port 0 \
     --persist-to "$STATE" --show-interactive-dev-session=false \
-    --var "EXAMPLE_ADMIN_TOKEN:$TOKEN" --var EXAMPLE_TEST_DIRECTIVES:1 \
+    --env-file "$STATE/demo.env" --var EXAMPLE_TEST_DIRECTIVES:1 \
     >"$STATE/wrangler.log" 2>&1 &
 WRANGLER=$!
 stop() {

@@ -3,7 +3,7 @@
 //! Every route (all but the static playground, which the assets layer serves
 //! before the worker runs) needs `Authorization: Bearer <EXAMPLE_ADMIN_TOKEN>`.
 //! The token is a secret (`wrangler secret put EXAMPLE_ADMIN_TOKEN`; locally
-//! `--var EXAMPLE_ADMIN_TOKEN:<token>` or `.dev.vars`); with none configured
+//! `.dev.vars` or `wrangler dev --env-file FILE`); with none configured
 //! every route refuses, so a deployment without one is closed, not open.
 //! Request bodies are limited to [`MAX_BODY_BYTES`].
 
@@ -43,8 +43,8 @@ pub fn refuse(req: &Request, env: &Env) -> Result<Option<Response>> {
         return Response::error(
             format!(
                 "{TOKEN_VAR} is not set, so every route is refused: set it \
-                 (`wrangler secret put {TOKEN_VAR}`; locally `--var {TOKEN_VAR}:<token>` \
-                 or .dev.vars) and send `Authorization: Bearer <token>`"
+                 (`wrangler secret put {TOKEN_VAR}`; locally .dev.vars or \
+                 `wrangler dev --env-file FILE`) and send `Authorization: Bearer <token>`"
             ),
             403,
         )
