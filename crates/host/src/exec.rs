@@ -50,21 +50,33 @@ impl ExecHandler {
         feed(&mut child, envelope);
         let tail = Tail::drain(&mut child);
         let pid = child.id();
+        // A thread waits for the exit without reaping it, so the pid (and its
+        // group) stays the handler's until this thread reaps it: a kill at the
+        // deadline can never reach a process that took the pid over.
         let (exited, exit) = mpsc::channel();
-        std::thread::spawn(move || exited.send(child.wait()));
-        let status = match exit.recv_timeout(self.timeout) {
-            Ok(status) => status.map_err(|e| format!("handler did not finish: {e}"))?,
+        std::thread::spawn(move || {
+            wait_unreaped(pid);
+            exited.send(())
+        });
+        let waited = exit.recv_timeout(self.timeout);
+        if let Err(RecvTimeoutError::Timeout) = waited {
+            kill_group(pid);
+        }
+        let status = child
+            .wait()
+            .map_err(|e| format!("handler did not finish: {e}"))?;
+        match waited {
+            Ok(()) => {}
             Err(RecvTimeoutError::Timeout) => {
-                kill_group(pid);
-                let _ = exit.recv(); // reaped
                 return Err(format!(
                     "handler timed out after {} and was killed{}",
                     shown(self.timeout),
                     tail.reason(STDERR_GRACE)
                 ));
             }
-            Err(RecvTimeoutError::Disconnected) => return Err("handler did not finish".into()),
-        };
+            // The waiting thread could not wait: reaped above all the same.
+            Err(RecvTimeoutError::Disconnected) => {}
+        }
         if status.success() {
             return Ok(());
         }
@@ -148,6 +160,32 @@ fn exited_with(status: ExitStatus) -> String {
 fn exited_with(status: ExitStatus) -> String {
     status.to_string()
 }
+
+/// Returns once process `pid` (our child) has exited, leaving it to be reaped.
+#[cfg(unix)]
+fn wait_unreaped(pid: u32) {
+    loop {
+        // SAFETY: `info` is a plain C struct waitid fills; WNOWAIT leaves the
+        // child to `Child::wait`.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let done = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if done == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return;
+        }
+    }
+}
+
+/// Elsewhere: returns at once, so there is no timeout (the `Child::wait`
+/// after it blocks until the exit), as before process groups.
+#[cfg(not(unix))]
+fn wait_unreaped(_pid: u32) {}
 
 /// Kills the process group `pgid` (the handler and all it started).
 #[cfg(unix)]

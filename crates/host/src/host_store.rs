@@ -162,7 +162,10 @@ impl leases::Host for HostState {
             renew: &pairs(&renew, &renew_tokens),
             lease: Duration::from_millis(lease_ms),
         };
-        let settled = ready(self.store.settle(&step))?;
+        let settled = ready(self.store.settle(&step));
+        // Whatever the answer, the guest is done with these claims: one whose
+        // release failed lapses with its lease, renewed no more (a failed
+        // settle must not leave it renewed while later handlers run).
         for key in remember
             .iter()
             .map(|(k, _)| k)
@@ -170,6 +173,7 @@ impl leases::Host for HostState {
         {
             self.claims.ended(key);
         }
+        let settled = settled?;
         for ((key, _), renewed) in renew.iter().zip(&settled.renewed) {
             if !renewed {
                 self.claims.ended(key);

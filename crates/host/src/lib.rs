@@ -19,6 +19,18 @@ pub const DEFAULT_STORE: &str = "sqlite:.bq-dedupe/seen.db";
 /// every command and error: the stores crate's).
 pub use bq_dedupe_stores::shown_spec;
 
+/// [`open_store`] for a command that only reads or cleans a store (`stats`,
+/// `purge`, `forget`): a SQLite file that does not exist is an error, not a new
+/// empty store (a mistyped path would look like an empty one).
+pub fn open_existing_store(spec: &str) -> anyhow::Result<bq_dedupe_stores::AnyStore> {
+    if let Some(path) = spec.strip_prefix("sqlite:")
+        && !std::path::Path::new(path).exists()
+    {
+        anyhow::bail!("no store at {path}: no such SQLite file (`bq-dedupe run` creates one)");
+    }
+    open_store(spec)
+}
+
 /// Opens the store of `spec` for a command: an error names the spec masked,
 /// and what its connection leaves unauthenticated is said once, on stderr.
 pub fn open_store(spec: &str) -> anyhow::Result<bq_dedupe_stores::AnyStore> {

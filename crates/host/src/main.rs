@@ -44,6 +44,7 @@ enum Command {
     },
     /// Forget ids so their next delivery runs again.
     Forget {
+        /// The store (as `run --store`); a SQLite file must exist.
         #[arg(long, default_value = DEFAULT_STORE)]
         store: String,
         /// Key prefix the ids were remembered under.
@@ -58,12 +59,14 @@ enum Command {
     },
     /// Print what the store holds.
     Stats {
+        /// The store (as `run --store`); a SQLite file must exist.
         #[arg(long, default_value = DEFAULT_STORE)]
         store: String,
     },
     /// Delete expired ids (and claims lapsed long ago) from the store; live
     /// claims stay. `run` does the same every `--purge-every`.
     Purge {
+        /// The store (as `run --store`); a SQLite file must exist.
         #[arg(long, default_value = DEFAULT_STORE)]
         store: String,
     },

@@ -152,3 +152,80 @@ fn a_duration_that_overflows_is_an_argument_error() {
         );
     }
 }
+
+/// Zero is not a TTL nor a handler timeout (every id forgotten at once, every
+/// delivery failed): an argument error. A store that does not exist is not an
+/// empty one for `stats`, `purge` and `forget` (a mistyped path created an
+/// empty file).
+#[test]
+fn zero_durations_and_missing_stores_are_refused() {
+    for flag in ["--ttl", "--handler-timeout"] {
+        let out = bq(&["run", "--store", "memory", flag, "0s"], "");
+        assert_eq!(out.status.code(), Some(2), "{flag}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("more than zero"),
+            "{flag}: {out:?}"
+        );
+    }
+    let dir = scratch("missing");
+    let missing = dir.join("typo").join("seen.db");
+    let spec = format!("sqlite:{}", missing.display());
+    for args in [
+        vec!["stats", "--store", &spec],
+        vec!["purge", "--store", &spec],
+        vec!["forget", "--store", &spec, "x"],
+    ] {
+        let out = bq(&args, "");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("no such SQLite file"),
+            "{out:?}"
+        );
+        assert!(
+            !missing.exists() && !dir.join("typo").exists(),
+            "{args:?} created it"
+        );
+    }
+}
+
+/// A run purges at its start too: a short run from cron would otherwise never
+/// reach its first interval.
+#[test]
+fn a_run_purges_at_its_start() {
+    let dir = scratch("purge-start");
+    let spec = format!("sqlite:{}", dir.join("seen.db").display());
+    let input = [envelope("old-1"), envelope("old-2")].join("\n");
+    bq(&["run", "--store", &spec, "--ttl", "1s"], &input);
+    std::thread::sleep(Duration::from_millis(2100));
+    let out = bq(&["run", "--store", &spec], &envelope("new-1"));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stats = json(&bq(&["stats", "--store", &spec], ""));
+    assert_eq!(stats["expired"], 0, "{stats}");
+    assert_eq!(stats["remembered"], 1, "{stats}");
+}
+
+/// A line cut at the limit is not trimmed back under it (review): a 1 MiB
+/// envelope followed by `\rGARBAGE` on the same line is rejected, not accepted
+/// without what followed it.
+#[test]
+fn a_cut_line_is_never_trimmed_under_the_limit() {
+    let pad = (1 << 20) - envelope("cut-1").len() - 20;
+    let body = format!(
+        r#"{{"job":"urn:babel:orders:created","trace_id":"t","data":{{"p":"{}"}},"meta":{{"id":"cut-1","schema_version":1}}}}"#,
+        "x".repeat(pad)
+    );
+    let body = format!("{body}{}", " ".repeat((1 << 20) - body.len()));
+    assert_eq!(body.len(), 1 << 20);
+    let out = bq(
+        &["run", "--store", "memory"],
+        &format!("{body}\rGARBAGE\n{}\n", envelope("next-1")),
+    );
+    let verdicts = decisions(&out);
+    assert_eq!(verdicts.len(), 2, "{out:?}");
+    assert_eq!(
+        verdicts[0]["decision"], "reject",
+        "{}",
+        verdicts[0]["reason"]
+    );
+    assert_eq!(verdicts[1]["decision"], "run");
+}

@@ -122,8 +122,9 @@ impl AnyStore {
             return PostgresStore::connect(&url, &table).map(AnyStore::Postgres);
         }
         Err(invalid(format!(
-            "unknown store spec {:?}: use memory, sqlite:PATH, redis://HOST:PORT[/DB][?prefix=P&dialect=native|php|go], \
-             redis+cluster://HOST:PORT[,HOST:PORT...] or postgres://USER@HOST:PORT/DB[?table=T]",
+            "unknown store spec {:?}: use memory, sqlite:PATH, redis://HOST:PORT[/DB][?prefix=P&dialect=native|php|go] \
+             (rediss:// for TLS), redis+cluster://HOST:PORT[,HOST:PORT...] (rediss+cluster://) or \
+             postgres://USER@HOST:PORT/DB[?table=T&sslmode=verify-full]",
             crate::shown_spec(spec)
         )))
     }

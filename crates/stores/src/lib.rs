@@ -129,18 +129,22 @@ pub(crate) fn take_params(
     };
     let mut ours = Vec::new();
     let mut rest = Vec::new();
-    let mut given: Vec<&str> = Vec::new();
+    let mut given: Vec<String> = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
         // A client's URL parse would take one of two silently (which one
         // differs between clients): refused, naming the parameter only.
-        if given.contains(&name) {
+        // Compared as the client reads them: percent-decoded.
+        let decoded = percent_encoding::percent_decode_str(name)
+            .decode_utf8_lossy()
+            .into_owned();
+        if given.contains(&decoded) {
             return Err(StoreError::new(
                 bq_dedupe::StoreErrorKind::Invalid,
-                format!("store spec: parameter {name:?} given twice"),
+                format!("store spec: parameter {decoded:?} given twice"),
             ));
         }
-        given.push(name);
+        given.push(decoded);
         if names.contains(&name) {
             let value = percent_encoding::percent_decode_str(value)
                 .decode_utf8()

@@ -410,8 +410,9 @@ impl PostgresStore {
         config.connect_timeout(TIMEOUT);
         // Every session of the store: a call blocked on a lock, or a
         // statement running long, ends as `Unavailable` within its limit.
+        // The URL's own `options` last: a user's `-c statement_timeout=0` wins.
         let options = match config.get_options() {
-            Some(given) => format!("{given} {limits}"),
+            Some(given) => format!("{limits} {given}"),
             None => limits,
         };
         config.options(&options);
@@ -587,8 +588,17 @@ impl PostgresStore {
              SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM b)"
         );
         let stale = crate::STALE_CLAIM.as_millis() as i64;
-        let row = self.run(|c| c.query_typed_one(&sql, &[(&stale, Type::INT8)]))?;
-        Ok(row.get::<_, i64>(0).max(0) as u64)
+        // A large backlog may take longer than the session's statement_timeout:
+        // the purge alone runs without one (it takes no lock a call waits on
+        // for long: rows, not the table).
+        self.in_transaction(|mut tx| {
+            let row = tx
+                .batch_execute("SET LOCAL statement_timeout = 0")
+                .and_then(|()| tx.query_typed_one(&sql, &[(&stale, Type::INT8)]))
+                .map_err(error)?;
+            tx.commit().map_err(error)?;
+            Ok(row.get::<_, i64>(0).max(0) as u64)
+        })
     }
 
     /// Go's remember, for every key given (deduplicated: one `INSERT` may not

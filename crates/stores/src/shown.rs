@@ -7,7 +7,8 @@
 /// any case, in a query (`&`-separated) or a libpq `key=value` string (a
 /// quoted value whole).
 pub fn shown_spec(spec: &str) -> String {
-    mask_parameters(&mask_user_info(spec))
+    // Parameters first: a `password=p@ss` must not pass for user info.
+    mask_user_info(&mask_parameters(spec))
 }
 
 fn mask_user_info(spec: &str) -> String {
@@ -15,6 +16,10 @@ fn mask_user_info(spec: &str) -> String {
         return spec.to_string();
     }
     let start = spec.find("://").map_or(0, |i| i + 3);
+    // Without a scheme, a `key=value` string (libpq's form) has no user info.
+    if start == 0 && spec.contains(['=', ' ']) {
+        return spec.to_string();
+    }
     let Some(at) = spec[start..].rfind('@').map(|i| start + i) else {
         return spec.to_string();
     };
@@ -28,15 +33,43 @@ fn mask_user_info(spec: &str) -> String {
 }
 
 fn mask_parameters(spec: &str) -> String {
-    const KEY: &str = "password=";
-    let lower = spec.to_ascii_lowercase();
+    match spec.split_once("://").and_then(|_| spec.split_once('?')) {
+        Some((base, query)) => format!("{base}?{}", mask_query(query)),
+        None if spec.contains("://") => spec.to_string(),
+        None => mask_key_values(spec),
+    }
+}
+
+/// Whether a parameter's name is a password's (any case, percent-decoded:
+/// the client decodes it too), e.g. `password`, `PassWord`, `sslpassword`.
+fn is_password(name: &str) -> bool {
+    let decoded = percent_encoding::percent_decode_str(name).decode_utf8_lossy();
+    decoded.to_ascii_lowercase().ends_with("password")
+}
+
+/// A URL's query: every `&`-separated password value masked, whole (a space in
+/// it included).
+fn mask_query(query: &str) -> String {
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if is_password(name) => format!("{name}=***"),
+            _ => pair.to_string(),
+        })
+        .collect();
+    pairs.join("&")
+}
+
+/// libpq's `key=value` string: every password value masked, a quoted one
+/// (`\'` inside it escaped) whole.
+fn mask_key_values(spec: &str) -> String {
     let mut shown = String::with_capacity(spec.len());
-    let mut from = 0;
-    while let Some(found) = lower[from..].find(KEY) {
-        let value = from + found + KEY.len();
-        let rest = &spec[value..];
-        let len = match rest.strip_prefix('\'') {
-            // libpq: a quoted value, `\'` inside it escaped.
+    let mut rest = spec;
+    while let Some(eq) = rest.find('=') {
+        let name_start = rest[..eq].rfind(char::is_whitespace).map_or(0, |i| i + 1);
+        let name = &rest[name_start..eq];
+        let value = &rest[eq + 1..];
+        let len = match value.strip_prefix('\'') {
             Some(quoted) => {
                 let mut escaped = false;
                 quoted
@@ -46,17 +79,19 @@ fn mask_parameters(spec: &str) -> String {
                         escaped = c == '\\' && !escaped;
                         end
                     })
-                    .map_or(rest.len(), |(i, _)| i + 2)
+                    .map_or(value.len(), |(i, _)| i + 2)
             }
-            None => rest
-                .find(|c: char| c == '&' || c.is_whitespace())
-                .unwrap_or(rest.len()),
+            None => value.find(char::is_whitespace).unwrap_or(value.len()),
         };
-        shown.push_str(&spec[from..value]);
-        shown.push_str("***");
-        from = value + len;
+        shown.push_str(&rest[..=eq]);
+        if is_password(name) {
+            shown.push_str("***");
+        } else {
+            shown.push_str(&value[..len]);
+        }
+        rest = &value[len..];
     }
-    shown.push_str(&spec[from..]);
+    shown.push_str(rest);
     shown
 }
 
@@ -103,6 +138,26 @@ mod tests {
             ),
             ("host=h password='unterminated", "host=h password=***"),
             ("host=h sslpassword=PW", "host=h sslpassword=***"),
+            // Found by review: a password with `@` in the key=value form; a
+            // space in a query value; a percent-encoded name.
+            (
+                "host=h password=p@ss dbname=d",
+                "host=h password=*** dbname=d",
+            ),
+            (
+                "host=h password='p@ss' dbname=d",
+                "host=h password=*** dbname=d",
+            ),
+            (
+                "postgres://db/app?password=a b&x=1",
+                "postgres://db/app?password=***&x=1",
+            ),
+            (
+                "postgres://db/app?passw%6Frd=x",
+                "postgres://db/app?passw%6Frd=***",
+            ),
+            // An `@` after the host: masked up to it (more than needed, never less).
+            ("postgres://u:p@db/app?x=a@b", "postgres://u:***@b"),
         ] {
             assert_eq!(shown_spec(spec), shown, "{spec}");
         }

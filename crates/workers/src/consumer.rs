@@ -12,7 +12,7 @@ use wasm_bindgen::JsValue;
 use worker::{Queue, QueueContentType, RawMessageBuilder};
 
 use crate::batch::{QueueBatch, QueueMessage, describe};
-use crate::dead_letter::{DeadDelivery, wrap};
+use crate::dead_letter::{DeadDelivery, MAX_DEAD_LETTER_BYTES, wrap, wrap_truncated};
 
 /// What the handler gets for each delivery it must run.
 #[derive(Debug)]
@@ -465,17 +465,29 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             ),
             _ => return Ok(false),
         };
-        let wrapped = wrap(&DeadDelivery {
+        let queue = batch.queue();
+        let delivery = DeadDelivery {
             body,
             reason,
             error,
             exception,
-            original_queue: &batch.queue(),
+            original_queue: &queue,
             attempts: message.attempts(),
             failed_at_ms: js_sys::Date::now() as u64,
-        });
+        };
         // A plain JS object (not a serde Map), so the JSON content type accepts it.
-        let value: JsValue = js_sys::JSON::parse(&wrapped.to_string()).map_err(describe)?;
+        let as_js =
+            |letter: serde_json::Value| js_sys::JSON::parse(&letter.to_string()).map_err(describe);
+        let mut value: JsValue = as_js(wrap(&delivery))?;
+        // Measured as the runtime encodes it: JS writes some numbers longer
+        // than serde_json does (`1e20` as 21 digits).
+        let encoded = js_sys::JSON::stringify(&value)
+            .ok()
+            .and_then(|s| s.as_string())
+            .map_or(usize::MAX, |s| s.len());
+        if encoded > MAX_DEAD_LETTER_BYTES {
+            value = as_js(wrap_truncated(&delivery))?;
+        }
         producer
             .send_raw(RawMessageBuilder::new(value).build_with_content_type(QueueContentType::Json))
             .await

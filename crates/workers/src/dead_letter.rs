@@ -42,11 +42,18 @@ pub(crate) fn wrap(delivery: &DeadDelivery<'_>) -> Value {
     if fits(&whole) {
         return whole;
     }
-    let error = cut(&delivery.error);
-    let short = wrap_whole(delivery, &error);
+    let short = wrap_whole(delivery, &cut(&delivery.error));
     if fits(&short) {
         return short;
     }
+    wrap_truncated(delivery)
+}
+
+/// The letter without the body: the envelope's `job`, `trace_id` and `meta`
+/// (less, if even those do not fit) and a `truncated` digest of the body. For
+/// a letter whose whole form, as the runtime encodes it, is over the limit.
+pub(crate) fn wrap_truncated(delivery: &DeadDelivery<'_>) -> Value {
+    let error = cut(&delivery.error);
     let body = serde_json::from_slice::<Value>(delivery.body).ok();
     let kept: Vec<(&str, Value)> = match &body {
         Some(Value::Object(envelope)) => ["job", "trace_id", "meta"]

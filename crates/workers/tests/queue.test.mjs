@@ -221,6 +221,19 @@ describe("poison (malformed or invalid envelopes)", () => {
       assert.ok(JSON.stringify(letter).length <= 128_000);
     }));
 
+  test("a dead letter is measured as the runtime encodes it: numbers JS writes longer still fit (review)", () =>
+    withWorker({ consumer: { maxRetries: 1 } }, async (worker) => {
+      // 20,000 x `1e20`: 100 KB as sent, 440 KB as JSON.stringify writes it.
+      const raw = `{"job":"urn:babel:orders:created","trace_id":"t","data":{"n":[${Array(20_000).fill("1e20").join(",")}]},"meta":{"id":"wide-numbers","schema_version":2}}`;
+      const stats = await worker.publishAndWait([raw]);
+      assert.equal(stats.dead_lettered, 1, JSON.stringify(stats));
+      await worker.waitForStats((s) => s.dead_letters_received >= 1, "the dead letter");
+      const [letter] = (await worker.deadLetters()).dead_letters;
+      assert.equal(letter.dead_letter?.reason, "poison");
+      assert.equal(letter.meta.id, "wide-numbers");
+      assert.ok(letter.truncated?.bytes === raw.length, JSON.stringify(letter).slice(0, 300));
+    }));
+
   test("without one: retried, so the queue's max_retries + dead_letter_queue take it", () =>
     withWorker({ vars: { DEDUPE_DEAD_LETTER: "" }, consumer: { maxRetries: 1 } }, async (worker) => {
       await worker.publish(["{not json"]);

@@ -16,7 +16,11 @@ pub fn forget(
     fingerprint: bool,
     ids: &[String],
 ) -> Result<ExitCode> {
-    let mut runtime = Runtime::load(component, bq_dedupe_host::open_store(store)?, Handler::Mark)?;
+    let mut runtime = Runtime::load(
+        component,
+        bq_dedupe_host::open_existing_store(store)?,
+        Handler::Mark,
+    )?;
     let mut opts = guard_options(prefix);
     opts.fingerprint = fingerprint;
     if let Err(refused) = runtime.open_guard(&opts)? {
@@ -43,7 +47,7 @@ pub fn forget(
 }
 
 pub fn stats(store: &str) -> Result<ExitCode> {
-    let stats = bq_dedupe_host::open_store(store)?.stats()?;
+    let stats = bq_dedupe_host::open_existing_store(store)?.stats()?;
     // The spec is not echoed: a Redis URL may carry a password.
     println!(
         "{}",
@@ -57,7 +61,7 @@ pub fn stats(store: &str) -> Result<ExitCode> {
 }
 
 pub fn purge(store: &str) -> Result<ExitCode> {
-    let purged = bq_dedupe_host::open_store(store)?.purge_expired()?;
+    let purged = bq_dedupe_host::open_existing_store(store)?.purge_expired()?;
     println!("{}", serde_json::json!({ "purged": purged }));
     Ok(ExitCode::SUCCESS)
 }

@@ -90,11 +90,10 @@ impl Iterator for Lines {
         match limited.read_until(b'\n', &mut self.scratch) {
             Ok(0) => None,
             Ok(_) => {
-                if self.scratch.len() >= LINE_READ_LIMIT
-                    && self.scratch.last() != Some(&b'\n')
-                    && let Err(e) = self.skip_line()
-                {
-                    return Some(Err(e));
+                if self.scratch.len() >= LINE_READ_LIMIT && self.scratch.last() != Some(&b'\n') {
+                    // Cut off: kept as read (over the limit, so rejected as too
+                    // large), no line ending stripped that would bring it under.
+                    return Some(self.skip_line().map(|()| self.scratch.clone()));
                 }
                 let mut line = self.scratch.as_slice();
                 while let [rest @ .., b'\n' | b'\r'] = line {

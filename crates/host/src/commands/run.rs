@@ -61,7 +61,7 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
     let handler = match (&args.exec, &args.handler) {
         (Some(cmd), _) => Handler::Exec(ExecHandler {
             cmd: cmd.clone(),
-            timeout: args.handler_timeout(),
+            timeout: args.handler_timeout,
         }),
         (None, Some(path)) => Handler::Plugin(Box::new(Plugin::load(path)?)),
         (None, None) => Handler::Mark,
@@ -203,25 +203,24 @@ fn decide_stream(
 /// The run's scheduled purge of expired ids (`--purge-every`), between groups.
 struct Purge {
     every: std::time::Duration,
-    last: Instant,
+    /// `None`: not yet in this run (the first purge comes at its start: a run
+    /// from cron may be shorter than `every`).
+    last: Option<Instant>,
 }
 
 impl Purge {
     fn every(every: std::time::Duration) -> Self {
-        Purge {
-            every,
-            last: Instant::now(),
-        }
+        Purge { every, last: None }
     }
 
     /// Purges when `every` has passed since the last one. A failure is said
     /// and left for the next one: the run goes on (reads never see an
     /// expired id either way).
     fn if_due(&mut self, runtime: &mut Runtime) {
-        if self.every.is_zero() || self.last.elapsed() < self.every {
+        if self.every.is_zero() || self.last.is_some_and(|at| at.elapsed() < self.every) {
             return;
         }
-        self.last = Instant::now();
+        self.last = Some(Instant::now());
         if let Err(e) = runtime.state().store.purge_expired() {
             eprintln!("bq-dedupe: purge of expired ids failed: {e}");
         }

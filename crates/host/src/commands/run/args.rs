@@ -12,7 +12,7 @@ pub struct RunArgs {
     #[arg(long, default_value = bq_dedupe_host::DEFAULT_STORE)]
     pub(super) store: String,
     /// Remember ids for this long (e.g. 90s, 15m, 24h, 7d; default: forever).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = parse_positive_duration)]
     pub(super) ttl: Option<Duration>,
     /// Claiming mode: take an in-flight claim before running, park concurrent duplicates.
     #[arg(long)]
@@ -31,11 +31,11 @@ pub struct RunArgs {
     /// A shell command run per message with the envelope on stdin (exit 0 = success).
     #[arg(long, conflicts_with = "handler")]
     pub(super) exec: Option<String>,
-    /// The longest one `--exec` handler may run: then it is killed with every
-    /// process it started, and the delivery fails (retried; its claim released).
-    /// Default 5m, and never longer than `--lease` in claiming mode.
-    #[arg(long, value_parser = parse_duration)]
-    pub(super) handler_timeout: Option<Duration>,
+    /// The longest one `--exec` handler may run (e.g. 30s, 5m): then it is
+    /// killed with every process it started, and the delivery fails (retried;
+    /// in claiming mode its claim released, renewed no longer).
+    #[arg(long, value_parser = parse_positive_duration, default_value = "5m")]
+    pub(super) handler_timeout: Duration,
     /// A handler plugin component exporting the WIT `handler` interface.
     #[arg(long)]
     pub(super) handler: Option<PathBuf>,
@@ -49,7 +49,7 @@ pub struct RunArgs {
     #[arg(long, value_parser = parse_duration, default_value = "5ms")]
     pub(super) window: Duration,
     /// How often a run deletes expired ids from its store (as `bq-dedupe
-    /// purge`; live claims stay); 0 never.
+    /// purge`; live claims stay): at its start, then every this long; 0 never.
     #[arg(long, value_parser = parse_duration, default_value = "10m")]
     pub(super) purge_every: Duration,
     /// Input file, or - for stdin.
@@ -57,22 +57,17 @@ pub struct RunArgs {
     pub(super) input: String,
 }
 
-/// `--handler-timeout`'s default.
-const HANDLER_TIMEOUT: Duration = Duration::from_secs(300);
-
-impl RunArgs {
-    /// How long one `--exec` handler may run (see the flag).
-    pub(super) fn handler_timeout(&self) -> Duration {
-        match (self.handler_timeout, self.claim) {
-            (Some(timeout), _) => timeout,
-            (None, true) => HANDLER_TIMEOUT.min(self.lease),
-            (None, false) => HANDLER_TIMEOUT,
-        }
-    }
-}
-
 /// The longest duration a flag takes: 100 years.
 const MAX_DURATION_MS: u64 = 36_500 * 86_400_000;
+
+/// [`parse_duration`], and more than zero (a TTL of 0 would forget every id
+/// at once, a handler timeout of 0 fail every delivery).
+pub(super) fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err(format!("{s:?}: must be more than zero")),
+        d => Ok(d),
+    }
+}
 
 /// `90s`, `15m`, `24h`, `7d`, `250ms`, or a number of seconds.
 pub(super) fn parse_duration(s: &str) -> Result<Duration, String> {

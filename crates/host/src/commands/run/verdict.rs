@@ -155,7 +155,10 @@ fn rerun_after_failed_leaders(
         let Some(id) = verdict.id.as_deref() else {
             continue;
         };
-        if verdict.decision == "park" && failed.contains(id) {
+        // A copy with another payload (`--fingerprint`) is judged against the
+        // first, as a mismatch; one at a time, after its failure, it would run.
+        let follows = verdict.decision == "park" || verdict.outcome == "payload-mismatch";
+        if follows && failed.contains(id) {
             again.push(i);
         } else if verdict.decision == "failed" {
             failed.insert(id);
