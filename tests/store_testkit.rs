@@ -138,17 +138,26 @@ fn the_in_memory_store_histories_are_linearizable_under_four_concurrent_clients(
     testkit::check_histories(60, memory_fleet);
 }
 
-/// The history checker can fail: a store whose claim is a check, then a write
-/// (not one atomic step) grants one key to two clients at once, and that
-/// history has no order.
-#[test]
-fn the_history_checker_catches_a_claim_that_is_not_atomic() {
+/// A store with one bug of a kind the checkers must catch, over the in-memory
+/// store.
+#[derive(Clone, Copy)]
+enum Bug {
+    /// The claim is a check, then a write (not one atomic step).
+    CheckThenClaim,
+    /// A fenced commit records the id whoever holds the claim, and says it
+    /// was kept.
+    Unfenced,
+}
+
+struct Broken(Arc<InMemoryStore>, Bug);
+
+mod broken {
+    use super::{Broken, Bug};
     use bq_dedupe::store::{Claim, Peeked, Settled, Settlement, StoreResult};
     use bq_dedupe::{Capabilities, ClaimToken, Store};
     use std::time::Duration;
 
-    struct CheckThenClaim(Arc<InMemoryStore>);
-    impl Store for CheckThenClaim {
+    impl Store for Broken {
         async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
             self.0.seen_many(keys).await
         }
@@ -165,6 +174,9 @@ fn the_history_checker_catches_a_claim_that_is_not_atomic() {
             self.0.peek_many(keys).await
         }
         async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
+            if let Bug::Unfenced = self.1 {
+                return self.0.claim_many(keys, lease).await;
+            }
             let mut claims = Vec::new();
             for (key, peeked) in keys.iter().zip(self.0.peek_many(keys).await?) {
                 claims.push(match peeked {
@@ -183,73 +195,10 @@ fn the_history_checker_catches_a_claim_that_is_not_atomic() {
             Ok(claims)
         }
         async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
-            self.0.settle(step).await
-        }
-        async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
-            self.0.release(key, token).await
-        }
-        async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
-            self.0.renew(key, token, lease).await
-        }
-        async fn remember_fenced(
-            &self,
-            key: &str,
-            token: &ClaimToken,
-            ttl: Option<Duration>,
-        ) -> StoreResult<bool> {
-            self.0.remember_fenced(key, token, ttl).await
-        }
-    }
-    let caught = (0..40u64).find_map(|seed| {
-        let clock = Arc::new(ManualClock::new(1_000_000));
-        let store = Arc::new(InMemoryStore::with_clock(clock.clone()));
-        let now = clock.clone();
-        let fleet =
-            testkit::Fleet::new(InMemoryStore::RULES, move || CheckThenClaim(store.clone()))
-                .with_clock(move || now.now_ms(), move |ms| clock.advance(ms), 1000)
-                .with_clients(4, 24);
-        testkit::check_history(&fleet, seed).err()
-    });
-    let err = caught.expect("40 runs and the race never caught");
-    assert!(err.contains("not linearizable"), "{err}");
-    if std::env::var_os("BQ_SHOW").is_some() {
-        println!("{err}");
-    }
-}
-
-/// The guard in the loop can fail: a store whose fenced commit records the id
-/// whoever holds the claim (and says it was kept) lets a slow handler whose
-/// claim another consumer took report a plain `run-ok`, so the id runs twice
-/// unreported.
-#[test]
-fn the_guard_in_the_loop_catches_a_fenced_commit_that_ignores_a_lost_claim() {
-    use bq_dedupe::store::{Claim, Peeked, Settled, Settlement, StoreResult};
-    use bq_dedupe::testkit::guard_fleet::{Inbox, plain_delivery, run_on_threads};
-    use bq_dedupe::{Capabilities, ClaimToken, Guard, Store, block_on_ready};
-    use std::time::Duration;
-
-    struct Unfenced(Arc<InMemoryStore>);
-    impl Store for Unfenced {
-        async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
-            self.0.seen_many(keys).await
-        }
-        async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
-            self.0.remember_many(keys, ttl).await
-        }
-        async fn forget(&self, key: &str) -> StoreResult<()> {
-            self.0.forget(key).await
-        }
-        fn capabilities(&self) -> Capabilities {
-            self.0.capabilities()
-        }
-        async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
-            self.0.peek_many(keys).await
-        }
-        async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
-            self.0.claim_many(keys, lease).await
-        }
-        async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
-            // The bug: every remember as if its claim still stood.
+            if let Bug::CheckThenClaim = self.1 {
+                return self.0.settle(step).await;
+            }
+            // Every remember as if its claim still stood.
             let plain: Vec<(&str, Option<&ClaimToken>)> =
                 step.remember.iter().map(|(key, _)| (*key, None)).collect();
             let step = Settlement {
@@ -267,16 +216,54 @@ fn the_guard_in_the_loop_catches_a_fenced_commit_that_ignores_a_lost_claim() {
         async fn remember_fenced(
             &self,
             key: &str,
-            _token: &ClaimToken,
+            token: &ClaimToken,
             ttl: Option<Duration>,
         ) -> StoreResult<bool> {
-            self.0.remember_many(&[key], ttl).await.map(|()| true)
+            match self.1 {
+                Bug::CheckThenClaim => self.0.remember_fenced(key, token, ttl).await,
+                Bug::Unfenced => self.0.remember_many(&[key], ttl).await.map(|()| true),
+            }
         }
     }
+}
+
+/// The history checker can fail: a store whose claim is a check, then a write
+/// (not one atomic step) grants one key to two clients at once, and that
+/// history has no order.
+#[test]
+fn the_history_checker_catches_a_claim_that_is_not_atomic() {
+    let caught = (0..40u64).find_map(|seed| {
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        let store = Arc::new(InMemoryStore::with_clock(clock.clone()));
+        let now = clock.clone();
+        let fleet = testkit::Fleet::new(InMemoryStore::RULES, move || {
+            Broken(store.clone(), Bug::CheckThenClaim)
+        })
+        .with_clock(move || now.now_ms(), move |ms| clock.advance(ms), 1000)
+        .with_clients(4, 24);
+        testkit::check_history(&fleet, seed).err()
+    });
+    let err = caught.expect("40 runs and the race never caught");
+    assert!(err.contains("not linearizable"), "{err}");
+    if std::env::var_os("BQ_SHOW").is_some() {
+        println!("{err}");
+    }
+}
+
+/// The guard in the loop can fail: a store whose fenced commit records the id
+/// whoever holds the claim (and says it was kept) lets a slow handler whose
+/// claim another consumer took report a plain `run-ok`, so the id runs twice
+/// unreported.
+#[test]
+fn the_guard_in_the_loop_catches_a_fenced_commit_that_ignores_a_lost_claim() {
+    use bq_dedupe::testkit::guard_fleet::{Inbox, plain_delivery, run_on_threads};
+    use bq_dedupe::{Guard, block_on_ready};
+    use std::time::Duration;
+
     let memory = Arc::new(InMemoryStore::new());
     let lease = Duration::from_millis(150);
-    let guards: Vec<Guard<Unfenced>> = (0..4)
-        .map(|_| Guard::new(Unfenced(memory.clone())).with_claiming(lease))
+    let guards: Vec<Guard<Broken>> = (0..4)
+        .map(|_| Guard::new(Broken(memory.clone(), Bug::Unfenced)).with_claiming(lease))
         .collect();
     let inbox = Inbox::new("unfenced", lease);
     let sleep = async |d: Duration| std::thread::sleep(d);

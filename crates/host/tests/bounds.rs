@@ -93,7 +93,6 @@ fn a_long_run_purges_expired_ids_on_its_schedule() {
 #[test]
 fn an_endless_line_is_rejected_without_reading_it_into_memory() {
     let mut child = spawn(&["run", "--store", "memory"]);
-    let pid = child.id();
     let mut stdin = child.stdin.take().unwrap();
     let feeder = std::thread::spawn(move || {
         let chunk = vec![b'x'; 1 << 20];
@@ -103,23 +102,7 @@ fn an_endless_line_is_rejected_without_reading_it_into_memory() {
         writeln!(stdin).unwrap();
         writeln!(stdin, "{}", envelope("after-1")).unwrap();
     });
-    let mut peak_kb = 0u64;
-    let (done, finished) = std::sync::mpsc::channel();
-    std::thread::spawn(move || done.send(child.wait_with_output()));
-    let out = loop {
-        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-            let hwm = status.lines().find_map(|l| l.strip_prefix("VmHWM:"));
-            if let Some(kb) = hwm.and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            {
-                peak_kb = peak_kb.max(kb);
-            }
-        }
-        match finished.recv_timeout(Duration::from_millis(20)) {
-            Ok(out) => break out.unwrap(),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
-            Err(e) => panic!("{e}"),
-        }
-    };
+    let (out, peak_kb) = wait_with_peak_kb(child);
     feeder.join().unwrap();
     let verdicts = decisions(&out);
     assert_eq!(verdicts.len(), 2, "{out:?}");

@@ -151,28 +151,10 @@ fn a_handler_flooding_stderr_keeps_the_host_small() {
     let cmd =
         "cat > /dev/null; head -c 300000000 /dev/zero | tr '\\0' e >&2; echo the-end >&2; exit 1";
     let mut child = spawn(&["run", "--store", "memory", "--exec", cmd]);
-    let pid = child.id();
     let mut stdin = child.stdin.take().unwrap();
     writeln!(stdin, "{}", envelope("flood-1", 10)).unwrap();
     drop(stdin);
-    // The host's peak resident size, read while it runs.
-    let (done, finished) = std::sync::mpsc::channel();
-    std::thread::spawn(move || done.send(child.wait_with_output()));
-    let mut peak_kb = 0u64;
-    let out = loop {
-        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-            let hwm = status.lines().find_map(|l| l.strip_prefix("VmHWM:"));
-            if let Some(kb) = hwm.and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            {
-                peak_kb = peak_kb.max(kb);
-            }
-        }
-        match finished.recv_timeout(Duration::from_millis(20)) {
-            Ok(out) => break out.unwrap(),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
-            Err(e) => panic!("{e}"),
-        }
-    };
+    let (out, peak_kb) = wait_with_peak_kb(child);
     let verdicts = decisions(&out);
     assert_eq!(verdicts[0]["decision"], "failed", "{verdicts:?}");
     let reason = verdicts[0]["reason"].as_str().unwrap_or_default();

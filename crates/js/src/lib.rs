@@ -329,10 +329,15 @@ async fn call(
             let envelopes: &Array = envelopes.unchecked_ref();
             // Checked before anything is copied: wasm memory, once grown,
             // is never given back.
-            if envelopes.length() > MAX_BATCH {
+            // Read as a property that may throw (a Proxy's getter): its error
+            // is then the rejection, from `Batch::of`, never a trap.
+            let length = js_sys::Reflect::get(envelopes, interned("length"))
+                .ok()
+                .and_then(|n| n.as_f64());
+            if let Some(n) = length.filter(|&n| n > f64::from(MAX_BATCH)) {
                 return Err(js_sys::RangeError::new(&format!(
                     "dedupeBatch takes at most {MAX_BATCH} envelopes, got {}: split the batch",
-                    envelopes.length()
+                    n as u64
                 ))
                 .into());
             }

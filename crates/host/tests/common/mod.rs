@@ -72,3 +72,26 @@ pub fn decisions(out: &Output) -> Vec<Value> {
         })
         .collect()
 }
+
+/// Waits for `child` while reading its peak resident size (`VmHWM`, kB) from
+/// /proc as it runs: its output, and that peak (0 when it could not be read).
+pub fn wait_with_peak_kb(child: Child) -> (Output, u64) {
+    let pid = child.id();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(child.wait_with_output()));
+    let mut peak_kb = 0u64;
+    loop {
+        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            let hwm = status.lines().find_map(|l| l.strip_prefix("VmHWM:"));
+            if let Some(kb) = hwm.and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            {
+                peak_kb = peak_kb.max(kb);
+            }
+        }
+        match finished.recv_timeout(std::time::Duration::from_millis(20)) {
+            Ok(out) => return (out.unwrap(), peak_kb),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
