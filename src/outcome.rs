@@ -110,6 +110,22 @@ impl OutcomeKind {
         }
     }
 
+    /// Why, for the kinds whose reason carries nothing of the delivery's own
+    /// (an error's or a rejection's text): the one wording every target
+    /// prints. [`Outcome::reason`] gives these and the rest.
+    pub fn reason(self) -> Option<&'static str> {
+        match self {
+            OutcomeKind::Parked => Some("another consumer holds the claim; redeliver later"),
+            OutcomeKind::RanLeaseLost => {
+                Some("ran, but its claim was lost first: the id may have run elsewhere too")
+            }
+            OutcomeKind::PayloadMismatch => {
+                Some("the id was already processed with a different payload")
+            }
+            _ => None,
+        }
+    }
+
     /// What the queue should do with the message.
     pub fn disposition(self) -> Disposition {
         match self {
@@ -180,9 +196,8 @@ impl<E> Outcome<E> {
             Outcome::Failed(e) | Outcome::FailOpen(Err(e)) => Some(e.to_string()),
             Outcome::Panicked(msg) => Some(format!("handler panicked: {msg}")),
             Outcome::Rejected(r) => Some(r.to_string()),
-            Outcome::RanLeaseLost => Some("the claim was lost before the commit".into()),
-            Outcome::PayloadMismatch => {
-                Some("the id was already processed with a different payload".into())
+            Outcome::RanLeaseLost | Outcome::PayloadMismatch | Outcome::Parked => {
+                self.kind().reason().map(str::to_string)
             }
             _ => None,
         }

@@ -401,10 +401,7 @@ fn wrapped_result(outcome: Outcome<HandlerError>) -> Result<JsValue, JsValue> {
         Outcome::Rejected(r) => Err(rejection_error(&r)),
         other => {
             let kind = other.kind().code();
-            let why = other.reason().unwrap_or_else(|| match other {
-                Outcome::Parked => "another consumer holds the claim; redeliver later".into(),
-                _ => kind.into(),
-            });
+            let why = other.reason().unwrap_or_else(|| kind.into());
             let e = js_sys::Error::new(&format!("{kind}: {why}"));
             e.set_name("DedupeError");
             set(&e, "kind", interned(kind));

@@ -435,7 +435,7 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             Outcome::Rejected(rejection) => ("poison", rejection.to_string(), rejection.code()),
             Outcome::PayloadMismatch => (
                 "poison",
-                "the id was already processed with a different payload".to_string(),
+                outcome.reason().unwrap_or_default(),
                 "payload-mismatch",
             ),
             Outcome::Failed(e) | Outcome::FailOpen(Err(e)) => {

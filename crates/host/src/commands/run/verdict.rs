@@ -9,6 +9,11 @@ use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::{Outcome, Proce
 
 use super::Line;
 
+/// A kind whose reason is the core's own wording ([`OutcomeKind::reason`]).
+fn fixed(kind: OutcomeKind) -> (OutcomeKind, Option<String>) {
+    (kind, kind.reason().map(str::to_string))
+}
+
 /// The core's kind of a component outcome, and why (where anything is notable).
 fn kind_of(outcome: &Outcome) -> (OutcomeKind, Option<String>) {
     match outcome {
@@ -17,24 +22,15 @@ fn kind_of(outcome: &Outcome) -> (OutcomeKind, Option<String>) {
             OutcomeKind::RanUnrecorded,
             Some(format!("ran, but not recorded: {}", e.message)),
         ),
-        Outcome::RunOkLeaseLost => (
-            OutcomeKind::RanLeaseLost,
-            Some("ran, but its claim was lost first: the id may have run elsewhere too".into()),
-        ),
+        Outcome::RunOkLeaseLost => fixed(OutcomeKind::RanLeaseLost),
         Outcome::RunFailed(m) => (OutcomeKind::Failed, Some(m.clone())),
         Outcome::RunPanicked(m) => (OutcomeKind::Panicked, Some(m.clone())),
         Outcome::Skip => (OutcomeKind::Skipped, None),
         Outcome::FailOpen => (OutcomeKind::FailOpen, None),
         Outcome::FailOpenFailed(m) => (OutcomeKind::FailOpenFailed, Some(m.clone())),
-        Outcome::Park => (
-            OutcomeKind::Parked,
-            Some("another consumer holds the claim; redeliver later".into()),
-        ),
+        Outcome::Park => fixed(OutcomeKind::Parked),
         Outcome::Rejected(r) => (OutcomeKind::Rejected, Some(r.message.clone())),
-        Outcome::PayloadMismatch => (
-            OutcomeKind::PayloadMismatch,
-            Some("already processed with a different payload".into()),
-        ),
+        Outcome::PayloadMismatch => fixed(OutcomeKind::PayloadMismatch),
         Outcome::StoreUnavailable(e) => (
             OutcomeKind::StoreUnavailable,
             Some(format!("store unavailable: {}", e.message)),
