@@ -1,70 +1,8 @@
 //! Configuration from `wrangler.toml` `[vars]` (strings, or unquoted numbers and
-//! booleans, read as their text).
-//!
-//! | var                          | default          | meaning                                   |
-//! |------------------------------|------------------|-------------------------------------------|
-//! | `DEDUPE_STORE`               | `durable-object` | `durable-object`, `kv` or `d1`            |
-//! | `DEDUPE_TTL_SECONDS`         | `1252800` (14 d 12 h) | how long an id counts as seen (up to 100 years); `forever` or `0`: until forgotten |
-//! | `DEDUPE_SHARDS`              | `1`              | Durable Objects the ids are spread over (1..=1024) |
-//! | `DEDUPE_PREVIOUS_SHARDS`     | (none)           | while resharding: the count before the change (`N`), or `sha256-mod:N` for objects of a version before jump hashing |
-//! | `DEDUPE_KEY_PREFIX`          | (empty)          | namespace for the ids (end it with a separator, e.g. `orders:`) |
-//! | `DEDUPE_CLAIMING`            | `on` (DO, D1), `off` (KV) | take an atomic claim before running (`on`/`off`) |
-//! | `DEDUPE_CLAIM_LEASE_SECONDS` | `120`            | how long a claim lasts without renewal (1 s to 100 years) |
-//! | `DEDUPE_RETRY_DELAY_SECONDS` | (none)           | delay for retried messages (up to 43200)  |
-//! | `DEDUPE_PARK_DELAY_SECONDS`  | `45`             | delay for a parked message when the store cannot say how long the claim has left (up to 43200) |
-//! | `DEDUPE_DEAD_LETTER`         | (none)           | queue producer binding for poison messages |
-//! | `DEDUPE_FINGERPRINT`         | `off`            | `on`: remember a hash of each `data`; an id reused with another payload is `payload-mismatch` (dead-lettered) |
-//! | `DEDUPE_MAX_RETRIES`         | (none)           | the queue's `max_retries`: then last-attempt failures and parks are dead-lettered with `reason: "failed"` (unset, they are retried and the queue's own `dead_letter_queue`, or nothing, takes them; 3 is assumed only for the lease check below); with claiming, 0 (or retries x 12 h under the lease) is refused |
-//! | `DEDUPE_DO_BINDING`          | `DEDUPE_DO`      | the `DedupeShard` Durable Object binding  |
-//! | `DEDUPE_KV_BINDING`          | `DEDUPE_KV`      | the KV namespace binding                  |
-//! | `DEDUPE_D1_BINDING`          | `DEDUPE_D1`      | the D1 database binding                   |
-//!
-//! **Leases are kept alive.** Claims are taken for a whole batch before its first
-//! handler runs, and the guard renews the ones still held while the batch runs:
-//! before each handler and, on a `setTimeout` tick, while one slow handler runs
-//! (every `lease / 3`). So the lease only has to outlast the gap a renewal can
-//! miss (a stalled isolate, a store outage), not the batch: the old rule "lease
-//! above `max_batch_size` x the slowest handler" no longer applies. If a claim is
-//! lost anyway (it ran out and another consumer took it, or the id was forgotten)
-//! the success is reported as `run-ok-lease-lost` (acked, counted) instead of
-//! `run-ok`: check that effect for a duplicate. Successes are written at the
-//! latest 1 s after they finish (or once 100 wait), so an invocation that dies
-//! mid-batch re-runs at most that much.
-//!
-//! **Parking.** A message parked behind another consumer's claim is redelivered
-//! just after that claim ends (the Durable Object store says how long it has
-//! left), not after a fixed delay; `DEDUPE_PARK_DELAY_SECONDS` is the fallback
-//! where that is not known. A configuration whose retries cannot outlast a lease
-//! (`DEDUPE_MAX_RETRIES`, default 3, times 12 h below the lease) is refused at
-//! start-up, and a message still parked on its last attempt goes to the
-//! dead-letter producer with a `dead_letter` block (`reason: "failed"`,
-//! `exception: "claim-held"`) instead of being dropped.
-//!
-//! **The default window** is 14 days + 12 hours: a Queues message lives at most
-//! 14 days (the longest retention) and a retry can be delayed by at most 12 hours,
-//! so no redelivery Cloudflare can make arrives after its id has expired, and
-//! storage stops growing without bound (one Durable Object holds at most 10 GB).
-//! Set `DEDUPE_TTL_SECONDS=forever` (or `0`, as before) to remember ids until
-//! they are forgotten, e.g. to dedupe producers that re-publish old messages.
-//!
-//! **Resharding** (changing `DEDUPE_SHARDS` from N to M) without forgetting:
-//! 1. deploy with `DEDUPE_SHARDS=M` and `DEDUPE_PREVIOUS_SHARDS=N` together;
-//! 2. keep it so for at least the dedupe window (`DEDUPE_TTL_SECONDS`; for
-//!    `forever`, for as long as old ids matter), and keep the old objects;
-//! 3. then drop `DEDUPE_PREVIOUS_SHARDS`.
-//!
-//! While it is set, an id that the new layout does not know is also looked up in
-//! the old one (only ids whose object differs between the two, about `1 - N/M` of
-//! them when growing): remembered there, it is skipped; claimed there, parked.
-//! New claims and every write go to the new layout. Ids are spread by jump
-//! consistent hashing and shard `i` keeps its object name whatever the count, so
-//! growing keeps most ids where they are and the old objects stay in use. Without
-//! the setting the moved ids are forgotten and run again. A version before jump
-//! hashing used `sha256 % N` over objects named `bq-dedupe/<N>/<i>`: migrate from
-//! it with `DEDUPE_PREVIOUS_SHARDS=sha256-mod:N` (with one shard nothing is needed:
-//! its object, `bq-dedupe/1/0`, is shard 0 of every layout). During a *gradual*
-//! deployment, consumers of the old version read only the old layout, so they do
-//! not see claims and writes the new version made: switch versions at once.
+//! booleans, read as their text): every `DEDUPE_*` setting, checked at start-up.
+//! The table of settings is in `docs/workers.md` ("Settings"); what leases,
+//! parking, resharding and the default window mean for an operator is in
+//! `docs/workers-leases.md`.
 
 use std::time::Duration;
 
