@@ -11,13 +11,13 @@ use bq_dedupe::{
     StoreResult,
 };
 use postgres::Config;
-use postgres::config::{Host, SslMode};
+use postgres::config::Host;
 use postgres::types::{ToSql, Type};
 use r2d2_postgres::PostgresConnectionManager;
 use r2d2_postgres::r2d2::{ManageConnection, Pool, PooledConnection};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::tls::{Verify, client_config, read_ca_file};
+use crate::tls::{client_config, postgres_tls};
 use crate::{StoreStats, new_token, take_params, ttl_ms};
 
 /// The Go SDK's table name, the default of `?table=`.
@@ -92,21 +92,6 @@ fn check_table(table: &str) -> StoreResult<()> {
     }
 }
 
-/// The TLS a URL asks for, libpq's way: `sslmode` (`disable`, `allow`, `prefer`
-/// (the default), `require`, `verify-ca`, `verify-full`) and `sslrootcert` (a
-/// PEM file of the CAs to trust, or `system`: the platform's roots, and
-/// verify-full). Both are taken out of the URL, which goes on to the client
-/// without them.
-struct Tls {
-    /// `None`: the URL said nothing (the config's own parse stands: a
-    /// key=value string's `sslmode`, or the default `prefer`).
-    mode: Option<SslMode>,
-    verify: Verify,
-    ca: Option<Vec<u8>>,
-    /// What the mode leaves unchecked, when it does not authenticate the server.
-    note: Option<String>,
-}
-
 /// `lock_timeout`'s default: how long a call waits for a row or table lock
 /// another session holds.
 const LOCK_TIMEOUT_MS: u64 = 5_000;
@@ -156,97 +141,6 @@ fn millis(value: &str) -> Option<u64> {
     };
     // PostgreSQL takes at most i32::MAX milliseconds.
     n.checked_mul(scale).filter(|&ms| ms <= i32::MAX as u64)
-}
-
-fn tls_of(url: &str) -> StoreResult<(String, Tls)> {
-    let (url, ours) = take_params(url, &["sslmode", "sslrootcert"])?;
-    let mut asked: Option<String> = None;
-    let mut root = None;
-    for (name, value) in ours {
-        if name == "sslmode" {
-            asked = Some(value);
-        } else {
-            root = Some(value);
-        }
-    }
-    // `sslrootcert=system` (libpq 16): the platform's roots, and verify-full;
-    // a weaker mode beside it is refused, as libpq refuses it.
-    if root.as_deref() == Some("system") {
-        return match asked.as_deref() {
-            None | Some("verify-full") => Ok((
-                url,
-                Tls {
-                    mode: Some(SslMode::Require),
-                    verify: Verify::ChainAndName,
-                    ca: None,
-                    note: None,
-                },
-            )),
-            Some(weak) => Err(invalid(format!(
-                "postgres: sslmode={weak} may not be used with sslrootcert=system, which \
-                 verifies the server's certificate and name against the platform's roots \
-                 (libpq 16): use sslmode=verify-full, or sslrootcert=PATH"
-            ))),
-        };
-    }
-    let ca = root.as_deref().map(read_ca_file).transpose()?;
-    // libpq: with a CA file, `require` checks the chain as `verify-ca` does.
-    let unverified = if ca.is_some() {
-        Verify::Chain
-    } else {
-        Verify::Nothing
-    };
-    let (mode, verify) = match asked.as_deref() {
-        None => (None, unverified),
-        Some("disable") => (Some(SslMode::Disable), Verify::Nothing),
-        // `allow` tries plain first in libpq; TLS first when offered is safer.
-        Some("allow" | "prefer") => (Some(SslMode::Prefer), unverified),
-        Some("require") => (Some(SslMode::Require), unverified),
-        // Any public CA's certificate for any name would pass: libpq refuses it too.
-        Some("verify-ca") if ca.is_none() => {
-            return Err(invalid(
-                "postgres: sslmode=verify-ca needs sslrootcert=PATH (the CA that signs the \
-                 server's certificate); to trust the platform's roots use verify-full, \
-                 which also checks the host name",
-            ));
-        }
-        Some("verify-ca") => (Some(SslMode::Require), Verify::Chain),
-        Some("verify-full") => (Some(SslMode::Require), Verify::ChainAndName),
-        Some(other) => {
-            return Err(invalid(format!(
-                "postgres: unknown sslmode {other:?} (use disable, allow, prefer, require, verify-ca or verify-full)"
-            )));
-        }
-    };
-    let named = asked.as_deref().unwrap_or("prefer (the default)");
-    let note = match (asked.as_deref(), verify) {
-        (Some("disable"), _) => {
-            Some("sslmode=disable: plain text, the server not authenticated".into())
-        }
-        (None | Some("allow" | "prefer"), _) => Some(format!(
-            "sslmode={named}: TLS only when the server offers it (plain text otherwise){}",
-            if ca.is_some() {
-                ""
-            } else {
-                ", the server not authenticated"
-            }
-        )),
-        (Some("require"), Verify::Nothing) => Some(
-            "sslmode=require: encrypted, the server not authenticated (add sslrootcert=PATH, or \
-             use verify-full)"
-                .into(),
-        ),
-        _ => None,
-    };
-    Ok((
-        url,
-        Tls {
-            mode,
-            verify,
-            ca,
-            note,
-        },
-    ))
 }
 
 /// An error and what caused it, outermost first ("error performing TLS
@@ -402,7 +296,7 @@ impl PostgresStore {
     /// `Unavailable`, naming the host.
     pub fn connect(url: &str, table: &str) -> StoreResult<Self> {
         check_table(table)?;
-        let (url, tls) = tls_of(url)?;
+        let (url, tls) = postgres_tls(url)?;
         let (url, limits) = timeouts_of(&url)?;
         let mut config: Config = url
             .parse()

@@ -5,6 +5,9 @@
 use std::sync::Arc;
 
 use bq_dedupe::{StoreError, StoreErrorKind, StoreResult};
+use postgres::config::SslMode;
+
+use crate::take_params;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
@@ -149,4 +152,114 @@ impl ServerCertVerifier for Relaxed {
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.algorithms.supported_schemes()
     }
+}
+
+// ---- PostgreSQL's sslmode ---------------------------------------------------
+
+/// The TLS a URL asks for, libpq's way: `sslmode` (`disable`, `allow`, `prefer`
+/// (the default), `require`, `verify-ca`, `verify-full`) and `sslrootcert` (a
+/// PEM file of the CAs to trust, or `system`: the platform's roots, and
+/// verify-full). Both are taken out of the URL, which goes on to the client
+/// without them.
+pub(crate) struct PostgresTls {
+    /// `None`: the URL said nothing (the config's own parse stands: a
+    /// key=value string's `sslmode`, or the default `prefer`).
+    pub(crate) mode: Option<SslMode>,
+    pub(crate) verify: Verify,
+    pub(crate) ca: Option<Vec<u8>>,
+    /// What the mode leaves unchecked, when it does not authenticate the server.
+    pub(crate) note: Option<String>,
+}
+
+/// The URL's `sslmode` and `sslrootcert`, read as libpq 16 reads them, taken
+/// out of it: the URL the client gets, and the TLS it asked for.
+pub(crate) fn postgres_tls(url: &str) -> StoreResult<(String, PostgresTls)> {
+    let (url, ours) = take_params(url, &["sslmode", "sslrootcert"])?;
+    let mut asked: Option<String> = None;
+    let mut root = None;
+    for (name, value) in ours {
+        if name == "sslmode" {
+            asked = Some(value);
+        } else {
+            root = Some(value);
+        }
+    }
+    // `sslrootcert=system` (libpq 16): the platform's roots, and verify-full;
+    // a weaker mode beside it is refused, as libpq refuses it.
+    if root.as_deref() == Some("system") {
+        return match asked.as_deref() {
+            None | Some("verify-full") => Ok((
+                url,
+                PostgresTls {
+                    mode: Some(SslMode::Require),
+                    verify: Verify::ChainAndName,
+                    ca: None,
+                    note: None,
+                },
+            )),
+            Some(weak) => Err(invalid(format!(
+                "postgres: sslmode={weak} may not be used with sslrootcert=system, which \
+                 verifies the server's certificate and name against the platform's roots \
+                 (libpq 16): use sslmode=verify-full, or sslrootcert=PATH"
+            ))),
+        };
+    }
+    let ca = root.as_deref().map(read_ca_file).transpose()?;
+    // libpq: with a CA file, `require` checks the chain as `verify-ca` does.
+    let unverified = if ca.is_some() {
+        Verify::Chain
+    } else {
+        Verify::Nothing
+    };
+    let (mode, verify) = match asked.as_deref() {
+        None => (None, unverified),
+        Some("disable") => (Some(SslMode::Disable), Verify::Nothing),
+        // `allow` tries plain first in libpq; TLS first when offered is safer.
+        Some("allow" | "prefer") => (Some(SslMode::Prefer), unverified),
+        Some("require") => (Some(SslMode::Require), unverified),
+        // Any public CA's certificate for any name would pass: libpq refuses it too.
+        Some("verify-ca") if ca.is_none() => {
+            return Err(invalid(
+                "postgres: sslmode=verify-ca needs sslrootcert=PATH (the CA that signs the \
+                 server's certificate); to trust the platform's roots use verify-full, \
+                 which also checks the host name",
+            ));
+        }
+        Some("verify-ca") => (Some(SslMode::Require), Verify::Chain),
+        Some("verify-full") => (Some(SslMode::Require), Verify::ChainAndName),
+        Some(other) => {
+            return Err(invalid(format!(
+                "postgres: unknown sslmode {other:?} (use disable, allow, prefer, require, verify-ca or verify-full)"
+            )));
+        }
+    };
+    let named = asked.as_deref().unwrap_or("prefer (the default)");
+    let note = match (asked.as_deref(), verify) {
+        (Some("disable"), _) => {
+            Some("sslmode=disable: plain text, the server not authenticated".into())
+        }
+        (None | Some("allow" | "prefer"), _) => Some(format!(
+            "sslmode={named}: TLS only when the server offers it (plain text otherwise){}",
+            if ca.is_some() {
+                ""
+            } else {
+                ", the server not authenticated"
+            }
+        )),
+        (Some("require"), Verify::Nothing) => Some(
+            "sslmode=require: encrypted, the server not authenticated (add sslrootcert=PATH, or \
+             use verify-full)"
+                .into(),
+        ),
+        _ => None,
+    };
+    Ok((
+        url,
+        PostgresTls {
+            mode,
+            verify,
+            ca,
+            note,
+        },
+    ))
 }
