@@ -12,7 +12,7 @@
 # validate, list the imports, refuse any import outside babelqueue:idempotency/*).
 # Prints raw / wasm-opt / component / gzip sizes and fails when the component is
 # over budget (BQ_COMPONENT_BUDGET bytes, default 256 KiB: the component serves
-# server-side hosts; the browser package keeps its own 150 KiB budget). Idempotent: cargo and
+# server-side hosts; the JS package keeps its own 180 KiB budget). Idempotent: cargo and
 # npm only redo what changed.
 set -euo pipefail
 
