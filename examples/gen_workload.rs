@@ -5,10 +5,10 @@
 //! ```
 //!
 //! `N` defaults to 1,000,000 lines; 20% of them are byte-identical redeliveries of
-//! an earlier line. The bytes are exactly those `benches/throughput.rs` builds in
+//! an earlier line. The bytes are exactly those `bench/throughput.rs` builds in
 //! memory, so the Python peer (`bench/python_peer.py`) reads the same workload.
 
-#[path = "../benches/workload.rs"]
+#[path = "../bench/workload.rs"]
 mod workload;
 
 use std::fs::File;

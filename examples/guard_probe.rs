@@ -14,7 +14,7 @@
 //! beforehand). `process - decode` is the guard + store share. Measures, asserts
 //! nothing about time; it does check the effects count.
 
-#[path = "../benches/workload.rs"]
+#[path = "../bench/workload.rs"]
 mod workload;
 
 use std::time::Instant;

@@ -13,7 +13,7 @@
 //! flatters the baseline (one allocation per id) more than the store (a handful of
 //! large vectors). The live-allocation column shows that difference.
 
-#[path = "../benches/workload.rs"]
+#[path = "../bench/workload.rs"]
 mod workload;
 
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -1,5 +1,5 @@
 //! The dedupe component under wasmtime, on the same 1,000,000-delivery workload as
-//! the native benchmark (`benches/throughput.rs` at the root), with the host's
+//! the native benchmark (`bench/throughput.rs` at the root), with the host's
 //! in-memory store behind the `store` import and a no-op handler.
 //!
 //! Group `component_1m`: `process` (one component call per delivery: decode, key,
@@ -16,7 +16,7 @@
 //! `cargo bench -p babelqueue-dedupe-host --bench component` (needs the component:
 //! `scripts/build-component.sh`). Nothing here asserts anything about timings.
 
-#[path = "../../../benches/workload.rs"]
+#[path = "../../../bench/workload.rs"]
 mod workload;
 
 use std::hint::black_box;

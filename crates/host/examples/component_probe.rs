@@ -10,7 +10,7 @@
 //! BQ_DEDUPE_COMPONENT=other.component.wasm BQ_DEDUPE_PERFMAP=1 perf record ...
 //! ```
 
-#[path = "../../../benches/workload.rs"]
+#[path = "../../../bench/workload.rs"]
 mod workload;
 
 use std::time::Instant;

@@ -1,7 +1,7 @@
 //! The shared, deterministic benchmark workload: realistic BabelQueue envelopes as
 //! JSON lines, with a share of byte-identical redeliveries.
 //!
-//! Included by path from `benches/throughput.rs`, `examples/gen_workload.rs` and
+//! Included by path from `bench/throughput.rs`, `examples/gen_workload.rs` and
 //! `examples/memory_per_id.rs`, so all three see the exact same bytes. No new
 //! dependency: the PRNG is a hand-rolled splitmix64 with a fixed seed.
 //!

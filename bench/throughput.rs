@@ -1,5 +1,5 @@
 //! Dedupe throughput over the shared 1,000,000-delivery workload (20% byte-identical
-//! redeliveries, see `benches/workload.rs`).
+//! redeliveries, see `bench/workload.rs`).
 //!
 //! Group `dedupe_1m`, one iteration = the whole workload:
 //! - `process`: each delivery through `Guard::process` with a no-op handler, a fresh
