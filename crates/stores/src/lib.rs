@@ -7,7 +7,7 @@
 //! - [`PostgresStore`]: a PostgreSQL table in the Go SDK's schema, claims in a
 //!   table beside it. Shared with Go consumers.
 //! - [`AnyStore`]: one of those or the core's `InMemoryStore`, chosen at run time
-//!   from a spec string.
+//!   from a spec string; every backend it opens is one row of [`BACKENDS`].
 //!
 //! The record format of every backend and dialect, and what each other SDK sees
 //! of it, is one table in `docs/stores.md`.
@@ -51,6 +51,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod any;
+mod backends;
 mod postgres;
 mod redis;
 mod shown;
@@ -64,6 +65,7 @@ use std::time::Duration;
 use bq_dedupe::{ClaimToken, StoreError};
 
 pub use any::{AnyStore, DEFAULT_REDIS_PREFIX};
+pub use backends::{BACKENDS, Backend, TestPlace, TestServer};
 pub use postgres::{DEFAULT_POSTGRES_TABLE, PostgresStore};
 pub use redis::{Dialect, RedisStore};
 pub use shown::shown_spec;

@@ -7,14 +7,20 @@
 /// any case, in a query (`&`-separated) or a libpq `key=value` string (a
 /// quoted value whole).
 pub fn shown_spec(spec: &str) -> String {
+    match crate::backends::Backend::of(spec) {
+        Some(backend) => (backend.shown)(spec),
+        None => masked(spec),
+    }
+}
+
+/// A URL's (or a libpq string's) passwords masked, in its user info and its
+/// parameters: the redaction of every network backend and of unknown specs.
+pub(crate) fn masked(spec: &str) -> String {
     // Parameters first: a `password=p@ss` must not pass for user info.
     mask_user_info(&mask_parameters(spec))
 }
 
 fn mask_user_info(spec: &str) -> String {
-    if spec.starts_with("sqlite:") {
-        return spec.to_string();
-    }
     let start = spec.find("://").map_or(0, |i| i + 3);
     // Without a scheme, a `key=value` string (libpq's form) has no user info.
     if start == 0 && spec.contains(['=', ' ']) {
@@ -32,7 +38,8 @@ fn mask_user_info(spec: &str) -> String {
     }
 }
 
-fn mask_parameters(spec: &str) -> String {
+/// Every `password=` parameter masked (a `sqlite:` path has no user info).
+pub(crate) fn mask_parameters(spec: &str) -> String {
     match spec.split_once("://").and_then(|_| spec.split_once('?')) {
         Some((base, query)) => format!("{base}?{}", mask_query(query)),
         None if spec.contains("://") => spec.to_string(),
