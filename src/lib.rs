@@ -35,7 +35,7 @@ pub mod testkit;
 
 pub use clock::{Clock, ManualClock};
 pub use envelope::{Body, Envelope, Limits, Message, Rejection};
-pub use guard::{Decision, Guard, HandlerResult, Options, Verdict};
+pub use guard::{Decision, Guard, HandlerResult, Options, Processed, Verdict};
 pub use key::{InvalidScope, KeySpace};
 pub use lease::{LeasePolicy, NoTimer, Timer};
 pub use observe::{CounterSnapshot, Counters, Event, Observer};

@@ -528,9 +528,7 @@ fn split_decide_and_complete_match_process() {
     let outcomes = block_on_ready(guard.complete_batch(decisions, results)).unwrap();
     assert_eq!(outcomes, vec![Outcome::Ran, Outcome::Skipped, Outcome::Ran]);
     assert_eq!(
-        block_on_ready(guard.decide(envelope("b").as_bytes()))
-            .unwrap()
-            .verdict,
+        block_on_ready(guard.decide_batch(&[envelope("b").as_bytes()])).unwrap()[0].verdict,
         Verdict::Skip
     );
 }
@@ -612,11 +610,12 @@ fn indexed_batch_handler_sees_each_running_delivery_s_position() {
         envelope("b"),
     ];
     let mut ran = Vec::new();
-    let outcomes = block_on_ready(guard.process_batch_indexed(&bodies, async |i, m| {
+    let processed = block_on_ready(guard.process_each(&bodies, async |i, m| {
         ran.push((i, m.id().unwrap_or_default().to_string()));
         Ok::<(), String>(())
     }))
     .unwrap();
+    let outcomes: Vec<_> = processed.into_iter().map(|p| p.outcome).collect();
     assert_eq!(ran, vec![(0, "a".to_string()), (4, "b".to_string())]);
     assert_eq!(
         outcomes[3],

@@ -84,6 +84,7 @@ fn deliver(guard: &Guard<Batched>, id: &str) -> OutcomeKind {
         }),
     )
     .unwrap()
+    .outcome
     .kind()
 }
 
@@ -100,7 +101,7 @@ fn a_fresh_id_commits_its_statements_once_and_a_redelivery_runs_nothing() {
         },
     ))
     .unwrap();
-    assert_eq!(again.kind(), OutcomeKind::Skipped);
+    assert_eq!(again.outcome.kind(), OutcomeKind::Skipped);
     assert!(!called, "a done id builds no statements");
     assert_eq!(effects_of("s-1"), 1);
 }
@@ -114,13 +115,13 @@ fn a_failing_or_panicking_handler_writes_nothing_and_leaves_the_id_unmarked() {
         }),
     )
     .unwrap();
-    assert_eq!(failed.kind(), OutcomeKind::Failed);
+    assert_eq!(failed.outcome.kind(), OutcomeKind::Failed);
     let panicked = block_on_ready(guard.process_with_statements(
         envelope("s-2").as_str(),
         async |_| -> Result<Vec<String>, String> { panic!("handler bug") },
     ))
     .unwrap();
-    assert_eq!(panicked.kind(), OutcomeKind::Panicked);
+    assert_eq!(panicked.outcome.kind(), OutcomeKind::Panicked);
     assert_eq!(effects_of("s-2"), 0);
     assert!(!block_on_ready(guard.store().seen("s-2")).unwrap().unwrap());
     assert_eq!(deliver(&guard, "s-2"), OutcomeKind::Ran, "the retry runs");
@@ -151,7 +152,7 @@ fn a_duplicate_that_commits_first_aborts_the_batch_whole() {
         },
     ))
     .unwrap();
-    assert_eq!(outcome.kind(), OutcomeKind::Skipped);
+    assert_eq!(outcome.outcome.kind(), OutcomeKind::Skipped);
     assert_eq!(effects_of("s-4"), 1, "the other run's effect only");
 }
 
@@ -174,13 +175,13 @@ fn an_envelope_without_an_id_commits_its_statements_fail_open_and_poison_runs_no
         guard.process_with_statements(body, async |_| Ok::<_, String>(vec!["no-id".to_owned()])),
     )
     .unwrap();
-    assert_eq!(outcome.kind(), OutcomeKind::FailOpen);
+    assert_eq!(outcome.outcome.kind(), OutcomeKind::FailOpen);
     assert_eq!(effects_of("no-id"), 1);
     let poison = block_on_ready(guard.process_with_statements("{not json", async |_| {
         Ok::<_, String>(vec!["poison".to_owned()])
     }))
     .unwrap();
-    assert_eq!(poison.kind(), OutcomeKind::Rejected);
+    assert_eq!(poison.outcome.kind(), OutcomeKind::Rejected);
     assert_eq!(effects_of("poison"), 0);
 }
 
@@ -194,7 +195,7 @@ fn a_handler_with_nothing_to_write_still_records_its_id_once() {
             }),
         )
         .unwrap();
-        assert_eq!(outcome.kind(), expected);
+        assert_eq!(outcome.outcome.kind(), expected);
     }
     assert!(block_on_ready(guard.store().seen("s-6")).unwrap().unwrap());
 }

@@ -5,7 +5,7 @@ use super::*;
 
 impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     /// Completes one decision with its handler's result (`None`: it did not run).
-    pub async fn complete<E>(
+    pub(super) async fn complete<E>(
         &self,
         decision: Decision,
         result: Option<HandlerResult<E>>,
@@ -46,7 +46,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             }
             Commit::Nothing => Ok(true),
         };
-        let outcome = outcome_of(&decision.verdict, result, &recorded, None);
+        let outcome = outcome_of(&decision.verdict, result, &recorded);
         self.observe_outcome(&decision, &outcome);
         outcome
     }
@@ -118,18 +118,31 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             Err(_) => {} // Releases only: the leases run out by themselves.
         }
 
-        let mut outcomes: Vec<Outcome<E>> = Vec::with_capacity(decisions.len());
-        for ((decision, result), written) in decisions.iter().zip(results).zip(written) {
-            let leader = match decision.verdict {
-                Verdict::Duplicate(of) => outcomes.get(of),
-                _ => None,
-            };
-            let recorded = match (written, &commit_error) {
+        let mut results = results;
+        self.resolve(decisions, |i| {
+            let recorded = match (written[i], &commit_error) {
                 (Some(kept), _) => Ok(kept),
                 (None, Some(e)) => Err(e.clone()),
                 (None, None) => Ok(true),
             };
-            let outcome = outcome_of(&decision.verdict, result, &recorded, leader);
+            outcome_of(&decisions[i].verdict, results[i].take(), &recorded)
+        })
+    }
+
+    /// Every delivery's outcome in order, each observed: an in-batch duplicate
+    /// follows its leader's ([`follow`]), the others' come from `own`. Every
+    /// mode resolves a batch through here.
+    pub(super) fn resolve<E>(
+        &self,
+        decisions: &[Decision],
+        mut own: impl FnMut(usize) -> Outcome<E>,
+    ) -> Vec<Outcome<E>> {
+        let mut outcomes: Vec<Outcome<E>> = Vec::with_capacity(decisions.len());
+        for (i, decision) in decisions.iter().enumerate() {
+            let outcome = match decision.verdict {
+                Verdict::Duplicate(of) => follow(outcomes.get(of)),
+                _ => own(i),
+            };
             self.observe_outcome(decision, &outcome);
             outcomes.push(outcome);
         }
@@ -237,13 +250,13 @@ pub(super) fn commit_of<'d, E>(
     }
 }
 
-/// A delivery's outcome from its verdict, its handler's result, whether its
-/// success was recorded (`Ok(false)`: recorded after its claim was lost), and (for an in-batch duplicate) the leader's outcome.
+/// A delivery's outcome from its verdict, its handler's result (`None`: it did
+/// not run) and whether its success was recorded (`Ok(false)`: recorded after
+/// its claim was lost). The one outcome rule of every mode.
 pub(super) fn outcome_of<E>(
     verdict: &Verdict,
     result: Option<HandlerResult<E>>,
     recorded: &StoreResult<bool>,
-    leader: Option<&Outcome<E>>,
 ) -> Outcome<E> {
     match (verdict, result) {
         (Verdict::Run, Some(HandlerResult::Ok)) => match recorded {
@@ -264,7 +277,8 @@ pub(super) fn outcome_of<E>(
         (Verdict::Reject(r), _) => Outcome::Rejected(r.clone()),
         (Verdict::PayloadMismatch, _) => Outcome::PayloadMismatch,
         (Verdict::StoreUnavailable(e), _) => Outcome::StoreUnavailable(e.clone()),
-        (Verdict::Duplicate(_), _) => follow(leader),
+        // Followers are resolved against their leader ([`Guard::resolve`]).
+        (Verdict::Duplicate(_), _) => follow(None),
     }
 }
 

@@ -4,11 +4,6 @@
 use super::*;
 
 impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
-    /// Decides one delivery (see [`Guard::decide_batch`]).
-    pub async fn decide<B: Body + ?Sized>(&self, body: &B) -> Decision {
-        self.decide_one(body).await.1
-    }
-
     /// Classifies one body and, if it has a key, asks the store (single-key calls).
     pub(super) async fn decide_one<'b, B: Body + ?Sized>(
         &self,
@@ -91,38 +86,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     ) -> (Vec<Option<Message<'b>>>, Vec<Decision>) {
         let (messages, mut decisions): (Vec<_>, Vec<_>) =
             bodies.iter().map(|body| self.classify(body)).unzip();
-        // The first delivery of each key leads; later ones follow it. The map
-        // borrows the keys, so duplicates are marked after it is dropped.
-        let mut unique: Vec<usize> = Vec::new();
-        let mut followers: Vec<(usize, usize)> = Vec::new();
-        {
-            let mut leaders: hashbrown::HashMap<&str, usize, RandomState> =
-                hashbrown::HashMap::with_capacity_and_hasher(
-                    decisions.len(),
-                    RandomState::default(),
-                );
-            for (i, decision) in decisions.iter().enumerate() {
-                if let Some(key) = decision.key.as_deref() {
-                    match leaders.entry(key) {
-                        hashbrown::hash_map::Entry::Occupied(leader) => {
-                            followers.push((i, *leader.get()))
-                        }
-                        hashbrown::hash_map::Entry::Vacant(slot) => {
-                            slot.insert(i);
-                            unique.push(i);
-                        }
-                    }
-                }
-            }
-        }
-        for (i, leader) in followers {
-            decisions[i].verdict = if same_payload(&decisions[i], &decisions[leader]) {
-                Verdict::Duplicate(leader)
-            } else {
-                // One id, two payloads in one batch: the first one runs.
-                Verdict::PayloadMismatch
-            };
-        }
+        let unique = mark_followers(&mut decisions);
         self.ask_store(&mut decisions, &unique).await;
         (messages, decisions)
     }
@@ -235,6 +199,41 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             }
         }
     }
+}
+
+/// The in-batch rule, for every mode: the first delivery of each key leads;
+/// a later one follows it ([`Verdict::Duplicate`]), or with another payload is
+/// a [`Verdict::PayloadMismatch`]. Answers the leaders' indices, in order.
+pub(super) fn mark_followers(decisions: &mut [Decision]) -> Vec<usize> {
+    let mut unique: Vec<usize> = Vec::new();
+    let mut followers: Vec<(usize, usize)> = Vec::new();
+    // The map borrows the keys, so followers are marked after it is dropped.
+    {
+        let mut leaders: hashbrown::HashMap<&str, usize, RandomState> =
+            hashbrown::HashMap::with_capacity_and_hasher(decisions.len(), RandomState::default());
+        for (i, decision) in decisions.iter().enumerate() {
+            if let Some(key) = decision.key.as_deref() {
+                match leaders.entry(key) {
+                    hashbrown::hash_map::Entry::Occupied(leader) => {
+                        followers.push((i, *leader.get()))
+                    }
+                    hashbrown::hash_map::Entry::Vacant(slot) => {
+                        slot.insert(i);
+                        unique.push(i);
+                    }
+                }
+            }
+        }
+    }
+    for (i, leader) in followers {
+        decisions[i].verdict = if same_payload(&decisions[i], &decisions[leader]) {
+            Verdict::Duplicate(leader)
+        } else {
+            // One id, two payloads in one batch: the first one runs.
+            Verdict::PayloadMismatch
+        };
+    }
+    unique
 }
 
 /// Do two deliveries of one key carry the same payload (as far as fingerprints

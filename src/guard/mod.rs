@@ -144,6 +144,24 @@ impl<E> From<Result<(), E>> for HandlerResult<E> {
     }
 }
 
+/// One delivery put through the guard: what was decided before its handler
+/// ran, and how it ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Processed<E> {
+    /// The decision: the delivery's store key, its claim, how long to park it.
+    pub decision: Decision,
+    /// How it ended.
+    pub outcome: Outcome<E>,
+}
+
+impl<E> Processed<E> {
+    /// The delivery's store key (`None`: no usable id, or not a valid
+    /// envelope); [`KeySpace::id_of`] turns it back into its `meta.id`.
+    pub fn key(&self) -> Option<&str> {
+        self.decision.key.as_deref()
+    }
+}
+
 /// Wraps a handler with seen-set dedupe over a [`Store`].
 ///
 /// ```
@@ -306,6 +324,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     /// Puts a batch through the guard with one store call to decide and one to
     /// record, running `handler` in order for each delivery that should run.
     /// Deliveries sharing a key run at most once (see [`Verdict::Duplicate`]).
+    /// [`Guard::process_each`] with only the outcomes.
     ///
     /// A slow batch makes more calls: before each handler (and on the timer's
     /// ticks, see [`Guard::with_timer`]) a due checkpoint remembers the successes
@@ -315,47 +334,27 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         bodies: &[B],
         mut handler: impl AsyncFnMut(&Message<'_>) -> Result<(), E>,
     ) -> Vec<Outcome<E>> {
-        self.process_batch_indexed(bodies, async |_, msg| handler(msg).await)
+        self.run_batch(bodies, async |_, msg| handler(msg).await)
             .await
+            .1
     }
 
-    /// [`Guard::process_batch`] whose handler also gets the delivery's index in
-    /// `bodies`, for transport data that lives beside the body (a queue's own
-    /// attempt count, a message handle).
-    pub async fn process_batch_indexed<B: Body, E>(
+    /// [`Guard::process_batch`] for a host that needs more than the outcomes:
+    /// `handler` also gets the delivery's index in `bodies` (for transport data
+    /// beside the body: a queue's attempt count, a message handle), and each
+    /// delivery comes back [`Processed`], with its [`Decision`] (its key, how
+    /// long to park it). Same store calls, same handler calls, same outcomes.
+    pub async fn process_each<B: Body, E>(
         &self,
         bodies: &[B],
         handler: impl AsyncFnMut(usize, &Message<'_>) -> Result<(), E>,
-    ) -> Vec<Outcome<E>> {
-        self.run_batch(bodies, handler).await.1
-    }
-
-    /// [`Guard::process_batch_indexed`] that also hands back each delivery's
-    /// [`Decision`] beside its outcome, for a host that acts on more than the
-    /// outcome (a queue that delays a parked message by [`Decision::park_for`]).
-    /// Same store calls, same handler calls, same outcomes.
-    pub async fn process_batch_decided<B: Body, E>(
-        &self,
-        bodies: &[B],
-        handler: impl AsyncFnMut(usize, &Message<'_>) -> Result<(), E>,
-    ) -> Vec<(Decision, Outcome<E>)> {
+    ) -> Vec<Processed<E>> {
         let (decisions, outcomes) = self.run_batch(bodies, handler).await;
-        decisions.into_iter().zip(outcomes).collect()
-    }
-
-    /// [`Guard::process_batch`] that also hands back each delivery's store key
-    /// (`None`: no usable id, or not a valid envelope), so a caller that reports
-    /// ids need not decode the bodies again ([`KeySpace::id_of`] turns a key back
-    /// into its `meta.id`, [`KeySpace::into_id`] an owned one without copying). Same store calls, same handler calls, same outcomes.
-    pub async fn process_batch_keyed<B: Body, E>(
-        &self,
-        bodies: &[B],
-        mut handler: impl AsyncFnMut(&Message<'_>) -> Result<(), E>,
-    ) -> Vec<(Option<String>, Outcome<E>)> {
-        let (decisions, outcomes) = self
-            .run_batch(bodies, async |_, msg| handler(msg).await)
-            .await;
-        decisions.into_iter().map(|d| d.key).zip(outcomes).collect()
+        decisions
+            .into_iter()
+            .zip(outcomes)
+            .map(|(decision, outcome)| Processed { decision, outcome })
+            .collect()
     }
 
     async fn run_batch<B: Body, E>(

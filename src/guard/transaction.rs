@@ -1,69 +1,68 @@
-//! The transactional mode (see [`crate::store::TransactionalStore`]): one
-//! delivery decoded and keyed as in `process`, then its handler and the record
-//! of its id committed in one database transaction.
+//! The exactly-once commits: a delivery's handler and the record of its id in
+//! one database transaction ([`TransactionalStore`]) or one batch of statements
+//! ([`StatementStore`]). Deciding, the in-batch leader rule and the outcome
+//! rules are the pipeline's own (`decide`, `commit`); only the commit differs.
 
+use super::commit::outcome_of;
+use super::decide::mark_followers;
 use super::*;
-use crate::store::{Peeked, StatementStore, TransactionalStore, TxRun};
+use crate::store::{StatementStore, TransactionalStore, TxRun};
 
-/// Why a transactional handler's work did not commit.
-enum WorkFailed<E> {
-    Handler(E),
-    Panicked(String),
+impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
+    /// [`Guard::classify`] for the exactly-once modes, which keep no payload
+    /// fingerprints: with them asked for, every keyed delivery fails closed.
+    fn classify_exactly_once<'b, B: Body + ?Sized>(
+        &self,
+        body: &'b B,
+    ) -> (Option<Message<'b>>, Decision) {
+        let (message, decision) = self.classify(body);
+        match decision.verdict {
+            Verdict::Run if self.options.fingerprint => (
+                message,
+                Decision::unkeyed(Verdict::StoreUnavailable(StoreError::unsupported(
+                    "payload fingerprints are not kept in transactional mode",
+                ))),
+            ),
+            _ => (message, decision),
+        }
+    }
 }
 
-/// A keyed delivery with payload fingerprints on: not kept in this mode.
-fn fingerprints_refused() -> StoreError {
-    StoreError::unsupported("payload fingerprints are not kept in transactional mode")
-}
-
-/// Where a transactional run of one classified delivery starts: its message,
-/// the key to record (`None`: fail-open, nothing recorded) and whether it is
-/// fail-open; or the outcome it ends with before anything runs (rejected, the
-/// store refused, fingerprints asked for).
+/// The message to run and the key to record with it (`None`: fail-open,
+/// nothing recorded); or, for a delivery that runs nothing, its outcome.
 fn start<'a, 'm, 'd, E>(
     message: Option<&'a Message<'m>>,
     decision: &'d Decision,
-    fingerprint: bool,
-) -> Result<(&'a Message<'m>, Option<&'d str>, bool), Outcome<E>> {
+) -> Result<(&'a Message<'m>, Option<&'d str>), Outcome<E>> {
     match (message, &decision.verdict) {
-        (_, Verdict::Reject(r)) => Err(Outcome::Rejected(r.clone())),
-        (_, Verdict::StoreUnavailable(e)) => Err(Outcome::StoreUnavailable(e.clone())),
-        (Some(_), Verdict::Run) if fingerprint => {
-            Err(Outcome::StoreUnavailable(fingerprints_refused()))
-        }
-        (Some(message), verdict) => {
-            let fail_open = *verdict == Verdict::FailOpen;
-            let key = decision.key.as_deref().filter(|_| !fail_open);
-            Ok((message, key, fail_open))
-        }
-        (None, _) => Err(Outcome::StoreUnavailable(StoreError::internal(
-            "no message decoded",
-        ))),
+        (Some(message), Verdict::Run) => Ok((message, decision.key.as_deref())),
+        (Some(message), Verdict::FailOpen) => Ok((message, None)),
+        (_, verdict) => Err(outcome_of(verdict, None, &Ok(true))),
     }
 }
 
 /// The handler's call, a panic caught as a failure (the store rolls it back).
-fn guarded<E>(call: impl FnOnce() -> Result<(), E>) -> Result<(), WorkFailed<E>> {
+fn guarded<E>(call: impl FnOnce() -> Result<(), E>) -> Result<(), HandlerResult<E>> {
     match std::panic::catch_unwind(AssertUnwindSafe(call)) {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(WorkFailed::Handler(e)),
-        Err(payload) => Err(WorkFailed::Panicked(catch::panic_message(&*payload))),
+        Ok(result) => result.map_err(HandlerResult::Err),
+        Err(payload) => Err(HandlerResult::Panicked(catch::panic_message(&*payload))),
     }
 }
 
-/// A transactional run's outcome.
-fn outcome_of_run<E>(run: StoreResult<TxRun<(), WorkFailed<E>>>, fail_open: bool) -> Outcome<E> {
-    match (run, fail_open) {
-        (Ok(TxRun::Committed(())), false) => Outcome::Ran,
-        (Ok(TxRun::Committed(())), true) => Outcome::FailOpen(Ok(())),
-        (Ok(TxRun::RolledBack(WorkFailed::Handler(e))), false) => Outcome::Failed(e),
-        (Ok(TxRun::RolledBack(WorkFailed::Handler(e))), true) => Outcome::FailOpen(Err(e)),
-        (Ok(TxRun::RolledBack(WorkFailed::Panicked(m))), _) => Outcome::Panicked(m),
-        (Ok(TxRun::AlreadyDone), _) => Outcome::Skipped,
-        (Ok(TxRun::Held), _) => Outcome::Parked,
-        (Ok(TxRun::Aborted(e)), _) => Outcome::TransactionAborted(e),
+/// A run's outcome by the pipeline's rules: a commit is a recorded success, a
+/// rollback the handler's failure, an id found done a skip, one held a park.
+fn outcome_of_run<E>(
+    verdict: &Verdict,
+    run: StoreResult<TxRun<(), HandlerResult<E>>>,
+) -> Outcome<E> {
+    match run {
+        Ok(TxRun::Committed(())) => outcome_of(verdict, Some(HandlerResult::Ok), &Ok(true)),
+        Ok(TxRun::RolledBack(failed)) => outcome_of(verdict, Some(failed), &Ok(true)),
+        Ok(TxRun::AlreadyDone) => Outcome::Skipped,
+        Ok(TxRun::Held) => Outcome::Parked,
+        Ok(TxRun::Aborted(e)) => Outcome::TransactionAborted(e),
         // Nothing committed: the effect is undone too, so a retry is safe.
-        (Err(e), _) => Outcome::StoreUnavailable(e),
+        Err(e) => Outcome::StoreUnavailable(e),
     }
 }
 
@@ -83,15 +82,15 @@ impl<S: Store + TransactionalStore, O: Observer, T: Timer> Guard<S, O, T> {
         body: &B,
         handler: impl FnOnce(&Message<'_>, &mut S::Tx<'_>) -> Result<(), E>,
     ) -> Outcome<E> {
-        let (message, decision) = self.classify(body);
-        let outcome = match start(message.as_ref(), &decision, self.options.fingerprint) {
+        let (message, decision) = self.classify_exactly_once(body);
+        let outcome = match start(message.as_ref(), &decision) {
             Err(outcome) => outcome,
-            Ok((message, key, fail_open)) => {
+            Ok((message, key)) => {
                 let run = self
                     .store
                     .transaction(key, self.options.ttl, |tx| guarded(|| handler(message, tx)));
                 self.report_store_error(StoreOp::Remember, &run);
-                outcome_of_run(run, fail_open)
+                outcome_of_run(&decision.verdict, run)
             }
         };
         self.observe_outcome(&decision, &outcome);
@@ -108,29 +107,22 @@ impl<S: Store + TransactionalStore, O: Observer, T: Timer> Guard<S, O, T> {
         bodies: &[B],
         mut handler: impl FnMut(&Message<'_>, &mut S::Tx<'_>) -> Result<(), E>,
     ) -> Vec<Outcome<E>> {
-        let classified: Vec<(Option<Message<'_>>, Decision)> =
-            bodies.iter().map(|body| self.classify(body)).collect();
-        // Each delivery ends before anything runs, follows the first of its id
-        // (its leader), or runs: with its message, its key and whether fail-open.
-        let mut outcomes: Vec<Option<Outcome<E>>> = (0..bodies.len()).map(|_| None).collect();
-        let mut leaders: Vec<Option<usize>> = vec![None; bodies.len()];
-        let mut first_of: hashbrown::HashMap<&str, usize, RandomState> =
-            hashbrown::HashMap::with_hasher(RandomState::default());
-        let mut runs: Vec<(usize, &Message<'_>, Option<&str>, bool)> = Vec::new();
-        for (i, (message, decision)) in classified.iter().enumerate() {
-            match start(message.as_ref(), decision, self.options.fingerprint) {
-                Err(outcome) => outcomes[i] = Some(outcome),
-                Ok((message, key, fail_open)) => match key.map(|k| (k, first_of.get(k))) {
-                    Some((_, Some(&leader))) => leaders[i] = Some(leader),
-                    Some((key, None)) => {
-                        first_of.insert(key, i);
-                        runs.push((i, message, Some(key), fail_open));
-                    }
-                    None => runs.push((i, message, None, fail_open)),
-                },
-            }
+        let (messages, mut decisions): (Vec<_>, Vec<_>) =
+            bodies.iter().map(|b| self.classify_exactly_once(b)).unzip();
+        // Later deliveries of an id follow their leader (resolved below).
+        mark_followers(&mut decisions);
+        let mut outcomes: Vec<Option<Outcome<E>>> = Vec::with_capacity(bodies.len());
+        let mut runs: Vec<(usize, &Message<'_>, Option<&str>)> = Vec::new();
+        for (i, decision) in decisions.iter().enumerate() {
+            outcomes.push(match start(messages[i].as_ref(), decision) {
+                Ok((message, key)) => {
+                    runs.push((i, message, key));
+                    None
+                }
+                Err(outcome) => Some(outcome),
+            });
         }
-        let keys: Vec<Option<&str>> = runs.iter().map(|&(_, _, key, _)| key).collect();
+        let keys: Vec<Option<&str>> = runs.iter().map(|&(_, _, key)| key).collect();
         let run = self
             .store
             .transaction_batch(&keys, self.options.ttl, |n, tx| {
@@ -139,8 +131,8 @@ impl<S: Store + TransactionalStore, O: Observer, T: Timer> Guard<S, O, T> {
         self.report_store_error(StoreOp::Remember, &run);
         match run {
             Ok(results) => {
-                for (&(i, _, _, fail_open), result) in runs.iter().zip(results) {
-                    outcomes[i] = Some(outcome_of_run(Ok(result), fail_open));
+                for (&(i, ..), result) in runs.iter().zip(results) {
+                    outcomes[i] = Some(outcome_of_run(&decisions[i].verdict, Ok(result)));
                 }
             }
             Err(e) => {
@@ -149,22 +141,11 @@ impl<S: Store + TransactionalStore, O: Observer, T: Timer> Guard<S, O, T> {
                 }
             }
         }
-        let mut done: Vec<Outcome<E>> = Vec::with_capacity(bodies.len());
-        for (i, (_, decision)) in classified.iter().enumerate() {
-            let outcome = match (outcomes[i].take(), leaders[i]) {
-                (Some(outcome), _) => outcome,
-                (None, Some(leader)) => match &done[leader] {
-                    Outcome::Ran | Outcome::Skipped => Outcome::Skipped,
-                    Outcome::StoreUnavailable(e) => Outcome::StoreUnavailable(e.clone()),
-                    _ => Outcome::Parked,
-                },
-                // Every delivery ended, follows a leader or ran: not reached.
-                (None, None) => Outcome::StoreUnavailable(StoreError::internal("no outcome")),
-            };
-            self.observe_outcome(decision, &outcome);
-            done.push(outcome);
-        }
-        done
+        self.resolve(&decisions, |i| {
+            outcomes[i]
+                .take()
+                .unwrap_or_else(|| Outcome::StoreUnavailable(StoreError::internal("no outcome")))
+        })
     }
 }
 
@@ -172,9 +153,10 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
     /// Exactly-once effects on a store whose transactions are batches of
     /// statements (Cloudflare D1): decodes and keys `body` as
     /// [`Guard::process`] does; an id already done is `skip` and one held by a
-    /// claiming-mode consumer `park` (nothing runs); else `handler` builds the
-    /// statements of its effect, and the store commits them with the id's
-    /// record in one batch ([`StatementStore::commit_with`]). `run-ok`: both
+    /// claiming-mode consumer `park` (nothing runs; [`Decision::park_for`] has
+    /// how long its claim has left, where the store can tell); else `handler`
+    /// builds the statements of its effect, and the store commits them with the
+    /// id's record in one batch ([`StatementStore::commit_with`]). `run-ok`: both
     /// were written, once. A handler that fails or panics writes nothing
     /// (`failed` / `panicked`, the id unmarked). A duplicate that committed
     /// between the check and the batch makes the batch abort whole: `skip`, its
@@ -186,29 +168,18 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
         &self,
         body: &B,
         handler: impl AsyncFnOnce(&Message<'_>) -> Result<Vec<S::Statement>, E>,
-    ) -> Outcome<E> {
-        self.process_with_statements_decided(body, handler).await.1
-    }
-
-    /// [`Guard::process_with_statements`], with the delivery's decision: a
-    /// delivery that parked on a claim the store could time has that claim's
-    /// time left in `park_for` (a queue redelivers it just after).
-    pub async fn process_with_statements_decided<B: Body + ?Sized, E>(
-        &self,
-        body: &B,
-        handler: impl AsyncFnOnce(&Message<'_>) -> Result<Vec<S::Statement>, E>,
-    ) -> (Decision, Outcome<E>) {
-        let (message, mut decision) = self.classify(body);
-        let (outcome, park_for) = match start(message.as_ref(), &decision, self.options.fingerprint)
-        {
+    ) -> Processed<E> {
+        let (message, mut decision) = self.classify_exactly_once(body);
+        let (outcome, park_for) = match start(message.as_ref(), &decision) {
             Err(outcome) => (outcome, None),
-            Ok((message, key, fail_open)) => {
-                self.run_statements(message, key, fail_open, handler).await
+            Ok((message, key)) => {
+                let verdict = &decision.verdict;
+                self.run_statements(message, key, verdict, handler).await
             }
         };
         decision.park_for = park_for;
         self.observe_outcome(&decision, &outcome);
-        (decision, outcome)
+        Processed { decision, outcome }
     }
 
     /// The pre-check, the handler and the batch of one delivery; a `park`
@@ -217,7 +188,7 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
         &self,
         message: &Message<'_>,
         key: Option<&str>,
-        fail_open: bool,
+        verdict: &Verdict,
         handler: impl AsyncFnOnce(&Message<'_>) -> Result<Vec<S::Statement>, E>,
     ) -> (Outcome<E>, Option<Duration>) {
         if let Some(key) = key {
@@ -235,29 +206,27 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
         }
         let statements = match catch::caught(async { handler(message).await }).await {
             Ok(Ok(statements)) => statements,
-            Ok(Err(e)) if fail_open => return (Outcome::FailOpen(Err(e)), None),
-            Ok(Err(e)) => return (Outcome::Failed(e), None),
+            Ok(Err(e)) => {
+                return (
+                    outcome_of(verdict, Some(HandlerResult::Err(e)), &Ok(true)),
+                    None,
+                );
+            }
             Err(panic) => return (Outcome::Panicked(panic), None),
         };
-        // A batch that failed whole is the store's error, as one that cannot tell.
-        let run = match self
+        let run = self
             .store
             .commit_with(key, self.options.ttl, statements)
-            .await
-        {
-            Ok(TxRun::RolledBack(e)) => Err(e),
-            run => run,
-        };
+            .await;
+        // A batch that failed whole is the store's error, as one that cannot tell.
+        let run = run.and_then(|run| match run {
+            TxRun::RolledBack(e) => Err(e),
+            TxRun::Committed(()) => Ok(TxRun::Committed(())),
+            TxRun::AlreadyDone => Ok(TxRun::AlreadyDone),
+            TxRun::Held => Ok(TxRun::Held),
+            TxRun::Aborted(e) => Ok(TxRun::Aborted(e)),
+        });
         self.report_store_error(StoreOp::Remember, &run);
-        let outcome = match run {
-            Ok(TxRun::Committed(())) if fail_open => Outcome::FailOpen(Ok(())),
-            Ok(TxRun::Committed(())) => Outcome::Ran,
-            Ok(TxRun::AlreadyDone) => Outcome::Skipped,
-            // A claim taken since the pre-check: how long it has left is not known.
-            Ok(TxRun::Held) => Outcome::Parked,
-            Ok(TxRun::Aborted(e)) => Outcome::TransactionAborted(e),
-            Ok(TxRun::RolledBack(e)) | Err(e) => Outcome::StoreUnavailable(e),
-        };
-        (outcome, None)
+        (outcome_of_run(verdict, run), None)
     }
 }

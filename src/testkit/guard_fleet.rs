@@ -282,8 +282,8 @@ pub async fn plain_delivery<S: Store, O: Observer, T: Timer>(
     if act == Act::Die {
         // Decided (claimed, in the claiming mode), the handler's effect done,
         // then the consumer is gone: nothing is committed or released.
-        let decision = guard.decide(body.as_str()).await;
-        return (decision.verdict == Verdict::Run, None);
+        let decisions = guard.decide_batch(&[body.as_str()]).await;
+        return (decisions[0].verdict == Verdict::Run, None);
     }
     let mut effect = false;
     let outcome = guard

@@ -124,12 +124,12 @@ fn process_many_ids(guard: &Guard<HostStore>, envelopes: &[String]) -> Vec<wit::
     let keyspace = &guard.options().keyspace;
     ready(
         async {
-            let keyed = guard.process_batch_keyed(envelopes, call_handler).await;
-            keyed
+            let processed = guard.process_each(envelopes, call_indexed).await;
+            processed
                 .into_iter()
-                .map(|(key, outcome)| wit::Processed {
-                    id: key.and_then(|k| keyspace.into_id(k)),
-                    outcome: outcome.into(),
+                .map(|p| wit::Processed {
+                    id: p.decision.key.and_then(|k| keyspace.into_id(k)),
+                    outcome: p.outcome.into(),
                 })
                 .collect()
         },
@@ -144,11 +144,8 @@ fn process_many_ids(guard: &Guard<HostStore>, envelopes: &[String]) -> Vec<wit::
 fn process_many(guard: &Guard<HostStore>, envelopes: &[String]) -> Vec<wit::Outcome> {
     ready(
         async {
-            let keyed = guard.process_batch_keyed(envelopes, call_handler).await;
-            keyed
-                .into_iter()
-                .map(|(_, outcome)| outcome.into())
-                .collect()
+            let processed = guard.process_each(envelopes, call_indexed).await;
+            processed.into_iter().map(|p| p.outcome.into()).collect()
         },
         |e| refused_outcomes(envelopes.len(), e),
     )
@@ -192,6 +189,11 @@ impl GuestGuard for GuardResource {
 
 /// `handler.handle` as the core's handler: the envelope text exactly as delivered.
 async fn call_handler(msg: &Message<'_>) -> Result<(), String> {
+    handler::handle(msg.raw())
+}
+
+/// [`call_handler`] for a batch, whose handler is also given the index.
+async fn call_indexed(_: usize, msg: &Message<'_>) -> Result<(), String> {
     handler::handle(msg.raw())
 }
 

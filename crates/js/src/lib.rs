@@ -375,8 +375,11 @@ async fn run_outcomes(
         _ => {
             let bodies = batch.bodies();
             let run = async |i, msg: &Message<'_>| batch.run(i, &handler, msg).await;
-            let decided = guard.process_batch_decided(&bodies, run).await;
-            decided.into_iter().map(|(d, o)| (o, d.key)).unzip()
+            let processed = guard.process_each(&bodies, run).await;
+            processed
+                .into_iter()
+                .map(|p| (p.outcome, p.decision.key))
+                .unzip()
         }
     };
     for (i, o) in outcomes.iter_mut().enumerate().take(batch.len()) {

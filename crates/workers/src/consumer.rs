@@ -285,9 +285,9 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
     ) -> Result<BatchReport, ConsumeError> {
         let messages = batch.messages().map_err(ConsumeError::Batch)?;
         let bodies: Vec<Vec<u8>> = messages.iter().map(QueueMessage::body_bytes).collect();
-        let decided = self
+        let processed = self
             .guard
-            .process_batch_decided(&bodies, async |i, message| {
+            .process_each(&bodies, async |i, message| {
                 let delivery = Delivery {
                     message,
                     queue_message: &messages[i],
@@ -297,18 +297,15 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             .await;
         // How long each parked message waits: the claim it parked behind (an
         // in-batch duplicate, its leader's), else the configured park delay.
-        let park_for: Vec<Option<Duration>> = decided
+        let outcomes: Vec<(&Outcome<E>, Option<Duration>)> = processed
             .iter()
-            .map(|(decision, _)| match decision.verdict {
-                Verdict::Duplicate(of) => decided.get(of).and_then(|(d, _)| d.park_for),
-                _ => decision.park_for,
+            .map(|p| match p.decision.verdict {
+                Verdict::Duplicate(of) => (
+                    &p.outcome,
+                    processed.get(of).and_then(|l| l.decision.park_for),
+                ),
+                _ => (&p.outcome, p.decision.park_for),
             })
-            .collect();
-
-        let outcomes: Vec<(&Outcome<E>, Option<Duration>)> = decided
-            .iter()
-            .zip(park_for)
-            .map(|((_, outcome), park_for)| (outcome, park_for))
             .collect();
         self.settle_all(batch, &messages, &bodies, &outcomes).await
     }
@@ -550,11 +547,11 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         }
         let messages = batch.messages().map_err(ConsumeError::Batch)?;
         let bodies: Vec<Vec<u8>> = messages.iter().map(QueueMessage::body_bytes).collect();
-        let mut decided = Vec::with_capacity(messages.len());
+        let mut processed = Vec::with_capacity(messages.len());
         for (queue_message, body) in messages.iter().zip(&bodies) {
-            let (decision, outcome) = self
+            let one = self
                 .guard
-                .process_with_statements_decided(body.as_slice(), async |message| {
+                .process_with_statements(body.as_slice(), async |message| {
                     handler(&Delivery {
                         message,
                         queue_message,
@@ -562,11 +559,13 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> QueueConsumer<S, O, T> {
                     .await
                 })
                 .await;
-            // A parked message waits just past the claim it parked behind.
-            decided.push((outcome, decision.park_for));
+            processed.push(one);
         }
-        let outcomes: Vec<(&Outcome<E>, Option<Duration>)> =
-            decided.iter().map(|(o, park_for)| (o, *park_for)).collect();
+        // A parked message waits just past the claim it parked behind.
+        let outcomes: Vec<(&Outcome<E>, Option<Duration>)> = processed
+            .iter()
+            .map(|p| (&p.outcome, p.decision.park_for))
+            .collect();
         self.settle_all(batch, &messages, &bodies, &outcomes).await
     }
 }
