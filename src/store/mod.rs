@@ -8,22 +8,26 @@
 //! calls are JS promises) and sync hosts (a wasmtime import, SQLite) alike: a sync
 //! store simply returns a ready future, and [`crate::block_on_ready`] drives it.
 
+mod foreign;
 mod memory;
 pub mod record;
 pub mod sql;
 mod transactional;
+pub mod wire;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use foreign::{Batch, Foreign, ForeignStore};
 pub use memory::{InMemoryStore, StoreEntry};
 pub use transactional::{StatementStore, TransactionalStore, TxRun};
 
 /// Result of a store operation.
 pub type StoreResult<T> = Result<T, StoreError>;
 
-/// What kind of failure a store reported.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What kind of failure a store reported (on the wire, its [`code`](Self::code)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum StoreErrorKind {
     /// The backend could not be reached or did not answer; retrying may help.
     Unavailable,
@@ -44,6 +48,14 @@ impl StoreErrorKind {
             StoreErrorKind::Invalid => "invalid",
             StoreErrorKind::Internal => "internal",
         }
+    }
+
+    /// The kind whose [`code`](Self::code) this is.
+    pub fn from_code(code: &str) -> Option<Self> {
+        use StoreErrorKind::*;
+        [Unavailable, Unsupported, Invalid, Internal]
+            .into_iter()
+            .find(|kind| kind.code() == code)
     }
 }
 
@@ -89,7 +101,8 @@ impl StoreError {
 }
 
 /// Proof of an in-flight claim, needed to release it (so only the owner can).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
 pub struct ClaimToken(pub String);
 
 /// The answer to a claim attempt.
