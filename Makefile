@@ -35,12 +35,12 @@ include mk/*.mk
 HISTORY_RUNS ?= 200
 histories: setup
 	BQ_HISTORY_RUNS=$(HISTORY_RUNS) cargo test -p babelqueue-dedupe --features testkit --test store_testkit histor
-	BQ_HISTORY_RUNS=$(HISTORY_RUNS) scripts/with-redis.sh scripts/with-postgres.sh scripts/with-redis-cluster.sh \
+	BQ_HISTORY_RUNS=$(HISTORY_RUNS) scripts/with-stores.sh \
 	  cargo test -p babelqueue-dedupe-stores --test histories --test sqlite_processes
 	scripts/build-js.sh test
 	BQ_HISTORY_RUNS=$(HISTORY_RUNS) BQ_HISTORY_CLIENTS=8 node --test crates/js/tests/store-histories.test.mjs
 
-.PHONY: dev demo-host demo-native test setup setup-fuzz setup-bench lint wasm component-build component-test host unit conformance packages fuzz bench
+.PHONY: dev demo-host demo-native test setup setup-fuzz setup-bench lint wasm component-build component-test host unit unit-run conformance packages fuzz bench
 
 ## dev: the example worker on local workerd (`wrangler dev`, state in .wrangler-state/):
 ## publish the sample stream twice and print the effects (see mk/workers.mk).
@@ -99,8 +99,18 @@ component-test:
 host:
 	cargo build --quiet -p babelqueue-dedupe-host
 
+# Every test, once, with each test server the store table names running
+# (scripts/with-stores.sh reads crates/stores/src/backends.rs).
 unit: component-build
-	scripts/with-redis.sh scripts/with-redis-tls.sh scripts/with-postgres.sh scripts/with-redis-cluster.sh bash -c 'cargo build --quiet --example quickstart && cargo test $(TEST_CRATES) --all-targets && cargo test $(TEST_CRATES) --doc && cargo test -p babelqueue-dedupe --features tracing --test tracing_observer && cargo test -p babelqueue-dedupe --features testkit --test store_testkit && scripts/host-conformance.sh'
+	scripts/with-stores.sh $(MAKE) --no-print-directory unit-run
+
+unit-run:
+	cargo build --quiet --example quickstart
+	cargo test $(TEST_CRATES) --all-targets
+	cargo test $(TEST_CRATES) --doc
+	cargo test -p babelqueue-dedupe --features tracing --test tracing_observer
+	cargo test -p babelqueue-dedupe --features testkit --test store_testkit
+	scripts/host-conformance.sh
 
 conformance:
 	cargo run --quiet --example conformance
