@@ -6,20 +6,18 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use bq_dedupe::Store;
 use bq_dedupe::conformance::{self, GuardSubject};
-use bq_dedupe_stores::AnyStore;
-use common::{
-    ClusterCleanup, PgCleanup, RedisCleanup, TempDb, postgres_table, postgres_url,
-    redis_cluster_spec, redis_prefix, redis_url, unique,
-};
+use bq_dedupe_stores::BACKENDS;
+use common::{Subject, on_every_backend, unique, with_query};
 
 /// Runs the manifest on a fresh guard per mode and prints `NAME: N passed, N failed`.
-fn run_manifest(name: &str, open: impl Fn() -> AnyStore) {
+fn run_manifest<S: Store>(name: &str, open: impl Fn() -> S) {
     run_manifest_modes(name, &[false, true], open);
 }
 
 /// [`run_manifest`] in the given modes (`true`: claiming).
-fn run_manifest_modes(name: &str, modes: &[bool], open: impl Fn() -> AnyStore) {
+fn run_manifest_modes<S: Store>(name: &str, modes: &[bool], open: impl Fn() -> S) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/conformance");
     let manifest = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
     for &claiming in modes {
@@ -42,79 +40,23 @@ fn run_manifest_modes(name: &str, modes: &[bool], open: impl Fn() -> AnyStore) {
     }
 }
 
+/// Every backend of the table, through its spec, in both modes.
 #[test]
-fn conformance_memory() {
-    run_manifest("memory", || AnyStore::from_spec("memory").unwrap());
+fn conformance_on_every_backend() {
+    on_every_backend("conformance", |subject| {
+        run_manifest(subject.name(), || subject.open());
+    });
 }
 
-#[test]
-fn conformance_sqlite() {
-    let db = TempDb::new("conformance");
-    let spec = format!("sqlite:{}", db.path().display());
-    run_manifest("sqlite", || AnyStore::from_spec(&spec).unwrap());
-}
-
-#[test]
-fn conformance_redis() {
-    let Some(url) = redis_url() else {
-        return;
-    };
-    let prefix = redis_prefix("conformance");
-    let _clean = RedisCleanup {
-        url: url.clone(),
-        prefix: prefix.clone(),
-    };
-    // The spec's own prefix syntax, percent-encoded as a URL query value.
-    let sep = if url.contains('?') { '&' } else { '?' };
-    let spec = format!("{url}{sep}prefix={}", prefix.replace(':', "%3A"));
-    run_manifest("redis", || AnyStore::from_spec(&spec).unwrap());
-}
-
-/// The Redis spec of `url` with our query parameters added.
-fn with_query(url: &str, query: &str) -> String {
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}{query}")
-}
-
+/// The Redis row's other dialects: PHP's in both modes, Go's (no claims) plain.
 #[test]
 fn conformance_redis_php_and_go_dialects() {
-    let url = redis_url().expect("conformance runs with a real Redis (make test starts one)");
+    let redis = BACKENDS.iter().find(|b| b.name == "redis").unwrap();
     for (dialect, modes) in [("php", &[false, true][..]), ("go", &[false][..])] {
-        let prefix = redis_prefix(&format!("conformance-{dialect}"));
-        let _clean = RedisCleanup {
-            url: url.clone(),
-            prefix: prefix.clone(),
-        };
-        let spec = with_query(
-            &url,
-            &format!("dialect={dialect}&prefix={}", prefix.replace(':', "%3A")),
-        );
+        let subject = Subject::new(redis, &format!("conformance-{dialect}"));
+        let spec = with_query(&subject.spec, &format!("dialect={dialect}"));
         run_manifest_modes(&format!("redis-{dialect}"), modes, || {
-            AnyStore::from_spec(&spec).unwrap()
+            subject.open_spec(&spec)
         });
     }
-}
-
-#[test]
-fn conformance_redis_cluster() {
-    let spec = redis_cluster_spec();
-    let prefix = redis_prefix("conformance");
-    let _clean = ClusterCleanup {
-        spec: spec.clone(),
-        prefix: prefix.clone(),
-    };
-    let full = with_query(&spec, &format!("prefix={}", prefix.replace(':', "%3A")));
-    run_manifest("redis-cluster", || AnyStore::from_spec(&full).unwrap());
-}
-
-#[test]
-fn conformance_postgres() {
-    let url = postgres_url();
-    let table = postgres_table("conformance");
-    let _clean = PgCleanup {
-        url: url.clone(),
-        table: table.clone(),
-    };
-    let spec = with_query(&url, &format!("table={table}"));
-    run_manifest("postgres", || AnyStore::from_spec(&spec).unwrap());
 }

@@ -7,11 +7,8 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use bq_dedupe::{Claim, Guard, OutcomeKind, Store};
-use bq_dedupe_stores::{AnyStore, Dialect, PostgresStore, RedisStore, SqliteStore};
-use common::{
-    ClusterCleanup, PgCleanup, RedisCleanup, TempDb, cluster_nodes, envelope, postgres_table,
-    postgres_url, ready, redis_cluster_spec, redis_prefix, redis_url,
-};
+use bq_dedupe_stores::{AnyStore, BACKENDS};
+use common::{Subject, TempDb, envelope, on_every_backend, ready, with_query};
 
 const THREADS: usize = 16;
 const ROUNDS: usize = 5;
@@ -98,81 +95,35 @@ fn guard_race<S: Store>(open: impl Fn() -> S + Sync) {
 }
 
 #[test]
-fn sqlite_claim_race_16_connections_one_acquired() {
-    let db = TempDb::new("race");
-    claim_race(|| AnyStore::from(SqliteStore::open(db.path()).unwrap()));
+fn claim_race_16_connections_one_acquired_on_every_backend() {
+    on_every_backend("race", |subject| claim_race(|| subject.open()));
 }
 
 #[test]
-fn sqlite_guard_race_16_connections_runs_handler_once() {
-    let db = TempDb::new("guard-race");
-    guard_race(|| AnyStore::from(SqliteStore::open(db.path()).unwrap()));
+fn guard_race_16_connections_runs_handler_once_on_every_backend() {
+    on_every_backend("guard-race", |subject| guard_race(|| subject.open()));
 }
 
+/// 16 consumers each deliver the same batch of 20 ids at once; each id runs
+/// exactly once (claims and commits of overlapping batches: one consumer
+/// claims it, the others skip or park).
 #[test]
-fn redis_claim_race_16_connections_one_acquired() {
-    let Some(url) = redis_url() else {
-        return;
-    };
-    let prefix = redis_prefix("race");
-    let _clean = RedisCleanup {
-        url: url.clone(),
-        prefix: prefix.clone(),
-    };
-    claim_race(|| AnyStore::from(RedisStore::connect(&url, prefix.clone()).unwrap()));
+fn batch_race_16_connections_runs_each_id_once_on_every_backend() {
+    on_every_backend("batch-race", |subject| batch_race(|| subject.open()));
 }
 
-#[test]
-fn redis_guard_race_16_connections_runs_handler_once() {
-    let Some(url) = redis_url() else {
-        return;
-    };
-    let prefix = redis_prefix("guard-race");
-    let _clean = RedisCleanup {
-        url: url.clone(),
-        prefix: prefix.clone(),
-    };
-    guard_race(|| AnyStore::from(RedisStore::connect(&url, prefix.clone()).unwrap()));
-}
-
-fn postgres(tag: &str) -> (String, PgCleanup) {
-    let url = postgres_url();
-    let table = postgres_table(tag);
-    // Created once up front, so the 16 connections race on the claim, not the DDL.
-    drop(PostgresStore::connect(&url, &table).unwrap());
-    (table.clone(), PgCleanup { url, table })
-}
-
-#[test]
-fn postgres_claim_race_16_connections_one_acquired() {
-    let (table, clean) = postgres("race");
-    claim_race(|| PostgresStore::connect(&clean.url, &table).unwrap());
-}
-
-#[test]
-fn postgres_guard_race_16_connections_runs_handler_once() {
-    let (table, clean) = postgres("guard_race");
-    guard_race(|| PostgresStore::connect(&clean.url, &table).unwrap());
-}
-
-/// 16 consumers each deliver the same batch of 20 ids at once on PostgreSQL;
-/// each id runs exactly once (claims and commits of overlapping batches: one
-/// consumer claims it, the others skip or park).
-#[test]
-fn postgres_batch_race_16_connections_runs_each_id_once() {
-    let (table, clean) = postgres("batch_race");
+fn batch_race<S: Store>(open: impl Fn() -> S + Sync) {
     let barrier = Barrier::new(THREADS);
     let ids: Vec<String> = (0..20).map(|i| common::unique(&format!("b{i}"))).collect();
     let bodies: Vec<String> = ids.iter().map(|id| envelope(id)).collect();
     let runs = std::sync::Mutex::new(std::collections::BTreeMap::<String, u32>::new());
     std::thread::scope(|s| {
         for n in 0..THREADS {
-            let (barrier, bodies, runs, table, url) =
-                (&barrier, &bodies, &runs, &table, &clean.url);
+            let (barrier, bodies, runs, open) = (&barrier, &bodies, &runs, &open);
             s.spawn(move || {
-                // A failed connect still meets the barrier (the others would wait
+                // A failed open still meets the barrier (the others would wait
                 // forever), then fails this thread, and so the test.
-                let store = PostgresStore::connect(url, table);
+                let store = std::panic::catch_unwind(std::panic::AssertUnwindSafe(open));
                 // Half the consumers see the batch reversed: overlapping locks in
                 // both orders.
                 let mut mine = bodies.clone();
@@ -180,7 +131,8 @@ fn postgres_batch_race_16_connections_runs_each_id_once() {
                     mine.reverse();
                 }
                 barrier.wait();
-                let guard = Guard::new(store.unwrap()).with_claiming(Duration::from_secs(60));
+                let store = store.unwrap_or_else(|_| panic!("opening the store panicked"));
+                let guard = Guard::new(store).with_claiming(Duration::from_secs(60));
                 ready(guard.process_batch(&mine, async |msg| {
                     *runs
                         .lock()
@@ -198,37 +150,13 @@ fn postgres_batch_race_16_connections_runs_each_id_once() {
     }
 }
 
-fn cluster(tag: &str) -> (Vec<String>, String, ClusterCleanup) {
-    let spec = redis_cluster_spec();
-    let prefix = redis_prefix(tag);
-    let nodes = cluster_nodes(&spec);
-    (nodes, prefix.clone(), ClusterCleanup { spec, prefix })
-}
-
-#[test]
-fn cluster_claim_race_16_connections_one_acquired() {
-    let (nodes, prefix, _clean) = cluster("race");
-    claim_race(|| RedisStore::connect_cluster(&nodes, prefix.clone(), Dialect::Native).unwrap());
-}
-
-#[test]
-fn cluster_guard_race_16_connections_runs_handler_once() {
-    let (nodes, prefix, _clean) = cluster("guard-race");
-    guard_race(|| RedisStore::connect_cluster(&nodes, prefix.clone(), Dialect::Native).unwrap());
-}
-
 #[test]
 fn redis_php_dialect_claim_race_16_connections_one_acquired() {
-    let Some(url) = redis_url() else {
-        panic!("the race tests run with a real Redis (make test starts one)");
-    };
-    let prefix = redis_prefix("php-race");
-    let _clean = RedisCleanup {
-        url: url.clone(),
-        prefix: prefix.clone(),
-    };
-    claim_race(|| RedisStore::connect_dialect(&url, prefix.clone(), Dialect::Php).unwrap());
-    guard_race(|| RedisStore::connect_dialect(&url, prefix.clone(), Dialect::Php).unwrap());
+    let redis = BACKENDS.iter().find(|b| b.name == "redis").unwrap();
+    let subject = Subject::new(redis, "php-race");
+    let spec = with_query(&subject.spec, "dialect=php");
+    claim_race(|| subject.open_spec(&spec));
+    guard_race(|| subject.open_spec(&spec));
 }
 
 #[test]

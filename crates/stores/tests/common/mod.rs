@@ -605,3 +605,135 @@ impl PgBackend {
         }
     }
 }
+
+// ---- the matrix: every backend of the stores' table (`BACKENDS`) --------------------
+
+use bq_dedupe_stores::{AnyStore, BACKENDS, Backend, TestPlace, TestServer};
+
+/// The spec a test server's variable holds. Unset, the test fails naming the
+/// script that starts the server: a missing server is a misconfigured run,
+/// never a skip.
+pub fn server_spec(server: &TestServer) -> String {
+    match std::env::var(server.var) {
+        Ok(spec) if !spec.is_empty() => spec,
+        _ => panic!(
+            "{} is not set: run under {} or scripts/with-stores.sh (make test does)",
+            server.var, server.script
+        ),
+    }
+}
+
+/// `spec` with `query` added to its query.
+pub fn with_query(spec: &str, query: &str) -> String {
+    let sep = if spec.contains('?') { '&' } else { '?' };
+    format!("{spec}{sep}{query}")
+}
+
+/// One backend of the table at a place of its own (a new SQLite file, Redis
+/// key prefix or PostgreSQL table), its records dropped with it.
+pub struct Subject {
+    pub backend: &'static Backend,
+    pub spec: String,
+    /// The memory store: one per process, so every open shares this one.
+    memory: Option<std::sync::Arc<AnyStore>>,
+    _cleanup: Box<dyn std::any::Any + Send + Sync>,
+}
+
+impl Subject {
+    /// At a place named by `tag`; the store opened once (tables created).
+    pub fn new(backend: &'static Backend, tag: &str) -> Subject {
+        let tag = format!("{tag}-{}", backend.name);
+        let (spec, cleanup): (String, Box<dyn std::any::Any + Send + Sync>) = match &backend.test {
+            TestPlace::Fresh => (backend.schemes[0].to_owned(), Box::new(())),
+            TestPlace::File => {
+                let db = TempDb::new(&tag);
+                let spec = format!("{}{}", backend.schemes[0], db.path().display());
+                (spec, Box::new(db))
+            }
+            TestPlace::Server { plain, isolate, .. } => {
+                let url = server_spec(plain);
+                let (place, cleanup): (String, Box<dyn std::any::Any + Send + Sync>) =
+                    match *isolate {
+                        "table" => {
+                            let table = postgres_table(&tag);
+                            let url = url.clone();
+                            (table.clone(), Box::new(PgCleanup { url, table }))
+                        }
+                        "prefix" if url.contains("+cluster://") => {
+                            let prefix = redis_prefix(&tag);
+                            let spec = url.clone();
+                            (prefix.clone(), Box::new(ClusterCleanup { spec, prefix }))
+                        }
+                        "prefix" => {
+                            let prefix = redis_prefix(&tag);
+                            let url = url.clone();
+                            (prefix.clone(), Box::new(RedisCleanup { url, prefix }))
+                        }
+                        other => panic!("{}: no test cleanup for {other}=", backend.name),
+                    };
+                let value = place.replace(':', "%3A");
+                (with_query(&url, &format!("{isolate}={value}")), cleanup)
+            }
+        };
+        let memory = matches!(backend.test, TestPlace::Fresh)
+            .then(|| std::sync::Arc::new(AnyStore::from_spec(&spec).unwrap()));
+        let subject = Subject {
+            backend,
+            spec,
+            memory,
+            _cleanup: cleanup,
+        };
+        drop(subject.open());
+        subject
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.backend.name
+    }
+
+    /// A new client of the subject's records (a new connection or pool).
+    pub fn open(&self) -> std::sync::Arc<AnyStore> {
+        match &self.memory {
+            Some(store) => store.clone(),
+            None => std::sync::Arc::new(self.open_spec(&self.spec)),
+        }
+    }
+
+    /// `spec` opened, naming this backend if it fails.
+    pub fn open_spec(&self, spec: &str) -> AnyStore {
+        AnyStore::from_spec(spec).unwrap_or_else(|e| panic!("{}: opening {spec}: {e}", self.name()))
+    }
+}
+
+/// Runs `check` on every backend of the table whose row `pick` accepts, each
+/// at a place of its own (`tag`) and in its own thread (named for it), all at
+/// once; then fails naming every backend whose check failed.
+pub fn on_backends(tag: &str, pick: impl Fn(&Backend) -> bool, check: impl Fn(&Subject) + Sync) {
+    let failed: Vec<&str> = std::thread::scope(|s| {
+        let runs: Vec<_> = BACKENDS
+            .iter()
+            .filter(|b| pick(b))
+            .map(|backend| {
+                let check = &check;
+                let run = std::thread::Builder::new()
+                    .name(backend.name.into())
+                    .spawn_scoped(s, move || check(&Subject::new(backend, tag)))
+                    .unwrap();
+                (backend.name, run)
+            })
+            .collect();
+        assert!(!runs.is_empty(), "{tag}: no backend picked");
+        runs.into_iter()
+            .filter_map(|(name, run)| run.join().is_err().then_some(name))
+            .collect()
+    });
+    assert!(
+        failed.is_empty(),
+        "{tag} failed on {failed:?} (their panics are above)"
+    );
+}
+
+/// [`on_backends`] on every backend of the table.
+pub fn on_every_backend(tag: &str, check: impl Fn(&Subject) + Sync) {
+    on_backends(tag, |_| true, check);
+}
