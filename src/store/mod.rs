@@ -473,33 +473,6 @@ async fn release_each<K: KeyStore>(keys: &K, claims: &[(&str, &ClaimToken)]) -> 
     first_error
 }
 
-/// `settle` for a store with batch remembers but single-key claims (a JS store
-/// with `rememberMany` and no `settle`, a WIT host without `leases`): a step with
-/// tokens or renewals goes one call per key ([`PerKey`] over `keys`); a plain
-/// one (all a store without leases is given) releases through `keys`, one call
-/// each (a failure kept in [`Settled::release_error`]), then remembers every key
-/// with one `store.remember_many`.
-pub async fn settle_with_batch_remember<S: Store + ?Sized, K: KeyStore>(
-    store: &S,
-    keys: K,
-    step: &Settlement<'_>,
-) -> StoreResult<Settled> {
-    let fenced = step.remember.iter().any(|(_, token)| token.is_some());
-    if fenced || !step.renew.is_empty() {
-        return PerKey(keys).settle(step).await;
-    }
-    let release_error = release_each(&keys, step.release).await;
-    let done: Vec<&str> = step.remember.iter().map(|(key, _)| *key).collect();
-    if !done.is_empty() {
-        store.remember_many(&done, step.ttl).await?;
-    }
-    Ok(Settled {
-        kept: vec![true; done.len()],
-        release_error,
-        ..Settled::default()
-    })
-}
-
 /// A batch store seen through its single-key calls, for [`PerKey`]: the
 /// one-call-per-key baseline a batch store is measured against
 /// (`PerKey(Unbatched(&store))`).

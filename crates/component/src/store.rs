@@ -3,7 +3,7 @@
 //! Every import is a synchronous call, so every future here is ready on its first
 //! poll. What the host reports in `capabilities()` decides which imports are used:
 //! - `batch` false: the `*-many` methods run one call per key (through
-//!   [`PerKey`]), so the host's `*-many` functions are never called; a batch of
+//!   [`Foreign`]), so the host's `*-many` functions are never called; a batch of
 //!   one key is a single-key call either way;
 //! - `claim` false: `claim`, `claim_many` and `release` fail with `unsupported`
 //!   without calling the host (the guard then answers `store-unavailable`);
@@ -14,10 +14,9 @@
 use std::cell::OnceCell;
 use std::time::Duration;
 
-use bq_dedupe::store::{KeyStore, PerKey, settle_with_batch_remember};
+use bq_dedupe::store::{Batch, Foreign, ForeignStore, KeyStore};
 use bq_dedupe::{
-    Capabilities, Claim, ClaimToken, Clock, Guard, Settled, Settlement, Store, StoreError,
-    StoreResult,
+    Capabilities, Claim, ClaimToken, Clock, Guard, Settled, Settlement, StoreError, StoreResult,
 };
 
 use crate::bindings::babelqueue::idempotency::leases;
@@ -27,8 +26,11 @@ use crate::convert::millis;
 
 /// The host's store: for the duration of one export call (the free functions),
 /// or for the life of a `consumer.guard` resource.
+pub type HostStore = Foreign<HostCalls>;
+
+/// The host's imports, with its capabilities read at most once.
 #[derive(Default)]
-pub struct HostStore {
+pub struct HostCalls {
     /// `store.capabilities()`: for a free function asked at most once per export
     /// call, and only when the call reaches the store; for a resource, once.
     caps: OnceCell<wit::Capabilities>,
@@ -53,19 +55,19 @@ impl Clock for HostClock {
 
 /// The store for one export call: capabilities read when first needed.
 pub fn per_call() -> HostStore {
-    HostStore::default()
+    Foreign::default()
 }
 
 /// A store whose capabilities (and `leases.supported`) are read now, once, for
 /// the life of a `consumer.guard` resource.
 pub fn read_once() -> HostStore {
-    HostStore {
+    Foreign::new(HostCalls {
         caps: OnceCell::from(host::capabilities()),
         leases: OnceCell::from(leases::supported()),
-    }
+    })
 }
 
-impl HostStore {
+impl HostCalls {
     fn caps(&self) -> wit::Capabilities {
         *self.caps.get_or_init(host::capabilities)
     }
@@ -77,71 +79,18 @@ impl HostStore {
     fn ttl_ms(&self, ttl: Option<Duration>) -> Option<u64> {
         ttl.filter(|_| self.caps().ttl).map(millis)
     }
-
-    /// The single-key imports answer this call: the host has no batch calls, or
-    /// there is one key (one delivery makes the calls a 1.0 guest made, which
-    /// hosts have been written and tested against).
-    fn one_by_one(&self, keys: &[&str]) -> bool {
-        keys.len() == 1 || !self.caps().batch
-    }
-
-    /// `Err(unsupported)` unless the host can claim.
-    fn check_claim(&self) -> StoreResult<()> {
-        if self.caps().claim {
-            Ok(())
-        } else {
-            Err(StoreError::unsupported(
-                "the host store does not support claims (capabilities.claim is false)",
-            ))
-        }
-    }
 }
 
-/// The host's single-key imports, for [`PerKey`] when the host has no batch
-/// calls (`capabilities.batch` false).
-struct OneByOne<'a>(&'a HostStore);
-
-impl KeyStore for OneByOne<'_> {
+/// The single-key imports always; the `*-many` ones when the host has batch
+/// calls and there is more than one key (one delivery makes the calls a 1.0
+/// guest made, which hosts have been written and tested against).
+impl KeyStore for HostCalls {
     async fn seen(&self, key: &str) -> StoreResult<bool> {
         Ok(host::seen(key)?)
     }
 
     async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
-        Ok(host::remember(key, self.0.ttl_ms(ttl))?)
-    }
-
-    async fn forget(&self, key: &str) -> StoreResult<()> {
-        Ok(host::forget(key)?)
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.0.capabilities()
-    }
-
-    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
-        self.0.check_claim()?;
-        Ok(host::claim(key, millis(lease))?.into())
-    }
-
-    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
-        self.0.check_claim()?;
-        Ok(host::release(key, &token.0)?)
-    }
-}
-
-impl Store for HostStore {
-    async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
-        if self.one_by_one(keys) {
-            return PerKey(OneByOne(self)).seen_many(keys).await;
-        }
-        Ok(host::seen_many(keys)?)
-    }
-
-    async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
-        if self.one_by_one(keys) {
-            return PerKey(OneByOne(self)).remember_many(keys, ttl).await;
-        }
-        Ok(host::remember_many(keys, self.ttl_ms(ttl))?)
+        Ok(host::remember(key, self.ttl_ms(ttl))?)
     }
 
     async fn forget(&self, key: &str) -> StoreResult<()> {
@@ -154,22 +103,50 @@ impl Store for HostStore {
         caps
     }
 
-    async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
-        self.check_claim()?;
-        if self.one_by_one(keys) {
-            return PerKey(OneByOne(self)).claim_many(keys, lease).await;
+    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
+        Ok(host::claim(key, millis(lease))?.into())
+    }
+
+    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
+        self.can_claim()?;
+        Ok(host::release(key, &token.0)?)
+    }
+}
+
+impl ForeignStore for HostCalls {
+    /// `leases.settle` where the host has leases (else, a 1.1.0 host, the
+    /// guard asks for no renewal or fence).
+    fn has(&self, call: Batch, keys: usize) -> bool {
+        match call {
+            Batch::Settle => self.capabilities().lease,
+            _ => keys != 1 && self.caps().batch,
         }
+    }
+
+    fn can_claim(&self) -> StoreResult<()> {
+        if self.caps().claim {
+            Ok(())
+        } else {
+            Err(StoreError::unsupported(
+                "the host store does not support claims (capabilities.claim is false)",
+            ))
+        }
+    }
+
+    async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
+        Ok(host::seen_many(keys)?)
+    }
+
+    async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
+        Ok(host::remember_many(keys, self.ttl_ms(ttl))?)
+    }
+
+    async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
         let answers = host::claim_many(keys, millis(lease))?;
         Ok(answers.into_iter().map(Into::into).collect())
     }
 
-    /// `leases.settle` where the host has leases; else (a 1.1.0 host) the
-    /// releases one `release` each, then the remembers as one `remember-many`
-    /// (the guard asks a host without leases for no renewal or fence).
     async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
-        if !self.capabilities().lease {
-            return settle_with_batch_remember(self, OneByOne(self), step).await;
-        }
         let remember: Vec<(&str, Option<&str>)> = step
             .remember
             .iter()

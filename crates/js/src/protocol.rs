@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use bq_dedupe::store::Settlement;
+use bq_dedupe::store::wire::{ClaimRef, Remember, Step};
 use bq_dedupe::{ClaimToken, Store, StoreError};
 use js_sys::{Array, Object};
 use wasm_bindgen::prelude::*;
@@ -46,19 +46,17 @@ fn flags(values: Vec<bool>) -> JsValue {
 }
 
 /// `[{key, token?}]` as (key, token) pairs.
-fn claim_refs(list: &JsValue) -> Vec<(String, Option<ClaimToken>)> {
-    Array::from(list)
-        .iter()
-        .map(|r| {
-            let key = prop(&r, "key").as_string().unwrap_or_default();
-            (key, prop(&r, "token").as_string().map(ClaimToken))
-        })
-        .collect()
+fn claim_refs(list: &JsValue) -> impl Iterator<Item = (String, Option<ClaimToken>)> + use<> {
+    Array::from(list).into_iter().map(|r| {
+        let key = prop(&r, "key").as_string().unwrap_or_default();
+        (key, prop(&r, "token").as_string().map(ClaimToken))
+    })
 }
 
-fn with_tokens(list: &[(String, Option<ClaimToken>)]) -> Vec<(&str, &ClaimToken)> {
-    list.iter()
-        .filter_map(|(k, t)| t.as_ref().map(|t| (k.as_str(), t)))
+/// The `[{key, token}]` entries that have a token.
+fn with_tokens(list: &JsValue) -> Vec<ClaimRef> {
+    claim_refs(list)
+        .filter_map(|(key, token)| Some(ClaimRef { key, token: token? }))
         .collect()
 }
 
@@ -117,21 +115,18 @@ pub async fn call<S: Store + ?Sized>(
             .map(JsValue::from_bool),
         "settle" => {
             let step = arg(0);
+            let ms_of = |name| prop(&step, name).as_f64().map(|ms| ms.max(0.0) as u64);
             let remember = claim_refs(&prop(&step, "remember"));
-            let release = claim_refs(&prop(&step, "release"));
-            let renew = claim_refs(&prop(&step, "renew"));
-            let remember: Vec<(&str, Option<&ClaimToken>)> = remember
-                .iter()
-                .map(|(k, t)| (k.as_str(), t.as_ref()))
-                .collect();
-            let settlement = Settlement {
-                remember: &remember,
-                ttl: ms(prop(&step, "ttlMs").as_f64()),
-                release: &with_tokens(&release),
-                renew: &with_tokens(&renew),
-                lease: ms(prop(&step, "leaseMs").as_f64()).unwrap_or_default(),
+            let step = Step {
+                remember: remember
+                    .map(|(key, token)| Remember { key, token })
+                    .collect(),
+                ttl_ms: ms_of("ttlMs"),
+                release: with_tokens(&prop(&step, "release")),
+                renew: with_tokens(&prop(&step, "renew")),
+                lease_ms: ms_of("leaseMs"),
             };
-            store.settle(&settlement).await.map(|settled| {
+            step.apply(store, Duration::ZERO).await.map(|settled| {
                 let reply = Object::new();
                 set(&reply, "kept", &flags(settled.kept));
                 set(&reply, "renewed", &flags(settled.renewed));

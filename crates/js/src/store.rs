@@ -16,9 +16,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bq_dedupe::store::{KeyStore, PerKey, settle_with_batch_remember};
+use bq_dedupe::store::{Batch, Foreign, ForeignStore, KeyStore, wire};
 use bq_dedupe::{
-    Capabilities, Claim, ClaimToken, Clock, InMemoryStore, Settled, Settlement, Store, StoreError,
+    Capabilities, Claim, ClaimToken, Clock, InMemoryStore, Settled, Settlement, StoreError,
     StoreErrorKind, StoreResult,
 };
 use js_sys::{Array, Object, Promise, Reflect};
@@ -84,7 +84,7 @@ pub struct JsObjectStore {
 /// The store behind one call: the Rust in-memory store, or a JS object.
 pub enum GivenStore {
     Memory(Rc<InMemoryStore>),
-    Js(JsObjectStore),
+    Js(Foreign<JsObjectStore>),
 }
 
 impl GivenStore {
@@ -146,10 +146,10 @@ impl GivenStore {
             fenced: renew && fenced,
             settle,
         };
-        let store = GivenStore::Js(JsObjectStore {
+        let store = GivenStore::Js(Foreign::new(JsObjectStore {
             obj: value.clone().unchecked_into(),
             has,
-        });
+        }));
         Ok((store, Arc::new(DateClock)))
     }
 }
@@ -205,13 +205,7 @@ fn store_error(op: &str, error: JsValue) -> StoreError {
                 .ok()?
                 .as_string()
         })
-        .find_map(|code| match code.as_str() {
-            "unavailable" => Some(StoreErrorKind::Unavailable),
-            "unsupported" => Some(StoreErrorKind::Unsupported),
-            "invalid" => Some(StoreErrorKind::Invalid),
-            "internal" => Some(StoreErrorKind::Internal),
-            _ => None,
-        })
+        .find_map(|code| StoreErrorKind::from_code(&code))
         .unwrap_or(StoreErrorKind::Unavailable);
     StoreError::new(kind, format!("{op}: {}", message_of(&error)))
 }
@@ -241,27 +235,13 @@ fn claim_of(value: &JsValue) -> StoreResult<Claim> {
             .ok()
             .and_then(|s| s.as_string())
     });
-    match state.as_deref() {
-        Some("seen") => Ok(Claim::Seen),
-        Some("held") => Ok(Claim::Held),
-        Some("acquired") => {
-            // A string, passed back to `release` unchanged (a number would not be).
-            let token = Reflect::get(value, crate::interned("token"))
-                .ok()
-                .and_then(|t| t.as_string())
-                .ok_or_else(|| {
-                    StoreError::new(
-                        StoreErrorKind::Internal,
-                        "claim: acquired without a string token",
-                    )
-                })?;
-            Ok(Claim::Acquired(ClaimToken(token)))
-        }
-        _ => Err(StoreError::new(
-            StoreErrorKind::Internal,
-            "claim: expected {state: \"acquired\"|\"seen\"|\"held\"}",
-        )),
-    }
+    // A string token, passed back to `release` unchanged (a number would not be).
+    let token = || {
+        Reflect::get(value, crate::interned("token"))
+            .ok()
+            .and_then(|t| t.as_string())
+    };
+    wire::Claim::from_parts(state.as_deref(), token)
 }
 
 impl JsObjectStore {
@@ -278,103 +258,22 @@ impl JsObjectStore {
             ))
         }
     }
-
-    fn check_claim(&self) -> StoreResult<()> {
-        if self.has.claim {
-            Ok(())
-        } else {
-            Err(StoreError::unsupported(
-                "this store cannot claim (it has no claim/release methods)",
-            ))
-        }
-    }
 }
 
-/// The JS object's single-key methods, for [`PerKey`] where it has no batch
-/// form of a call.
-struct OneByOne<'a>(&'a JsObjectStore);
-
-impl KeyStore for OneByOne<'_> {
+/// The JS object's single-key methods, used where it has no batch form of a
+/// call.
+impl KeyStore for JsObjectStore {
     async fn seen(&self, key: &str) -> StoreResult<bool> {
-        let js = self.0;
-        Ok(js.call("seen", js.obj.seen(key)).await?.is_truthy())
+        Ok(self.call("seen", self.obj.seen(key)).await?.is_truthy())
     }
 
     async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
-        let js = self.0;
-        js.call("remember", js.obj.remember(key, ttl.map(ms)))
-            .await
-            .map(drop)
+        let value = self.obj.remember(key, ttl.map(ms));
+        self.call("remember", value).await.map(drop)
     }
 
     async fn forget(&self, key: &str) -> StoreResult<()> {
-        let js = self.0;
-        js.call("forget", js.obj.forget(key)).await.map(drop)
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.0.capabilities()
-    }
-
-    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
-        let js = self.0;
-        js.check_claim()?;
-        claim_of(&js.call("claim", js.obj.claim(key, ms(lease))).await?)
-    }
-
-    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
-        let js = self.0;
-        js.check_claim()?;
-        js.call("release", js.obj.release(key, &token.0))
-            .await
-            .map(drop)
-    }
-
-    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
-        let js = self.0;
-        js.check_fenced()?;
-        let value = js.call("renew", js.obj.renew(key, &token.0, ms(lease)));
-        Ok(value.await?.is_truthy())
-    }
-
-    async fn remember_fenced(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        ttl: Option<Duration>,
-    ) -> StoreResult<bool> {
-        let js = self.0;
-        js.check_fenced()?;
-        let value = js.obj.remember_fenced(key, &token.0, ttl.map(ms));
-        Ok(js.call("rememberFenced", value).await?.is_truthy())
-    }
-}
-
-impl Store for JsObjectStore {
-    async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
-        if !self.has.seen_many {
-            return PerKey(OneByOne(self)).seen_many(keys).await;
-        }
-        let value = self
-            .call("seenMany", self.obj.seen_many(&keys_array(keys)))
-            .await?;
-        bools("seenMany", value)
-    }
-
-    async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
-        if !self.has.remember_many {
-            return PerKey(OneByOne(self)).remember_many(keys, ttl).await;
-        }
-        self.call(
-            "rememberMany",
-            self.obj.remember_many(&keys_array(keys), ttl.map(ms)),
-        )
-        .await
-        .map(drop)
-    }
-
-    async fn forget(&self, key: &str) -> StoreResult<()> {
-        OneByOne(self).forget(key).await
+        self.call("forget", self.obj.forget(key)).await.map(drop)
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -385,18 +284,67 @@ impl Store for JsObjectStore {
         }
     }
 
-    async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
-        self.check_claim()?;
-        if !self.has.claim_many {
-            return PerKey(OneByOne(self)).claim_many(keys, lease).await;
+    async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
+        claim_of(&self.call("claim", self.obj.claim(key, ms(lease))).await?)
+    }
+
+    async fn release(&self, key: &str, token: &ClaimToken) -> StoreResult<()> {
+        self.can_claim()?;
+        let value = self.obj.release(key, &token.0);
+        self.call("release", value).await.map(drop)
+    }
+
+    async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
+        self.check_fenced()?;
+        let value = self.call("renew", self.obj.renew(key, &token.0, ms(lease)));
+        Ok(value.await?.is_truthy())
+    }
+
+    async fn remember_fenced(
+        &self,
+        key: &str,
+        token: &ClaimToken,
+        ttl: Option<Duration>,
+    ) -> StoreResult<bool> {
+        self.check_fenced()?;
+        let value = self.obj.remember_fenced(key, &token.0, ttl.map(ms));
+        Ok(self.call("rememberFenced", value).await?.is_truthy())
+    }
+}
+
+impl ForeignStore for JsObjectStore {
+    fn has(&self, call: Batch, _keys: usize) -> bool {
+        match call {
+            Batch::Seen => self.has.seen_many,
+            Batch::Remember => self.has.remember_many,
+            Batch::Claim => self.has.claim_many,
+            Batch::Settle => self.has.settle,
         }
-        let value = self
-            .call(
-                "claimMany",
-                self.obj.claim_many(&keys_array(keys), ms(lease)),
-            )
-            .await?;
-        let array = value
+    }
+
+    fn can_claim(&self) -> StoreResult<()> {
+        if self.has.claim {
+            Ok(())
+        } else {
+            Err(StoreError::unsupported(
+                "this store cannot claim (it has no claim/release methods)",
+            ))
+        }
+    }
+
+    async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
+        let value = self.obj.seen_many(&keys_array(keys));
+        bools("seenMany", self.call("seenMany", value).await?)
+    }
+
+    async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
+        let value = self.obj.remember_many(&keys_array(keys), ttl.map(ms));
+        self.call("rememberMany", value).await.map(drop)
+    }
+
+    async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
+        let value = self.obj.claim_many(&keys_array(keys), ms(lease));
+        let array = (self.call("claimMany", value).await?)
             .dyn_into::<Array>()
             .map_err(|_| StoreError::new(StoreErrorKind::Internal, "claimMany: not an array"))?;
         // A malformed reply fails the batch; what it did grant is not released (a
@@ -405,14 +353,7 @@ impl Store for JsObjectStore {
         array.iter().map(|c| claim_of(&c)).collect()
     }
 
-    /// `settle(step)` when the store has it. Else, without tokens or renewals
-    /// (all a store without leases is given): a `release` per failed run, then
-    /// the remembers in one `rememberMany` where it has one; anything else one
-    /// call per key.
     async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
-        if !self.has.settle {
-            return settle_with_batch_remember(self, OneByOne(self), step).await;
-        }
         let ttl = step
             .ttl
             .map_or(JsValue::UNDEFINED, |d| JsValue::from_f64(ms(d)));
@@ -473,11 +414,7 @@ bq_dedupe::delegate_store!(GivenStore { Memory, Js });
 /// For `claim` results handed back to JS by the in-memory class.
 pub fn claim_to_js(claim: &Claim) -> JsValue {
     let o = Object::new();
-    let (state, token) = match claim {
-        Claim::Acquired(t) => ("acquired", Some(t.0.as_str())),
-        Claim::Seen => ("seen", None),
-        Claim::Held => ("held", None),
-    };
+    let (state, token) = wire::Claim::parts(claim);
     crate::set(&o, "state", crate::interned(state));
     if let Some(token) = token {
         crate::set(&o, "token", &JsValue::from_str(token));
