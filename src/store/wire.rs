@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{ClaimToken, Peeked, Settlement, Store, StoreError, StoreErrorKind, StoreResult, TxRun};
+use super::{
+    ClaimToken, Peeked, Settlement, Store, StoreError, StoreErrorKind, StoreResult, TxRun,
+};
 
 /// Whole milliseconds, saturating.
 pub fn ms(d: Duration) -> u64 {
@@ -49,9 +51,9 @@ impl Claim {
         match state {
             Some("seen") => Ok(super::Claim::Seen),
             Some("held") => Ok(super::Claim::Held),
-            Some("acquired") => token().map(|t| super::Claim::Acquired(ClaimToken(t))).ok_or_else(
-                || StoreError::internal("claim: acquired without a string token"),
-            ),
+            Some("acquired") => token()
+                .map(|t| super::Claim::Acquired(ClaimToken(t)))
+                .ok_or_else(|| StoreError::internal("claim: acquired without a string token")),
             _ => Err(StoreError::internal(
                 "claim: expected {state: \"acquired\"|\"seen\"|\"held\"}",
             )),
@@ -399,7 +401,10 @@ mod tests {
         let claim = Claim::from(super::super::Claim::Acquired(ClaimToken("t".into())));
         let json = serde_json::to_string(&claim).unwrap();
         assert_eq!(json, r#"{"state":"acquired","token":"t"}"#);
-        assert_eq!(serde_json::to_string(&Claim::Held).unwrap(), r#"{"state":"held"}"#);
+        assert_eq!(
+            serde_json::to_string(&Claim::Held).unwrap(),
+            r#"{"state":"held"}"#
+        );
         let peek = Peek::from(Peeked::NotDone {
             claim_ends_in: None,
         });
