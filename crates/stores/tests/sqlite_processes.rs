@@ -12,7 +12,8 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bq_dedupe::store::{Claim, ClaimToken, Peeked, Settled, Settlement, TransactionalStore, TxRun};
+use bq_dedupe::store::wire::{self, ms};
+use bq_dedupe::store::{Claim, Peeked, Settled, Settlement, TransactionalStore, TxRun};
 use bq_dedupe::testkit::{self, Fleet};
 use bq_dedupe::{Capabilities, Store, StoreError, StoreResult, block_on_ready};
 use bq_dedupe_stores::SqliteStore;
@@ -84,11 +85,12 @@ impl Proxy {
         }
     }
 
-    /// One call to the child: its answer, or its error.
-    fn call(&self, request: Value) -> StoreResult<Value> {
+    /// One call to the child (`args` one of `store::wire`'s shapes): its
+    /// answer, or its error.
+    fn call(&self, op: &str, args: Value) -> StoreResult<Value> {
         let mut pipe = self.pipe.lock().unwrap();
         let (stdin, stdout) = &mut *pipe;
-        writeln!(stdin, "{request}").expect("write to the child");
+        writeln!(stdin, "{}", json!({ "op": op, "args": args })).expect("write to the child");
         let mut line = String::new();
         loop {
             line.clear();
@@ -99,24 +101,29 @@ impl Proxy {
             // what follows the marker.
             if let Some(at) = line.find(REPLY) {
                 let reply = &line[at + REPLY.len()..];
-                let reply: Value = serde_json::from_str(reply).expect("a JSON reply");
-                return match reply.get("error") {
-                    Some(e) => Err(StoreError::internal(e.as_str().unwrap_or_default())),
-                    None => Ok(reply["ok"].clone()),
+                let mut reply: Value = serde_json::from_str(reply).expect("a JSON reply");
+                return match reply.get_mut("error") {
+                    Some(e) => Err(serde_json::from_value::<wire::Error>(e.take())
+                        .expect("a store error")
+                        .into()),
+                    None => Ok(reply["ok"].take()),
                 };
             }
         }
     }
 
     fn transact(&self, key: &str, ttl: Option<Duration>, ok: bool) -> StoreResult<TxRun<(), ()>> {
-        let run = self.call(json!({"op": "transact", "key": key, "ttl": ms(ttl), "ok": ok}))?;
-        Ok(match run.as_str() {
-            Some("committed") => TxRun::Committed(()),
-            Some("already-done") => TxRun::AlreadyDone,
-            Some("held") => TxRun::Held,
-            Some("rolled-back") => TxRun::RolledBack(()),
-            _ => TxRun::Aborted(StoreError::internal(run.to_string())),
-        })
+        let key = key.to_string();
+        let run = self.call(
+            "transact",
+            json!(wire::Transact {
+                key,
+                ttl_ms: ttl.map(ms),
+                ok
+            }),
+        )?;
+        let run: wire::Run = serde_json::from_value(run).expect("a run");
+        Ok(run.into())
     }
 }
 
@@ -127,24 +134,25 @@ impl Drop for Proxy {
     }
 }
 
-fn ms(d: Option<Duration>) -> Option<u64> {
-    d.map(|d| d.as_millis() as u64)
-}
-
-fn bools(v: Value) -> Vec<bool> {
-    serde_json::from_value(v).expect("booleans")
+/// A batch call's keys, as the child reads them.
+fn keys(keys: &[&str], ttl: Option<Duration>, lease: Option<Duration>) -> Value {
+    json!(wire::Keys {
+        keys: keys.iter().map(|k| k.to_string()).collect(),
+        ttl_ms: ttl.map(ms),
+        lease_ms: lease.map(ms),
+    })
 }
 
 impl Store for Proxy {
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
-        self.call(json!({"op": "seen", "keys": keys})).map(bools)
+        let seen = self.call("seen", self::keys(keys, None, None))?;
+        Ok(serde_json::from_value(seen).expect("booleans"))
     }
     async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
-        self.call(json!({"op": "remember", "keys": keys, "ttl": ms(ttl)}))
-            .map(drop)
+        self.call("remember", self::keys(keys, ttl, None)).map(drop)
     }
     async fn forget(&self, key: &str) -> StoreResult<()> {
-        self.call(json!({"op": "forget", "key": key})).map(drop)
+        self.call("forget", keys(&[key], None, None)).map(drop)
     }
     fn capabilities(&self) -> Capabilities {
         Capabilities {
@@ -154,55 +162,19 @@ impl Store for Proxy {
         }
     }
     async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
-        let peeks = self.call(json!({"op": "peek", "keys": keys}))?;
-        let peeks: Vec<Value> = serde_json::from_value(peeks).expect("peeks");
-        Ok(peeks
-            .into_iter()
-            .map(|p| match p.get("left") {
-                None => Peeked::Done,
-                Some(left) => Peeked::NotDone {
-                    claim_ends_in: left.as_u64().map(Duration::from_millis),
-                },
-            })
-            .collect())
+        let peeks = self.call("peek", self::keys(keys, None, None))?;
+        let peeks: Vec<wire::Peek> = serde_json::from_value(peeks).expect("peeks");
+        Ok(peeks.into_iter().map(Into::into).collect())
     }
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
-        let lease = lease.as_millis() as u64;
-        let claims = self.call(json!({"op": "claim", "keys": keys, "lease": lease}))?;
-        let claims: Vec<String> = serde_json::from_value(claims).expect("claims");
-        Ok(claims
-            .into_iter()
-            .map(|c| match c.as_str() {
-                "seen" => Claim::Seen,
-                "held" => Claim::Held,
-                token => Claim::Acquired(ClaimToken(token.to_string())),
-            })
-            .collect())
+        let claims = self.call("claim", self::keys(keys, None, Some(lease)))?;
+        let claims: Vec<wire::Claim> = serde_json::from_value(claims).expect("claims");
+        Ok(claims.into_iter().map(Into::into).collect())
     }
     async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
-        let pairs = |v: &[(&str, &ClaimToken)]| -> Vec<(String, String)> {
-            v.iter()
-                .map(|(k, t)| (k.to_string(), t.0.clone()))
-                .collect()
-        };
-        let remember: Vec<(&str, Option<&str>)> = step
-            .remember
-            .iter()
-            .map(|(k, t)| (*k, t.map(|t| t.0.as_str())))
-            .collect();
-        let settled = self.call(json!({
-            "op": "settle",
-            "remember": remember,
-            "ttl": ms(step.ttl),
-            "release": pairs(step.release),
-            "renew": pairs(step.renew),
-            "lease": step.lease.as_millis() as u64,
-        }))?;
-        Ok(Settled {
-            kept: bools(settled["kept"].clone()),
-            renewed: bools(settled["renewed"].clone()),
-            release_error: settled["release_error"].as_str().map(StoreError::internal),
-        })
+        let settled = self.call("settle", json!(wire::Step::from(step)))?;
+        let settled: wire::Settled = serde_json::from_value(settled).expect("settled");
+        settled.answering(step)
     }
 }
 
@@ -217,9 +189,9 @@ fn serve_a_sqlite_store_to_the_parent() {
     let stdout = std::io::stdout();
     for line in std::io::stdin().lock().lines() {
         let request: Value = serde_json::from_str(&line.expect("a request")).expect("JSON");
-        let reply = match answer(&store, &request) {
+        let reply = match answer(&store, request["op"].as_str(), request["args"].clone()) {
             Ok(ok) => json!({ "ok": ok }),
-            Err(e) => json!({ "error": e.to_string() }),
+            Err(e) => json!({ "error": wire::Error::from(e) }),
         };
         let mut out = stdout.lock();
         writeln!(out, "{REPLY}{reply}").unwrap();
@@ -233,87 +205,41 @@ fn wait<T>(f: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
 }
 
 /// The child's answer to one request.
-fn answer(store: &SqliteStore, r: &Value) -> StoreResult<Value> {
-    let keys: Vec<String> = serde_json::from_value(r["keys"].clone()).unwrap_or_default();
-    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-    let key = r["key"].as_str().unwrap_or_default();
-    let dur = |v: &Value| v.as_u64().map(Duration::from_millis);
-    Ok(match r["op"].as_str().unwrap_or_default() {
-        "seen" => json!(wait(store.seen_many(&keys))?),
-        "remember" => json!(wait(store.remember_many(&keys, dur(&r["ttl"])))?),
-        "forget" => json!(wait(store.forget(key))?),
+fn answer(store: &SqliteStore, op: Option<&str>, args: Value) -> StoreResult<Value> {
+    let keys = || serde_json::from_value::<wire::Keys>(args.clone()).expect("keys");
+    let dur = |ms: Option<u64>| ms.map(Duration::from_millis);
+    Ok(match op.unwrap_or_default() {
+        "seen" => json!(wait(store.seen_many(&keys().refs()))?),
+        "remember" => {
+            let keys = keys();
+            json!(wait(store.remember_many(&keys.refs(), dur(keys.ttl_ms)))?)
+        }
+        "forget" => json!(wait(store.forget(&keys().keys[0]))?),
         "peek" => {
-            let peeks = wait(store.peek_many(&keys))?;
-            json!(
-                peeks
-                    .into_iter()
-                    .map(|p| match p {
-                        Peeked::Done => json!("done"),
-                        Peeked::NotDone { claim_ends_in } => {
-                            json!({ "left": claim_ends_in.map(|d| d.as_millis() as u64) })
-                        }
-                    })
-                    .collect::<Vec<_>>()
-            )
+            let peeks = wait(store.peek_many(&keys().refs()))?;
+            json!(peeks.into_iter().map(wire::Peek::from).collect::<Vec<_>>())
         }
         "claim" => {
-            let lease = dur(&r["lease"]).unwrap_or_default();
-            let claims = wait(store.claim_many(&keys, lease))?;
+            let keys = keys();
+            let lease = dur(keys.lease_ms).unwrap_or_default();
+            let claims = wait(store.claim_many(&keys.refs(), lease))?;
             json!(
                 claims
                     .into_iter()
-                    .map(|c| match c {
-                        Claim::Seen => "seen".to_string(),
-                        Claim::Held => "held".to_string(),
-                        Claim::Acquired(token) => token.0,
-                    })
+                    .map(wire::Claim::from)
                     .collect::<Vec<_>>()
             )
         }
         "settle" => {
-            let tokens = |v: &Value| -> Vec<(String, Option<ClaimToken>)> {
-                serde_json::from_value::<Vec<(String, Option<String>)>>(v.clone())
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, t)| (k, t.map(ClaimToken)))
-                    .collect()
-            };
-            let (remember, release, renew) = (
-                tokens(&r["remember"]),
-                tokens(&r["release"]),
-                tokens(&r["renew"]),
-            );
-            let remember: Vec<(&str, Option<&ClaimToken>)> = remember
-                .iter()
-                .map(|(k, t)| (k.as_str(), t.as_ref()))
-                .collect();
-            let owned = |v: &[(String, Option<ClaimToken>)]| -> Vec<(String, ClaimToken)> {
-                v.iter()
-                    .map(|(k, t)| (k.clone(), t.clone().unwrap_or(ClaimToken(String::new()))))
-                    .collect()
-            };
-            let (release, renew) = (owned(&release), owned(&renew));
-            let release: Vec<(&str, &ClaimToken)> =
-                release.iter().map(|(k, t)| (k.as_str(), t)).collect();
-            let renew: Vec<(&str, &ClaimToken)> =
-                renew.iter().map(|(k, t)| (k.as_str(), t)).collect();
-            let step = Settlement {
-                remember: &remember,
-                ttl: dur(&r["ttl"]),
-                release: &release,
-                renew: &renew,
-                lease: dur(&r["lease"]).unwrap_or_default(),
-            };
-            let settled = wait(store.settle(&step))?;
-            json!({
-                "kept": settled.kept,
-                "renewed": settled.renewed,
-                "release_error": settled.release_error.map(|e| e.to_string()),
-            })
+            let step: wire::Step = serde_json::from_value(args).expect("a step");
+            json!(wire::Settled::from(wait(
+                step.apply(store, Duration::ZERO)
+            )?))
         }
         "transact" => {
-            let ok = r["ok"].as_bool().unwrap_or(false);
-            let run = store.transaction(Some(key), dur(&r["ttl"]), |tx| {
+            let tx: wire::Transact = serde_json::from_value(args).expect("a transaction");
+            let (key, ok) = (tx.key.as_str(), tx.ok);
+            let run = store.transaction(Some(key), dur(tx.ttl_ms), |tx| {
                 tx.execute("INSERT INTO testkit_effects (key) VALUES (?1)", [key])
                     .expect("the effect row");
                 if ok {
@@ -330,13 +256,7 @@ fn answer(store: &SqliteStore, r: &Value) -> StoreResult<Value> {
                 }
                 Err(())
             })?;
-            json!(match run {
-                TxRun::Committed(()) => "committed".to_string(),
-                TxRun::AlreadyDone => "already-done".to_string(),
-                TxRun::Held => "held".to_string(),
-                TxRun::RolledBack(()) => "rolled-back".to_string(),
-                TxRun::Aborted(e) => e.to_string(),
-            })
+            json!(wire::Run::from(run))
         }
         other => return Err(StoreError::internal(format!("unknown op {other:?}"))),
     })
