@@ -1,14 +1,15 @@
-//! `AnyStore`: specs, delegation of every method, stats.
+//! `AnyStore` on every backend of the stores' table (`BACKENDS`), through its
+//! spec: the semantics every store must have, delegation, stats; bad specs.
 
 mod common;
 
 use std::time::Duration;
 
-use bq_dedupe::{Capabilities, Claim, Store, StoreErrorKind};
+use bq_dedupe::{Capabilities, Claim, Guard, Outcome, OutcomeKind, Store, StoreErrorKind};
 use bq_dedupe_stores::{AnyStore, DEFAULT_REDIS_PREFIX, StoreStats};
 use common::{
-    RedisCleanup, TempDb, check_basics, check_batches, check_claims, check_hostile_keys, ready,
-    redis_prefix, redis_url,
+    check_basics, check_batches, check_claims, check_hostile_keys, deliver, on_every_backend,
+    ready, redis_url,
 };
 
 fn assert_send_sync<T: Send + Sync>() {}
@@ -20,54 +21,52 @@ fn any_store_is_send_and_sync() {
     assert_send_sync::<bq_dedupe_stores::RedisStore>();
 }
 
-/// Every trait method, through the enum, on one store.
-fn check_all(store: &AnyStore) {
-    assert_eq!(
-        store.capabilities(),
-        Capabilities {
-            claim: true,
-            ttl: true,
-            lease: true,
-        }
-    );
-    check_basics(store);
-    check_claims(store);
-    check_batches(store);
-    check_hostile_keys(store);
+/// Every trait method, through the enum and its spec, on every backend of the
+/// table: the semantics each store must have (tests/common), one test per
+/// concern instead of one per backend.
+#[test]
+fn every_backend_through_its_spec_delegates_every_method() {
+    on_every_backend("any", |subject| {
+        let store = subject.open();
+        let variant = match &*store {
+            AnyStore::Memory(_) => "memory",
+            AnyStore::Sqlite(_) => "sqlite",
+            AnyStore::Redis(redis) => {
+                assert_eq!(redis.prefix(), subject.place);
+                "redis"
+            }
+            AnyStore::Postgres(_) => "postgres",
+        };
+        assert!(subject.name().starts_with(variant), "{store:?}");
+        assert_eq!(
+            store.capabilities(),
+            Capabilities {
+                claim: true,
+                ttl: true,
+                lease: true,
+            }
+        );
+    });
 }
 
 #[test]
-fn any_memory_delegates_every_method() {
-    let store = AnyStore::from_spec("memory").unwrap();
-    assert!(matches!(store, AnyStore::Memory(_)));
-    check_all(&store);
+fn every_backend_basics() {
+    on_every_backend("basics", |subject| check_basics(&subject.open()));
 }
 
 #[test]
-fn any_sqlite_delegates_every_method() {
-    let db = TempDb::new("any");
-    let store = AnyStore::from_spec(&format!("sqlite:{}", db.path().display())).unwrap();
-    assert!(matches!(store, AnyStore::Sqlite(_)));
-    check_all(&store);
+fn every_backend_claims_and_releases_by_owner_only() {
+    on_every_backend("claims", |subject| check_claims(&subject.open()));
 }
 
 #[test]
-fn any_redis_delegates_every_method() {
-    let Some(url) = redis_url() else {
-        return;
-    };
-    let prefix = redis_prefix("any");
-    let _clean = RedisCleanup {
-        url: url.clone(),
-        prefix: prefix.clone(),
-    };
-    let sep = if url.contains('?') { '&' } else { '?' };
-    let store = AnyStore::from_spec(&format!("{url}{sep}prefix={prefix}")).unwrap();
-    let AnyStore::Redis(redis) = &store else {
-        panic!("{store:?}");
-    };
-    assert_eq!(redis.prefix(), prefix);
-    check_all(&store);
+fn every_backend_batches_agree_with_single_calls() {
+    on_every_backend("batches", |subject| check_batches(&subject.open()));
+}
+
+#[test]
+fn every_backend_stores_hostile_keys_exactly() {
+    on_every_backend("hostile", |subject| check_hostile_keys(&subject.open()));
 }
 
 #[test]
@@ -87,20 +86,23 @@ fn any_redis_spec_defaults_to_a_prefix_no_other_sdk_uses() {
     assert!(store.stats().is_ok());
 }
 
+/// A claiming guard on the store a spec opens: runs, skips a redelivery,
+/// retries a failure.
 #[test]
-fn any_stats_for_each_store() {
-    let db = TempDb::new("any-stats");
-    let mut stores = vec![
-        AnyStore::from_spec("memory").unwrap(),
-        AnyStore::from_spec(&format!("sqlite:{}", db.path().display())).unwrap(),
-    ];
-    let mut _clean = None;
-    if let Some(url) = redis_url() {
-        let prefix = redis_prefix("any-stats");
-        stores.push(AnyStore::from_spec(&format!("{url}?prefix={prefix}")).unwrap());
-        _clean = Some(RedisCleanup { url, prefix });
-    }
-    for store in &stores {
+fn every_backend_through_its_spec_guards_a_delivery() {
+    on_every_backend("spec-guard", |subject| {
+        let guard = Guard::new(subject.open()).with_claiming(Duration::from_secs(30));
+        assert_eq!(deliver(&guard, "g-1", true), Outcome::Ran);
+        assert_eq!(deliver(&guard, "g-1", true).kind(), OutcomeKind::Skipped);
+        assert_eq!(deliver(&guard, "g-2", false).kind(), OutcomeKind::Failed);
+        assert_eq!(deliver(&guard, "g-2", true), Outcome::Ran);
+    });
+}
+
+#[test]
+fn every_backends_stats_count_ids_and_claims() {
+    on_every_backend("any-stats", |subject| {
+        let store = subject.open();
         assert_eq!(store.stats().unwrap(), StoreStats::default(), "{store:?}");
         ready(store.remember_many(&["a", "b", "c"], None)).unwrap();
         let Claim::Acquired(_) = ready(store.claim("d", Duration::from_secs(60))).unwrap() else {
@@ -116,7 +118,7 @@ fn any_stats_for_each_store() {
             "{store:?}"
         );
         assert_eq!(store.purge_expired().unwrap(), 0, "{store:?}");
-    }
+    });
 }
 
 #[test]

@@ -7,43 +7,18 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bq_dedupe::{Counters, Guard, InMemoryStore, ManualClock, Outcome, OutcomeKind, Store};
-use bq_dedupe_stores::{Dialect, PostgresStore, RedisStore, SqliteStore};
-use common::{
-    ClusterCleanup, PgCleanup, RedisCleanup, TempDb, check_leases, cluster_nodes, envelope,
-    postgres_table, postgres_url, ready, redis_cluster_spec, redis_prefix, redis_url,
-};
+use bq_dedupe::{Counters, Guard, Outcome, OutcomeKind, Store};
+use common::{check_leases, envelope, on_every_backend, ready};
 
 const SHORT: Duration = Duration::from_millis(200);
 
+/// Renewals and fenced commits, leases run out in real time.
 #[test]
-fn memory_renews_and_fences_only_for_the_owner() {
-    let clock = Arc::new(ManualClock::new(1_000_000));
-    let store = InMemoryStore::with_clock(clock.clone());
-    check_leases(&store, SHORT, || clock.advance(250));
-}
-
-#[test]
-fn sqlite_renews_and_fences_only_for_the_owner() {
-    let db = TempDb::new("leases");
-    let clock = Arc::new(ManualClock::new(1_000_000));
-    let store = SqliteStore::open(db.path())
-        .unwrap()
-        .with_clock(clock.clone());
-    check_leases(&store, SHORT, || clock.advance(250));
-}
-
-#[test]
-fn redis_renews_and_fences_only_for_the_owner() {
-    let url = redis_url().expect("the store tests run with a real Redis (make test starts one)");
-    let prefix = redis_prefix("leases");
-    let _clean = RedisCleanup {
-        url: url.clone(),
-        prefix: prefix.clone(),
-    };
-    let store = RedisStore::connect(&url, prefix).unwrap();
-    check_leases(&store, SHORT, || {
-        std::thread::sleep(Duration::from_millis(350))
+fn every_backend_renews_and_fences_only_for_the_owner() {
+    on_every_backend("leases", |subject| {
+        check_leases(&*subject.open(), SHORT, || {
+            std::thread::sleep(Duration::from_millis(350))
+        })
     });
 }
 
@@ -106,47 +81,6 @@ fn two_consumers_over_a_slow_batch<S: Store + Send + Sync>(
     );
 }
 
-#[test]
-fn memory_two_consumers_over_a_batch_slower_than_its_lease_run_each_id_once() {
-    let store = Arc::new(InMemoryStore::new());
-    two_consumers_over_a_slow_batch(
-        || store.clone(),
-        "mem-slow",
-        Duration::from_millis(600),
-        Duration::from_millis(300),
-        Duration::from_millis(800),
-    );
-}
-
-#[test]
-fn sqlite_two_consumers_over_a_batch_slower_than_its_lease_run_each_id_once() {
-    let db = TempDb::new("slow-batch");
-    two_consumers_over_a_slow_batch(
-        || SqliteStore::open(db.path()).unwrap(),
-        "sqlite-slow",
-        Duration::from_millis(600),
-        Duration::from_millis(300),
-        Duration::from_millis(800),
-    );
-}
-
-#[test]
-fn redis_two_consumers_over_a_batch_slower_than_its_lease_run_each_id_once() {
-    let url = redis_url().expect("the store tests run with a real Redis (make test starts one)");
-    let prefix = redis_prefix("slow-batch");
-    let _clean = RedisCleanup {
-        url: url.clone(),
-        prefix: prefix.clone(),
-    };
-    two_consumers_over_a_slow_batch(
-        || RedisStore::connect(&url, prefix.clone()).unwrap(),
-        "redis-slow",
-        Duration::from_millis(600),
-        Duration::from_millis(300),
-        Duration::from_millis(800),
-    );
-}
-
 /// A's only handler outlives its lease with no timer to renew it; B takes the
 /// lapsed claim and runs too. A's commit is fenced: `run-ok-lease-lost`, counted,
 /// and B's own commit is the one that records the id.
@@ -190,115 +124,38 @@ fn lost_lease_is_reported<S: Store + Send + Sync>(open: impl Fn() -> S + Sync, t
 }
 
 #[test]
-fn memory_lost_lease_is_run_ok_lease_lost() {
-    let store = Arc::new(InMemoryStore::new());
-    lost_lease_is_reported(|| store.clone(), "mem-lost");
+fn two_consumers_over_a_batch_slower_than_its_lease_run_each_id_once_on_every_backend() {
+    on_every_backend("slow-batch", |subject| {
+        two_consumers_over_a_slow_batch(
+            || subject.open(),
+            subject.name(),
+            Duration::from_millis(600),
+            Duration::from_millis(300),
+            Duration::from_millis(800),
+        )
+    });
 }
 
 #[test]
-fn sqlite_lost_lease_is_run_ok_lease_lost() {
-    let db = TempDb::new("lost-lease");
-    lost_lease_is_reported(|| SqliteStore::open(db.path()).unwrap(), "sqlite-lost");
-}
-
-#[test]
-fn redis_lost_lease_is_run_ok_lease_lost() {
-    let url = redis_url().expect("the store tests run with a real Redis (make test starts one)");
-    let prefix = redis_prefix("lost-lease");
-    let _clean = RedisCleanup {
-        url: url.clone(),
-        prefix: prefix.clone(),
-    };
-    lost_lease_is_reported(
-        || RedisStore::connect(&url, prefix.clone()).unwrap(),
-        "redis-lost",
-    );
+fn a_lost_lease_is_run_ok_lease_lost_on_every_backend() {
+    on_every_backend("lost-lease", |subject| {
+        lost_lease_is_reported(|| subject.open(), subject.name())
+    });
 }
 
 /// A forget while the handler runs also loses the claim: reported, and the id
 /// is remembered (the effect did happen).
 #[test]
-fn sqlite_forget_during_the_handler_is_run_ok_lease_lost() {
-    let db = TempDb::new("forget-lease");
-    let id = common::unique("forget");
-    let guard =
-        Guard::new(SqliteStore::open(db.path()).unwrap()).with_claiming(Duration::from_secs(30));
-    let other = SqliteStore::open(db.path()).unwrap();
-    let outcome = ready(guard.process(envelope(&id).as_bytes(), async |_| {
-        ready(other.forget(&id)).unwrap();
-        Ok::<(), String>(())
-    }));
-    assert_eq!(outcome, Outcome::RanLeaseLost);
-    assert!(ready(other.seen(&id)).unwrap());
-}
-
-fn postgres(tag: &str) -> (String, PgCleanup) {
-    let url = postgres_url();
-    let table = postgres_table(tag);
-    drop(PostgresStore::connect(&url, &table).unwrap());
-    (table.clone(), PgCleanup { url, table })
-}
-
-fn cluster(tag: &str) -> (Vec<String>, String, ClusterCleanup) {
-    let spec = redis_cluster_spec();
-    let prefix = redis_prefix(tag);
-    let nodes = cluster_nodes(&spec);
-    (nodes, prefix.clone(), ClusterCleanup { spec, prefix })
-}
-
-#[test]
-fn postgres_two_consumers_over_a_batch_slower_than_its_lease_run_each_id_once() {
-    let (table, clean) = postgres("slow_batch");
-    two_consumers_over_a_slow_batch(
-        || PostgresStore::connect(&clean.url, &table).unwrap(),
-        "pg-slow",
-        Duration::from_millis(600),
-        Duration::from_millis(300),
-        Duration::from_millis(800),
-    );
-}
-
-#[test]
-fn postgres_lost_lease_is_run_ok_lease_lost() {
-    let (table, clean) = postgres("lost_lease");
-    lost_lease_is_reported(
-        || PostgresStore::connect(&clean.url, &table).unwrap(),
-        "pg-lost",
-    );
-}
-
-#[test]
-fn postgres_forget_during_the_handler_is_run_ok_lease_lost() {
-    let (table, clean) = postgres("forget_lease");
-    let id = common::unique("forget");
-    let guard = Guard::new(PostgresStore::connect(&clean.url, &table).unwrap())
-        .with_claiming(Duration::from_secs(30));
-    let other = PostgresStore::connect(&clean.url, &table).unwrap();
-    let outcome = ready(guard.process(envelope(&id).as_bytes(), async |_| {
-        ready(other.forget(&id)).unwrap();
-        Ok::<(), String>(())
-    }));
-    assert_eq!(outcome, Outcome::RanLeaseLost);
-    assert!(ready(other.seen(&id)).unwrap());
-}
-
-#[test]
-fn cluster_two_consumers_over_a_batch_slower_than_its_lease_run_each_id_once() {
-    let (nodes, prefix, _clean) = cluster("slow-batch");
-    two_consumers_over_a_slow_batch(
-        || RedisStore::connect_cluster(&nodes, prefix.clone(), Dialect::Native).unwrap(),
-        "cluster-slow",
-        Duration::from_millis(600),
-        Duration::from_millis(300),
-        Duration::from_millis(800),
-    );
-}
-
-#[test]
-fn cluster_lost_lease_is_run_ok_lease_lost() {
-    let (nodes, prefix, _clean) = cluster("lost-lease");
-    lost_lease_is_reported(
-        || RedisStore::connect_cluster(&nodes, prefix.clone(), Dialect::Native).unwrap(),
-        "cluster-lost",
-    );
+fn a_forget_during_the_handler_is_run_ok_lease_lost_on_every_backend() {
+    on_every_backend("forget-lease", |subject| {
+        let id = common::unique("forget");
+        let guard = Guard::new(subject.open()).with_claiming(Duration::from_secs(30));
+        let other = subject.open();
+        let outcome = ready(guard.process(envelope(&id).as_bytes(), async |_| {
+            ready(other.forget(&id)).unwrap();
+            Ok::<(), String>(())
+        }));
+        assert_eq!(outcome, Outcome::RanLeaseLost);
+        assert!(ready(other.seen(&id)).unwrap());
+    });
 }

@@ -10,10 +10,7 @@ use std::time::Duration;
 
 use bq_dedupe::{Claim, Guard, Outcome, OutcomeKind, Store};
 use bq_dedupe_stores::{AnyStore, Dialect, RedisStore, StoreStats};
-use common::{
-    ClusterCleanup, check_basics, check_batches, check_claims, check_hostile_keys, check_leases,
-    cluster_nodes, deliver, ready, redis_cluster_spec, redis_prefix,
-};
+use common::{ClusterCleanup, cluster_nodes, deliver, ready, redis_cluster_spec, redis_prefix};
 
 fn store(tag: &str) -> (RedisStore, ClusterCleanup) {
     store_in(tag, Dialect::Native)
@@ -25,38 +22,6 @@ fn store_in(tag: &str, dialect: Dialect) -> (RedisStore, ClusterCleanup) {
     let store =
         RedisStore::connect_cluster(&cluster_nodes(&spec), prefix.clone(), dialect).unwrap();
     (store, ClusterCleanup { spec, prefix })
-}
-
-#[test]
-fn cluster_basics() {
-    let (store, _clean) = store("basics");
-    check_basics(&store);
-}
-
-#[test]
-fn cluster_claims_and_release_by_owner_only() {
-    let (store, _clean) = store("claims");
-    check_claims(&store);
-}
-
-#[test]
-fn cluster_batches_agree_with_single_calls() {
-    let (store, _clean) = store("batches");
-    check_batches(&store);
-}
-
-#[test]
-fn cluster_hostile_keys_are_stored_exactly() {
-    let (store, _clean) = store("hostile");
-    check_hostile_keys(&store);
-}
-
-#[test]
-fn cluster_renews_and_fences_only_for_the_owner() {
-    let (store, _clean) = store("leases");
-    check_leases(&store, Duration::from_millis(200), || {
-        std::thread::sleep(Duration::from_millis(350))
-    });
 }
 
 /// A batch of 100 ids spread over every node: one `seen_many`, `claim_many` and
