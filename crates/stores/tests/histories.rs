@@ -15,7 +15,7 @@ use std::time::Duration;
 use bq_dedupe::store::TransactionalStore;
 use bq_dedupe::testkit::{self, Fleet};
 use bq_dedupe::{Clock, ManualClock};
-use bq_dedupe_stores::{AnyStore, Dialect, PostgresStore, RedisStore, SqliteStore};
+use bq_dedupe_stores::{Dialect, PostgresStore, RedisStore, SqliteStore};
 use common::*;
 
 const SQLITE_EFFECTS: &str = "CREATE TABLE IF NOT EXISTS testkit_effects (key TEXT NOT NULL);
@@ -167,20 +167,14 @@ impl Drop for NodeKiller {
     }
 }
 
+/// Through `AnyStore`'s dispatch, on every backend of the table with a server.
 #[test]
-fn any_store_histories_are_linearizable() {
-    let url = redis_url().expect("a Redis server");
-    testkit::check_histories(3, || {
-        let prefix = redis_prefix("histories-any");
-        let cleanup = RedisCleanup {
-            url: url.clone(),
-            prefix: prefix.clone(),
-        };
-        let spec = format!("{url}?prefix={prefix}");
-        Fleet::new(RedisStore::rules(Dialect::Native), move || {
-            AnyStore::from_spec(&spec).expect("open the spec")
+fn every_backend_from_a_spec_has_linearizable_histories() {
+    on_backends("histories-any", on_a_server, |subject| {
+        testkit::check_histories(3, || {
+            let fresh = Subject::new(subject.backend, "histories-any");
+            Fleet::new(fresh.rules(), fresh.opener()).with_cleanup(fresh)
         })
-        .with_cleanup(cleanup)
     });
 }
 

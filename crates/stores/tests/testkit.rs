@@ -14,7 +14,7 @@ use bq_dedupe::store::record::Rules;
 use bq_dedupe::store::{TransactionalStore, TxRun};
 use bq_dedupe::testkit::{self, Harness, OnServer};
 use bq_dedupe::{Clock, ManualClock};
-use bq_dedupe_stores::{AnyStore, Dialect, PostgresStore, RedisStore, SqliteStore};
+use bq_dedupe_stores::{Dialect, PostgresStore, RedisStore, SqliteStore};
 use common::*;
 
 struct Sqlite {
@@ -82,21 +82,15 @@ fn sqlite_follows_the_record_model() {
 
 /// The store `bq-dedupe` and the component's host open from a spec: every call
 /// through `AnyStore`'s dispatch (so a method it failed to forward would fall
-/// back to a default and be caught here). On Redis's own clock.
+/// back to a default and be caught here), on every backend of the table with
+/// a server, on its own clock.
 #[test]
-fn any_store_from_a_spec_follows_the_record_model() {
-    let url = redis_url().expect("a Redis server");
-    testkit::check(8, || {
-        let prefix = redis_prefix("testkit-any");
-        let cleanup = RedisCleanup {
-            url: url.clone(),
-            prefix: prefix.clone(),
-        };
-        let spec = format!("{url}?prefix={prefix}");
-        OnServer::new(RedisStore::rules(Dialect::Native), move || {
-            AnyStore::from_spec(&spec).expect("open the spec")
+fn every_backend_from_a_spec_follows_the_record_model() {
+    on_backends("testkit-any", on_a_server, |subject| {
+        testkit::check(8, || {
+            let fresh = Subject::new(subject.backend, "testkit-any");
+            OnServer::new(fresh.rules(), fresh.opener()).with_cleanup(fresh)
         })
-        .with_cleanup(cleanup)
     });
 }
 
@@ -154,14 +148,6 @@ fn redis_follows_the_record_model_in_each_dialect() {
     for dialect in [Dialect::Native, Dialect::Php, Dialect::Go] {
         testkit::check(16, || redis(dialect));
     }
-}
-
-#[test]
-fn redis_cluster_follows_the_record_model() {
-    testkit::check(8, || {
-        let (open, cleanup) = cluster_backend("testkit-cluster");
-        OnServer::new(RedisStore::rules(Dialect::Native), open).with_cleanup(cleanup)
-    });
 }
 
 /// PostgreSQL on its own clock, with its transactional mode: each run's

@@ -692,9 +692,28 @@ impl Subject {
 
     /// A new client of the subject's records (a new connection or pool).
     pub fn open(&self) -> std::sync::Arc<AnyStore> {
-        match &self.memory {
-            Some(store) => store.clone(),
-            None => std::sync::Arc::new(self.open_spec(&self.spec)),
+        self.opener()()
+    }
+
+    /// What [`Subject::open`] does, owning what it needs (for the testkit).
+    pub fn opener(&self) -> impl Fn() -> std::sync::Arc<AnyStore> + Send + Sync + 'static {
+        let (name, spec, memory) = (self.name(), self.spec.clone(), self.memory.clone());
+        move || {
+            memory.clone().unwrap_or_else(|| {
+                let opened = AnyStore::from_spec(&spec);
+                std::sync::Arc::new(opened.unwrap_or_else(|e| panic!("{name}: {spec}: {e}")))
+            })
+        }
+    }
+
+    /// The record rules its store follows (the testkit's model of it).
+    pub fn rules(&self) -> bq_dedupe::store::record::Rules {
+        use bq_dedupe_stores::{PostgresStore, RedisStore, SqliteStore};
+        match &*self.open() {
+            AnyStore::Memory(_) => bq_dedupe::InMemoryStore::RULES,
+            AnyStore::Sqlite(_) => SqliteStore::RULES,
+            AnyStore::Redis(redis) => RedisStore::rules(redis.dialect()),
+            AnyStore::Postgres(_) => PostgresStore::RULES,
         }
     }
 
@@ -730,6 +749,11 @@ pub fn on_backends(tag: &str, pick: impl Fn(&Backend) -> bool, check: impl Fn(&S
         failed.is_empty(),
         "{tag} failed on {failed:?} (their panics are above)"
     );
+}
+
+/// Every backend whose test store is on a server (on the server's clock).
+pub fn on_a_server(backend: &Backend) -> bool {
+    matches!(backend.test, TestPlace::Server { .. })
 }
 
 /// [`on_backends`] on every backend of the table.
