@@ -4,19 +4,16 @@
 //! `payload-mismatch` for the same id with other data and `skip` for a
 //! redelivery; the companion records are where the table says; the stores that
 //! keep another SDK's records refuse the option.
-//! Needs `BQ_TEST_REDIS_URL`, `BQ_TEST_REDIS_CLUSTER_URL` and
-//! `BQ_TEST_POSTGRES_URL` (`make test` starts the servers).
+//! Needs the servers of the stores' table (`scripts/with-stores.sh`, as
+//! `make test` runs it).
 
 mod common;
 
 use std::time::Duration;
 
 use bq_dedupe::{Guard, Message, Outcome, OutcomeKind, Store, StoreErrorKind};
-use bq_dedupe_stores::{AnyStore, Dialect, PostgresStore, RedisStore, SqliteStore};
-use common::{
-    ClusterCleanup, PgCleanup, RedisCleanup, TempDb, postgres_table, postgres_url, ready,
-    redis_cluster_spec, redis_prefix, redis_url,
-};
+use bq_dedupe_stores::{AnyStore, Dialect, RedisStore};
+use common::{RedisCleanup, Subject, on_every_backend, ready, redis_prefix, redis_url};
 
 fn order(id: &str, data: &str) -> String {
     format!(
@@ -73,14 +70,19 @@ fn two_consumers<S: Store>(first: S, second: S, claiming: bool) {
     );
 }
 
+/// Two connections share fingerprints on every backend of our formats, in
+/// both modes (a cluster's records span slots); PostgreSQL's table is Go's
+/// and refuses them.
 #[test]
-fn sqlite_two_connections_share_fingerprints() {
-    let db = TempDb::new("fp");
-    let open = || SqliteStore::open(db.path()).unwrap();
-    two_consumers(open(), open(), false);
-    let db = TempDb::new("fp-claim");
-    let open = || SqliteStore::open(db.path()).unwrap();
-    two_consumers(open(), open(), true);
+fn every_backend_shares_fingerprints_or_refuses_them() {
+    on_every_backend("fp", |subject| {
+        if subject.name() == "postgres" {
+            return refused(subject.open(), "PostgreSQL");
+        }
+        two_consumers(subject.open(), subject.open(), false);
+        let claiming = Subject::new(subject.backend, "fp-claim");
+        two_consumers(claiming.open(), claiming.open(), true);
+    });
 }
 
 #[test]
@@ -145,22 +147,6 @@ fn redis_two_connections_share_fingerprints_under_our_prefix() {
     }
 }
 
-#[test]
-fn redis_cluster_fingerprints_span_slots() {
-    let spec = redis_cluster_spec();
-    let prefix = redis_prefix("fp-cluster");
-    let _clean = ClusterCleanup {
-        spec: spec.clone(),
-        prefix: prefix.clone(),
-    };
-    let spec = format!(
-        "{spec}{}prefix={prefix}",
-        if spec.contains('?') { '&' } else { '?' }
-    );
-    let open = || AnyStore::from_spec(&spec).unwrap();
-    two_consumers(open(), open(), true);
-}
-
 fn refused<S: Store>(store: S, names: &str) {
     let guard = Guard::new(store).with_fingerprint();
     let mut ran = false;
@@ -200,13 +186,6 @@ fn other_sdks_formats_refuse_fingerprints() {
         RedisStore::connect_dialect(&url, prefix.clone(), Dialect::Go).unwrap(),
         "Go SDK",
     );
-    let url = postgres_url();
-    let table = postgres_table("fp");
-    let _pg = PgCleanup {
-        url: url.clone(),
-        table: table.clone(),
-    };
-    refused(PostgresStore::connect(&url, &table).unwrap(), "PostgreSQL");
     // Through a spec, as the CLI opens it: `AnyStore` forwards the refusal.
     let redis = redis_url().unwrap();
     let sep = if redis.contains('?') { '&' } else { '?' };

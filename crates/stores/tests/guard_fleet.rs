@@ -1,28 +1,3 @@
-//! The guard in the loop: four consumers (threads, each with its own store
-//! connection) take deliveries from one shared inbox (30 ids, some delivered up
-//! to three times), run `Guard` in each mode, and redeliver whatever the outcome
-//! says to retry, until the inbox is empty. Handlers log every run outside the
-//! store; some fail, some panic, some run past their lease, some (in the
-//! transactional mode) swallow a failed statement and return `Ok`. Checked
-//! after every run of the fleet:
-//! - nothing lost: every id was acked, and acked only after a handler of it
-//!   succeeded (in the transactional mode, its effect row is there);
-//! - in the transactional mode, exactly one committed effect per id;
-//! - in the claiming and transactional modes, and claiming beside
-//!   transactional on one PostgreSQL table, at most one plain `run-ok` per id:
-//!   every successful run beyond the first was reported (`run-ok-lease-lost`).
-//!
-//! Consumers also die: after their handler's effect and before the commit
-//! (claiming: the claim is left to lapse; transactional: the transaction, its
-//! PostgreSQL connection killed, rolls back), and are restarted knowing
-//! nothing; the queue redelivers after its visibility timeout. A run repeated
-//! after such a death is the window docs/modes.md names (a crash between the
-//! effect and the commit runs once more), so it is allowed, once per death.
-//!
-//! (The seen-set mode's window, concurrent duplicates both running, is
-//! documented, not checked; consumers killed mid-commit are also in
-//! `exactly_once.rs`, as real processes.)
-
 //! The guard in the loop (`bq_dedupe::testkit::guard_fleet`, whose docs name
 //! the invariants) on every store: four consumers (threads, each with its own
 //! store connection) in each mode, handlers that fail, panic, run past their
@@ -43,7 +18,7 @@ use bq_dedupe::testkit::guard_fleet::{
     Act, Inbox, check_claiming_fleet, envelope, plain_delivery, run_on_threads,
 };
 use bq_dedupe::{Guard, OutcomeKind};
-use bq_dedupe_stores::{PostgresStore, RedisStore, SqliteStore};
+use bq_dedupe_stores::{PostgresStore, SqliteStore};
 use common::*;
 
 const CONSUMERS: usize = 4;
@@ -68,34 +43,12 @@ fn sleep(d: Duration) -> impl Future<Output = ()> {
 }
 
 #[test]
-fn claiming_consumers_on_every_store_lose_nothing_and_report_every_second_run() {
-    let db = TempDb::new("fleet");
-    let sqlite: Vec<SqliteStore> = (0..CONSUMERS)
-        .map(|_| SqliteStore::open(db.path()).unwrap())
-        .collect();
-    check_claiming_fleet("claiming sqlite", &unique("fleet"), &sqlite, LEASE);
-    let url = redis_url().unwrap();
-    let prefix = redis_prefix("fleet");
-    let _clean = RedisCleanup {
-        url: url.clone(),
-        prefix: prefix.clone(),
-    };
-    let redis: Vec<RedisStore> = (0..CONSUMERS)
-        .map(|_| RedisStore::connect(&url, prefix.clone()).unwrap())
-        .collect();
-    check_claiming_fleet("claiming redis", &unique("fleet"), &redis, LEASE);
-    let table = postgres_table("fleet");
-    let _pg = PgCleanup {
-        url: postgres_url(),
-        table: table.clone(),
-    };
-    let postgres: Vec<PostgresStore> = (0..CONSUMERS)
-        .map(|_| PostgresStore::connect(&postgres_url(), &table).unwrap())
-        .collect();
-    check_claiming_fleet("claiming postgres", &unique("fleet"), &postgres, LEASE);
-    let memory = bq_dedupe::InMemoryStore::new();
-    let memory = [&memory, &memory, &memory, &memory];
-    check_claiming_fleet("claiming memory", &unique("fleet"), &memory, LEASE);
+fn claiming_consumers_on_every_backend_lose_nothing_and_report_every_second_run() {
+    on_every_backend("fleet", |subject| {
+        let stores: Vec<_> = (0..CONSUMERS).map(|_| subject.open()).collect();
+        let mode = format!("claiming {}", subject.name());
+        check_claiming_fleet(&mode, &unique("fleet"), &stores, LEASE);
+    });
 }
 
 #[test]
@@ -112,8 +65,6 @@ fn seen_set_consumers_lose_nothing() {
 
 // ---- the transactional mode, alone and beside claiming consumers ----------------
 
-/// A transactional consumer's delivery on PostgreSQL: the effect row is written
-/// in the transaction.
 /// A transactional consumer's delivery on PostgreSQL: the effect row is written
 /// in the transaction; `batched`: through the batch path (a batch of one, whose
 /// savepoints and marks differ from the single path's).

@@ -9,18 +9,9 @@ use bq_dedupe::{Guard, OutcomeKind};
 use bq_dedupe_stores::AnyStore;
 use common::*;
 
-fn tls_url() -> String {
-    match std::env::var("BQ_TEST_REDIS_TLS_URL") {
-        Ok(url) if !url.is_empty() => url,
-        _ => panic!(
-            "BQ_TEST_REDIS_TLS_URL is not set: run under scripts/with-redis-tls.sh (make test does)"
-        ),
-    }
-}
-
 #[test]
 fn rediss_refuses_an_untrusted_certificate_then_dedupes_once_the_ca_is_trusted() {
-    let url = tls_url();
+    let url = server_spec(server_of("redis", true));
     let ca = std::env::var("BQ_TEST_REDIS_TLS_CA").expect("BQ_TEST_REDIS_TLS_CA");
     let spec = format!("{url}?prefix={}", redis_prefix("tls"));
     // The only test of this binary: the environment is set before any other thread reads it.

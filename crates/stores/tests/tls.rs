@@ -49,7 +49,7 @@ fn assert_refused_naming_the_host(spec: &str, host: &str) {
 
 #[test]
 fn redis_over_tls_follows_the_record_model_and_refuses_a_wrong_ca() {
-    let url = var("BQ_TEST_REDIS_TLS_URL");
+    let url = server_spec(server_of("redis", true));
     let (ca, other) = (var("BQ_TEST_REDIS_TLS_CA"), var("BQ_TEST_OTHER_CA"));
     assert_refused_naming_the_host(
         &format!("{url}?ca={other}&prefix={}", redis_prefix("tls-wrong")),
@@ -70,7 +70,7 @@ fn redis_over_tls_follows_the_record_model_and_refuses_a_wrong_ca() {
 
 #[test]
 fn a_redis_cluster_over_tls_follows_the_record_model_and_refuses_a_wrong_ca() {
-    let spec = var("BQ_TEST_REDIS_TLS_CLUSTER_URL");
+    let spec = server_spec(server_of("redis-cluster", true));
     let (ca, other) = (var("BQ_TEST_REDIS_TLS_CA"), var("BQ_TEST_OTHER_CA"));
     assert_refused_naming_the_host(&format!("{spec}?ca={other}"), &host_of(&spec));
     let nodes: Vec<String> = spec

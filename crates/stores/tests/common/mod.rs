@@ -49,16 +49,10 @@ impl Drop for TempDb {
     }
 }
 
-/// `BQ_TEST_REDIS_URL`, always `Some`: a missing server is a misconfigured run,
-/// so it fails the test instead of passing it as skipped.
+/// The test Redis's spec (`redis` row of the table), always `Some`: unset, the
+/// test fails ([`server_spec`]).
 pub fn redis_url() -> Option<String> {
-    match std::env::var("BQ_TEST_REDIS_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => panic!(
-            "BQ_TEST_REDIS_URL is not set: run the store tests through make test \
-             (scripts/with-redis.sh starts a real server)"
-        ),
-    }
+    Some(server_spec(server_of("redis", false)))
 }
 
 /// A Redis key prefix no other test or run uses.
@@ -89,15 +83,9 @@ impl Drop for RedisCleanup {
     }
 }
 
-/// `BQ_TEST_POSTGRES_URL`: a test that needs PostgreSQL fails without it (`make
-/// test` starts a throwaway server, `scripts/with-postgres.sh`).
+/// The test PostgreSQL's spec (`postgres` row); unset, the test fails.
 pub fn postgres_url() -> String {
-    match std::env::var("BQ_TEST_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => url,
-        _ => panic!(
-            "BQ_TEST_POSTGRES_URL is not set: run under scripts/with-postgres.sh (make test does)"
-        ),
-    }
+    server_spec(server_of("postgres", false))
 }
 
 /// A plain client of the test server (`BQ_TEST_POSTGRES_URL`), for a test's own
@@ -116,15 +104,10 @@ pub fn pg_effects(table: &str, id: &str) -> i64 {
     .get(0)
 }
 
-/// `BQ_TEST_REDIS_CLUSTER_URL` (a `redis+cluster://` spec): a test that needs a
-/// cluster fails without it (`scripts/with-redis-cluster.sh`, run by `make test`).
+/// The test cluster's `redis+cluster://` spec (`redis-cluster` row); unset,
+/// the test fails.
 pub fn redis_cluster_spec() -> String {
-    match std::env::var("BQ_TEST_REDIS_CLUSTER_URL") {
-        Ok(url) if !url.is_empty() => url,
-        _ => panic!(
-            "BQ_TEST_REDIS_CLUSTER_URL is not set: run under scripts/with-redis-cluster.sh (make test does)"
-        ),
-    }
+    server_spec(server_of("redis-cluster", false))
 }
 
 /// The `redis://HOST:PORT` of every node of a `redis+cluster://` spec.
@@ -614,6 +597,16 @@ pub fn server_spec(server: &TestServer) -> String {
             "{} is not set: run under {} or scripts/with-stores.sh (make test does)",
             server.var, server.script
         ),
+    }
+}
+
+/// The test server of the table's row `name` (`tls`: its TLS one).
+pub fn server_of(name: &str, tls: bool) -> &'static TestServer {
+    let backend = BACKENDS.iter().find(|b| b.name == name);
+    match (backend.map(|b| &b.test), tls) {
+        (Some(TestPlace::Server { plain, .. }), false) => plain,
+        (Some(TestPlace::Server { tls: Some(tls), .. }), true) => tls,
+        _ => panic!("no test server for {name} (tls: {tls}) in BACKENDS"),
     }
 }
 
