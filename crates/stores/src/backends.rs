@@ -59,8 +59,8 @@ pub struct TestServer {
     pub var: &'static str,
 }
 
-/// Every backend [`AnyStore::from_spec`] opens. `scripts/with-stores.sh` reads
-/// the `script:` lines of this table (in order) to start their servers.
+/// Every backend [`AnyStore::from_spec`] opens. `scripts/with-stores.sh`
+/// starts the servers whose scripts this table names, in its order.
 pub const BACKENDS: &[Backend] = &[
     Backend {
         name: "memory",
@@ -89,14 +89,8 @@ pub const BACKENDS: &[Backend] = &[
         open: open_redis,
         shown: masked,
         test: TestPlace::Server {
-            plain: TestServer {
-                script: "scripts/with-redis.sh",
-                var: "BQ_TEST_REDIS_URL",
-            },
-            tls: Some(TestServer {
-                script: "scripts/with-redis-tls.sh",
-                var: "BQ_TEST_REDIS_TLS_URL",
-            }),
+            plain: server("scripts/with-redis.sh", "BQ_TEST_REDIS_URL"),
+            tls: Some(server("scripts/with-redis-tls.sh", "BQ_TEST_REDIS_TLS_URL")),
             isolate: "prefix",
         },
     },
@@ -107,14 +101,11 @@ pub const BACKENDS: &[Backend] = &[
         open: open_redis_cluster,
         shown: masked,
         test: TestPlace::Server {
-            plain: TestServer {
-                script: "scripts/with-redis-cluster.sh",
-                var: "BQ_TEST_REDIS_CLUSTER_URL",
-            },
-            tls: Some(TestServer {
-                script: "scripts/with-redis-tls.sh",
-                var: "BQ_TEST_REDIS_TLS_CLUSTER_URL",
-            }),
+            plain: server("scripts/with-redis-cluster.sh", "BQ_TEST_REDIS_CLUSTER_URL"),
+            tls: Some(server(
+                "scripts/with-redis-tls.sh",
+                "BQ_TEST_REDIS_TLS_CLUSTER_URL",
+            )),
             isolate: "prefix",
         },
     },
@@ -129,15 +120,16 @@ pub const BACKENDS: &[Backend] = &[
         shown: masked,
         // TLS is on the same server (BQ_TEST_POSTGRES_TLS_CA names its CA).
         test: TestPlace::Server {
-            plain: TestServer {
-                script: "scripts/with-postgres.sh",
-                var: "BQ_TEST_POSTGRES_URL",
-            },
+            plain: server("scripts/with-postgres.sh", "BQ_TEST_POSTGRES_URL"),
             tls: None,
             isolate: "table",
         },
     },
 ];
+
+const fn server(script: &'static str, var: &'static str) -> TestServer {
+    TestServer { script, var }
+}
 
 impl Backend {
     /// Whether `spec` is one of this backend's.
