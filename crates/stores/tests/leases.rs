@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bq_dedupe::{Counters, Guard, Outcome, OutcomeKind, Store};
+use bq_dedupe::{Claim, Counters, Guard, Outcome, OutcomeKind, Store};
 use common::{check_leases, envelope, on_every_backend, ready};
 
 const SHORT: Duration = Duration::from_millis(200);
@@ -19,6 +19,35 @@ fn every_backend_renews_and_fences_only_for_the_owner() {
         check_leases(&*subject.open(), SHORT, || {
             std::thread::sleep(Duration::from_millis(350))
         })
+    });
+}
+
+/// A crashed holder's claim lapses with its lease: the key is claimed again,
+/// and the stale token releases nothing.
+#[test]
+fn every_backend_reclaims_a_lapsed_claim() {
+    on_every_backend("lease", |subject| {
+        let store = subject.open();
+        let Claim::Acquired(crashed) = ready(store.claim("l", SHORT)).unwrap() else {
+            panic!("free key");
+        };
+        assert_eq!(ready(store.claim("l", SHORT)).unwrap(), Claim::Held);
+        std::thread::sleep(Duration::from_millis(350));
+        let long = Duration::from_secs(60);
+        let Claim::Acquired(second) = ready(store.claim("l", long)).unwrap() else {
+            panic!("a lapsed lease must be reclaimable");
+        };
+        ready(store.release("l", &crashed)).unwrap();
+        assert_eq!(
+            ready(store.claim("l", SHORT)).unwrap(),
+            Claim::Held,
+            "the crashed holder's stale token released the new claim"
+        );
+        ready(store.release("l", &second)).unwrap();
+        assert!(matches!(
+            ready(store.claim("l", SHORT)).unwrap(),
+            Claim::Acquired(_)
+        ));
     });
 }
 

@@ -108,33 +108,6 @@ fn redis_px_expiry_of_a_remembered_id() {
 }
 
 #[test]
-fn redis_lease_expiry_makes_a_claim_reclaimable() {
-    let Some((store, _clean)) = store("lease") else {
-        return;
-    };
-    let lease = Duration::from_millis(200);
-    let Claim::Acquired(crashed) = ready(store.claim("l", lease)).unwrap() else {
-        panic!("free key");
-    };
-    assert_eq!(ready(store.claim("l", lease)).unwrap(), Claim::Held);
-    std::thread::sleep(Duration::from_millis(350));
-    let Claim::Acquired(second) = ready(store.claim("l", Duration::from_secs(60))).unwrap() else {
-        panic!("a lapsed lease must be reclaimable");
-    };
-    ready(store.release("l", &crashed)).unwrap();
-    assert_eq!(
-        ready(store.claim("l", lease)).unwrap(),
-        Claim::Held,
-        "the crashed holder's stale token released the new claim"
-    );
-    ready(store.release("l", &second)).unwrap();
-    assert!(matches!(
-        ready(store.claim("l", lease)).unwrap(),
-        Claim::Acquired(_)
-    ));
-}
-
-#[test]
 fn redis_stats_count_done_and_claims_under_the_prefix() {
     let Some((store, clean)) = store("stats") else {
         return;
