@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Deliveries per second through `bq-dedupe run --batch 100` on every shared
 # store, and store round trips per batch. Measures, never asserts. Run it under
-# the servers' scripts, from the repository root:
+# the servers the stores' table names, from the repository root:
 #
-#   scripts/with-redis.sh scripts/with-postgres.sh scripts/with-redis-cluster.sh \
-#     crates/stores/bench/shared-stores.sh [N]
+#   scripts/with-stores.sh crates/stores/bench/shared-stores.sh [N]
 #
 # BQ (default target/release/bq-dedupe, else target/debug/bq-dedupe) is the
 # binary measured. Round trips: PostgreSQL's are counted by the server
