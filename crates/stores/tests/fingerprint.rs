@@ -87,7 +87,7 @@ fn every_backend_shares_fingerprints_or_refuses_them() {
 
 #[test]
 fn redis_two_connections_share_fingerprints_under_our_prefix() {
-    let url = redis_url().unwrap();
+    let url = redis_url();
     let prefix = redis_prefix("fp");
     let clean = RedisCleanup {
         url: url.clone(),
@@ -172,7 +172,7 @@ fn refused<S: Store>(store: S, names: &str) {
 
 #[test]
 fn other_sdks_formats_refuse_fingerprints() {
-    let url = redis_url().unwrap();
+    let url = redis_url();
     let prefix = redis_prefix("fp-dialects");
     let _clean = RedisCleanup {
         url: url.clone(),
@@ -187,7 +187,7 @@ fn other_sdks_formats_refuse_fingerprints() {
         "Go SDK",
     );
     // Through a spec, as the CLI opens it: `AnyStore` forwards the refusal.
-    let redis = redis_url().unwrap();
+    let redis = redis_url();
     let sep = if redis.contains('?') { '&' } else { '?' };
     refused(
         AnyStore::from_spec(&format!("{redis}{sep}dialect=go&prefix={prefix}")).unwrap(),

@@ -9,11 +9,11 @@ use bq_dedupe_stores::{RedisStore, StoreStats};
 use common::{RedisCleanup, deliver, ready, redis_prefix, redis_url};
 
 /// A store under a fresh prefix, and the cleanup of that prefix.
-fn store(tag: &str) -> Option<(RedisStore, RedisCleanup)> {
-    let url = redis_url()?;
+fn store(tag: &str) -> (RedisStore, RedisCleanup) {
+    let url = redis_url();
     let prefix = redis_prefix(tag);
     let store = RedisStore::connect(&url, prefix.clone()).unwrap();
-    Some((store, RedisCleanup { url, prefix }))
+    (store, RedisCleanup { url, prefix })
 }
 
 /// The raw value behind a store key, to check the wire format.
@@ -26,9 +26,7 @@ fn raw_get(url: &str, key: &str) -> Option<Vec<u8>> {
 /// protocol-looking id was a key, not a command.
 #[test]
 fn redis_a_protocol_looking_id_is_a_key() {
-    let Some((store, clean)) = store("hostile") else {
-        return;
-    };
+    let (store, clean) = store("hostile");
     ready(store.remember("*1\r\n$4\r\nPING\r\n", None)).unwrap();
     let key = format!("{}*1\r\n$4\r\nPING\r\n", clean.prefix);
     assert_eq!(raw_get(&clean.url, &key).as_deref(), Some(&b"d"[..]));
@@ -36,9 +34,7 @@ fn redis_a_protocol_looking_id_is_a_key() {
 
 #[test]
 fn redis_wire_format_is_d_and_c_token_under_the_prefix() {
-    let Some((store, clean)) = store("wire") else {
-        return;
-    };
+    let (store, clean) = store("wire");
     ready(store.remember("done", None)).unwrap();
     let Claim::Acquired(token) = ready(store.claim("busy", Duration::from_secs(60))).unwrap()
     else {
@@ -57,12 +53,8 @@ fn redis_wire_format_is_d_and_c_token_under_the_prefix() {
 
 #[test]
 fn redis_prefixes_keep_stores_apart() {
-    let Some((a, _ca)) = store("apart-a") else {
-        return;
-    };
-    let Some((b, _cb)) = store("apart-b") else {
-        return;
-    };
+    let (a, _ca) = store("apart-a");
+    let (b, _cb) = store("apart-b");
     ready(a.remember("same-id", None)).unwrap();
     assert!(ready(a.seen("same-id")).unwrap());
     assert!(!ready(b.seen("same-id")).unwrap());
@@ -74,9 +66,7 @@ fn redis_prefixes_keep_stores_apart() {
 
 #[test]
 fn redis_px_expiry_of_a_remembered_id() {
-    let Some((store, _clean)) = store("px") else {
-        return;
-    };
+    let (store, _clean) = store("px");
     let ttl = Some(Duration::from_millis(200));
     ready(store.remember("t", ttl)).unwrap();
     ready(store.remember_many(&["t-2"], ttl)).unwrap();
@@ -109,9 +99,7 @@ fn redis_px_expiry_of_a_remembered_id() {
 
 #[test]
 fn redis_stats_count_done_and_claims_under_the_prefix() {
-    let Some((store, clean)) = store("stats") else {
-        return;
-    };
+    let (store, clean) = store("stats");
     assert_eq!(store.stats().unwrap(), StoreStats::default());
     let keys: Vec<String> = (0..2500).map(|i| format!("id-{i}")).collect();
     let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
@@ -147,9 +135,7 @@ fn redis_stats_count_done_and_claims_under_the_prefix() {
 
 #[test]
 fn redis_glob_characters_in_the_prefix_match_only_themselves() {
-    let Some(url) = redis_url() else {
-        return;
-    };
+    let url = redis_url();
     let base = redis_prefix("glob");
     let star = RedisStore::connect(&url, format!("{base}*:")).unwrap();
     let plain = RedisStore::connect(&url, format!("{base}x:")).unwrap();
@@ -180,7 +166,7 @@ fn redis_unreachable_server_is_unavailable() {
 /// `SCRIPT FLUSH`) gets them again and the batch goes through.
 #[test]
 fn redis_scripts_are_reloaded_after_script_flush() {
-    let url = redis_url().expect("the Redis tests run with a real Redis (make test starts one)");
+    let url = redis_url();
     let prefix = redis_prefix("flush");
     let _clean = RedisCleanup {
         url: url.clone(),

@@ -225,7 +225,7 @@ fn a_resent_commit_is_run_ok<S: bq_dedupe::Store>(store: S) {
 fn a_resent_commit_is_run_ok_on_sqlite_and_redis() {
     let db = TempDb::new("resent");
     a_resent_commit_is_run_ok(SqliteStore::open(db.path()).unwrap());
-    let url = redis_url().unwrap();
+    let url = redis_url();
     let prefix = redis_prefix("resent");
     let _clean = RedisCleanup {
         url: url.clone(),

@@ -49,10 +49,9 @@ impl Drop for TempDb {
     }
 }
 
-/// The test Redis's spec (`redis` row of the table), always `Some`: unset, the
-/// test fails ([`server_spec`]).
-pub fn redis_url() -> Option<String> {
-    Some(server_spec(server_of("redis", false)))
+/// The test Redis's spec (`redis` row of the table); unset, the test fails.
+pub fn redis_url() -> String {
+    server_spec(server_of("redis", false))
 }
 
 /// A Redis key prefix no other test or run uses.
@@ -485,7 +484,7 @@ pub fn redis_backend(
     impl Fn() -> bq_dedupe_stores::RedisStore + Send + Sync + 'static,
     RedisCleanup,
 ) {
-    let url = redis_url().expect("a Redis server");
+    let url = redis_url();
     let prefix = redis_prefix(&format!("{tag}-{}", dialect.name()));
     let cleanup = RedisCleanup {
         url: url.clone(),
