@@ -8,16 +8,14 @@ use super::{
     Capabilities, Claim, KeyStore, PerKey, Settled, Settlement, Store, StoreResult, release_each,
 };
 
-/// A batch call a foreign store may make itself.
+/// A batch call a foreign store may make itself: `seen_many`, `remember_many`,
+/// `claim_many`, `settle`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum Batch {
-    /// `seen_many`.
     Seen,
-    /// `remember_many`.
     Remember,
-    /// `claim_many`.
     Claim,
-    /// `settle`, with fenced remembers and renewals.
     Settle,
 }
 
@@ -30,13 +28,13 @@ pub trait ForeignStore: KeyStore {
     /// `Ok` if this store can claim, else the error every claim gets (checked
     /// before any claim call).
     fn can_claim(&self) -> StoreResult<()>;
-    /// The store's `seen_many`, where it [`has`](ForeignStore::has) one.
+    /// See [`Store::seen_many`]; called only where the store [`has`](Self::has) it.
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>>;
-    /// The store's `remember_many`, where it has one.
+    /// See [`Store::remember_many`]; called only where the store has it.
     async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()>;
-    /// The store's `claim_many`, where it has one.
+    /// See [`Store::claim_many`]; called only where the store has it.
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>>;
-    /// The store's `settle`, where it has one.
+    /// See [`Store::settle`]; called only where the store has it.
     async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled>;
 }
 

@@ -60,13 +60,14 @@ impl StoreErrorKind {
 }
 
 /// A typed store failure. Stores never panic; they return this.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 #[error("store {}: {message}", kind.code())]
 pub struct StoreError {
+    /// What the backend said (on the wire, `error`).
+    #[serde(rename = "error")]
+    pub message: String,
     /// What kind of failure.
     pub kind: StoreErrorKind,
-    /// What the backend said.
-    pub message: String,
 }
 
 impl StoreError {

@@ -1,8 +1,9 @@
 //! The store calls' JSON shapes, written once: the Durable Object protocol, the
 //! example worker's `/store/*` routes and their native client (the workerd
 //! testkit) send these, and the JS store protocol builds the same objects from
-//! the codes here. Old and new deploys read each other's messages: add fields
-//! with defaults, never rename one.
+//! the codes here. Deploys of other versions read them: add fields with
+//! defaults, never rename one. A [`StoreError`] is `{"error": message, "kind":
+//! code}`, a [`ClaimToken`] a string.
 
 use std::time::Duration;
 
@@ -17,19 +18,14 @@ pub fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// A claim's answer: `{"state":"acquired","token":T}`, `{"state":"seen"}` or
-/// `{"state":"held"}`.
+/// A claim's answer: `{"state": "acquired", "token": T}`, `{"state": "seen"}`
+/// or `{"state": "held"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "kebab-case")]
+#[allow(missing_docs)] // The core's `Claim`, variant for variant.
 pub enum Claim {
-    /// Claimed now, by this token.
-    Acquired {
-        /// What releases, renews or fences the claim.
-        token: ClaimToken,
-    },
-    /// Already remembered: not claimed.
+    Acquired { token: ClaimToken },
     Seen,
-    /// Held by a live claim: not claimed.
     Held,
 }
 
@@ -48,16 +44,19 @@ impl Claim {
         state: Option<&str>,
         token: impl FnOnce() -> Option<String>,
     ) -> StoreResult<super::Claim> {
-        match state {
-            Some("seen") => Ok(super::Claim::Seen),
-            Some("held") => Ok(super::Claim::Held),
-            Some("acquired") => token()
-                .map(|t| super::Claim::Acquired(ClaimToken(t)))
-                .ok_or_else(|| StoreError::internal("claim: acquired without a string token")),
+        let claim = match state {
+            Some("seen") => super::Claim::Seen,
+            Some("held") => super::Claim::Held,
+            Some("acquired") => {
+                super::Claim::Acquired(ClaimToken(token().ok_or_else(|| {
+                    StoreError::internal("claim: acquired without a string token")
+                })?))
+            }
             _ => Err(StoreError::internal(
                 "claim: expected {state: \"acquired\"|\"seen\"|\"held\"}",
-            )),
-        }
+            ))?,
+        };
+        Ok(claim)
     }
 }
 
@@ -81,18 +80,14 @@ impl From<Claim> for super::Claim {
     }
 }
 
-/// A peek's answer: `{"state":"done"}` or `{"state":"not-done",
+/// A peek's answer: `{"state": "done"}` or `{"state": "not-done",
 /// "claim_ends_in_ms": ms}` (0: free; `null`: the store cannot tell).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "kebab-case")]
+#[allow(missing_docs)] // The core's `Peeked`, in ms.
 pub enum Peek {
-    /// Remembered and not expired.
     Done,
-    /// Not done; how long a live claim has left, where the store knows.
-    NotDone {
-        /// In ms.
-        claim_ends_in_ms: Option<u64>,
-    },
+    NotDone { claim_ends_in_ms: Option<u64> },
 }
 
 impl From<Peeked> for Peek {
@@ -117,17 +112,15 @@ impl From<Peek> for Peeked {
     }
 }
 
-/// The Durable Object protocol's peek (older than [`Peek`], and kept for
-/// shards of other deploys): a state per key, and the ms a `held` claim has
-/// left in a list beside it.
+/// The Durable Object protocol's peek, older than [`Peek`] and kept for shards
+/// of other deploys: `"free"`, `"seen"` or `"held"` per key, and the ms a held
+/// claim has left in a list beside it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[allow(missing_docs)]
 pub enum PeekState {
-    /// Neither remembered nor held by a live claim.
     Free,
-    /// Remembered (and not expired).
     Seen,
-    /// Held by a live claim.
     Held,
 }
 
@@ -154,43 +147,36 @@ impl PeekState {
     }
 }
 
-/// A claim by its key and token: one to release, or to renew.
+/// A claim to release or renew: `{"key", "token"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
 pub struct ClaimRef {
-    /// The claimed key.
     pub key: String,
-    /// The token the claim was acquired with.
     pub token: ClaimToken,
 }
 
-/// A key to remember; with a token, fenced by that claim.
+/// A key to remember, fenced by a claim where it has a token: `{"key", "token"?}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
 pub struct Remember {
-    /// The key to remember.
     pub key: String,
-    /// The claim that must still own the key (`None`: not fenced).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<ClaimToken>,
 }
 
-/// One batch step ([`Settlement`]): `{"remember": [{key, token?}], "ttl_ms",
-/// "release": [{key, token}], "renew": [{key, token}], "lease_ms"}`.
+/// One batch step, the core's [`Settlement`] in ms (`ttl_ms` `null`: forever;
+/// `lease_ms` absent: the reader's default).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
 pub struct Step {
-    /// The keys to remember (last).
     #[serde(default)]
     pub remember: Vec<Remember>,
-    /// How long `remember` is remembered, in ms (`None`: forever).
     #[serde(default)]
     pub ttl_ms: Option<u64>,
-    /// The claims to release (first).
     #[serde(default)]
     pub release: Vec<ClaimRef>,
-    /// The claims to renew.
     #[serde(default)]
     pub renew: Vec<ClaimRef>,
-    /// How long a renewed claim lasts from now, in ms (absent: the reader's
-    /// default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_ms: Option<u64>,
 }
@@ -198,19 +184,18 @@ pub struct Step {
 impl From<&Settlement<'_>> for Step {
     fn from(step: &Settlement<'_>) -> Self {
         let refs = |claims: &[(&str, &ClaimToken)]| {
-            let claim = |(key, token): &(&str, &ClaimToken)| ClaimRef {
-                key: key.to_string(),
-                token: (*token).clone(),
+            let claim = |&(key, token): &(&str, &ClaimToken)| ClaimRef {
+                key: key.into(),
+                token: token.clone(),
             };
             claims.iter().map(claim).collect()
         };
+        let remember = |&(key, token): &(&str, Option<&ClaimToken>)| Remember {
+            key: key.into(),
+            token: token.cloned(),
+        };
         Step {
-            remember: (step.remember.iter())
-                .map(|(key, token)| Remember {
-                    key: key.to_string(),
-                    token: token.cloned(),
-                })
-                .collect(),
+            remember: step.remember.iter().map(remember).collect(),
             ttl_ms: step.ttl.map(ms),
             release: refs(step.release),
             renew: refs(step.renew),
@@ -244,16 +229,14 @@ impl Step {
     }
 }
 
-/// What a step found: `{"kept": [..], "release_error": text | null,
-/// "renewed": [..]}` (the release error as a [`StoreError`] displays).
+/// What a step found: `{"kept", "release_error", "renewed"}`, the release
+/// error as text (as a [`StoreError`] displays).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
 pub struct Settled {
-    /// One per remember.
     pub kept: Vec<bool>,
-    /// A release that failed.
     #[serde(default)]
     pub release_error: Option<String>,
-    /// One per renewal.
     pub renewed: Vec<bool>,
 }
 
@@ -269,70 +252,37 @@ impl From<super::Settled> for Settled {
 
 impl Settled {
     /// The core's answer to `step`: `Err` unless there is one answer per entry.
+    /// The release error's kind is read back from its text (else `unavailable`).
     pub fn answering(self, step: &Settlement<'_>) -> StoreResult<super::Settled> {
-        let (kept, renewed) = (step.remember.len(), step.renew.len());
-        if self.kept.len() != kept || self.renewed.len() != renewed {
+        if (self.kept.len(), self.renewed.len()) != (step.remember.len(), step.renew.len()) {
             return Err(StoreError::internal(format!(
-                "settle: expected {kept} kept and {renewed} renewed, got {self:?}"
+                "settle: one answer per entry, not {self:?}"
             )));
         }
+        let error = |text: &str| {
+            let (code, message) = text.strip_prefix("store ")?.split_once(": ")?;
+            Some(StoreError::new(StoreErrorKind::from_code(code)?, message))
+        };
         Ok(super::Settled {
+            release_error: (self.release_error.as_deref())
+                .map(|text| error(text).unwrap_or_else(|| StoreError::unavailable(text))),
             kept: self.kept,
             renewed: self.renewed,
-            release_error: self.release_error.as_deref().map(error_from_text),
         })
     }
 }
 
-/// A store error from its displayed text (`store KIND: MESSAGE`); text not of
-/// that form is an `unavailable` error saying it.
-pub fn error_from_text(text: &str) -> StoreError {
-    let parsed = text.strip_prefix("store ").and_then(|rest| {
-        let (code, message) = rest.split_once(": ")?;
-        Some(StoreError::new(StoreErrorKind::from_code(code)?, message))
-    });
-    parsed.unwrap_or_else(|| StoreError::unavailable(text))
-}
-
-/// A store error: `{"error": message, "kind": code}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Error {
-    /// What the backend said.
-    pub error: String,
-    /// [`StoreErrorKind::code`].
-    pub kind: StoreErrorKind,
-}
-
-impl From<StoreError> for Error {
-    fn from(e: StoreError) -> Self {
-        Error {
-            error: e.message,
-            kind: e.kind,
-        }
-    }
-}
-
-impl From<Error> for StoreError {
-    fn from(e: Error) -> Self {
-        StoreError::new(e.kind, e.error)
-    }
-}
-
 /// How a transactional run ended: `"committed"`, `"already-done"`, `"held"`,
-/// `"rolled-back"`, or `{"aborted": error}`.
+/// `"rolled-back"`, or `{"aborted": store error}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[allow(missing_docs)] // The core's `TxRun`, without the work's values.
 pub enum Run {
-    /// The work and the id committed together.
     Committed,
-    /// The id was already remembered: the work did not run.
     AlreadyDone,
-    /// Another consumer holds the id.
     Held,
-    /// The work failed; nothing was kept.
     RolledBack,
-    /// The store failed; nothing was kept.
-    Aborted(Error),
+    Aborted(StoreError),
 }
 
 impl<T, E> From<TxRun<T, E>> for Run {
@@ -342,7 +292,7 @@ impl<T, E> From<TxRun<T, E>> for Run {
             TxRun::AlreadyDone => Run::AlreadyDone,
             TxRun::Held => Run::Held,
             TxRun::RolledBack(_) => Run::RolledBack,
-            TxRun::Aborted(e) => Run::Aborted(e.into()),
+            TxRun::Aborted(e) => Run::Aborted(e),
         }
     }
 }
@@ -354,20 +304,18 @@ impl From<Run> for TxRun<(), ()> {
             Run::AlreadyDone => TxRun::AlreadyDone,
             Run::Held => TxRun::Held,
             Run::RolledBack => TxRun::RolledBack(()),
-            Run::Aborted(e) => TxRun::Aborted(e.into()),
+            Run::Aborted(e) => TxRun::Aborted(e),
         }
     }
 }
 
-/// A batch call's keys: `{"keys": [..], "ttl_ms"?, "lease_ms"?}`.
+/// A batch call's keys: `{"keys", "ttl_ms"?, "lease_ms"?}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
 pub struct Keys {
-    /// The keys.
     pub keys: Vec<String>,
-    /// A remember's TTL, in ms (`None`: forever).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
-    /// A claim's lease, in ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_ms: Option<u64>,
 }
@@ -382,13 +330,11 @@ impl Keys {
 /// The testkit's transactional call: one effect for `key` and the key in one
 /// transaction, the work failing when `ok` is false.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
 pub struct Transact {
-    /// The key.
     pub key: String,
-    /// How long the key is remembered, in ms (`None`: forever).
     #[serde(default)]
     pub ttl_ms: Option<u64>,
-    /// Whether the work succeeds.
     pub ok: bool,
 }
 
@@ -396,40 +342,33 @@ pub struct Transact {
 mod tests {
     use super::*;
 
-    #[test]
-    fn shapes_are_the_contract() {
-        let claim = Claim::from(super::super::Claim::Acquired(ClaimToken("t".into())));
-        let json = serde_json::to_string(&claim).unwrap();
-        assert_eq!(json, r#"{"state":"acquired","token":"t"}"#);
-        assert_eq!(
-            serde_json::to_string(&Claim::Held).unwrap(),
-            r#"{"state":"held"}"#
-        );
-        let peek = Peek::from(Peeked::NotDone {
-            claim_ends_in: None,
-        });
-        let json = serde_json::to_string(&peek).unwrap();
-        assert_eq!(json, r#"{"state":"not-done","claim_ends_in_ms":null}"#);
-        let step: Step = serde_json::from_str("{}").unwrap();
-        assert_eq!(step, Step::default());
-        let run = serde_json::to_string(&Run::AlreadyDone).unwrap();
-        assert_eq!(run, r#""already-done""#);
+    fn json(value: &impl Serialize) -> String {
+        serde_json::to_string(value).unwrap()
     }
 
     #[test]
-    fn error_kinds_are_their_codes() {
-        for kind in [
-            StoreErrorKind::Unavailable,
-            StoreErrorKind::Unsupported,
-            StoreErrorKind::Invalid,
-            StoreErrorKind::Internal,
-        ] {
-            let json = serde_json::to_string(&kind).unwrap();
-            assert_eq!(json, format!("\"{}\"", kind.code()));
+    fn shapes_are_the_contract() {
+        let claim = Claim::from(super::super::Claim::Acquired(ClaimToken("t".into())));
+        assert_eq!(json(&claim), r#"{"state":"acquired","token":"t"}"#);
+        let peek = Peek::from(Peeked::NotDone {
+            claim_ends_in: None,
+        });
+        assert_eq!(
+            json(&peek),
+            r#"{"state":"not-done","claim_ends_in_ms":null}"#
+        );
+        assert_eq!(json(&Run::AlreadyDone), r#""already-done""#);
+        let e = StoreError::new(StoreErrorKind::Invalid, "no: key");
+        assert_eq!(json(&e), r#"{"error":"no: key","kind":"invalid"}"#);
+        assert_eq!(serde_json::from_str::<Step>("{}").unwrap(), Step::default());
+        let settled = Settled {
+            release_error: Some(e.to_string()),
+            ..Settled::default()
+        };
+        let settled = settled.answering(&Settlement::default()).unwrap();
+        assert_eq!(settled.release_error, Some(e));
+        for kind in [StoreErrorKind::Unavailable, StoreErrorKind::Internal] {
             assert_eq!(StoreErrorKind::from_code(kind.code()), Some(kind));
-            let e = StoreError::new(kind, "a: b");
-            assert_eq!(error_from_text(&e.to_string()), e);
         }
-        assert_eq!(error_from_text("x"), StoreError::unavailable("x"));
     }
 }

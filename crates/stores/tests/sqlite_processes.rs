@@ -103,9 +103,7 @@ impl Proxy {
                 let reply = &line[at + REPLY.len()..];
                 let mut reply: Value = serde_json::from_str(reply).expect("a JSON reply");
                 return match reply.get_mut("error") {
-                    Some(e) => Err(serde_json::from_value::<wire::Error>(e.take())
-                        .expect("a store error")
-                        .into()),
+                    Some(e) => Err(serde_json::from_value(e.take()).expect("a store error")),
                     None => Ok(reply["ok"].take()),
                 };
             }
@@ -191,7 +189,7 @@ fn serve_a_sqlite_store_to_the_parent() {
         let request: Value = serde_json::from_str(&line.expect("a request")).expect("JSON");
         let reply = match answer(&store, request["op"].as_str(), request["args"].clone()) {
             Ok(ok) => json!({ "ok": ok }),
-            Err(e) => json!({ "error": wire::Error::from(e) }),
+            Err(e) => json!({ "error": e }),
         };
         let mut out = stdout.lock();
         writeln!(out, "{REPLY}{reply}").unwrap();

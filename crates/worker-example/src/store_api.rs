@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use bq_dedupe_workers::bq_dedupe::store::{Peeked, Settlement};
-use bq_dedupe_workers::bq_dedupe::{Claim, ClaimToken, Store, StoreError};
+use bq_dedupe_workers::bq_dedupe::store::{Settlement, wire};
+use bq_dedupe_workers::bq_dedupe::{ClaimToken, Store, StoreError};
 use bq_dedupe_workers::{DedupeConfig, RoundTrips, WorkersStore};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -17,23 +17,8 @@ struct Ids {
 }
 
 #[derive(Deserialize)]
-struct Keys {
-    keys: Vec<String>,
-    #[serde(default)]
-    ttl_ms: Option<u64>,
-    #[serde(default)]
-    lease_ms: Option<u64>,
-}
-
-#[derive(Deserialize)]
 struct Releases {
-    releases: Vec<ReleaseItem>,
-}
-
-#[derive(Deserialize)]
-struct ReleaseItem {
-    key: String,
-    token: String,
+    releases: Vec<wire::ClaimRef>,
 }
 
 /// Where the `/store/*` routes read and write in a deployment: a key space of
@@ -57,14 +42,12 @@ fn open(env: &Env) -> Result<(DedupeConfig, WorkersStore)> {
 }
 
 fn store_error(e: StoreError) -> Result<Response> {
-    let status = match e.kind.code() {
-        "unsupported" | "invalid" => 400,
+    use bq_dedupe_workers::bq_dedupe::StoreErrorKind::{Invalid, Unsupported};
+    let status = match e.kind {
+        Unsupported | Invalid => 400,
         _ => 503,
     };
-    Ok(
-        Response::from_json(&json!({ "error": e.message, "kind": e.kind.code() }))?
-            .with_status(status),
-    )
+    Ok(Response::from_json(&e)?.with_status(status))
 }
 
 fn reply(result: std::result::Result<Value, StoreError>) -> Result<Response> {
@@ -98,103 +81,72 @@ pub async fn forget(mut req: Request, env: Env) -> Result<Response> {
     Response::from_json(&json!({ "forgotten": forgotten }))
 }
 
-/// `POST /store/forget {"keys": [...]}`: by exact store key (no prefix added).
-pub async fn forget_keys(mut req: Request, env: Env) -> Result<Response> {
-    let mut keys: Keys = match body(&mut req, &env).await? {
+/// A `/store/*` route on keys: `call` with the body's keys (scoped) and the store.
+async fn on_keys(
+    mut req: Request,
+    env: Env,
+    call: impl AsyncFnOnce(wire::Keys, WorkersStore) -> Result<Response>,
+) -> Result<Response> {
+    let mut keys: wire::Keys = match body(&mut req, &env).await? {
         Ok(b) => b,
         Err(refusal) => return Ok(refusal),
     };
     keys.keys.iter_mut().for_each(|k| scope(&env, k));
-    let (_, store) = open(&env)?;
-    for key in &keys.keys {
-        if let Err(e) = store.forget(key).await {
-            return store_error(e);
-        }
-    }
-    Response::from_json(&json!({ "forgotten": keys.keys.len() }))
+    call(keys, open(&env)?.1).await
 }
 
-pub async fn seen(mut req: Request, env: Env) -> Result<Response> {
-    let mut keys: Keys = match body(&mut req, &env).await? {
-        Ok(b) => b,
-        Err(refusal) => return Ok(refusal),
-    };
-    keys.keys.iter_mut().for_each(|k| scope(&env, k));
-    let (_, store) = open(&env)?;
-    let refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
-    reply(
-        store
-            .seen_many(&refs)
-            .await
-            .map(|seen| json!({ "seen": seen })),
-    )
+/// `POST /store/forget {"keys": [...]}`: by exact store key (no prefix added).
+pub async fn forget_keys(req: Request, env: Env) -> Result<Response> {
+    on_keys(req, env, async |keys, store| {
+        for key in &keys.keys {
+            if let Err(e) = store.forget(key).await {
+                return store_error(e);
+            }
+        }
+        Response::from_json(&json!({ "forgotten": keys.keys.len() }))
+    })
+    .await
+}
+
+pub async fn seen(req: Request, env: Env) -> Result<Response> {
+    on_keys(req, env, async |keys, store| {
+        let seen = store.seen_many(&keys.refs()).await;
+        reply(seen.map(|seen| json!({ "seen": seen })))
+    })
+    .await
 }
 
 /// `POST /store/peek {"keys": [...]}`: for each key `{"state": "done"}` or
 /// `{"state": "not-done", "claim_ends_in_ms": ms | null}` (0: free; null: the
 /// store cannot tell), as the guard's re-check of a held key reads it.
-pub async fn peek(mut req: Request, env: Env) -> Result<Response> {
-    let mut keys: Keys = match body(&mut req, &env).await? {
-        Ok(b) => b,
-        Err(refusal) => return Ok(refusal),
-    };
-    keys.keys.iter_mut().for_each(|k| scope(&env, k));
-    let (_, store) = open(&env)?;
-    let refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
-    reply(store.peek_many(&refs).await.map(|peeked| {
-        let peeked: Vec<Value> = peeked
-            .into_iter()
-            .map(|p| match p {
-                Peeked::Done => json!({ "state": "done" }),
-                Peeked::NotDone { claim_ends_in } => json!({
-                    "state": "not-done",
-                    "claim_ends_in_ms": claim_ends_in.map(|d| d.as_millis() as u64),
-                }),
-            })
-            .collect();
-        json!({ "peeked": peeked })
-    }))
+pub async fn peek(req: Request, env: Env) -> Result<Response> {
+    on_keys(req, env, async |keys, store| {
+        reply(store.peek_many(&keys.refs()).await.map(|peeked| {
+            let peeked: Vec<wire::Peek> = peeked.into_iter().map(Into::into).collect();
+            json!({ "peeked": peeked })
+        }))
+    })
+    .await
 }
 
-pub async fn remember(mut req: Request, env: Env) -> Result<Response> {
-    let mut keys: Keys = match body(&mut req, &env).await? {
-        Ok(b) => b,
-        Err(refusal) => return Ok(refusal),
-    };
-    keys.keys.iter_mut().for_each(|k| scope(&env, k));
-    let (_, store) = open(&env)?;
-    let refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
-    let ttl = keys.ttl_ms.map(Duration::from_millis);
-    reply(
-        store
-            .remember_many(&refs, ttl)
-            .await
-            .map(|()| json!({ "ok": true })),
-    )
+pub async fn remember(req: Request, env: Env) -> Result<Response> {
+    on_keys(req, env, async |keys, store| {
+        let ttl = keys.ttl_ms.map(Duration::from_millis);
+        let remembered = store.remember_many(&keys.refs(), ttl).await;
+        reply(remembered.map(|()| json!({ "ok": true })))
+    })
+    .await
 }
 
-pub async fn claim(mut req: Request, env: Env) -> Result<Response> {
-    let mut keys: Keys = match body(&mut req, &env).await? {
-        Ok(b) => b,
-        Err(refusal) => return Ok(refusal),
-    };
-    keys.keys.iter_mut().for_each(|k| scope(&env, k));
-    let (_, store) = open(&env)?;
-    let refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
-    let lease = Duration::from_millis(keys.lease_ms.unwrap_or(60_000));
-    reply(store.claim_many(&refs, lease).await.map(|claims| {
-        let claims: Vec<Value> = claims
-            .into_iter()
-            .map(|claim| match claim {
-                Claim::Acquired(ClaimToken(token)) => {
-                    json!({ "state": "acquired", "token": token })
-                }
-                Claim::Seen => json!({ "state": "seen" }),
-                Claim::Held => json!({ "state": "held" }),
-            })
-            .collect();
-        json!({ "claims": claims })
-    }))
+pub async fn claim(req: Request, env: Env) -> Result<Response> {
+    on_keys(req, env, async |keys, store| {
+        let lease = Duration::from_millis(keys.lease_ms.unwrap_or(60_000));
+        reply(store.claim_many(&keys.refs(), lease).await.map(|claims| {
+            let claims: Vec<wire::Claim> = claims.into_iter().map(Into::into).collect();
+            json!({ "claims": claims })
+        }))
+    })
+    .await
 }
 
 pub async fn release(mut req: Request, env: Env) -> Result<Response> {
@@ -204,12 +156,9 @@ pub async fn release(mut req: Request, env: Env) -> Result<Response> {
     };
     (releases.releases.iter_mut()).for_each(|r| scope(&env, &mut r.key));
     let (_, store) = open(&env)?;
-    let tokens: Vec<(&str, ClaimToken)> = releases
-        .releases
-        .iter()
-        .map(|r| (r.key.as_str(), ClaimToken(r.token.clone())))
+    let refs: Vec<(&str, &ClaimToken)> = (releases.releases.iter())
+        .map(|r| (r.key.as_str(), &r.token))
         .collect();
-    let refs: Vec<(&str, &ClaimToken)> = tokens.iter().map(|(k, t)| (*k, t)).collect();
     let step = Settlement {
         release: &refs,
         ..Settlement::default()
@@ -225,32 +174,11 @@ pub async fn release(mut req: Request, env: Env) -> Result<Response> {
     )
 }
 
-#[derive(Deserialize)]
-struct SettleBody {
-    #[serde(default)]
-    remember: Vec<RememberItem>,
-    #[serde(default)]
-    release: Vec<ReleaseItem>,
-    #[serde(default)]
-    renew: Vec<ReleaseItem>,
-    #[serde(default)]
-    ttl_ms: Option<u64>,
-    #[serde(default)]
-    lease_ms: Option<u64>,
-}
-
-#[derive(Deserialize)]
-struct RememberItem {
-    key: String,
-    #[serde(default)]
-    token: Option<String>,
-}
-
 /// `POST /store/settle {"remember": [{key, token?}], "release": [{key, token}],
 /// "renew": [{key, token}], "ttl_ms"?, "lease_ms"?}`: one batch step, as the
 /// guard makes it. Answers `kept`, `renewed` and `release_error` (or `null`).
 pub async fn settle(mut req: Request, env: Env) -> Result<Response> {
-    let mut step: SettleBody = match body(&mut req, &env).await? {
+    let mut step: wire::Step = match body(&mut req, &env).await? {
         Ok(b) => b,
         Err(refusal) => return Ok(refusal),
     };
@@ -260,50 +188,8 @@ pub async fn settle(mut req: Request, env: Env) -> Result<Response> {
         .iter_mut()
         .for_each(|r| scope(&env, &mut r.key));
     let (_, store) = open(&env)?;
-    let token = |t: &str| ClaimToken(t.to_string());
-    let remember_tokens: Vec<(&str, Option<ClaimToken>)> = step
-        .remember
-        .iter()
-        .map(|r| (r.key.as_str(), r.token.as_deref().map(token)))
-        .collect();
-    let release_tokens: Vec<(&str, ClaimToken)> = step
-        .release
-        .iter()
-        .map(|r| (r.key.as_str(), token(&r.token)))
-        .collect();
-    let renew_tokens: Vec<(&str, ClaimToken)> = step
-        .renew
-        .iter()
-        .map(|r| (r.key.as_str(), token(&r.token)))
-        .collect();
-    let remember: Vec<(&str, Option<&ClaimToken>)> = remember_tokens
-        .iter()
-        .map(|(k, t)| (*k, t.as_ref()))
-        .collect();
-    let release: Vec<(&str, &ClaimToken)> = release_tokens.iter().map(|(k, t)| (*k, t)).collect();
-    let renew: Vec<(&str, &ClaimToken)> = renew_tokens.iter().map(|(k, t)| (*k, t)).collect();
-    let settlement = Settlement {
-        remember: &remember,
-        ttl: step.ttl_ms.map(Duration::from_millis),
-        release: &release,
-        renew: &renew,
-        lease: Duration::from_millis(step.lease_ms.unwrap_or(60_000)),
-    };
-    reply(store.settle(&settlement).await.map(|settled| {
-        json!({
-            "kept": settled.kept,
-            "renewed": settled.renewed,
-            "release_error": settled.release_error.map(|e| e.to_string()),
-        })
-    }))
-}
-
-#[derive(Deserialize)]
-struct Transaction {
-    key: String,
-    #[serde(default)]
-    ttl_ms: Option<u64>,
-    ok: bool,
+    let settled = step.apply(&store, Duration::from_millis(60_000)).await;
+    reply(settled.map(|settled| json!(wire::Settled::from(settled))))
 }
 
 /// The testkit's effect rows (test directives only): one per committed
@@ -322,7 +208,7 @@ pub async fn transact(mut req: Request, env: Env) -> Result<Response> {
             403,
         );
     }
-    let mut tx: Transaction = match body(&mut req, &env).await? {
+    let mut tx: wire::Transact = match body(&mut req, &env).await? {
         Ok(b) => b,
         Err(refusal) => return Ok(refusal),
     };
@@ -347,11 +233,10 @@ pub async fn transact(mut req: Request, env: Env) -> Result<Response> {
             .commit_with(Some(&tx.key), ttl, statements)
             .await
             .map(|run| {
+                // A refused statement aborts the batch: nothing written, as in a rollback.
                 let run = match run {
-                    TxRun::Committed(()) => "committed",
-                    TxRun::AlreadyDone => "already-done",
-                    TxRun::Held => "held",
-                    TxRun::RolledBack(_) | TxRun::Aborted(_) => "rolled-back",
+                    TxRun::Aborted(_) => wire::Run::RolledBack,
+                    run => run.into(),
                 };
                 json!({ "run": run })
             }),
@@ -364,7 +249,7 @@ pub async fn effects(mut req: Request, env: Env) -> Result<Response> {
     if !crate::access::directives_enabled(&env) {
         return Response::error("the testkit's effects need EXAMPLE_TEST_DIRECTIVES=1", 403);
     }
-    let mut keys: Keys = match body(&mut req, &env).await? {
+    let mut keys: wire::Keys = match body(&mut req, &env).await? {
         Ok(b) => b,
         Err(refusal) => return Ok(refusal),
     };

@@ -6,9 +6,11 @@
 
 use std::time::Duration;
 
+use bq_dedupe::store::wire::{self, ms};
 use bq_dedupe::store::{Peeked, Settled, Settlement, TxRun};
-use bq_dedupe::{Capabilities, Claim, ClaimToken, Store, StoreError, StoreErrorKind, StoreResult};
-use serde_json::{Value, json};
+use bq_dedupe::{Capabilities, Claim, Store, StoreError, StoreErrorKind, StoreResult};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 /// The admin token `scripts/with-worker.sh` configures.
 pub const TOKEN: &str = "test-admin-token-0123456789";
@@ -54,20 +56,17 @@ impl HttpStore {
         }
     }
 
-    fn keys(&self, keys: &[&str]) -> Vec<String> {
-        keys.iter().map(|k| format!("{}{k}", self.prefix)).collect()
-    }
-
-    fn refs(&self, claims: &[(&str, &ClaimToken)]) -> Vec<Value> {
-        claims
-            .iter()
-            .map(|(k, t)| json!({ "key": format!("{}{k}", self.prefix), "token": t.0 }))
-            .collect()
+    fn keys(&self, keys: &[&str], ttl: Option<Duration>, lease: Option<Duration>) -> wire::Keys {
+        wire::Keys {
+            keys: keys.iter().map(|k| format!("{}{k}", self.prefix)).collect(),
+            ttl_ms: ttl.map(ms),
+            lease_ms: lease.map(ms),
+        }
     }
 
     /// POSTs `body` to `/store/{route}`: the JSON reply, or the store error the
     /// worker answered (its `kind`), or `unavailable` when it cannot be reached.
-    fn post(&self, route: &str, body: Value) -> StoreResult<Value> {
+    fn post(&self, route: &str, body: impl serde::Serialize) -> StoreResult<Value> {
         let url = format!("{}/store/{route}", self.base);
         let mut reply = self
             .agent
@@ -85,12 +84,8 @@ impl HttpStore {
         if status == 200 {
             return Ok(value);
         }
-        let kind = match value["kind"].as_str() {
-            Some("unsupported") => StoreErrorKind::Unsupported,
-            Some("invalid") => StoreErrorKind::Invalid,
-            Some("unavailable") => StoreErrorKind::Unavailable,
-            _ => StoreErrorKind::Internal,
-        };
+        let kind = serde_json::from_value::<StoreError>(value)
+            .map_or(StoreErrorKind::Internal, |e| e.kind);
         Err(StoreError::new(
             kind,
             format!("{url}: HTTP {status}: {text}"),
@@ -108,64 +103,56 @@ impl HttpStore {
         ttl: Option<Duration>,
         ok: bool,
     ) -> StoreResult<TxRun<(), ()>> {
-        let body =
-            json!({ "key": format!("{}{key}", self.prefix), "ttl_ms": ttl.map(ms), "ok": ok });
-        let reply = self.post("transact", body)?;
-        match reply["run"].as_str() {
-            Some("committed") => Ok(TxRun::Committed(())),
-            Some("already-done") => Ok(TxRun::AlreadyDone),
-            Some("held") => Ok(TxRun::Held),
-            Some("rolled-back") => Ok(TxRun::RolledBack(())),
-            _ => Err(StoreError::internal(format!("transact: {reply}"))),
+        let key = format!("{}{key}", self.prefix);
+        let reply = self.post(
+            "transact",
+            wire::Transact {
+                key,
+                ttl_ms: ttl.map(ms),
+                ok,
+            },
+        )?;
+        match read::<wire::Run>(&reply, "run")? {
+            wire::Run::Aborted(_) => Err(StoreError::internal(format!("transact: {reply}"))),
+            run => Ok(run.into()),
         }
     }
 
     /// How many effect rows `/store/transact` left for `key`.
     pub fn effects(&self, key: &str) -> StoreResult<u64> {
-        let reply = self.post("effects", json!({ "keys": self.keys(&[key]) }))?;
-        reply["effects"]
-            .as_u64()
-            .ok_or_else(|| StoreError::internal(format!("effects: {reply}")))
+        let reply = self.post("effects", self.keys(&[key], None, None))?;
+        read(&reply, "effects")
     }
 }
 
-fn field<'v>(reply: &'v Value, name: &str, n: usize) -> StoreResult<&'v Vec<Value>> {
-    match reply[name].as_array() {
-        Some(items) if items.len() == n => Ok(items),
+/// `reply[name]` as a `T`.
+fn read<T: DeserializeOwned>(reply: &Value, name: &str) -> StoreResult<T> {
+    serde_json::from_value(reply[name].clone())
+        .map_err(|e| StoreError::internal(format!("`{name}` in {reply}: {e}")))
+}
+
+/// `reply[name]`: `n` answers.
+fn answers<T: DeserializeOwned>(reply: &Value, name: &str, n: usize) -> StoreResult<Vec<T>> {
+    match read::<Vec<T>>(reply, name)? {
+        items if items.len() == n => Ok(items),
         _ => Err(StoreError::internal(format!(
             "expected {n} `{name}` in {reply}"
         ))),
     }
 }
 
-fn bools(reply: &Value, name: &str, n: usize) -> StoreResult<Vec<bool>> {
-    field(reply, name, n)?
-        .iter()
-        .map(|v| {
-            v.as_bool()
-                .ok_or_else(|| StoreError::internal(format!("`{name}`: {v} is not a boolean")))
-        })
-        .collect()
-}
-
-fn ms(d: Duration) -> u64 {
-    d.as_millis() as u64
-}
-
 impl Store for HttpStore {
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
-        let reply = self.post("seen", json!({ "keys": self.keys(keys) }))?;
-        bools(&reply, "seen", keys.len())
+        let reply = self.post("seen", self.keys(keys, None, None))?;
+        answers(&reply, "seen", keys.len())
     }
 
     async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
-        let body = json!({ "keys": self.keys(keys), "ttl_ms": ttl.map(ms) });
-        self.post("remember", body).map(drop)
+        self.post("remember", self.keys(keys, ttl, None)).map(drop)
     }
 
     async fn forget(&self, key: &str) -> StoreResult<()> {
-        self.post("forget", json!({ "keys": self.keys(&[key]) }))
-            .map(drop)
+        self.post("forget", self.keys(&[key], None, None)).map(drop)
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -177,51 +164,25 @@ impl Store for HttpStore {
     }
 
     async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
-        let reply = self.post("peek", json!({ "keys": self.keys(keys) }))?;
-        field(&reply, "peeked", keys.len())?
-            .iter()
-            .map(|p| match p["state"].as_str() {
-                Some("done") => Ok(Peeked::Done),
-                Some("not-done") => Ok(Peeked::NotDone {
-                    claim_ends_in: p["claim_ends_in_ms"].as_u64().map(Duration::from_millis),
-                }),
-                _ => Err(StoreError::internal(format!("peek: {p}"))),
-            })
-            .collect()
+        let reply = self.post("peek", self.keys(keys, None, None))?;
+        let peeks: Vec<wire::Peek> = answers(&reply, "peeked", keys.len())?;
+        Ok(peeks.into_iter().map(Into::into).collect())
     }
 
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
-        let body = json!({ "keys": self.keys(keys), "lease_ms": ms(lease) });
-        let reply = self.post("claim", body)?;
-        field(&reply, "claims", keys.len())?
-            .iter()
-            .map(|c| match (c["state"].as_str(), c["token"].as_str()) {
-                (Some("acquired"), Some(token)) => Ok(Claim::Acquired(ClaimToken(token.into()))),
-                (Some("seen"), _) => Ok(Claim::Seen),
-                (Some("held"), _) => Ok(Claim::Held),
-                _ => Err(StoreError::internal(format!("claim: {c}"))),
-            })
-            .collect()
+        let reply = self.post("claim", self.keys(keys, None, Some(lease)))?;
+        let claims: Vec<wire::Claim> = answers(&reply, "claims", keys.len())?;
+        Ok(claims.into_iter().map(Into::into).collect())
     }
 
     async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
-        let remember: Vec<Value> = step
-            .remember
-            .iter()
-            .map(|(k, t)| json!({ "key": format!("{}{k}", self.prefix), "token": t.map(|t| &t.0) }))
-            .collect();
-        let body = json!({
-            "remember": remember,
-            "release": self.refs(step.release),
-            "renew": self.refs(step.renew),
-            "ttl_ms": step.ttl.map(ms),
-            "lease_ms": ms(step.lease),
-        });
+        let mut body = wire::Step::from(step);
+        let refs = body.release.iter_mut().chain(body.renew.iter_mut());
+        let keys = (refs.map(|r| &mut r.key)).chain(body.remember.iter_mut().map(|r| &mut r.key));
+        keys.for_each(|key| key.insert_str(0, &self.prefix));
         let reply = self.post("settle", body)?;
-        Ok(Settled {
-            kept: bools(&reply, "kept", step.remember.len())?,
-            renewed: bools(&reply, "renewed", step.renew.len())?,
-            release_error: reply["release_error"].as_str().map(StoreError::unavailable),
-        })
+        let settled: wire::Settled = serde_json::from_value(reply)
+            .map_err(|e| StoreError::internal(format!("settle: {e}")))?;
+        settled.answering(step)
     }
 }

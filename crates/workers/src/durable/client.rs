@@ -2,15 +2,14 @@
 
 use std::time::Duration;
 
+use bq_dedupe::store::wire::Step;
 use bq_dedupe::store::{Peeked, Settled, Settlement};
 use bq_dedupe::{Capabilities, Claim, ClaimToken, Store, StoreError, StoreErrorKind, StoreResult};
 use futures_util::future::{join_all, try_join_all};
 use wasm_bindgen::JsValue;
 use worker::{Method, ObjectNamespace, Request, RequestInit};
 
-use super::protocol::{
-    ClaimRef, ClaimReply, Entry, PeekState, Remember, ShardReply, ShardRequest, wire_ms,
-};
+use super::protocol::{ClaimRef, ClaimReply, Entry, Remember, ShardReply, ShardRequest, wire_ms};
 use crate::round_trips::RoundTrips;
 use crate::shard::{Layout, key_hash};
 
@@ -237,22 +236,12 @@ impl DurableObjectStore {
         let parts = parts
             .into_iter()
             .map(|(members, reply)| {
-                let n = members.len();
-                let held = reply.held_ms.unwrap_or_else(|| vec![None; n]);
                 let states = reply.peek.map(|states| {
-                    states
-                        .into_iter()
-                        .zip(held.into_iter().chain(std::iter::repeat(None)))
-                        .map(|(state, ms)| match state {
-                            PeekState::Seen => Peeked::Done,
-                            PeekState::Free => Peeked::NotDone {
-                                claim_ends_in: Some(Duration::ZERO),
-                            },
-                            PeekState::Held => Peeked::NotDone {
-                                claim_ends_in: ms.map(Duration::from_millis),
-                            },
-                        })
-                        .collect()
+                    // Absent from a shard of a version before it: unknown.
+                    let held = reply.held_ms.unwrap_or_default().into_iter();
+                    let held = held.chain(std::iter::repeat(None));
+                    let peeked = states.into_iter().zip(held);
+                    peeked.map(|(state, ms)| state.peeked(ms)).collect()
                 });
                 (members, states)
             })
@@ -286,7 +275,7 @@ impl DurableObjectStore {
                 let claims = reply.as_ref().ok().and_then(|r| r.claims.as_ref());
                 for (&i, claim) in members.iter().zip(claims.into_iter().flatten()) {
                     if let ClaimReply::Acquired { token } = claim {
-                        taken.push((keys[i], ClaimToken(token.clone())));
+                        taken.push((keys[i], token.clone()));
                     }
                 }
             }
@@ -298,14 +287,7 @@ impl DurableObjectStore {
             .map(|(m, r)| (m, r.ok().and_then(|r| r.claims)))
             .collect();
         let claims = scatter(keys.len(), parts, "claims")?;
-        Ok(claims
-            .into_iter()
-            .map(|claim| match claim {
-                ClaimReply::Acquired { token } => Claim::Acquired(ClaimToken(token)),
-                ClaimReply::Seen => Claim::Seen,
-                ClaimReply::Held => Claim::Held,
-            })
-            .collect())
+        Ok(claims.into_iter().map(Into::into).collect())
     }
 
     /// Gives claims taken in `layout` back, best effort.
@@ -316,13 +298,11 @@ impl DurableObjectStore {
                 .iter()
                 .map(|&i| claim_ref(taken[i].0, &taken[i].1.0))
                 .collect();
-            let request = ShardRequest::Settle {
-                remember: Vec::new(),
-                ttl_ms: None,
+            let request = ShardRequest::Settle(Step {
                 release,
-                renew: Vec::new(),
-                lease_ms: 0,
-            };
+                lease_ms: Some(0),
+                ..Step::default()
+            });
             async move { self.call(&object, request).await }
         }))
         .await;
@@ -528,10 +508,8 @@ impl Store for DurableObjectStore {
         self.check_layouts().await?;
         #[derive(Default)]
         struct Part {
-            remember: Vec<Remember>,
+            step: Step,
             remember_at: Vec<usize>,
-            release: Vec<ClaimRef>,
-            renew: Vec<ClaimRef>,
             renew_at: Vec<usize>,
         }
         /// The part of the step that goes to `object` (first-seen order).
@@ -549,9 +527,9 @@ impl Store for DurableObjectStore {
         for (i, (key, token)) in step.remember.iter().enumerate() {
             for (object, token) in self.placements(key, token.map(|t| t.0.as_str())) {
                 let p = part_for(&mut parts, object);
-                p.remember.push(Remember {
+                p.step.remember.push(Remember {
                     key: key.to_string(),
-                    token: token.map(str::to_string),
+                    token: token.map(|t| ClaimToken(t.to_string())),
                 });
                 p.remember_at.push(i);
             }
@@ -559,34 +537,21 @@ impl Store for DurableObjectStore {
         for (key, token) in step.release {
             for (object, token) in self.placements(key, Some(token.0.as_str())) {
                 let release = claim_ref(key, token.unwrap_or_default());
-                part_for(&mut parts, object).release.push(release);
+                part_for(&mut parts, object).step.release.push(release);
             }
         }
         for (i, (key, token)) in step.renew.iter().enumerate() {
             for (object, token) in self.placements(key, Some(token.0.as_str())) {
                 let p = part_for(&mut parts, object);
-                p.renew.push(claim_ref(key, token.unwrap_or_default()));
+                p.step.renew.push(claim_ref(key, token.unwrap_or_default()));
                 p.renew_at.push(i);
             }
         }
-        let ttl_ms = step.ttl.map(wire_ms);
-        let lease_ms = wire_ms(step.lease);
-        let replies = join_all(parts.into_iter().map(|(object, p)| {
-            let Part {
-                remember,
-                remember_at,
-                release,
-                renew,
-                renew_at,
-            } = p;
-            let request = ShardRequest::Settle {
-                remember,
-                ttl_ms,
-                release,
-                renew,
-                lease_ms,
-            };
-            async move { (remember_at, renew_at, self.call(&object, request).await) }
+        let replies = join_all(parts.into_iter().map(|(object, mut p)| {
+            p.step.ttl_ms = step.ttl.map(wire_ms);
+            p.step.lease_ms = Some(wire_ms(step.lease));
+            let request = ShardRequest::Settle(p.step);
+            async move { (p.remember_at, p.renew_at, self.call(&object, request).await) }
         }))
         .await;
         let mut settled = Settled::default();
@@ -638,6 +603,6 @@ const BOTH: char = '+';
 fn claim_ref(key: &str, token: &str) -> ClaimRef {
     ClaimRef {
         key: key.to_string(),
-        token: token.to_string(),
+        token: ClaimToken(token.to_string()),
     }
 }

@@ -1,7 +1,11 @@
 //! The batch RPC between [`super::DurableObjectStore`] and [`super::DedupeShard`]:
 //! one JSON request, one JSON reply, every call for many keys.
 
+use bq_dedupe::store::wire;
 use serde::{Deserialize, Serialize};
+
+/// The shapes this protocol shares with every store call on the wire.
+pub use wire::{Claim as ClaimReply, ClaimRef, PeekState, Remember};
 
 /// The largest integer a JS number holds exactly: no duration or timestamp on the
 /// wire, or stored by a shard, exceeds it (a row read back must still fit).
@@ -52,22 +56,7 @@ pub enum ShardRequest {
     /// `remember` (for `ttl_ms`, or forever), fenced where a token is given (see
     /// `bq_dedupe::Store::remember_fenced`). Reply: `kept` (one per remember) and
     /// `renewed` (one per renew).
-    Settle {
-        /// The keys to remember (last).
-        #[serde(default)]
-        remember: Vec<Remember>,
-        /// How long `remember` is remembered, in ms (`None`: forever).
-        ttl_ms: Option<u64>,
-        /// The claims to release (first).
-        #[serde(default)]
-        release: Vec<ClaimRef>,
-        /// The claims to renew.
-        #[serde(default)]
-        renew: Vec<ClaimRef>,
-        /// How long a renewed claim lasts from now, in ms.
-        #[serde(default)]
-        lease_ms: u64,
-    },
+    Settle(wire::Step),
     /// Read-only: for each key, remembered (`seen`), claimed by a live claim
     /// (`held`, with the ms it has left in `held_ms`) or neither (`free`). The
     /// guard's re-check of a held key, and asked of a previous layout while
@@ -103,52 +92,6 @@ pub enum ShardRequest {
         #[serde(default)]
         expired: bool,
     },
-}
-
-/// A claim by its key and token: one to release, or to renew.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ClaimRef {
-    /// The claimed key.
-    pub key: String,
-    /// The token the claim was acquired with ([`ClaimReply::Acquired`]).
-    pub token: String,
-}
-
-/// A key to remember; with a token, fenced by that claim.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Remember {
-    /// The key to remember.
-    pub key: String,
-    /// The claim that must still own the key (`None`: not fenced).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub token: Option<String>,
-}
-
-/// What a shard knows of a key (the `peek` answer).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PeekState {
-    /// Neither remembered nor held by a live claim.
-    Free,
-    /// Remembered (and not expired).
-    Seen,
-    /// Held by a live claim.
-    Held,
-}
-
-/// A claim attempt's answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "state", rename_all = "kebab-case")]
-pub enum ClaimReply {
-    /// Claimed now.
-    Acquired {
-        /// The new claim's token: what releases, renews or fences it.
-        token: String,
-    },
-    /// Already remembered: not claimed.
-    Seen,
-    /// Held by a live claim: not claimed.
-    Held,
 }
 
 /// One live row.

@@ -1,9 +1,8 @@
 //! The shard's table: every read and write of the seen-set, synchronous SQL.
 
-use std::time::Duration;
-
-use bq_dedupe::store::Peeked;
+use bq_dedupe::ClaimToken;
 use bq_dedupe::store::record::{ClaimAnswer, Record, Rules};
+use bq_dedupe::store::wire::Step;
 use serde::Deserialize;
 use worker::{Result, SqlStorage, SqlStorageValue};
 
@@ -91,7 +90,9 @@ impl IdTable {
                         r.claim(RULES, at, token.clone(), until)
                     })?;
                     claims.push(match answer {
-                        ClaimAnswer::Acquired => ClaimReply::Acquired { token },
+                        ClaimAnswer::Acquired => ClaimReply::Acquired {
+                            token: ClaimToken(token),
+                        },
                         ClaimAnswer::Seen => ClaimReply::Seen,
                         ClaimAnswer::Held => ClaimReply::Held,
                     });
@@ -108,25 +109,25 @@ impl IdTable {
                     self.update(key, &mut expiry, |r| r.remember(RULES, at, until))?;
                 }
                 for ClaimRef { key, token } in release {
-                    self.update(&key, &mut expiry, |r| r.release(RULES, at, &token))?;
+                    self.update(&key, &mut expiry, |r| r.release(RULES, at, &token.0))?;
                 }
             }
-            ShardRequest::Settle {
+            ShardRequest::Settle(Step {
                 remember,
                 ttl_ms,
                 release,
                 renew,
                 lease_ms,
-            } => {
+            }) => {
                 // Releases first: a release must never be skipped by a later step.
                 for ClaimRef { key, token } in release {
-                    self.update(&key, &mut expiry, |r| r.release(RULES, at, &token))?;
+                    self.update(&key, &mut expiry, |r| r.release(RULES, at, &token.0))?;
                 }
-                let until = Some(expiry_after(now, lease_ms) as u64);
+                let until = Some(expiry_after(now, lease_ms.unwrap_or_default()) as u64);
                 let mut renewed = Vec::with_capacity(renew.len());
                 for ClaimRef { key, token } in &renew {
-                    renewed
-                        .push(self.update(key, &mut expiry, |r| r.renew(RULES, at, token, until))?);
+                    let renew = |r: &mut Record<String>| r.renew(RULES, at, &token.0, until);
+                    renewed.push(self.update(key, &mut expiry, renew)?);
                 }
                 let done_until = ttl_ms.map(|ttl| expiry_after(now, ttl) as u64);
                 let mut kept = Vec::with_capacity(remember.len());
@@ -136,7 +137,7 @@ impl IdTable {
                             r.remember(RULES, at, done_until);
                             true
                         }
-                        Some(token) => r.remember_fenced(RULES, at, token, done_until),
+                        Some(token) => r.remember_fenced(RULES, at, &token.0, done_until),
                     })?);
                 }
                 reply.kept = Some(kept);
@@ -146,15 +147,7 @@ impl IdTable {
                 let mut states = Vec::with_capacity(keys.len());
                 let mut held_ms = Vec::with_capacity(keys.len());
                 for key in &keys {
-                    let (state, left) = match self.record(key)?.peeked(at) {
-                        Peeked::Done => (PeekState::Seen, None),
-                        Peeked::NotDone {
-                            claim_ends_in: Some(Duration::ZERO),
-                        } => (PeekState::Free, None),
-                        Peeked::NotDone { claim_ends_in } => {
-                            (PeekState::Held, claim_ends_in.map(|d| d.as_millis() as u64))
-                        }
-                    };
+                    let (state, left) = PeekState::of(self.record(key)?.peeked(at));
                     states.push(state);
                     held_ms.push(left);
                 }
