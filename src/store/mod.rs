@@ -106,8 +106,9 @@ impl StoreError {
 #[serde(transparent)]
 pub struct ClaimToken(pub String);
 
-/// The answer to a claim attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The answer to a claim attempt (on the wire, a [`wire::Claim`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "wire::Claim", from = "wire::Claim")]
 pub enum Claim {
     /// The id was free: the caller holds it until it remembers or releases it, or
     /// the lease runs out.
@@ -118,8 +119,9 @@ pub enum Claim {
     Held,
 }
 
-/// What [`Store::peek_many`] sees of a key now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What [`Store::peek_many`] sees of a key now (on the wire, a [`wire::Peek`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "wire::Peek", from = "wire::Peek")]
 pub enum Peeked {
     /// Remembered and not expired: skip.
     Done,

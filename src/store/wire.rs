@@ -348,15 +348,14 @@ mod tests {
 
     #[test]
     fn shapes_are_the_contract() {
-        let claim = Claim::from(super::super::Claim::Acquired(ClaimToken("t".into())));
+        let claim = super::super::Claim::Acquired(ClaimToken("t".into()));
         assert_eq!(json(&claim), r#"{"state":"acquired","token":"t"}"#);
-        let peek = Peek::from(Peeked::NotDone {
+        let held: super::super::Claim = serde_json::from_str(r#"{"state":"held"}"#).unwrap();
+        assert_eq!(held, super::super::Claim::Held);
+        let peek = json(&Peeked::NotDone {
             claim_ends_in: None,
         });
-        assert_eq!(
-            json(&peek),
-            r#"{"state":"not-done","claim_ends_in_ms":null}"#
-        );
+        assert_eq!(peek, r#"{"state":"not-done","claim_ends_in_ms":null}"#);
         assert_eq!(json(&Run::AlreadyDone), r#""already-done""#);
         let e = StoreError::new(StoreErrorKind::Invalid, "no: key");
         assert_eq!(json(&e), r#"{"error":"no: key","kind":"invalid"}"#);

@@ -161,13 +161,11 @@ impl Store for Proxy {
     }
     async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
         let peeks = self.call("peek", self::keys(keys, None, None))?;
-        let peeks: Vec<wire::Peek> = serde_json::from_value(peeks).expect("peeks");
-        Ok(peeks.into_iter().map(Into::into).collect())
+        Ok(serde_json::from_value(peeks).expect("peeks"))
     }
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
         let claims = self.call("claim", self::keys(keys, None, Some(lease)))?;
-        let claims: Vec<wire::Claim> = serde_json::from_value(claims).expect("claims");
-        Ok(claims.into_iter().map(Into::into).collect())
+        Ok(serde_json::from_value(claims).expect("claims"))
     }
     async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
         let settled = self.call("settle", json!(wire::Step::from(step)))?;
@@ -213,26 +211,16 @@ fn answer(store: &SqliteStore, op: Option<&str>, args: Value) -> StoreResult<Val
             json!(wait(store.remember_many(&keys.refs(), dur(keys.ttl_ms)))?)
         }
         "forget" => json!(wait(store.forget(&keys().keys[0]))?),
-        "peek" => {
-            let peeks = wait(store.peek_many(&keys().refs()))?;
-            json!(peeks.into_iter().map(wire::Peek::from).collect::<Vec<_>>())
-        }
+        "peek" => json!(wait(store.peek_many(&keys().refs()))?),
         "claim" => {
             let keys = keys();
             let lease = dur(keys.lease_ms).unwrap_or_default();
-            let claims = wait(store.claim_many(&keys.refs(), lease))?;
-            json!(
-                claims
-                    .into_iter()
-                    .map(wire::Claim::from)
-                    .collect::<Vec<_>>()
-            )
+            json!(wait(store.claim_many(&keys.refs(), lease))?)
         }
         "settle" => {
             let step: wire::Step = serde_json::from_value(args).expect("a step");
-            json!(wire::Settled::from(wait(
-                step.apply(store, Duration::ZERO)
-            )?))
+            let settled = wait(step.apply(store, Duration::ZERO))?;
+            json!(wire::Settled::from(settled))
         }
         "transact" => {
             let tx: wire::Transact = serde_json::from_value(args).expect("a transaction");

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use bq_dedupe_workers::bq_dedupe::store::{Settlement, wire};
-use bq_dedupe_workers::bq_dedupe::{ClaimToken, Store, StoreError};
+use bq_dedupe_workers::bq_dedupe::store::wire;
+use bq_dedupe_workers::bq_dedupe::{Store, StoreError};
 use bq_dedupe_workers::{DedupeConfig, RoundTrips, WorkersStore};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -121,10 +121,8 @@ pub async fn seen(req: Request, env: Env) -> Result<Response> {
 /// store cannot tell), as the guard's re-check of a held key reads it.
 pub async fn peek(req: Request, env: Env) -> Result<Response> {
     on_keys(req, env, async |keys, store| {
-        reply(store.peek_many(&keys.refs()).await.map(|peeked| {
-            let peeked: Vec<wire::Peek> = peeked.into_iter().map(Into::into).collect();
-            json!({ "peeked": peeked })
-        }))
+        let peeked = store.peek_many(&keys.refs()).await;
+        reply(peeked.map(|peeked| json!({ "peeked": peeked })))
     })
     .await
 }
@@ -141,10 +139,8 @@ pub async fn remember(req: Request, env: Env) -> Result<Response> {
 pub async fn claim(req: Request, env: Env) -> Result<Response> {
     on_keys(req, env, async |keys, store| {
         let lease = Duration::from_millis(keys.lease_ms.unwrap_or(60_000));
-        reply(store.claim_many(&keys.refs(), lease).await.map(|claims| {
-            let claims: Vec<wire::Claim> = claims.into_iter().map(Into::into).collect();
-            json!({ "claims": claims })
-        }))
+        let claims = store.claim_many(&keys.refs(), lease).await;
+        reply(claims.map(|claims| json!({ "claims": claims })))
     })
     .await
 }
@@ -156,22 +152,15 @@ pub async fn release(mut req: Request, env: Env) -> Result<Response> {
     };
     (releases.releases.iter_mut()).for_each(|r| scope(&env, &mut r.key));
     let (_, store) = open(&env)?;
-    let refs: Vec<(&str, &ClaimToken)> = (releases.releases.iter())
-        .map(|r| (r.key.as_str(), &r.token))
-        .collect();
-    let step = Settlement {
-        release: &refs,
-        ..Settlement::default()
+    let step = wire::Step {
+        release: releases.releases,
+        ..wire::Step::default()
     };
-    reply(
-        store
-            .settle(&step)
-            .await
-            .and_then(|settled| match settled.release_error {
-                Some(e) => Err(e),
-                None => Ok(json!({ "ok": true })),
-            }),
-    )
+    let settled = step.apply(&store, Duration::ZERO).await;
+    reply(settled.and_then(|settled| match settled.release_error {
+        Some(e) => Err(e),
+        None => Ok(json!({ "ok": true })),
+    }))
 }
 
 /// `POST /store/settle {"remember": [{key, token?}], "release": [{key, token}],

@@ -165,14 +165,12 @@ impl Store for HttpStore {
 
     async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
         let reply = self.post("peek", self.keys(keys, None, None))?;
-        let peeks: Vec<wire::Peek> = answers(&reply, "peeked", keys.len())?;
-        Ok(peeks.into_iter().map(Into::into).collect())
+        answers(&reply, "peeked", keys.len())
     }
 
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
         let reply = self.post("claim", self.keys(keys, None, Some(lease)))?;
-        let claims: Vec<wire::Claim> = answers(&reply, "claims", keys.len())?;
-        Ok(claims.into_iter().map(Into::into).collect())
+        answers(&reply, "claims", keys.len())
     }
 
     async fn settle(&self, step: &Settlement<'_>) -> StoreResult<Settled> {

@@ -9,7 +9,7 @@ use futures_util::future::{join_all, try_join_all};
 use wasm_bindgen::JsValue;
 use worker::{Method, ObjectNamespace, Request, RequestInit};
 
-use super::protocol::{ClaimRef, ClaimReply, Entry, Remember, ShardReply, ShardRequest, wire_ms};
+use super::protocol::{ClaimRef, Entry, Remember, ShardReply, ShardRequest, wire_ms};
 use crate::round_trips::RoundTrips;
 use crate::shard::{Layout, key_hash};
 
@@ -274,7 +274,7 @@ impl DurableObjectStore {
             for (members, reply) in &replies {
                 let claims = reply.as_ref().ok().and_then(|r| r.claims.as_ref());
                 for (&i, claim) in members.iter().zip(claims.into_iter().flatten()) {
-                    if let ClaimReply::Acquired { token } = claim {
+                    if let Claim::Acquired(token) = claim {
                         taken.push((keys[i], token.clone()));
                     }
                 }
@@ -286,8 +286,7 @@ impl DurableObjectStore {
             .into_iter()
             .map(|(m, r)| (m, r.ok().and_then(|r| r.claims)))
             .collect();
-        let claims = scatter(keys.len(), parts, "claims")?;
-        Ok(claims.into_iter().map(Into::into).collect())
+        scatter(keys.len(), parts, "claims")
     }
 
     /// Gives claims taken in `layout` back, best effort.

@@ -5,7 +5,7 @@ use bq_dedupe::store::wire;
 use serde::{Deserialize, Serialize};
 
 /// The shapes this protocol shares with every store call on the wire.
-pub use wire::{Claim as ClaimReply, ClaimRef, PeekState, Remember};
+pub use wire::{ClaimRef, PeekState, Remember};
 
 /// The largest integer a JS number holds exactly: no duration or timestamp on the
 /// wire, or stored by a shard, exceeds it (a row read back must still fit).
@@ -113,7 +113,7 @@ pub struct ShardReply {
     pub seen: Option<Vec<bool>>,
     /// `claim`: one per key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub claims: Option<Vec<ClaimReply>>,
+    pub claims: Option<Vec<bq_dedupe::Claim>>,
     /// `settle`: one per `remember`; `false` where a fenced one's claim was lost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept: Option<Vec<bool>>,

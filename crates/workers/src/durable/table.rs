@@ -1,16 +1,15 @@
 //! The shard's table: every read and write of the seen-set, synchronous SQL.
 
-use bq_dedupe::ClaimToken;
 use bq_dedupe::store::record::{ClaimAnswer, Record, Rules};
 use bq_dedupe::store::wire::Step;
+use bq_dedupe::{Claim, ClaimToken};
 use serde::Deserialize;
 use worker::{Result, SqlStorage, SqlStorageValue};
 
 use crate::store::new_token;
 
 use super::protocol::{
-    ClaimRef, ClaimReply, Entry, MAX_SAFE_MS, PeekState, Remember, ShardReply, ShardRequest,
-    expiry_after,
+    ClaimRef, Entry, MAX_SAFE_MS, PeekState, Remember, ShardReply, ShardRequest, expiry_after,
 };
 
 /// How the table's rows follow the record model: a lapsed claim's row stays its
@@ -90,11 +89,9 @@ impl IdTable {
                         r.claim(RULES, at, token.clone(), until)
                     })?;
                     claims.push(match answer {
-                        ClaimAnswer::Acquired => ClaimReply::Acquired {
-                            token: ClaimToken(token),
-                        },
-                        ClaimAnswer::Seen => ClaimReply::Seen,
-                        ClaimAnswer::Held => ClaimReply::Held,
+                        ClaimAnswer::Acquired => Claim::Acquired(ClaimToken(token)),
+                        ClaimAnswer::Seen => Claim::Seen,
+                        ClaimAnswer::Held => Claim::Held,
                     });
                 }
                 reply.claims = Some(claims);
