@@ -45,19 +45,28 @@ fn flags(values: Vec<bool>) -> JsValue {
         .into()
 }
 
-/// `[{key, token?}]` as (key, token) pairs.
-fn claim_refs(list: &JsValue) -> impl Iterator<Item = (String, Option<ClaimToken>)> + use<> {
-    Array::from(list).into_iter().map(|r| {
-        let key = prop(&r, "key").as_string().unwrap_or_default();
-        (key, prop(&r, "token").as_string().map(ClaimToken))
-    })
-}
-
-/// The `[{key, token}]` entries that have a token.
-fn with_tokens(list: &JsValue) -> Vec<ClaimRef> {
-    claim_refs(list)
-        .filter_map(|(key, token)| Some(ClaimRef { key, token: token? }))
-        .collect()
+/// The settle step a JS store is passed (see `crate::store`'s `settle`): a
+/// `release` or `renew` entry without a token is left out.
+fn step_from_js(step: &JsValue) -> Step {
+    let ms = |name| prop(step, name).as_f64().map(|ms| ms.max(0.0) as u64);
+    let entries = |name| {
+        Array::from(&prop(step, name)).into_iter().map(|r| {
+            let key = prop(&r, "key").as_string().unwrap_or_default();
+            (key, prop(&r, "token").as_string().map(ClaimToken))
+        })
+    };
+    let claims = |name| {
+        let claim =
+            |(key, token): (String, Option<ClaimToken>)| Some(ClaimRef { key, token: token? });
+        entries(name).filter_map(claim).collect()
+    };
+    Step {
+        remember: (entries("remember").map(|(key, token)| Remember { key, token })).collect(),
+        ttl_ms: ms("ttlMs"),
+        release: claims("release"),
+        renew: claims("renew"),
+        lease_ms: ms("leaseMs"),
+    }
 }
 
 /// One call of the JS store protocol on `store`: `method` with JS `args`, as a
@@ -113,26 +122,12 @@ pub async fn call<S: Store + ?Sized>(
             .remember_fenced(&text(0), &token(1), ms(arg(2).as_f64()))
             .await
             .map(JsValue::from_bool),
-        "settle" => {
-            let step = arg(0);
-            let ms_of = |name| prop(&step, name).as_f64().map(|ms| ms.max(0.0) as u64);
-            let remember = claim_refs(&prop(&step, "remember"));
-            let step = Step {
-                remember: remember
-                    .map(|(key, token)| Remember { key, token })
-                    .collect(),
-                ttl_ms: ms_of("ttlMs"),
-                release: with_tokens(&prop(&step, "release")),
-                renew: with_tokens(&prop(&step, "renew")),
-                lease_ms: ms_of("leaseMs"),
-            };
-            step.apply(store, Duration::ZERO).await.map(|settled| {
-                let reply = Object::new();
-                set(&reply, "kept", &flags(settled.kept));
-                set(&reply, "renewed", &flags(settled.renewed));
-                reply.into()
-            })
-        }
+        "settle" => (step_from_js(&arg(0)).apply(store, Duration::ZERO).await).map(|settled| {
+            let reply = Object::new();
+            set(&reply, "kept", &flags(settled.kept));
+            set(&reply, "renewed", &flags(settled.renewed));
+            reply.into()
+        }),
         other => {
             return Err(js_sys::TypeError::new(&format!("no store method {other:?}")).into());
         }

@@ -104,47 +104,20 @@ impl GivenStore {
                 "store must be an InMemoryStore or an object with seen/remember/forget".into(),
             );
         }
-        // seen, remember, forget (required), then the optional methods.
-        const METHODS: [&str; 11] = [
-            "seen",
-            "remember",
-            "forget",
-            "seenMany",
-            "rememberMany",
-            "claim",
-            "release",
-            "claimMany",
-            "renew",
-            "rememberFenced",
-            "settle",
-        ];
-        let mut present = [false; 11];
-        for (i, name) in METHODS.iter().enumerate() {
-            present[i] = is_function(value, name);
-            if i < 3 && !present[i] {
+        for name in ["seen", "remember", "forget"] {
+            if !is_function(value, name) {
                 return Err(format!("store.{name} is not a function"));
             }
         }
-        let [
-            _,
-            _,
-            _,
-            seen_many,
-            remember_many,
-            claim,
-            release,
-            claim_many,
-            renew,
-            fenced,
-            settle,
-        ] = present;
+        // Every optional method read, in this order (a getter may count reads).
+        let has = |name| is_function(value, name);
         let has = Has {
-            seen_many,
-            remember_many,
-            claim: claim && release,
-            claim_many,
-            fenced: renew && fenced,
-            settle,
+            seen_many: has("seenMany"),
+            remember_many: has("rememberMany"),
+            claim: has("claim") & has("release"),
+            claim_many: has("claimMany"),
+            fenced: has("renew") & has("rememberFenced"),
+            settle: has("settle"),
         };
         let store = GivenStore::Js(Foreign::new(JsObjectStore {
             obj: value.clone().unchecked_into(),
@@ -250,13 +223,8 @@ impl JsObjectStore {
     }
 
     fn check_fenced(&self) -> StoreResult<()> {
-        if self.has.fenced {
-            Ok(())
-        } else {
-            Err(StoreError::unsupported(
-                "this store cannot keep leases (it has no renew/rememberFenced methods)",
-            ))
-        }
+        let why = "this store cannot keep leases (it has no renew/rememberFenced methods)";
+        supported(self.has.fenced, why)
     }
 }
 
@@ -323,13 +291,8 @@ impl ForeignStore for JsObjectStore {
     }
 
     fn can_claim(&self) -> StoreResult<()> {
-        if self.has.claim {
-            Ok(())
-        } else {
-            Err(StoreError::unsupported(
-                "this store cannot claim (it has no claim/release methods)",
-            ))
-        }
+        let why = "this store cannot claim (it has no claim/release methods)";
+        supported(self.has.claim, why)
     }
 
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
@@ -375,6 +338,12 @@ impl ForeignStore for JsObjectStore {
             release_error: None,
         })
     }
+}
+
+/// `Err(unsupported(why))` unless `has`.
+fn supported(has: bool, why: &'static str) -> StoreResult<()> {
+    has.then_some(())
+        .ok_or_else(|| StoreError::unsupported(why))
 }
 
 /// `{ key, token }` (no `token` for a plain remember).
