@@ -39,8 +39,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use bq_dedupe::{
-    Claim, ClaimToken, Guard, InMemoryStore, Limits, Message, OutcomeKind, Settlement, Store,
-    block_on_ready,
+    Guard, InMemoryStore, Message, OutcomeKind, Store, block_on_ready, envelope::Limits,
+    store::Claim, store::ClaimToken, store::Settlement,
 };
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{BatchSize, Criterion, SamplingMode, Throughput};

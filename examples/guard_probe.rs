@@ -19,7 +19,9 @@ mod workload;
 
 use std::time::Instant;
 
-use bq_dedupe::{Guard, InMemoryStore, Limits, Message, OutcomeKind, Store, block_on_ready};
+use bq_dedupe::{
+    Guard, InMemoryStore, Message, OutcomeKind, Store, block_on_ready, envelope::Limits,
+};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

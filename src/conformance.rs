@@ -8,7 +8,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::{
-    Envelope, Guard, InMemoryStore, KeySpace, Limits, Message, OutcomeKind, Store, block_on_ready,
+    Guard, InMemoryStore, KeySpace, Message, OutcomeKind, Store, block_on_ready,
+    envelope::Envelope, envelope::Limits,
 };
 
 /// What the implementation under test must do.

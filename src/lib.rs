@@ -24,29 +24,24 @@ pub mod clock;
 pub mod conformance;
 pub mod envelope;
 pub mod fingerprint;
-mod guard;
-mod key;
+pub mod guard;
+pub mod key;
 pub mod lease;
 pub mod observe;
-mod outcome;
+pub mod outcome;
 pub mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
-pub use clock::{Clock, ManualClock};
-pub use envelope::{Body, Envelope, Limits, Message, Rejection};
-pub use guard::{Decision, Guard, HandlerResult, Options, Processed, Verdict};
-pub use key::{InvalidScope, KeySpace};
-pub use lease::{LeasePolicy, NoTimer, Timer};
-pub use observe::{CounterSnapshot, Counters, Event, Observer};
+// The names most programs need; the rest live in their modules
+// (`store::Claim`, `envelope::Limits`, `clock::ManualClock`, ...).
+pub use envelope::Message;
+pub use guard::{Decision, Guard, HandlerResult, Options, Processed};
+pub use key::KeySpace;
+pub use lease::LeasePolicy;
+pub use observe::{Counters, Observer};
 pub use outcome::{Disposition, Outcome, OutcomeKind};
-pub use store::{
-    Capabilities, Claim, ClaimToken, InMemoryStore, Peeked, Settled, Settlement, Store, StoreError,
-    StoreErrorKind, StoreResult,
-};
-
-#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-pub use clock::SystemClock;
+pub use store::{InMemoryStore, Store, StoreError, StoreResult};
 
 use std::future::Future;
 use std::task::{Context, Poll, Waker};

@@ -7,7 +7,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use bq_dedupe::{
-    Body, Guard, InMemoryStore, Limits, Message, OutcomeKind, Rejection, block_on_ready,
+    Guard, InMemoryStore, Message, OutcomeKind, block_on_ready, envelope::Body, envelope::Limits,
+    envelope::Rejection,
 };
 
 const VALID: &str = r#"{"job":"urn:babel:orders:created","trace_id":"t-1","data":{"n":1},"meta":{"id":"body-1","schema_version":1}}"#;

@@ -7,7 +7,7 @@
 //! alias, odd whitespace and trailing text.
 
 use bq_dedupe::envelope::MAX_DEPTH;
-use bq_dedupe::{Envelope, Limits, Message, Rejection};
+use bq_dedupe::{Message, envelope::Envelope, envelope::Limits, envelope::Rejection};
 use proptest::prelude::*;
 
 /// A workload-shaped envelope (the bench's lines look like this).

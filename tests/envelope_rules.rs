@@ -2,7 +2,7 @@
 
 mod common;
 
-use bq_dedupe::{Envelope, Limits, Message, Rejection};
+use bq_dedupe::{Message, envelope::Envelope, envelope::Limits, envelope::Rejection};
 use common::envelope;
 use serde_json::{Value, json};
 

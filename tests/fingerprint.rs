@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use bq_dedupe::store::PerKey;
 use bq_dedupe::{
-    Disposition, Guard, InMemoryStore, ManualClock, Message, Outcome, Store, StoreErrorKind,
-    StoreResult, block_on_ready,
+    Disposition, Guard, InMemoryStore, Message, Outcome, Store, StoreResult, block_on_ready,
+    clock::ManualClock, store::StoreErrorKind,
 };
 use common::FlakyStore;
 

@@ -7,7 +7,8 @@ use std::cell::Cell;
 
 use bq_dedupe::envelope::MAX_DEPTH;
 use bq_dedupe::{
-    Envelope, Guard, InMemoryStore, Limits, Message, Outcome, Rejection, block_on_ready,
+    Guard, InMemoryStore, Message, Outcome, block_on_ready, envelope::Envelope, envelope::Limits,
+    envelope::Rejection,
 };
 use common::{envelope, envelope_with};
 

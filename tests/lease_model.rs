@@ -15,8 +15,9 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bq_dedupe::{
-    Capabilities, Claim, Guard, InMemoryStore, LeasePolicy, ManualClock, Options, Outcome,
-    OutcomeKind, Settled, Settlement, Store, StoreError, StoreResult,
+    Guard, InMemoryStore, LeasePolicy, Options, Outcome, OutcomeKind, Store, StoreError,
+    StoreResult, clock::ManualClock, store::Capabilities, store::Claim, store::Settled,
+    store::Settlement,
 };
 use proptest::prelude::*;
 

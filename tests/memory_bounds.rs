@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bq_dedupe::{InMemoryStore, ManualClock, Store, block_on_ready};
+use bq_dedupe::{InMemoryStore, Store, block_on_ready, clock::ManualClock};
 
 #[test]
 fn expired_ids_are_swept_as_new_ones_come() {

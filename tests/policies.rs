@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use bq_dedupe::store::PerKey;
 use bq_dedupe::{
-    Counters, Disposition, Guard, HandlerResult, InMemoryStore, KeySpace, ManualClock, Observer,
-    Outcome, OutcomeKind, Store, StoreErrorKind, Verdict, block_on_ready,
+    Counters, Disposition, Guard, HandlerResult, InMemoryStore, KeySpace, Observer, Outcome,
+    OutcomeKind, Store, block_on_ready, clock::ManualClock, guard::Verdict, store::StoreErrorKind,
 };
 use common::{FlakyStore, envelope, envelope_with};
 use serde_json::json;
@@ -262,9 +262,13 @@ fn lost_claim_rechecks_seen_and_skips_when_the_holder_finished() {
         async fn forget(&self, key: &str) -> bq_dedupe::StoreResult<()> {
             self.0.forget(key).await
         }
-        async fn claim(&self, key: &str, _: Duration) -> bq_dedupe::StoreResult<bq_dedupe::Claim> {
+        async fn claim(
+            &self,
+            key: &str,
+            _: Duration,
+        ) -> bq_dedupe::StoreResult<bq_dedupe::store::Claim> {
             self.0.remember(key, None).await?; // the holder finishes right now
-            Ok(bq_dedupe::Claim::Held)
+            Ok(bq_dedupe::store::Claim::Held)
         }
     }
     let guard = Guard::new(PerKey(FinishedHolder(InMemoryStore::new())))
@@ -638,7 +642,11 @@ impl bq_dedupe::store::KeyStore for SingleCallStore {
     async fn forget(&self, key: &str) -> bq_dedupe::StoreResult<()> {
         self.0.forget(key).await
     }
-    async fn claim(&self, key: &str, lease: Duration) -> bq_dedupe::StoreResult<bq_dedupe::Claim> {
+    async fn claim(
+        &self,
+        key: &str,
+        lease: Duration,
+    ) -> bq_dedupe::StoreResult<bq_dedupe::store::Claim> {
         match key {
             "bad" => Err(bq_dedupe::StoreError::unavailable("claim: backend down")),
             _ => self.0.claim(key, lease).await,
@@ -647,7 +655,7 @@ impl bq_dedupe::store::KeyStore for SingleCallStore {
     async fn release(
         &self,
         key: &str,
-        token: &bq_dedupe::ClaimToken,
+        token: &bq_dedupe::store::ClaimToken,
     ) -> bq_dedupe::StoreResult<()> {
         self.0.release(key, token).await
     }
@@ -668,10 +676,10 @@ fn a_failed_remember_in_a_commit_still_releases_the_failed_runs_claims() {
     let claims = block_on_ready(store.claim_many(&["ok", "failed"], Duration::from_secs(60)))
         .unwrap()
         .unwrap();
-    let bq_dedupe::Claim::Acquired(token) = &claims[1] else {
+    let bq_dedupe::store::Claim::Acquired(token) = &claims[1] else {
         panic!("{claims:?}")
     };
-    let step = bq_dedupe::Settlement {
+    let step = bq_dedupe::store::Settlement {
         remember: &[("ok", None)],
         release: &[("failed", token)],
         ..Default::default()

@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use bq_dedupe::{Limits, Message};
+use bq_dedupe::{Message, envelope::Limits};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

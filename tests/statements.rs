@@ -162,7 +162,7 @@ fn an_id_held_by_a_claiming_consumer_parks_and_runs_nothing() {
     let claim = block_on_ready(guard.store().claim("s-5", Duration::from_secs(30)))
         .unwrap()
         .unwrap();
-    assert!(matches!(claim, bq_dedupe::Claim::Acquired(_)));
+    assert!(matches!(claim, bq_dedupe::store::Claim::Acquired(_)));
     assert_eq!(deliver(&guard, "s-5"), OutcomeKind::Parked);
     assert_eq!(effects_of("s-5"), 0);
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bq_dedupe::store::record::Rules;
 use bq_dedupe::testkit::{self, Fault, Harness, Op};
-use bq_dedupe::{Clock, InMemoryStore, ManualClock};
+use bq_dedupe::{InMemoryStore, clock::Clock, clock::ManualClock};
 
 struct Memory {
     store: Arc<InMemoryStore>,
@@ -154,7 +154,7 @@ struct Broken(Arc<InMemoryStore>, Bug);
 mod broken {
     use super::{Broken, Bug};
     use bq_dedupe::store::{Claim, Peeked, Settled, Settlement, StoreResult};
-    use bq_dedupe::{Capabilities, ClaimToken, Store};
+    use bq_dedupe::{Store, store::Capabilities, store::ClaimToken};
     use std::time::Duration;
 
     impl Store for Broken {

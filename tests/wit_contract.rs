@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use bq_dedupe::{Disposition, OutcomeKind, Rejection, StoreErrorKind};
+use bq_dedupe::{Disposition, OutcomeKind, envelope::Rejection, store::StoreErrorKind};
 use wit_parser::{
     Docs, FunctionKind, Handle, InterfaceId, PackageId, Resolve, Type, TypeDefKind, TypeOwner,
     WorldItem, WorldKey,

@@ -13,7 +13,7 @@ pub enum Rejection {
     /// The body is JSON but not an object.
     #[error("the envelope is not a JSON object")]
     NotAnObject,
-    /// The body is larger than [`Limits::max_bytes`](crate::Limits::max_bytes).
+    /// The body is larger than [`Limits::max_bytes`](crate::envelope::Limits::max_bytes).
     #[error("the envelope is {size} bytes, over the {limit}-byte limit")]
     TooLarge {
         /// The body's size in bytes.

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use super::{
-    Capabilities, Claim, KeyStore, PerKey, Settled, Settlement, Store, StoreResult, release_each,
+    Capabilities, Claim, KeyStore, PerKey, Settled, Settlement, Store, StoreResult,
+    per_key::release_each,
 };
 
 /// A batch call a foreign store may make itself: `seen_many`, `remember_many`,

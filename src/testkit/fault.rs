@@ -97,5 +97,5 @@ pub fn outcome_unknown(why: impl std::fmt::Display) -> StoreError {
 pub(crate) const OUTCOME_UNKNOWN: &str = "injected fault, outcome unknown";
 
 impl<S: Store> Store for Faulty<S> {
-    crate::__store_methods!(faulty);
+    crate::__store_methods!(layer);
 }

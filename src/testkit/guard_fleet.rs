@@ -21,7 +21,9 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::{Disposition, Guard, Observer, OutcomeKind, Store, Timer, Verdict, block_on_ready};
+use crate::{
+    Disposition, Guard, Observer, OutcomeKind, Store, block_on_ready, guard::Verdict, lease::Timer,
+};
 
 /// How many ids the inbox holds.
 pub const IDS: usize = 30;

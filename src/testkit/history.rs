@@ -180,7 +180,7 @@ impl<C: Store + Send + 'static> Fleet<C> {
         }
     }
 
-    /// A store on a clock the test moves ([`crate::ManualClock`]): `now_ms`
+    /// A store on a clock the test moves ([`crate::clock::ManualClock`]): `now_ms`
     /// reads it and `advance` moves it (a client's step, concurrent with the
     /// others'); no slack, ticks of `tick_ms`.
     pub fn with_clock(

@@ -7,7 +7,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use bq_dedupe::{InMemoryStore, ManualClock};
+//! use bq_dedupe::{InMemoryStore, clock::ManualClock};
 //! use bq_dedupe::store::record::Rules;
 //! use bq_dedupe::testkit::{self, Harness};
 //!
@@ -17,7 +17,7 @@
 //!     type Client = Arc<InMemoryStore>;
 //!     fn rules(&self) -> Rules { InMemoryStore::RULES }
 //!     fn open(&mut self) -> Arc<InMemoryStore> { self.0.clone() }
-//!     fn now_ms(&self) -> u64 { bq_dedupe::Clock::now_ms(&*self.1) }
+//!     fn now_ms(&self) -> u64 { bq_dedupe::clock::Clock::now_ms(&*self.1) }
 //!     fn advance(&mut self, ms: u64) { self.1.advance(ms) }
 //! }
 //!
@@ -75,7 +75,7 @@ pub trait Harness {
     /// for a client that crashed.
     fn open(&mut self) -> Self::Client;
 
-    /// The backend's clock, in ms (for a store on a [`crate::ManualClock`], that
+    /// The backend's clock, in ms (for a store on a [`crate::clock::ManualClock`], that
     /// clock; for a server's own clock, the real time elapsed).
     fn now_ms(&self) -> u64;
 

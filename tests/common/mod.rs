@@ -6,8 +6,8 @@ use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
 use bq_dedupe::{
-    Capabilities, Claim, ClaimToken, InMemoryStore, Settled, Settlement, Store, StoreError,
-    StoreResult,
+    InMemoryStore, Store, StoreError, StoreResult, store::Capabilities, store::Claim,
+    store::ClaimToken, store::Settled, store::Settlement,
 };
 
 /// A valid envelope whose `meta.id` is `id` (a JSON value, so tests can pass

@@ -20,7 +20,7 @@ pub fn options(options: wit::Options) -> Result<bq::Options, bq::StoreError> {
     if let Some(scope) = options.key_scope {
         keyspace = keyspace
             .with_scope(scope)
-            .map_err(|e| bq::StoreError::new(bq::StoreErrorKind::Invalid, e.to_string()))?;
+            .map_err(|e| bq::StoreError::new(bq::store::StoreErrorKind::Invalid, e.to_string()))?;
     }
     Ok(bq::Options {
         ttl: options.ttl_ms.map(Duration::from_millis),
@@ -55,35 +55,35 @@ pub fn guard_options(options: wit::GuardOptions) -> Result<bq::Options, bq::Stor
 }
 
 /// `max-bytes` (none: the core's default, 1 MiB).
-pub fn limits(max_bytes: Option<u32>) -> bq::Limits {
+pub fn limits(max_bytes: Option<u32>) -> bq::envelope::Limits {
     match max_bytes {
-        Some(max) => bq::Limits {
+        Some(max) => bq::envelope::Limits {
             max_bytes: max as usize,
         },
-        None => bq::Limits::default(),
+        None => bq::envelope::Limits::default(),
     }
 }
 
 // ---- store errors, claims, capabilities (the imported `store`) ----
 
-impl From<wit::StoreErrorKind> for bq::StoreErrorKind {
+impl From<wit::StoreErrorKind> for bq::store::StoreErrorKind {
     fn from(kind: wit::StoreErrorKind) -> Self {
         match kind {
-            wit::StoreErrorKind::Unavailable => bq::StoreErrorKind::Unavailable,
-            wit::StoreErrorKind::Unsupported => bq::StoreErrorKind::Unsupported,
-            wit::StoreErrorKind::Invalid => bq::StoreErrorKind::Invalid,
-            wit::StoreErrorKind::Internal => bq::StoreErrorKind::Internal,
+            wit::StoreErrorKind::Unavailable => bq::store::StoreErrorKind::Unavailable,
+            wit::StoreErrorKind::Unsupported => bq::store::StoreErrorKind::Unsupported,
+            wit::StoreErrorKind::Invalid => bq::store::StoreErrorKind::Invalid,
+            wit::StoreErrorKind::Internal => bq::store::StoreErrorKind::Internal,
         }
     }
 }
 
-impl From<bq::StoreErrorKind> for wit::StoreErrorKind {
-    fn from(kind: bq::StoreErrorKind) -> Self {
+impl From<bq::store::StoreErrorKind> for wit::StoreErrorKind {
+    fn from(kind: bq::store::StoreErrorKind) -> Self {
         match kind {
-            bq::StoreErrorKind::Unavailable => wit::StoreErrorKind::Unavailable,
-            bq::StoreErrorKind::Unsupported => wit::StoreErrorKind::Unsupported,
-            bq::StoreErrorKind::Invalid => wit::StoreErrorKind::Invalid,
-            bq::StoreErrorKind::Internal => wit::StoreErrorKind::Internal,
+            bq::store::StoreErrorKind::Unavailable => wit::StoreErrorKind::Unavailable,
+            bq::store::StoreErrorKind::Unsupported => wit::StoreErrorKind::Unsupported,
+            bq::store::StoreErrorKind::Invalid => wit::StoreErrorKind::Invalid,
+            bq::store::StoreErrorKind::Internal => wit::StoreErrorKind::Internal,
         }
     }
 }
@@ -103,19 +103,19 @@ impl From<bq::StoreError> for wit::StoreError {
     }
 }
 
-impl From<wit::Claim> for bq::Claim {
+impl From<wit::Claim> for bq::store::Claim {
     fn from(claim: wit::Claim) -> Self {
         match claim {
-            wit::Claim::Acquired(token) => bq::Claim::Acquired(bq::ClaimToken(token)),
-            wit::Claim::Seen => bq::Claim::Seen,
-            wit::Claim::Held => bq::Claim::Held,
+            wit::Claim::Acquired(token) => bq::store::Claim::Acquired(bq::store::ClaimToken(token)),
+            wit::Claim::Seen => bq::store::Claim::Seen,
+            wit::Claim::Held => bq::store::Claim::Held,
         }
     }
 }
 
-impl From<wit::Capabilities> for bq::Capabilities {
+impl From<wit::Capabilities> for bq::store::Capabilities {
     fn from(caps: wit::Capabilities) -> Self {
-        bq::Capabilities {
+        bq::store::Capabilities {
             claim: caps.claim,
             ttl: caps.ttl,
             lease: false,
@@ -125,8 +125,8 @@ impl From<wit::Capabilities> for bq::Capabilities {
 
 // ---- rejections ----
 
-impl From<bq::Rejection> for wit::Rejection {
-    fn from(r: bq::Rejection) -> Self {
+impl From<bq::envelope::Rejection> for wit::Rejection {
+    fn from(r: bq::envelope::Rejection) -> Self {
         // By the shared kebab code (`tests/wit_contract.rs` keeps both lists equal).
         let code = match r.code() {
             "not-json" => wit::RejectionCode::NotJson,
@@ -154,42 +154,44 @@ impl From<bq::Rejection> for wit::Rejection {
 /// payload is a stand-in: the core's messages are generated from typed fields, so
 /// the host's text cannot be carried through it. [`outcome_echoing`] puts the
 /// host's original rejection back into the outcome.
-fn rejection_stand_in(r: &wit::Rejection) -> bq::Rejection {
+fn rejection_stand_in(r: &wit::Rejection) -> bq::envelope::Rejection {
     let text = || r.message.clone();
     match r.code {
-        wit::RejectionCode::NotJson => bq::Rejection::NotJson(text()),
-        wit::RejectionCode::NotAnObject => bq::Rejection::NotAnObject,
-        wit::RejectionCode::TooLarge => bq::Rejection::TooLarge { size: 0, limit: 0 },
-        wit::RejectionCode::TooDeep => bq::Rejection::TooDeep {
+        wit::RejectionCode::NotJson => bq::envelope::Rejection::NotJson(text()),
+        wit::RejectionCode::NotAnObject => bq::envelope::Rejection::NotAnObject,
+        wit::RejectionCode::TooLarge => bq::envelope::Rejection::TooLarge { size: 0, limit: 0 },
+        wit::RejectionCode::TooDeep => bq::envelope::Rejection::TooDeep {
             limit: bq::envelope::MAX_DEPTH,
         },
-        wit::RejectionCode::MissingJob => bq::Rejection::MissingJob,
-        wit::RejectionCode::MetaNotObject => bq::Rejection::MetaNotObject,
+        wit::RejectionCode::MissingJob => bq::envelope::Rejection::MissingJob,
+        wit::RejectionCode::MetaNotObject => bq::envelope::Rejection::MetaNotObject,
         wit::RejectionCode::UnsupportedSchemaVersion => {
-            bq::Rejection::UnsupportedSchemaVersion { found: text() }
+            bq::envelope::Rejection::UnsupportedSchemaVersion { found: text() }
         }
-        wit::RejectionCode::DataNotObject => bq::Rejection::DataNotObject { found: text() },
-        wit::RejectionCode::BlankTraceId => bq::Rejection::BlankTraceId,
-        wit::RejectionCode::BadAttempts => bq::Rejection::BadAttempts { found: text() },
+        wit::RejectionCode::DataNotObject => {
+            bq::envelope::Rejection::DataNotObject { found: text() }
+        }
+        wit::RejectionCode::BlankTraceId => bq::envelope::Rejection::BlankTraceId,
+        wit::RejectionCode::BadAttempts => bq::envelope::Rejection::BadAttempts { found: text() },
     }
 }
 
 // ---- decisions (guard: decide -> host -> complete) ----
 
-impl From<bq::Verdict> for wit::Verdict {
-    fn from(verdict: bq::Verdict) -> Self {
+impl From<bq::guard::Verdict> for wit::Verdict {
+    fn from(verdict: bq::guard::Verdict) -> Self {
         match verdict {
-            bq::Verdict::Run => wit::Verdict::Run,
-            bq::Verdict::FailOpen => wit::Verdict::FailOpen,
-            bq::Verdict::Skip => wit::Verdict::Skip,
-            bq::Verdict::Park => wit::Verdict::Park,
+            bq::guard::Verdict::Run => wit::Verdict::Run,
+            bq::guard::Verdict::FailOpen => wit::Verdict::FailOpen,
+            bq::guard::Verdict::Skip => wit::Verdict::Skip,
+            bq::guard::Verdict::Park => wit::Verdict::Park,
             // A component list never holds more than u32::MAX items.
-            bq::Verdict::Duplicate(of) => {
+            bq::guard::Verdict::Duplicate(of) => {
                 wit::Verdict::Duplicate(u32::try_from(of).unwrap_or(u32::MAX))
             }
-            bq::Verdict::Reject(r) => wit::Verdict::Reject(r.into()),
-            bq::Verdict::StoreUnavailable(e) => wit::Verdict::StoreUnavailable(e.into()),
-            bq::Verdict::PayloadMismatch => wit::Verdict::PayloadMismatch,
+            bq::guard::Verdict::Reject(r) => wit::Verdict::Reject(r.into()),
+            bq::guard::Verdict::StoreUnavailable(e) => wit::Verdict::StoreUnavailable(e.into()),
+            bq::guard::Verdict::PayloadMismatch => wit::Verdict::PayloadMismatch,
         }
     }
 }
@@ -214,24 +216,24 @@ pub struct Returned {
 pub fn returned(d: wit::Decision) -> Returned {
     let mut rejection = None;
     let verdict = match d.verdict {
-        wit::Verdict::Run => bq::Verdict::Run,
-        wit::Verdict::FailOpen => bq::Verdict::FailOpen,
-        wit::Verdict::Skip => bq::Verdict::Skip,
-        wit::Verdict::Park => bq::Verdict::Park,
-        wit::Verdict::Duplicate(of) => bq::Verdict::Duplicate(of as usize),
+        wit::Verdict::Run => bq::guard::Verdict::Run,
+        wit::Verdict::FailOpen => bq::guard::Verdict::FailOpen,
+        wit::Verdict::Skip => bq::guard::Verdict::Skip,
+        wit::Verdict::Park => bq::guard::Verdict::Park,
+        wit::Verdict::Duplicate(of) => bq::guard::Verdict::Duplicate(of as usize),
         wit::Verdict::Reject(r) => {
             let stand_in = rejection_stand_in(&r);
             rejection = Some(r);
-            bq::Verdict::Reject(stand_in)
+            bq::guard::Verdict::Reject(stand_in)
         }
-        wit::Verdict::StoreUnavailable(e) => bq::Verdict::StoreUnavailable(e.into()),
-        wit::Verdict::PayloadMismatch => bq::Verdict::PayloadMismatch,
+        wit::Verdict::StoreUnavailable(e) => bq::guard::Verdict::StoreUnavailable(e.into()),
+        wit::Verdict::PayloadMismatch => bq::guard::Verdict::PayloadMismatch,
     };
     Returned {
         decision: bq::Decision {
             verdict,
             key: d.key,
-            claim: d.claim_token.map(bq::ClaimToken),
+            claim: d.claim_token.map(bq::store::ClaimToken),
             // The WIT decision carries none: fingerprints stay off in the component.
             fingerprint: None,
             park_for: None,

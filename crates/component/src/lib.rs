@@ -49,7 +49,7 @@ mod bindings {
 use bindings::babelqueue::idempotency::{handler, types as wit};
 use bindings::exports::babelqueue::idempotency::consumer::GuestGuard;
 use bindings::exports::babelqueue::idempotency::{consumer, guard};
-use bq_dedupe::{Envelope, Guard, Limits, Message, StoreError, block_on_ready};
+use bq_dedupe::{Guard, Message, StoreError, block_on_ready, envelope::Envelope, envelope::Limits};
 
 use crate::store::HostStore;
 

@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use bq_dedupe::store::{Batch, Foreign, ForeignStore, KeyStore};
 use bq_dedupe::{
-    Capabilities, Claim, ClaimToken, Clock, Guard, Settled, Settlement, StoreError, StoreResult,
+    Guard, StoreError, StoreResult, clock::Clock, store::Capabilities, store::Claim,
+    store::ClaimToken, store::Settled, store::Settlement,
 };
 
 use crate::bindings::babelqueue::idempotency::leases;

@@ -22,7 +22,7 @@ mod workload;
 use std::hint::black_box;
 use std::time::Duration;
 
-use bq_dedupe::{Guard, InMemoryStore, Limits, Message, block_on_ready};
+use bq_dedupe::{Guard, InMemoryStore, Message, block_on_ready, envelope::Limits};
 use bq_dedupe_host::handler::Handler;
 use bq_dedupe_host::runtime::{Runtime, default_component, guard_options, options};
 use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::Outcome;

@@ -4,7 +4,10 @@
 
 use std::time::Duration;
 
-use bq_dedupe::{Claim, ClaimToken, Settlement, Store, StoreErrorKind, block_on_ready};
+use bq_dedupe::{
+    Store, block_on_ready, store::Claim, store::ClaimToken, store::Settlement,
+    store::StoreErrorKind,
+};
 
 use crate::runtime::HostState;
 use crate::wit::dedupe::babelqueue::idempotency::{leases, store, types};

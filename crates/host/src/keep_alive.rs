@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
-use bq_dedupe::{ClaimToken, LeasePolicy, Settlement, Store, block_on_ready};
+use bq_dedupe::{LeasePolicy, Store, block_on_ready, store::ClaimToken, store::Settlement};
 use bq_dedupe_stores::AnyStore;
 
 /// The claims the guest holds: key -> (token, lease).

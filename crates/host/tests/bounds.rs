@@ -8,7 +8,7 @@ mod common;
 use std::io::Write;
 use std::time::Duration;
 
-use bq_dedupe::{Claim, Store, block_on_ready};
+use bq_dedupe::{Store, block_on_ready, store::Claim};
 use bq_dedupe_stores::SqliteStore;
 use common::*;
 use serde_json::Value;

@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use bq_dedupe::store::{Settled, Settlement};
 use bq_dedupe::testkit::{self, Fleet, OnServer, guard_fleet};
-use bq_dedupe::{Capabilities, Claim, ClaimToken, Store, StoreError, StoreErrorKind, StoreResult};
+use bq_dedupe::{
+    Store, StoreError, StoreResult, store::Capabilities, store::Claim, store::ClaimToken,
+    store::StoreErrorKind,
+};
 use bq_dedupe_host::handler::Handler;
 use bq_dedupe_host::keep_alive::HeldClaims;
 use bq_dedupe_host::runtime::HostState;

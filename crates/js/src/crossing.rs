@@ -7,7 +7,7 @@
 
 use std::cell::{Cell, RefCell};
 
-use bq_dedupe::{Message, Outcome, OutcomeKind, Rejection};
+use bq_dedupe::{Message, Outcome, OutcomeKind, envelope::Rejection};
 use js_sys::{Array, Function, Object, Promise};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;

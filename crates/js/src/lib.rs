@@ -26,7 +26,8 @@ use std::time::Duration;
 
 use bq_dedupe::observe::Event;
 use bq_dedupe::{
-    Disposition, Guard, KeySpace, Limits, Message, Observer, Options, Outcome, Rejection, Timer,
+    Disposition, Guard, KeySpace, Message, Observer, Options, Outcome, envelope::Limits,
+    envelope::Rejection, lease::Timer,
 };
 use js_sys::{Array, Function, Object};
 use wasm_bindgen::JsCast;

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bq_dedupe::{
-    ClaimToken, Clock, InMemoryStore as CoreStore, ManualClock, Store, block_on_ready,
+    InMemoryStore as CoreStore, Store, block_on_ready, clock::Clock, clock::ManualClock,
+    store::ClaimToken,
 };
 use js_sys::{Array, Object, Reflect};
 use wasm_bindgen::prelude::*;

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use bq_dedupe::store::wire::{ClaimRef, Remember, Step};
-use bq_dedupe::{ClaimToken, Store, StoreError};
+use bq_dedupe::{Store, StoreError, store::ClaimToken};
 use js_sys::{Array, Object};
 use wasm_bindgen::prelude::*;
 

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use bq_dedupe::store::{Batch, Foreign, ForeignStore, KeyStore, wire};
 use bq_dedupe::{
-    Capabilities, Claim, ClaimToken, Clock, InMemoryStore, Settled, Settlement, StoreError,
-    StoreErrorKind, StoreResult,
+    InMemoryStore, StoreError, StoreResult, clock::Clock, store::Capabilities, store::Claim,
+    store::ClaimToken, store::Settled, store::Settlement, store::StoreErrorKind,
 };
 use js_sys::{Array, Object, Promise, Reflect};
 use wasm_bindgen::JsCast;

@@ -31,8 +31,8 @@ use std::sync::Arc;
 use bq_dedupe::store::record::Rules;
 use bq_dedupe::testkit::guard_fleet::{Inbox, plain_delivery};
 use bq_dedupe::testkit::{self, Harness, Plan, Setting};
-use bq_dedupe::{Clock, InMemoryStore, ManualClock, block_on_ready};
-use bq_dedupe::{Guard, NoTimer, Timer};
+use bq_dedupe::{Guard, lease::NoTimer, lease::Timer};
+use bq_dedupe::{InMemoryStore, block_on_ready, clock::Clock, clock::ManualClock};
 use js_sys::{Array, Function};
 use wasm_bindgen::prelude::*;
 

@@ -1,6 +1,6 @@
 //! [`AnyStore`]: a store picked at run time from a spec string.
 
-use bq_dedupe::{InMemoryStore, StoreError, StoreErrorKind, StoreResult};
+use bq_dedupe::{InMemoryStore, StoreError, StoreResult, store::StoreErrorKind};
 
 use crate::backends::{BACKENDS, Backend};
 use crate::{PostgresStore, RedisStore, SqliteStore, StoreStats};

@@ -4,7 +4,7 @@
 //! tests' matrix and `scripts/with-stores.sh` all read [`BACKENDS`]; a new store
 //! is its module, its `AnyStore` variant and one row here.
 
-use bq_dedupe::{InMemoryStore, StoreError, StoreErrorKind};
+use bq_dedupe::{InMemoryStore, StoreError, store::StoreErrorKind};
 
 use crate::postgres::DEFAULT_POSTGRES_TABLE;
 use crate::shown::{mask_parameters, masked};

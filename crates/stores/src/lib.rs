@@ -62,7 +62,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use bq_dedupe::{ClaimToken, StoreError};
+use bq_dedupe::{StoreError, store::ClaimToken};
 
 pub use any::{AnyStore, DEFAULT_REDIS_PREFIX};
 pub use backends::{BACKENDS, Backend, TestPlace, TestServer};
@@ -142,7 +142,7 @@ pub(crate) fn take_params(
             .into_owned();
         if given.contains(&decoded) {
             return Err(StoreError::new(
-                bq_dedupe::StoreErrorKind::Invalid,
+                bq_dedupe::store::StoreErrorKind::Invalid,
                 format!("store spec: parameter {decoded:?} given twice"),
             ));
         }
@@ -152,7 +152,7 @@ pub(crate) fn take_params(
                 .decode_utf8()
                 .map_err(|_| {
                     StoreError::new(
-                        bq_dedupe::StoreErrorKind::Invalid,
+                        bq_dedupe::store::StoreErrorKind::Invalid,
                         format!("store spec: {name} is not UTF-8 once decoded"),
                     )
                 })?

@@ -7,8 +7,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use bq_dedupe::{
-    Capabilities, Claim, ClaimToken, Settled, Settlement, Store, StoreError, StoreErrorKind,
-    StoreResult,
+    Store, StoreError, StoreResult, store::Capabilities, store::Claim, store::ClaimToken,
+    store::Settled, store::Settlement, store::StoreErrorKind,
 };
 use postgres::Config;
 use postgres::config::Host;

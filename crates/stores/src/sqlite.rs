@@ -8,8 +8,8 @@ use std::time::Duration;
 use bq_dedupe::store::record::Rules;
 use bq_dedupe::store::{TransactionalStore, TxRun};
 use bq_dedupe::{
-    Capabilities, Claim, ClaimToken, Clock, Settled, Settlement, Store, StoreError, StoreResult,
-    SystemClock,
+    Store, StoreError, StoreResult, clock::Clock, clock::SystemClock, store::Capabilities,
+    store::Claim, store::ClaimToken, store::Settled, store::Settlement,
 };
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 

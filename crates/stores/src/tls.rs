@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use bq_dedupe::{StoreError, StoreErrorKind, StoreResult};
+use bq_dedupe::{StoreError, StoreResult, store::StoreErrorKind};
 use postgres::config::SslMode;
 
 use crate::take_params;

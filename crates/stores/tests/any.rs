@@ -5,7 +5,9 @@ mod common;
 
 use std::time::Duration;
 
-use bq_dedupe::{Capabilities, Claim, Guard, Outcome, OutcomeKind, Store, StoreErrorKind};
+use bq_dedupe::{
+    Guard, Outcome, OutcomeKind, Store, store::Capabilities, store::Claim, store::StoreErrorKind,
+};
 use bq_dedupe_stores::{AnyStore, DEFAULT_REDIS_PREFIX, StoreStats};
 use common::{
     check_basics, check_batches, check_claims, check_hostile_keys, deliver, on_every_backend,

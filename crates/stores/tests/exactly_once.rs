@@ -336,7 +336,7 @@ fn postgres_a_success_commits_both_a_failure_neither_and_a_redelivery_skips() {
         Duration::from_secs(60),
     ))
     .unwrap();
-    assert!(matches!(claimed, bq_dedupe::Claim::Acquired(_)));
+    assert!(matches!(claimed, bq_dedupe::store::Claim::Acquired(_)));
     let outcome = guard.process_in_transaction(envelope("pg-held").as_str(), |_, _| {
         Ok::<(), postgres::Error>(())
     });

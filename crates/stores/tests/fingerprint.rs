@@ -11,7 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use bq_dedupe::{Guard, Message, Outcome, OutcomeKind, Store, StoreErrorKind};
+use bq_dedupe::{Guard, Message, Outcome, OutcomeKind, Store, store::StoreErrorKind};
 use bq_dedupe_stores::{AnyStore, Dialect, RedisStore};
 use common::{RedisCleanup, Subject, on_every_backend, ready, redis_prefix, redis_url};
 

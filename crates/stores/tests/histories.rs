@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use bq_dedupe::store::TransactionalStore;
 use bq_dedupe::testkit::{self, Fleet};
-use bq_dedupe::{Clock, ManualClock};
+use bq_dedupe::{clock::Clock, clock::ManualClock};
 use bq_dedupe_stores::{Dialect, PostgresStore, RedisStore, SqliteStore};
 use common::*;
 

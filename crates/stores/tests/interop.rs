@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use bq_dedupe::{Guard, OutcomeKind, Store, StoreErrorKind};
+use bq_dedupe::{Guard, OutcomeKind, Store, store::StoreErrorKind};
 use bq_dedupe_stores::{AnyStore, Dialect, PostgresStore, RedisStore};
 use common::{
     PgCleanup, RedisCleanup, deliver, postgres_table, postgres_url, ready, redis_prefix, redis_url,
@@ -65,7 +65,7 @@ fn php_records_are_read_right_and_ours_read_right_by_php() {
     // PHP's seen: the value is "2".
     assert_eq!(get(&mut php, &key("ours")).as_deref(), Some("2"));
     // PHP's claim on an id we hold: its SET NX fails (held).
-    let bq_dedupe::Claim::Acquired(_t) =
+    let bq_dedupe::store::Claim::Acquired(_t) =
         ready(store.claim("ours-in-flight", Duration::from_secs(60))).unwrap()
     else {
         panic!("free key");
@@ -137,7 +137,7 @@ fn a_foreign_value_under_our_prefix_is_a_store_error() {
         assert!(e.message.contains("not a native record"), "{e}");
         assert!(ready(store.seen_many(&["fine", id])).is_err());
         assert!(ready(store.claim(id, Duration::from_secs(5))).is_err());
-        let token = bq_dedupe::ClaimToken("t".into());
+        let token = bq_dedupe::store::ClaimToken("t".into());
         assert!(ready(store.remember_fenced(id, &token, None)).is_err());
         assert!(ready(store.renew(id, &token, Duration::from_secs(5))).is_err());
         assert_eq!(
@@ -229,7 +229,7 @@ fn go_postgres_rows_are_read_right_and_ours_read_right_by_go() {
         1,
         "Go sees our commit"
     );
-    let bq_dedupe::Claim::Acquired(token) =
+    let bq_dedupe::store::Claim::Acquired(token) =
         ready(store.claim("ours-in-flight", Duration::from_secs(60))).unwrap()
     else {
         panic!("free key");

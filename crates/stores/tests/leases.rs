@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bq_dedupe::{Claim, Counters, Guard, Outcome, OutcomeKind, Store};
+use bq_dedupe::{Counters, Guard, Outcome, OutcomeKind, Store, store::Claim};
 use common::{check_leases, envelope, on_every_backend, ready};
 
 const SHORT: Duration = Duration::from_millis(200);

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use bq_dedupe::{Claim, Guard, OutcomeKind, Store, StoreErrorKind};
+use bq_dedupe::{Guard, OutcomeKind, Store, store::Claim, store::StoreErrorKind};
 use bq_dedupe_stores::{PostgresStore, StoreStats};
 use common::{PgCleanup, envelope, pg, postgres_table, postgres_url, ready};
 
@@ -258,13 +258,13 @@ fn a_call_blocked_on_a_lock_ends_within_the_lock_timeout() {
     let took = started.elapsed();
     tx.rollback().unwrap();
     let e = result.expect_err("a claim on a locked table cannot succeed");
-    assert_eq!(e.kind, bq_dedupe::StoreErrorKind::Unavailable, "{e}");
+    assert_eq!(e.kind, bq_dedupe::store::StoreErrorKind::Unavailable, "{e}");
     assert!(e.message.contains("55P03"), "lock_not_available: {e}");
     assert!(took < Duration::from_secs(10), "blocked {took:?}");
     // The lock gone, the same store goes on.
     assert!(matches!(
         ready(store.claim("locked-1", Duration::from_secs(30))),
-        Ok(bq_dedupe::Claim::Acquired(_))
+        Ok(bq_dedupe::store::Claim::Acquired(_))
     ));
 
     // A statement that runs past statement_timeout is cancelled: here a

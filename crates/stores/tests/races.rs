@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use bq_dedupe::{Claim, Guard, OutcomeKind, Store};
+use bq_dedupe::{Guard, OutcomeKind, Store, store::Claim};
 use bq_dedupe_stores::{AnyStore, BACKENDS};
 use common::{Subject, TempDb, envelope, on_every_backend, ready, with_query};
 

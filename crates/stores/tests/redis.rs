@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use bq_dedupe::{Claim, Guard, Outcome, Store, StoreErrorKind};
+use bq_dedupe::{Guard, Outcome, Store, store::Claim, store::StoreErrorKind};
 use bq_dedupe_stores::{RedisStore, StoreStats};
 use common::{RedisCleanup, deliver, ready, redis_prefix, redis_url};
 

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use bq_dedupe::{Claim, Guard, Outcome, OutcomeKind, Store};
+use bq_dedupe::{Guard, Outcome, OutcomeKind, Store, store::Claim};
 use bq_dedupe_stores::{AnyStore, Dialect, RedisStore, StoreStats};
 use common::{ClusterCleanup, cluster_nodes, deliver, ready, redis_cluster_spec, redis_prefix};
 
@@ -62,7 +62,7 @@ fn cluster_batch_of_100_spans_every_node() {
             _ => unreachable!(),
         })
         .collect();
-    let settled = ready(store.settle(&bq_dedupe::Settlement {
+    let settled = ready(store.settle(&bq_dedupe::store::Settlement {
         remember: &remember,
         ..Default::default()
     }))
@@ -147,7 +147,7 @@ fn cluster_scripts_are_reloaded_after_script_flush() {
             other => panic!("{other:?}"),
         })
         .collect();
-    let settled = ready(store.settle(&bq_dedupe::Settlement {
+    let settled = ready(store.settle(&bq_dedupe::store::Settlement {
         remember: &remember,
         ..Default::default()
     }))

@@ -7,7 +7,8 @@ mod common;
 use std::time::Duration;
 
 use bq_dedupe::{
-    Capabilities, Claim, ClaimToken, Guard, Outcome, OutcomeKind, Store, StoreErrorKind,
+    Guard, Outcome, OutcomeKind, Store, store::Capabilities, store::Claim, store::ClaimToken,
+    store::StoreErrorKind,
 };
 use bq_dedupe_stores::{Dialect, RedisStore};
 use common::{

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bq_dedupe::{Claim, Guard, ManualClock, Outcome, Store, StoreErrorKind};
+use bq_dedupe::{Guard, Outcome, Store, clock::ManualClock, store::Claim, store::StoreErrorKind};
 use bq_dedupe_stores::{SqliteStore, StoreStats};
 use common::{TempDb, deliver, ready};
 

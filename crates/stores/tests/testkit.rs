@@ -13,7 +13,7 @@ use bq_dedupe::StoreResult;
 use bq_dedupe::store::record::Rules;
 use bq_dedupe::store::{TransactionalStore, TxRun};
 use bq_dedupe::testkit::{self, Harness, OnServer};
-use bq_dedupe::{Clock, ManualClock};
+use bq_dedupe::{clock::Clock, clock::ManualClock};
 use bq_dedupe_stores::{Dialect, PostgresStore, RedisStore, SqliteStore};
 use common::*;
 

@@ -6,7 +6,7 @@
 
 mod common;
 
-use bq_dedupe::StoreErrorKind;
+use bq_dedupe::store::StoreErrorKind;
 use bq_dedupe::testkit::{self, OnServer};
 use bq_dedupe_stores::{AnyStore, Dialect, PostgresStore, RedisStore};
 use common::*;

@@ -321,7 +321,7 @@ fn postgres_a_commit_that_lost_its_claim_leaves_a_claim_taken_meanwhile_alone() 
     let (store, pg_) = pg_store("lost");
     let key = "lost-1";
     let token = match &ready(store.claim_many(&[key], Duration::from_millis(50))).unwrap()[0] {
-        bq_dedupe::Claim::Acquired(token) => token.clone(),
+        bq_dedupe::store::Claim::Acquired(token) => token.clone(),
         other => panic!("a fresh key: {other:?}"),
     };
     std::thread::sleep(Duration::from_millis(120)); // our claim lapses
@@ -341,7 +341,7 @@ fn postgres_a_commit_that_lost_its_claim_leaves_a_claim_taken_meanwhile_alone() 
     let commit = {
         let (store, token) = (store.clone(), token.clone());
         std::thread::spawn(move || {
-            ready(store.settle(&bq_dedupe::Settlement {
+            ready(store.settle(&bq_dedupe::store::Settlement {
                 remember: &[(key, Some(&token))],
                 ..Default::default()
             }))
@@ -532,7 +532,7 @@ fn the_purge_leaves_a_lapsed_claim_its_owner_still_holds() {
     ];
     for (name, store, purge) in cases {
         let token = match store.claim_("lapsed-1", Duration::from_millis(50)) {
-            bq_dedupe::Claim::Acquired(t) => t,
+            bq_dedupe::store::Claim::Acquired(t) => t,
             other => panic!("{name}: {other:?}"),
         };
         store.remember_("expired-1", Some(Duration::from_millis(50)));
@@ -547,19 +547,19 @@ fn the_purge_leaves_a_lapsed_claim_its_owner_still_holds() {
 
 /// The few calls the purge test makes, on either store.
 trait DynStore {
-    fn claim_(&self, key: &str, lease: Duration) -> bq_dedupe::Claim;
+    fn claim_(&self, key: &str, lease: Duration) -> bq_dedupe::store::Claim;
     fn remember_(&self, key: &str, ttl: Option<Duration>);
-    fn commit_(&self, key: &str, token: &bq_dedupe::ClaimToken) -> bool;
+    fn commit_(&self, key: &str, token: &bq_dedupe::store::ClaimToken) -> bool;
 }
 
 impl<S: Store> DynStore for S {
-    fn claim_(&self, key: &str, lease: Duration) -> bq_dedupe::Claim {
+    fn claim_(&self, key: &str, lease: Duration) -> bq_dedupe::store::Claim {
         ready(self.claim(key, lease)).unwrap()
     }
     fn remember_(&self, key: &str, ttl: Option<Duration>) {
         ready(self.remember(key, ttl)).unwrap()
     }
-    fn commit_(&self, key: &str, token: &bq_dedupe::ClaimToken) -> bool {
+    fn commit_(&self, key: &str, token: &bq_dedupe::store::ClaimToken) -> bool {
         ready(self.remember_fenced(key, token, None)).unwrap()
     }
 }
@@ -602,7 +602,7 @@ fn postgres_a_batch_that_finds_the_id_done_after_waiting_leaves_no_mark() {
     std::thread::sleep(Duration::from_millis(700)); // the id's TTL is over
     assert!(matches!(
         ready(other.claim("bm-1", Duration::from_secs(5))).unwrap(),
-        bq_dedupe::Claim::Acquired(_)
+        bq_dedupe::store::Claim::Acquired(_)
     ));
 }
 

@@ -6,7 +6,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bq_dedupe_workers::bq_dedupe::store::{PerKey, Unbatched};
-use bq_dedupe_workers::bq_dedupe::{Event, OutcomeKind, Store};
+use bq_dedupe_workers::bq_dedupe::{OutcomeKind, Store, observe::Event};
 use bq_dedupe_workers::{
     Action, BatchReport, ConsumeError, DedupeConfig, Delivery, QueueBatch, QueueConsumer,
     RoundTrips, WorkersTimer,

@@ -42,7 +42,7 @@ fn open(env: &Env) -> Result<(DedupeConfig, WorkersStore)> {
 }
 
 fn store_error(e: StoreError) -> Result<Response> {
-    use bq_dedupe_workers::bq_dedupe::StoreErrorKind::{Invalid, Unsupported};
+    use bq_dedupe_workers::bq_dedupe::store::StoreErrorKind::{Invalid, Unsupported};
     let status = match e.kind {
         Unsupported | Invalid => 400,
         _ => 503,

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use bq_dedupe::store::wire::{self, ms};
 use bq_dedupe::store::{Peeked, Settled, Settlement, TxRun};
-use bq_dedupe::{Capabilities, Claim, Store, StoreError, StoreErrorKind, StoreResult};
+use bq_dedupe::{
+    Store, StoreError, StoreResult, store::Capabilities, store::Claim, store::StoreErrorKind,
+};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use bq_dedupe::store::StatementStore;
 use bq_dedupe::{
-    Disposition, Guard, Message, NoTimer, Observer, Outcome, OutcomeKind, Store, Timer, Verdict,
+    Disposition, Guard, Message, Observer, Outcome, OutcomeKind, Store, guard::Verdict,
+    lease::NoTimer, lease::Timer,
 };
 use wasm_bindgen::JsValue;
 use worker::{Queue, QueueContentType, RawMessageBuilder};

@@ -22,7 +22,8 @@ use bq_dedupe::store::sql::{
 };
 use bq_dedupe::store::{Peeked, StatementStore, TxRun};
 use bq_dedupe::{
-    Capabilities, Claim, ClaimToken, Settled, Settlement, Store, StoreError, StoreResult,
+    Store, StoreError, StoreResult, store::Capabilities, store::Claim, store::ClaimToken,
+    store::Settled, store::Settlement,
 };
 use serde::Deserialize;
 use wasm_bindgen::JsValue;

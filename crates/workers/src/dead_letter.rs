@@ -144,7 +144,7 @@ fn wrap_whole(delivery: &DeadDelivery<'_>, error: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bq_dedupe::{Limits, Message};
+    use bq_dedupe::{Message, envelope::Limits};
 
     fn poison(body: &[u8]) -> Value {
         let rejection = Message::parse(body, &Limits::default()).unwrap_err();

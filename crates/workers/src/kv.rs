@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use bq_dedupe::{Capabilities, Store, StoreError, StoreErrorKind, StoreResult};
+use bq_dedupe::{Store, StoreError, StoreResult, store::Capabilities, store::StoreErrorKind};
 use futures_util::future::try_join_all;
 use worker::kv::KvStore as KvNamespace;
 

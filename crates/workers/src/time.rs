@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use bq_dedupe::{Clock, Timer};
+use bq_dedupe::{clock::Clock, lease::Timer};
 
 /// `Date.now()`. On Workers it advances only across I/O (a Spectre mitigation),
 /// which is exactly where a handler waits, so renewals are seen on time.

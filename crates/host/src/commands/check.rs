@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use bq_dedupe::{Limits, Message};
+use bq_dedupe::{Message, envelope::Limits};
 use bq_dedupe_stores::AnyStore;
 use serde_json::json;
 

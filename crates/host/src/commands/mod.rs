@@ -8,7 +8,7 @@ pub mod run;
 use std::io::{BufRead, BufReader, Read};
 
 use anyhow::{Context, Result};
-use bq_dedupe::{Limits, Message, Rejection};
+use bq_dedupe::{Message, envelope::Limits, envelope::Rejection};
 
 /// The verdict on a line that cannot cross into the component (it takes strings):
 /// the core's own, so the reason reads as the component's would.

@@ -1,7 +1,7 @@
 //! The three record formats a [`super::RedisStore`] reads and writes, and what a
 //! stored value is in each.
 
-use bq_dedupe::ClaimToken;
+use bq_dedupe::store::ClaimToken;
 
 /// Whose records a [`RedisStore`] reads and writes (see `docs/stores.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use bq_dedupe::store::record::Rules;
 use bq_dedupe::{
-    Capabilities, Claim, ClaimToken, Settled, Settlement, Store, StoreError, StoreErrorKind,
-    StoreResult,
+    Store, StoreError, StoreResult, store::Capabilities, store::Claim, store::ClaimToken,
+    store::Settled, store::Settlement, store::StoreErrorKind,
 };
 use redis::cluster::ClusterClient;
 use redis::{Client, Cmd, ErrorKind, RedisResult, ServerErrorKind, TlsCertificates, Value};

@@ -9,7 +9,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use bq_dedupe::{Claim, ClaimToken, Guard, Outcome, Settlement, Store, block_on_ready};
+use bq_dedupe::{
+    Guard, Outcome, Store, block_on_ready, store::Claim, store::ClaimToken, store::Settlement,
+};
 
 /// Drives a ready future (every store here is synchronous).
 pub fn ready<F: Future>(f: F) -> F::Output {

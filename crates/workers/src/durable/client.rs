@@ -4,7 +4,10 @@ use std::time::Duration;
 
 use bq_dedupe::store::wire::Step;
 use bq_dedupe::store::{Peeked, Settled, Settlement};
-use bq_dedupe::{Capabilities, Claim, ClaimToken, Store, StoreError, StoreErrorKind, StoreResult};
+use bq_dedupe::{
+    Store, StoreError, StoreResult, store::Capabilities, store::Claim, store::ClaimToken,
+    store::StoreErrorKind,
+};
 use futures_util::future::{join_all, try_join_all};
 use wasm_bindgen::JsValue;
 use worker::{Method, ObjectNamespace, Request, RequestInit};

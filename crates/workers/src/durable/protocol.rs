@@ -113,7 +113,7 @@ pub struct ShardReply {
     pub seen: Option<Vec<bool>>,
     /// `claim`: one per key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub claims: Option<Vec<bq_dedupe::Claim>>,
+    pub claims: Option<Vec<bq_dedupe::store::Claim>>,
     /// `settle`: one per `remember`; `false` where a fenced one's claim was lost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept: Option<Vec<bool>>,

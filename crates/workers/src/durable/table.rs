@@ -2,7 +2,7 @@
 
 use bq_dedupe::store::record::{ClaimAnswer, Record, Rules};
 use bq_dedupe::store::wire::Step;
-use bq_dedupe::{Claim, ClaimToken};
+use bq_dedupe::{store::Claim, store::ClaimToken};
 use serde::Deserialize;
 use worker::{Result, SqlStorage, SqlStorageValue};
 

@@ -2,7 +2,7 @@
 //! words `bq-dedupe run` prints.
 
 use anyhow::Result;
-use bq_dedupe::{Limits, Message, OutcomeKind};
+use bq_dedupe::{Message, OutcomeKind, envelope::Limits};
 
 use bq_dedupe_host::runtime::Runtime;
 use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::{Outcome, Processed};
