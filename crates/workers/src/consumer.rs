@@ -142,7 +142,7 @@ pub enum ConsumeError {
     Unsupported(String),
     /// Some messages could not be marked for retry.
     #[error("bq-dedupe: {count} message(s) could not be marked for retry (first: {first})")]
-    Unsettled {
+    RetryFailed {
         /// How many.
         count: usize,
         /// The first of them: its Cloudflare message id and the error.
@@ -156,7 +156,7 @@ impl From<ConsumeError> for worker::Error {
     }
 }
 
-/// Dedupes Queues batches with a [`Guard`] and settles every message.
+/// Dedupes Queues batches with a [`Guard`] and acks, retries or dead-letters every message.
 ///
 /// Per message: run-ok (also `run-ok-lease-lost`: the effect happened, but the
 /// claim had been lost, so check for a duplicate), skip and fail-open successes
@@ -229,7 +229,7 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         }
     }
 
-    /// Calls `f` with each message's report once it is settled: what the queue
+    /// Calls `f` with each message's report once its action is taken: what the queue
     /// adds to the guard's events (the action taken, redelivery or duplicate
     /// publish, Cloudflare's attempts).
     pub fn on_message(mut self, f: impl Fn(&MessageReport) + 'static) -> Self {
@@ -308,13 +308,14 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
                 _ => (&p.outcome, p.decision.park_for),
             })
             .collect();
-        self.settle_all(batch, &messages, &bodies, &outcomes).await
+        self.apply_actions(batch, &messages, &bodies, &outcomes)
+            .await
     }
 
     /// Acks, retries or dead-letters each message by its outcome (and the park
     /// delay of a parked one), reporting each; `Err` if some retry could not be
     /// recorded.
-    async fn settle_all<E: Display>(
+    async fn apply_actions<E: Display>(
         &self,
         batch: &QueueBatch,
         messages: &[QueueMessage],
@@ -322,12 +323,12 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         outcomes: &[(&Outcome<E>, Option<Duration>)],
     ) -> Result<BatchReport, ConsumeError> {
         let mut report = BatchReport::default();
-        let mut unsettled: Vec<String> = Vec::new();
+        let mut retry_failed: Vec<String> = Vec::new();
         for ((message, body), &(outcome, park_for)) in messages.iter().zip(bodies).zip(outcomes) {
             let (action, reason) = self.action_for(batch, message, body, outcome).await;
-            if let Err(e) = self.settle(message, action, outcome.kind(), park_for) {
+            if let Err(e) = self.apply_action(message, action, outcome.kind(), park_for) {
                 worker::console_error!("bq-dedupe: retry of message {} failed: {e}", message.id());
-                unsettled.push(format!("{}: {e}", message.id()));
+                retry_failed.push(format!("{}: {e}", message.id()));
             }
             let reason = match (outcome, body.as_slice()) {
                 // What workers-rs `Queue::send(&serde_json::Value)` delivers.
@@ -340,10 +341,10 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             }
             report.messages.push(entry);
         }
-        match unsettled.first() {
+        match retry_failed.first() {
             None => Ok(report),
-            Some(first) => Err(ConsumeError::Unsettled {
-                count: unsettled.len(),
+            Some(first) => Err(ConsumeError::RetryFailed {
+                count: retry_failed.len(),
                 first: first.clone(),
             }),
         }
@@ -381,8 +382,8 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
     }
 
     /// Acks or retries the message. Only a failed retry is an error: a failed ack
-    /// is harmless (a normal return acks every unsettled message).
-    fn settle(
+    /// is harmless (a normal return acks every message not yet acked or retried).
+    fn apply_action(
         &self,
         message: &QueueMessage,
         action: Action,
@@ -501,8 +502,8 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> QueueConsumer<S, O, T> {
     /// already done is skipped and runs nothing (an in-batch duplicate too, once
     /// its first committed); a handler error, a panic or a failed batch writes
     /// nothing and the message is retried; a duplicate that committed first
-    /// aborts this one's batch whole (skipped). Messages are then settled as
-    /// [`QueueConsumer::consume`] settles them. Needs `DEDUPE_STORE = "d1"`
+    /// aborts this one's batch whole (skipped). Messages are then acked or retried as
+    /// [`QueueConsumer::consume`] does. Needs `DEDUPE_STORE = "d1"`
     /// and fingerprints off: otherwise [`ConsumeError::Unsupported`] before any
     /// handler runs.
     ///
@@ -567,7 +568,8 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             .iter()
             .map(|p| (&p.outcome, p.decision.park_for))
             .collect();
-        self.settle_all(batch, &messages, &bodies, &outcomes).await
+        self.apply_actions(batch, &messages, &bodies, &outcomes)
+            .await
     }
 }
 
