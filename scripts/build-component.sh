@@ -6,14 +6,16 @@
 #                                     #    and bq_dedupe_minimal.component.wasm
 #   scripts/build-component.sh js     # ... and the jco transpile -> target/component/js/
 #   scripts/build-component.sh test   # ... and `node --test crates/component/js/component.test.mjs`
+#   BQ_COMPONENT_SMALL=1 scripts/build-component.sh   # both at opt-level z, to the same files
 #
-# Steps: cargo build (wasm32-unknown-unknown, profile `component` at opt-level 3), wasm-opt -O3 (-Oz for a small build)
-# (npm binaryen@132.0.0), then bq-componentize (the wit-component crate: encode,
-# validate, list the imports, refuse any import outside babelqueue:idempotency/*).
-# Prints raw / wasm-opt / component / gzip sizes and fails when the component is
-# over budget (BQ_COMPONENT_BUDGET bytes, default 256 KiB: the component serves
-# server-side hosts; the JS package keeps its own 180 KiB budget). Idempotent: cargo and
-# npm only redo what changed.
+# Steps: cargo build (wasm32-unknown-unknown), wasm-opt (npm binaryen), then
+# bq-componentize (the wit-component crate: encode, validate, list the imports,
+# refuse any import outside babelqueue:idempotency/*); each component's cargo
+# profile, wasm-opt flags and size budget are its row of mk/artifacts.tsv
+# (`component`, `component-minimal`; `component-small` for both with
+# BQ_COMPONENT_SMALL=1). Prints raw / wasm-opt / component / gzip sizes and fails
+# when a component is over budget (BQ_COMPONENT_BUDGET overrides it for a run).
+# Idempotent: cargo and npm only redo what changed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,7 +32,6 @@ OUT_DIR="$ROOT/target/component"
 OUT="$OUT_DIR/bq_dedupe.component.wasm"
 JS_OUT="$OUT_DIR/js"
 JS_TOOLS="$ROOT/crates/component/js"
-BUDGET="${BQ_COMPONENT_BUDGET:-262144}"
 mkdir -p "$OUT_DIR"
 
 now() { date +%s.%N; }
@@ -42,16 +43,10 @@ size() { stat -c %s "$1"; }
 "$ROOT/scripts/ensure-tools.sh" npm "$JS_TOOLS" >/dev/null
 WASM_OPT="$JS_TOOLS/node_modules/.bin/wasm-opt"
 
-# --- guest module ------------------------------------------------------------
-# No debug info in the shipped module (the `component` profile inherits release's
-# line tables): set here because the profile lives in the root Cargo.toml.
-export CARGO_PROFILE_COMPONENT_DEBUG=false
-export CARGO_PROFILE_COMPONENT_STRIP=debuginfo
-# Built for speed: the component serves server-side hosts and has 256 KiB, and
-# opt-level 3 fits (the profile's "z" is what the 150 KiB budget once needed;
-# BQ_COMPONENT_OPT_LEVEL=z builds the small one). The JS package has its own profile.
-export CARGO_PROFILE_COMPONENT_OPT_LEVEL="${BQ_COMPONENT_OPT_LEVEL:-3}"
-case "$CARGO_PROFILE_COMPONENT_OPT_LEVEL" in z | s) WASM_OPT_FLAG=-Oz ;; *) WASM_OPT_FLAG=-O3 ;; esac
+if [[ -n "${BQ_COMPONENT_OPT_LEVEL:-}" ]]; then
+    echo "BQ_COMPONENT_OPT_LEVEL is gone: BQ_COMPONENT_SMALL=1 builds at opt-level z (mk/artifacts.tsv)" >&2
+    exit 2
+fi
 # --- components ----------------------------------------------------------------
 # One guest, two worlds: `dedupe` (store + leases + handler imports) and, with the
 # feature `minimal`, `dedupe-minimal` (seen-set + handler). Each has its own cargo
@@ -61,24 +56,28 @@ cargo build --quiet --manifest-path "$ROOT/crates/component/componentize/Cargo.t
 COMPONENTIZE="$CARGO_TARGET_DIR/debug/bq-componentize"
 OVER=()
 
-# build_component NAME TARGET_DIR [CARGO FLAGS...]: target/component/NAME.component.wasm
+# build_component NAME ARTIFACT TARGET_DIR [CARGO FLAGS...]: target/component/NAME.component.wasm,
+# built as row ARTIFACT of mk/artifacts.tsv says (or row component-small)
 build_component() {
-    local name="$1" target_dir="$2" t raw opt out raw_size opt_size comp gz
-    shift 2
-    raw="$target_dir/wasm32-unknown-unknown/component/babelqueue_dedupe_component.wasm"
-    opt="$OUT_DIR/$name.opt.wasm"
+    local name="$1" artifact="$2" target_dir="$3" t raw opt out raw_size opt_size comp gz budget
+    shift 3
+    [[ -z "${BQ_COMPONENT_SMALL:-}" ]] || artifact=component-small
+    . "$ROOT/scripts/artifact.sh" "$artifact"
+    budget="${BQ_COMPONENT_BUDGET:-$ARTIFACT_BUDGET}"
+    raw="$target_dir/wasm32-unknown-unknown/$ARTIFACT_PROFILE/babelqueue_dedupe_component.wasm"
+    opt="$OUT_DIR/$name.$ARTIFACT_PROFILE.opt.wasm"
     out="$OUT_DIR/$name.component.wasm"
     t=$(now)
     CARGO_TARGET_DIR="$target_dir" cargo build -p babelqueue-dedupe-component \
-        --target wasm32-unknown-unknown --profile component "$@"
+        --target wasm32-unknown-unknown --profile "$ARTIFACT_PROFILE" "$@"
     echo "$name: cargo build (guest): $(since "$t")"
 
     t=$(now)
     # Features come from the module's target_features section; custom sections (the
     # component-type that wit-bindgen embeds) are kept.
-    if [[ ! -f "$opt" || "$raw" -nt "$opt" || "$WASM_OPT" -nt "$opt" ]]; then
-        "$WASM_OPT" "$WASM_OPT_FLAG" --strip-debug --strip-producers "$raw" -o "$opt"
-        echo "$name: wasm-opt $WASM_OPT_FLAG: $(since "$t")"
+    if [[ ! -f "$opt" || "$raw" -nt "$opt" || "$WASM_OPT" -nt "$opt" || "$ARTIFACTS_TSV" -nt "$opt" ]]; then
+        "$WASM_OPT" "${ARTIFACT_WASM_OPT[@]}" --strip-debug --strip-producers "$raw" -o "$opt"
+        echo "$name: wasm-opt ${ARTIFACT_WASM_OPT[*]}: $(since "$t")"
     fi
 
     t=$(now)
@@ -92,13 +91,13 @@ build_component() {
     printf '%s sizes: raw %d B, wasm-opt %d B, component %d B (%.1f KiB), gzip -9 %d B (%.1f KiB)\n' \
         "$name" "$raw_size" "$opt_size" "$comp" "$(echo "$comp / 1024" | bc -l)" "$gz" "$(echo "$gz / 1024" | bc -l)"
     echo "wrote ${out#"$ROOT"/}"
-    if ((comp > BUDGET)); then
-        OVER+=("$name is $comp bytes")
+    if (($(artifact_size "$out") > budget)); then
+        OVER+=("$name is $(artifact_size "$out") ($ARTIFACT_OF), its budget $budget")
     fi
 }
 
-build_component bq_dedupe "$CARGO_TARGET_DIR"
-build_component bq_dedupe_minimal "$CARGO_TARGET_DIR-minimal" --features minimal
+build_component bq_dedupe component "$CARGO_TARGET_DIR"
+build_component bq_dedupe_minimal component-minimal "$CARGO_TARGET_DIR-minimal" --features minimal
 
 # --- JS (jco) ----------------------------------------------------------------
 if [[ "$MODE" == js || "$MODE" == test ]]; then
@@ -113,6 +112,6 @@ if [[ "$MODE" == test ]]; then
 fi
 
 if ((${#OVER[@]})); then
-    echo "OVER BUDGET (BQ_COMPONENT_BUDGET = $BUDGET bytes): ${OVER[*]}" >&2
+    echo "OVER BUDGET (mk/artifacts.tsv, BQ_COMPONENT_BUDGET): ${OVER[*]}" >&2
     exit 1
 fi

@@ -7,13 +7,13 @@
 #   scripts/build-js.sh test       # ... and pkg/conformance-node/: a test build with the core's
 #                                  #     conformance runner (feature `conformance`), for the Node tests
 #
-# Steps: cargo build (wasm32-unknown-unknown, profile `js`, scripts/js-wasm-build.sh),
-# wasm-bindgen --target web and --target
-# nodejs (the CLI pinned to Cargo.lock's wasm-bindgen, scripts/ensure-tools.sh),
-# wasm-opt -O3 (npm binaryen@132.0.0, a devDependency of crates/js). Prints the raw /
-# wasm-bindgen / wasm-opt / gzip sizes and fails when the shipped .wasm is over
-# BQ_JS_BUDGET bytes (default 184320 = 180 KiB). Idempotent: cargo, npm and
-# wasm-opt only redo what changed.
+# Steps (the cargo profile, wasm-opt flags and size budget are row `js` of
+# mk/artifacts.tsv): cargo build (wasm32-unknown-unknown, scripts/js-wasm-build.sh),
+# wasm-bindgen --target web and --target nodejs (the CLI pinned to Cargo.lock's
+# wasm-bindgen, scripts/ensure-tools.sh), wasm-opt (npm binaryen, a devDependency of
+# crates/js). Prints the raw / wasm-bindgen / wasm-opt / gzip sizes and fails when
+# the shipped .wasm is over budget (BQ_JS_BUDGET overrides it for a run).
+# Idempotent: cargo, npm and wasm-opt only redo what changed.
 set -euo pipefail
 
 MODE="${1:-build}"
@@ -26,7 +26,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 JS="$ROOT/crates/js"
 PKG="$JS/pkg"
 WWW="$ROOT/www"
-BUDGET="${BQ_JS_BUDGET:-184320}"
+. "$ROOT/scripts/artifact.sh" js
+BUDGET="${BQ_JS_BUDGET:-$ARTIFACT_BUDGET}"
 NAME=bq_dedupe
 
 now() { date +%s.%N; }
@@ -62,12 +63,12 @@ WASM_OPT="$JS/node_modules/.bin/wasm-opt"
 
 # --- the module ----------------------------------------------------------------
 t=$(now)
-RAW="$("$ROOT/scripts/js-wasm-build.sh" babelqueue-dedupe-js)"
+RAW="$("$ROOT/scripts/js-wasm-build.sh" js babelqueue-dedupe-js)"
 echo "cargo build: $(since "$t")"
 
 # --- wasm-bindgen (web + nodejs) and wasm-opt -------------------------------------
 STAMP="$PKG/.built"
-if [[ ! -f "$STAMP" || "$RAW" -nt "$STAMP" || "$WASM_OPT" -nt "$STAMP" || "${BASH_SOURCE[0]}" -nt "$STAMP" ]]; then
+if [[ ! -f "$STAMP" || "$RAW" -nt "$STAMP" || "$WASM_OPT" -nt "$STAMP" || "${BASH_SOURCE[0]}" -nt "$STAMP" || "$ARTIFACTS_TSV" -nt "$STAMP" ]]; then
     t=$(now)
     # Only the shipped builds: the test build (conformance-node/) is its own, and
     # a test run that rebuilds the module must not take it from under the others.
@@ -120,11 +121,11 @@ DTS
     echo "wasm-bindgen: $(since "$t")"
     t=$(now)
     cp "$PKG/web/${NAME}_bg.wasm" "$PKG/bindgen.wasm"
-    "$WASM_OPT" -O3 --strip-debug --strip-producers \
+    "$WASM_OPT" "${ARTIFACT_WASM_OPT[@]}" --strip-debug --strip-producers \
         --enable-reference-types --enable-bulk-memory --enable-nontrapping-float-to-int \
         --enable-sign-ext --enable-mutable-globals --enable-multivalue \
         "$PKG/bindgen.wasm" -o "$PKG/web/${NAME}_bg.wasm"
-    echo "wasm-opt -O3: $(since "$t")"
+    echo "wasm-opt ${ARTIFACT_WASM_OPT[*]}: $(since "$t")"
     touch "$STAMP"
 else
     echo "wasm-bindgen + wasm-opt: up to date"
@@ -150,7 +151,7 @@ echo "wrote ${PKG#"$ROOT"/}/{web,node}/ and www/pkg/"
 if [[ "$MODE" == test ]]; then
     t=$(now)
     cargo rustc -p babelqueue-dedupe-js --lib --crate-type cdylib --target wasm32-unknown-unknown \
-        --features conformance,testkit --profile js-conformance --config 'profile.js-conformance.inherits="dev"'
+        --features conformance,testkit --profile js-conformance
     TRAW="${CARGO_TARGET_DIR:-$ROOT/target}/wasm32-unknown-unknown/js-conformance/bq_dedupe_js.wasm"
     TOUT="$PKG/conformance-node"
     if [[ ! -f "$TOUT/$NAME.cjs" || "$TRAW" -nt "$TOUT/$NAME.cjs" ]]; then
@@ -162,7 +163,8 @@ if [[ "$MODE" == test ]]; then
     echo "conformance test build: $(since "$t") -> ${TOUT#"$ROOT"/}/"
 fi
 
-if ((opt > BUDGET)); then
-    echo "OVER BUDGET: ${NAME}_bg.wasm is $opt bytes, the budget is $BUDGET (BQ_JS_BUDGET)" >&2
+measured=$(artifact_size "$PKG/web/${NAME}_bg.wasm")
+if ((measured > BUDGET)); then
+    echo "OVER BUDGET: ${NAME}_bg.wasm is $measured ($ARTIFACT_OF), the budget is $BUDGET (mk/artifacts.tsv, BQ_JS_BUDGET)" >&2
     exit 1
 fi

@@ -5,14 +5,17 @@
 # the .wasm), which wrangler.toml's `main` points at; then the playground's wasm
 # build into www/pkg (scripts/build-js.sh), which it serves at /.
 #
-#   scripts/build-worker.sh          # release build, prints the bundle size
+#   scripts/build-worker.sh          # prints the bundle size, fails over its budget
 #
+# The cargo profile, wasm-opt flags and budget are row `worker` of mk/artifacts.tsv
+# (BQ_WORKER_BUDGET overrides the budget for a run).
 # This is wrangler.toml's [build] command, so `npx wrangler dev` runs it too.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-BUDGET="${BQ_WORKER_BUDGET:-1048576}" # 1 MiB, gzip'd .wasm
+. scripts/artifact.sh worker
+BUDGET="${BQ_WORKER_BUDGET:-$ARTIFACT_BUDGET}"
 
 # Tools: skip whatever is present at the pinned version.
 export WASM_BINDGEN_BIN="$(scripts/ensure-tools.sh wasm-bindgen)"
@@ -26,23 +29,28 @@ esac
 export ESBUILD_BIN="$ROOT/node_modules/@esbuild/$esbuild_pkg/bin/esbuild"
 export WASM_OPT_BIN="$ROOT/node_modules/.bin/wasm-opt"
 
-# Size first: the bundle budget is 1 MiB.
-export CARGO_PROFILE_RELEASE_OPT_LEVEL="${CARGO_PROFILE_RELEASE_OPT_LEVEL:-z}"
-export CARGO_PROFILE_RELEASE_LTO=true
-export CARGO_PROFILE_RELEASE_DEBUG=false
-export CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1
+# worker-build runs wasm-opt itself, with the flags of the crate's
+# [package.metadata.wasm-pack.profile.custom]: they must be the table's.
+manifest_opt="$(cargo metadata --no-deps --format-version 1 | python3 -c '
+import json, sys
+p = next(p for p in json.load(sys.stdin)["packages"] if p["name"] == "babelqueue-dedupe-worker-example")
+print(" ".join(p["metadata"]["wasm-pack"]["profile"]["custom"]["wasm-opt"]))')"
+if [[ "$manifest_opt" != "${ARTIFACT_WASM_OPT[*]}" ]]; then
+    echo "crates/worker-example/Cargo.toml runs wasm-opt $manifest_opt, mk/artifacts.tsv says ${ARTIFACT_WASM_OPT[*]}" >&2
+    exit 1
+fi
 
 cd crates/worker-example
-"$WORKER_BUILD" --release >&2
+"$WORKER_BUILD" --profile "$ARTIFACT_PROFILE" >&2
 
 # The playground (www/), which wrangler.toml serves as static assets at /.
 "$ROOT/scripts/build-js.sh" >&2
 
 wasm=$(ls build/*.wasm | head -n 1)
 raw=$(stat -c %s "$wasm")
-gz=$(gzip -9 -c "$wasm" | wc -c)
-echo "worker bundle: $wasm $raw bytes after wasm-opt, $gz bytes gzip (budget $BUDGET gzip)" >&2
-if ((gz > BUDGET)); then
+gz=$(gzip -9 -n -c "$wasm" | wc -c)
+echo "worker bundle: $wasm $raw bytes after wasm-opt, $gz bytes gzip (budget $BUDGET $ARTIFACT_OF)" >&2
+if (($(artifact_size "$wasm") > BUDGET)); then
     echo "worker bundle over budget" >&2
     exit 1
 fi

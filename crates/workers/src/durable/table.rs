@@ -1,8 +1,8 @@
 //! The shard's table: every read and write of the seen-set, synchronous SQL.
 
-use bq_dedupe::store::record::{ClaimAnswer, Record, Rules};
+use bq_dedupe::store::record::{Record, Rules};
 use bq_dedupe::store::wire::Step;
-use bq_dedupe::{store::Claim, store::ClaimToken};
+use bq_dedupe::store::ClaimToken;
 use serde::Deserialize;
 use worker::{Result, SqlStorage, SqlStorageValue};
 
@@ -88,11 +88,7 @@ impl IdTable {
                     let answer = self.update(key, &mut expiry, |r| {
                         r.claim(RULES, at, token.clone(), until)
                     })?;
-                    claims.push(match answer {
-                        ClaimAnswer::Acquired => Claim::Acquired(ClaimToken(token)),
-                        ClaimAnswer::Seen => Claim::Seen,
-                        ClaimAnswer::Held => Claim::Held,
-                    });
+                    claims.push(answer.with_token(ClaimToken(token)));
                 }
                 reply.claims = Some(claims);
             }
