@@ -34,7 +34,7 @@ include mk/*.mk
 ## store, more clients' calls at once): every store's histories linearizable.
 HISTORY_RUNS ?= 200
 histories: setup
-	BQ_HISTORY_RUNS=$(HISTORY_RUNS) cargo test -p babelqueue-dedupe --features testkit --test store_testkit histor
+	BQ_HISTORY_RUNS=$(HISTORY_RUNS) cargo test -p babelqueue-dedupe --test store_testkit histor
 	BQ_HISTORY_RUNS=$(HISTORY_RUNS) scripts/with-stores.sh \
 	  cargo test -p babelqueue-dedupe-stores --test histories --test sqlite_processes
 	scripts/build-js.sh test
@@ -109,7 +109,6 @@ unit-run:
 	cargo test $(TEST_CRATES) --all-targets
 	cargo test $(TEST_CRATES) --doc
 	cargo test -p babelqueue-dedupe --features tracing --test tracing_observer
-	cargo test -p babelqueue-dedupe --features testkit --test store_testkit
 	scripts/host-conformance.sh
 
 conformance:

@@ -30,8 +30,6 @@ pub mod lease;
 pub mod observe;
 pub mod outcome;
 pub mod store;
-#[cfg(feature = "testkit")]
-pub mod testkit;
 
 // The names most programs need; the rest live in their modules
 // (`store::Claim`, `envelope::Limits`, `clock::ManualClock`, ...).

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use bq_dedupe::store::record::Rules;
-use bq_dedupe::testkit::{self, Fault, Harness, Op};
 use bq_dedupe::{InMemoryStore, clock::Clock, clock::ManualClock};
+use bq_dedupe_testkit::{self as testkit, Fault, Harness, Op};
 
 struct Memory {
     store: Arc<InMemoryStore>,
@@ -93,7 +93,7 @@ fn the_testkit_catches_a_store_that_breaks_a_rule() {
 /// A failing run is printed as Rust that `check_ops` takes back.
 #[test]
 fn a_failing_run_is_printed_as_rust_to_replay() {
-    use bq_dedupe::testkit::{Fault, Op, as_rust};
+    use bq_dedupe_testkit::{Fault, Op, as_rust};
     let run = vec![
         Op::Claim {
             client: 0,
@@ -256,8 +256,8 @@ fn the_history_checker_catches_a_claim_that_is_not_atomic() {
 /// unreported.
 #[test]
 fn the_guard_in_the_loop_catches_a_fenced_commit_that_ignores_a_lost_claim() {
-    use bq_dedupe::testkit::guard_fleet::{Inbox, plain_delivery, run_on_threads};
     use bq_dedupe::{Guard, block_on_ready};
+    use bq_dedupe_testkit::guard_fleet::{Inbox, plain_delivery, run_on_threads};
     use std::time::Duration;
 
     let memory = Arc::new(InMemoryStore::new());

@@ -9,7 +9,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bq_dedupe::store::{Settled, Settlement};
-use bq_dedupe::testkit::{self, Fleet, OnServer, guard_fleet};
 use bq_dedupe::{
     Store, StoreError, StoreResult, store::Capabilities, store::Claim, store::ClaimToken,
     store::StoreErrorKind,
@@ -19,6 +18,7 @@ use bq_dedupe_host::keep_alive::HeldClaims;
 use bq_dedupe_host::runtime::HostState;
 use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::{leases, store, types};
 use bq_dedupe_stores::{AnyStore, SqliteStore};
+use bq_dedupe_testkit::{self as testkit, Fleet, OnServer, guard_fleet};
 
 /// The host's imports, called as the guest calls them.
 struct ViaImports(Mutex<HostState>);
@@ -162,7 +162,7 @@ fn the_host_store_served_to_the_component_has_linearizable_histories() {
 
 /// The guard in the loop on the host's store: four claiming consumers, each
 /// its own host state on one SQLite file, handlers that fail, panic, outlive
-/// their lease or die before the commit (`bq_dedupe::testkit::guard_fleet`).
+/// their lease or die before the commit (`bq_dedupe_testkit::guard_fleet`).
 #[test]
 fn claiming_consumers_on_the_host_store_lose_nothing() {
     let (_file, open) = run_file();

@@ -1,6 +1,7 @@
-//! The core's store testkit over the JS store adapter ([`JsObjectStore`]), in a
-//! test build of the module (cargo feature `testkit`, `scripts/build-js.sh
-//! test` -> `pkg/conformance-node/`). Not in the published module.
+//! The store testkit (`bq_dedupe_testkit`) over the JS store adapter
+//! ([`JsObjectStore`]), in a test build of the module (cargo feature `testkit`,
+//! `scripts/build-js.sh test` -> `pkg/conformance-node/`). Not in the published
+//! module.
 //!
 //! - `TestkitBackend`: the core's in-memory store on a manual clock, answering
 //!   every method a JS store may have through `call(method, args)`
@@ -11,15 +12,15 @@
 //!   client is the adapter over `store`, every answer is checked against the
 //!   record model. Throws an `Error` naming the smallest failing run and its
 //!   seed.
-//! - `runStoreHistory(make, clients, seed)`: the core's history checker over
+//! - `runStoreHistory(make, clients, seed)`: the testkit's history checker over
 //!   the adapter: `clients` clients, each its own adapter over one `store`
 //!   from `make()`, run at once on the event loop (a promise-returning store
 //!   interleaves them); every key's history must be linearizable against the
 //!   record model. The store's errors whose message says "injected by the
 //!   test store" are recorded as unknown (a fault the test injects); any other
 //!   error fails the run. Resolves, or rejects with an `Error` naming the seed.
-//! - `runGuardFleet(store, prefix, mode, leaseMs, renewing)`: the core's guard
-//!   in the loop (`testkit::guard_fleet`) over the package's own guard (as
+//! - `runGuardFleet(store, prefix, mode, leaseMs, renewing)`: the testkit's guard
+//!   in the loop (`bq_dedupe_testkit::guard_fleet`) over the package's own guard (as
 //!   `dedupe` builds it: the adapter over `store`, the JS clock, and with
 //!   `renewing` its timer, which renews claims while a handler runs): four
 //!   consumers, `mode` "claiming" (leases of `leaseMs`) or "seen-set", on one
@@ -29,10 +30,10 @@
 use std::sync::Arc;
 
 use bq_dedupe::store::record::Rules;
-use bq_dedupe::testkit::guard_fleet::{Inbox, plain_delivery};
-use bq_dedupe::testkit::{self, Harness, Plan, Setting};
 use bq_dedupe::{Guard, lease::NoTimer, lease::Timer};
 use bq_dedupe::{InMemoryStore, block_on_ready, clock::Clock, clock::ManualClock};
+use bq_dedupe_testkit::guard_fleet::{Inbox, plain_delivery};
+use bq_dedupe_testkit::{self as testkit, Harness, Plan, Setting};
 use js_sys::{Array, Function};
 use wasm_bindgen::prelude::*;
 

@@ -5,7 +5,7 @@
 // to three times) at once on the event loop, with handlers that fail, outlive
 // their lease or die after their effect and before the commit. Checked: nothing
 // acked that never ran, and (claiming) every run beyond the first reported or
-// after a death (`bq_dedupe::testkit::guard_fleet`).
+// after a death (`bq_dedupe_testkit::guard_fleet`).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';

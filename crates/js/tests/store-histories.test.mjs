@@ -1,4 +1,4 @@
-// The core's history checker over the package's JS store adapter, in the test
+// The testkit's history checker over the package's JS store adapter, in the test
 // build pkg/conformance-node/ (`scripts/build-js.sh test`): several clients,
 // each its own adapter over one promise-returning store, call it at once on the
 // event loop; the store answers after a random number of turns and sometimes

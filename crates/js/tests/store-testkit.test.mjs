@@ -1,4 +1,4 @@
-// The core's store testkit over the package's JS store adapter (the Rust side
+// The store testkit over the package's JS store adapter (the Rust side
 // that calls a JS object's seen/remember/claim/settle/... and reads its
 // answers), in the test build pkg/conformance-node/ (`scripts/build-js.sh
 // test`). Each store below is a plain object, shaped as a user's store would

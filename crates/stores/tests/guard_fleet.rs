@@ -1,4 +1,4 @@
-//! The guard in the loop (`bq_dedupe::testkit::guard_fleet`, whose docs name
+//! The guard in the loop (`bq_dedupe_testkit::guard_fleet`, whose docs name
 //! the invariants) on every store: four consumers (threads, each with its own
 //! store connection) in each mode, handlers that fail, panic, run past their
 //! lease, swallow a failed statement (the transactional mode) or die after
@@ -14,11 +14,11 @@ mod common;
 
 use std::time::Duration;
 
-use bq_dedupe::testkit::guard_fleet::{
-    Act, Inbox, check_claiming_fleet, envelope, plain_delivery, run_on_threads,
-};
 use bq_dedupe::{Guard, OutcomeKind};
 use bq_dedupe_stores::{PostgresStore, SqliteStore};
+use bq_dedupe_testkit::guard_fleet::{
+    Act, Inbox, check_claiming_fleet, envelope, plain_delivery, run_on_threads,
+};
 use common::*;
 
 const CONSUMERS: usize = 4;

@@ -1,4 +1,4 @@
-//! The history checker (`bq_dedupe::testkit::check_histories`) on every store
+//! The history checker (`bq_dedupe_testkit::check_histories`) on every store
 //! here: four clients, each with its own connection, call one backend at once
 //! on three shared keys (claims, renewals, fenced commits and settlements,
 //! remembers, forgets, peeks, transactions where the store has them), under
@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bq_dedupe::store::TransactionalStore;
-use bq_dedupe::testkit::{self, Fleet};
 use bq_dedupe::{clock::Clock, clock::ManualClock};
 use bq_dedupe_stores::{Dialect, PostgresStore, RedisStore, SqliteStore};
+use bq_dedupe_testkit::{self as testkit, Fleet};
 use common::*;
 
 const SQLITE_EFFECTS: &str = "CREATE TABLE IF NOT EXISTS testkit_effects (key TEXT NOT NULL);

@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use bq_dedupe::store::wire::{self, ms};
 use bq_dedupe::store::{Claim, Peeked, Settled, Settlement, TransactionalStore, TxRun};
-use bq_dedupe::testkit::{self, Fleet};
 use bq_dedupe::{Store, StoreError, StoreResult, block_on_ready, store::Capabilities};
 use bq_dedupe_stores::SqliteStore;
+use bq_dedupe_testkit::{self as testkit, Fleet};
 use common::TempDb;
 use serde_json::{Value, json};
 

@@ -1,4 +1,4 @@
-//! Every store of this crate passes the core's store testkit: random runs from
+//! Every store of this crate passes the store testkit: random runs from
 //! several clients (each its own connection), checked answer by answer against
 //! the record model, with faults injected and clients crashing. SQLite runs on a
 //! manual clock (a file, a connection per client); Redis (each dialect, and a
@@ -12,9 +12,9 @@ use std::time::Duration;
 use bq_dedupe::StoreResult;
 use bq_dedupe::store::record::Rules;
 use bq_dedupe::store::{TransactionalStore, TxRun};
-use bq_dedupe::testkit::{self, Harness, OnServer};
 use bq_dedupe::{clock::Clock, clock::ManualClock};
 use bq_dedupe_stores::{Dialect, PostgresStore, RedisStore, SqliteStore};
+use bq_dedupe_testkit::{self as testkit, Harness, OnServer};
 use common::*;
 
 struct Sqlite {
@@ -99,7 +99,7 @@ fn every_backend_from_a_spec_follows_the_record_model() {
 /// the model now reads an expired record as free here too, and SQLite with it.
 #[test]
 fn sqlite_a_commit_sent_again_after_its_record_expired_is_not_ours() {
-    use bq_dedupe::testkit::Op;
+    use bq_dedupe_testkit::Op;
     for stranger in [false, true] {
         let mut run = vec![
             Op::Claim {
@@ -180,7 +180,7 @@ fn postgres_follows_the_record_model() {
 /// ends the lapsed claim with the commit, as every other store's record does.
 #[test]
 fn postgres_a_transaction_over_a_lapsed_claim_ends_that_claim() {
-    use bq_dedupe::testkit::Op;
+    use bq_dedupe_testkit::Op;
     let run = vec![
         Op::Claim {
             client: 1,
@@ -209,8 +209,8 @@ fn postgres_a_transaction_over_a_lapsed_claim_ends_that_claim() {
 /// sent again (as the Redis client re-runs a pipeline after an I/O error) finds
 /// the id done by its own token, and the delivery is `run-ok`.
 fn a_resent_commit_is_run_ok<S: bq_dedupe::Store>(store: S) {
-    use bq_dedupe::testkit::{Fault, Faulty};
     use bq_dedupe::{Guard, OutcomeKind};
+    use bq_dedupe_testkit::{Fault, Faulty};
     let store = Faulty::new(store);
     let guard = Guard::new(&store).with_claiming(Duration::from_secs(30));
     let outcome = ready(guard.process(&envelope(&unique("resent")), async |_| {
@@ -239,7 +239,7 @@ fn a_resent_commit_is_run_ok_on_sqlite_and_redis() {
 /// it as its own (its effect would then run a second time unreported).
 #[test]
 fn sqlite_a_transaction_over_a_lapsed_claim_ends_that_claim() {
-    use bq_dedupe::testkit::Op;
+    use bq_dedupe_testkit::Op;
     let run = vec![
         Op::Claim {
             client: 0,

@@ -7,8 +7,8 @@
 mod common;
 
 use bq_dedupe::store::StoreErrorKind;
-use bq_dedupe::testkit::{self, OnServer};
 use bq_dedupe_stores::{AnyStore, Dialect, PostgresStore, RedisStore};
+use bq_dedupe_testkit::{self as testkit, OnServer};
 use common::*;
 
 fn var(name: &str) -> String {

@@ -366,7 +366,7 @@ fn postgres_an_id_the_table_cannot_hold_is_its_own_deliverys_verdict() {
     let (store, pg_) = pg_store("hostile");
     let store = Arc::new(store);
     let nul = "nul\u{0}id".to_string();
-    let long = bq_dedupe::testkit::incompressible(0x9e37_79b9_7f4a_7c15, 500);
+    let long = bq_dedupe_testkit::incompressible(0x9e37_79b9_7f4a_7c15, 500);
     assert!(long.len() > 2704);
     let mut ids: Vec<String> = (0..10).map(|i| format!("ordinary-{i}")).collect();
     ids.insert(3, nul.clone());
@@ -431,8 +431,8 @@ fn postgres_an_id_the_table_cannot_hold_is_its_own_deliverys_verdict() {
 #[test]
 fn postgres_stores_every_id_it_can_index_as_itself_like_the_go_sdk() {
     let (store, pg_) = pg_store("as-itself");
-    let longest = bq_dedupe::testkit::incompressible(7, 169)[..2692].to_string();
-    let longer = bq_dedupe::testkit::incompressible(7, 169)[..2693].to_string();
+    let longest = bq_dedupe_testkit::incompressible(7, 169)[..2692].to_string();
+    let longer = bq_dedupe_testkit::incompressible(7, 169)[..2693].to_string();
     // A Go consumer recorded the longest one, as itself.
     pg().execute(
         &format!("INSERT INTO {} (message_id) VALUES ($1)", pg_.table),

@@ -1,6 +1,6 @@
 //! [`HttpStore`]: the store a worker serves over HTTP (the example worker's
 //! `/store/*` routes: its `DurableObjectStore` over `DedupeShard`s on workerd)
-//! as a native [`Store`], so the core's store testkit can drive the Durable
+//! as a native [`Store`], so the store testkit can drive the Durable
 //! Object store from outside, on workerd's own clock (see
 //! `tests/durable_object.rs`, run by `make workers-test`).
 

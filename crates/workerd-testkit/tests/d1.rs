@@ -1,5 +1,5 @@
 //! The D1 store (`D1Store`, in the example worker on workerd with
-//! `DEDUPE_STORE = "d1"`, Miniflare's local D1) passes the core's store testkit:
+//! `DEDUPE_STORE = "d1"`, Miniflare's local D1) passes the store testkit:
 //! random runs from several clients, each answer checked against the record
 //! model on workerd's own clock, with faults injected. It runs the SQLite
 //! store's statements (`bq_dedupe::store::sql`), so it follows the same rules.
@@ -10,7 +10,7 @@
 
 use babelqueue_dedupe_workerd_testkit::{HttpStore, TOKEN, run_prefix, worker_url};
 use bq_dedupe::store::sql::RULES;
-use bq_dedupe::testkit::{self, Fleet, OnServer, guard_fleet};
+use bq_dedupe_testkit::{self as testkit, Fleet, OnServer, guard_fleet};
 
 #[test]
 fn the_d1_store_follows_the_record_model_on_workerd() {
@@ -49,7 +49,7 @@ fn d1_histories_are_linearizable_on_workerd() {
 /// The guard in the loop on the D1 store: four claiming consumers (each its
 /// own client) on one inbox, handlers that fail, panic, outlive their lease or
 /// die before the commit; nothing lost, every second run reported
-/// (`bq_dedupe::testkit::guard_fleet`).
+/// (`bq_dedupe_testkit::guard_fleet`).
 #[test]
 fn claiming_consumers_on_the_d1_store_lose_nothing() {
     let url = worker_url();

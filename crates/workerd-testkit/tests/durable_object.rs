@@ -1,12 +1,12 @@
 //! The Durable Object store (`DurableObjectStore` over `DedupeShard`s, in the
-//! example worker on workerd) passes the core's store testkit: random runs from
+//! example worker on workerd) passes the store testkit: random runs from
 //! several clients, each answer checked against the record model on workerd's
 //! own clock, with faults injected. The worker is started by
 //! `scripts/with-worker.sh` (`make workers-test`), which sets
 //! `BQ_TEST_WORKER_URL`; without it this test fails rather than skips.
 
 use babelqueue_dedupe_workerd_testkit::{HttpStore, TOKEN, run_prefix, worker_url};
-use bq_dedupe::testkit::{self, Fleet, OnServer, guard_fleet};
+use bq_dedupe_testkit::{self as testkit, Fleet, OnServer, guard_fleet};
 use bq_dedupe_workers::durable::DedupeShard;
 
 #[test]
@@ -39,7 +39,7 @@ fn durable_object_histories_are_linearizable_on_workerd() {
 /// The guard in the loop on the Durable Object store: four claiming consumers
 /// (each its own client) on one inbox, handlers that fail, panic, outlive
 /// their lease or die before the commit; nothing lost, every second run
-/// reported (`bq_dedupe::testkit::guard_fleet`).
+/// reported (`bq_dedupe_testkit::guard_fleet`).
 #[test]
 fn claiming_consumers_on_the_durable_object_store_lose_nothing() {
     let url = worker_url();

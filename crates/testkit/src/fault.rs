@@ -4,7 +4,7 @@
 use std::any::Any;
 use std::sync::Mutex;
 
-use crate::store::{Store, StoreError, StoreResult};
+use bq_dedupe::store::{Store, StoreError, StoreResult};
 
 /// What happens to the next call of a [`Faulty`] store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,5 +97,5 @@ pub fn outcome_unknown(why: impl std::fmt::Display) -> StoreError {
 pub(crate) const OUTCOME_UNKNOWN: &str = "injected fault, outcome unknown";
 
 impl<S: Store> Store for Faulty<S> {
-    crate::__store_methods!(layer);
+    bq_dedupe::__store_methods!(layer);
 }

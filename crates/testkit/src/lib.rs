@@ -1,6 +1,6 @@
 //! A testkit every [`Store`] can pass: random operations from several clients
 //! and a clock the test moves, each answer checked against the one statement of
-//! the rules ([`crate::store::record`]), with faults injected.
+//! the rules ([`bq_dedupe::store::record`]), with faults injected.
 //!
 //! A backend provides a [`Harness`] (how to open a client, which clock it reads,
 //! which of the rules' choices it makes) and calls [`check`]:
@@ -9,7 +9,7 @@
 //! use std::sync::Arc;
 //! use bq_dedupe::{InMemoryStore, clock::ManualClock};
 //! use bq_dedupe::store::record::Rules;
-//! use bq_dedupe::testkit::{self, Harness};
+//! use bq_dedupe_testkit::{self as testkit, Harness};
 //!
 //! struct Memory(Arc<InMemoryStore>, Arc<ManualClock>);
 //!
@@ -36,13 +36,15 @@
 //! (its tokens); its claims lapse by themselves. Batch calls are given distinct
 //! keys, as the guard sends them.
 //!
-//! A backend with a transactional mode ([`crate::store::TransactionalStore`],
-//! [`crate::store::StatementStore`]) says so ([`Harness::transactional`]) and
+//! A backend with a transactional mode ([`bq_dedupe::store::TransactionalStore`],
+//! [`bq_dedupe::store::StatementStore`]) says so ([`Harness::transactional`]) and
 //! runs are given one more operation: a transaction on one key whose work writes
 //! one effect row and then succeeds or fails. Its answer is checked against the
 //! model as any call's (done: nothing runs; held by a live claim: nothing runs;
 //! else committed, or rolled back leaving the record as it was), and after each
 //! one the key's effect rows must number its committed transactions.
+
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod fault;
 pub mod guard_fleet;
@@ -58,9 +60,9 @@ pub use run::{Op, as_rust, check, check_ops, check_seeded, ops};
 
 use std::time::Duration;
 
-use crate::StoreResult;
-use crate::store::record::Rules;
-use crate::store::{Store, TxRun};
+use bq_dedupe::StoreResult;
+use bq_dedupe::store::record::Rules;
+use bq_dedupe::store::{Store, TxRun};
 
 /// A backend under test: how to reach it and how its time moves.
 pub trait Harness {
@@ -75,7 +77,7 @@ pub trait Harness {
     /// for a client that crashed.
     fn open(&mut self) -> Self::Client;
 
-    /// The backend's clock, in ms (for a store on a [`crate::clock::ManualClock`], that
+    /// The backend's clock, in ms (for a store on a [`bq_dedupe::clock::ManualClock`], that
     /// clock; for a server's own clock, the real time elapsed).
     fn now_ms(&self) -> u64;
 
@@ -119,7 +121,7 @@ pub trait Harness {
         ok: bool,
     ) -> StoreResult<TxRun<(), ()>> {
         let _ = (client, key, ttl, ok);
-        Err(crate::StoreError::unsupported(
+        Err(bq_dedupe::StoreError::unsupported(
             "this harness has no transactional mode",
         ))
     }
@@ -235,7 +237,7 @@ impl<C: Store> Harness for OnServer<C> {
     ) -> StoreResult<TxRun<(), ()>> {
         match &mut self.transactions {
             Some((transact, _)) => transact(client, key, ttl, ok),
-            None => Err(crate::StoreError::unsupported(
+            None => Err(bq_dedupe::StoreError::unsupported(
                 "no transactional mode given",
             )),
         }

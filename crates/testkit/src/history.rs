@@ -2,7 +2,7 @@
 //! recorded with when it was invoked and when it completed and what it answered
 //! (or *unknown*, when it failed: it may or may not have taken effect), and each
 //! key's history must be linearizable against the record model
-//! ([`crate::store::record`]): some order of its calls, each taking effect at an
+//! ([`bq_dedupe::store::record`]): some order of its calls, each taking effect at an
 //! instant inside its own window, in which every answer is the model's.
 //!
 //! The search is Wing and Gong's, as porcupine and Knossos run it: pick any
@@ -22,9 +22,9 @@ use std::time::Duration;
 
 use super::fault::{Fault, Faulty};
 use super::run::{KeyAnswer, KeyOp, next_records};
-use crate::block_on_ready;
-use crate::store::record::{Record, Rules};
-use crate::store::{Claim, ClaimToken, Peeked, Settled, Settlement, Store, StoreResult, TxRun};
+use bq_dedupe::block_on_ready;
+use bq_dedupe::store::record::{Record, Rules};
+use bq_dedupe::store::{Claim, ClaimToken, Peeked, Settled, Settlement, Store, StoreResult, TxRun};
 
 /// The keys of a concurrent run: few, so that clients meet on them; one of
 /// them an id some backends cannot hold as it is (U+0000, and longer than a
@@ -180,7 +180,7 @@ impl<C: Store + Send + 'static> Fleet<C> {
         }
     }
 
-    /// A store on a clock the test moves ([`crate::clock::ManualClock`]): `now_ms`
+    /// A store on a clock the test moves ([`bq_dedupe::clock::ManualClock`]): `now_ms`
     /// reads it and `advance` moves it (a client's step, concurrent with the
     /// others'); no slack, ticks of `tick_ms`.
     pub fn with_clock(
@@ -872,7 +872,7 @@ impl<C: Store, S: Setting<C>> Client<C, S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::InMemoryStore;
+    use bq_dedupe::InMemoryStore;
 
     fn call(
         client: usize,

@@ -7,9 +7,9 @@ use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRu
 
 use super::Harness;
 use super::fault::{Fault, Faulty};
-use crate::block_on_ready;
-use crate::store::record::{ClaimAnswer, Peek, Record, Rules};
-use crate::store::{
+use bq_dedupe::block_on_ready;
+use bq_dedupe::store::record::{ClaimAnswer, Peek, Record, Rules};
+use bq_dedupe::store::{
     Capabilities, Claim, ClaimToken, Peeked, Settled, Settlement, Store, StoreResult, TxRun,
 };
 
@@ -766,7 +766,7 @@ fn call<C: Store>(
     let ttl = |t: &Option<u64>| t.map(dur);
     fn wait<T>(f: impl std::future::Future<Output = StoreResult<T>>) -> StoreResult<T> {
         block_on_ready(f).unwrap_or_else(|_| {
-            Err(crate::StoreError::internal(
+            Err(bq_dedupe::StoreError::internal(
                 "the store did not complete synchronously",
             ))
         })

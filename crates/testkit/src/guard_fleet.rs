@@ -21,7 +21,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::{
+use bq_dedupe::{
     Disposition, Guard, Observer, OutcomeKind, Store, block_on_ready, guard::Verdict, lease::Timer,
 };
 
