@@ -49,14 +49,14 @@
 mod fault;
 pub mod guard_fleet;
 mod history;
-mod run;
+mod runner;
 
 pub use fault::{Fault, Faulty, outcome_unknown};
 pub use history::{
     Client, ClientCalls, Fleet, FleetTransact, Plan, Setting, check_histories, check_history,
     incompressible,
 };
-pub use run::{Op, as_rust, check, check_ops, check_seeded, ops};
+pub use runner::{Op, as_rust, check, check_ops, check_seeded, ops};
 
 use std::time::Duration;
 
