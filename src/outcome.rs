@@ -62,6 +62,17 @@ pub enum Disposition {
     Poison,
 }
 
+impl Disposition {
+    /// A stable code: `ack`, `retry` or `poison`.
+    pub fn code(self) -> &'static str {
+        match self {
+            Disposition::Ack => "ack",
+            Disposition::Retry => "retry",
+            Disposition::Poison => "poison",
+        }
+    }
+}
+
 /// The outcome without its payload, for counting and for the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OutcomeKind {

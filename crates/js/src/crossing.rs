@@ -12,7 +12,7 @@ use js_sys::{Array, Function, Object, Promise};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
-use crate::{HandlerError, disposition_code, interned, message_of, rejection_js, set};
+use crate::{HandlerError, interned, message_of, rejection_js, set};
 
 #[wasm_bindgen(module = "/src/glue.js")]
 extern "C" {
@@ -290,7 +290,7 @@ fn defined(kind: OutcomeKind) -> u8 {
         define_kind(
             index,
             interned(kind.code()),
-            interned(disposition_code(kind.disposition())),
+            interned(kind.disposition().code()),
             kind.handler_ran(),
         );
         DEFINED.set(DEFINED.get() | bit);

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use bq_dedupe::observe::Event;
 use bq_dedupe::{
-    Disposition, Guard, KeySpace, Message, Observer, Options, Outcome, envelope::Limits,
+    Guard, KeySpace, Message, Observer, Options, Outcome, envelope::Limits,
     envelope::Rejection, lease::Timer,
 };
 use js_sys::{Array, Function, Object};
@@ -201,14 +201,6 @@ pub struct HandlerError(pub(crate) JsValue);
 impl std::fmt::Display for HandlerError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&message_of(&self.0))
-    }
-}
-
-pub(crate) fn disposition_code(d: Disposition) -> &'static str {
-    match d {
-        Disposition::Ack => "ack",
-        Disposition::Retry => "retry",
-        Disposition::Poison => "poison",
     }
 }
 
