@@ -30,6 +30,8 @@ pub mod lease;
 pub mod observe;
 pub mod outcome;
 pub mod store;
+#[cfg(feature = "telemetry")]
+pub mod telemetry;
 
 // The names most programs need; the rest live in their modules
 // (`store::Claim`, `envelope::Limits`, `clock::ManualClock`, ...).

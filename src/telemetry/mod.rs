@@ -1,0 +1,148 @@
+//! OpenTelemetry by BabelQueue's convention (feature `telemetry`), written once
+//! for every target: the consumer span `process <job>` with the attributes every
+//! BabelQueue SDK sets, its remote parent derived as they derive it
+//! ([`parent`]), and ours on top: the dedupe outcome of the delivery, which no
+//! SDK reports. The names are in one table, [`attr`]; `docs/observability.md`
+//! shows them.
+//!
+//! This module only says *what* a span carries, in plain types; each target
+//! hands it to its own tracing API (the `opentelemetry` crate natively, a JS
+//! `Tracer` in the package, `cloudflare:workers` tracing in a Worker).
+
+pub mod parent;
+
+use std::borrow::Cow;
+
+use crate::envelope::Message;
+use crate::outcome::OutcomeKind;
+
+pub use parent::Parent;
+
+/// Every attribute name, once.
+pub mod attr {
+    /// `babelqueue`.
+    pub const SYSTEM: &str = "messaging.system";
+    /// `process`.
+    pub const OPERATION: &str = "messaging.operation";
+    /// The envelope's `meta.queue` (`""` when absent).
+    pub const DESTINATION: &str = "messaging.destination.name";
+    /// The envelope's `meta.id` (`""` when it has no usable id).
+    pub const MESSAGE_ID: &str = "messaging.message.id";
+    /// The envelope's `trace_id`, as received.
+    pub const CONVERSATION_ID: &str = "messaging.message.conversation_id";
+    /// The envelope's `attempts` (an int).
+    pub const ATTEMPTS: &str = "messaging.babelqueue.attempts";
+    /// Ours: the outcome code (`run-ok`, `skip`, `park`, ...).
+    pub const OUTCOME: &str = "messaging.babelqueue.dedupe.outcome";
+    /// Ours: what the queue is told (`ack`, `retry`, `poison`).
+    pub const DISPOSITION: &str = "messaging.babelqueue.dedupe.disposition";
+    /// Ours: `true` when the delivery was a duplicate (its id already done,
+    /// or an earlier delivery of the same batch), so its handler did not run.
+    pub const DUPLICATE: &str = "messaging.babelqueue.dedupe.duplicate";
+    /// Ours: the guard's mode (`seen-set`, `claiming`, `transactional`,
+    /// `statements`).
+    pub const MODE: &str = "messaging.babelqueue.dedupe.mode";
+    /// Ours: `true` when this delivery took a claim on its key.
+    pub const CLAIMED: &str = "messaging.babelqueue.dedupe.claimed";
+    /// Ours, on a store call's span and metric: which call (`seen_many`, ...).
+    pub const STORE_OP: &str = "messaging.babelqueue.dedupe.store.operation";
+    /// Ours, on a store call's span: how many keys it carried.
+    pub const STORE_KEYS: &str = "messaging.babelqueue.dedupe.store.keys";
+    /// Ours, on a store call's span and metric: which store (`memory`,
+    /// `sqlite`, `redis`, `postgres`, `durable-object`, `kv`, `d1`, ...).
+    pub const STORE_KIND: &str = "messaging.babelqueue.dedupe.store.kind";
+}
+
+/// One attribute value, in the types the SDKs use.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value<'a> {
+    /// A string.
+    Str(Cow<'a, str>),
+    /// An integer.
+    Int(i64),
+    /// A boolean.
+    Bool(bool),
+}
+
+/// How the guard dedupes (docs/modes.md), as the span reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Remember after the handler.
+    SeenSet,
+    /// Claim before the handler; commit fenced.
+    Claiming,
+    /// The id in the handler's own transaction.
+    Transactional,
+    /// The handler's statements and the id in one transaction.
+    Statements,
+}
+
+impl Mode {
+    /// The mode's code.
+    pub fn code(self) -> &'static str {
+        match self {
+            Mode::SeenSet => "seen-set",
+            Mode::Claiming => "claiming",
+            Mode::Transactional => "transactional",
+            Mode::Statements => "statements",
+        }
+    }
+}
+
+/// The consumer span's name: `process <job>`.
+pub fn span_name(message: &Message<'_>) -> String {
+    format!("process {}", message.job())
+}
+
+/// The attributes every BabelQueue SDK puts on the consumer span, in its order.
+pub fn delivery_attributes<'a>(message: &'a Message<'a>) -> Vec<(&'static str, Value<'a>)> {
+    let text = |s: &'a str| Value::Str(Cow::Borrowed(s));
+    vec![
+        (attr::SYSTEM, text("babelqueue")),
+        (attr::OPERATION, text("process")),
+        (attr::DESTINATION, Value::Str(queue_of(message.raw()))),
+        (attr::MESSAGE_ID, text(message.id().unwrap_or_default())),
+        (attr::CONVERSATION_ID, text(message.trace_id())),
+        (
+            attr::ATTEMPTS,
+            Value::Int(i64::try_from(message.attempts()).unwrap_or(i64::MAX)),
+        ),
+    ]
+}
+
+/// Ours: what became of the delivery.
+pub fn outcome_attributes(
+    kind: OutcomeKind,
+    mode: Mode,
+    claimed: bool,
+) -> [(&'static str, Value<'static>); 5] {
+    [
+        (attr::OUTCOME, Value::Str(Cow::Borrowed(kind.code()))),
+        (
+            attr::DISPOSITION,
+            Value::Str(Cow::Borrowed(kind.disposition().code())),
+        ),
+        (attr::DUPLICATE, Value::Bool(kind == OutcomeKind::Skipped)),
+        (attr::MODE, Value::Str(Cow::Borrowed(mode.code()))),
+        (attr::CLAIMED, Value::Bool(claimed)),
+    ]
+}
+
+/// `meta.queue`, read only when a span asks for it (the hot-path decoder keeps
+/// only what the decision needs). `""` when absent or not a string.
+fn queue_of(raw: &str) -> Cow<'_, str> {
+    #[derive(serde::Deserialize)]
+    struct Envelope<'a> {
+        #[serde(borrow, default)]
+        meta: Option<Meta<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta<'a> {
+        #[serde(borrow, default)]
+        queue: Option<Cow<'a, str>>,
+    }
+    serde_json::from_str::<Envelope<'_>>(raw)
+        .ok()
+        .and_then(|e| e.meta?.queue)
+        .unwrap_or_default()
+}
