@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::fault::{Fault, Faulty};
-use super::runner::{KeyAnswer, KeyOp, next_records};
+use super::model::{KeyAnswer, KeyOp, next_records};
 use bq_dedupe::block_on_ready;
 use bq_dedupe::store::record::{Record, Rules};
 use bq_dedupe::store::{Claim, ClaimToken, Peeked, Settled, Settlement, Store, StoreResult, TxRun};
@@ -558,7 +558,7 @@ fn any_effect(
         for &now in &instants {
             let mut r = record.clone();
             let token = lost_token(call.client, call.invoked);
-            super::runner::apply(&mut r, rules, now, &call.op, Some(token));
+            super::model::apply(&mut r, rules, now, &call.op, Some(token));
             if !next.contains(&r) {
                 next.push(r);
             }

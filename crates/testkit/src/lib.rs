@@ -43,12 +43,31 @@
 //! model as any call's (done: nothing runs; held by a live claim: nothing runs;
 //! else committed, or rolled back leaving the record as it was), and after each
 //! one the key's effect rows must number its committed transactions.
+//!
+//! A store's crate takes this one as a dev-dependency, as a service takes
+//! tower-test. The modules, one job each:
+//! - `operations`: a run's steps ([`Op`]: calls, clock steps, crashes, faults)
+//!   and their random generation ([`ops`]; [`as_rust`] prints a run);
+//! - `model`: what the record model ([`bq_dedupe::store::record`]) answers to one
+//!   key's part of a call, at either end of its time window, and the records
+//!   the key may be in after it: the judge of both checkers below;
+//! - `runner`: [`check`], [`check_seeded`] and [`check_ops`] on a [`Harness`]
+//!   (below: how to open a client, the clock, the rules; [`OnServer`] for a
+//!   store on a server's own clock), every call made and checked in turn;
+//! - `history`: the history checker ([`check_histories`], [`Fleet`], [`Plan`]):
+//!   clients at once, each key's history linearizable against the model;
+//! - `fault`: [`Faulty`], the store wrapper that fails a chosen call before or
+//!   after it takes effect, or sends it twice;
+//! - [`guard_fleet`]: the guard in the loop: consumers on one inbox, handlers
+//!   that fail, outlive their lease or die before the commit; nothing lost.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod fault;
 pub mod guard_fleet;
 mod history;
+mod model;
+mod operations;
 mod runner;
 
 pub use fault::{Fault, Faulty, outcome_unknown};
@@ -56,7 +75,8 @@ pub use history::{
     Client, ClientCalls, Fleet, FleetTransact, Plan, Setting, check_histories, check_history,
     incompressible,
 };
-pub use runner::{Op, as_rust, check, check_ops, check_seeded, ops};
+pub use operations::{Op, as_rust, ops};
+pub use runner::{check, check_ops, check_seeded};
 
 use std::time::Duration;
 
