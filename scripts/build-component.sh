@@ -39,9 +39,9 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f s", b - a }'; }
 size() { stat -c %s "$1"; }
 
 # --- tools -----------------------------------------------------------------
-# The wasm32 target, and binaryen + jco (npm install only when stale).
-"$ROOT/scripts/ensure-tools.sh" npm "$JS_TOOLS" >/dev/null
-WASM_OPT="$JS_TOOLS/node_modules/.bin/wasm-opt"
+# The wasm32 target and binaryen (the root package.json; npm ci only when stale).
+"$ROOT/scripts/ensure-tools.sh" npm "$ROOT" >/dev/null
+WASM_OPT="$ROOT/node_modules/.bin/wasm-opt"
 
 if [[ -n "${BQ_COMPONENT_OPT_LEVEL:-}" ]]; then
     echo "BQ_COMPONENT_OPT_LEVEL is gone: BQ_COMPONENT_SMALL=1 builds at opt-level z (mk/artifacts.tsv)" >&2
@@ -101,6 +101,7 @@ build_component bq_dedupe_minimal component-minimal "$CARGO_TARGET_DIR-minimal" 
 
 # --- JS (jco) ----------------------------------------------------------------
 if [[ "$MODE" == js || "$MODE" == test ]]; then
+    "$ROOT/scripts/ensure-tools.sh" npm "$JS_TOOLS" >/dev/null # jco
     t=$(now)
     rm -rf "$JS_OUT"
     (cd "$JS_TOOLS" && npx @bytecodealliance/jco transpile "$OUT" \

@@ -10,8 +10,8 @@
 # Steps (the cargo profile, wasm-opt flags and size budget are row `js` of
 # mk/artifacts.tsv): cargo build (wasm32-unknown-unknown, scripts/js-wasm-build.sh),
 # wasm-bindgen --target web and --target nodejs (the CLI pinned to Cargo.lock's
-# wasm-bindgen, scripts/ensure-tools.sh), wasm-opt (npm binaryen, a devDependency of
-# crates/js). Prints the raw / wasm-bindgen / wasm-opt / gzip sizes and fails when
+# wasm-bindgen, scripts/ensure-tools.sh), wasm-opt (npm binaryen, pinned in the root
+# package.json). Prints the raw / wasm-bindgen / wasm-opt / gzip sizes and fails when
 # the shipped .wasm is over budget (BQ_JS_BUDGET overrides it for a run).
 # Idempotent: cargo, npm and wasm-opt only redo what changed.
 set -euo pipefail
@@ -58,8 +58,8 @@ size() { stat -c %s "$1"; }
 
 # --- tools -------------------------------------------------------------------
 WB="$("$ROOT/scripts/ensure-tools.sh" wasm-bindgen)"
-"$ROOT/scripts/ensure-tools.sh" npm "$JS" >/dev/null # binaryen, typescript
-WASM_OPT="$JS/node_modules/.bin/wasm-opt"
+"$ROOT/scripts/ensure-tools.sh" npm "$ROOT" >/dev/null # binaryen (the root package.json)
+WASM_OPT="$ROOT/node_modules/.bin/wasm-opt"
 
 # --- the module ----------------------------------------------------------------
 t=$(now)

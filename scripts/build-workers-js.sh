@@ -21,8 +21,8 @@ NAME=bq_dedupe_workers
 BUDGET="${BQ_WORKER_BUDGET:-$ARTIFACT_BUDGET}"
 
 WB="$("$ROOT/scripts/ensure-tools.sh" wasm-bindgen)"
-"$ROOT/scripts/ensure-tools.sh" npm "$ROOT/crates/js" >/dev/null # binaryen
-WASM_OPT="$ROOT/crates/js/node_modules/.bin/wasm-opt"
+"$ROOT/scripts/ensure-tools.sh" npm "$ROOT" >/dev/null # binaryen (the root package.json)
+WASM_OPT="$ROOT/node_modules/.bin/wasm-opt"
 
 RAW="$("$ROOT/scripts/js-wasm-build.sh" workers-js babelqueue-dedupe-workers-js)"
 

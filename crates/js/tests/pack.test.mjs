@@ -12,7 +12,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync, cpSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync, cpSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -50,6 +50,9 @@ before(() => {
   execFileSync('bash', ['-c', `tar --null -T - -cf - | tar -xf - -C ${JSON.stringify(COPY)}`],
     { cwd: ROOT, input: files.join('\0'), maxBuffer: 64 << 20 });
   assert.ok(!existsSync(join(COPY, 'crates/js/pkg')), 'the copy has no build output');
+  // The root package.json's npm tools (binaryen, for the prepack build) as the tree
+  // installed them: tools, not build output.
+  symlinkSync(join(ROOT, 'node_modules'), join(COPY, 'node_modules'));
   const dest = mkdtempSync(join(tmpdir(), 'bq-dedupe-tgz-'));
   packOutput = run('npm', ['pack', '--pack-destination', dest], {
     cwd: join(COPY, 'crates/js'),

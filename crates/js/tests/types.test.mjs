@@ -8,7 +8,7 @@ import { readFileSync, existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
 const here = (p) => fileURLToPath(new URL(p, import.meta.url));
-const tsc = here('../node_modules/typescript/bin/tsc');
+const tsc = here('../../../node_modules/typescript/bin/tsc'); // the root package.json's
 
 test('the .d.ts files declare no `any`', () => {
   for (const file of ['../pkg/web/bq_dedupe.d.ts', '../pkg/node/bq_dedupe.d.cts', '../pkg/web/bq_dedupe_bg.wasm.d.ts',
