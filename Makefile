@@ -79,7 +79,7 @@ lint:
 	cargo fmt --all --check
 	cargo clippy $(TEST_CRATES) --all-targets -- -D warnings
 	cargo clippy -p babelqueue-dedupe-workerd-testkit --all-targets -- -D warnings
-	cargo clippy -p babelqueue-dedupe --features tracing,exact-json --all-targets -- -D warnings
+	cargo clippy -p babelqueue-dedupe --features tracing,exact-json,otel --all-targets -- -D warnings
 	cargo clippy -p babelqueue-dedupe-component --target wasm32-unknown-unknown -- -D warnings
 	cargo clippy -p babelqueue-dedupe-component --features minimal --target wasm32-unknown-unknown -- -D warnings
 
@@ -108,7 +108,7 @@ unit-run:
 	cargo build --quiet --example quickstart
 	cargo test $(TEST_CRATES) --all-targets
 	cargo test $(TEST_CRATES) --doc
-	cargo test -p babelqueue-dedupe --features tracing --test tracing_observer
+	cargo test -p babelqueue-dedupe --features tracing,otel --test tracing_observer --test otel --test otel_guard
 	scripts/host-conformance.sh
 
 conformance:

@@ -199,12 +199,18 @@ impl<E> Outcome<E> {
     where
         E: std::fmt::Display,
     {
+        self.reason_by(|e| Some(e.to_string()))
+    }
+
+    /// [`Outcome::reason`], the handler's error told by `describe` (for an `E`
+    /// that is not `Display`).
+    pub fn reason_by(&self, describe: impl FnOnce(&E) -> Option<String>) -> Option<String> {
         match self {
             Outcome::RanUnrecorded(e) | Outcome::StoreUnavailable(e) => Some(e.to_string()),
             // The store's message says what it found (the handler's own
             // swallowed error, or a batch neighbour's).
             Outcome::TransactionAborted(e) => Some(e.message.clone()),
-            Outcome::Failed(e) | Outcome::FailOpen(Err(e)) => Some(e.to_string()),
+            Outcome::Failed(e) | Outcome::FailOpen(Err(e)) => describe(e),
             Outcome::Panicked(msg) => Some(format!("handler panicked: {msg}")),
             Outcome::Rejected(r) => Some(r.to_string()),
             Outcome::RanLeaseLost | Outcome::PayloadMismatch | Outcome::Parked => {

@@ -12,6 +12,13 @@ use super::{Limits, Message, Rejection};
 pub trait Body {
     /// Decodes the body: [`Message::parse`] for bytes, [`Message::parse_str`] for text.
     fn decode(&self, limits: &Limits) -> Result<Message<'_>, Rejection>;
+
+    /// The W3C `traceparent` and `tracestate` the transport carried beside the
+    /// body, for the delivery's span (none by default; see
+    /// `telemetry::WithTraceHeaders`).
+    fn trace_headers(&self) -> (Option<&str>, Option<&str>) {
+        (None, None)
+    }
 }
 
 impl Body for [u8] {
@@ -51,6 +58,9 @@ macro_rules! body_through_pointer {
         impl<T: Body + ?Sized> Body for $ptr<T> {
             fn decode(&self, limits: &Limits) -> Result<Message<'_>, Rejection> {
                 (**self).decode(limits)
+            }
+            fn trace_headers(&self) -> (Option<&str>, Option<&str>) {
+                (**self).trace_headers()
             }
         }
     )*};

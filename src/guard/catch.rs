@@ -10,7 +10,7 @@ pub(super) async fn run_if_told<E>(
     decision: &Decision,
 ) -> Option<HandlerResult<E>> {
     match message {
-        Some(msg) if decision.should_run() => Some(run_caught(handler, msg).await),
+        Some(msg) if decision.should_run() => Some(run_caught(handler, msg, &decision.span).await),
         _ => None,
     }
 }
@@ -20,8 +20,9 @@ pub(super) async fn run_if_told<E>(
 pub(super) async fn run_caught<E>(
     handler: &mut impl AsyncFnMut(&Message<'_>) -> Result<(), E>,
     msg: &Message<'_>,
+    span: &DeliverySpan,
 ) -> HandlerResult<E> {
-    match caught(async { handler(msg).await }).await {
+    match caught(span::in_span(span, async { handler(msg).await })).await {
         Ok(result) => result.into(),
         Err(panic) => HandlerResult::Panicked(panic),
     }

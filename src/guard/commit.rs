@@ -31,7 +31,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
                     ttl: self.options.ttl,
                     ..Settlement::default()
                 };
-                self.apply_step(&step)
+                self.apply_step(&step, [&decision.span])
                     .await
                     .map(|s| s.kept.first().copied().unwrap_or(true))
             }
@@ -41,7 +41,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
                     release: &release,
                     ..Settlement::default()
                 };
-                let _ = self.apply_step(&step).await;
+                let _ = self.apply_step(&step, [&decision.span]).await;
                 Ok(true)
             }
             Commit::Nothing => Ok(true),
@@ -105,7 +105,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         };
         let committed = match (remember.is_empty(), release.is_empty()) {
             (true, true) => Ok(Settled::default()),
-            _ => self.apply_step(&step).await,
+            _ => self.apply_step(&step, ran(decisions)).await,
         };
         let mut commit_error = None;
         match committed {
@@ -152,10 +152,18 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     /// One batch step in as few calls as the store allows; store errors are
     /// reported to the observer (a failed release only there: it changes no
     /// outcome, the lease runs out by itself).
-    pub(super) async fn apply_step(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
-        let result = match (step.remember, step.release, step.renew) {
-            ([], [], []) => Ok(Settled::default()),
-            _ => self.store.settle(step).await,
+    pub(super) async fn apply_step<'s>(
+        &self,
+        step: &Settlement<'_>,
+        spans: impl IntoIterator<Item = &'s DeliverySpan>,
+    ) -> StoreResult<Settled> {
+        let keys = step.remember.len() + step.release.len() + step.renew.len();
+        let result = match keys {
+            0 => Ok(Settled::default()),
+            _ => {
+                self.store_call("settle", keys, spans, self.store.settle(step))
+                    .await
+            }
         };
         let op = if step.remember.is_empty() {
             StoreOp::Renew
@@ -298,4 +306,12 @@ pub(super) fn follow<E>(leader: Option<&Outcome<E>>) -> Outcome<E> {
         },
         _ => Outcome::Parked,
     }
+}
+
+/// The spans of the deliveries that ran with a key: those a commit writes for.
+pub(super) fn ran(decisions: &[Decision]) -> impl Iterator<Item = &DeliverySpan> {
+    decisions
+        .iter()
+        .filter(|d| d.should_run() && d.key.is_some())
+        .map(|d| &d.span)
 }

@@ -31,9 +31,13 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     ) -> (Option<Message<'b>>, Decision) {
         let message = match body.decode(&self.options.limits) {
             Ok(m) => m,
-            Err(r) => return (None, Decision::unkeyed(Verdict::Reject(r))),
+            Err(r) => {
+                let mut decision = Decision::unkeyed(Verdict::Reject(r));
+                decision.span = self.start_span(body, None);
+                return (None, decision);
+            }
         };
-        let decision = match message.id() {
+        let mut decision = match message.id() {
             None => Decision::unkeyed(Verdict::FailOpen),
             Some(id) => {
                 let key = self.options.keyspace.key(id).into_owned();
@@ -44,11 +48,13 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
                         claim: None,
                         fingerprint,
                         park_for: None,
+                        span: DeliverySpan::default(),
                     },
                     Err(refused) => Decision::unkeyed(Verdict::StoreUnavailable(refused)),
                 }
             }
         };
+        decision.span = self.start_span(body, Some(&message));
         (Some(message), decision)
     }
 
@@ -86,6 +92,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     ) -> (Vec<Option<Message<'b>>>, Vec<Decision>) {
         let (messages, mut decisions): (Vec<_>, Vec<_>) =
             bodies.iter().map(|body| self.classify(body)).unzip();
+        self.observe_batch(decisions.len());
         let unique = mark_followers(&mut decisions);
         self.ask_store(&mut decisions, &unique).await;
         (messages, decisions)
@@ -121,7 +128,10 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             .filter_map(|&i| decisions[i].fingerprint.as_ref())
             .flat_map(|fp| [fp.marker_key.as_str(), fp.record_key.as_str()])
             .collect();
-        let answers = checked_len(self.store.seen_many(&keys).await, keys.len());
+        let spans = skips.iter().map(|&i| &decisions[i].span);
+        let call = self.store.seen_many(&keys);
+        let answers = self.store_call("seen_many", keys.len(), spans, call).await;
+        let answers = checked_len(answers, keys.len());
         self.report_store_error(StoreOp::Seen, &answers);
         for (n, &i) in skips.iter().enumerate() {
             decisions[i].verdict = match &answers {
@@ -137,13 +147,16 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     /// single delivery's path where it does).
     pub(super) async fn check_all(&self, unique: &[usize], decisions: &mut [Decision]) {
         if let [i] = *unique {
-            let answer = self.store.seen(key_at(decisions, i)).await;
+            let call = self.store.seen(key_at(decisions, i));
+            let answer = self.store_call("seen", 1, [&decisions[i].span], call).await;
             self.report_store_error(StoreOp::Seen, &answer);
             decisions[i].verdict = after_seen(answer.as_ref().copied());
             return;
         }
         let keys: Vec<&str> = unique.iter().map(|&i| key_at(decisions, i)).collect();
-        let answers = checked_len(self.store.seen_many(&keys).await, keys.len());
+        let spans = unique.iter().map(|&i| &decisions[i].span);
+        let answers = self.store_call("seen_many", keys.len(), spans, self.store.seen_many(&keys));
+        let answers = checked_len(answers.await, keys.len());
         self.report_store_error(StoreOp::Seen, &answers);
         for (n, &i) in unique.iter().enumerate() {
             decisions[i].verdict = after_seen(answers.as_ref().map(|a| a[n]));
@@ -159,7 +172,12 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         lease: Duration,
     ) {
         let keys: Vec<&str> = unique.iter().map(|&i| key_at(decisions, i)).collect();
-        let claims = checked_len(self.store.claim_many(&keys, lease).await, keys.len());
+        let spans = unique.iter().map(|&i| &decisions[i].span);
+        let call = self.store.claim_many(&keys, lease);
+        let claims = checked_len(
+            self.store_call("claim_many", keys.len(), spans, call).await,
+            keys.len(),
+        );
         self.report_store_error(StoreOp::Claim, &claims);
         let claims = match claims {
             Ok(claims) => claims,
@@ -184,7 +202,12 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         // The holder may have finished since: skip if so, otherwise park for as
         // long as its claim has left (where the store can tell).
         let keys: Vec<&str> = held.iter().map(|&i| key_at(decisions, i)).collect();
-        let peeked = checked_len(self.store.peek_many(&keys).await, keys.len());
+        let spans = held.iter().map(|&i| &decisions[i].span);
+        let call = self.store.peek_many(&keys);
+        let peeked = checked_len(
+            self.store_call("peek_many", keys.len(), spans, call).await,
+            keys.len(),
+        );
         self.report_store_error(StoreOp::Seen, &peeked);
         for (n, &i) in held.iter().enumerate() {
             match &peeked {

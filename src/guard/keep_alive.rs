@@ -16,7 +16,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         i: usize,
     ) -> HandlerResult<E> {
         let lease = self.renewing();
-        let mut run = pin!(run_caught(handler, msg));
+        let mut run = pin!(run_caught(handler, msg, &decisions[i].span));
         if !self.timer.available() || (lease.is_none() && progress.waiting.is_empty()) {
             return run.await;
         }
@@ -82,7 +82,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             renew: &renew_keys,
             lease: lease.unwrap_or_default(),
         };
-        let renewed = match self.apply_step(&step).await {
+        let renewed = match self.apply_step(&step, commit::ran(decisions)).await {
             Ok(settled) => {
                 for (&i, kept) in progress.waiting.iter().zip(&settled.kept) {
                     progress.written[i] = Some(*kept);

@@ -21,6 +21,7 @@ mod catch;
 mod commit;
 mod decide;
 mod keep_alive;
+mod span;
 mod transaction;
 
 use std::future::Future;
@@ -44,6 +45,7 @@ use crate::store::{
     Claim, ClaimToken, Peeked, Settled, Settlement, Store, StoreError, StoreResult,
 };
 use catch::{run_caught, run_if_told};
+pub use span::DeliverySpan;
 
 /// How the guard behaves. The defaults are the spec's: no TTL, no claiming, ids
 /// verbatim, 1 MiB envelopes.
@@ -65,6 +67,31 @@ pub struct Options {
     /// (dead-lettered, not run) instead of a skip. Our record format only: a store
     /// that writes another SDK's records refuses it (see [`crate::fingerprint`]).
     pub fingerprint: bool,
+}
+
+/// How the guard dedupes (docs/modes.md), as a span reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Remember after the handler.
+    SeenSet,
+    /// Claim before the handler; commit fenced.
+    Claiming,
+    /// The id in the handler's own transaction.
+    Transactional,
+    /// The handler's statements and the id in one transaction.
+    Statements,
+}
+
+impl Mode {
+    /// The mode's code.
+    pub fn code(self) -> &'static str {
+        match self {
+            Mode::SeenSet => "seen-set",
+            Mode::Claiming => "claiming",
+            Mode::Transactional => "transactional",
+            Mode::Statements => "statements",
+        }
+    }
 }
 
 /// What the guard decided for one delivery, before its handler runs.
@@ -105,6 +132,9 @@ pub struct Decision {
     /// has left, where the store can tell (see [`crate::Store::peek_many`]), so
     /// the host can redeliver the message just after it ends.
     pub park_for: Option<Duration>,
+    /// The delivery's span, from decode to outcome (feature `otel`, with
+    /// [`Guard::with_telemetry`]; empty otherwise).
+    pub span: DeliverySpan,
 }
 
 impl Decision {
@@ -115,6 +145,7 @@ impl Decision {
             claim: None,
             fingerprint: None,
             park_for: None,
+            span: DeliverySpan::default(),
         }
     }
 
@@ -187,6 +218,8 @@ pub struct Guard<S, O = (), T = NoTimer> {
     /// `wasm32-unknown-unknown` unless the host gives one).
     clock: Option<Arc<dyn Clock>>,
     timer: T,
+    #[cfg(feature = "otel")]
+    telemetry: Option<Arc<crate::telemetry::otel::Telemetry>>,
 }
 
 impl<S, O, T> std::fmt::Debug for Guard<S, O, T> {
@@ -211,6 +244,8 @@ impl<S: Store> Guard<S, ()> {
             observer: (),
             clock,
             timer: NoTimer,
+            #[cfg(feature = "otel")]
+            telemetry: None,
         }
     }
 }
@@ -254,6 +289,8 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             observer,
             clock: self.clock,
             timer: self.timer,
+            #[cfg(feature = "otel")]
+            telemetry: self.telemetry,
         }
     }
 
@@ -272,7 +309,21 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             observer: self.observer,
             clock: self.clock,
             timer,
+            #[cfg(feature = "otel")]
+            telemetry: self.telemetry,
         }
+    }
+
+    /// Traces every delivery (a CONSUMER span `process <job>` by BabelQueue's
+    /// convention, with the dedupe outcome on it and each store call as a
+    /// child) and counts them (feature `otel`; see `docs/observability.md`).
+    #[cfg(feature = "otel")]
+    pub fn with_telemetry(
+        mut self,
+        telemetry: impl Into<Arc<crate::telemetry::otel::Telemetry>>,
+    ) -> Self {
+        self.telemetry = Some(telemetry.into());
+        self
     }
 
     /// The store the guard dedupes against.
@@ -411,6 +462,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             key: decision.key.as_deref(),
             kind: outcome.kind(),
         });
+        self.end_span(decision, outcome);
     }
 
     fn report_store_error<R>(&self, op: StoreOp, result: &StoreResult<R>) {

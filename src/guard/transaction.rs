@@ -14,17 +14,18 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     fn classify_exactly_once<'b, B: Body + ?Sized>(
         &self,
         body: &'b B,
+        mode: Mode,
     ) -> (Option<Message<'b>>, Decision) {
-        let (message, decision) = self.classify(body);
-        match decision.verdict {
-            Verdict::Run if self.options.fingerprint => (
-                message,
-                Decision::unkeyed(Verdict::StoreUnavailable(StoreError::unsupported(
-                    "payload fingerprints are not kept in transactional mode",
-                ))),
-            ),
-            _ => (message, decision),
+        let (message, mut decision) = self.classify(body);
+        decision.span.set_mode(mode);
+        if decision.verdict == Verdict::Run && self.options.fingerprint {
+            let refused =
+                StoreError::unsupported("payload fingerprints are not kept in transactional mode");
+            let span = std::mem::take(&mut decision.span);
+            decision = Decision::unkeyed(Verdict::StoreUnavailable(refused));
+            decision.span = span;
         }
+        (message, decision)
     }
 }
 
@@ -82,13 +83,16 @@ impl<S: Store + TransactionalStore, O: Observer, T: Timer> Guard<S, O, T> {
         body: &B,
         handler: impl FnOnce(&Message<'_>, &mut S::Tx<'_>) -> Result<(), E>,
     ) -> Outcome<E> {
-        let (message, decision) = self.classify_exactly_once(body);
+        let (message, decision) = self.classify_exactly_once(body, Mode::Transactional);
         let outcome = match start(message.as_ref(), &decision) {
             Err(outcome) => outcome,
             Ok((message, key)) => {
-                let run = self
-                    .store
-                    .transaction(key, self.options.ttl, |tx| guarded(|| handler(message, tx)));
+                let span = &decision.span;
+                let run = self.store_call_sync("transaction", key.iter().len(), [span], || {
+                    self.store.transaction(key, self.options.ttl, |tx| {
+                        guarded(|| span::in_span_sync(span, || handler(message, tx)))
+                    })
+                });
                 self.report_store_error(StoreOp::Remember, &run);
                 outcome_of_run(&decision.verdict, run)
             }
@@ -107,8 +111,11 @@ impl<S: Store + TransactionalStore, O: Observer, T: Timer> Guard<S, O, T> {
         bodies: &[B],
         mut handler: impl FnMut(&Message<'_>, &mut S::Tx<'_>) -> Result<(), E>,
     ) -> Vec<Outcome<E>> {
-        let (messages, mut decisions): (Vec<_>, Vec<_>) =
-            bodies.iter().map(|b| self.classify_exactly_once(b)).unzip();
+        let (messages, mut decisions): (Vec<_>, Vec<_>) = bodies
+            .iter()
+            .map(|b| self.classify_exactly_once(b, Mode::Transactional))
+            .unzip();
+        self.observe_batch(decisions.len());
         // Later deliveries of an id follow their leader (resolved below).
         mark_followers(&mut decisions);
         let mut outcomes: Vec<Option<Outcome<E>>> = Vec::with_capacity(bodies.len());
@@ -123,11 +130,14 @@ impl<S: Store + TransactionalStore, O: Observer, T: Timer> Guard<S, O, T> {
             });
         }
         let keys: Vec<Option<&str>> = runs.iter().map(|&(_, _, key)| key).collect();
-        let run = self
-            .store
-            .transaction_batch(&keys, self.options.ttl, |n, tx| {
-                guarded(|| handler(runs[n].1, tx))
-            });
+        let spans = runs.iter().map(|&(i, ..)| &decisions[i].span);
+        let run = self.store_call_sync("transaction_batch", keys.len(), spans, || {
+            self.store
+                .transaction_batch(&keys, self.options.ttl, |n, tx| {
+                    let (i, message, _) = runs[n];
+                    guarded(|| span::in_span_sync(&decisions[i].span, || handler(message, tx)))
+                })
+        });
         self.report_store_error(StoreOp::Remember, &run);
         match run {
             Ok(results) => {
@@ -169,12 +179,14 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
         body: &B,
         handler: impl AsyncFnOnce(&Message<'_>) -> Result<Vec<S::Statement>, E>,
     ) -> Processed<E> {
-        let (message, mut decision) = self.classify_exactly_once(body);
+        let (message, mut decision) = self.classify_exactly_once(body, Mode::Statements);
         let (outcome, park_for) = match start(message.as_ref(), &decision) {
             Err(outcome) => (outcome, None),
             Ok((message, key)) => {
                 let verdict = &decision.verdict;
-                self.run_statements(message, key, verdict, handler).await
+                let span = &decision.span;
+                self.run_statements(message, key, verdict, span, handler)
+                    .await
             }
         };
         decision.park_for = park_for;
@@ -189,10 +201,13 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
         message: &Message<'_>,
         key: Option<&str>,
         verdict: &Verdict,
+        span: &DeliverySpan,
         handler: impl AsyncFnOnce(&Message<'_>) -> Result<Vec<S::Statement>, E>,
     ) -> (Outcome<E>, Option<Duration>) {
         if let Some(key) = key {
-            let peeked = self.store.peek_many(&[key]).await;
+            let keys = [key];
+            let call = self.store.peek_many(&keys);
+            let peeked = self.store_call("peek_many", 1, [span], call).await;
             self.report_store_error(StoreOp::Seen, &peeked);
             match peeked.map(|p| p.into_iter().next()) {
                 Err(e) => return (Outcome::StoreUnavailable(e), None),
@@ -204,7 +219,8 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
                 Ok(_) => {}
             }
         }
-        let statements = match catch::caught(async { handler(message).await }).await {
+        let run = span::in_span(span, async { handler(message).await });
+        let statements = match catch::caught(run).await {
             Ok(Ok(statements)) => statements,
             Ok(Err(e)) => {
                 return (
@@ -214,10 +230,8 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
             }
             Err(panic) => return (Outcome::Panicked(panic), None),
         };
-        let run = self
-            .store
-            .commit_with(key, self.options.ttl, statements)
-            .await;
+        let call = self.store.commit_with(key, self.options.ttl, statements);
+        let run = self.store_call("commit_with", 1, [span], call).await;
         // A batch that failed whole is the store's error, as one that cannot tell.
         let run = run.and_then(|run| match run {
             TxRun::RolledBack(e) => Err(e),

@@ -31,6 +31,9 @@ macro_rules! __store_methods {
         fn shared_format(&self) -> ::std::option::Option<&'static str> {
             $crate::__store_call!(sync [$($ctx)*]; self, s => s.shared_format())
         }
+        fn kind(&self) -> &'static str {
+            $crate::__store_call!(sync [$($ctx)*]; self, s => s.kind())
+        }
         async fn peek_many(
             &self,
             keys: &[&str],

@@ -75,6 +75,12 @@ pub trait Store {
         Capabilities::default()
     }
 
+    /// Which backend this is, for telemetry: `memory`, `sqlite`, `redis`,
+    /// `postgres`, `durable-object`, `kv`, `d1`, ... (`custom` by default).
+    fn kind(&self) -> &'static str {
+        "custom"
+    }
+
     /// `Some(name)` when this store reads and writes another SDK's records (a
     /// Go or PHP dialect, the Go SDK's PostgreSQL table): the guard then adds no
     /// records of its own there, so payload fingerprints are refused. `None`

@@ -20,6 +20,10 @@ pub trait KeyStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities::default()
     }
+    /// See [`Store::kind`].
+    fn kind(&self) -> &'static str {
+        "custom"
+    }
     /// See [`Store::shared_format`].
     fn shared_format(&self) -> Option<&'static str> {
         None
@@ -82,6 +86,10 @@ impl<S: KeyStore> Store for PerKey<S> {
 
     fn shared_format(&self) -> Option<&'static str> {
         self.0.shared_format()
+    }
+
+    fn kind(&self) -> &'static str {
+        self.0.kind()
     }
 
     /// One `claim` per key. If one fails, the claims already taken are released
@@ -164,6 +172,9 @@ impl<S: Store + ?Sized> KeyStore for Unbatched<'_, S> {
     }
     fn shared_format(&self) -> Option<&'static str> {
         self.0.shared_format()
+    }
+    fn kind(&self) -> &'static str {
+        self.0.kind()
     }
     async fn claim(&self, key: &str, lease: Duration) -> StoreResult<Claim> {
         self.0.claim(key, lease).await

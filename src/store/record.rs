@@ -6,7 +6,7 @@
 //! this module is those functions. The in-memory store applies them directly;
 //! the stores with their own encodings (SQLite rows, Redis values and Lua,
 //! PostgreSQL rows, the Durable Object's table) are checked against them by the
-//! store testkit (`testkit` feature). `docs/stores.md` has the same rules as a
+//! store testkit (`crates/testkit`). `docs/stores.md` has the same rules as a
 //! table.
 //!
 //! Two things a backend may do differently, both named by [`Rules`]:

@@ -9,6 +9,8 @@
 //! hands it to its own tracing API (the `opentelemetry` crate natively, a JS
 //! `Tracer` in the package, `cloudflare:workers` tracing in a Worker).
 
+#[cfg(feature = "otel")]
+pub mod otel;
 pub mod parent;
 
 use std::borrow::Cow;
@@ -16,6 +18,7 @@ use std::borrow::Cow;
 use crate::envelope::Message;
 use crate::outcome::OutcomeKind;
 
+pub use crate::guard::Mode;
 pub use parent::Parent;
 
 /// Every attribute name, once.
@@ -62,31 +65,6 @@ pub enum Value<'a> {
     Int(i64),
     /// A boolean.
     Bool(bool),
-}
-
-/// How the guard dedupes (docs/modes.md), as the span reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Remember after the handler.
-    SeenSet,
-    /// Claim before the handler; commit fenced.
-    Claiming,
-    /// The id in the handler's own transaction.
-    Transactional,
-    /// The handler's statements and the id in one transaction.
-    Statements,
-}
-
-impl Mode {
-    /// The mode's code.
-    pub fn code(self) -> &'static str {
-        match self {
-            Mode::SeenSet => "seen-set",
-            Mode::Claiming => "claiming",
-            Mode::Transactional => "transactional",
-            Mode::Statements => "statements",
-        }
-    }
 }
 
 /// The consumer span's name: `process <job>`.
@@ -145,4 +123,30 @@ fn queue_of(raw: &str) -> Cow<'_, str> {
         .ok()
         .and_then(|e| e.meta?.queue)
         .unwrap_or_default()
+}
+
+/// A body with the W3C `traceparent` / `tracestate` its transport carried
+/// beside it (never inside the envelope): the delivery's span is then that
+/// trace's child.
+#[derive(Debug, Clone)]
+pub struct WithTraceHeaders<B> {
+    /// The delivery's body.
+    pub body: B,
+    /// The `traceparent` header, if any.
+    pub traceparent: Option<String>,
+    /// The `tracestate` header, if any.
+    pub tracestate: Option<String>,
+}
+
+impl<B: crate::envelope::Body> crate::envelope::Body for WithTraceHeaders<B> {
+    fn decode(
+        &self,
+        limits: &crate::envelope::Limits,
+    ) -> Result<Message<'_>, crate::envelope::Rejection> {
+        self.body.decode(limits)
+    }
+
+    fn trace_headers(&self) -> (Option<&str>, Option<&str>) {
+        (self.traceparent.as_deref(), self.tracestate.as_deref())
+    }
 }

@@ -237,6 +237,7 @@ pub fn returned(d: wit::Decision) -> Returned {
             // The WIT decision carries none: fingerprints stay off in the component.
             fingerprint: None,
             park_for: None,
+            span: Default::default(),
         },
         rejection,
     }

@@ -639,6 +639,10 @@ impl Store for PostgresStore {
         self.run(|c| c.query_typed(&sql, &[(&key, Type::TEXT)]).map(|_| ()))
     }
 
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             claim: true,

@@ -267,6 +267,10 @@ impl Store for SqliteStore {
         stmt.execute([key]).map(drop).map_err(error)
     }
 
+    fn kind(&self) -> &'static str {
+        "sqlite"
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             claim: true,

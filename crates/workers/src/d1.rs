@@ -192,6 +192,10 @@ impl D1Store {
 }
 
 impl Store for D1Store {
+    fn kind(&self) -> &'static str {
+        "d1"
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             claim: true,

@@ -108,6 +108,10 @@ impl Store for KvStore {
             .map_err(|e| kv_error("delete", e))
     }
 
+    fn kind(&self) -> &'static str {
+        "kv"
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             claim: false,

@@ -251,6 +251,10 @@ impl Store for InMemoryStore {
         Ok(())
     }
 
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             claim: true,

@@ -403,6 +403,10 @@ impl Store for RedisStore {
         self.pipeline(vec![del]).map(|_| ())
     }
 
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
     fn capabilities(&self) -> Capabilities {
         match self.dialect {
             Dialect::Native => Capabilities {

@@ -372,6 +372,10 @@ impl Store for DurableObjectStore {
         Ok(())
     }
 
+    fn kind(&self) -> &'static str {
+        "durable-object"
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             claim: true,

@@ -1,0 +1,168 @@
+//! The pipeline's telemetry, in one room: a delivery's span started where it is
+//! decoded, the handler run inside it, each store call timed as its child, and
+//! the span ended with the outcome. Without the `otel` feature, or without
+//! [`Guard::with_telemetry`], every step here is a no-op.
+
+use super::*;
+
+/// A delivery's span (feature `otel`, with [`Guard::with_telemetry`]); empty
+/// otherwise. Carried in its [`Decision`] from decode to outcome.
+#[derive(Clone, Default)]
+pub struct DeliverySpan {
+    #[cfg(feature = "otel")]
+    inner: Option<(opentelemetry::Context, Mode)>,
+}
+
+impl DeliverySpan {
+    /// Does it carry a span?
+    pub fn is_recording(&self) -> bool {
+        #[cfg(feature = "otel")]
+        return self.inner.is_some();
+        #[cfg(not(feature = "otel"))]
+        false
+    }
+
+    /// The mode the span reports (set where a transactional path starts).
+    pub(super) fn set_mode(&mut self, mode: Mode) {
+        #[cfg(feature = "otel")]
+        if let Some((_, m)) = &mut self.inner {
+            *m = mode;
+        }
+        let _ = mode;
+    }
+}
+
+/// Spans never make two decisions differ.
+impl PartialEq for DeliverySpan {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for DeliverySpan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.is_recording() {
+            "DeliverySpan(recording)"
+        } else {
+            "DeliverySpan(none)"
+        })
+    }
+}
+
+impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
+    /// Starts a delivery's span (`message`: `None` for a body that did not decode).
+    pub(super) fn start_span<B: Body + ?Sized>(
+        &self,
+        body: &B,
+        message: Option<&Message<'_>>,
+    ) -> DeliverySpan {
+        #[cfg(feature = "otel")]
+        if let Some(telemetry) = &self.telemetry {
+            let mode = match self.options.claim_lease {
+                Some(_) => Mode::Claiming,
+                None => Mode::SeenSet,
+            };
+            let cx = telemetry.start_delivery(message, body.trace_headers());
+            return DeliverySpan {
+                inner: Some((cx, mode)),
+            };
+        }
+        let _ = (body, message);
+        DeliverySpan::default()
+    }
+
+    /// One store call, timed and traced: `op` carrying `keys` keys for the
+    /// deliveries whose spans are `spans`.
+    pub(super) async fn store_call<'s, R>(
+        &self,
+        op: &'static str,
+        keys: usize,
+        spans: impl IntoIterator<Item = &'s DeliverySpan>,
+        call: impl Future<Output = StoreResult<R>>,
+    ) -> StoreResult<R> {
+        #[cfg(feature = "otel")]
+        if let Some(telemetry) = &self.telemetry {
+            let parents: Vec<&opentelemetry::Context> = spans
+                .into_iter()
+                .filter_map(|s| s.inner.as_ref().map(|(cx, _)| cx))
+                .collect();
+            let traced = telemetry.store_call(op, self.store.kind(), keys, &parents);
+            let result = call.await;
+            let error = result.as_ref().err().map(|e| e as &dyn std::fmt::Display);
+            telemetry.end_store_call(traced, error);
+            return result;
+        }
+        let _ = (op, keys, spans.into_iter());
+        call.await
+    }
+
+    /// [`Guard::store_call`] for a synchronous call (a database transaction
+    /// with the handler inside).
+    pub(super) fn store_call_sync<'s, R>(
+        &self,
+        op: &'static str,
+        keys: usize,
+        spans: impl IntoIterator<Item = &'s DeliverySpan>,
+        call: impl FnOnce() -> StoreResult<R>,
+    ) -> StoreResult<R> {
+        #[cfg(feature = "otel")]
+        if let Some(telemetry) = &self.telemetry {
+            let parents: Vec<&opentelemetry::Context> = spans
+                .into_iter()
+                .filter_map(|s| s.inner.as_ref().map(|(cx, _)| cx))
+                .collect();
+            let traced = telemetry.store_call(op, self.store.kind(), keys, &parents);
+            let result = call();
+            let error = result.as_ref().err().map(|e| e as &dyn std::fmt::Display);
+            telemetry.end_store_call(traced, error);
+            return result;
+        }
+        let _ = (op, keys, spans.into_iter());
+        call()
+    }
+
+    /// Records a batch's size.
+    pub(super) fn observe_batch(&self, size: usize) {
+        #[cfg(feature = "otel")]
+        if let Some(telemetry) = &self.telemetry {
+            telemetry.batch(size);
+        }
+        let _ = size;
+    }
+
+    /// Ends a delivery's span with its outcome.
+    pub(super) fn end_span<E>(&self, decision: &Decision, outcome: &Outcome<E>) {
+        #[cfg(feature = "otel")]
+        if let (Some(telemetry), Some((cx, mode))) = (&self.telemetry, &decision.span.inner) {
+            let claimed = decision.claim.is_some();
+            // The guard cannot print any `E`: a failed handler's span says
+            // `failed` unless the host adds its error.
+            let reason = outcome.reason_by(|_| None);
+            telemetry.end_delivery(cx, outcome.kind(), *mode, claimed, reason);
+        }
+        let _ = (decision, outcome);
+    }
+}
+
+/// Runs `future` (a handler) with the delivery's span current, so the
+/// handler's own spans are its children.
+pub(super) async fn in_span<F: Future>(span: &DeliverySpan, future: F) -> F::Output {
+    #[cfg(feature = "otel")]
+    if let Some((cx, _)) = &span.inner {
+        use opentelemetry::context::FutureExt;
+        return future.with_context(cx.clone()).await;
+    }
+    let _ = span;
+    future.await
+}
+
+/// Runs a synchronous handler with the delivery's span current.
+pub(super) fn in_span_sync<R>(span: &DeliverySpan, call: impl FnOnce() -> R) -> R {
+    #[cfg(feature = "otel")]
+    if let Some((cx, _)) = &span.inner {
+        let _current = cx.clone().attach();
+        return call();
+    }
+    let _ = span;
+    call()
+}

@@ -1,0 +1,234 @@
+//! The guard's spans and metrics through the vendor-neutral `opentelemetry` API
+//! (feature `otel`). No SDK and no exporter here: the program that embeds the
+//! guard installs those (the `bq-dedupe` CLI exports over OTLP/HTTP).
+//!
+//! Why the `opentelemetry` API and not `tracing` with `tracing-opentelemetry`: a
+//! delivery's span must start under a remote parent derived from `trace_id` (a
+//! span context we build), and the guard also counts and times things; the
+//! OpenTelemetry API does both directly, `tracing` has no metrics and sets a
+//! parent only through the bridge.
+
+use std::borrow::Cow;
+use std::time::SystemTime;
+
+use opentelemetry::metrics::{Counter, Histogram, Meter};
+use opentelemetry::trace::{
+    Link, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
+    Tracer,
+};
+use opentelemetry::{Context, KeyValue, global};
+
+use super::{Mode, Parent, Value, attr, delivery_attributes, outcome_attributes, span_name};
+use crate::envelope::Message;
+use crate::outcome::OutcomeKind;
+
+/// Where the guard's spans and metrics go: a tracer and the instruments made
+/// from a meter. Give it to [`crate::Guard::with_telemetry`].
+#[derive(Debug)]
+pub struct Telemetry {
+    tracer: global::BoxedTracer,
+    deliveries: Counter<u64>,
+    store_duration: Histogram<f64>,
+    batch_size: Histogram<u64>,
+}
+
+/// The instrumentation scope's name.
+pub const SCOPE: &str = "bq-dedupe";
+
+impl Telemetry {
+    /// The globally installed tracer and meter providers
+    /// (`opentelemetry::global::set_tracer_provider` / `set_meter_provider`).
+    pub fn global() -> Self {
+        Self::new(global::tracer(SCOPE), &global::meter(SCOPE))
+    }
+
+    /// A tracer (`global::BoxedTracer::new(Box::new(provider.tracer("bq-dedupe")))`
+    /// for a provider that is not the global one) and a meter.
+    pub fn new(tracer: global::BoxedTracer, meter: &Meter) -> Self {
+        Telemetry {
+            tracer,
+            deliveries: meter
+                .u64_counter(metric::DELIVERIES)
+                .with_description("Deliveries put through the dedupe guard, by outcome.")
+                .build(),
+            store_duration: meter
+                .f64_histogram(metric::STORE_DURATION)
+                .with_unit("s")
+                .with_description("How long each dedupe store call took.")
+                .build(),
+            batch_size: meter
+                .u64_histogram(metric::BATCH_SIZE)
+                .with_description("Deliveries per batch put through the guard.")
+                .build(),
+        }
+    }
+
+    /// Starts a delivery's CONSUMER span under its remote parent (the
+    /// transport's `traceparent`, else one derived from `trace_id`). `None`
+    /// message: a body that is not an envelope, in a trace of its own.
+    pub(crate) fn start_delivery(
+        &self,
+        message: Option<&Message<'_>>,
+        headers: (Option<&str>, Option<&str>),
+    ) -> Context {
+        let Some(message) = message else {
+            let span = self
+                .tracer
+                .span_builder("process")
+                .with_kind(SpanKind::Consumer)
+                .start_with_context(&self.tracer, &Context::new());
+            return Context::new().with_span(span);
+        };
+        let parent = Parent::of(message.trace_id(), headers.0, headers.1);
+        let parent = Context::new().with_remote_span_context(span_context(&parent));
+        let attributes: Vec<KeyValue> = delivery_attributes(message)
+            .into_iter()
+            .map(key_value)
+            .collect();
+        let span = self
+            .tracer
+            .span_builder(span_name(message))
+            .with_kind(SpanKind::Consumer)
+            .with_attributes(attributes)
+            .start_with_context(&self.tracer, &parent);
+        parent.with_span(span)
+    }
+
+    /// Ends a delivery's span with its outcome (our attributes, status ERROR
+    /// with the reason when the delivery failed) and counts it.
+    pub(crate) fn end_delivery(
+        &self,
+        span: &Context,
+        kind: OutcomeKind,
+        mode: Mode,
+        claimed: bool,
+        reason: Option<String>,
+    ) {
+        let ours = outcome_attributes(kind, mode, claimed).map(key_value);
+        self.deliveries.add(1, &ours[..2]);
+        let span = span.span();
+        span.set_attributes(ours);
+        if failed(kind) {
+            let message = reason.unwrap_or_else(|| kind.code().to_owned());
+            span.add_event(
+                "exception",
+                vec![KeyValue::new("exception.message", message.clone())],
+            );
+            span.set_status(Status::error(message));
+        }
+        span.end();
+    }
+
+    /// Times one store call: a CLIENT span (the child of its delivery's span
+    /// when it carries one delivery's keys, else linked to each delivery) and
+    /// the latency histogram.
+    pub(crate) fn store_call(
+        &self,
+        op: &'static str,
+        store: &'static str,
+        keys: usize,
+        deliveries: &[&Context],
+    ) -> StoreCall {
+        let labels = [
+            KeyValue::new(attr::STORE_OP, op),
+            KeyValue::new(attr::STORE_KIND, store),
+        ];
+        let mut builder = self
+            .tracer
+            .span_builder(format!("{SCOPE} {op}"))
+            .with_kind(SpanKind::Client)
+            .with_attributes(
+                labels
+                    .iter()
+                    .cloned()
+                    .chain([KeyValue::new(attr::STORE_KEYS, keys as i64)]),
+            );
+        let parent = match deliveries {
+            [one] => (*one).clone(),
+            many => {
+                let links = many
+                    .iter()
+                    .map(|cx| Link::with_context(cx.span().span_context().clone()))
+                    .collect();
+                builder = builder.with_links(links);
+                Context::current()
+            }
+        };
+        let span = builder.start_with_context(&self.tracer, &parent);
+        StoreCall {
+            span: parent.with_span(span),
+            started: opentelemetry::time::now(),
+            labels,
+        }
+    }
+
+    /// Ends a store call's span; an error marks it ERROR.
+    pub(crate) fn end_store_call(&self, call: StoreCall, error: Option<&dyn std::fmt::Display>) {
+        let took = opentelemetry::time::now()
+            .duration_since(call.started)
+            .unwrap_or_default();
+        self.store_duration.record(took.as_secs_f64(), &call.labels);
+        let span = call.span.span();
+        if let Some(error) = error {
+            span.set_status(Status::error(error.to_string()));
+        }
+        span.end();
+    }
+
+    /// Records a batch's size.
+    pub(crate) fn batch(&self, size: usize) {
+        self.batch_size.record(size as u64, &[]);
+    }
+}
+
+/// The metric names, once.
+pub mod metric {
+    /// Counter: deliveries, by `messaging.babelqueue.dedupe.outcome` and
+    /// `.disposition`.
+    pub const DELIVERIES: &str = "messaging.babelqueue.dedupe.deliveries";
+    /// Histogram, seconds: each store call, by `.store.operation` and `.store.kind`.
+    pub const STORE_DURATION: &str = "messaging.babelqueue.dedupe.store.duration";
+    /// Histogram: deliveries per batch.
+    pub const BATCH_SIZE: &str = "messaging.babelqueue.dedupe.batch.size";
+}
+
+/// A store call in flight.
+#[derive(Debug)]
+pub(crate) struct StoreCall {
+    span: Context,
+    started: SystemTime,
+    labels: [KeyValue; 2],
+}
+
+/// Outcomes a span reports as errors: the delivery was not done, and not
+/// because another consumer holds it.
+fn failed(kind: OutcomeKind) -> bool {
+    !matches!(
+        kind,
+        OutcomeKind::Ran
+            | OutcomeKind::RanUnrecorded
+            | OutcomeKind::RanLeaseLost
+            | OutcomeKind::Skipped
+            | OutcomeKind::FailOpen
+            | OutcomeKind::Parked
+    )
+}
+
+fn span_context(parent: &Parent) -> SpanContext {
+    SpanContext::new(
+        TraceId::from_bytes(parent.trace_id),
+        SpanId::from_bytes(parent.span_id),
+        TraceFlags::new(parent.flags),
+        true,
+        parent.trace_state.parse().unwrap_or(TraceState::NONE),
+    )
+}
+
+fn key_value((key, value): (&'static str, Value<'_>)) -> KeyValue {
+    match value {
+        Value::Str(Cow::Borrowed(s)) => KeyValue::new(key, s.to_owned()),
+        Value::Str(Cow::Owned(s)) => KeyValue::new(key, s),
+        Value::Int(n) => KeyValue::new(key, n),
+        Value::Bool(b) => KeyValue::new(key, b),
+    }
+}

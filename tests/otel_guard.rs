@@ -1,0 +1,314 @@
+//! The guard's spans and metrics (feature `otel`), read back from the official
+//! OpenTelemetry SDK's in-memory exporters: one CONSUMER span per delivery by
+//! BabelQueue's convention, the dedupe outcome on it, store calls as CLIENT
+//! spans, the handler's own spans as children, and deliveries counted by outcome.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bq_dedupe::telemetry::otel::{Telemetry, metric};
+use bq_dedupe::telemetry::parent::{hex, synthetic_span_id, trace_id_of};
+use bq_dedupe::telemetry::{WithTraceHeaders, attr};
+use bq_dedupe::{Guard, InMemoryStore, OutcomeKind, block_on_ready};
+use opentelemetry::trace::{SpanKind, Status, Tracer, TracerProvider as _};
+use opentelemetry::{Context, Value, global::BoxedTracer};
+use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+
+struct Recorder {
+    spans: InMemorySpanExporter,
+    tracer_provider: SdkTracerProvider,
+    metrics: InMemoryMetricExporter,
+    meter_provider: SdkMeterProvider,
+}
+
+impl Recorder {
+    fn new() -> Self {
+        let spans = InMemorySpanExporter::default();
+        let tracer_provider = SdkTracerProvider::builder()
+            .with_simple_exporter(spans.clone())
+            .build();
+        let metrics = InMemoryMetricExporter::default();
+        let meter_provider = SdkMeterProvider::builder()
+            .with_reader(PeriodicReader::builder(metrics.clone()).build())
+            .build();
+        Recorder {
+            spans,
+            tracer_provider,
+            metrics,
+            meter_provider,
+        }
+    }
+
+    fn telemetry(&self) -> Arc<Telemetry> {
+        let tracer = BoxedTracer::new(Box::new(self.tracer_provider.tracer("bq-dedupe")));
+        Arc::new(Telemetry::new(
+            tracer,
+            &opentelemetry::metrics::MeterProvider::meter(&self.meter_provider, "bq-dedupe"),
+        ))
+    }
+
+    fn spans(&self) -> Vec<SpanData> {
+        self.spans.get_finished_spans().expect("spans")
+    }
+
+    /// The deliveries counter's points: (outcome code, count).
+    fn deliveries(&self) -> Vec<(String, u64)> {
+        self.meter_provider.force_flush().expect("flush");
+        let mut points = Vec::new();
+        for resource in self.metrics.get_finished_metrics().expect("metrics") {
+            for scope in resource.scope_metrics() {
+                for m in scope.metrics().filter(|m| m.name() == metric::DELIVERIES) {
+                    let AggregatedMetrics::U64(MetricData::Sum(sum)) = m.data() else {
+                        panic!("deliveries is a u64 counter: {:?}", m.data());
+                    };
+                    for p in sum.data_points() {
+                        let outcome = p
+                            .attributes()
+                            .find(|kv| kv.key.as_str() == attr::OUTCOME)
+                            .map(|kv| kv.value.to_string())
+                            .expect("outcome attribute");
+                        points.push((outcome, p.value()));
+                    }
+                }
+            }
+        }
+        points.sort();
+        points
+    }
+}
+
+fn envelope(id: &str, trace_id: &str) -> String {
+    format!(
+        r#"{{"job":"urn:babel:orders:created","trace_id":"{trace_id}","data":{{}},"meta":{{"id":"{id}","queue":"orders","schema_version":1}},"attempts":2}}"#
+    )
+}
+
+fn attribute<'a>(span: &'a SpanData, key: &str) -> Option<&'a Value> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| &kv.value)
+}
+
+fn consumer_spans(spans: &[SpanData]) -> Vec<&SpanData> {
+    spans
+        .iter()
+        .filter(|s| s.span_kind == SpanKind::Consumer)
+        .collect()
+}
+
+#[test]
+fn every_delivery_gets_a_consumer_span_with_the_sdks_attributes_and_its_dedupe_outcome() {
+    let recorder = Recorder::new();
+    let guard = Guard::new(InMemoryStore::new()).with_telemetry(recorder.telemetry());
+    let trace = "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b";
+    let first = envelope("order-1", trace);
+    block_on_ready(guard.process(first.as_str(), async |_| Ok::<(), String>(()))).unwrap();
+    // A redelivery, an in-batch duplicate and a new id, in one batch.
+    let batch = [
+        first.clone(),
+        envelope("order-2", "not-a-uuid"),
+        envelope("order-2", "not-a-uuid"),
+    ];
+    let outcomes =
+        block_on_ready(guard.process_batch(&batch, async |_| Ok::<(), String>(()))).unwrap();
+    let kinds: Vec<OutcomeKind> = outcomes.iter().map(|o| o.kind()).collect();
+    assert_eq!(
+        kinds,
+        [OutcomeKind::Skipped, OutcomeKind::Ran, OutcomeKind::Skipped]
+    );
+
+    let spans = recorder.spans();
+    let deliveries = consumer_spans(&spans);
+    assert_eq!(deliveries.len(), 4, "one span per delivery: {spans:#?}");
+    let outcomes: Vec<String> = deliveries
+        .iter()
+        .map(|s| attribute(s, attr::OUTCOME).expect("outcome").to_string())
+        .collect();
+    assert_eq!(outcomes, ["run-ok", "skip", "run-ok", "skip"]);
+    for span in &deliveries {
+        assert_eq!(span.name, "process urn:babel:orders:created");
+        assert_eq!(
+            attribute(span, attr::SYSTEM),
+            Some(&Value::from("babelqueue"))
+        );
+        assert_eq!(
+            attribute(span, attr::OPERATION),
+            Some(&Value::from("process"))
+        );
+        assert_eq!(
+            attribute(span, attr::DESTINATION),
+            Some(&Value::from("orders"))
+        );
+        assert_eq!(attribute(span, attr::ATTEMPTS), Some(&Value::I64(2)));
+        assert_eq!(attribute(span, attr::MODE), Some(&Value::from("seen-set")));
+        assert!(span.parent_span_is_remote);
+        assert_eq!(span.status, Status::Unset);
+    }
+    let duplicate: Vec<bool> = deliveries
+        .iter()
+        .map(|s| attribute(s, attr::DUPLICATE) == Some(&Value::Bool(true)))
+        .collect();
+    assert_eq!(duplicate, [false, true, false, true]);
+    assert_eq!(
+        attribute(deliveries[1], attr::MESSAGE_ID),
+        Some(&Value::from("order-1"))
+    );
+    assert_eq!(
+        attribute(deliveries[1], attr::CONVERSATION_ID),
+        Some(&Value::from(trace))
+    );
+    // The trace and the remote parent as the SDKs derive them from trace_id.
+    for (span, trace_id) in deliveries
+        .iter()
+        .zip([trace, trace, "not-a-uuid", "not-a-uuid"])
+    {
+        assert_eq!(
+            hex(&span.span_context.trace_id().to_bytes()),
+            hex(&trace_id_of(trace_id))
+        );
+        assert_eq!(
+            hex(&span.parent_span_id.to_bytes()),
+            hex(&synthetic_span_id(trace_id))
+        );
+    }
+    assert_eq!(
+        recorder.deliveries(),
+        [("run-ok".to_owned(), 2), ("skip".to_owned(), 2)]
+    );
+}
+
+#[test]
+fn store_calls_are_client_spans_the_child_of_one_delivery_or_linked_to_each() {
+    let recorder = Recorder::new();
+    let guard = Guard::new(InMemoryStore::new()).with_telemetry(recorder.telemetry());
+    let one = envelope("solo", "t-solo");
+    block_on_ready(guard.process(one.as_str(), async |_| Ok::<(), String>(()))).unwrap();
+    let spans = recorder.spans();
+    let solo = consumer_spans(&spans)[0].span_context.clone();
+    let calls: Vec<&SpanData> = spans
+        .iter()
+        .filter(|s| s.span_kind == SpanKind::Client)
+        .collect();
+    let names: Vec<&str> = calls.iter().map(|s| s.name.as_ref()).collect();
+    assert_eq!(names, ["bq-dedupe seen", "bq-dedupe settle"]);
+    for call in &calls {
+        assert_eq!(call.span_context.trace_id(), solo.trace_id());
+        assert_eq!(call.parent_span_id, solo.span_id());
+        assert_eq!(
+            attribute(call, attr::STORE_KIND),
+            Some(&Value::from("memory"))
+        );
+    }
+
+    let recorder = Recorder::new();
+    let guard = Guard::new(InMemoryStore::new()).with_telemetry(recorder.telemetry());
+    let batch = [
+        envelope("a", "t-a"),
+        envelope("b", "t-b"),
+        envelope("c", "t-c"),
+    ];
+    block_on_ready(guard.process_batch(&batch, async |_| Ok::<(), String>(()))).unwrap();
+    let spans = recorder.spans();
+    let deliveries: Vec<_> = consumer_spans(&spans)
+        .iter()
+        .map(|s| s.span_context.clone())
+        .collect();
+    let seen = spans
+        .iter()
+        .find(|s| s.name == "bq-dedupe seen_many")
+        .expect("one seen_many");
+    assert_eq!(attribute(seen, attr::STORE_KEYS), Some(&Value::I64(3)));
+    let linked: Vec<_> = seen.links.iter().map(|l| l.span_context.clone()).collect();
+    assert_eq!(
+        linked, deliveries,
+        "a batch call links every delivery it carries"
+    );
+}
+
+#[test]
+fn a_failed_handler_or_a_bad_body_is_an_error_span_and_the_handlers_spans_are_children() {
+    let recorder = Recorder::new();
+    let guard = Guard::new(InMemoryStore::new())
+        .with_claiming(Duration::from_secs(30))
+        .with_telemetry(recorder.telemetry());
+    let tracer = recorder.tracer_provider.tracer("handler");
+    let body = envelope("boom", "t-boom");
+    let outcome = block_on_ready(guard.process(body.as_str(), async |_| {
+        let _child = tracer.start_with_context("charge card", &Context::current());
+        Err::<(), String>("card declined".into())
+    }))
+    .unwrap();
+    assert_eq!(outcome.kind(), OutcomeKind::Failed);
+    let rejected =
+        block_on_ready(guard.process("{not json", async |_| Ok::<(), String>(()))).unwrap();
+    assert_eq!(rejected.kind(), OutcomeKind::Rejected);
+
+    let spans = recorder.spans();
+    let deliveries = consumer_spans(&spans);
+    let failed = deliveries[0];
+    assert!(
+        matches!(failed.status, Status::Error { .. }),
+        "{:?}",
+        failed.status
+    );
+    assert_eq!(
+        attribute(failed, attr::MODE),
+        Some(&Value::from("claiming"))
+    );
+    assert_eq!(attribute(failed, attr::CLAIMED), Some(&Value::Bool(true)));
+    assert_eq!(failed.events.len(), 1, "the exception event");
+    let child = spans
+        .iter()
+        .find(|s| s.name == "charge card")
+        .expect("the handler's span");
+    assert_eq!(child.parent_span_id, failed.span_context.span_id());
+    assert_eq!(
+        child.span_context.trace_id(),
+        failed.span_context.trace_id()
+    );
+
+    let bad = deliveries[1];
+    assert_eq!(bad.name, "process");
+    assert_eq!(
+        attribute(bad, attr::OUTCOME),
+        Some(&Value::from("rejected"))
+    );
+    assert!(matches!(&bad.status, Status::Error { description } if !description.is_empty()));
+}
+
+#[test]
+fn a_traceparent_beside_the_body_is_the_parent() {
+    let recorder = Recorder::new();
+    let guard = Guard::new(InMemoryStore::new()).with_telemetry(recorder.telemetry());
+    let body = WithTraceHeaders {
+        body: envelope("tp", "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b"),
+        traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+        tracestate: Some("congo=t61rcWkgMzE".into()),
+    };
+    block_on_ready(guard.process(&body, async |_| Ok::<(), String>(()))).unwrap();
+    let spans = recorder.spans();
+    let span = consumer_spans(&spans)[0];
+    assert_eq!(
+        hex(&span.span_context.trace_id().to_bytes()),
+        "4bf92f3577b34da6a3ce929d0e0e4736"
+    );
+    assert_eq!(hex(&span.parent_span_id.to_bytes()), "00f067aa0ba902b7");
+    assert_eq!(
+        span.span_context.trace_state().header(),
+        "congo=t61rcWkgMzE"
+    );
+}
+
+#[test]
+fn without_telemetry_nothing_is_recorded() {
+    let recorder = Recorder::new();
+    let guard = Guard::new(InMemoryStore::new());
+    let body = envelope("quiet", "t-quiet");
+    let outcome =
+        block_on_ready(guard.process(body.as_str(), async |_| Ok::<(), String>(()))).unwrap();
+    assert_eq!(outcome.kind(), OutcomeKind::Ran);
+    assert!(recorder.spans().is_empty());
+}
