@@ -26,8 +26,8 @@ use std::time::Duration;
 
 use bq_dedupe::observe::Event;
 use bq_dedupe::{
-    Guard, KeySpace, Message, Observer, Options, Outcome, envelope::Limits,
-    envelope::Rejection, lease::Timer,
+    Guard, KeySpace, Message, Observer, Options, Outcome, envelope::Limits, envelope::Rejection,
+    lease::Timer,
 };
 use js_sys::{Array, Function, Object};
 use wasm_bindgen::JsCast;

@@ -1,8 +1,8 @@
 //! The shard's table: every read and write of the seen-set, synchronous SQL.
 
+use bq_dedupe::store::ClaimToken;
 use bq_dedupe::store::record::{Record, Rules};
 use bq_dedupe::store::wire::Step;
-use bq_dedupe::store::ClaimToken;
 use serde::Deserialize;
 use worker::{Result, SqlStorage, SqlStorageValue};
 
