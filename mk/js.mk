@@ -24,10 +24,9 @@ js-build:
 	scripts/build-js.sh
 
 # `test` also builds pkg/conformance-node (the core's conformance runner, for the tests).
-# The pack test also needs the TypeScript versions (crates/js/pack-test) and, for the
+# The pack test also needs the TypeScript versions (the root package.json) and, for the
 # README's browser example, Chromium (browser-setup).
 js-test: js-build browser-setup
-	@scripts/ensure-tools.sh npm crates/js/pack-test >/dev/null
 	scripts/build-js.sh test
 	node --test crates/js/tests/
 
@@ -42,7 +41,7 @@ js-bench: js-build
 
 browser-setup:
 	@scripts/ensure-tools.sh chromium >/dev/null
-	@scripts/ensure-tools.sh npm tests/browser >/dev/null
+	@scripts/ensure-tools.sh npm . >/dev/null # playwright-core, TypeScript
 
 browser-test: js-build browser-setup workers-build
 	node --test tests/browser/

@@ -3,7 +3,7 @@
 // what ships), the tarball installed into a scratch project outside the
 // repository, and there an ES module, a CommonJS script, `tsc --strict --noEmit`
 // under node16 / nodenext / bundler with TypeScript 5.x and the newest release
-// (crates/js/pack-test/package.json), and this package's README examples (the
+// (the root package.json's), and this package's README examples (the
 // Node one in Node, the browser one in headless Chromium).
 //
 // The copy and its cargo target dir live under target/js-pack/ (kept between runs,
@@ -23,7 +23,8 @@ const TOOLS = join(JS, 'pack-test');
 const WORK = join(process.env.CARGO_TARGET_DIR ?? join(ROOT, 'target'), 'js-pack');
 const COPY = join(WORK, 'tree');
 const NAME = '@babelqueue/dedupe';
-const TYPESCRIPTS = { '5.9.3': 'typescript-5', '7.0.2': 'typescript-7' };
+// The TypeScript versions (the root package.json's `typescript` and `typescript-7`).
+const TYPESCRIPTS = { '5.9.3': 'typescript', '7.0.2': 'typescript-7' };
 
 const run = (cmd, args, opts = {}) => {
   try {
@@ -40,8 +41,8 @@ let packOutput;
 before(() => {
   // The tree's own build (a no-op after `make js-build`), to compare the copy's with.
   run(join(ROOT, 'scripts/build-js.sh'), [], { stdio: ['ignore', 'pipe', 'pipe'] });
-  // The tools folder: TypeScript versions pinned by its lock file (npm ci).
-  run(join(ROOT, 'scripts/ensure-tools.sh'), ['npm', TOOLS]);
+  // The TypeScript versions, pinned by the root package.json and its lock file (npm ci).
+  run(join(ROOT, 'scripts/ensure-tools.sh'), ['npm', ROOT]);
   // A clean copy: tracked and untracked-but-not-ignored files, mtimes kept.
   rmSync(COPY, { recursive: true, force: true });
   mkdirSync(COPY, { recursive: true });
@@ -130,7 +131,7 @@ const TSC_CASES = [
 
 for (const [version, dir] of Object.entries(TYPESCRIPTS)) {
   test(`tsc ${version} --strict --noEmit in the scratch project`, async (t) => {
-    const tsc = join(TOOLS, 'node_modules', dir, 'bin/tsc');
+    const tsc = join(ROOT, 'node_modules', dir, 'bin/tsc');
     assert.equal(run('node', [tsc, '--version']).trim(), `Version ${version}`);
     for (const { name, flags, files } of TSC_CASES) {
       await t.test(name, () => {
@@ -160,7 +161,7 @@ test("the README's Node example runs as written (ten lines)", () => {
 
 test("the README's browser example runs as written (headless Chromium)", async () => {
   run(join(ROOT, 'scripts/ensure-tools.sh'), ['chromium']);
-  run(join(ROOT, 'scripts/ensure-tools.sh'), ['npm', join(ROOT, 'tests/browser')]);
+  run(join(ROOT, 'scripts/ensure-tools.sh'), ['npm', ROOT]); // playwright-core
   const { launchChromium } = await import('../../../tests/browser/chromium.mjs');
   const { serveWww } = await import('../../../scripts/serve-www.mjs');
   writeFileSync(join(scratch, 'index.html'),
