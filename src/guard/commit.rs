@@ -228,7 +228,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         decision
             .claim
             .as_ref()
-            .filter(|_| self.store.capabilities().lease)
+            .filter(|_| self.store.capabilities().renew)
     }
 }
 

@@ -454,7 +454,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     fn renewing(&self) -> Option<Duration> {
         self.options
             .claim_lease
-            .filter(|_| self.store.capabilities().lease)
+            .filter(|_| self.store.capabilities().renew)
     }
 
     fn observe_outcome<E>(&self, decision: &Decision, outcome: &Outcome<E>) {

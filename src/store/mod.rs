@@ -41,7 +41,7 @@ pub struct Capabilities {
     /// only for its owner, and `remember_fenced` records an id only while the
     /// committing token still owns its claim. Without it, claiming mode works as
     /// before leases were kept: no renewal, and a lost lease goes unnoticed.
-    pub lease: bool,
+    pub renew: bool,
 }
 
 /// A record of processed message ids.

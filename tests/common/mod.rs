@@ -90,7 +90,7 @@ impl Store for FlakyStore {
         Capabilities {
             claim: self.can_claim,
             ttl: true,
-            lease: self.can_claim,
+            renew: self.can_claim,
         }
     }
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {

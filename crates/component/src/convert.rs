@@ -118,7 +118,7 @@ impl From<wit::Capabilities> for bq::store::Capabilities {
         bq::store::Capabilities {
             claim: caps.claim,
             ttl: caps.ttl,
-            lease: false,
+            renew: false,
         }
     }
 }

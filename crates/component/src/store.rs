@@ -100,7 +100,7 @@ impl KeyStore for HostCalls {
 
     fn capabilities(&self) -> Capabilities {
         let mut caps: Capabilities = self.caps().into();
-        caps.lease = caps.claim && self.leases();
+        caps.renew = caps.claim && self.leases();
         caps
     }
 
@@ -119,7 +119,7 @@ impl ForeignStore for HostCalls {
     /// guard asks for no renewal or fence).
     fn has(&self, call: Batch, keys: usize) -> bool {
         match call {
-            Batch::Settle => self.capabilities().lease,
+            Batch::Settle => self.capabilities().renew,
             _ => keys != 1 && self.caps().batch,
         }
     }

@@ -97,7 +97,7 @@ impl store::Host for HostState {
         let claims = ready(self.store.claim_many(&strs(&keys), lease))?;
         // Only claims the store can prove are ours are kept alive: in a format
         // without owners (PHP's `1`) a renewal could extend another consumer's.
-        let renewable = self.store.capabilities().lease;
+        let renewable = self.store.capabilities().renew;
         for (key, claim) in keys.iter().zip(&claims) {
             if let (Claim::Acquired(token), true) = (claim, renewable) {
                 self.claims.granted(key, token, lease);
@@ -130,7 +130,7 @@ impl store::Host for HostState {
 
 impl leases::Host for HostState {
     fn supported(&mut self) -> bool {
-        self.store.capabilities().lease
+        self.store.capabilities().renew
     }
     fn now_ms(&mut self) -> u64 {
         std::time::SystemTime::now()

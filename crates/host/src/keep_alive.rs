@@ -7,7 +7,7 @@
 //! while a handler runs, renews them from a second thread on the guest's own
 //! schedule (`LeasePolicy::renew_interval`), with the same `Store::settle` call
 //! the guest would make. Only claims of a store that can prove ownership
-//! (`capabilities().lease`) are held: in PHP's format nothing is renewed.
+//! (`capabilities().renew`) are held: in PHP's format nothing is renewed.
 
 use std::collections::HashMap;
 use std::sync::mpsc::{self, RecvTimeoutError};

@@ -73,7 +73,7 @@ impl Store for ViaImports {
         Capabilities {
             claim: caps.claim,
             ttl: caps.ttl,
-            lease: caps.claim && leases::Host::supported(&mut *state),
+            renew: caps.claim && leases::Host::supported(&mut *state),
         }
     }
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {

@@ -248,7 +248,7 @@ impl KeyStore for JsObjectStore {
         Capabilities {
             claim: self.has.claim,
             ttl: true,
-            lease: self.has.claim && (self.has.settle || self.has.fenced),
+            renew: self.has.claim && (self.has.settle || self.has.fenced),
         }
     }
 

@@ -647,7 +647,7 @@ impl Store for PostgresStore {
         Capabilities {
             claim: true,
             ttl: true,
-            lease: true,
+            renew: true,
         }
     }
 

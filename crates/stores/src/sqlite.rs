@@ -275,7 +275,7 @@ impl Store for SqliteStore {
         Capabilities {
             claim: true,
             ttl: true,
-            lease: true,
+            renew: true,
         }
     }
 

@@ -45,7 +45,7 @@ fn every_backend_through_its_spec_delegates_every_method() {
             Capabilities {
                 claim: true,
                 ttl: true,
-                lease: true,
+                renew: true,
             }
         );
     });

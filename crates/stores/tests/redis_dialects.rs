@@ -38,7 +38,7 @@ fn php_dialect_capabilities_say_no_lease() {
         Capabilities {
             claim: true,
             ttl: true,
-            lease: false
+            renew: false
         }
     );
 }
@@ -108,7 +108,7 @@ fn go_dialect_plain_mode_works_and_claiming_is_refused() {
         Capabilities {
             claim: false,
             ttl: true,
-            lease: false
+            renew: false
         }
     );
     let e = ready(store.claim("x", Duration::from_secs(5))).unwrap_err();

@@ -156,7 +156,7 @@ impl Store for Proxy {
         Capabilities {
             claim: true,
             ttl: true,
-            lease: true,
+            renew: true,
         }
     }
     async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {

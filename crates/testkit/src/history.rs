@@ -684,11 +684,11 @@ impl<C: Store, S: Setting<C>> Client<C, S> {
                     .collect()
             }
             6 if caps.claim => vec![(key, KeyOp::Release(self.token(key)))],
-            7 if caps.lease => {
+            7 if caps.renew => {
                 let lease = self.lease();
                 vec![(key, KeyOp::Renew(self.token(key), lease))]
             }
-            8 | 9 if caps.lease => {
+            8 | 9 if caps.renew => {
                 let ttl = self.ttl();
                 vec![(key, KeyOp::Commit(self.token(key), ttl))]
             }

@@ -165,7 +165,7 @@ pub fn ops(
                 .boxed(),
         );
     }
-    if caps.claim && caps.lease {
+    if caps.claim && caps.renew {
         choices.push(
             (client.clone(), key.clone(), token(), lease())
                 .prop_map(|(client, key, token, lease)| Op::Renew {

@@ -52,7 +52,7 @@ pub fn check_seeded<H: Harness>(cases: u32, seed: u64, make: impl Fn() -> H) -> 
             h.transactional(),
         )
     };
-    if caps.lease && !rules.claims_have_owners {
+    if caps.renew && !rules.claims_have_owners {
         return Err(
             "the harness's Rules say claims have no owners, but the store's capabilities() \
              offer leases (renewals and fenced commits need owners): one of them is wrong"

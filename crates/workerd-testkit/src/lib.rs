@@ -161,7 +161,7 @@ impl Store for HttpStore {
         Capabilities {
             claim: true,
             ttl: true,
-            lease: true,
+            renew: true,
         }
     }
 

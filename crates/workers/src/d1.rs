@@ -200,7 +200,7 @@ impl Store for D1Store {
         Capabilities {
             claim: true,
             ttl: true,
-            lease: true,
+            renew: true,
         }
     }
 

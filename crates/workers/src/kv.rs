@@ -116,7 +116,7 @@ impl Store for KvStore {
         Capabilities {
             claim: false,
             ttl: true,
-            lease: false,
+            renew: false,
         }
     }
 

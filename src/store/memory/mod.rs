@@ -259,7 +259,7 @@ impl Store for InMemoryStore {
         Capabilities {
             claim: true,
             ttl: self.clock.is_some(),
-            lease: true,
+            renew: true,
         }
     }
 

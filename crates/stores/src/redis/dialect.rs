@@ -16,7 +16,7 @@ pub enum Dialect {
     /// The PHP SDK's `RedisStore`: `1` while claimed (the lease is the key's
     /// expiry), `2` once remembered, under `bq:idem:`. No owner token: a release,
     /// renewal or commit cannot tell two claimers apart, so the store reports
-    /// `lease: false` (claims are not renewed and commits are not fenced; use a
+    /// `renew: false` (claims are not renewed and commits are not fenced; use a
     /// lease longer than the slowest batch, PHP's default is 3600 s). A value that
     /// is neither `1` nor `2` is a store error.
     Php,

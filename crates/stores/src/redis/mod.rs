@@ -412,17 +412,17 @@ impl Store for RedisStore {
             Dialect::Native => Capabilities {
                 claim: true,
                 ttl: true,
-                lease: true,
+                renew: true,
             },
             Dialect::Php => Capabilities {
                 claim: true,
                 ttl: true,
-                lease: false,
+                renew: false,
             },
             Dialect::Go => Capabilities {
                 claim: false,
                 ttl: true,
-                lease: false,
+                renew: false,
             },
         }
     }

@@ -388,7 +388,7 @@ pub fn acquire<S: Store>(store: &S, key: &str, lease: Duration) -> ClaimToken {
 /// `short` run out (a manual clock advanced, or a real sleep).
 pub fn check_leases<S: Store>(store: &S, short: Duration, expire: impl Fn()) {
     let long = Duration::from_secs(60);
-    assert!(store.capabilities().lease, "this store keeps leases");
+    assert!(store.capabilities().renew, "this store keeps leases");
 
     // Kept: renewed, then committed under its own claim.
     let mine = acquire(store, "l-kept", short);

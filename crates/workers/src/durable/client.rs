@@ -380,7 +380,7 @@ impl Store for DurableObjectStore {
         Capabilities {
             claim: true,
             ttl: true,
-            lease: true,
+            renew: true,
         }
     }
 
