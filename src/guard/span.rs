@@ -73,6 +73,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
 
     /// One store call, timed and traced: `op` carrying `keys` keys for the
     /// deliveries whose spans are `spans`.
+    #[cfg(feature = "otel")]
     pub(super) async fn store_call<'s, R>(
         &self,
         op: &'static str,
@@ -80,20 +81,31 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         spans: impl IntoIterator<Item = &'s DeliverySpan>,
         call: impl Future<Output = StoreResult<R>>,
     ) -> StoreResult<R> {
-        #[cfg(feature = "otel")]
-        if let Some(telemetry) = &self.telemetry {
-            let parents: Vec<&opentelemetry::Context> = spans
-                .into_iter()
-                .filter_map(|s| s.inner.as_ref().map(|(cx, _)| cx))
-                .collect();
-            let traced = telemetry.store_call(op, self.store.kind(), keys, &parents);
-            let result = call.await;
-            let error = result.as_ref().err().map(|e| e as &dyn std::fmt::Display);
-            telemetry.end_store_call(traced, error);
-            return result;
-        }
-        let _ = (op, keys, spans.into_iter());
-        call.await
+        let Some(telemetry) = &self.telemetry else {
+            return call.await;
+        };
+        let parents: Vec<&opentelemetry::Context> = spans
+            .into_iter()
+            .filter_map(|s| s.inner.as_ref().map(|(cx, _)| cx))
+            .collect();
+        let traced = telemetry.store_call(op, self.store.kind(), keys, &parents);
+        let result = call.await;
+        let error = result.as_ref().err().map(|e| e as &dyn std::fmt::Display);
+        telemetry.end_store_call(traced, error);
+        result
+    }
+
+    /// Without `otel`, the call itself: no wrapper, no cost.
+    #[cfg(not(feature = "otel"))]
+    #[inline(always)]
+    pub(super) fn store_call<'s, F>(
+        &self,
+        _op: &'static str,
+        _keys: usize,
+        _spans: impl IntoIterator<Item = &'s DeliverySpan>,
+        call: F,
+    ) -> F {
+        call
     }
 
     /// [`Guard::store_call`] for a synchronous call (a database transaction
@@ -146,14 +158,20 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
 
 /// Runs `future` (a handler) with the delivery's span current, so the
 /// handler's own spans are its children.
+#[cfg(feature = "otel")]
 pub(super) async fn in_span<F: Future>(span: &DeliverySpan, future: F) -> F::Output {
-    #[cfg(feature = "otel")]
-    if let Some((cx, _)) = &span.inner {
-        use opentelemetry::context::FutureExt;
-        return future.with_context(cx.clone()).await;
+    use opentelemetry::context::FutureExt;
+    match &span.inner {
+        Some((cx, _)) => future.with_context(cx.clone()).await,
+        None => future.await,
     }
-    let _ = span;
-    future.await
+}
+
+/// Without `otel`, the handler's future itself.
+#[cfg(not(feature = "otel"))]
+#[inline(always)]
+pub(super) fn in_span<F: Future>(_span: &DeliverySpan, future: F) -> F {
+    future
 }
 
 /// Runs a synchronous handler with the delivery's span current.
