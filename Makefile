@@ -16,10 +16,10 @@ CLI_BENCH_LINES ?= 200000
 BQ := target/debug/bq-dedupe
 # One build per checkout: incremental caches would double the disk a run needs.
 export CARGO_INCREMENTAL ?= 0
-# The wasm-only crates (the component, the Workers adapter, the example worker) are
+# The wasm-only crates (the component, the Workers adapter, the fixture worker) are
 # built and tested for wasm32 by their own targets, not natively.
 TEST_CRATES := --workspace --exclude babelqueue-dedupe-component \
-  --exclude babelqueue-dedupe-worker-example --exclude babelqueue-dedupe-workerd-testkit \
+  --exclude babelqueue-dedupe-fixture-worker --exclude babelqueue-dedupe-workerd-testkit \
   --exclude babelqueue-dedupe-workers-js
 
 # Each target family adds its own rules and appends its checks to EXTRA_TESTS.
@@ -42,7 +42,7 @@ histories: setup
 
 .PHONY: dev demo-host demo-native test setup setup-fuzz setup-bench lint wasm component-build component-test host unit unit-run conformance packages fuzz bench
 
-## dev: the example worker on local workerd (`wrangler dev`, state in .wrangler-state/):
+## dev: the fixture worker on local workerd (`wrangler dev`, state in .wrangler-state/):
 ## publish the sample stream twice and print the effects (see mk/workers.mk).
 dev: setup dev-worker
 

@@ -1,18 +1,18 @@
-# The Cloudflare Workers adapter (crates/workers) and the example worker
-# (crates/worker-example, wrangler.toml) on real workerd through Miniflare.
+# The Cloudflare Workers adapter (crates/workers) and the fixture worker
+# (crates/fixture-worker, wrangler.toml) on real workerd through Miniflare.
 
 WORKER_PORT ?= 8787
 WORKER_STATE := .wrangler-state
 
 .PHONY: setup-workers workers-build workers-lint workers-test workers-bench dev-worker
 
-## workers-build: the example worker bundle (offline worker-build), size printed.
+## workers-build: the fixture worker bundle (offline worker-build), size printed.
 workers-build:
 	scripts/build-worker.sh
 
 # The adapter and the example ship as wasm32: lint them for that target.
 workers-lint:
-	cargo clippy -p babelqueue-dedupe-workers -p babelqueue-dedupe-worker-example -p babelqueue-dedupe-workers-js --target wasm32-unknown-unknown -- -D warnings
+	cargo clippy -p babelqueue-dedupe-workers -p babelqueue-dedupe-fixture-worker -p babelqueue-dedupe-workers-js --target wasm32-unknown-unknown -- -D warnings
 
 ## workers-test: every scenario of the adapter as queue traffic on workerd, the
 ## locked example routes, a user's own worker (examples/user-worker) built

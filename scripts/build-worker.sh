@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the example worker (crates/worker-example) with worker-build, offline:
+# Builds the fixture worker (crates/fixture-worker) with worker-build, offline:
 # the pinned wasm-bindgen CLI, esbuild and wasm-opt (npm binaryen) are handed to
-# it, so it downloads nothing. Output: crates/worker-example/build/ (index.js +
+# it, so it downloads nothing. Output: crates/fixture-worker/build/ (index.js +
 # the .wasm), which wrangler.toml's `main` points at; then the playground's wasm
 # build into www/pkg (scripts/build-js.sh), which it serves at /.
 #
@@ -33,14 +33,14 @@ export WASM_OPT_BIN="$ROOT/node_modules/.bin/wasm-opt"
 # [package.metadata.wasm-pack.profile.custom]: they must be the table's.
 manifest_opt="$(cargo metadata --no-deps --format-version 1 | python3 -c '
 import json, sys
-p = next(p for p in json.load(sys.stdin)["packages"] if p["name"] == "babelqueue-dedupe-worker-example")
+p = next(p for p in json.load(sys.stdin)["packages"] if p["name"] == "babelqueue-dedupe-fixture-worker")
 print(" ".join(p["metadata"]["wasm-pack"]["profile"]["custom"]["wasm-opt"]))')"
 if [[ "$manifest_opt" != "${ARTIFACT_WASM_OPT[*]}" ]]; then
-    echo "crates/worker-example/Cargo.toml runs wasm-opt $manifest_opt, mk/artifacts.tsv says ${ARTIFACT_WASM_OPT[*]}" >&2
+    echo "crates/fixture-worker/Cargo.toml runs wasm-opt $manifest_opt, mk/artifacts.tsv says ${ARTIFACT_WASM_OPT[*]}" >&2
     exit 1
 fi
 
-cd crates/worker-example
+cd crates/fixture-worker
 "$WORKER_BUILD" --profile "$ARTIFACT_PROFILE" >&2
 
 # The playground (www/), which wrangler.toml serves as static assets at /.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs a command with the example worker served on workerd (Miniflare, from the
+# Runs a command with the fixture worker served on workerd (Miniflare, from the
 # bundle scripts/build-worker.sh made) on a free loopback port, and stops it
 # after. The command sees BQ_TEST_WORKER_URL.
 set -euo pipefail
@@ -25,5 +25,5 @@ for _ in $(seq 300); do
 done
 line=$(grep '^BQ_TEST_WORKER_URL=' "$dir/out") || { cat "$dir/err" >&2; echo "with-worker: no URL after 30 s" >&2; exit 1; }
 export "${line?}"
-echo "with-worker: the example worker on $BQ_TEST_WORKER_URL"
+echo "with-worker: the fixture worker on $BQ_TEST_WORKER_URL"
 "$@"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's local demo on the example worker:
+# The project's local demo on the fixture worker:
 #   1. `wrangler dev` on 127.0.0.1:PORT, local state under STATE_DIR (fresh each run),
 #      which builds the worker first (wrangler.toml's [build] command);
 #   2. publishes examples/sample-stream.jsonl (duplicates, a malformed line, an
@@ -63,7 +63,7 @@ curl -sf -H "$AUTH" "$BASE/stats" >/dev/null || { cat "$STATE/wrangler.log"; exi
 echo "== wrangler dev: $BASE (state in $STATE/; admin token for this run: $TOKEN)"
 
 # Every line as a raw string, so malformed ones are published exactly as written,
-# plus one order whose handler fails its first attempt (the example handler obeys
+# plus one order whose handler fails its first attempt (the fixture handler obeys
 # `data.fail_attempts`), to show Cloudflare's retry running it again.
 FLAKY='{"job":"urn:babel:orders:created","trace_id":"7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b","data":{"order_id":1007,"fail_attempts":1},"meta":{"id":"00000007-b5a6-4789-90ab-cdef01234567","queue":"orders","lang":"python","schema_version":1,"created_at":1749132727000},"attempts":0}'
 payload=$(python3 -c 'import json,sys; print(json.dumps([l.rstrip("\n") for l in open(sys.argv[1]) if l.strip()] + [json.loads(sys.argv[2])]))' "$SAMPLE" "$FLAKY")

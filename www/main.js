@@ -472,7 +472,7 @@ async function main() {
   const storeSelect = $('store-select');
   const worker = await workerAvailable();
   storeSelect.querySelector('option[value=worker]').disabled = !worker;
-  if (!worker) storeSelect.querySelector('option[value=worker]').textContent = 'worker (only when served by the example worker)';
+  if (!worker) storeSelect.querySelector('option[value=worker]').textContent = 'worker (only when served by the fixture worker)';
   storeSelect.value = settings.store === 'worker' && !worker ? 'memory' : (settings.store ?? 'memory');
   openSession(storeSelect.value);
   renderTimeline();

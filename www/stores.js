@@ -3,7 +3,7 @@
 // stores also keep leases: renew / rememberFenced):
 //   - memory:     the Rust InMemoryStore (manual clock, so "advance" moves its TTLs);
 //   - persistent: localStorage (survives a reload), synchronous;
-//   - worker:     the example worker's Durable Object store over HTTP (same origin;
+//   - worker:     the fixture worker's Durable Object store over HTTP (same origin;
 //                 asks for the worker's admin token, EXAMPLE_ADMIN_TOKEN).
 // Each also lists its entries for the timeline: [{ key, state, expiresAt }].
 
@@ -130,7 +130,7 @@ export function persistentStore() {
   };
 }
 
-// The example worker's routes need `Authorization: Bearer <EXAMPLE_ADMIN_TOKEN>`.
+// The fixture worker's routes need `Authorization: Bearer <EXAMPLE_ADMIN_TOKEN>`.
 // The page asks for the token once per tab (kept in sessionStorage) and asks
 // again after the worker refused it.
 const TOKEN_KEY = 'bq-dedupe-worker-token';
@@ -138,7 +138,7 @@ const TOKEN_KEY = 'bq-dedupe-worker-token';
 function workerToken({ ask = true } = {}) {
   let token = sessionStorage.getItem(TOKEN_KEY);
   if (!token && ask && typeof prompt === 'function') {
-    token = (prompt('The example worker\u2019s admin token (EXAMPLE_ADMIN_TOKEN; make dev prints it):') ?? '').trim();
+    token = (prompt('The fixture worker\u2019s admin token (EXAMPLE_ADMIN_TOKEN; make dev prints it):') ?? '').trim();
     if (token) sessionStorage.setItem(TOKEN_KEY, token);
   }
   return token || '';
@@ -168,7 +168,7 @@ async function post(path, body) {
 }
 
 /**
- * Is the page served by the example worker? Its `GET stats` answers JSON with
+ * Is the page served by the fixture worker? Its `GET stats` answers JSON with
  * the token, or 401 with `WWW-Authenticate: Bearer` without one (no token is
  * needed to find out). A worker with no token configured (403) offers no store.
  */
@@ -184,7 +184,7 @@ export async function workerAvailable() {
   }
 }
 
-/** The example worker's Durable Object store over its HTTP endpoints (relative URLs). */
+/** The fixture worker's Durable Object store over its HTTP endpoints (relative URLs). */
 export function workerStore() {
   workerToken(); // asked for now, when the store is chosen
   const ttl = (ms) => (ms === undefined || ms === null ? null : ms);

@@ -77,7 +77,7 @@ test('the page loads the wasm and validates the editor live: derived key, fail-o
   assert.match(await page.textContent('#validation'), /dedupe key\s*"order-1042"/);
   assert.equal(await page.isVisible('#error-banner'), false);
   assert.equal(await page.$eval('#store-select option[value=worker]', (o) => o.disabled), true,
-    'the worker store is offered only when the page is served by the example worker');
+    'the worker store is offered only when the page is served by the fixture worker');
   await page.screenshot({ path: join(ARTIFACTS, '01-loaded.png'), fullPage: true });
 
   await setEditor(page, envelope(''));
@@ -268,7 +268,7 @@ test('importing the manifest\'s sequences and replaying each matches every expec
 });
 
 test('served by the worker (GET stats answers JSON), the worker store is offered and used through its HTTP API', async () => {
-  // A stand-in for the example worker's Durable Object endpoints, same origin.
+  // A stand-in for the fixture worker's Durable Object endpoints, same origin.
   const done = new Map();
   const claims = new Map();
   const requests = [];

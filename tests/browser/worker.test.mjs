@@ -1,4 +1,4 @@
-// The playground served by the real example worker (workerd through Miniflare,
+// The playground served by the real fixture worker (workerd through Miniflare,
 // wrangler.toml's [assets]), using the worker's own Durable Object store: what the
 // page remembers, the queue consumer skips, and the reverse. Needs the worker built
 // (scripts/build-worker.sh; make browser-test does it).
@@ -33,7 +33,7 @@ async function decisions(page) {
   return page.$$eval('#timeline tbody tr', (trs) => trs.map((tr) => tr.dataset.kind));
 }
 
-test('served by the example worker, the playground shares its Durable Object store with the queue consumer', async () => {
+test('served by the fixture worker, the playground shares its Durable Object store with the queue consumer', async () => {
   const url = await worker.mf.ready;
   const page = await chromium.context.newPage();
   const errors = [];

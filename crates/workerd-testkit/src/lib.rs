@@ -1,4 +1,4 @@
-//! [`HttpStore`]: the store a worker serves over HTTP (the example worker's
+//! [`HttpStore`]: the store a worker serves over HTTP (the fixture worker's
 //! `/store/*` routes: its `DurableObjectStore` over `DedupeShard`s on workerd)
 //! as a native [`Store`], so the store testkit can drive the Durable
 //! Object store from outside, on workerd's own clock (see
@@ -44,7 +44,7 @@ pub struct HttpStore {
 
 impl HttpStore {
     /// The routes under `base` (`http://127.0.0.1:PORT`), with the bearer
-    /// `token` the example worker asks for.
+    /// `token` the fixture worker asks for.
     pub fn new(base: &str, token: &str, prefix: &str) -> Self {
         // Store errors come back as 4xx/5xx with a JSON body: read it.
         let config = ureq::Agent::config_builder()

@@ -1,4 +1,4 @@
-//! The D1 store (`D1Store`, in the example worker on workerd with
+//! The D1 store (`D1Store`, in the fixture worker on workerd with
 //! `DEDUPE_STORE = "d1"`, Miniflare's local D1) passes the store testkit:
 //! random runs from several clients, each answer checked against the record
 //! model on workerd's own clock, with faults injected. It runs the SQLite

@@ -1,5 +1,5 @@
 //! The Durable Object store (`DurableObjectStore` over `DedupeShard`s, in the
-//! example worker on workerd) passes the store testkit: random runs from
+//! fixture worker on workerd) passes the store testkit: random runs from
 //! several clients, each answer checked against the record model on workerd's
 //! own clock, with faults injected. The worker is started by
 //! `scripts/with-worker.sh` (`make workers-test`), which sets

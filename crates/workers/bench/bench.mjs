@@ -1,4 +1,4 @@
-// Benchmark (measures, asserts nothing): the example worker's consumer on local
+// Benchmark (measures, asserts nothing): the fixture worker's consumer on local
 // workerd (Miniflare), fed 10,000 envelopes (20% duplicates) in batches of 100
 // straight into queue(), once with the batch RPC and once with a naive
 // per-message store adapter (EXAMPLE_NAIVE_STORE=on: seen/claim + remember per
@@ -73,14 +73,14 @@ async function run(mode, handler, batches) {
 }
 
 function bundleSize() {
-  const wasm = path.join(ROOT, "crates/worker-example/build/index_bg.wasm");
+  const wasm = path.join(ROOT, "crates/fixture-worker/build/index_bg.wasm");
   const bytes = readFileSync(wasm);
   return { path: path.relative(ROOT, wasm), bytes: bytes.length, gzip: gzipSync(bytes, { level: 9 }).length };
 }
 
 const { batches, unique } = workload();
 console.log(`workload: ${TOTAL} envelopes, ${unique} distinct meta.id, batches of ${BATCH}`);
-// Two handlers: one Durable Object write per run (the example's effect log, the
+// Two handlers: one Durable Object write per run (the fixture worker's effect log, the
 // same in both adapters), and no I/O at all (the dedupe path alone).
 const results = [];
 const ratios = {};

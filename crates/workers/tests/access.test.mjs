@@ -1,4 +1,4 @@
-// The example worker is locked: every route but the static playground needs
+// The fixture worker is locked: every route but the static playground needs
 // `Authorization: Bearer <EXAMPLE_ADMIN_TOKEN>`; with no token configured every
 // route refuses; bodies are size-limited; test directives in a body work only
 // with EXAMPLE_TEST_DIRECTIVES=1. On workerd, as the other tests.
@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { TOKEN, envelope, startWorker } from "./harness.mjs";
 
-/** Every route of the example worker, with a body it would accept. */
+/** Every route of the fixture worker, with a body it would accept. */
 const ROUTES = [
   ["POST", "/publish", []],
   ["GET", "/effects"],

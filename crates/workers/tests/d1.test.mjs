@@ -1,5 +1,5 @@
 // The D1 store and the transactional mode of the Rust adapter, on workerd
-// (Miniflare's local D1): the example worker with DEDUPE_STORE = "d1" and
+// (Miniflare's local D1): the fixture worker with DEDUPE_STORE = "d1" and
 // EXAMPLE_D1_EFFECTS = "on", whose handler's effect is a row in D1's
 // `example_effects` (no unique key: a second write would show), committed with
 // the id in one batch. The store testkit runs against D1 too

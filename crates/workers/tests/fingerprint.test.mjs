@@ -1,5 +1,5 @@
 // Payload fingerprints (DEDUPE_FINGERPRINT=on) on real workerd (Miniflare),
-// through the example worker's queue: an id reused with other data is
+// through the fixture worker's queue: an id reused with other data is
 // dead-lettered as payload-mismatch and never run; a redelivery is a skip.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";

@@ -1,4 +1,4 @@
-// Runs the example worker (crates/worker-example, built by scripts/build-worker.sh)
+// Runs the fixture worker (crates/fixture-worker, built by scripts/build-worker.sh)
 // on workerd through Miniflare, configured from the repository's wrangler.toml,
 // with per-test overrides of the vars and the queue consumer settings.
 import { readFileSync } from "node:fs";
@@ -11,7 +11,7 @@ export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "
 export const QUEUE = "bq-orders";
 /** The admin token the tests configure (EXAMPLE_ADMIN_TOKEN) and send. */
 export const TOKEN = "test-admin-token-0123456789";
-/** The Authorization header every route of the example needs. */
+/** The Authorization header every route of the fixture worker needs. */
 export const AUTH = { authorization: `Bearer ${TOKEN}` };
 export const DLQ = "bq-orders-dlq";
 

@@ -1,5 +1,5 @@
 // Leases kept alive, lost leases, resharding and the default window, on real
-// workerd (Miniflare), driven through the example worker's queue() handler.
+// workerd (Miniflare), driven through the fixture worker's queue() handler.
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";

@@ -1,4 +1,4 @@
-// Serves the example worker on workerd for another process: prints
+// Serves the fixture worker on workerd for another process: prints
 // `BQ_TEST_WORKER_URL=http://127.0.0.1:PORT` once it answers, then runs until
 // stdin closes or it is signalled. Used by scripts/with-worker.sh (the store
 // testkit's runs). Not a test itself (no `.test.mjs`). `BQ_SERVE_VARS`: a JSON

@@ -3,7 +3,7 @@
 // `npm pack`, its src/handler.ts replaced by one that records each effect in KV
 // (ts-worker/handler.ts), `tsc --strict` against @cloudflare/workers-types,
 // bundled by wrangler's own bundler, and run on workerd (Miniflare) beside a
-// dead-letter reader and the Rust example worker, all on one DedupeShard namespace.
+// dead-letter reader and the Rust fixture worker, all on one DedupeShard namespace.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -37,7 +37,7 @@ function bundled(name, dir) {
   return { name, modules: true, scriptPath: path.join(root, entry), modulesRoot: root, modulesRules: [wasmRule], cf: false };
 }
 
-/** Miniflare's options for the Rust example worker (built by scripts/build-worker.sh). */
+/** Miniflare's options for the Rust fixture worker (built by scripts/build-worker.sh). */
 function rustExample(bindings) {
   const { rust } = options;
   return {
@@ -347,7 +347,7 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
     assert.match(refused.error, /DEDUPE_CLAIMING/);
   });
 
-  test("the Rust example worker and the TypeScript worker dedupe together on one DedupeShard namespace", async () => {
+  test("the Rust fixture worker and the TypeScript worker dedupe together on one DedupeShard namespace", async () => {
     const stats = async () => (await (await mf.getWorker("bq-dedupe-example")).fetch("http://x/stats", {
       headers: { authorization: "Bearer t0ken-for-the-ts-worker-test" },
     })).json();
@@ -467,7 +467,7 @@ describe("a text body with a lone surrogate (issue #25, finding 8; failed on 784
 describe("the store testkit against the JavaScript DedupeShard", () => {
   test("the Rust store client over the TypeScript worker's DedupeShard follows the record model (crates/workerd-testkit)", async () => {
     const { ts, rust } = options;
-    // The Rust example's /store routes, its DEDUPE_DO bound to the class the
+    // The Rust fixture worker's /store routes, its DEDUPE_DO bound to the class the
     // TypeScript worker exports from the package: every shard request is answered
     // by the package's DedupeShard.
     const served = new Miniflare({

@@ -17,7 +17,7 @@ use worker::{Context, Delay, Env, Result};
 use crate::access::directives_enabled;
 use crate::effects::{CounterUpdate, EffectLogClient, Invocation};
 
-/// What an envelope's `data` may tell the example handler to do (tests use these).
+/// What an envelope's `data` may tell the fixture handler to do (tests use these).
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct Directives {
@@ -170,7 +170,7 @@ mod d1_effects {
         let directives = Directives::of(delivery, directives).await;
         let attempt = delivery.attempts();
         if directives.always_fail || attempt < directives.fail_attempts {
-            return Err(format!("example handler told to fail (attempt {attempt})"));
+            return Err(format!("fixture handler told to fail (attempt {attempt})"));
         }
         if directives.no_statements {
             return Ok(Vec::new());
@@ -186,7 +186,7 @@ mod d1_effects {
     }
 }
 
-/// The example handler: its side effect is one row in the effect log (none when
+/// The fixture handler: its side effect is one row in the effect log (none when
 /// the log is switched off for a benchmark). It obeys the test directives in
 /// `data` only when `EXAMPLE_TEST_DIRECTIVES=1` (local runs).
 struct Handler<'a> {
@@ -199,7 +199,7 @@ impl Handler<'_> {
         let message = delivery.message();
         let directives = Directives::of(delivery, self.directives).await;
         if directives.panic {
-            panic!("example handler told to panic");
+            panic!("fixture handler told to panic");
         }
         let attempt = delivery.attempts();
         let fail = directives.always_fail || attempt < directives.fail_attempts;
@@ -211,7 +211,7 @@ impl Handler<'_> {
             log.record(&invocation).await.map_err(|e| e.to_string())?;
         }
         if fail {
-            return Err(format!("example handler told to fail (attempt {attempt})"));
+            return Err(format!("fixture handler told to fail (attempt {attempt})"));
         }
         Ok(())
     }

@@ -1,4 +1,4 @@
-//! Who may use the example's routes, and how much they may send.
+//! Who may use the fixture worker's routes, and how much they may send.
 //!
 //! Every route (all but the static playground, which the assets layer serves
 //! before the worker runs) needs `Authorization: Bearer <EXAMPLE_ADMIN_TOKEN>`.

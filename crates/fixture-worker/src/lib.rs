@@ -1,5 +1,8 @@
-//! The example worker: publishes BabelQueue envelopes to a queue and consumes
-//! them through bq-dedupe, counting the example handler's side effects.
+//! The test fixture the workerd tests run; the example to copy is `examples/user-worker`.
+//!
+//! It publishes BabelQueue envelopes to a queue and consumes them through
+//! bq-dedupe, counting the fixture handler's side effects; `make dev` and the
+//! playground serve it too.
 //!
 //! Modules, one binding each:
 //! - [`consumer`]: the queue consumer (`bq-orders` and its dead-letter queue);

@@ -1,4 +1,4 @@
-//! `EffectLog`: where the example handler's side effects land, with the consumer's
+//! `EffectLog`: where the fixture handler's side effects land, with the consumer's
 //! counters and the dead letters it received. One object, SQLite-backed, so every
 //! count is exact and survives restarts of the local runtime.
 
