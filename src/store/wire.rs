@@ -1,5 +1,5 @@
 //! The store calls' JSON shapes, written once: the Durable Object protocol, the
-//! example worker's `/store/*` routes and their native client (the workerd
+//! fixture worker's `/store/*` routes and their native client (the workerd
 //! testkit) send these, and the JS store protocol builds the same objects from
 //! the codes here. Deploys of other versions read them: add fields with
 //! defaults, never rename one. A [`StoreError`] is `{"error": message, "kind":
