@@ -9,7 +9,7 @@ use std::time::Duration;
 use bq_dedupe::telemetry::otel::{Telemetry, metric};
 use bq_dedupe::telemetry::parent::{hex, synthetic_span_id, trace_id_of};
 use bq_dedupe::telemetry::{WithTraceHeaders, attr};
-use bq_dedupe::{Guard, InMemoryStore, OutcomeKind, block_on_ready};
+use bq_dedupe::{Guard, InMemoryStore, OutcomeKind, Store, block_on_ready};
 use opentelemetry::trace::{SpanKind, Status, Tracer, TracerProvider as _};
 use opentelemetry::{Context, Value, global::BoxedTracer};
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
@@ -303,12 +303,107 @@ fn a_traceparent_beside_the_body_is_the_parent() {
 }
 
 #[test]
-fn without_telemetry_nothing_is_recorded() {
+fn without_telemetry_nothing_is_recorded_even_with_global_providers() {
     let recorder = Recorder::new();
+    opentelemetry::global::set_tracer_provider(recorder.tracer_provider.clone());
     let guard = Guard::new(InMemoryStore::new());
-    let body = envelope("quiet", "t-quiet");
-    let outcome =
-        block_on_ready(guard.process(body.as_str(), async |_| Ok::<(), String>(()))).unwrap();
-    assert_eq!(outcome.kind(), OutcomeKind::Ran);
+    let bodies = [envelope("quiet", "t-quiet"), envelope("quiet", "t-quiet")];
+    let processed =
+        block_on_ready(guard.process_each(&bodies, async |_, _| Ok::<(), String>(()))).unwrap();
+    assert!(processed.iter().all(|p| !p.decision.span.is_recording()));
+    assert_eq!(processed[1].outcome.kind(), OutcomeKind::Skipped);
     assert!(recorder.spans().is_empty());
+    // The same providers, given: now it records (so the check above can fail).
+    let traced = Guard::new(InMemoryStore::new()).with_telemetry(Telemetry::global());
+    block_on_ready(traced.process_each(&bodies, async |_, _| Ok::<(), String>(()))).unwrap();
+    assert_eq!(consumer_spans(&recorder.spans()).len(), 2);
+}
+
+#[test]
+fn a_traceparent_survives_a_batch_of_references() {
+    let recorder = Recorder::new();
+    let guard = Guard::new(InMemoryStore::new()).with_telemetry(recorder.telemetry());
+    let body = WithTraceHeaders {
+        body: envelope("ref", "t-ref"),
+        traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+        tracestate: None,
+    };
+    block_on_ready(guard.process_batch(&[&body], async |_| Ok::<(), String>(()))).unwrap();
+    let spans = recorder.spans();
+    let span = consumer_spans(&spans)[0];
+    assert_eq!(hex(&span.parent_span_id.to_bytes()), "00f067aa0ba902b7");
+}
+
+/// An exporter that panics on every span.
+#[derive(Debug)]
+struct Panicking;
+
+impl opentelemetry_sdk::trace::SpanExporter for Panicking {
+    async fn export(&self, _: Vec<SpanData>) -> opentelemetry_sdk::error::OTelSdkResult {
+        panic!("exporter bug")
+    }
+}
+
+#[test]
+fn an_exporter_that_panics_loses_its_spans_never_a_delivery() {
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(Panicking)
+        .build();
+    let meter = opentelemetry::metrics::MeterProvider::meter(&SdkMeterProvider::default(), "x");
+    let telemetry = Telemetry::new(
+        BoxedTracer::new(Box::new(provider.tracer("bq-dedupe"))),
+        &meter,
+    );
+    let guard = Guard::new(InMemoryStore::new()).with_telemetry(telemetry);
+    let body = envelope("boom-export", "t-boom");
+    let mut runs = 0;
+    for _ in 0..2 {
+        let outcome = block_on_ready(guard.process(body.as_str(), async |_| {
+            runs += 1;
+            Ok::<(), String>(())
+        }))
+        .unwrap();
+        let _ = outcome;
+    }
+    assert_eq!(
+        runs, 1,
+        "the first run was committed despite the exporter's panics"
+    );
+}
+
+#[test]
+fn telemetry_changes_no_outcome_and_no_store_state() {
+    let bodies = [
+        envelope("x1", "t1"),
+        envelope("x2", "t2"),
+        envelope("x1", "t1"),
+        "{broken".to_owned(),
+        envelope("x3", "t3"),
+    ];
+    let run = |guard: &Guard<InMemoryStore>| {
+        block_on_ready(guard.process_batch(&bodies, async |m| match m.id() {
+            Some("x2") => Err("no".to_owned()),
+            _ => Ok(()),
+        }))
+        .unwrap()
+        .iter()
+        .map(|o| o.kind())
+        .collect::<Vec<_>>()
+    };
+    let recorder = Recorder::new();
+    let plain = Guard::new(InMemoryStore::new()).with_claiming(Duration::from_secs(30));
+    let traced = Guard::new(InMemoryStore::new())
+        .with_claiming(Duration::from_secs(30))
+        .with_telemetry(recorder.telemetry());
+    for _ in 0..2 {
+        assert_eq!(run(&plain), run(&traced));
+    }
+    for id in ["x1", "x2", "x3"] {
+        assert_eq!(
+            block_on_ready(plain.store().seen(id)).unwrap().unwrap(),
+            block_on_ready(traced.store().seen(id)).unwrap().unwrap(),
+            "{id}"
+        );
+    }
+    assert_eq!(consumer_spans(&recorder.spans()).len(), 2 * bodies.len());
 }

@@ -72,10 +72,16 @@ impl<T: Body + ?Sized> Body for &T {
     fn decode(&self, limits: &Limits) -> Result<Message<'_>, Rejection> {
         (**self).decode(limits)
     }
+    fn trace_headers(&self) -> (Option<&str>, Option<&str>) {
+        (**self).trace_headers()
+    }
 }
 
 impl<T: Body + ?Sized> Body for &mut T {
     fn decode(&self, limits: &Limits) -> Result<Message<'_>, Rejection> {
         (**self).decode(limits)
+    }
+    fn trace_headers(&self) -> (Option<&str>, Option<&str>) {
+        (**self).trace_headers()
     }
 }

@@ -62,9 +62,9 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
                 Some(_) => Mode::Claiming,
                 None => Mode::SeenSet,
             };
-            let cx = telemetry.start_delivery(message, body.trace_headers());
+            let cx = quietly(|| telemetry.start_delivery(message, body.trace_headers()));
             return DeliverySpan {
-                inner: Some((cx, mode)),
+                inner: cx.map(|cx| (cx, mode)),
             };
         }
         let _ = (body, message);
@@ -88,10 +88,12 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             .into_iter()
             .filter_map(|s| s.inner.as_ref().map(|(cx, _)| cx))
             .collect();
-        let traced = telemetry.store_call(op, self.store.kind(), keys, &parents);
+        let traced = quietly(|| telemetry.store_call(op, self.store.kind(), keys, &parents));
         let result = call.await;
-        let error = result.as_ref().err().map(|e| e as &dyn std::fmt::Display);
-        telemetry.end_store_call(traced, error);
+        if let Some(traced) = traced {
+            let error = result.as_ref().err().map(|e| e as &dyn std::fmt::Display);
+            quietly(|| telemetry.end_store_call(traced, error));
+        }
         result
     }
 
@@ -123,10 +125,12 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
                 .into_iter()
                 .filter_map(|s| s.inner.as_ref().map(|(cx, _)| cx))
                 .collect();
-            let traced = telemetry.store_call(op, self.store.kind(), keys, &parents);
+            let traced = quietly(|| telemetry.store_call(op, self.store.kind(), keys, &parents));
             let result = call();
-            let error = result.as_ref().err().map(|e| e as &dyn std::fmt::Display);
-            telemetry.end_store_call(traced, error);
+            if let Some(traced) = traced {
+                let error = result.as_ref().err().map(|e| e as &dyn std::fmt::Display);
+                quietly(|| telemetry.end_store_call(traced, error));
+            }
             return result;
         }
         let _ = (op, keys, spans.into_iter());
@@ -137,7 +141,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     pub(super) fn observe_batch(&self, size: usize) {
         #[cfg(feature = "otel")]
         if let Some(telemetry) = &self.telemetry {
-            telemetry.batch(size);
+            quietly(|| telemetry.batch(size));
         }
         let _ = size;
     }
@@ -150,7 +154,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             // The guard cannot print any `E`: a failed handler's span says
             // `failed` unless the host adds its error.
             let reason = outcome.reason_by(|_| None);
-            telemetry.end_delivery(cx, outcome.kind(), *mode, claimed, reason);
+            quietly(|| telemetry.end_delivery(cx, outcome.kind(), *mode, claimed, reason));
         }
         let _ = (decision, outcome);
     }
@@ -184,3 +188,17 @@ pub(super) fn in_span_sync<R>(span: &DeliverySpan, call: impl FnOnce() -> R) -> 
     let _ = span;
     call()
 }
+
+/// Runs a telemetry call with its panics caught: an exporter that panics loses
+/// its span, never a delivery (a panic after a commit would otherwise unwind
+/// past the outcomes and get the batch redelivered).
+#[cfg(feature = "otel")]
+fn quietly<R>(call: impl FnOnce() -> R) -> Option<R> {
+    std::panic::catch_unwind(AssertUnwindSafe(call)).ok()
+}
+
+// A span is only ever ended, never read back mid-unwind: a decision holding
+// one stays as unwind-safe as one without (so `otel` in the build changes no
+// caller's `catch_unwind`).
+impl std::panic::UnwindSafe for DeliverySpan {}
+impl std::panic::RefUnwindSafe for DeliverySpan {}
