@@ -16,7 +16,7 @@ pub mod parent;
 use std::borrow::Cow;
 
 use crate::envelope::Message;
-use crate::outcome::OutcomeKind;
+use crate::outcome::{Disposition, OutcomeKind};
 
 pub use crate::guard::Mode;
 pub use parent::Parent;
@@ -94,13 +94,35 @@ pub fn outcome_attributes(
     mode: Mode,
     claimed: bool,
 ) -> [(&'static str, Value<'static>); 5] {
+    let duplicate = kind == OutcomeKind::Skipped;
+    ours(kind.code(), kind.disposition(), duplicate, mode, claimed)
+}
+
+/// The outcome code of a delivery a host could not have decided because the
+/// call into the guard that carried it trapped (the guard in a WebAssembly
+/// component): it is retried, never lost.
+pub const TRAPPED: &str = "trap";
+
+/// Ours, for a delivery whose call trapped: outcome [`TRAPPED`], disposition
+/// `retry`, no duplicate, no claim.
+pub fn trapped_attributes(mode: Mode) -> [(&'static str, Value<'static>); 5] {
+    ours(TRAPPED, Disposition::Retry, false, mode, false)
+}
+
+fn ours(
+    code: &'static str,
+    disposition: Disposition,
+    duplicate: bool,
+    mode: Mode,
+    claimed: bool,
+) -> [(&'static str, Value<'static>); 5] {
     [
-        (attr::OUTCOME, Value::Str(Cow::Borrowed(kind.code()))),
+        (attr::OUTCOME, Value::Str(Cow::Borrowed(code))),
         (
             attr::DISPOSITION,
-            Value::Str(Cow::Borrowed(kind.disposition().code())),
+            Value::Str(Cow::Borrowed(disposition.code())),
         ),
-        (attr::DUPLICATE, Value::Bool(kind == OutcomeKind::Skipped)),
+        (attr::DUPLICATE, Value::Bool(duplicate)),
         (attr::MODE, Value::Str(Cow::Borrowed(mode.code()))),
         (attr::CLAIMED, Value::Bool(claimed)),
     ]

@@ -66,7 +66,12 @@ impl Telemetry {
     /// Starts a delivery's CONSUMER span under its remote parent (the
     /// transport's `traceparent`, else one derived from `trace_id`). `None`
     /// message: a body that is not an envelope, in a trace of its own.
-    pub(crate) fn start_delivery(
+    ///
+    /// A guard given [`crate::Guard::with_telemetry`] calls this and the
+    /// methods below itself. They are public for a host that runs the guard
+    /// where it cannot trace (the `bq-dedupe` CLI, whose guard runs in the
+    /// WebAssembly component), so its spans are these, not a copy.
+    pub fn start_delivery(
         &self,
         message: Option<&Message<'_>>,
         headers: (Option<&str>, Option<&str>),
@@ -96,7 +101,7 @@ impl Telemetry {
 
     /// Ends a delivery's span with its outcome (our attributes, status ERROR
     /// with the reason when the delivery failed) and counts it.
-    pub(crate) fn end_delivery(
+    pub fn end_delivery(
         &self,
         span: &Context,
         kind: OutcomeKind,
@@ -104,12 +109,32 @@ impl Telemetry {
         claimed: bool,
         reason: Option<String>,
     ) {
-        let ours = outcome_attributes(kind, mode, claimed).map(key_value);
+        let ours = outcome_attributes(kind, mode, claimed);
+        self.end(
+            span,
+            ours,
+            failed(kind).then(|| reason.unwrap_or_else(|| kind.code().to_owned())),
+        );
+    }
+
+    /// Ends the span of a delivery the guard never decided because the call
+    /// that carried it trapped ([`super::TRAPPED`]: retried, status ERROR with
+    /// `reason`), and counts it.
+    pub fn end_trapped(&self, span: &Context, mode: Mode, reason: String) {
+        self.end(span, super::trapped_attributes(mode), Some(reason));
+    }
+
+    fn end(
+        &self,
+        span: &Context,
+        ours: [(&'static str, Value<'static>); 5],
+        error: Option<String>,
+    ) {
+        let ours = ours.map(key_value);
         self.deliveries.add(1, &ours[..2]);
         let span = span.span();
         span.set_attributes(ours);
-        if failed(kind) {
-            let message = reason.unwrap_or_else(|| kind.code().to_owned());
+        if let Some(message) = error {
             span.add_event(
                 "exception",
                 vec![KeyValue::new("exception.message", message.clone())],
@@ -122,7 +147,7 @@ impl Telemetry {
     /// Times one store call: a CLIENT span (the child of its delivery's span
     /// when it carries one delivery's keys, else linked to each delivery) and
     /// the latency histogram.
-    pub(crate) fn store_call(
+    pub fn store_call(
         &self,
         op: &'static str,
         store: &'static str,
@@ -163,7 +188,7 @@ impl Telemetry {
     }
 
     /// Ends a store call's span; an error marks it ERROR.
-    pub(crate) fn end_store_call(&self, call: StoreCall, error: Option<&dyn std::fmt::Display>) {
+    pub fn end_store_call(&self, call: StoreCall, error: Option<&dyn std::fmt::Display>) {
         let took = opentelemetry::time::now()
             .duration_since(call.started)
             .unwrap_or_default();
@@ -176,7 +201,7 @@ impl Telemetry {
     }
 
     /// Records a batch's size.
-    pub(crate) fn batch(&self, size: usize) {
+    pub fn batch(&self, size: usize) {
         self.batch_size.record(size as u64, &[]);
     }
 }
@@ -192,9 +217,10 @@ pub mod metric {
     pub const BATCH_SIZE: &str = "messaging.babelqueue.dedupe.batch.size";
 }
 
-/// A store call in flight.
+/// A store call in flight ([`Telemetry::store_call`]), to hand to
+/// [`Telemetry::end_store_call`].
 #[derive(Debug)]
-pub(crate) struct StoreCall {
+pub struct StoreCall {
     span: Context,
     started: SystemTime,
     labels: [KeyValue; 2],
