@@ -63,6 +63,7 @@ impl handler::Host for HostState {
             store,
             handler,
             claims,
+            ..
         } = self;
         match handler {
             // Work of unknown length: keep the guest's claims alive meanwhile.

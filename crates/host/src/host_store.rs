@@ -62,6 +62,25 @@ fn strs(keys: &[String]) -> Vec<&str> {
     keys.iter().map(String::as_str).collect()
 }
 
+/// One store call, traced and timed when the run exports telemetry
+/// ([`HostState::spans`]): `op` carrying `keys` keys.
+fn traced<T>(
+    state: &mut HostState,
+    op: &'static str,
+    keys: usize,
+    call: impl FnOnce(&mut HostState) -> WitResult<T>,
+) -> WitResult<T> {
+    let Some(spans) = &state.spans else {
+        return call(state);
+    };
+    let span = spans.store_call(op, state.store.kind(), keys);
+    let result = call(state);
+    if let Some(spans) = &state.spans {
+        spans.end_store_call(span, result.as_ref().err().map(|e| &e.message));
+    }
+    result
+}
+
 impl types::Host for HostState {}
 
 impl store::Host for HostState {
@@ -74,16 +93,22 @@ impl store::Host for HostState {
         }
     }
     fn seen(&mut self, key: String) -> WitResult<bool> {
-        ready(self.store.seen(&key))
+        traced(self, "seen", 1, |s| ready(s.store.seen(&key)))
     }
     fn remember(&mut self, key: String, ttl_ms: Option<u64>) -> WitResult<()> {
-        ready(self.store.remember(&key, ms(ttl_ms)))
+        traced(self, "remember", 1, |s| {
+            ready(s.store.remember(&key, ms(ttl_ms)))
+        })
     }
     fn seen_many(&mut self, keys: Vec<String>) -> WitResult<Vec<bool>> {
-        ready(self.store.seen_many(&strs(&keys)))
+        traced(self, "seen_many", keys.len(), |s| {
+            ready(s.store.seen_many(&strs(&keys)))
+        })
     }
     fn remember_many(&mut self, keys: Vec<String>, ttl_ms: Option<u64>) -> WitResult<()> {
-        ready(self.store.remember_many(&strs(&keys), ms(ttl_ms)))
+        traced(self, "remember_many", keys.len(), |s| {
+            ready(s.store.remember_many(&strs(&keys), ms(ttl_ms)))
+        })
     }
     fn claim(&mut self, key: String, lease_ms: u64) -> WitResult<types::Claim> {
         let mut claims = self.claim_many(vec![key], lease_ms)?;
@@ -94,7 +119,9 @@ impl store::Host for HostState {
     }
     fn claim_many(&mut self, keys: Vec<String>, lease_ms: u64) -> WitResult<Vec<types::Claim>> {
         let lease = Duration::from_millis(lease_ms);
-        let claims = ready(self.store.claim_many(&strs(&keys), lease))?;
+        let claims = traced(self, "claim_many", keys.len(), |s| {
+            ready(s.store.claim_many(&strs(&keys), lease))
+        })?;
         // Only claims the store can prove are ours are kept alive: in a format
         // without owners (PHP's `1`) a renewal could extend another consumer's.
         let renewable = self.store.capabilities().renew;
@@ -107,7 +134,9 @@ impl store::Host for HostState {
     }
     fn release(&mut self, key: String, token: String) -> WitResult<()> {
         self.claims.ended(&key);
-        ready(self.store.release(&key, &ClaimToken(token)))
+        traced(self, "release", 1, |s| {
+            ready(s.store.release(&key, &ClaimToken(token)))
+        })
     }
     fn commit_many(
         &mut self,
@@ -124,7 +153,7 @@ impl store::Host for HostState {
     }
     fn forget(&mut self, key: String) -> WitResult<()> {
         self.claims.ended(&key);
-        ready(self.store.forget(&key))
+        traced(self, "forget", 1, |s| ready(s.store.forget(&key)))
     }
 }
 
@@ -165,7 +194,8 @@ impl leases::Host for HostState {
             renew: &pairs(&renew, &renew_tokens),
             lease: Duration::from_millis(lease_ms),
         };
-        let settled = ready(self.store.settle(&step));
+        let keys = remember.len() + release.len() + renew.len();
+        let settled = traced(self, "settle", keys, |s| ready(s.store.settle(&step)));
         // Whatever the answer, the guest is done with these claims: one whose
         // release failed lapses with its lease, renewed no more (a failed
         // settle must not leave it renewed while later handlers run).

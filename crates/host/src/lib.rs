@@ -10,6 +10,7 @@ pub mod handler;
 mod host_store;
 pub mod keep_alive;
 pub mod runtime;
+pub mod telemetry;
 pub mod wit;
 
 /// The embedded default store when `--store` is absent.

@@ -25,6 +25,8 @@ pub struct HostState {
     pub handler: Handler,
     /// Claims the guest holds, kept alive from a thread while a handler runs.
     pub claims: HeldClaims,
+    /// The run's spans, when it exports telemetry ([`crate::telemetry`]).
+    pub spans: Option<crate::telemetry::Spans>,
 }
 
 /// The component built into this binary at compile time (empty if none was).
@@ -109,6 +111,7 @@ impl Runtime {
             store,
             handler,
             claims: HeldClaims::default(),
+            spans: None,
         };
         let mut store = Store::new(&engine, state);
         let bindings = Dedupe::instantiate(&mut store, &component, &linker)?;
@@ -147,6 +150,7 @@ impl Runtime {
             store: AnyStore::Memory(bq_dedupe::InMemoryStore::new()),
             handler: Handler::Mark,
             claims: HeldClaims::default(),
+            spans: None,
         };
         let trapped = std::mem::replace(&mut self.store, Store::new(&engine, stand_in));
         self.store = Store::new(&engine, trapped.into_data());

@@ -137,6 +137,7 @@ fn run_file() -> (TempFile, impl Fn() -> ViaImports + Send + Sync + 'static) {
             store: AnyStore::from_spec(&spec).expect("open the SQLite file"),
             handler: Handler::Mark,
             claims: HeldClaims::default(),
+            spans: None,
         }))
     };
     (TempFile(path), open)

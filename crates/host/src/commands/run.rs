@@ -66,6 +66,8 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
         (None, Some(path)) => Handler::Plugin(Box::new(Plugin::load(path)?)),
         (None, None) => Handler::Mark,
     };
+    // Installed first, so every error path below drops it (and so flushes).
+    let otlp = bq_dedupe_host::telemetry::Otlp::from_env(args.otlp_endpoint.as_deref())?;
     let store = bq_dedupe_host::open_store(&args.store)?;
     if args.claim && !bq_dedupe::Store::capabilities(&store).claim {
         bail!(
@@ -90,6 +92,13 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
             "the dedupe component refused the options: {}",
             refused.message
         );
+    }
+    if let Some(otlp) = &otlp {
+        let mode = match args.claim {
+            true => bq_dedupe::telemetry::Mode::Claiming,
+            false => bq_dedupe::telemetry::Mode::SeenSet,
+        };
+        runtime.state().spans = Some(otlp.spans(mode));
     }
 
     // A spinner with the rate on a terminal; nothing when stderr is a pipe or file.
@@ -238,7 +247,15 @@ fn decide_group(
 ) -> Result<(), Stopped> {
     let mut verdicts = Vec::with_capacity(lines.len());
     while lines.len() > 0 {
-        verdicts.extend(decide(runtime, lines.by_ref().take(batch).collect()));
+        let lines: Vec<Line> = lines.by_ref().take(batch).collect();
+        if let Some(spans) = &mut runtime.state().spans {
+            spans.start_batch(lines.iter().map(|(_, text)| text.as_deref().ok()));
+        }
+        let decided = decide(runtime, lines);
+        if let Some(spans) = &mut runtime.state().spans {
+            spans.end_batch(decided.iter().map(|v| (v.kind, v.reason.as_deref())));
+        }
+        verdicts.extend(decided);
     }
     printer.print(verdicts)
 }

@@ -52,6 +52,10 @@ pub struct RunArgs {
     /// purge`; live claims stay): at its start, then every this long; 0 never.
     #[arg(long, value_parser = parse_duration, default_value = "10m")]
     pub(super) purge_every: Duration,
+    /// Export spans and metrics over OTLP/HTTP to this collector (a base URL,
+    /// as `OTEL_EXPORTER_OTLP_ENDPOINT`, which it overrides; docs/observability.md).
+    #[arg(long, value_name = "URL")]
+    pub(super) otlp_endpoint: Option<String>,
     /// Input file, or - for stdin.
     #[arg(default_value = "-")]
     pub(super) input: String,

@@ -108,6 +108,7 @@ fn write_verdict(out: &mut impl Write, v: &LineVerdict) -> std::io::Result<()> {
         outcome: code,
         reason,
         id,
+        ..
     } = v;
     let string = |out: &mut dyn Write, s: &str| -> std::io::Result<()> {
         serde_json::to_writer(out, s).map_err(std::io::Error::other)

@@ -66,6 +66,8 @@ pub(super) struct LineVerdict {
     pub(super) reason: Option<String>,
     /// The line's `meta.id`, when it has one.
     pub(super) id: Option<String>,
+    /// The outcome's kind (`None`: its call trapped), for its span.
+    pub(super) kind: Option<OutcomeKind>,
 }
 
 impl LineVerdict {
@@ -78,6 +80,7 @@ impl LineVerdict {
             outcome: kind.code(),
             reason,
             id,
+            kind: Some(kind),
         }
     }
 
@@ -86,9 +89,10 @@ impl LineVerdict {
         LineVerdict {
             line,
             decision: "failed",
-            outcome: "trap",
+            outcome: bq_dedupe::telemetry::TRAPPED,
             reason: Some(reason),
             id,
+            kind: None,
         }
     }
 }
@@ -111,6 +115,7 @@ pub(super) fn decide(runtime: &mut Runtime, batch: Vec<Line>) -> Vec<LineVerdict
                     outcome: "rejected",
                     reason: Some(reason),
                     id: None,
+                    kind: Some(OutcomeKind::Rejected),
                 }));
             }
             Ok(text) => {

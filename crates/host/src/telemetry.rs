@@ -1,0 +1,221 @@
+//! `bq-dedupe run`'s spans and metrics, exported over OTLP/HTTP (protobuf).
+//!
+//! The guard runs inside the WebAssembly component, where it cannot trace, so the
+//! host makes its spans with the core's own [`Telemetry`]: one CONSUMER span per
+//! input line, under the parent derived from the line's `trace_id`, ended with
+//! the component's verdict; one CLIENT span per store call the host serves,
+//! linked to the lines of the batch in the component; the core's metrics.
+//!
+//! [`Otlp::from_env`] installs the official SDK's providers only when an endpoint
+//! is configured (`--otlp-endpoint`, `OTEL_EXPORTER_OTLP_ENDPOINT`, or a signal's
+//! own `OTEL_EXPORTER_OTLP_{TRACES,METRICS}_ENDPOINT`); otherwise there is no
+//! [`Spans`] in the host state and every hook is one `None` check.
+
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+use bq_dedupe::telemetry::Mode;
+use bq_dedupe::telemetry::otel::{SCOPE, StoreCall, Telemetry};
+use bq_dedupe::{Message, OutcomeKind, envelope::Limits};
+use opentelemetry::Context;
+use opentelemetry::global::BoxedTracer;
+use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::metrics::SdkMeterProvider;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+
+/// The service name when neither `OTEL_SERVICE_NAME` nor a `service.name` in
+/// `OTEL_RESOURCE_ATTRIBUTES` gives one.
+pub const SERVICE_NAME: &str = "bq-dedupe";
+
+/// The variables that switch export on, each alone.
+const ENDPOINT_VARS: [&str; 3] = [
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+];
+
+/// The installed tracer and meter providers. Dropping it shuts them down, which
+/// exports what is still buffered, so a run that ends in an error flushes too.
+#[derive(Debug)]
+pub struct Otlp {
+    tracer_provider: SdkTracerProvider,
+    meter_provider: SdkMeterProvider,
+    telemetry: Arc<Telemetry>,
+}
+
+impl Otlp {
+    /// The providers, exporting over OTLP/HTTP, when an endpoint is configured:
+    /// `flag` (a base URL as `OTEL_EXPORTER_OTLP_ENDPOINT`, taking precedence
+    /// over every variable), else the `OTEL_EXPORTER_OTLP_*` variables; a
+    /// signal with no endpoint of its own or in common is not exported.
+    /// `None` when none is set, or `OTEL_SDK_DISABLED=true`. The exporters read
+    /// the other standard variables themselves (`OTEL_EXPORTER_OTLP_HEADERS`,
+    /// `_TIMEOUT`, `_COMPRESSION` and their per-signal forms), the SDK the
+    /// resource's (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`), the batch
+    /// processor's (`OTEL_BSP_*`) and the metric interval
+    /// (`OTEL_METRIC_EXPORT_INTERVAL`).
+    pub fn from_env(flag: Option<&str>) -> Result<Option<Otlp>> {
+        let set = |var: &str| std::env::var(var).is_ok_and(|v| !v.trim().is_empty());
+        let disabled =
+            std::env::var("OTEL_SDK_DISABLED").is_ok_and(|v| v.trim().eq_ignore_ascii_case("true"));
+        let flag = flag.map(|url| url.trim_end_matches('/'));
+        if disabled || (flag.is_none() && !ENDPOINT_VARS.iter().any(|v| set(v))) {
+            return Ok(None);
+        }
+        let traces = flag.is_some() || set(ENDPOINT_VARS[0]) || set(ENDPOINT_VARS[1]);
+        let metrics = flag.is_some() || set(ENDPOINT_VARS[0]) || set(ENDPOINT_VARS[2]);
+        let resource = resource();
+
+        let mut tracer_provider = SdkTracerProvider::builder().with_resource(resource.clone());
+        if traces {
+            let mut exporter = opentelemetry_otlp::SpanExporter::builder().with_http();
+            if let Some(url) = flag {
+                exporter = exporter.with_endpoint(format!("{url}/v1/traces"));
+            }
+            let exporter = exporter
+                .build()
+                .context("the OTLP trace exporter's configuration")?;
+            tracer_provider = tracer_provider.with_batch_exporter(exporter);
+        }
+        let mut meter_provider = SdkMeterProvider::builder().with_resource(resource);
+        if metrics {
+            let mut exporter = opentelemetry_otlp::MetricExporter::builder().with_http();
+            if let Some(url) = flag {
+                exporter = exporter.with_endpoint(format!("{url}/v1/metrics"));
+            }
+            let exporter = exporter
+                .build()
+                .context("the OTLP metric exporter's configuration")?;
+            meter_provider = meter_provider.with_periodic_exporter(exporter);
+        }
+        let (tracer_provider, meter_provider) = (tracer_provider.build(), meter_provider.build());
+        let tracer = BoxedTracer::new(Box::new(tracer_provider.tracer(SCOPE)));
+        let telemetry = Arc::new(Telemetry::new(tracer, &meter_provider.meter(SCOPE)));
+        Ok(Some(Otlp {
+            tracer_provider,
+            meter_provider,
+            telemetry,
+        }))
+    }
+
+    /// The spans of a run in `mode`, for [`crate::runtime::HostState::spans`].
+    pub fn spans(&self, mode: Mode) -> Spans {
+        Spans {
+            telemetry: self.telemetry.clone(),
+            mode,
+            batch: Vec::new(),
+        }
+    }
+}
+
+impl Drop for Otlp {
+    /// Ends the providers: what is buffered is exported (within the exporters'
+    /// timeout). A failure is said on stderr; the run's result stands.
+    fn drop(&mut self) {
+        let traces = self.tracer_provider.shutdown();
+        let metrics = self.meter_provider.shutdown();
+        for (what, result) in [("spans", traces), ("metrics", metrics)] {
+            if let Err(e) = result {
+                eprintln!("bq-dedupe: exporting {what} over OTLP failed: {e}");
+            }
+        }
+    }
+}
+
+/// The SDK's resource (the variables it reads), named [`SERVICE_NAME`] when they
+/// name no service.
+fn resource() -> Resource {
+    let detected = Resource::builder().build();
+    let named = detected
+        .get(&opentelemetry::Key::from_static_str("service.name"))
+        .is_some_and(|name| !name.as_str().starts_with("unknown_service"));
+    if named {
+        detected
+    } else {
+        Resource::builder().with_service_name(SERVICE_NAME).build()
+    }
+}
+
+/// The spans of one run: the core's instruments, the run's mode, and the spans
+/// of the lines in the component now (what a store call is linked to).
+#[derive(Debug)]
+pub struct Spans {
+    telemetry: Arc<Telemetry>,
+    mode: Mode,
+    batch: Vec<Context>,
+}
+
+impl Spans {
+    /// Starts the spans of a batch of lines, in order (`None`: a line that is
+    /// not UTF-8; a line that is not an envelope has a `process` span in a
+    /// trace of its own), and records the batch's size.
+    pub fn start_batch<'a>(&mut self, lines: impl IntoIterator<Item = Option<&'a str>>) {
+        let limits = Limits::default();
+        self.batch = lines
+            .into_iter()
+            .map(|text| {
+                let message = text.and_then(|t| Message::parse_str(t, &limits).ok());
+                self.telemetry
+                    .start_delivery(message.as_ref(), (None, None))
+            })
+            .collect();
+        self.telemetry.batch(self.batch.len());
+    }
+
+    /// Ends the batch's spans, in order, with each line's outcome: its kind
+    /// (`None`: its call trapped, see [`Telemetry::end_trapped`]) and reason.
+    pub fn end_batch<'a>(
+        &mut self,
+        outcomes: impl IntoIterator<Item = (Option<OutcomeKind>, Option<&'a str>)>,
+    ) {
+        for (span, (kind, reason)) in self.batch.drain(..).zip(outcomes) {
+            let reason = reason.map(str::to_owned);
+            match kind {
+                Some(kind) => {
+                    let claimed = claimed(kind, self.mode);
+                    self.telemetry
+                        .end_delivery(&span, kind, self.mode, claimed, reason)
+                }
+                None => self
+                    .telemetry
+                    .end_trapped(&span, self.mode, reason.unwrap_or_default()),
+            }
+        }
+    }
+
+    /// Starts a store call's span (`op` carrying `keys` keys to a store of
+    /// `kind`), linked to the lines of the batch (the child of the one line of
+    /// a batch of one).
+    pub(crate) fn store_call(
+        &self,
+        op: &'static str,
+        kind: &'static str,
+        keys: usize,
+    ) -> StoreCall {
+        let lines: Vec<&Context> = self.batch.iter().collect();
+        self.telemetry.store_call(op, kind, keys, &lines)
+    }
+
+    /// Ends a store call's span and records its latency.
+    pub(crate) fn end_store_call(&self, call: StoreCall, error: Option<&String>) {
+        let error = error.map(|e| e as &dyn std::fmt::Display);
+        self.telemetry.end_store_call(call, error);
+    }
+}
+
+/// Whether a line held a claim, as the host can tell from its outcome: in
+/// claiming mode a handler runs only under a claim the line took.
+fn claimed(kind: OutcomeKind, mode: Mode) -> bool {
+    mode == Mode::Claiming
+        && matches!(
+            kind,
+            OutcomeKind::Ran
+                | OutcomeKind::RanUnrecorded
+                | OutcomeKind::RanLeaseLost
+                | OutcomeKind::Failed
+                | OutcomeKind::Panicked
+        )
+}
