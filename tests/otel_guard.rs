@@ -260,6 +260,23 @@ fn a_failed_handler_or_a_bad_body_is_an_error_span_and_the_handlers_spans_are_ch
     );
     assert_eq!(attribute(failed, attr::CLAIMED), Some(&Value::Bool(true)));
     assert_eq!(failed.events.len(), 1, "the exception event");
+    let event = failed.events.iter().next().unwrap();
+    assert_eq!(event.name, "exception");
+    let event_attr = |key: &str| {
+        event
+            .attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| kv.value.to_string())
+    };
+    assert_eq!(
+        event_attr("exception.type").as_deref(),
+        Some(std::any::type_name::<String>())
+    );
+    assert_eq!(
+        event_attr("exception.message").as_deref(),
+        Some(OutcomeKind::Failed.code())
+    );
     let child = spans
         .iter()
         .find(|s| s.name == "charge card")
@@ -406,4 +423,33 @@ fn telemetry_changes_no_outcome_and_no_store_state() {
         );
     }
     assert_eq!(consumer_spans(&recorder.spans()).len(), 2 * bodies.len());
+}
+
+#[test]
+fn an_in_batch_follower_is_a_duplicate_even_when_its_leader_failed() {
+    let recorder = Recorder::new();
+    let guard = Guard::new(InMemoryStore::new()).with_telemetry(recorder.telemetry());
+    let bodies = [envelope("twice", "t-2"), envelope("twice", "t-2")];
+    let outcomes =
+        block_on_ready(guard.process_batch(&bodies, async |_| Err::<(), String>("no".into())))
+            .unwrap();
+    assert_eq!(
+        outcomes[1].kind(),
+        OutcomeKind::Parked,
+        "the follower waits for its leader's retry"
+    );
+    let spans = recorder.spans();
+    let deliveries = consumer_spans(&spans);
+    assert_eq!(
+        attribute(deliveries[0], attr::DUPLICATE),
+        Some(&Value::Bool(false))
+    );
+    assert_eq!(
+        attribute(deliveries[1], attr::DUPLICATE),
+        Some(&Value::Bool(true))
+    );
+    assert_eq!(
+        attribute(deliveries[1], attr::OUTCOME),
+        Some(&Value::from("park"))
+    );
 }

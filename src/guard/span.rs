@@ -154,7 +154,21 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             // The guard cannot print any `E`: a failed handler's span says
             // `failed` unless the host adds its error.
             let reason = outcome.reason_by(|_| None);
-            quietly(|| telemetry.end_delivery(cx, outcome.kind(), *mode, claimed, reason));
+            let end = crate::telemetry::otel::Ended {
+                kind: outcome.kind(),
+                mode: *mode,
+                claimed,
+                duplicate: matches!(decision.verdict, Verdict::Duplicate(_)),
+                reason,
+                error_type: match outcome {
+                    Outcome::Panicked(_) => Some("panic"),
+                    Outcome::Failed(_) | Outcome::FailOpen(Err(_)) => {
+                        Some(std::any::type_name::<E>())
+                    }
+                    _ => None,
+                },
+            };
+            quietly(|| telemetry.end_delivery(cx, end));
         }
         let _ = (decision, outcome);
     }

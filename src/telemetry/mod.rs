@@ -88,13 +88,16 @@ pub fn delivery_attributes<'a>(message: &'a Message<'a>) -> Vec<(&'static str, V
     ]
 }
 
-/// Ours: what became of the delivery.
+/// Ours: what became of the delivery. `duplicate`: its handler did not run
+/// because its id was done or an earlier delivery of its batch had it (a
+/// `skip` always is; the guard also knows its in-batch followers).
 pub fn outcome_attributes(
     kind: OutcomeKind,
     mode: Mode,
     claimed: bool,
+    duplicate: bool,
 ) -> [(&'static str, Value<'static>); 5] {
-    let duplicate = kind == OutcomeKind::Skipped;
+    let duplicate = duplicate || kind == OutcomeKind::Skipped;
     ours(kind.code(), kind.disposition(), duplicate, mode, claimed)
 }
 

@@ -99,29 +99,34 @@ impl Telemetry {
         parent.with_span(span)
     }
 
-    /// Ends a delivery's span with its outcome (our attributes, status ERROR
-    /// with the reason when the delivery failed) and counts it.
-    pub fn end_delivery(
-        &self,
-        span: &Context,
-        kind: OutcomeKind,
-        mode: Mode,
-        claimed: bool,
-        reason: Option<String>,
-    ) {
-        let ours = outcome_attributes(kind, mode, claimed);
-        self.end(
-            span,
-            ours,
-            failed(kind).then(|| reason.unwrap_or_else(|| kind.code().to_owned())),
+    /// Ends a delivery's span with its outcome and counts it: our attributes;
+    /// status ERROR with `reason` when the delivery failed; and, when its
+    /// handler failed or panicked, an `exception` event as the SDKs record one
+    /// (`exception.type`: `error_type`, else the outcome code).
+    pub fn end_delivery(&self, span: &Context, end: Ended<'_>) {
+        let Ended {
+            kind,
+            mode,
+            claimed,
+            duplicate,
+            reason,
+            error_type,
+        } = end;
+        let ours = outcome_attributes(kind, mode, claimed, duplicate);
+        let error = failed(kind).then(|| reason.unwrap_or_else(|| kind.code().to_owned()));
+        let handler_failed = matches!(
+            kind,
+            OutcomeKind::Failed | OutcomeKind::Panicked | OutcomeKind::FailOpenFailed
         );
+        let exception = handler_failed.then(|| error_type.unwrap_or(kind.code()));
+        self.end(span, ours, error, exception);
     }
 
     /// Ends the span of a delivery the guard never decided because the call
     /// that carried it trapped ([`super::TRAPPED`]: retried, status ERROR with
     /// `reason`), and counts it.
     pub fn end_trapped(&self, span: &Context, mode: Mode, reason: String) {
-        self.end(span, super::trapped_attributes(mode), Some(reason));
+        self.end(span, super::trapped_attributes(mode), Some(reason), None);
     }
 
     fn end(
@@ -129,16 +134,22 @@ impl Telemetry {
         span: &Context,
         ours: [(&'static str, Value<'static>); 5],
         error: Option<String>,
+        exception_type: Option<&str>,
     ) {
         let ours = ours.map(key_value);
         self.deliveries.add(1, &ours[..2]);
         let span = span.span();
         span.set_attributes(ours);
         if let Some(message) = error {
-            span.add_event(
-                "exception",
-                vec![KeyValue::new("exception.message", message.clone())],
-            );
+            if let Some(kind) = exception_type {
+                span.add_event(
+                    "exception",
+                    vec![
+                        KeyValue::new("exception.type", kind.to_owned()),
+                        KeyValue::new("exception.message", message.clone()),
+                    ],
+                );
+            }
             span.set_status(Status::error(message));
         }
         span.end();
@@ -204,6 +215,23 @@ impl Telemetry {
     pub fn batch(&self, size: usize) {
         self.batch_size.record(size as u64, &[]);
     }
+}
+
+/// What became of a delivery, for [`Telemetry::end_delivery`].
+#[derive(Debug)]
+pub struct Ended<'a> {
+    /// Its outcome.
+    pub kind: OutcomeKind,
+    /// The guard's mode.
+    pub mode: Mode,
+    /// Did it hold a claim on its id?
+    pub claimed: bool,
+    /// Was it an in-batch duplicate (a `skip` always counts as one)?
+    pub duplicate: bool,
+    /// Why it failed, where it did.
+    pub reason: Option<String>,
+    /// The handler error's type, for the `exception` event.
+    pub error_type: Option<&'a str>,
 }
 
 /// The metric names, once.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use bq_dedupe::telemetry::Mode;
-use bq_dedupe::telemetry::otel::{SCOPE, StoreCall, Telemetry};
+use bq_dedupe::telemetry::otel::{Ended, SCOPE, StoreCall, Telemetry};
 use bq_dedupe::{Message, OutcomeKind, envelope::Limits};
 use opentelemetry::Context;
 use opentelemetry::global::BoxedTracer;
@@ -176,8 +176,15 @@ impl Spans {
             match kind {
                 Some(kind) => {
                     let claimed = claimed(kind, self.mode);
-                    self.telemetry
-                        .end_delivery(&span, kind, self.mode, claimed, reason)
+                    let end = Ended {
+                        kind,
+                        mode: self.mode,
+                        claimed,
+                        duplicate: false,
+                        reason,
+                        error_type: None,
+                    };
+                    self.telemetry.end_delivery(&span, end)
                 }
                 None => self
                     .telemetry
