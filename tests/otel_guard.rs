@@ -53,6 +53,30 @@ impl Recorder {
         self.spans.get_finished_spans().expect("spans")
     }
 
+    /// How many values each histogram recorded: (metric name, count).
+    fn histogram_counts(&self) -> Vec<(String, u64)> {
+        self.meter_provider.force_flush().expect("flush");
+        let mut counts = Vec::new();
+        for resource in self.metrics.get_finished_metrics().expect("metrics") {
+            for scope in resource.scope_metrics() {
+                for m in scope.metrics() {
+                    let count: u64 = match m.data() {
+                        AggregatedMetrics::F64(MetricData::Histogram(h)) => {
+                            h.data_points().map(|p| p.count()).sum()
+                        }
+                        AggregatedMetrics::U64(MetricData::Histogram(h)) => {
+                            h.data_points().map(|p| p.count()).sum()
+                        }
+                        _ => continue,
+                    };
+                    counts.push((m.name().to_owned(), count));
+                }
+            }
+        }
+        counts.sort();
+        counts
+    }
+
     /// The deliveries counter's points: (outcome code, count).
     fn deliveries(&self) -> Vec<(String, u64)> {
         self.meter_provider.force_flush().expect("flush");
@@ -225,6 +249,14 @@ fn store_calls_are_client_spans_the_child_of_one_delivery_or_linked_to_each() {
     assert_eq!(
         linked, deliveries,
         "a batch call links every delivery it carries"
+    );
+    // Two store calls (seen_many, settle) timed; one batch of three.
+    assert_eq!(
+        recorder.histogram_counts(),
+        [
+            (metric::BATCH_SIZE.to_owned(), 1),
+            (metric::STORE_DURATION.to_owned(), 2)
+        ]
     );
 }
 

@@ -9,7 +9,6 @@
 //! parent only through the bridge.
 
 use std::borrow::Cow;
-use std::time::SystemTime;
 
 use opentelemetry::metrics::{Counter, Histogram, Meter};
 use opentelemetry::trace::{
@@ -193,16 +192,14 @@ impl Telemetry {
         let span = builder.start_with_context(&self.tracer, &parent);
         StoreCall {
             span: parent.with_span(span),
-            started: opentelemetry::time::now(),
+            started: Started::now(),
             labels,
         }
     }
 
     /// Ends a store call's span; an error marks it ERROR.
     pub fn end_store_call(&self, call: StoreCall, error: Option<&dyn std::fmt::Display>) {
-        let took = opentelemetry::time::now()
-            .duration_since(call.started)
-            .unwrap_or_default();
+        let took = call.started.elapsed();
         self.store_duration.record(took.as_secs_f64(), &call.labels);
         let span = call.span.span();
         if let Some(error) = error {
@@ -250,7 +247,7 @@ pub mod metric {
 #[derive(Debug)]
 pub struct StoreCall {
     span: Context,
-    started: SystemTime,
+    started: Started,
     labels: [KeyValue; 2],
 }
 
@@ -284,5 +281,31 @@ fn key_value((key, value): (&'static str, Value<'_>)) -> KeyValue {
         Value::Str(Cow::Owned(s)) => KeyValue::new(key, s),
         Value::Int(n) => KeyValue::new(key, n),
         Value::Bool(b) => KeyValue::new(key, b),
+    }
+}
+
+/// When a store call started: a monotonic clock natively (wall time can step),
+/// the API's clock on `wasm32-unknown-unknown`, where `Instant` has no source.
+#[derive(Debug)]
+struct Started(
+    #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))] std::time::Instant,
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))] std::time::SystemTime,
+);
+
+impl Started {
+    fn now() -> Self {
+        #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+        return Started(std::time::Instant::now());
+        #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+        return Started(opentelemetry::time::now());
+    }
+
+    fn elapsed(&self) -> std::time::Duration {
+        #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+        return self.0.elapsed();
+        #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+        return opentelemetry::time::now()
+            .duration_since(self.0)
+            .unwrap_or_default();
     }
 }
