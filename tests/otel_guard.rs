@@ -320,7 +320,16 @@ fn a_failed_handler_or_a_bad_body_is_an_error_span_and_the_handlers_spans_are_ch
     );
 
     let bad = deliveries[1];
-    assert_eq!(bad.name, "process");
+    assert_eq!(
+        bad.name, "process ",
+        "the SDKs' name for a delivery with no job"
+    );
+    assert_eq!(
+        attribute(bad, attr::SYSTEM),
+        Some(&Value::from("babelqueue"))
+    );
+    assert_eq!(attribute(bad, attr::MESSAGE_ID), Some(&Value::from("")));
+    assert_eq!(attribute(bad, attr::ATTEMPTS), Some(&Value::I64(0)));
     assert_eq!(
         attribute(bad, attr::OUTCOME),
         Some(&Value::from("rejected"))
@@ -484,4 +493,30 @@ fn an_in_batch_follower_is_a_duplicate_even_when_its_leader_failed() {
         attribute(deliveries[1], attr::OUTCOME),
         Some(&Value::from("park"))
     );
+}
+
+#[test]
+fn a_rejected_envelope_keeps_the_trace_and_fields_it_names() {
+    let recorder = Recorder::new();
+    let guard = Guard::new(InMemoryStore::new()).with_telemetry(recorder.telemetry());
+    // A future schema version: rejected, but its job, id and trace are readable.
+    let body = envelope("v2", "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b")
+        .replace(r#""schema_version":1"#, r#""schema_version":2"#);
+    let outcome =
+        block_on_ready(guard.process(body.as_bytes(), async |_| Ok::<(), String>(()))).unwrap();
+    assert_eq!(outcome.kind(), OutcomeKind::Rejected);
+    let spans = recorder.spans();
+    let span = consumer_spans(&spans)[0];
+    assert_eq!(span.name, "process urn:babel:orders:created");
+    assert_eq!(attribute(span, attr::MESSAGE_ID), Some(&Value::from("v2")));
+    assert_eq!(
+        attribute(span, attr::DESTINATION),
+        Some(&Value::from("orders"))
+    );
+    assert_eq!(attribute(span, attr::ATTEMPTS), Some(&Value::I64(2)));
+    assert_eq!(
+        hex(&span.span_context.trace_id().to_bytes()),
+        "7b3f9c2ae41d4f889b2a1c0d5e6f7a8b"
+    );
+    assert!(span.parent_span_is_remote);
 }

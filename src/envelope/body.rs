@@ -19,11 +19,20 @@ pub trait Body {
     fn trace_headers(&self) -> (Option<&str>, Option<&str>) {
         (None, None)
     }
+
+    /// The body's bytes as delivered, for telemetry to read what it can of a
+    /// body that is not a valid envelope (empty by default).
+    fn raw(&self) -> &[u8] {
+        &[]
+    }
 }
 
 impl Body for [u8] {
     fn decode(&self, limits: &Limits) -> Result<Message<'_>, Rejection> {
         Message::parse(self, limits)
+    }
+    fn raw(&self) -> &[u8] {
+        self
     }
 }
 
@@ -31,11 +40,17 @@ impl Body for str {
     fn decode(&self, limits: &Limits) -> Result<Message<'_>, Rejection> {
         Message::parse_str(self, limits)
     }
+    fn raw(&self) -> &[u8] {
+        self.as_bytes()
+    }
 }
 
 impl<const N: usize> Body for [u8; N] {
     fn decode(&self, limits: &Limits) -> Result<Message<'_>, Rejection> {
         Message::parse(self, limits)
+    }
+    fn raw(&self) -> &[u8] {
+        self
     }
 }
 
@@ -45,6 +60,9 @@ macro_rules! body_as_deref {
         impl Body for $ty {
             fn decode(&self, limits: &Limits) -> Result<Message<'_>, Rejection> {
                 (**self).decode(limits)
+            }
+            fn raw(&self) -> &[u8] {
+                (**self).raw()
             }
         }
     )*};
@@ -62,6 +80,9 @@ macro_rules! body_through_pointer {
             fn trace_headers(&self) -> (Option<&str>, Option<&str>) {
                 (**self).trace_headers()
             }
+            fn raw(&self) -> &[u8] {
+                (**self).raw()
+            }
         }
     )*};
 }
@@ -75,6 +96,9 @@ impl<T: Body + ?Sized> Body for &T {
     fn trace_headers(&self) -> (Option<&str>, Option<&str>) {
         (**self).trace_headers()
     }
+    fn raw(&self) -> &[u8] {
+        (**self).raw()
+    }
 }
 
 impl<T: Body + ?Sized> Body for &mut T {
@@ -83,5 +107,8 @@ impl<T: Body + ?Sized> Body for &mut T {
     }
     fn trace_headers(&self) -> (Option<&str>, Option<&str>) {
         (**self).trace_headers()
+    }
+    fn raw(&self) -> &[u8] {
+        (**self).raw()
     }
 }

@@ -62,7 +62,11 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
                 Some(_) => Mode::Claiming,
                 None => Mode::SeenSet,
             };
-            let cx = quietly(|| telemetry.start_delivery(message, body.trace_headers()));
+            let fields = match message {
+                Some(message) => crate::telemetry::Fields::of(message),
+                None => crate::telemetry::Fields::lenient(body.raw()),
+            };
+            let cx = quietly(|| telemetry.start_delivery(&fields, body.trace_headers()));
             return DeliverySpan {
                 inner: cx.map(|cx| (cx, mode)),
             };

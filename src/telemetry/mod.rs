@@ -67,25 +67,81 @@ pub enum Value<'a> {
     Bool(bool),
 }
 
-/// The consumer span's name: `process <job>`.
-pub fn span_name(message: &Message<'_>) -> String {
-    format!("process {}", message.job())
+/// The envelope fields a delivery's span reads: from a decoded [`Message`], or
+/// leniently from a body that is not a valid envelope (whatever of them it
+/// has; `""` and `0` for the rest, as the SDKs write absent fields).
+#[derive(Debug, Clone, Default)]
+pub struct Fields<'a> {
+    /// `job` (or its alias `urn`).
+    pub job: Cow<'a, str>,
+    /// `meta.queue`.
+    pub queue: Cow<'a, str>,
+    /// `meta.id`.
+    pub id: Cow<'a, str>,
+    /// `trace_id`; `None` when the body has none (its span then starts a trace
+    /// of its own unless a `traceparent` came with it).
+    pub trace_id: Option<Cow<'a, str>>,
+    /// `attempts`.
+    pub attempts: i64,
 }
 
-/// The attributes every BabelQueue SDK puts on the consumer span, in its order.
-pub fn delivery_attributes<'a>(message: &'a Message<'a>) -> Vec<(&'static str, Value<'a>)> {
-    let text = |s: &'a str| Value::Str(Cow::Borrowed(s));
-    vec![
-        (attr::SYSTEM, text("babelqueue")),
-        (attr::OPERATION, text("process")),
-        (attr::DESTINATION, Value::Str(queue_of(message.raw()))),
-        (attr::MESSAGE_ID, text(message.id().unwrap_or_default())),
-        (attr::CONVERSATION_ID, text(message.trace_id())),
-        (
-            attr::ATTEMPTS,
-            Value::Int(i64::try_from(message.attempts()).unwrap_or(i64::MAX)),
-        ),
-    ]
+impl<'a> Fields<'a> {
+    /// A decoded envelope's fields.
+    pub fn of(message: &'a Message<'a>) -> Self {
+        Fields {
+            job: Cow::Borrowed(message.job()),
+            queue: queue_of(message.raw()),
+            id: Cow::Borrowed(message.id().unwrap_or_default()),
+            trace_id: Some(Cow::Borrowed(message.trace_id())),
+            attempts: i64::try_from(message.attempts()).unwrap_or(i64::MAX),
+        }
+    }
+
+    /// What can be read of a body that did not decode (a JSON object with the
+    /// wrong shape still names its job and trace); all defaults for one that is
+    /// not JSON at all.
+    pub fn lenient(raw: &[u8]) -> Fields<'static> {
+        let Ok(serde_json::Value::Object(body)) = serde_json::from_slice(raw) else {
+            return Fields::default();
+        };
+        let text = |v: Option<&serde_json::Value>| {
+            Cow::Owned(v.and_then(|v| v.as_str()).unwrap_or_default().to_owned())
+        };
+        let meta = body.get("meta");
+        Fields {
+            job: text(body.get("job").or_else(|| body.get("urn"))),
+            queue: text(meta.and_then(|m| m.get("queue"))),
+            id: text(meta.and_then(|m| m.get("id"))),
+            trace_id: body
+                .get("trace_id")
+                .and_then(|t| t.as_str())
+                .map(|t| Cow::Owned(t.to_owned())),
+            attempts: body.get("attempts").and_then(|a| a.as_i64()).unwrap_or(0),
+        }
+    }
+
+    /// The consumer span's name: `process <job>` (`process ` with no job, as
+    /// the SDKs name it).
+    pub fn span_name(&self) -> String {
+        format!("process {}", self.job)
+    }
+
+    /// The attributes every BabelQueue SDK puts on the consumer span, in its
+    /// order.
+    pub fn attributes(&self) -> Vec<(&'static str, Value<'_>)> {
+        let text = |s: &Cow<'_, str>| Value::Str(Cow::Owned(s.to_string()));
+        vec![
+            (attr::SYSTEM, Value::Str(Cow::Borrowed("babelqueue"))),
+            (attr::OPERATION, Value::Str(Cow::Borrowed("process"))),
+            (attr::DESTINATION, text(&self.queue)),
+            (attr::MESSAGE_ID, text(&self.id)),
+            (
+                attr::CONVERSATION_ID,
+                text(self.trace_id.as_ref().unwrap_or(&Cow::Borrowed(""))),
+            ),
+            (attr::ATTEMPTS, Value::Int(self.attempts)),
+        ]
+    }
 }
 
 /// Ours: what became of the delivery. `duplicate`: its handler did not run

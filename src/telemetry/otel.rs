@@ -17,8 +17,7 @@ use opentelemetry::trace::{
 };
 use opentelemetry::{Context, KeyValue, global};
 
-use super::{Mode, Parent, Value, attr, delivery_attributes, outcome_attributes, span_name};
-use crate::envelope::Message;
+use super::{Fields, Mode, Parent, Value, attr, outcome_attributes};
 use crate::outcome::OutcomeKind;
 
 /// Where the guard's spans and metrics go: a tracer and the instruments made
@@ -72,26 +71,24 @@ impl Telemetry {
     /// WebAssembly component), so its spans are these, not a copy.
     pub fn start_delivery(
         &self,
-        message: Option<&Message<'_>>,
+        fields: &Fields<'_>,
         headers: (Option<&str>, Option<&str>),
     ) -> Context {
-        let Some(message) = message else {
-            let span = self
-                .tracer
-                .span_builder("process")
-                .with_kind(SpanKind::Consumer)
-                .start_with_context(&self.tracer, &Context::new());
-            return Context::new().with_span(span);
+        let parent = match (&fields.trace_id, headers.0) {
+            (Some(trace_id), _) => Some(Parent::of(trace_id, headers.0, headers.1)),
+            (None, Some(traceparent)) => {
+                Some(Parent::of("", Some(traceparent), headers.1)).filter(|p| p.from_header)
+            }
+            (None, None) => None,
         };
-        let parent = Parent::of(message.trace_id(), headers.0, headers.1);
-        let parent = Context::new().with_remote_span_context(span_context(&parent));
-        let attributes: Vec<KeyValue> = delivery_attributes(message)
-            .into_iter()
-            .map(key_value)
-            .collect();
+        let parent = match parent {
+            Some(parent) => Context::new().with_remote_span_context(span_context(&parent)),
+            None => Context::new(),
+        };
+        let attributes: Vec<KeyValue> = fields.attributes().into_iter().map(key_value).collect();
         let span = self
             .tracer
-            .span_builder(span_name(message))
+            .span_builder(fields.span_name())
             .with_kind(SpanKind::Consumer)
             .with_attributes(attributes)
             .start_with_context(&self.tracer, &parent);

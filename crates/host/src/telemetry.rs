@@ -14,8 +14,8 @@
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
-use bq_dedupe::telemetry::Mode;
 use bq_dedupe::telemetry::otel::{Ended, SCOPE, StoreCall, Telemetry};
+use bq_dedupe::telemetry::{Fields, Mode};
 use bq_dedupe::{Message, OutcomeKind, envelope::Limits};
 use opentelemetry::Context;
 use opentelemetry::global::BoxedTracer;
@@ -158,8 +158,11 @@ impl Spans {
             .into_iter()
             .map(|text| {
                 let message = text.and_then(|t| Message::parse_str(t, &limits).ok());
-                self.telemetry
-                    .start_delivery(message.as_ref(), (None, None))
+                let fields = match (&message, text) {
+                    (Some(message), _) => Fields::of(message),
+                    (None, text) => Fields::lenient(text.unwrap_or_default().as_bytes()),
+                };
+                self.telemetry.start_delivery(&fields, (None, None))
             })
             .collect();
         self.telemetry.batch(self.batch.len());

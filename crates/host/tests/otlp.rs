@@ -274,9 +274,14 @@ fn run_exports_each_lines_span_its_store_calls_and_the_deliveries_metric() {
     );
     assert_eq!(skipped.trace_id, trace_id_of(TRACE_ID));
 
-    // The line that is not an envelope: `process`, ERROR, a trace of its own.
+    // The line that is not an envelope: `process ` (no job, as the SDKs name
+    // it), the SDKs' attributes with their defaults, ERROR, a trace of its own.
     let rejected = by_outcome("rejected");
-    assert_eq!(rejected.name, "process");
+    assert_eq!(rejected.name, "process ");
+    assert_eq!(
+        value(&rejected.attributes, attr::SYSTEM),
+        Some(text("babelqueue"))
+    );
     assert_eq!(
         value(&rejected.attributes, attr::DISPOSITION),
         Some(text("poison"))
