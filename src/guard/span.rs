@@ -66,9 +66,9 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
                 Some(message) => crate::telemetry::Fields::of(message),
                 None => crate::telemetry::Fields::lenient(body.raw()),
             };
-            let cx = quietly(|| telemetry.start_delivery(&fields, body.trace_headers()));
+            let cx = telemetry.start_delivery(&fields, body.trace_headers());
             return DeliverySpan {
-                inner: cx.map(|cx| (cx, mode)),
+                inner: Some((cx, mode)),
             };
         }
         let _ = (body, message);
@@ -85,19 +85,9 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         spans: impl IntoIterator<Item = &'s DeliverySpan>,
         call: impl Future<Output = StoreResult<R>>,
     ) -> StoreResult<R> {
-        let Some(telemetry) = &self.telemetry else {
-            return call.await;
-        };
-        let parents: Vec<&opentelemetry::Context> = spans
-            .into_iter()
-            .filter_map(|s| s.inner.as_ref().map(|(cx, _)| cx))
-            .collect();
-        let traced = quietly(|| telemetry.store_call(op, self.store.kind(), keys, &parents));
+        let traced = self.start_store_call(op, keys, spans);
         let result = call.await;
-        if let Some(traced) = traced {
-            let error = result.as_ref().err().map(|e| e as &dyn std::fmt::Display);
-            quietly(|| telemetry.end_store_call(traced, error));
-        }
+        end_store_call(traced, &result);
         result
     }
 
@@ -124,28 +114,47 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         call: impl FnOnce() -> StoreResult<R>,
     ) -> StoreResult<R> {
         #[cfg(feature = "otel")]
-        if let Some(telemetry) = &self.telemetry {
-            let parents: Vec<&opentelemetry::Context> = spans
-                .into_iter()
-                .filter_map(|s| s.inner.as_ref().map(|(cx, _)| cx))
-                .collect();
-            let traced = quietly(|| telemetry.store_call(op, self.store.kind(), keys, &parents));
+        {
+            let traced = self.start_store_call(op, keys, spans);
             let result = call();
-            if let Some(traced) = traced {
-                let error = result.as_ref().err().map(|e| e as &dyn std::fmt::Display);
-                quietly(|| telemetry.end_store_call(traced, error));
-            }
-            return result;
+            end_store_call(traced, &result);
+            result
         }
-        let _ = (op, keys, spans.into_iter());
-        call()
+        #[cfg(not(feature = "otel"))]
+        {
+            let _ = (op, keys, spans.into_iter());
+            call()
+        }
+    }
+
+    /// A store call's span, under the deliveries whose spans are `spans`
+    /// (`None`: the guard has no telemetry).
+    #[cfg(feature = "otel")]
+    fn start_store_call<'s>(
+        &self,
+        op: &'static str,
+        keys: usize,
+        spans: impl IntoIterator<Item = &'s DeliverySpan>,
+    ) -> Option<(
+        &crate::telemetry::otel::Telemetry,
+        crate::telemetry::otel::StoreCall,
+    )> {
+        let telemetry = self.telemetry.as_deref()?;
+        let parents: Vec<&opentelemetry::Context> = spans
+            .into_iter()
+            .filter_map(|s| s.inner.as_ref().map(|(cx, _)| cx))
+            .collect();
+        Some((
+            telemetry,
+            telemetry.store_call(op, self.store.kind(), keys, &parents),
+        ))
     }
 
     /// Records a batch's size.
     pub(super) fn observe_batch(&self, size: usize) {
         #[cfg(feature = "otel")]
         if let Some(telemetry) = &self.telemetry {
-            quietly(|| telemetry.batch(size));
+            telemetry.batch(size);
         }
         let _ = size;
     }
@@ -172,7 +181,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
                     _ => None,
                 },
             };
-            quietly(|| telemetry.end_delivery(cx, end));
+            telemetry.end_delivery(cx, end);
         }
         let _ = (decision, outcome);
     }
@@ -207,16 +216,23 @@ pub(super) fn in_span_sync<R>(span: &DeliverySpan, call: impl FnOnce() -> R) -> 
     call()
 }
 
-/// Runs a telemetry call with its panics caught: an exporter that panics loses
-/// its span, never a delivery (a panic after a commit would otherwise unwind
-/// past the outcomes and get the batch redelivered).
-#[cfg(feature = "otel")]
-fn quietly<R>(call: impl FnOnce() -> R) -> Option<R> {
-    std::panic::catch_unwind(AssertUnwindSafe(call)).ok()
-}
-
 // A span is only ever ended, never read back mid-unwind: a decision holding
 // one stays as unwind-safe as one without (so `otel` in the build changes no
 // caller's `catch_unwind`).
 impl std::panic::UnwindSafe for DeliverySpan {}
 impl std::panic::RefUnwindSafe for DeliverySpan {}
+
+/// Ends a store call's span with its result.
+#[cfg(feature = "otel")]
+fn end_store_call<R>(
+    traced: Option<(
+        &crate::telemetry::otel::Telemetry,
+        crate::telemetry::otel::StoreCall,
+    )>,
+    result: &StoreResult<R>,
+) {
+    if let Some((telemetry, call)) = traced {
+        let error = result.as_ref().err().map(|e| e as &dyn std::fmt::Display);
+        telemetry.end_store_call(call, error);
+    }
+}

@@ -69,7 +69,18 @@ impl Telemetry {
     /// methods below itself. They are public for a host that runs the guard
     /// where it cannot trace (the `bq-dedupe` CLI, whose guard runs in the
     /// WebAssembly component), so its spans are these, not a copy.
+    ///
+    /// Like every method here, it never panics: a panic inside the tracer or
+    /// its exporter loses that span or value, never the delivery.
     pub fn start_delivery(
+        &self,
+        fields: &Fields<'_>,
+        headers: (Option<&str>, Option<&str>),
+    ) -> Context {
+        quietly(|| self.start_delivery_span(fields, headers)).unwrap_or_default()
+    }
+
+    fn start_delivery_span(
         &self,
         fields: &Fields<'_>,
         headers: (Option<&str>, Option<&str>),
@@ -115,14 +126,14 @@ impl Telemetry {
             OutcomeKind::Failed | OutcomeKind::Panicked | OutcomeKind::FailOpenFailed
         );
         let exception = handler_failed.then(|| error_type.unwrap_or(kind.code()));
-        self.end(span, ours, error, exception);
+        quietly(|| self.end(span, ours, error, exception));
     }
 
     /// Ends the span of a delivery the guard never decided because the call
     /// that carried it trapped ([`super::TRAPPED`]: retried, status ERROR with
     /// `reason`), and counts it.
     pub fn end_trapped(&self, span: &Context, mode: Mode, reason: String) {
-        self.end(span, super::trapped_attributes(mode), Some(reason), None);
+        quietly(|| self.end(span, super::trapped_attributes(mode), Some(reason), None));
     }
 
     fn end(
@@ -161,10 +172,28 @@ impl Telemetry {
         keys: usize,
         deliveries: &[&Context],
     ) -> StoreCall {
-        let labels = [
-            KeyValue::new(attr::STORE_OP, op),
-            KeyValue::new(attr::STORE_KIND, store),
-        ];
+        let labels = || {
+            [
+                KeyValue::new(attr::STORE_OP, op),
+                KeyValue::new(attr::STORE_KIND, store),
+            ]
+        };
+        quietly(|| self.start_store_call(op, labels(), keys, deliveries)).unwrap_or_else(|| {
+            StoreCall {
+                span: Context::new(),
+                started: Started::now(),
+                labels: labels(),
+            }
+        })
+    }
+
+    fn start_store_call(
+        &self,
+        op: &str,
+        labels: [KeyValue; 2],
+        keys: usize,
+        deliveries: &[&Context],
+    ) -> StoreCall {
         let mut builder = self
             .tracer
             .span_builder(format!("{SCOPE} {op}"))
@@ -196,18 +225,20 @@ impl Telemetry {
 
     /// Ends a store call's span; an error marks it ERROR.
     pub fn end_store_call(&self, call: StoreCall, error: Option<&dyn std::fmt::Display>) {
-        let took = call.started.elapsed();
-        self.store_duration.record(took.as_secs_f64(), &call.labels);
-        let span = call.span.span();
-        if let Some(error) = error {
-            span.set_status(Status::error(error.to_string()));
-        }
-        span.end();
+        quietly(|| {
+            let took = call.started.elapsed();
+            self.store_duration.record(took.as_secs_f64(), &call.labels);
+            let span = call.span.span();
+            if let Some(error) = error {
+                span.set_status(Status::error(error.to_string()));
+            }
+            span.end();
+        });
     }
 
     /// Records a batch's size.
     pub fn batch(&self, size: usize) {
-        self.batch_size.record(size as u64, &[]);
+        quietly(|| self.batch_size.record(size as u64, &[]));
     }
 }
 
@@ -305,4 +336,11 @@ impl Started {
             .duration_since(self.0)
             .unwrap_or_default();
     }
+}
+
+/// Runs a telemetry call with its panics caught: an exporter that panics loses
+/// its span, never a delivery (a panic after a commit would otherwise unwind
+/// past the outcomes and get the batch redelivered).
+fn quietly<R>(call: impl FnOnce() -> R) -> Option<R> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).ok()
 }
