@@ -134,8 +134,10 @@ impl<S: Store + TransactionalStore, O: Observer, T: Timer> Guard<S, O, T> {
         let run = self.store_call_sync("transaction_batch", keys.len(), spans, || {
             self.store
                 .transaction_batch(&keys, self.options.ttl, |n, tx| {
-                    let (i, message, _) = runs[n];
-                    guarded(|| span::in_span_sync(&decisions[i].span, || handler(message, tx)))
+                    guarded(|| {
+                        let (i, message, _) = runs[n];
+                        span::in_span_sync(&decisions[i].span, || handler(message, tx))
+                    })
                 })
         });
         self.report_store_error(StoreOp::Remember, &run);

@@ -101,6 +101,11 @@ impl<'a> Fields<'a> {
     /// wrong shape still names its job and trace); all defaults for one that is
     /// not JSON at all.
     pub fn lenient(raw: &[u8]) -> Fields<'static> {
+        // Past the decoder's own limit a body is not read at all: its
+        // rejection stays cheap.
+        if raw.len() > crate::envelope::Limits::default().max_bytes {
+            return Fields::default();
+        }
         let Ok(serde_json::Value::Object(body)) = serde_json::from_slice(raw) else {
             return Fields::default();
         };
@@ -229,5 +234,9 @@ impl<B: crate::envelope::Body> crate::envelope::Body for WithTraceHeaders<B> {
 
     fn trace_headers(&self) -> (Option<&str>, Option<&str>) {
         (self.traceparent.as_deref(), self.tracestate.as_deref())
+    }
+
+    fn raw(&self) -> &[u8] {
+        self.body.raw()
     }
 }
