@@ -39,11 +39,11 @@ now() { date +%s.%N; }
 cjs_snippets() {
     local dir="$1" glue="$2" f names
     while IFS= read -r f; do
-        names="$(sed -n -E 's/^export (function|class) ([A-Za-z_$][A-Za-z0-9_$]*).*/\2/p' "$f")"
-        { sed -E 's/^export (function|class) /\1 /' "$f"; for n in $names; do echo "exports.$n = $n;"; done; } >"${f%.js}.cjs"
+        names="$(sed -n -E 's/^export (async function|function|class) ([A-Za-z_$][A-Za-z0-9_$]*).*/\2/p' "$f")"
+        { sed -E 's/^export (async function|function|class) /\1 /' "$f"; for n in $names; do echo "exports.$n = $n;"; done; } >"${f%.js}.cjs"
         rm "$f"
         if grep -nE '^\s*(export|import)\b' "${f%.js}.cjs"; then
-            echo "$f: a snippet with more than 'export function|class' cannot become CommonJS here" >&2
+            echo "$f: a snippet with more than 'export [async] function|class' cannot become CommonJS here" >&2
             exit 1
         fi
     done < <(find "$dir/snippets" -name '*.js')

@@ -154,6 +154,29 @@ impl OutcomeKind {
         }
     }
 
+    /// Is it a failure as telemetry reports one (a span's status ERROR): the
+    /// delivery was not done, and not because another consumer holds it.
+    pub fn is_failure(self) -> bool {
+        !matches!(
+            self,
+            OutcomeKind::Ran
+                | OutcomeKind::RanUnrecorded
+                | OutcomeKind::RanLeaseLost
+                | OutcomeKind::Skipped
+                | OutcomeKind::FailOpen
+                | OutcomeKind::Parked
+        )
+    }
+
+    /// Did the handler itself fail (return an error, panic or throw)? Such a
+    /// delivery's span carries the SDKs' `exception` event.
+    pub fn handler_failed(self) -> bool {
+        matches!(
+            self,
+            OutcomeKind::Failed | OutcomeKind::Panicked | OutcomeKind::FailOpenFailed
+        )
+    }
+
     /// Did the handler run (its side effect fire) for this delivery?
     pub fn handler_ran(self) -> bool {
         matches!(

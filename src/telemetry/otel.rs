@@ -120,12 +120,12 @@ impl Telemetry {
             error_type,
         } = end;
         let ours = outcome_attributes(kind, mode, claimed, duplicate);
-        let error = failed(kind).then(|| reason.unwrap_or_else(|| kind.code().to_owned()));
-        let handler_failed = matches!(
-            kind,
-            OutcomeKind::Failed | OutcomeKind::Panicked | OutcomeKind::FailOpenFailed
-        );
-        let exception = handler_failed.then(|| error_type.unwrap_or(kind.code()));
+        let error = kind
+            .is_failure()
+            .then(|| reason.unwrap_or_else(|| kind.code().to_owned()));
+        let exception = kind
+            .handler_failed()
+            .then(|| error_type.unwrap_or(kind.code()));
         quietly(|| self.end(span, ours, error, exception));
     }
 
@@ -277,20 +277,6 @@ pub struct StoreCall {
     span: Context,
     started: Started,
     labels: [KeyValue; 2],
-}
-
-/// Outcomes a span reports as errors: the delivery was not done, and not
-/// because another consumer holds it.
-fn failed(kind: OutcomeKind) -> bool {
-    !matches!(
-        kind,
-        OutcomeKind::Ran
-            | OutcomeKind::RanUnrecorded
-            | OutcomeKind::RanLeaseLost
-            | OutcomeKind::Skipped
-            | OutcomeKind::FailOpen
-            | OutcomeKind::Parked
-    )
 }
 
 fn span_context(parent: &Parent) -> SpanContext {

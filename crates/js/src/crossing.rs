@@ -144,6 +144,11 @@ impl Batch {
         }
     }
 
+    /// The JS side's copy of the batch (`glue.js`'s `Deliveries`).
+    pub(crate) fn deliveries(&self) -> &JsValue {
+        &self.deliveries
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.ends.len()
     }

@@ -31,6 +31,9 @@ export class Deliveries {
     this.next = 0;
     this.at = 0;
     this.pending = undefined;
+    this.pendingAt = 0;
+    /** The call's spans, with the `tracer` option (src/otel.js). */
+    this.spans = undefined;
     for (let i = 0; i < n; i++) {
       const item = envelopes[i];
       if (typeof item === 'string') {
@@ -163,9 +166,10 @@ export class Deliveries {
     const envelope = JSON.parse(typeof item === 'string' ? item : (decoder ??= new TextDecoder()).decode(body));
     if (typeof envelope.job !== 'string') {
       this.pending = envelope;
+      this.pendingAt = i;
       return NEEDS_JOB;
     }
-    return thenable(handler(envelope));
+    return this.call(i, handler, envelope);
   }
 
   /** `run` for the envelope it left pending, with `job` (from the core) filled in. */
@@ -173,7 +177,13 @@ export class Deliveries {
     const envelope = this.pending;
     this.pending = undefined;
     envelope.job = job;
-    return thenable(handler(envelope));
+    return this.call(this.pendingAt, handler, envelope);
+  }
+
+  /** Calls `handler`, inside delivery `i`'s span when the call is traced (src/otel.js). */
+  call(i, handler, envelope) {
+    const spans = this.spans;
+    return thenable(spans === undefined ? handler(envelope) : spans.run(i, () => handler(envelope)));
   }
 }
 

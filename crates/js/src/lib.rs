@@ -9,6 +9,7 @@
 mod conformance;
 mod crossing;
 mod memory;
+mod otel;
 pub mod protocol;
 mod store;
 #[cfg(feature = "testkit")]
@@ -32,7 +33,7 @@ use bq_dedupe::{
 use js_sys::{Array, Function, Object};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::future_to_promise;
+use wasm_bindgen_futures::{JsFuture, future_to_promise};
 
 use crate::crossing::{Batch, outcome_js, outcomes_js};
 use crate::store::GivenStore;
@@ -153,7 +154,14 @@ fn opt_string(o: &JsValue, key: &'static str) -> Result<Option<String>, JsValue>
         .ok_or_else(|| type_error(&format!("options.{key} must be a string")))
 }
 
-const OPTIONS: &[&str] = &["ttlMs", "claimLeaseMs", "keyPrefix", "scope", "maxBytes"];
+const OPTIONS: &[&str] = &[
+    "ttlMs",
+    "claimLeaseMs",
+    "keyPrefix",
+    "scope",
+    "maxBytes",
+    "tracer",
+];
 
 /// The core's options from the JS options object (`undefined`: the defaults).
 fn options(o: &Option<JsValue>) -> Result<Options, JsValue> {
@@ -353,33 +361,45 @@ async fn run_outcomes(
     options: Option<JsValue>,
 ) -> Result<(Vec<Outcome<HandlerError>>, Vec<Option<String>>), JsValue> {
     let handler = handler_of(handler)?;
+    let mut store = store;
+    let tracer = options.as_ref().and_then(|o| opt_prop(o, "tracer"));
+    if let Some(tracer) = &tracer {
+        store = JsFuture::from(otel::start(tracer, batch, &store, &options)?).await?;
+    }
     let guard = guard(&store, &options)?;
     // Envelopes that have no bytes go through as empty text (rejected as
     // not-json by the guard) and get their own reason afterwards.
-    let (mut outcomes, keys): (Vec<_>, Vec<_>) = match batch.len() {
-        // One delivery: the core's single-delivery path (fewer allocations).
-        1 => {
+    let (outcomes, keys): (Vec<_>, Vec<_>) = match batch.len() {
+        // One delivery: the core's single-delivery path (fewer allocations);
+        // a traced one takes the batch path, whose decision the span reads.
+        1 if tracer.is_none() => {
             let body = batch.body(0);
             let run = async |msg: &Message<'_>| batch.run(0, &handler, msg).await;
             guard.observer().on.set(true);
-            let outcome = guard.process(body, run).await;
+            let mut outcome = guard.process(body, run).await;
+            if let Some(refused) = batch.refused(0) {
+                outcome = Outcome::Rejected(refused);
+            }
             (vec![outcome], vec![guard.observer().key.take()])
         }
         _ => {
             let bodies = batch.bodies();
             let run = async |i, msg: &Message<'_>| batch.run(i, &handler, msg).await;
-            let processed = guard.process_each(&bodies, run).await;
+            let mut processed = guard.process_each(&bodies, run).await;
+            for (i, p) in processed.iter_mut().enumerate() {
+                if let Some(refused) = batch.refused(i) {
+                    p.outcome = Outcome::Rejected(refused);
+                }
+                if tracer.is_some() {
+                    otel::end(batch, i, &p.decision, &p.outcome);
+                }
+            }
             processed
                 .into_iter()
                 .map(|p| (p.outcome, p.decision.key))
                 .unzip()
         }
     };
-    for (i, o) in outcomes.iter_mut().enumerate().take(batch.len()) {
-        if let Some(refused) = batch.refused(i) {
-            *o = Outcome::Rejected(refused);
-        }
-    }
     Ok((outcomes, keys))
 }
 
@@ -516,11 +536,15 @@ pub fn dedupe_key(
 ) -> Result<JsValue, JsValue> {
     let opts = self::options(&options)?;
     let batch = Batch::of_one(&envelope)?;
-    let body = batch.only_body().map_err(|r| rejection_error(&r))?;
-    let msg = Message::parse(body, &opts.limits).map_err(|r| rejection_error(&r))?;
-    Ok(str_or_null(
-        msg.id().map(|id| opts.keyspace.key(id)).as_deref(),
-    ))
+    let key = batch.only_body().and_then(|body| key_of(body, &opts));
+    Ok(str_or_null(key.map_err(|r| rejection_error(&r))?.as_deref()))
+}
+
+/// The store key of an envelope (`None`: no usable id), or why it is not one.
+#[inline(never)]
+pub(crate) fn key_of(body: &[u8], opts: &Options) -> Result<Option<String>, Rejection> {
+    let msg = Message::parse(body, &opts.limits)?;
+    Ok(msg.id().map(|id| opts.keyspace.key(id).into_owned()))
 }
 
 fn rejection_error(r: &Rejection) -> JsValue {

@@ -122,6 +122,18 @@ export interface DedupeOptions {
   scope?: string;
   /** Largest accepted envelope in bytes (default 1 MiB). */
   maxBytes?: number;
+  /**
+   * An OpenTelemetry `Tracer` (from `@opentelemetry/api` 1.x, an optional peer): one
+   * CONSUMER span `process <job>` per delivery by BabelQueue's convention, with the
+   * dedupe outcome as attributes, the handler run inside it, and each call to a JS
+   * store as a CLIENT span (docs/observability.md). Needs `crypto.subtle`.
+   */
+  tracer?: OtelTracer;
+}
+
+/** The part of an `@opentelemetry/api` `Tracer` the `tracer` option uses. */
+export interface OtelTracer {
+  startSpan(name: string, options?: object, context?: object): unknown;
 }
 
 export type OutcomeKind =

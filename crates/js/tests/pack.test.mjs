@@ -76,7 +76,7 @@ after(() => {
 });
 
 test('npm pack in a clean copy builds the module and ships it once, with the CJS types', () => {
-  // The glue's JS half ships in each build (an ES module for web and workers,
+  // The glue's JS half and the tracer's (otel) ship in each build (ES modules for web and workers,
   // CommonJS for node), under wasm-bindgen's directory for the crate (named by a hash).
   const files = run('tar', ['-tzf', tarball]).trim().split('\n').sort()
     .map((f) => f.replace(/\/snippets\/babelqueue-dedupe-js-[0-9a-f]{16}\//, '/snippets/babelqueue-dedupe-js-HASH/'));
@@ -84,12 +84,15 @@ test('npm pack in a clean copy builds the module and ships it once, with the CJS
     'package/README.md', 'package/conformance.d.ts', 'package/conformance.js', 'package/package.json',
     'package/pkg/node/bq_dedupe.cjs', 'package/pkg/node/bq_dedupe.d.cts',
     'package/pkg/node/snippets/babelqueue-dedupe-js-HASH/src/glue.cjs',
+    'package/pkg/node/snippets/babelqueue-dedupe-js-HASH/src/otel.cjs',
     'package/pkg/web/bq_dedupe.d.ts', 'package/pkg/web/bq_dedupe.js', 'package/pkg/web/bq_dedupe_bg.wasm',
     'package/pkg/web/bq_dedupe_bg.wasm.d.ts',
     'package/pkg/web/snippets/babelqueue-dedupe-js-HASH/src/glue.js',
+    'package/pkg/web/snippets/babelqueue-dedupe-js-HASH/src/otel.js',
     'package/workerd.js',
     'package/workers/bq_dedupe_workers.js', 'package/workers/bq_dedupe_workers_bg.wasm',
     'package/workers/snippets/babelqueue-dedupe-js-HASH/src/glue.js',
+    'package/workers/snippets/babelqueue-dedupe-js-HASH/src/otel.js',
     'package/workers/snippets/worker-64cc4b2d035528c7/inline0.js',
     'package/workers/workers.d.ts', 'package/workers/workers.js',
   ]);

@@ -4,6 +4,7 @@
 import init, { dedupe, dedupeBatch, forget, dedupeKey, validate, InMemoryStore } from '../pkg/web/bq_dedupe.js';
 import type { DedupeStore, Outcome, OutcomeKind, Disposition, Validation, StoreEntry, ClaimResult, DecodedEnvelope, Settlement, SettleResult } from '../pkg/web/bq_dedupe.js';
 import { runConformance, conformanceCount } from '../conformance.js';
+import { trace } from '@opentelemetry/api';
 import type { ConformanceReport } from '../conformance.js';
 
 export async function check(): Promise<void> {
@@ -63,6 +64,7 @@ export async function check(): Promise<void> {
     { claimLeaseMs: 10 },
   );
   const n: number = conformanceCount({}) + report.passed;
+  await dedupeBatch(['{}'], store, () => {}, { tracer: trace.getTracer('orders'), claimLeaseMs: 10 });
 
   // @ts-expect-error: settle answers { kept, renewed }
   await dedupe('{}', { ...store, settle: () => [true] }, () => {});
@@ -72,6 +74,8 @@ export async function check(): Promise<void> {
   await dedupe('{}', store, 'handler');
   // @ts-expect-error: a store needs seen/remember/forget
   await dedupe('{}', { seen: () => true }, () => {});
+  // @ts-expect-error: a tracer has startSpan
+  await dedupe('{}', store, () => {}, { tracer: { startActiveSpan: () => 1 } });
   // @ts-expect-error: unknown option
   await dedupe('{}', store, () => {}, { ttl: 5 });
   // @ts-expect-error: the key may be null

@@ -1,0 +1,278 @@
+// The `tracer` option's JS half (a wasm-bindgen snippet, bound in src/otel.rs):
+// BabelQueue's consumer span for each delivery, through the OpenTelemetry
+// tracer the caller passed. What each delivery became (its outcome, whether it
+// was a duplicate, whether it held a claim) is the core's, handed over by
+// src/otel.rs; the attribute names come from the core's table too
+// (`setNames`). Nothing here can change an outcome: a tracer that throws only
+// loses its span.
+//
+// No import of @opentelemetry/api (an optional peer): a context is any object
+// with getValue/setValue, the span in it sits under the key every copy of the
+// API 1.x makes with createContextKey (a Symbol.for), and the context manager
+// the SDK registered is read from the API's own global registration, as each
+// copy of the API finds it.
+
+const SPAN_KEY = Symbol.for('OpenTelemetry Context Key SPAN');
+const API = Symbol.for('opentelemetry.js.api.1');
+const CLIENT = 2;
+const CONSUMER = 4;
+const STATUS_ERROR = 2;
+const SAMPLED = 1;
+
+const encoder = new TextEncoder();
+let decoder;
+let names;
+
+/** An immutable context (the API's BaseContext, which this module cannot import). */
+class Ctx {
+  constructor(values) {
+    this.values = values;
+  }
+  getValue(key) {
+    return this.values.get(key);
+  }
+  setValue(key, value) {
+    return new Ctx(new Map(this.values).set(key, value));
+  }
+  deleteValue(key) {
+    const values = new Map(this.values);
+    values.delete(key);
+    return new Ctx(values);
+  }
+}
+const ROOT = new Ctx(new Map());
+
+/** The remote parent a delivery's span starts under (the API's NonRecordingSpan). */
+class Remote {
+  constructor(spanContext) {
+    this.sc = spanContext;
+  }
+  spanContext() {
+    return this.sc;
+  }
+  isRecording() {
+    return false;
+  }
+}
+
+async function sha256Hex(text) {
+  const digest = await crypto.subtle.digest('SHA-256', encoder.encode(text));
+  let hex = '';
+  for (const b of new Uint8Array(digest)) hex += b.toString(16).padStart(2, '0');
+  return hex;
+}
+
+/**
+ * The remote parent the BabelQueue SDKs derive from `trace_id`: its 32 hex
+ * digits (dashes removed, not all zero), else the first 16 bytes of SHA-256;
+ * the span id the first 8 bytes of SHA-256 of "babelqueue-span:" + trace_id,
+ * never zero. Checked against the Node SDK's answers (tests/otel/trace_ids.json).
+ */
+export async function parentOf(traceId) {
+  const hex = traceId.replace(/-/g, '').toLowerCase();
+  const uuid = /^[0-9a-f]{32}$/.test(hex) && !/^0+$/.test(hex);
+  const [trace, span] = await Promise.all([uuid ? hex : sha256Hex(traceId), sha256Hex(`babelqueue-span:${traceId}`)]);
+  const spanId = span.slice(0, 16);
+  return {
+    traceId: trace.slice(0, 32),
+    spanId: spanId === '0000000000000000' ? '0000000000000001' : spanId,
+    traceFlags: SAMPLED,
+    isRemote: true,
+  };
+}
+
+/** What a span can read of an envelope, valid or not (as the core's `telemetry::Fields`). */
+function fieldsOf(item) {
+  let o;
+  try {
+    const text = typeof item === 'string' ? item : (decoder ??= new TextDecoder()).decode(item);
+    o = text.length <= 1 << 20 ? JSON.parse(text) : undefined;
+  } catch {
+    o = undefined;
+  }
+  if (o === null || typeof o !== 'object' || Array.isArray(o)) o = {};
+  const meta = o.meta !== null && typeof o.meta === 'object' ? o.meta : {};
+  const text = (v) => (typeof v === 'string' ? v : '');
+  return {
+    job: text(o.job ?? o.urn),
+    queue: text(meta.queue),
+    id: text(meta.id),
+    traceId: typeof o.trace_id === 'string' ? o.trace_id : undefined,
+    attempts: Number.isSafeInteger(o.attempts) ? o.attempts : 0,
+  };
+}
+
+/** The attribute names, in the order of the core's list (src/otel.rs `NAMES`). */
+function namesOf(list) {
+  const [system, operation, destination, id, conversation, attempts, outcome, disposition, duplicate, mode, claimed, storeOp, storeKind, storeKeys] = list;
+  return { system, operation, destination, id, conversation, attempts, outcome, disposition, duplicate, mode, claimed, storeOp, storeKind, storeKeys };
+}
+
+/** Calls into the tracer: what it throws costs its span, never the delivery. */
+function quietly(f) {
+  try {
+    return f();
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The spans of one call's deliveries (`list`: the attribute names, from the
+ * core's `telemetry::attr`; `deliveries`: the envelopes as
+ * `Deliveries` holds them; `keys`: each one's store key or null), started
+ * under their parents; `deliveries.spans` is set so its handlers run inside
+ * them. Resolves to the store the guard is to call: `store` with each call
+ * traced, unless it is the in-memory store (`memory`: no round trip, no JS
+ * call to trace).
+ */
+export async function startSpans(list, tracer, deliveries, keys, mode, store, memory) {
+  names ??= namesOf(list);
+  if (typeof tracer?.startSpan !== 'function') throw new TypeError('options.tracer must be an OpenTelemetry Tracer (an object with startSpan)');
+  const items = deliveries.items;
+  const fields = items.map((item) => (item === undefined ? fieldsOf('') : fieldsOf(item)));
+  const parents = await Promise.all(
+    fields.map(async (f) => (f.traceId === undefined ? ROOT : ROOT.setValue(SPAN_KEY, new Remote(await parentOf(f.traceId))))),
+  );
+  const spans = new Spans(tracer, mode, parents);
+  spans.store = memory ? store : spans.tracedStore(store);
+  for (let i = 0; i < fields.length; i++) {
+    const f = fields[i];
+    const attributes = {
+      [names.system]: 'babelqueue',
+      [names.operation]: 'process',
+      [names.destination]: f.queue,
+      [names.id]: f.id,
+      [names.conversation]: f.traceId ?? '',
+      [names.attempts]: f.attempts,
+    };
+    spans.spans[i] = quietly(() => tracer.startSpan(`process ${f.job}`, { kind: CONSUMER, attributes }, parents[i]));
+    const key = keys[i];
+    if (typeof key === 'string' && !spans.byKey.has(key)) spans.byKey.set(key, i);
+  }
+  deliveries.spans = spans;
+  return spans.store;
+}
+
+/** Ends the span of delivery `i` of `deliveries` (see `Spans.end`). */
+export function endSpan(deliveries, i, kind, disposition, flags, reason, error) {
+  deliveries.spans?.end(i, kind, disposition, flags, reason, error);
+}
+
+class Spans {
+  constructor(tracer, mode, parents) {
+    this.tracer = tracer;
+    this.mode = mode;
+    this.parents = parents;
+    this.spans = [];
+    this.byKey = new Map();
+    this.manager = globalThis[API]?.context;
+    this.store = undefined;
+  }
+
+  /** Delivery `i`'s span in its parent's context. */
+  context(i) {
+    const span = this.spans[i];
+    return span === undefined ? undefined : this.parents[i].setValue(SPAN_KEY, span);
+  }
+
+  /** Runs `f` (a handler) with delivery `i`'s span current, where a context manager is registered. */
+  run(i, f) {
+    const cx = this.context(i);
+    const manager = this.manager;
+    if (cx === undefined || typeof manager?.with !== 'function') return f();
+    return manager.with(cx, f);
+  }
+
+  /**
+   * The store the guard calls, each call a CLIENT span `bq-dedupe <call>`: the
+   * child of the one delivery whose keys it carries, else linked to each.
+   */
+  tracedStore(store) {
+    const spans = this;
+    return new Proxy(store, {
+      get(target, name, receiver) {
+        const value = Reflect.get(target, name, receiver);
+        if (typeof value !== 'function' || typeof name !== 'string') return value;
+        return function (...args) {
+          const span = spans.storeSpan(name, args);
+          if (span === undefined) return value.apply(target, args);
+          let result;
+          try {
+            result = value.apply(target, args);
+          } catch (e) {
+            spans.endStoreSpan(span, e);
+            throw e;
+          }
+          Promise.resolve(result).then(
+            () => spans.endStoreSpan(span),
+            (e) => spans.endStoreSpan(span, e),
+          );
+          return result;
+        };
+      },
+    });
+  }
+
+  storeSpan(name, args) {
+    const op = name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+    const keys = keysOf(args);
+    const carried = [...new Set(keys.map((k) => this.byKey.get(k)).filter((i) => i !== undefined && this.spans[i] !== undefined))];
+    const attributes = { [names.storeOp]: op, [names.storeKind]: 'custom', [names.storeKeys]: keys.length };
+    if (carried.length === 1) {
+      return quietly(() => this.tracer.startSpan(`bq-dedupe ${op}`, { kind: CLIENT, attributes }, this.context(carried[0])));
+    }
+    const links = carried.map((i) => ({ context: this.spans[i].spanContext() }));
+    return quietly(() => this.tracer.startSpan(`bq-dedupe ${op}`, { kind: CLIENT, attributes, links }));
+  }
+
+  endStoreSpan(span, error) {
+    quietly(() => {
+      if (error !== undefined) span.setStatus({ code: STATUS_ERROR, message: messageOf(error) });
+      span.end();
+    });
+  }
+
+  /**
+   * Ends delivery `i`'s span with its outcome: `flags` bit 0 duplicate, 1
+   * claimed, 2 failure (status ERROR with `reason`), 3 the handler failed
+   * (the `exception` event, from what it threw).
+   */
+  end(i, kind, disposition, flags, reason, error) {
+    const span = this.spans[i];
+    if (span === undefined) return;
+    this.spans[i] = undefined;
+    quietly(() => {
+      span.setAttributes({
+        [names.outcome]: kind,
+        [names.disposition]: disposition,
+        [names.duplicate]: (flags & 1) !== 0,
+        [names.mode]: this.mode,
+        [names.claimed]: (flags & 2) !== 0,
+      });
+      if (flags & 4) {
+        if (flags & 8) span.recordException(error instanceof Error ? error : { name: 'Error', message: reason ?? kind });
+        span.setStatus({ code: STATUS_ERROR, message: reason ?? kind });
+      }
+    });
+    quietly(() => span.end());
+  }
+}
+
+/** The store keys a store call carries: a key, an array of keys, or a settle step's claim references. */
+function keysOf(args) {
+  const first = args[0];
+  if (typeof first === 'string') return [first];
+  if (Array.isArray(first)) return first.filter((k) => typeof k === 'string');
+  const keys = [];
+  if (first !== null && typeof first === 'object') {
+    for (const refs of Object.values(first)) {
+      if (Array.isArray(refs)) for (const r of refs) if (typeof r?.key === 'string') keys.push(r.key);
+    }
+  }
+  return keys;
+}
+
+function messageOf(e) {
+  return e instanceof Error ? e.message : String(e);
+}

@@ -1,0 +1,232 @@
+// The `tracer` option, through the official OpenTelemetry SDK's in-memory
+// exporter: BabelQueue's consumer span per delivery (the SDKs' attributes and
+// parent), ours on top (the dedupe outcome), the handler's spans inside it,
+// and the store's calls as CLIENT spans.
+import { test, beforeEach } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { context, trace, SpanKind, SpanStatusCode } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
+import { bq, envelope, mapStore } from './helpers.mjs';
+
+const exporter = new InMemorySpanExporter();
+const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
+const tracer = provider.getTracer('bq-dedupe-test');
+context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+
+// The Node SDK's own derivations (tests/otel/README.md says how they were made).
+const VECTORS = JSON.parse(readFileSync(new URL('../../../tests/otel/trace_ids.json', import.meta.url), 'utf8'));
+
+const A = 'messaging.babelqueue.dedupe.';
+const UUID = '7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b';
+
+beforeEach(() => exporter.reset());
+
+const spans = () => exporter.getFinishedSpans();
+const consumers = () => spans().filter((s) => s.kind === SpanKind.CONSUMER);
+const clients = () => spans().filter((s) => s.kind === SpanKind.CLIENT);
+const parentOf = (s) => s.parentSpanContext?.spanId;
+
+test('a fresh delivery: one CONSUMER span with the SDKs\' attributes, ours, and the parent trace_id names', async () => {
+  const store = new bq.InMemoryStore();
+  const env = envelope('m-1', { trace_id: UUID, attempts: 2, meta: { schema_version: 1, id: 'm-1', queue: 'orders' } });
+  const outcome = await bq.dedupe(env, store, () => {}, { tracer });
+  assert.equal(outcome.kind, 'run-ok');
+  const [span, ...rest] = spans();
+  assert.equal(rest.length, 0, 'the in-memory store makes no traced call');
+  assert.equal(span.name, 'process urn:babel:orders:created');
+  assert.equal(span.kind, SpanKind.CONSUMER);
+  assert.deepEqual(span.attributes, {
+    'messaging.system': 'babelqueue',
+    'messaging.operation': 'process',
+    'messaging.destination.name': 'orders',
+    'messaging.message.id': 'm-1',
+    'messaging.message.conversation_id': UUID,
+    'messaging.babelqueue.attempts': 2,
+    [A + 'outcome']: 'run-ok',
+    [A + 'disposition']: 'ack',
+    [A + 'duplicate']: false,
+    [A + 'mode']: 'seen-set',
+    [A + 'claimed']: false,
+  });
+  const vector = VECTORS.trace_ids.find((v) => v.trace_id === UUID);
+  assert.equal(span.spanContext().traceId, vector.trace_id_hex);
+  assert.equal(parentOf(span), vector.parent_span_id);
+  assert.equal(span.status.code, SpanStatusCode.UNSET);
+});
+
+test('a redelivery is a duplicate: outcome skip, duplicate true, the handler not run', async () => {
+  const store = new bq.InMemoryStore();
+  let runs = 0;
+  await bq.dedupe(envelope('m-1'), store, () => runs++, { tracer });
+  exporter.reset();
+  const outcome = await bq.dedupe(envelope('m-1'), store, () => runs++, { tracer });
+  assert.equal(outcome.kind, 'skip');
+  assert.equal(runs, 1);
+  const [span] = consumers();
+  assert.equal(span.attributes[A + 'outcome'], 'skip');
+  assert.equal(span.attributes[A + 'duplicate'], true);
+  assert.equal(span.attributes[A + 'disposition'], 'ack');
+});
+
+test('every trace_id vector: the trace id and parent span id the Node SDK derives', async () => {
+  const store = new bq.InMemoryStore();
+  const envs = VECTORS.trace_ids.map((v, i) => envelope(`v-${i}`, { trace_id: v.trace_id }));
+  assert.ok(envs.length >= 20);
+  await bq.dedupeBatch(envs, store, () => {}, { tracer });
+  const byId = new Map(consumers().map((s) => [s.attributes['messaging.message.id'], s]));
+  VECTORS.trace_ids.forEach((v, i) => {
+    const span = byId.get(`v-${i}`);
+    assert.equal(span.spanContext().traceId, v.trace_id_hex, `trace_id ${JSON.stringify(v.trace_id)}`);
+    assert.equal(parentOf(span), v.parent_span_id, `trace_id ${JSON.stringify(v.trace_id)}`);
+    assert.equal(span.parentSpanContext.isRemote, true);
+  });
+});
+
+test('a failing handler: status ERROR with the reason, the exception event from what it threw', async () => {
+  const store = new bq.InMemoryStore();
+  const outcome = await bq.dedupe(envelope('m-2'), store, () => {
+    throw new RangeError('card declined');
+  }, { tracer });
+  assert.equal(outcome.kind, 'run-failed');
+  const [span] = consumers();
+  assert.equal(span.attributes[A + 'outcome'], 'run-failed');
+  assert.equal(span.attributes[A + 'disposition'], 'retry');
+  assert.equal(span.status.code, SpanStatusCode.ERROR);
+  assert.equal(span.status.message, outcome.reason);
+  const [event] = span.events;
+  assert.equal(event.name, 'exception');
+  assert.equal(event.attributes['exception.type'], 'RangeError');
+  assert.equal(event.attributes['exception.message'], 'card declined');
+});
+
+test('the handler runs inside its delivery\'s span: its own spans are children, across an await', async () => {
+  const store = mapStore('async', { batch: true });
+  const seen = [];
+  const handler = async (env) => {
+    await new Promise((r) => setTimeout(r, 2));
+    tracer.startActiveSpan(`charge ${env.meta.id}`, (child) => {
+      seen.push(trace.getActiveSpan() === child);
+      child.end();
+    });
+  };
+  await bq.dedupeBatch([envelope('h-1'), envelope('h-2')], store, handler, { tracer });
+  assert.deepEqual(seen, [true, true]);
+  for (const id of ['h-1', 'h-2']) {
+    const delivery = consumers().find((s) => s.attributes['messaging.message.id'] === id);
+    const child = spans().find((s) => s.name === `charge ${id}`);
+    assert.equal(parentOf(child), delivery.spanContext().spanId);
+    assert.equal(child.spanContext().traceId, delivery.spanContext().traceId);
+  }
+});
+
+test('claiming, a batch with an in-batch duplicate: leader claimed, follower a duplicate; store calls are CLIENT spans linked to their deliveries', async () => {
+  const store = mapStore('async', { claims: true, batch: true });
+  const envs = [envelope('c-1', { trace_id: 'a' }), envelope('c-1', { trace_id: 'b' }), envelope('c-2', { trace_id: 'c' })];
+  const outcomes = await bq.dedupeBatch(envs, store, () => {}, { tracer, claimLeaseMs: 30_000 });
+  assert.deepEqual(outcomes.map((o) => o.kind), ['run-ok', 'skip', 'run-ok']);
+  const [leader, follower, other] = ['a', 'b', 'c'].map((t) => consumers().find((s) => s.attributes['messaging.message.conversation_id'] === t));
+  assert.equal(leader.attributes[A + 'claimed'], true);
+  assert.equal(leader.attributes[A + 'mode'], 'claiming');
+  assert.equal(leader.attributes[A + 'duplicate'], false);
+  assert.equal(follower.attributes[A + 'duplicate'], true);
+  assert.equal(follower.attributes[A + 'claimed'], false);
+  assert.equal(other.attributes[A + 'claimed'], true);
+
+  const calls = clients();
+  assert.deepEqual(calls.map((s) => s.name).sort(), store.calls.map((c) => `bq-dedupe ${c.replace(/[A-Z]/g, (x) => `_${x.toLowerCase()}`)}`).sort());
+  const claim = calls.find((s) => s.name === 'bq-dedupe claim_many');
+  assert.equal(claim.attributes[A + 'store.operation'], 'claim_many');
+  assert.equal(claim.attributes[A + 'store.kind'], 'custom');
+  assert.equal(claim.attributes[A + 'store.keys'], 2);
+  const linked = claim.links.map((l) => l.context.spanId).sort();
+  assert.deepEqual(linked, [leader, other].map((s) => s.spanContext().spanId).sort());
+});
+
+test('a single delivery\'s store calls are children of its span', async () => {
+  const store = mapStore('async');
+  await bq.dedupe(envelope('s-1'), store, () => {}, { tracer });
+  const [delivery] = consumers();
+  assert.deepEqual(clients().map((s) => s.name), ['bq-dedupe seen', 'bq-dedupe remember']);
+  for (const call of clients()) assert.equal(parentOf(call), delivery.spanContext().spanId);
+});
+
+test('a store call that fails: its span has status ERROR, the delivery\'s the store-unavailable outcome', async () => {
+  const store = {
+    seen: async () => {
+      throw new Error('connection refused');
+    },
+    remember: async () => {},
+    forget: async () => {},
+  };
+  const outcome = await bq.dedupe(envelope('f-1'), store, () => {}, { tracer });
+  assert.equal(outcome.kind, 'store-unavailable');
+  const [call] = clients();
+  assert.equal(call.status.code, SpanStatusCode.ERROR);
+  assert.equal(call.status.message, 'connection refused');
+  const [delivery] = consumers();
+  assert.equal(delivery.attributes[A + 'outcome'], 'store-unavailable');
+  assert.equal(delivery.status.code, SpanStatusCode.ERROR);
+  assert.equal(delivery.events.length, 0, 'not the handler\'s failure: no exception event');
+});
+
+test('a body that is not an envelope still gets its span: what can be read of it, and rejected', async () => {
+  const store = new bq.InMemoryStore();
+  const hashed = VECTORS.trace_ids.find((v) => v.derived_by !== 'hex');
+  const outcomes = await bq.dedupeBatch(['not json', JSON.stringify({ job: 'j', trace_id: hashed.trace_id, meta: 'no' })], store, () => {}, { tracer });
+  assert.deepEqual(outcomes.map((o) => o.kind), ['rejected', 'rejected']);
+  const [bad, shaped] = consumers().sort((a, b) => a.name.localeCompare(b.name));
+  assert.equal(bad.name, 'process ');
+  assert.equal(bad.attributes['messaging.message.id'], '');
+  assert.equal(bad.attributes['messaging.babelqueue.attempts'], 0);
+  assert.equal(bad.parentSpanContext, undefined, 'no trace_id: a trace of its own');
+  assert.equal(bad.status.code, SpanStatusCode.ERROR);
+  assert.equal(shaped.name, 'process j');
+  assert.equal(shaped.attributes[A + 'disposition'], 'poison');
+  assert.equal(shaped.spanContext().traceId, hashed.trace_id_hex);
+  assert.equal(parentOf(shaped), hashed.parent_span_id);
+});
+
+test('wrap takes the tracer too', async () => {
+  const store = new bq.InMemoryStore();
+  const run = bq.wrap(store, () => {}, { tracer });
+  await run(envelope('w-1'));
+  await run(envelope('w-1'));
+  assert.deepEqual(consumers().map((s) => s.attributes[A + 'outcome']), ['run-ok', 'skip']);
+});
+
+test('a tracer that throws loses its spans, never a delivery', async () => {
+  const broken = {
+    startSpan() {
+      throw new Error('exporter down');
+    },
+  };
+  const store = mapStore('sync', { batch: true });
+  let runs = 0;
+  const outcomes = await bq.dedupeBatch([envelope('b-1'), envelope('b-2')], store, () => runs++, { tracer: broken });
+  assert.deepEqual(outcomes.map((o) => o.kind), ['run-ok', 'run-ok']);
+  assert.equal(runs, 2);
+  const again = await bq.dedupe(envelope('b-1'), store, () => runs++, { tracer: broken });
+  assert.equal(again.kind, 'skip');
+
+  const halfBroken = {
+    startSpan: (...args) => {
+      const span = tracer.startSpan(...args);
+      span.setAttributes = () => {
+        throw new Error('no attributes today');
+      };
+      return span;
+    },
+  };
+  const last = await bq.dedupe(envelope('b-3'), store, () => runs++, { tracer: halfBroken });
+  assert.equal(last.kind, 'run-ok');
+  assert.ok(consumers().some((s) => s.attributes['messaging.message.id'] === 'b-3'), 'ended even so');
+});
+
+test('a tracer option that is not a tracer is a TypeError; no option, no span', async () => {
+  const store = new bq.InMemoryStore();
+  await assert.rejects(bq.dedupe(envelope('t-1'), store, () => {}, { tracer: {} }), TypeError);
+  await bq.dedupe(envelope('t-2'), store, () => {});
+  assert.equal(spans().length, 0);
+});
