@@ -54,6 +54,9 @@ pub mod attr {
     /// Ours, on a store call's span and metric: which store (`memory`,
     /// `sqlite`, `redis`, `postgres`, `durable-object`, `kv`, `d1`, ...).
     pub const STORE_KIND: &str = "messaging.babelqueue.dedupe.store.kind";
+    /// OpenTelemetry's `error.type`: the outcome code of a failed delivery,
+    /// where a span can carry no status (the Workers runtime's spans).
+    pub const ERROR_TYPE: &str = "error.type";
 }
 
 /// One attribute value, in the types the SDKs use.

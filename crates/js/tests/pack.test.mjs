@@ -79,7 +79,7 @@ test('npm pack in a clean copy builds the module and ships it once, with the CJS
   // The glue's JS half and the tracer's (otel) ship in each build (ES modules for web and workers,
   // CommonJS for node), under wasm-bindgen's directory for the crate (named by a hash).
   const files = run('tar', ['-tzf', tarball]).trim().split('\n').sort()
-    .map((f) => f.replace(/\/snippets\/babelqueue-dedupe-js-[0-9a-f]{16}\//, '/snippets/babelqueue-dedupe-js-HASH/'));
+    .map((f) => f.replace(/\/snippets\/babelqueue-dedupe-(js|workers)-[0-9a-f]{16}\//, '/snippets/babelqueue-dedupe-$1-HASH/'));
   assert.deepEqual(files, [
     'package/README.md', 'package/conformance.d.ts', 'package/conformance.js', 'package/package.json',
     'package/pkg/node/bq_dedupe.cjs', 'package/pkg/node/bq_dedupe.d.cts',
@@ -93,6 +93,7 @@ test('npm pack in a clean copy builds the module and ships it once, with the CJS
     'package/workers/bq_dedupe_workers.js', 'package/workers/bq_dedupe_workers_bg.wasm',
     'package/workers/snippets/babelqueue-dedupe-js-HASH/src/glue.js',
     'package/workers/snippets/babelqueue-dedupe-js-HASH/src/otel.js',
+    'package/workers/snippets/babelqueue-dedupe-workers-HASH/src/spans.js',
     'package/workers/snippets/worker-64cc4b2d035528c7/inline0.js',
     'package/workers/workers.d.ts', 'package/workers/workers.js',
   ]);

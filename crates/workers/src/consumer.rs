@@ -6,14 +6,15 @@ use std::time::Duration;
 
 use bq_dedupe::store::StatementStore;
 use bq_dedupe::{
-    Disposition, Guard, Message, Observer, Outcome, OutcomeKind, Store, guard::Verdict,
-    lease::NoTimer, lease::Timer,
+    Disposition, Guard, Message, Observer, Outcome, OutcomeKind, Store, guard::Mode,
+    guard::Verdict, lease::NoTimer, lease::Timer,
 };
 use wasm_bindgen::JsValue;
 use worker::{Queue, QueueContentType, RawMessageBuilder};
 
 use crate::batch::{QueueBatch, QueueMessage, describe};
 use crate::dead_letter::{DeadDelivery, MAX_DEAD_LETTER_BYTES, wrap, wrap_truncated};
+use crate::spans::BatchSpans;
 
 /// What the handler gets for each delivery it must run.
 #[derive(Debug)]
@@ -286,6 +287,11 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
     ) -> Result<BatchReport, ConsumeError> {
         let messages = batch.messages().map_err(ConsumeError::Batch)?;
         let bodies: Vec<Vec<u8>> = messages.iter().map(QueueMessage::body_bytes).collect();
+        let mode = match self.guard.options().claim_lease {
+            Some(_) => Mode::Claiming,
+            None => Mode::SeenSet,
+        };
+        let mut spans = BatchSpans::open(&bodies, mode);
         let processed = self
             .guard
             .process_each(&bodies, async |i, message| {
@@ -296,6 +302,7 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
                 handler(&delivery).await
             })
             .await;
+        spans.close(&processed);
         // How long each parked message waits: the claim it parked behind (an
         // in-batch duplicate, its leader's), else the configured park delay.
         let outcomes: Vec<(&Outcome<E>, Option<Duration>)> = processed
@@ -549,6 +556,7 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         }
         let messages = batch.messages().map_err(ConsumeError::Batch)?;
         let bodies: Vec<Vec<u8>> = messages.iter().map(QueueMessage::body_bytes).collect();
+        let mut spans = BatchSpans::open(&bodies, Mode::Statements);
         let mut processed = Vec::with_capacity(messages.len());
         for (queue_message, body) in messages.iter().zip(&bodies) {
             let one = self
@@ -563,6 +571,7 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> QueueConsumer<S, O, T> {
                 .await;
             processed.push(one);
         }
+        spans.close(&processed);
         // A parked message waits just past the claim it parked behind.
         let outcomes: Vec<(&Outcome<E>, Option<Duration>)> = processed
             .iter()

@@ -77,6 +77,7 @@ pub mod kv;
 mod producer;
 mod round_trips;
 pub mod shard;
+mod spans;
 mod store;
 mod time;
 

@@ -51,6 +51,30 @@ function rustExample(bindings) {
   };
 }
 let seq = 0;
+/** Each traced invocation's events, as the streaming tail worker received them. */
+const traces = [];
+
+/**
+ * The spans of the invocation whose spans carry `id` as messaging.message.id:
+ * [{ name, parent, attributes }] (parent: the span's parent id, the invocation's
+ * root for a top-level span).
+ */
+async function spansOf(id) {
+  for (let i = 0; i < 200; i++) {
+    for (const events of traces) {
+      const spans = new Map();
+      for (const { spanContext, event } of events) {
+        if (event.type === "spanOpen") spans.set(event.spanId, { name: event.name, parent: spanContext.spanId, attributes: {} });
+        if (event.type === "attributes") for (const { name, value } of event.info) spans.get(spanContext.spanId).attributes[name] = value;
+        if (event.type === "spanClose") spans.get(spanContext.spanId).closed = event.outcome;
+      }
+      const all = [...spans.values()];
+      if (all.some((s) => s.attributes["messaging.message.id"] === id)) return { root: events[0].event.spanId, spans: all };
+    }
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  assert.fail(`no traced invocation carried ${id}`);
+}
 const msg = (body, attempts = 1, id = `ts-${++seq}`) => ({ id, timestamp: new Date(), attempts, body });
 
 /** How many effects the TS handler recorded for each id. */
@@ -169,6 +193,27 @@ export default {
         kvNamespaces: { EFFECTS: "ts-effects" },
         queueConsumers: { orders: { maxBatchTimeout: 0, retryDelay: 0 } },
         queueProducers: { DEAD_LETTERS: { queueName: "orders-dlq" } },
+        streamingTails: ["tail"],
+      },
+      {
+        // A streaming tail worker: every invocation of "ts" and the Rust worker
+        // as the runtime reports it (its spans, their attributes), into `traces`.
+        name: "tail",
+        modules: true,
+        script: `export default { tailStream(onset, env, ctx) {
+          const events = [onset];
+          return (e) => {
+            events.push(e);
+            if (e.event.type === "outcome") ctx.waitUntil(env.SINK.fetch("http://sink/", { method: "POST", body: JSON.stringify(events) }));
+          };
+        } };`,
+        serviceBindings: {
+          SINK: async (request) => {
+            traces.push(await request.json());
+            return new Response("ok");
+          },
+        },
+        cf: false,
       },
       {
         // Reads the dead-letter queue into the same KV namespace.
@@ -211,7 +256,7 @@ export default {
         d1Databases: { DEDUPE_D1: "ts-d1" },
         bindings: { DEDUPE_FINGERPRINT: "on" },
       },
-      rustExample({ EXAMPLE_ADMIN_TOKEN: "t0ken-for-the-ts-worker-test", EXAMPLE_TEST_DIRECTIVES: "1" }),
+      { ...rustExample({ EXAMPLE_ADMIN_TOKEN: "t0ken-for-the-ts-worker-test", EXAMPLE_TEST_DIRECTIVES: "1" }), streamingTails: ["tail"] },
     ],
     log: new Log(process.env.BQ_WORKER_LOG ? LogLevel.DEBUG : LogLevel.WARN),
   });
@@ -255,6 +300,47 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
       { obj: 1, text: 1, bytes: 1 },
     );
   });
+
+  for (const who of ["ts", "rust"]) {
+    test(`${who}: each delivery is a span in the runtime's traces, with BabelQueue's attributes and the dedupe outcome`, async () => {
+      const fresh = { ...envelope(`${who}-span-1`), trace_id: "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b", attempts: 1 };
+      fresh.meta.queue = "orders";
+      await queue(who, [msg(fresh)]);
+      const failing = envelope(`${who}-span-2`, { fail_attempts: 5 });
+      const result = await queue(who, [msg(fresh), msg(failing), msg(fresh), msg("not json")]);
+      assert.equal(result.explicitAcks.length + result.retryMessages.length, 4, JSON.stringify(result));
+      const { root, spans } = await spansOf(`${who}-span-2`);
+      const deliveries = spans.filter((s) => s.name.startsWith("process "));
+      assert.equal(deliveries.length, 4, JSON.stringify(spans));
+      const [skipped, failed, follower, rejected] = deliveries;
+      const A = "messaging.babelqueue.dedupe.";
+      assert.equal(skipped.name, "process urn:babel:orders:created");
+      assert.deepEqual(skipped.attributes, {
+        "messaging.system": "babelqueue",
+        "messaging.operation": "process",
+        "messaging.destination.name": "orders",
+        "messaging.message.id": `${who}-span-1`,
+        "messaging.message.conversation_id": "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b",
+        "messaging.babelqueue.attempts": 1,
+        [A + "outcome"]: "skip",
+        [A + "disposition"]: "ack",
+        [A + "duplicate"]: true,
+        [A + "mode"]: "claiming",
+        [A + "claimed"]: false,
+      });
+      assert.equal(failed.attributes[A + "outcome"], "run-failed");
+      assert.equal(failed.attributes[A + "claimed"], true);
+      assert.equal(failed.attributes["error.type"], "run-failed");
+      assert.equal(follower.attributes[A + "duplicate"], true);
+      assert.equal(rejected.name, "process ");
+      assert.equal(rejected.attributes[A + "outcome"], "rejected");
+      assert.equal(rejected.attributes[A + "disposition"], "poison");
+      for (const s of deliveries) {
+        assert.equal(s.parent, root, "a child of the queue invocation");
+        assert.equal(s.closed, "ok");
+      }
+    });
+  }
 
   test("a thrown handler is retried, and the redelivery runs it once", async () => {
     const body = envelope("ts-retry", { fail_attempts: 1 });

@@ -1,0 +1,92 @@
+//! Each delivery of a batch as a span in Workers' own traces, through the
+//! runtime's tracing API (`tracing.enterSpan` from `cloudflare:workers`,
+//! `spans.js`): BabelQueue's consumer span `process <job>` with the SDKs'
+//! attributes and ours (the dedupe outcome), from the core's `telemetry`
+//! table. The runtime's API takes no parent, no kind and no status: the spans
+//! are children of the queue invocation, and a failed delivery says so in its
+//! outcome and in `error.type`. Where the runtime traces nothing (`isTraced`
+//! false, as on workerd with no trace consumer) no span is kept after the
+//! first, so an untraced batch pays one call.
+
+use bq_dedupe::Processed;
+use bq_dedupe::guard::{Mode, Verdict};
+use bq_dedupe::telemetry::{Fields, Value, attr, outcome_attributes};
+use wasm_bindgen::prelude::*;
+
+#[wasm_bindgen(module = "/src/spans.js")]
+extern "C" {
+    type OpenSpan;
+
+    #[wasm_bindgen(js_name = openSpan)]
+    fn open_span(name: &str) -> Option<OpenSpan>;
+    #[wasm_bindgen(method, js_name = set)]
+    fn set_str(this: &OpenSpan, key: &str, value: &str);
+    #[wasm_bindgen(method, js_name = set)]
+    fn set_number(this: &OpenSpan, key: &str, value: f64);
+    #[wasm_bindgen(method, js_name = set)]
+    fn set_bool(this: &OpenSpan, key: &str, value: bool);
+    #[wasm_bindgen(method)]
+    fn close(this: &OpenSpan);
+}
+
+impl OpenSpan {
+    fn set(&self, key: &str, value: &Value<'_>) {
+        match value {
+            Value::Str(s) => self.set_str(key, s),
+            // The runtime's attributes are JS numbers (a BigInt throws).
+            Value::Int(n) => self.set_number(key, *n as f64),
+            Value::Bool(b) => self.set_bool(key, *b),
+        }
+    }
+}
+
+/// The open spans of one batch's deliveries, in order; any left open are
+/// closed on drop (a consumer that returned early).
+pub(crate) struct BatchSpans {
+    spans: Vec<Option<OpenSpan>>,
+    mode: Mode,
+}
+
+impl BatchSpans {
+    /// Opens a span for each body, with what can be read of it.
+    pub(crate) fn open(bodies: &[Vec<u8>], mode: Mode) -> Self {
+        let mut spans = Vec::new();
+        for body in bodies {
+            let fields = Fields::lenient(body);
+            let Some(span) = open_span(&fields.span_name()) else {
+                break;
+            };
+            for (key, value) in fields.attributes() {
+                span.set(key, &value);
+            }
+            spans.push(Some(span));
+        }
+        BatchSpans { spans, mode }
+    }
+
+    /// Closes each delivery's span with what the guard decided and how it
+    /// ended.
+    pub(crate) fn close<E>(&mut self, processed: &[Processed<E>]) {
+        for (span, p) in self.spans.iter_mut().zip(processed) {
+            let Some(span) = span.take() else { continue };
+            let kind = p.outcome.kind();
+            let duplicate = matches!(p.decision.verdict, Verdict::Duplicate(_));
+            let claimed = p.decision.claim.is_some();
+            for (key, value) in outcome_attributes(kind, self.mode, claimed, duplicate) {
+                span.set(key, &value);
+            }
+            if kind.is_failure() {
+                span.set_str(attr::ERROR_TYPE, kind.code());
+            }
+            span.close();
+        }
+    }
+}
+
+impl Drop for BatchSpans {
+    fn drop(&mut self) {
+        for span in self.spans.iter().flatten() {
+            span.close();
+        }
+    }
+}
