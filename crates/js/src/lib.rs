@@ -537,7 +537,9 @@ pub fn dedupe_key(
     let opts = self::options(&options)?;
     let batch = Batch::of_one(&envelope)?;
     let key = batch.only_body().and_then(|body| key_of(body, &opts));
-    Ok(str_or_null(key.map_err(|r| rejection_error(&r))?.as_deref()))
+    Ok(str_or_null(
+        key.map_err(|r| rejection_error(&r))?.as_deref(),
+    ))
 }
 
 /// The store key of an envelope (`None`: no usable id), or why it is not one.

@@ -77,13 +77,22 @@ pub(crate) fn start(
     };
     let memory = crate::memory::lookup(store).ok().flatten().is_some();
     let names = NAMES.iter().map(|n| JsValue::from_str(n)).collect();
-    Ok(start_spans(names, tracer, batch.deliveries(), keys, mode.code(), store, memory))
+    Ok(start_spans(
+        names,
+        tracer,
+        batch.deliveries(),
+        keys,
+        mode.code(),
+        store,
+        memory,
+    ))
 }
 
 /// Ends the span of `batch`'s delivery `i` with its decision and outcome.
 pub(crate) fn end(batch: &Batch, i: usize, decision: &Decision, outcome: &Outcome<HandlerError>) {
     let kind = outcome.kind();
-    let duplicate = kind == OutcomeKind::Skipped || matches!(decision.verdict, Verdict::Duplicate(_));
+    let duplicate =
+        kind == OutcomeKind::Skipped || matches!(decision.verdict, Verdict::Duplicate(_));
     let flags = u8::from(duplicate)
         | u8::from(decision.claim.is_some()) << 1
         | u8::from(kind.is_failure()) << 2
