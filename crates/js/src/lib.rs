@@ -179,6 +179,11 @@ fn options(o: &Option<JsValue>) -> Result<Options, JsValue> {
             .with_scope(scope)
             .map_err(|e| type_error(&e.to_string()))?;
     }
+    if opt_prop(o, "tracer").is_some_and(|t| !store::is_function(&t, "startSpan")) {
+        return Err(type_error(
+            "options.tracer must be an OpenTelemetry Tracer (trace.getTracer(name))",
+        ));
+    }
     let limits = match opt_number("options", o, "maxBytes")? {
         Some(n) => Limits {
             max_bytes: n as usize,

@@ -7,10 +7,10 @@
 // loses its span.
 //
 // No import of @opentelemetry/api (an optional peer): a context is any object
-// with getValue/setValue, the span in it sits under the key every copy of the
-// API 1.x makes with createContextKey (a Symbol.for), and the context manager
-// the SDK registered is read from the API's own global registration, as each
-// copy of the API finds it.
+// with getValue/setValue/deleteValue, the span in it sits under the key every
+// copy of the API 1.x makes with createContextKey (a Symbol.for), and the
+// context manager the SDK registered is read from the API's own global
+// registration, as each copy of the API finds it.
 
 const SPAN_KEY = Symbol.for('OpenTelemetry Context Key SPAN');
 const API = Symbol.for('opentelemetry.js.api.1');
@@ -81,6 +81,20 @@ export async function parentOf(traceId) {
   };
 }
 
+/**
+ * The context a delivery's span starts in: `base` under the parent its
+ * `trace_id` names, else (none, or no `crypto.subtle` to derive it with) with
+ * no span, so the delivery starts a trace of its own.
+ */
+async function parentContext(base, traceId) {
+  try {
+    if (traceId !== undefined) return base.setValue(SPAN_KEY, new Remote(await parentOf(traceId)));
+  } catch {
+    // no parent to derive
+  }
+  return quietly(() => base.deleteValue(SPAN_KEY)) ?? ROOT;
+}
+
 /** What a span can read of an envelope, valid or not (as the core's `telemetry::Fields`). */
 function fieldsOf(item) {
   let o;
@@ -128,14 +142,16 @@ function quietly(f) {
  */
 export async function startSpans(list, tracer, deliveries, keys, mode, store, memory) {
   names ??= namesOf(list);
-  if (typeof tracer?.startSpan !== 'function') throw new TypeError('options.tracer must be an OpenTelemetry Tracer (an object with startSpan)');
   const items = deliveries.items;
   const fields = items.map((item) => (item === undefined ? fieldsOf('') : fieldsOf(item)));
-  const parents = await Promise.all(
-    fields.map(async (f) => (f.traceId === undefined ? ROOT : ROOT.setValue(SPAN_KEY, new Remote(await parentOf(f.traceId))))),
-  );
+  // The caller's context (its baggage, its values) with the delivery's parent
+  // in place of its span: read now, in the caller's call.
+  const base = quietly(() => globalThis[API]?.context?.active()) ?? ROOT;
+  const parents = await Promise.all(fields.map((f) => parentContext(base, f.traceId)));
   const spans = new Spans(tracer, mode, parents);
-  spans.store = memory ? store : spans.tracedStore(store);
+  // Not an object: no store at all, which the guard refuses with its own message.
+  const object = store !== null && (typeof store === 'object' || typeof store === 'function');
+  spans.store = memory || !object ? store : spans.tracedStore(store);
   for (let i = 0; i < fields.length; i++) {
     const f = fields[i];
     const attributes = {
@@ -173,7 +189,7 @@ class Spans {
   /** Delivery `i`'s span in its parent's context. */
   context(i) {
     const span = this.spans[i];
-    return span === undefined ? undefined : this.parents[i].setValue(SPAN_KEY, span);
+    return span == null ? undefined : this.parents[i].setValue(SPAN_KEY, span);
   }
 
   /** Runs `f` (a handler) with delivery `i`'s span current, where a context manager is registered. */
@@ -190,25 +206,35 @@ class Spans {
    */
   tracedStore(store) {
     const spans = this;
-    return new Proxy(store, {
-      get(target, name, receiver) {
-        const value = Reflect.get(target, name, receiver);
+    // Over an empty target, reading the store's own properties with the store
+    // as the receiver: a getter or a method sees the store as `this` (private
+    // fields work), and a frozen store's methods can still be wrapped.
+    return new Proxy(Object.create(null), {
+      get(_, name) {
+        const value = Reflect.get(store, name, store);
         if (typeof value !== 'function' || typeof name !== 'string') return value;
         return function (...args) {
           const span = spans.storeSpan(name, args);
-          if (span === undefined) return value.apply(target, args);
+          if (span == null) return value.apply(store, args);
           let result;
           try {
-            result = value.apply(target, args);
+            result = value.apply(store, args);
           } catch (e) {
             spans.endStoreSpan(span, e);
             throw e;
           }
-          Promise.resolve(result).then(
+          if (typeof result?.then !== 'function') {
+            spans.endStoreSpan(span);
+            return result;
+          }
+          // Its `then` called once, here: a thenable may run its work on each
+          // call (a query builder); the guard awaits this promise instead.
+          const settled = Promise.resolve(result);
+          settled.then(
             () => spans.endStoreSpan(span),
             (e) => spans.endStoreSpan(span, e),
           );
-          return result;
+          return settled;
         };
       },
     });
@@ -217,13 +243,13 @@ class Spans {
   storeSpan(name, args) {
     const op = name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
     const keys = keysOf(args);
-    const carried = [...new Set(keys.map((k) => this.byKey.get(k)).filter((i) => i !== undefined && this.spans[i] !== undefined))];
+    const carried = [...new Set(keys.map((k) => this.byKey.get(k)).filter((i) => i !== undefined && this.spans[i] != null))];
     const attributes = { [names.storeOp]: op, [names.storeKind]: 'custom', [names.storeKeys]: keys.length };
-    if (carried.length === 1) {
-      return quietly(() => this.tracer.startSpan(`bq-dedupe ${op}`, { kind: CLIENT, attributes }, this.context(carried[0])));
-    }
-    const links = carried.map((i) => ({ context: this.spans[i].spanContext() }));
-    return quietly(() => this.tracer.startSpan(`bq-dedupe ${op}`, { kind: CLIENT, attributes, links }));
+    return quietly(() => {
+      if (carried.length === 1) return this.tracer.startSpan(`bq-dedupe ${op}`, { kind: CLIENT, attributes }, this.context(carried[0]));
+      const links = carried.map((i) => ({ context: this.spans[i].spanContext() }));
+      return this.tracer.startSpan(`bq-dedupe ${op}`, { kind: CLIENT, attributes, links });
+    });
   }
 
   endStoreSpan(span, error) {
@@ -240,7 +266,7 @@ class Spans {
    */
   end(i, kind, disposition, flags, reason, error) {
     const span = this.spans[i];
-    if (span === undefined) return;
+    if (span == null) return;
     this.spans[i] = undefined;
     quietly(() => {
       span.setAttributes({

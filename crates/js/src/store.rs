@@ -127,7 +127,7 @@ impl GivenStore {
     }
 }
 
-fn is_function(obj: &JsValue, name: &'static str) -> bool {
+pub(crate) fn is_function(obj: &JsValue, name: &'static str) -> bool {
     Reflect::get(obj, crate::interned(name)).is_ok_and(|f| f.is_function())
 }
 

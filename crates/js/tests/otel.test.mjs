@@ -230,3 +230,93 @@ test('a tracer option that is not a tracer is a TypeError; no option, no span', 
   await bq.dedupe(envelope('t-2'), store, () => {});
   assert.equal(spans().length, 0);
 });
+
+// Review findings: the traced store must behave exactly as the store itself.
+
+test('a store whose lease methods are locked (non-writable, non-configurable) still renews its claims when traced: one run', async () => {
+  const done = new Map();
+  const claims = new Map();
+  let n = 0;
+  const live = (k) => claims.has(k) && claims.get(k).until > Date.now();
+  const owns = (k, t) => claims.get(k)?.token === t;
+  const store = {
+    seen: async (k) => done.has(k),
+    remember: async (k) => { done.set(k, 1); claims.delete(k); },
+    forget: async (k) => { done.delete(k); claims.delete(k); },
+    claim: async (k, lease) => {
+      if (done.has(k)) return { state: 'seen' };
+      if (live(k)) return { state: 'held' };
+      claims.set(k, { token: `t${++n}`, until: Date.now() + lease });
+      return { state: 'acquired', token: `t${n}` };
+    },
+    release: async (k, t) => { if (owns(k, t)) claims.delete(k); },
+  };
+  Object.defineProperty(store, 'renew', { value: async (k, t, lease) => owns(k, t) && ((claims.get(k).until = Date.now() + lease), true) });
+  Object.defineProperty(store, 'rememberFenced', { value: async (k, t) => owns(k, t) && (done.set(k, 1), claims.delete(k), true) });
+  Object.freeze(store);
+  let runs = 0;
+  const handler = async () => { runs++; await new Promise((r) => setTimeout(r, 600)); };
+  const options = { claimLeaseMs: 200, tracer };
+  const first = bq.dedupe(envelope('lock-1'), store, handler, options);
+  await new Promise((r) => setTimeout(r, 350)); // past the lease the claim began with
+  const second = await bq.dedupe(envelope('lock-1'), store, handler, options);
+  assert.equal(second.kind, 'park');
+  assert.equal((await first).kind, 'run-ok');
+  assert.equal(runs, 1);
+});
+
+test('a store whose methods are getters over private fields, or that answers with thenables, is called as itself', async () => {
+  class Store {
+    #done = new Set();
+    get seen() { return (k) => this.#done.has(k); }
+    get remember() { return (k) => { this.#done.add(k); }; }
+    get forget() { return (k) => { this.#done.delete(k); }; }
+  }
+  assert.equal((await bq.dedupe(envelope('g-1'), new Store(), () => {}, { tracer })).kind, 'run-ok');
+
+  let executions = 0;
+  const once = (value) => {
+    let ran = false;
+    return { then(resolve, reject) { executions++; if (ran) reject(new Error('query already executed')); else { ran = true; resolve(value); } } };
+  };
+  const done = new Set();
+  const lazy = { seen: (k) => once(done.has(k)), remember: (k) => once(done.add(k) && undefined), forget: (k) => once(done.delete(k)) };
+  assert.equal((await bq.dedupe(envelope('q-1'), lazy, () => {}, { tracer })).kind, 'run-ok');
+  assert.equal((await bq.dedupe(envelope('q-1'), lazy, () => {}, { tracer })).kind, 'skip');
+  assert.equal(executions, 3, 'each thenable\'s then called once');
+});
+
+test('a tracer whose spans are not spans, or no crypto.subtle: outcomes as without a tracer', async () => {
+  const nulls = { startSpan: () => null };
+  const store = mapStore('sync', { batch: true });
+  const outcomes = await bq.dedupeBatch([envelope('n-1'), envelope('n-2')], store, () => {}, { tracer: nulls });
+  assert.deepEqual(outcomes.map((o) => o.kind), ['run-ok', 'run-ok']);
+
+  const crypto = Object.getOwnPropertyDescriptor(globalThis, 'crypto');
+  Object.defineProperty(globalThis, 'crypto', { value: undefined, configurable: true });
+  try {
+    const [o] = await bq.dedupeBatch([envelope('n-3', { trace_id: 'not a uuid' })], store, () => {}, { tracer });
+    assert.equal(o.kind, 'run-ok');
+  } finally {
+    Object.defineProperty(globalThis, 'crypto', crypto);
+  }
+  const [span] = consumers().filter((s) => s.attributes['messaging.message.id'] === 'n-3');
+  assert.equal(span.parentSpanContext, undefined, 'no parent to derive it with: a trace of its own');
+});
+
+test('bad arguments with a tracer: wrap refuses a non-tracer at once; a bad store is the usual TypeError and starts no span', async () => {
+  assert.throws(() => bq.wrap(new bq.InMemoryStore(), () => {}, { tracer: {} }), TypeError);
+  await assert.rejects(bq.dedupe(envelope('x-1'), 42, () => {}, { tracer }), /store must be/);
+  await new Promise((r) => setTimeout(r, 10));
+  assert.equal(spans().length, 0);
+});
+
+test('the handler keeps the caller\'s context (its baggage) under the delivery\'s span', async () => {
+  const key = Symbol.for('bq-test-key');
+  const outer = context.active().setValue(key, 'tenant-7');
+  let seen;
+  await context.with(outer, () => bq.dedupe(envelope('ctx-1'), new bq.InMemoryStore(), () => {
+    seen = [context.active().getValue(key), trace.getActiveSpan()?.name];
+  }, { tracer }));
+  assert.deepEqual(seen, ['tenant-7', 'process urn:babel:orders:created']);
+});
