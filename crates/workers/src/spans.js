@@ -3,14 +3,16 @@
 // promise settles, so the callback hands back a promise that `close` settles.
 // Nothing here throws: a runtime without the API, or one that refuses an
 // attribute, loses the span, never the delivery.
-import { tracing } from "cloudflare:workers";
+// A namespace import: a runtime whose module has no `tracing` export still
+// loads the worker (a named import would fail to link).
+import * as workers from "cloudflare:workers";
 
 /** An open span, or `undefined` where the runtime traces nothing (`isTraced` false). */
 export function openSpan(name) {
   try {
     let span;
     let close;
-    const closed = tracing.enterSpan(name, (s) => {
+    const closed = workers.tracing.enterSpan(name, (s) => {
       span = s;
       return new Promise((resolve) => (close = resolve));
     });
