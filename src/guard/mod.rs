@@ -191,6 +191,19 @@ impl<E> Processed<E> {
     pub fn key(&self) -> Option<&str> {
         self.decision.key.as_deref()
     }
+
+    /// Was it a duplicate: its handler did not run because its id was done
+    /// (`skip`), or because an earlier delivery of its batch had it? What
+    /// every target's span reports as `dedupe.duplicate`.
+    pub fn duplicate(&self) -> bool {
+        matches!(self.decision.verdict, Verdict::Duplicate(_))
+            || self.outcome.kind() == crate::OutcomeKind::Skipped
+    }
+
+    /// Did it hold a claim on its key (claiming mode)? `dedupe.claimed`.
+    pub fn claimed(&self) -> bool {
+        self.decision.claim.is_some()
+    }
 }
 
 /// Wraps a handler with seen-set dedupe over a [`Store`].

@@ -118,23 +118,52 @@ fn process_one(guard: &Guard<HostStore>, envelope: &str) -> wit::Outcome {
     )
 }
 
-/// `process-batch-ids` on `guard`: each outcome with its `meta.id`.
+/// `process-batch-reports` on `guard`: each outcome with its `meta.id` and what
+/// its span reports.
 #[inline(never)]
-fn process_many_ids(guard: &Guard<HostStore>, envelopes: &[String]) -> Vec<wit::Processed> {
+fn process_many_reports(
+    guard: &Guard<HostStore>,
+    envelopes: &[String],
+) -> Vec<wit::DeliveryReport> {
     let keyspace = &guard.options().keyspace;
     ready(
         async {
             let processed = guard.process_each(envelopes, call_indexed).await;
             processed
                 .into_iter()
-                .map(|p| wit::Processed {
+                .map(|p| wit::DeliveryReport {
+                    duplicate: p.duplicate(),
+                    claimed: p.claimed(),
                     id: p.decision.key.and_then(|k| keyspace.into_id(k)),
                     outcome: p.outcome.into(),
                 })
                 .collect()
         },
-        |e| refused_processed(envelopes.len(), e),
+        |e| {
+            let refused = wit::Outcome::StoreUnavailable(e.into());
+            (0..envelopes.len())
+                .map(|_| wit::DeliveryReport {
+                    id: None,
+                    outcome: refused.clone(),
+                    duplicate: false,
+                    claimed: false,
+                })
+                .collect()
+        },
     )
+}
+
+/// `process-batch-ids` on `guard`: each outcome with its `meta.id` (the
+/// reports, less what only a span needs: the batch path stays in the
+/// component once).
+fn process_many_ids(guard: &Guard<HostStore>, envelopes: &[String]) -> Vec<wit::Processed> {
+    process_many_reports(guard, envelopes)
+        .into_iter()
+        .map(|r| wit::Processed {
+            id: r.id,
+            outcome: r.outcome,
+        })
+        .collect()
 }
 
 /// `process-batch` on `guard`: the same core call as [`process_many_ids`] (the
@@ -180,6 +209,10 @@ impl GuestGuard for GuardResource {
 
     fn process_batch_ids(&self, envelopes: Vec<String>) -> Vec<wit::Processed> {
         process_many_ids(&self.guard, &envelopes)
+    }
+
+    fn process_batch_reports(&self, envelopes: Vec<String>) -> Vec<wit::DeliveryReport> {
+        process_many_reports(&self.guard, &envelopes)
     }
 
     fn forget(&self, id: String) -> Result<(), wit::StoreError> {

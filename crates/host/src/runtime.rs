@@ -12,7 +12,7 @@ use crate::handler::Handler;
 use crate::keep_alive::HeldClaims;
 use crate::wit::dedupe::Dedupe;
 use crate::wit::dedupe::babelqueue::idempotency::types::{
-    GuardOptions, KeyError, Options, Outcome, Processed, Rejection, StoreError,
+    DeliveryReport, GuardOptions, KeyError, Options, Outcome, Processed, Rejection, StoreError,
 };
 use crate::wit::dedupe::exports::babelqueue::idempotency::consumer::GuestGuard;
 
@@ -225,6 +225,15 @@ impl Runtime {
     /// its delivery's `meta.id`.
     pub fn guard_process_batch_ids(&mut self, envelopes: &[String]) -> Result<Vec<Processed>> {
         self.on_guard(|g, store, guard| g.call_process_batch_ids(store, guard, envelopes))
+    }
+
+    /// `consumer.guard.process-batch-reports` on the open guard: each outcome
+    /// with its `meta.id` and what its span reports (duplicate, claimed).
+    pub fn guard_process_batch_reports(
+        &mut self,
+        envelopes: &[String],
+    ) -> Result<Vec<DeliveryReport>> {
+        self.on_guard(|g, store, guard| g.call_process_batch_reports(store, guard, envelopes))
     }
 
     /// `consumer.guard.forget` on the open guard.

@@ -169,21 +169,21 @@ impl Spans {
     }
 
     /// Ends the batch's spans, in order, with each line's outcome: its kind
-    /// (`None`: its call trapped, see [`Telemetry::end_trapped`]) and reason.
+    /// (`None`: its call trapped, see [`Telemetry::end_trapped`]), reason, and
+    /// whether it was a duplicate and held a claim (the component's report).
     pub fn end_batch<'a>(
         &mut self,
-        outcomes: impl IntoIterator<Item = (Option<OutcomeKind>, Option<&'a str>)>,
+        outcomes: impl IntoIterator<Item = (Option<OutcomeKind>, Option<&'a str>, bool, bool)>,
     ) {
-        for (span, (kind, reason)) in self.batch.drain(..).zip(outcomes) {
+        for (span, (kind, reason, duplicate, claimed)) in self.batch.drain(..).zip(outcomes) {
             let reason = reason.map(str::to_owned);
             match kind {
                 Some(kind) => {
-                    let claimed = claimed(kind, self.mode);
                     let end = Ended {
                         kind,
                         mode: self.mode,
                         claimed,
-                        duplicate: false,
+                        duplicate,
                         reason,
                         error_type: None,
                     };
@@ -214,18 +214,4 @@ impl Spans {
         let error = error.map(|e| e as &dyn std::fmt::Display);
         self.telemetry.end_store_call(call, error);
     }
-}
-
-/// Whether a line held a claim, as the host can tell from its outcome: in
-/// claiming mode a handler runs only under a claim the line took.
-fn claimed(kind: OutcomeKind, mode: Mode) -> bool {
-    mode == Mode::Claiming
-        && matches!(
-            kind,
-            OutcomeKind::Ran
-                | OutcomeKind::RanUnrecorded
-                | OutcomeKind::RanLeaseLost
-                | OutcomeKind::Failed
-                | OutcomeKind::Panicked
-        )
 }

@@ -408,3 +408,95 @@ fn the_open_guard_survives_a_guest_trap() {
         "no guard open after a refusal"
     );
 }
+
+/// `process-batch-reports`: the outcomes and ids of `process-batch-ids`, with
+/// what each delivery's span reports beside its outcome, as the core decided it:
+/// an in-batch duplicate is one whatever its leader's outcome (a parked follower
+/// of a failed leader included, which no host can tell from `park`), and a
+/// claim is reported where one was taken.
+#[test]
+fn reports_say_which_deliveries_were_duplicates_and_which_held_a_claim() {
+    let claiming = |succeed| {
+        let store = AnyStore::from_spec("memory").expect("memory store");
+        let handler = Handler::Scripted { succeed, calls: 0 };
+        let mut rt = Runtime::load(&default_component(), store, handler).expect("component loads");
+        let options = types_options(Some(30_000));
+        rt.open_guard(&options).unwrap().expect("claiming options");
+        rt
+    };
+    let mut rt = claiming(true);
+    let bodies = [
+        env("a"),
+        env("b"),
+        env("a"),
+        "not json".into(),
+        envelope("", json!({})),
+    ];
+    let reports = rt.guard_process_batch_reports(&bodies).unwrap();
+    let seen: Vec<(RtOutcome, bool, bool)> = reports
+        .iter()
+        .map(|r| (r.outcome.clone(), r.duplicate, r.claimed))
+        .collect();
+    assert!(matches!(seen[3].0, RtOutcome::Rejected(_)), "{seen:?}");
+    assert_eq!(
+        [&seen[..3], &seen[4..]].concat(),
+        [
+            (RtOutcome::RunOk, false, true),
+            (RtOutcome::RunOk, false, true),
+            (RtOutcome::Skip, true, false),
+            (RtOutcome::FailOpen, false, false),
+        ]
+    );
+    assert_eq!((seen[3].1, seen[3].2), (false, false));
+    let ids: Vec<Option<&str>> = reports.iter().map(|r| r.id.as_deref()).collect();
+    assert_eq!(ids, [Some("a"), Some("b"), Some("a"), None, None]);
+    let again = rt.guard_process_batch_reports(&[env("a")]).unwrap();
+    assert_eq!(
+        (
+            again[0].outcome.clone(),
+            again[0].duplicate,
+            again[0].claimed
+        ),
+        (RtOutcome::Skip, true, false)
+    );
+
+    // A leader that fails: its follower parks, and is still a duplicate.
+    let mut failing = claiming(false);
+    let reports = failing
+        .guard_process_batch_reports(&[env("x"), env("x")])
+        .unwrap();
+    assert!(
+        matches!(reports[0].outcome, RtOutcome::RunFailed(_)),
+        "{reports:?}"
+    );
+    assert_eq!((reports[0].duplicate, reports[0].claimed), (false, true));
+    assert_eq!(
+        (
+            reports[1].outcome.clone(),
+            reports[1].duplicate,
+            reports[1].claimed
+        ),
+        (RtOutcome::Park, true, false)
+    );
+
+    // The same outcomes and ids as process-batch-ids, over every kind of delivery.
+    let (mut ids, mut reported) = (runtime(), runtime());
+    ids.open_guard(&guard_options("bq:")).unwrap().unwrap();
+    reported.open_guard(&guard_options("bq:")).unwrap().unwrap();
+    for chunk in mixed().chunks(37) {
+        let a = ids.guard_process_batch_ids(chunk).unwrap();
+        let b = reported.guard_process_batch_reports(chunk).unwrap();
+        let b: Vec<_> = b.into_iter().map(|r| (r.id, r.outcome)).collect();
+        let a: Vec<_> = a.into_iter().map(|p| (p.id, p.outcome)).collect();
+        assert_eq!(a, b);
+    }
+}
+
+fn types_options(
+    claim_lease_ms: Option<u64>,
+) -> bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::GuardOptions {
+    bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::GuardOptions {
+        claim_lease_ms,
+        ..guard_options("")
+    }
+}

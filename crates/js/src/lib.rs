@@ -396,7 +396,7 @@ async fn run_outcomes(
                     p.outcome = Outcome::Rejected(refused);
                 }
                 if tracer.is_some() {
-                    otel::end(batch, i, &p.decision, &p.outcome);
+                    otel::end(batch, i, p);
                 }
             }
             processed

@@ -3,9 +3,9 @@
 //! ended here with what the core decided. Without the option none of this
 //! runs: the untraced call pays one property read.
 
-use bq_dedupe::guard::{Mode, Verdict};
+use bq_dedupe::guard::Mode;
 use bq_dedupe::telemetry::attr;
-use bq_dedupe::{Decision, Outcome, OutcomeKind};
+use bq_dedupe::{Outcome, Processed};
 use js_sys::{Array, Promise};
 use wasm_bindgen::prelude::*;
 
@@ -88,16 +88,14 @@ pub(crate) fn start(
     ))
 }
 
-/// Ends the span of `batch`'s delivery `i` with its decision and outcome.
-pub(crate) fn end(batch: &Batch, i: usize, decision: &Decision, outcome: &Outcome<HandlerError>) {
-    let kind = outcome.kind();
-    let duplicate =
-        kind == OutcomeKind::Skipped || matches!(decision.verdict, Verdict::Duplicate(_));
-    let flags = u8::from(duplicate)
-        | u8::from(decision.claim.is_some()) << 1
+/// Ends the span of `batch`'s delivery `i` with what became of it.
+pub(crate) fn end(batch: &Batch, i: usize, p: &Processed<HandlerError>) {
+    let kind = p.outcome.kind();
+    let flags = u8::from(p.duplicate())
+        | u8::from(p.claimed()) << 1
         | u8::from(kind.is_failure()) << 2
         | u8::from(kind.handler_failed()) << 3;
-    let error = match outcome {
+    let error = match &p.outcome {
         Outcome::Failed(e) | Outcome::FailOpen(Err(e)) => &e.0,
         _ => &JsValue::UNDEFINED,
     };
@@ -107,7 +105,7 @@ pub(crate) fn end(batch: &Batch, i: usize, decision: &Decision, outcome: &Outcom
         kind.code(),
         kind.disposition().code(),
         flags,
-        outcome.reason(),
+        p.outcome.reason(),
         error,
     );
 }

@@ -9,7 +9,7 @@
 //! first, so an untraced batch pays one call.
 
 use bq_dedupe::Processed;
-use bq_dedupe::guard::{Mode, Verdict};
+use bq_dedupe::guard::Mode;
 use bq_dedupe::telemetry::{Fields, Value, attr, outcome_attributes};
 use wasm_bindgen::prelude::*;
 
@@ -70,9 +70,7 @@ impl BatchSpans {
         for (span, p) in self.spans.iter_mut().zip(processed) {
             let Some(span) = span.take() else { continue };
             let kind = p.outcome.kind();
-            let duplicate = matches!(p.decision.verdict, Verdict::Duplicate(_));
-            let claimed = p.decision.claim.is_some();
-            for (key, value) in outcome_attributes(kind, self.mode, claimed, duplicate) {
+            for (key, value) in outcome_attributes(kind, self.mode, p.claimed(), p.duplicate()) {
                 span.set(key, &value);
             }
             if kind.is_failure() {

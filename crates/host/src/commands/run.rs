@@ -253,7 +253,11 @@ fn decide_group(
         }
         let decided = decide(runtime, lines);
         if let Some(spans) = &mut runtime.state().spans {
-            spans.end_batch(decided.iter().map(|v| (v.kind, v.reason.as_deref())));
+            spans.end_batch(
+                decided
+                    .iter()
+                    .map(|v| (v.kind, v.reason.as_deref(), v.duplicate, v.claimed)),
+            );
         }
         verdicts.extend(decided);
     }

@@ -5,7 +5,7 @@ use anyhow::Result;
 use bq_dedupe::{Message, OutcomeKind, envelope::Limits};
 
 use bq_dedupe_host::runtime::Runtime;
-use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::{Outcome, Processed};
+use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::types::{DeliveryReport, Outcome};
 
 use super::Line;
 
@@ -68,19 +68,26 @@ pub(super) struct LineVerdict {
     pub(super) id: Option<String>,
     /// The outcome's kind (`None`: its call trapped), for its span.
     pub(super) kind: Option<OutcomeKind>,
+    /// For its span, as the component reported them: its handler did not run
+    /// because its id was done or an earlier line of its batch had it; it held
+    /// a claim.
+    pub(super) duplicate: bool,
+    pub(super) claimed: bool,
 }
 
 impl LineVerdict {
     /// The verdict of a line the component decided.
-    fn of(line: u64, outcome: &Outcome, id: Option<String>) -> Self {
-        let (kind, reason) = kind_of(outcome);
+    fn of(line: u64, report: DeliveryReport) -> Self {
+        let (kind, reason) = kind_of(&report.outcome);
         LineVerdict {
             line,
             decision: decision(kind),
             outcome: kind.code(),
             reason,
-            id,
+            id: report.id,
             kind: Some(kind),
+            duplicate: report.duplicate,
+            claimed: report.claimed,
         }
     }
 
@@ -93,13 +100,15 @@ impl LineVerdict {
             reason: Some(reason),
             id,
             kind: None,
+            duplicate: false,
+            claimed: false,
         }
     }
 }
 
 /// Puts a batch of lines through the run's guard (`consumer.guard`'s
-/// `process-batch-ids`, which decodes each line once and hands its `meta.id`
-/// back): one verdict per line, in order. A line that is not UTF-8 cannot cross
+/// `process-batch-reports`, which decodes each line once and hands its
+/// `meta.id` back, with what its span reports): one verdict per line, in order. A line that is not UTF-8 cannot cross
 /// and is rejected here.
 pub(super) fn decide(runtime: &mut Runtime, batch: Vec<Line>) -> Vec<LineVerdict> {
     let mut verdicts: Vec<Option<LineVerdict>> = Vec::with_capacity(batch.len());
@@ -116,6 +125,8 @@ pub(super) fn decide(runtime: &mut Runtime, batch: Vec<Line>) -> Vec<LineVerdict
                     reason: Some(reason),
                     id: None,
                     kind: Some(OutcomeKind::Rejected),
+                    duplicate: false,
+                    claimed: false,
                 }));
             }
             Ok(text) => {
@@ -127,7 +138,7 @@ pub(super) fn decide(runtime: &mut Runtime, batch: Vec<Line>) -> Vec<LineVerdict
     }
     let processed = match texts.as_slice() {
         [] => Ok(Vec::new()),
-        many => runtime.guard_process_batch_ids(many),
+        many => runtime.guard_process_batch_reports(many),
     };
     let mut decided = resolve(&lines, &texts, processed);
     rerun_after_failed_leaders(runtime, &lines, texts, &mut decided);
@@ -182,7 +193,11 @@ fn rerun_after_failed_leaders(
 /// instance has been replaced) or answered the wrong number of deliveries leaves
 /// every one of its deliveries unacked: `failed`, outcome `trap`, so it is
 /// retried, never lost; only then are the ids read natively, for the report.
-fn resolve(lines: &[u64], texts: &[String], processed: Result<Vec<Processed>>) -> Vec<LineVerdict> {
+fn resolve(
+    lines: &[u64],
+    texts: &[String],
+    processed: Result<Vec<DeliveryReport>>,
+) -> Vec<LineVerdict> {
     let processed = processed.and_then(|p| {
         if p.len() == texts.len() {
             Ok(p)
@@ -198,7 +213,7 @@ fn resolve(lines: &[u64], texts: &[String], processed: Result<Vec<Processed>>) -
         Ok(processed) => lines
             .iter()
             .zip(processed)
-            .map(|(&line, Processed { id, outcome })| LineVerdict::of(line, &outcome, id))
+            .map(|(&line, report)| LineVerdict::of(line, report))
             .collect(),
         Err(e) => {
             let reason = format!("{e:#}");
