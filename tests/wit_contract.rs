@@ -576,6 +576,11 @@ fn function_signatures_match_the_contract() {
                 "[method]guard.process-batch-ids",
                 "func(self: borrow<guard>, envelopes: list<string>) -> list<processed>"
             ),
+            // Then each outcome with what its span reports (duplicate, claimed).
+            (
+                "[method]guard.process-batch-reports",
+                "func(self: borrow<guard>, envelopes: list<string>) -> list<delivery-report>"
+            ),
             (
                 "[method]guard.forget",
                 "func(self: borrow<guard>, id: string) -> result<_, store-error>"
@@ -600,6 +605,7 @@ fn consumer_guard_is_a_resource_with_a_fallible_constructor() {
             ("outcome", "type outcome = outcome"),
             ("store-error", "type store-error = store-error"),
             ("processed", "type processed = processed"),
+            ("delivery-report", "type delivery-report = delivery-report"),
             ("guard", "resource guard"),
         ])
     );
@@ -623,6 +629,7 @@ fn consumer_guard_is_a_resource_with_a_fallible_constructor() {
             ("[method]guard.process".to_string(), "method"),
             ("[method]guard.process-batch".to_string(), "method"),
             ("[method]guard.process-batch-ids".to_string(), "method"),
+            ("[method]guard.process-batch-reports".to_string(), "method"),
         ]
     );
     // The guard's options are the 1.x options, field for field, plus fingerprints.
@@ -706,6 +713,11 @@ fn types_interface_matches_the_contract() {
             (
                 "processed",
                 "record processed { id: option<string>, outcome: outcome }"
+            ),
+            (
+                "delivery-report",
+                "record delivery-report { id: option<string>, outcome: outcome, \
+                 duplicate: bool, claimed: bool }"
             ),
             (
                 "guard-options",
