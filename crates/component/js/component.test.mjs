@@ -444,6 +444,11 @@ test('consumer.Guard (1.1): options and capabilities once, then only the bodies,
     guard.processBatchIds([b, 'nope', envelopeWithId('')]).map((p) => [p.id, p.outcome.tag]),
     [['id-B', 'skip'], [undefined, 'rejected'], [undefined, 'fail-open']],
   );
+  // With what each delivery's span reports: an in-batch duplicate, a skip.
+  assert.deepEqual(
+    guard.processBatchReports([c, envelopeWithId('id-D'), envelopeWithId('id-D')]).map((r) => [r.id, r.outcome.tag, r.duplicate, r.claimed]),
+    [['id-C', 'skip', true, false], ['id-D', 'run-ok', false, false], ['id-D', 'skip', true, false]],
+  );
   guard.forget('id-A');
   assert.ok(!remembered.has('bq:id-A'));
   assert.deepEqual(guard.process(a), { tag: 'run-ok' });
