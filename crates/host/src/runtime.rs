@@ -114,7 +114,8 @@ impl Runtime {
             spans: None,
         };
         let mut store = Store::new(&engine, state);
-        let bindings = Dedupe::instantiate(&mut store, &component, &linker).context(
+        let instance = Dedupe::instantiate(&mut store, &component, &linker);
+        let bindings = instance.map_err(anyhow::Error::from).context(
             "the component lacks an export this bq-dedupe calls: a host needs a component at \
              least as new as itself (rebuild it with scripts/build-component.sh, or drop \
              --component to use the built-in one)",

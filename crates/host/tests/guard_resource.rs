@@ -500,3 +500,19 @@ fn types_options(
         ..guard_options("")
     }
 }
+
+/// A component without the exports this host calls (an older build, another
+/// world) fails to load with why and what to do, before anything is decided.
+#[test]
+fn a_component_without_this_hosts_exports_fails_to_load_saying_why() {
+    let dir = std::env::temp_dir().join(format!("bq-old-component-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("empty.wasm");
+    std::fs::write(&path, wat::parse_str("(component)").unwrap()).unwrap();
+    let store = AnyStore::from_spec("memory").expect("memory store");
+    let source = bq_dedupe_host::runtime::ComponentSource::File(path);
+    let err = Runtime::load(&source, store, Handler::Mark).expect_err("no exports");
+    let text = format!("{err:#}");
+    assert!(text.contains("at least as new as itself"), "{text}");
+    std::fs::remove_dir_all(&dir).ok();
+}
