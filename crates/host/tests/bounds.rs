@@ -107,10 +107,47 @@ fn an_endless_line_is_rejected_without_reading_it_into_memory() {
     let verdicts = decisions(&out);
     assert_eq!(verdicts.len(), 2, "{out:?}");
     assert_eq!(verdicts[0]["decision"], "reject", "{}", verdicts[0]);
+    // Its whole size, not the MiB and a byte that was read of it.
+    assert_eq!(
+        verdicts[0]["reason"],
+        format!(
+            "the envelope is {} bytes, over the 1048576-byte limit",
+            200 << 20
+        ),
+        "{}",
+        verdicts[0]
+    );
     assert_eq!(verdicts[1]["decision"], "run", "{}", verdicts[1]);
     assert!(
         peak_kb > 0 && peak_kb < 150_000,
         "the host grew to {peak_kb} kB on one line"
+    );
+}
+
+/// `check` says a too-large line's whole size too, and numbers the lines after it.
+#[test]
+fn check_gives_a_cut_lines_whole_size() {
+    let huge = format!("{{\"job\":\"j\",\"data\":\"{}\"}}", "x".repeat(3 << 20));
+    let out = bq(
+        &["check", "-"],
+        &format!("{huge}\n{}\n", envelope("after-2")),
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{out:?}");
+    assert_eq!(lines[0]["code"], "too-large");
+    assert_eq!(
+        lines[0]["reason"],
+        format!(
+            "the envelope is {} bytes, over the 1048576-byte limit",
+            huge.len()
+        )
+    );
+    assert_eq!(
+        (lines[1]["line"].as_u64(), lines[1]["valid"].as_bool()),
+        (Some(2), Some(true))
     );
 }
 

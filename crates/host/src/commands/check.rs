@@ -31,14 +31,21 @@ pub fn run(component: &ComponentSource, input: &str) -> Result<ExitCode> {
     // Validation never touches the store; an in-memory one satisfies the import.
     let mut runtime = Runtime::load(component, AnyStore::from_spec("memory")?, Handler::Mark)?;
     let mut invalid = 0u64;
-    for (n, line) in super::Lines::open(input)?.enumerate() {
+    let mut lines = super::Lines::open(input)?;
+    let mut n = 0;
+    while let Some(line) = lines.next() {
         let line = line?;
-        let verdict = match std::str::from_utf8(&line) {
-            Err(_) => {
+        n += 1;
+        let verdict = match (lines.cut(), std::str::from_utf8(&line)) {
+            (Some(size), _) => {
+                let r = super::reject_cut(size);
+                Err((r.code().to_string(), r.to_string()))
+            }
+            (None, Err(_)) => {
                 let r = super::reject_bytes(&line);
                 Err((r.code().to_string(), r.to_string()))
             }
-            Ok(text) => match runtime.decode(text)? {
+            (None, Ok(text)) => match runtime.decode(text)? {
                 Ok(_) => Ok(Message::parse_str(text, &Limits::default())
                     .ok()
                     .and_then(|m| m.id().map(str::to_owned))),
@@ -46,10 +53,10 @@ pub fn run(component: &ComponentSource, input: &str) -> Result<ExitCode> {
             },
         };
         let record = match verdict {
-            Ok(id) => json!({"line": n + 1, "valid": true, "id": id}),
+            Ok(id) => json!({"line": n, "valid": true, "id": id}),
             Err((code, reason)) => {
                 invalid += 1;
-                json!({"line": n + 1, "valid": false, "code": code, "reason": reason})
+                json!({"line": n, "valid": false, "code": code, "reason": reason})
             }
         };
         println!("{record}");

@@ -18,6 +18,15 @@ pub fn reject_bytes(line: &[u8]) -> Rejection {
         .unwrap_or_else(|| Rejection::NotJson("invalid UTF-8".into()))
 }
 
+/// The verdict on a line [`Lines`] cut at the read limit: too large, with its
+/// whole size (the component would see only the bytes read).
+pub fn reject_cut(size: usize) -> Rejection {
+    Rejection::TooLarge {
+        size,
+        limit: Limits::default().max_bytes,
+    }
+}
+
 /// Lines of a file, or of stdin for `-`, as raw bytes (a line that is not UTF-8
 /// is still a line, to be rejected rather than stop the stream), without their
 /// line ending, read through a 1 MiB buffer (a chunk of lines is what one
@@ -26,6 +35,9 @@ pub struct Lines {
     reader: BufReader<Box<dyn Read + Send>>,
     /// Where a line is read before it is copied out at its exact length.
     scratch: Vec<u8>,
+    /// The whole size of the line just returned, when it was over the read
+    /// limit and cut there (see [`Lines::cut`]).
+    cut: Option<usize>,
 }
 
 impl Lines {
@@ -37,6 +49,7 @@ impl Lines {
         Ok(Lines {
             reader: BufReader::with_capacity(1 << 20, reader),
             scratch: Vec::new(),
+            cut: None,
         })
     }
 
@@ -56,20 +69,30 @@ const SCRATCH_KEPT: usize = 1 << 20;
 const LINE_READ_LIMIT: usize = (1 << 20) + 1;
 
 impl Lines {
-    /// Skips the rest of the current line (up to and with its newline).
-    fn skip_line(&mut self) -> std::io::Result<()> {
+    /// The line just returned was over the envelope limit: its whole size in
+    /// bytes (what was returned is its first bytes only). Such a line is
+    /// rejected as too large, with this size.
+    pub fn cut(&self) -> Option<usize> {
+        self.cut
+    }
+
+    /// Skips the rest of the current line (up to and with its newline):
+    /// how many bytes it had before its newline.
+    fn skip_line(&mut self) -> std::io::Result<usize> {
+        let mut skipped = 0;
         loop {
             let buf = self.reader.fill_buf()?;
             if buf.is_empty() {
-                return Ok(());
+                return Ok(skipped);
             }
             match buf.iter().position(|&b| b == b'\n') {
                 Some(at) => {
                     self.reader.consume(at + 1);
-                    return Ok(());
+                    return Ok(skipped + at);
                 }
                 None => {
                     let n = buf.len();
+                    skipped += n;
                     self.reader.consume(n);
                 }
             }
@@ -86,6 +109,7 @@ impl Iterator for Lines {
             self.scratch = Vec::new();
         }
         self.scratch.clear();
+        self.cut = None;
         let mut limited = (&mut self.reader).take(LINE_READ_LIMIT as u64);
         match limited.read_until(b'\n', &mut self.scratch) {
             Ok(0) => None,
@@ -93,7 +117,11 @@ impl Iterator for Lines {
                 if self.scratch.len() >= LINE_READ_LIMIT && self.scratch.last() != Some(&b'\n') {
                     // Cut off: kept as read (over the limit, so rejected as too
                     // large), no line ending stripped that would bring it under.
-                    return Some(self.skip_line().map(|()| self.scratch.clone()));
+                    let read = self.scratch.len();
+                    return Some(self.skip_line().map(|rest| {
+                        self.cut = Some(read + rest);
+                        self.scratch.clone()
+                    }));
                 }
                 let mut line = self.scratch.as_slice();
                 while let [rest @ .., b'\n' | b'\r'] = line {

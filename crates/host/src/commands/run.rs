@@ -33,16 +33,18 @@ enum Event {
 }
 
 /// Lines as the reader thread hands them over: blank lines dropped, the rest
-/// numbered and checked for UTF-8 (a line that is not stays bytes, to be
-/// rejected in its turn), so the deciding thread does neither.
+/// numbered and checked for UTF-8 (a line that is not, or that was over the
+/// size limit, is its rejection, reported in its turn), so the deciding thread
+/// does neither.
 struct Chunk {
     /// The number of the chunk's last line, blank or not.
     last: u64,
     lines: Vec<Line>,
 }
 
-/// A numbered line: its text, or the bytes of a line that is not UTF-8.
-pub(super) type Line = (u64, Result<String, Vec<u8>>);
+/// A numbered line: its text, or why it cannot cross into the component (not
+/// UTF-8, or cut at the size limit: see `Lines::cut`).
+pub(super) type Line = (u64, Result<String, bq_dedupe::envelope::Rejection>);
 
 /// Why the deciding loop stopped before the end of its input.
 enum Stop {
@@ -287,7 +289,12 @@ fn read_chunks(mut source: super::Lines, send: mpsc::SyncSender<Event>) {
                     n += 1;
                     bytes += line.len();
                     if !blank(&line) {
-                        lines.push((n, String::from_utf8(line).map_err(|e| e.into_bytes())));
+                        let text = match source.cut() {
+                            Some(size) => Err(super::reject_cut(size)),
+                            None => String::from_utf8(line)
+                                .map_err(|e| super::reject_bytes(e.as_bytes())),
+                        };
+                        lines.push((n, text));
                     }
                 }
                 Some(Err(e)) => {

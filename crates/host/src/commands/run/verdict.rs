@@ -116,8 +116,8 @@ pub(super) fn decide(runtime: &mut Runtime, batch: Vec<Line>) -> Vec<LineVerdict
     let mut lines: Vec<u64> = Vec::with_capacity(batch.len());
     for (line, text) in batch {
         match text {
-            Err(bytes) => {
-                let reason = crate::commands::reject_bytes(&bytes).to_string();
+            Err(rejection) => {
+                let reason = rejection.to_string();
                 verdicts.push(Some(LineVerdict {
                     line,
                     decision: "reject",
