@@ -21,6 +21,34 @@ use std::sync::OnceLock;
 
 use wasmtime::{Cache, CacheConfig, Config, Engine};
 
+/// How often the handler plugins' engine advances its epoch: the grain of
+/// `--handler-timeout` for a plugin.
+pub const EPOCH_TICK: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// The engine handler plugins run on: the process engine's settings plus epoch
+/// interruption, its epoch advanced every [`EPOCH_TICK`] by a thread of its
+/// own, so a plugin that never returns can be stopped (a store's deadline, in
+/// ticks, is `--handler-timeout`). The dedupe component stays on [`engine`],
+/// which pays no epoch checks.
+pub fn interruptible_engine() -> Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            let engine = make_engine_with(|config| {
+                config.epoch_interruption(true);
+            });
+            let ticking = engine.clone();
+            std::thread::spawn(move || {
+                loop {
+                    std::thread::sleep(EPOCH_TICK);
+                    ticking.increment_epoch();
+                }
+            });
+            engine
+        })
+        .clone()
+}
+
 /// The engine for this process, made on first use and shared (a clone is a
 /// handle): the component and a handler plugin use one cache.
 pub fn engine() -> Engine {
@@ -29,7 +57,12 @@ pub fn engine() -> Engine {
 }
 
 fn make_engine() -> Engine {
+    make_engine_with(|_| {})
+}
+
+fn make_engine_with(settings: impl Fn(&mut Config)) -> Engine {
     let mut config = Config::new();
+    settings(&mut config);
     if std::env::var_os("BQ_DEDUPE_CACHE").is_none_or(|v| v != "off") {
         let dir = std::env::var_os("BQ_DEDUPE_CACHE_DIR").map(absolute);
         match compile_cache(dir.clone()) {

@@ -2,6 +2,7 @@
 //! host run.
 
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use wasmtime::component::{Component, Linker, WasmStr};
@@ -109,12 +110,15 @@ pub fn bind_lazily(linker: &mut Linker<HostState>, component: &Component) -> Res
     Ok(bound?)
 }
 
-/// A handler component in its own store (it shares nothing with the dedupe component).
+/// A handler component in its own store (it shares nothing with the dedupe
+/// component), on the interruptible engine: a call that runs past `timeout`
+/// traps, and the delivery fails like an `--exec` handler's that timed out.
 pub struct Plugin {
     component: Component,
     linker: Linker<()>,
     store: Store<()>,
     bindings: HandlerPlugin,
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -124,14 +128,15 @@ impl std::fmt::Debug for Plugin {
 }
 
 impl Plugin {
-    /// Loads and instantiates the handler component at `path`.
-    pub fn load(path: &Path) -> Result<Self> {
-        let engine = crate::engine::engine();
+    /// Loads and instantiates the handler component at `path`; each call may
+    /// run for `timeout` (`--handler-timeout`).
+    pub fn load(path: &Path, timeout: Duration) -> Result<Self> {
+        let engine = crate::engine::interruptible_engine();
         let component = Component::from_file(&engine, path)
             .map_err(anyhow::Error::from)
             .with_context(|| format!("loading handler plugin {}", path.display()))?;
         let linker = Linker::new(&engine);
-        let mut store = Store::new(&engine, ());
+        let mut store = deadlined(&engine, timeout);
         let bindings = HandlerPlugin::instantiate(&mut store, &component, &linker)
             .map_err(anyhow::Error::from)
             .with_context(|| format!("instantiating handler plugin {}", path.display()))?;
@@ -140,10 +145,12 @@ impl Plugin {
             linker,
             store,
             bindings,
+            timeout,
         })
     }
 
     fn handle(&mut self, envelope: &str) -> Result<(), String> {
+        self.store.set_epoch_deadline(ticks(self.timeout));
         match self
             .bindings
             .babelqueue_idempotency_handler()
@@ -153,15 +160,36 @@ impl Plugin {
             Err(trap) => {
                 // A trapped instance (and its whole store) cannot be entered again:
                 // a fresh store and instance; the message is retried.
-                let mut store = Store::new(self.component.engine(), ());
+                let mut store = deadlined(self.component.engine(), self.timeout);
                 if let Ok(fresh) =
                     HandlerPlugin::instantiate(&mut store, &self.component, &self.linker)
                 {
                     self.store = store;
                     self.bindings = fresh;
                 }
-                Err(format!("handler plugin trapped: {trap}"))
+                match trap.downcast_ref::<wasmtime::Trap>() {
+                    Some(wasmtime::Trap::Interrupt) => Err(format!(
+                        "handler plugin ran past --handler-timeout ({}) and was stopped",
+                        crate::exec::shown(self.timeout)
+                    )),
+                    _ => Err(format!("handler plugin trapped: {trap}")),
+                }
             }
         }
     }
+}
+
+/// Epoch ticks in `timeout` (at least one).
+fn ticks(timeout: Duration) -> u64 {
+    let tick = crate::engine::EPOCH_TICK.as_nanos();
+    u64::try_from(timeout.as_nanos().div_ceil(tick))
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
+/// A store whose calls may each run for `timeout` (instantiation included).
+fn deadlined(engine: &wasmtime::Engine, timeout: Duration) -> Store<()> {
+    let mut store = Store::new(engine, ());
+    store.set_epoch_deadline(ticks(timeout));
+    store
 }

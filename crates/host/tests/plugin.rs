@@ -121,3 +121,55 @@ fn plugin_results_drive_the_decisions() {
         .collect();
     assert_eq!(kinds, ["run", "run", "skip", "skip"]);
 }
+
+/// A plugin that never returns hung `bq-dedupe run` for good: now each call is
+/// stopped at `--handler-timeout`, the delivery `failed` (retried), and the
+/// stream goes on with a fresh instance.
+#[test]
+fn a_plugin_that_never_returns_is_stopped_at_the_handler_timeout() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "../../target/host-tests/plugin-loop-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let spin = write_plugin(&dir, "spin", "(loop $forever (br $forever)) (i32.const 16)");
+    let started = std::time::Instant::now();
+    let mut child = common::spawn(&[
+        "run",
+        "--store",
+        "memory",
+        "--handler",
+        spin.to_str().unwrap(),
+        "--handler-timeout",
+        "300ms",
+    ]);
+    let input = [envelope("s1"), envelope("s2")].join("\n");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let elapsed = started.elapsed();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let verdicts: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(verdicts.len(), 2, "{verdicts:?}");
+    for v in &verdicts {
+        assert_eq!(v["decision"], "failed", "{v}");
+        assert_eq!(
+            v["reason"], "handler plugin ran past --handler-timeout (300ms) and was stopped",
+            "{v}"
+        );
+    }
+    assert!(elapsed < std::time::Duration::from_secs(30), "{elapsed:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}

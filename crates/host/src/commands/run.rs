@@ -65,7 +65,7 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
             cmd: cmd.clone(),
             timeout: args.handler_timeout,
         }),
-        (None, Some(path)) => Handler::Plugin(Box::new(Plugin::load(path)?)),
+        (None, Some(path)) => Handler::Plugin(Box::new(Plugin::load(path, args.handler_timeout)?)),
         (None, None) => Handler::Mark,
     };
     // Installed first, so every error path below drops it (and so flushes).

@@ -31,9 +31,10 @@ pub struct RunArgs {
     /// A shell command run per message with the envelope on stdin (exit 0 = success).
     #[arg(long, conflicts_with = "handler")]
     pub(super) exec: Option<String>,
-    /// The longest one `--exec` handler may run (e.g. 30s, 5m): then it is
-    /// killed with every process it started, and the delivery fails (retried;
-    /// in claiming mode its claim released, renewed no longer).
+    /// The longest one handler may run (e.g. 30s, 5m): then an `--exec` one is
+    /// killed with every process it started, a `--handler` plugin's call is
+    /// stopped (its instance replaced), and the delivery fails (retried; in
+    /// claiming mode its claim released, renewed no longer).
     #[arg(long, value_parser = parse_positive_duration, default_value = "5m")]
     pub(super) handler_timeout: Duration,
     /// A handler plugin component exporting the WIT `handler` interface.
