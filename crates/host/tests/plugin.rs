@@ -50,13 +50,21 @@ fn write_plugin(dir: &Path, name: &str, body: &str) -> PathBuf {
 }
 
 fn run(store: &str, plugin: &Path, input: &str) -> Vec<Value> {
-    let mut child = common::spawn(&[
+    run_with(store, plugin, &[], input)
+}
+
+/// `bq-dedupe run --handler PLUGIN` (and `extra` flags) over `input`: its
+/// verdicts, after checking that it printed verdicts (exit 0 or 3), not an error.
+fn run_with(store: &str, plugin: &Path, extra: &[&str], input: &str) -> Vec<Value> {
+    let mut args = vec![
         "run",
         "--store",
         store,
         "--handler",
         plugin.to_str().unwrap(),
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let mut child = common::spawn(&args);
     child
         .stdin
         .take()
@@ -75,6 +83,16 @@ fn run(store: &str, plugin: &Path, input: &str) -> Vec<Value> {
         .collect()
 }
 
+/// A directory of this test process's own under target/host-tests.
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "../../target/host-tests/{name}-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 fn envelope(id: &str) -> String {
     json!({"job": "urn:babel:x", "trace_id": "t", "data": {}, "meta": {"id": id, "schema_version": 1}, "attempts": 0})
         .to_string()
@@ -82,11 +100,7 @@ fn envelope(id: &str) -> String {
 
 #[test]
 fn plugin_results_drive_the_decisions() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
-        "../../target/host-tests/plugin-{}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("plugin");
     let store = format!("sqlite:{}", dir.join("seen.db").display());
     let (ok, fail, trap) = (
         write_plugin(&dir, "ok", OK),
@@ -127,41 +141,12 @@ fn plugin_results_drive_the_decisions() {
 /// stream goes on with a fresh instance.
 #[test]
 fn a_plugin_that_never_returns_is_stopped_at_the_handler_timeout() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
-        "../../target/host-tests/plugin-loop-{}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("plugin-loop");
     let spin = write_plugin(&dir, "spin", "(loop $forever (br $forever)) (i32.const 16)");
     let started = std::time::Instant::now();
-    let mut child = common::spawn(&[
-        "run",
-        "--store",
-        "memory",
-        "--handler",
-        spin.to_str().unwrap(),
-        "--handler-timeout",
-        "300ms",
-    ]);
     let input = [envelope("s1"), envelope("s2")].join("\n");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let verdicts = run_with("memory", &spin, &["--handler-timeout", "300ms"], &input);
     let elapsed = started.elapsed();
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let verdicts: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
     assert_eq!(verdicts.len(), 2, "{verdicts:?}");
     for v in &verdicts {
         assert_eq!(v["decision"], "failed", "{v}");
