@@ -94,13 +94,26 @@ fn refused_outcomes(n: usize, e: StoreError) -> Vec<wit::Outcome> {
     vec![wit::Outcome::StoreUnavailable(e.into()); n]
 }
 
-/// `process-batch-ids` entries for `n` deliveries that could not be processed.
-fn refused_processed(n: usize, e: StoreError) -> Vec<wit::Processed> {
+/// `process-batch-reports` entries for `n` deliveries that could not be processed.
+fn refused_reports(n: usize, e: StoreError) -> Vec<wit::DeliveryReport> {
     let refused = wit::Outcome::StoreUnavailable(e.into());
     (0..n)
-        .map(|_| wit::Processed {
+        .map(|_| wit::DeliveryReport {
             id: None,
             outcome: refused.clone(),
+            duplicate: false,
+            claimed: false,
+        })
+        .collect()
+}
+
+/// `process-batch-ids` entries: the reports, less what only a span needs.
+fn ids(reports: Vec<wit::DeliveryReport>) -> Vec<wit::Processed> {
+    reports
+        .into_iter()
+        .map(|r| wit::Processed {
+            id: r.id,
+            outcome: r.outcome,
         })
         .collect()
 }
@@ -139,17 +152,7 @@ fn process_many_reports(
                 })
                 .collect()
         },
-        |e| {
-            let refused = wit::Outcome::StoreUnavailable(e.into());
-            (0..envelopes.len())
-                .map(|_| wit::DeliveryReport {
-                    id: None,
-                    outcome: refused.clone(),
-                    duplicate: false,
-                    claimed: false,
-                })
-                .collect()
-        },
+        |e| refused_reports(envelopes.len(), e),
     )
 }
 
@@ -157,13 +160,7 @@ fn process_many_reports(
 /// reports, less what only a span needs: the batch path stays in the
 /// component once).
 fn process_many_ids(guard: &Guard<HostStore>, envelopes: &[String]) -> Vec<wit::Processed> {
-    process_many_reports(guard, envelopes)
-        .into_iter()
-        .map(|r| wit::Processed {
-            id: r.id,
-            outcome: r.outcome,
-        })
-        .collect()
+    ids(process_many_reports(guard, envelopes))
 }
 
 /// `process-batch` on `guard`: the same core call as [`process_many_ids`] (the
@@ -352,7 +349,7 @@ impl consumer::Guest for Component {
     fn process_batch_ids(envelopes: Vec<String>, options: wit::Options) -> Vec<wit::Processed> {
         match per_call(options) {
             Ok(guard) => process_many_ids(&guard, &envelopes),
-            Err(e) => refused_processed(envelopes.len(), e),
+            Err(e) => ids(refused_reports(envelopes.len(), e)),
         }
     }
 

@@ -2,8 +2,8 @@
 // BabelQueue's consumer span for each delivery, through the OpenTelemetry
 // tracer the caller passed. What each delivery became (its outcome, whether it
 // was a duplicate, whether it held a claim) is the core's, handed over by
-// src/otel.rs; the attribute names come from the core's table too
-// (`setNames`). Nothing here can change an outcome: a tracer that throws only
+// src/otel.rs; the attribute names come from the core's table too (passed to
+// `startSpans`). Nothing here can change an outcome: a tracer that throws only
 // loses its span.
 //
 // No import of @opentelemetry/api (an optional peer): a context is any object
@@ -146,9 +146,10 @@ export async function startSpans(list, tracer, deliveries, keys, mode, store, me
   const fields = items.map((item) => (item === undefined ? fieldsOf('') : fieldsOf(item)));
   // The caller's context (its baggage, its values) with the delivery's parent
   // in place of its span: read now, in the caller's call.
-  const base = quietly(() => globalThis[API]?.context?.active()) ?? ROOT;
+  const manager = globalThis[API]?.context;
+  const base = quietly(() => manager?.active()) ?? ROOT;
   const parents = await Promise.all(fields.map((f) => parentContext(base, f.traceId)));
-  const spans = new Spans(tracer, mode, parents);
+  const spans = new Spans(tracer, mode, parents, manager);
   // Not an object: no store at all, which the guard refuses with its own message.
   const object = store !== null && (typeof store === 'object' || typeof store === 'function');
   spans.store = memory || !object ? store : spans.tracedStore(store);
@@ -176,13 +177,14 @@ export function endSpan(deliveries, i, kind, disposition, flags, reason, error) 
 }
 
 class Spans {
-  constructor(tracer, mode, parents) {
+  constructor(tracer, mode, parents, manager) {
     this.tracer = tracer;
     this.mode = mode;
     this.parents = parents;
     this.spans = [];
     this.byKey = new Map();
-    this.manager = globalThis[API]?.context;
+    /** The context manager the SDK registered (undefined: none). */
+    this.manager = manager;
     this.store = undefined;
   }
 

@@ -108,8 +108,9 @@ impl LineVerdict {
 
 /// Puts a batch of lines through the run's guard (`consumer.guard`'s
 /// `process-batch-reports`, which decodes each line once and hands its
-/// `meta.id` back, with what its span reports): one verdict per line, in order. A line that is not UTF-8 cannot cross
-/// and is rejected here.
+/// `meta.id` back, with what its span reports): one verdict per line, in order.
+/// A line that cannot cross (not UTF-8, or cut at the size limit) is rejected
+/// here, with the rejection the reader made.
 pub(super) fn decide(runtime: &mut Runtime, batch: Vec<Line>) -> Vec<LineVerdict> {
     let mut verdicts: Vec<Option<LineVerdict>> = Vec::with_capacity(batch.len());
     let mut texts: Vec<String> = Vec::with_capacity(batch.len());
