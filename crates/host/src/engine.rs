@@ -83,9 +83,16 @@ fn make_engine_with(settings: impl Fn(&mut Config)) -> Engine {
             Err(e) => eprintln!("bq-dedupe: BQ_DEDUPE_PERFMAP: no perf map: {e:#}"),
         }
     }
-    // A `Config` with the defaults and a cache is always valid; were it not, the
-    // defaults alone are.
-    Engine::new(&config).unwrap_or_default()
+    // A `Config` with the defaults and a cache is always valid; were it not,
+    // the same settings without the cache are (so the plugins' engine keeps
+    // its epoch interruption).
+    Engine::new(&config)
+        .or_else(|_| {
+            let mut plain = Config::new();
+            settings(&mut plain);
+            Engine::new(&plain)
+        })
+        .unwrap_or_default()
 }
 
 fn compile_cache(dir: Option<PathBuf>) -> wasmtime::Result<Cache> {

@@ -179,12 +179,28 @@ impl Plugin {
     }
 }
 
-/// Epoch ticks in `timeout` (at least one).
+/// Epoch ticks in `timeout`, plus one: the deadline counts from the current
+/// epoch, whose next tick may be due at once, so a call is never stopped
+/// before `timeout` (and at most a tick after it).
 fn ticks(timeout: Duration) -> u64 {
     let tick = crate::engine::EPOCH_TICK.as_nanos();
     u64::try_from(timeout.as_nanos().div_ceil(tick))
-        .unwrap_or(u64::MAX)
-        .max(1)
+        .unwrap_or(u64::MAX - 1)
+        .saturating_add(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A deadline one tick long could fire a moment after it was set.
+    #[test]
+    fn a_deadline_is_never_shorter_than_its_timeout() {
+        assert_eq!(ticks(Duration::from_millis(1)), 2);
+        assert_eq!(ticks(Duration::from_millis(10)), 2);
+        assert_eq!(ticks(Duration::from_millis(11)), 3);
+        assert_eq!(ticks(Duration::MAX), u64::MAX);
+    }
 }
 
 /// A store whose calls may each run for `timeout` (instantiation included).

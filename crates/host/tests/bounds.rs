@@ -249,3 +249,59 @@ fn a_cut_line_is_never_trimmed_under_the_limit() {
     );
     assert_eq!(verdicts[1]["decision"], "run");
 }
+
+/// A line of exactly the limit ending in `\r\n` was read as cut and rejected
+/// (the same line ending in `\n` ran); a cut line's `\r\n` is not counted in
+/// its size; a cut line that starts blank got no verdict at all from `run`.
+#[test]
+fn crlf_at_the_limit_runs_and_a_cut_line_is_never_dropped() {
+    let limit = 1 << 20;
+    let at_limit = |id: &str| {
+        let body = envelope(id);
+        let body = body.replacen('{', &format!("{{{}", " ".repeat(limit - body.len())), 1);
+        assert_eq!(body.len(), limit);
+        body
+    };
+    let over = format!("{}{}", " ".repeat(limit + 10), envelope("spaces-first"));
+    let input = format!(
+        "{}\r\n{over}\r\n{}x\r\n{}\n",
+        at_limit("crlf-1"),
+        at_limit("crlf-2"),
+        envelope("after-3")
+    );
+    let out = bq(&["run", "--store", "memory"], &input);
+    let verdicts = decisions(&out);
+    let seen: Vec<(u64, String)> = verdicts
+        .iter()
+        .map(|v| {
+            (
+                v["line"].as_u64().unwrap(),
+                v["decision"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (1, "run".into()),
+            (2, "reject".into()),
+            (3, "reject".into()),
+            (4, "run".into())
+        ],
+        "{verdicts:?}"
+    );
+    assert_eq!(
+        verdicts[1]["reason"],
+        format!(
+            "the envelope is {} bytes, over the 1048576-byte limit",
+            over.len()
+        )
+    );
+    assert_eq!(
+        verdicts[2]["reason"],
+        format!(
+            "the envelope is {} bytes, over the 1048576-byte limit",
+            limit + 1
+        )
+    );
+}

@@ -65,8 +65,9 @@ const SCRATCH_KEPT: usize = 1 << 20;
 
 /// The most of one line read into memory: one byte over the envelope limit
 /// (`Limits::max_bytes`), so a longer line is still rejected as too large,
-/// while the rest of it is skipped as it is read, never held.
-const LINE_READ_LIMIT: usize = (1 << 20) + 1;
+/// while the rest of it is skipped as it is read, never held; and one more, so
+/// a line of exactly the limit ending in `\r\n` is read whole.
+const LINE_READ_LIMIT: usize = (1 << 20) + 2;
 
 impl Lines {
     /// The line just returned was over the envelope limit: its whole size in
@@ -76,23 +77,25 @@ impl Lines {
         self.cut
     }
 
-    /// Skips the rest of the current line (up to and with its newline):
-    /// how many bytes it had before its newline.
-    fn skip_line(&mut self) -> std::io::Result<usize> {
-        let mut skipped = 0;
+    /// Skips the rest of the current line (up to and with its newline): how
+    /// many bytes it had before its newline, and the last of them.
+    fn skip_line(&mut self) -> std::io::Result<(usize, Option<u8>)> {
+        let (mut skipped, mut last) = (0, None);
         loop {
             let buf = self.reader.fill_buf()?;
             if buf.is_empty() {
-                return Ok(skipped);
+                return Ok((skipped, last));
             }
             match buf.iter().position(|&b| b == b'\n') {
                 Some(at) => {
+                    let last = if at > 0 { Some(buf[at - 1]) } else { last };
                     self.reader.consume(at + 1);
-                    return Ok(skipped + at);
+                    return Ok((skipped + at, last));
                 }
                 None => {
                     let n = buf.len();
                     skipped += n;
+                    last = buf.last().copied();
                     self.reader.consume(n);
                 }
             }
@@ -118,8 +121,16 @@ impl Iterator for Lines {
                     // Cut off: kept as read (over the limit, so rejected as too
                     // large), no line ending stripped that would bring it under.
                     let read = self.scratch.len();
-                    return Some(self.skip_line().map(|rest| {
-                        self.cut = Some(read + rest);
+                    return Some(self.skip_line().map(|(rest, last)| {
+                        // A `\r` before the newline is the line ending's, as
+                        // for a line that was not cut.
+                        let last = if rest > 0 {
+                            last
+                        } else {
+                            self.scratch.last().copied()
+                        };
+                        let ending = usize::from(last == Some(b'\r'));
+                        self.cut = Some(read + rest - ending);
                         self.scratch.clone()
                     }));
                 }

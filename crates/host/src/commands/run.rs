@@ -288,7 +288,9 @@ fn read_chunks(mut source: super::Lines, send: mpsc::SyncSender<Event>) {
                 Some(Ok(line)) => {
                     n += 1;
                     bytes += line.len();
-                    if !blank(&line) {
+                    // A cut line is judged by its whole, not by the blank
+                    // start that was read of it.
+                    if source.cut().is_some() || !blank(&line) {
                         let text = match source.cut() {
                             Some(size) => Err(super::reject_cut(size)),
                             None => String::from_utf8(line)
