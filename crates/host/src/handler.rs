@@ -189,6 +189,13 @@ fn ticks(timeout: Duration) -> u64 {
         .saturating_add(1)
 }
 
+/// A store whose calls may each run for `timeout` (instantiation included).
+fn deadlined(engine: &wasmtime::Engine, timeout: Duration) -> Store<()> {
+    let mut store = Store::new(engine, ());
+    store.set_epoch_deadline(ticks(timeout));
+    store
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,11 +208,4 @@ mod tests {
         assert_eq!(ticks(Duration::from_millis(11)), 3);
         assert_eq!(ticks(Duration::MAX), u64::MAX);
     }
-}
-
-/// A store whose calls may each run for `timeout` (instantiation included).
-fn deadlined(engine: &wasmtime::Engine, timeout: Duration) -> Store<()> {
-    let mut store = Store::new(engine, ());
-    store.set_epoch_deadline(ticks(timeout));
-    store
 }
