@@ -190,3 +190,31 @@ fn redis_scripts_are_reloaded_after_script_flush() {
         assert!(ready(store.seen(&id)).unwrap());
     }
 }
+
+/// A claim is `SET NX` then `GET` in one pipeline, not one atomic step: a done
+/// record that expires between the two left the `GET` nothing to read, and the
+/// claim answered `Held` with no claim anywhere (the history checker's seed
+/// 4730328025367085031 on the cluster). With no claim ever taken, every answer
+/// must be `Seen` (still done) or `Acquired` (expired). Each round remembers
+/// 500 ids for 2 to 3 ms and claims them all in one pipeline as they run out.
+#[test]
+fn redis_a_claim_never_answers_held_when_no_claim_exists() {
+    let (store, _clean) = store("vanishing");
+    let (mut held, mut answers) = (0, 0);
+    for round in 0..200 {
+        let keys: Vec<String> = (0..500).map(|i| format!("r{round}-{i}")).collect();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let ttl = Duration::from_millis(2 + round % 2);
+        ready(store.remember_many(&refs, Some(ttl))).unwrap();
+        let until = std::time::Instant::now() + Duration::from_micros(round * 37 % 1500);
+        while std::time::Instant::now() < until {}
+        for claim in ready(store.claim_many(&refs, Duration::from_secs(60))).unwrap() {
+            answers += 1;
+            held += usize::from(claim == Claim::Held);
+        }
+    }
+    assert_eq!(
+        held, 0,
+        "{held} of {answers} claims answered Held with no claim taken"
+    );
+}

@@ -29,6 +29,10 @@ use stats::{glob_escape, scan_stats};
 /// hanging the consumer.
 const TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How many pipelines a claim call sends at most, while its keys' records
+/// vanish between a `SET NX` and its `GET` (see `RedisStore::claim_rounds`).
+const CLAIM_ROUNDS: usize = 4;
+
 /// A [`Store`] on Redis (one server or a cluster), shared by every consumer that
 /// reaches it.
 ///
@@ -372,27 +376,70 @@ impl RedisStore {
         }
     }
 
-    /// A claim's answer from its `SET NX` reply and the `GET` that followed it.
-    fn decide(&self, set: &Value, got: &Value, token: ClaimToken) -> StoreResult<Claim> {
-        let ours = self.dialect.claim_value(&token);
-        Ok(match (set, got) {
-            (Value::Okay, _) => Claim::Acquired(token),
-            (Value::SimpleString(s), _) if s == "OK" => Claim::Acquired(token),
+    /// Claims `keys` with `tokens`: one pipeline of `SET NX` + `GET` per key,
+    /// then again for the keys whose value vanished between the two (the
+    /// `SET` found a record, which expired or was deleted before the `GET`):
+    /// the next `SET` then takes effect on the key as it is now. After
+    /// [`CLAIM_ROUNDS`] such rounds, `Held`, the safe answer (the guard
+    /// re-checks, then parks).
+    fn claim_rounds(
+        &self,
+        keys: &[&str],
+        tokens: &[ClaimToken],
+        lease: Duration,
+    ) -> StoreResult<Vec<Claim>> {
+        let mut answers: Vec<Option<Claim>> = vec![None; keys.len()];
+        for _ in 0..CLAIM_ROUNDS {
+            let pending: Vec<usize> = (0..keys.len()).filter(|&i| answers[i].is_none()).collect();
+            if pending.is_empty() {
+                break;
+            }
+            let mut cmds = Vec::with_capacity(2 * pending.len());
+            for &i in &pending {
+                let key = self.key(keys[i]);
+                let mut set = redis::cmd("SET");
+                set.arg(&key)
+                    .arg(self.dialect.claim_value(&tokens[i]))
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl_ms(lease));
+                let mut get = redis::cmd("GET");
+                get.arg(key);
+                cmds.push(set);
+                cmds.push(get);
+            }
+            let replies = self.pipeline(cmds)?;
+            for (&i, pair) in pending.iter().zip(replies.chunks_exact(2)) {
+                answers[i] = self.decide(&pair[0], &pair[1], &tokens[i])?;
+            }
+        }
+        Ok(answers
+            .into_iter()
+            .map(|answer| answer.unwrap_or(Claim::Held))
+            .collect())
+    }
+
+    /// A claim's answer from its `SET NX` reply and the `GET` that followed it;
+    /// `None` when the key vanished between the two (try again).
+    fn decide(&self, set: &Value, got: &Value, token: &ClaimToken) -> StoreResult<Option<Claim>> {
+        let ours = self.dialect.claim_value(token);
+        Ok(Some(match (set, got) {
+            (Value::Okay, _) => Claim::Acquired(token.clone()),
+            (Value::SimpleString(s), _) if s == "OK" => Claim::Acquired(token.clone()),
             (_, Value::BulkString(v)) => match self.dialect.read(v) {
                 Record::Done => Claim::Seen,
                 // Our own claim, set by an attempt whose reply was lost before a
                 // reconnect (only our format can tell: PHP's claims are all `1`).
                 Record::Claimed if self.dialect == Dialect::Native && *v == ours => {
-                    Claim::Acquired(token)
+                    Claim::Acquired(token.clone())
                 }
                 Record::Claimed => Claim::Held,
                 Record::Foreign => return Err(self.foreign("claim")),
             },
-            // Nil: the holder finished and was forgotten, or its lease ran out,
-            // between our SET and GET. Held is the safe answer (the guard re-checks,
-            // then parks).
-            _ => Claim::Held,
-        })
+            // Nil: the record the `SET` found expired, or was forgotten, before
+            // the `GET`.
+            _ => return Ok(None),
+        }))
     }
 }
 
@@ -465,32 +512,9 @@ impl Store for RedisStore {
 
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
         self.claims_allowed()?;
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
         // Tokens are made once, so a retried pipeline recognises its own claims.
         let tokens: Vec<ClaimToken> = keys.iter().map(|_| new_token()).collect();
-        let mut cmds = Vec::with_capacity(2 * keys.len());
-        for (key, token) in keys.iter().zip(&tokens) {
-            let key = self.key(key);
-            let mut set = redis::cmd("SET");
-            set.arg(&key)
-                .arg(self.dialect.claim_value(token))
-                .arg("NX")
-                .arg("PX")
-                .arg(ttl_ms(lease));
-            let mut get = redis::cmd("GET");
-            get.arg(key);
-            cmds.push(set);
-            cmds.push(get);
-        }
-        let answers = self.pipeline(cmds).and_then(|replies| {
-            replies
-                .chunks_exact(2)
-                .zip(tokens.iter().cloned())
-                .map(|(pair, token)| self.decide(&pair[0], &pair[1], token))
-                .collect::<StoreResult<Vec<Claim>>>()
-        });
+        let answers = self.claim_rounds(keys, &tokens, lease);
         if answers.is_err() {
             self.give_back(keys, &tokens);
         }
