@@ -40,6 +40,13 @@ histories: setup
 	scripts/build-js.sh test
 	BQ_HISTORY_RUNS=$(HISTORY_RUNS) BQ_HISTORY_CLIENTS=8 node --test crates/js/tests/store-histories.test.mjs
 
+.PHONY: bench-net
+## bench-net: store round trips per delivery and throughput at 0, 0.5 and 2 ms round
+## trips, ours beside the Go, PHP and Powertools patterns, Redis and PostgreSQL in a
+## network namespace of their own (bench/net.sh; root; removed after).
+bench-net:
+	bench/net.sh
+
 .PHONY: dev demo-host demo-native test setup setup-fuzz setup-bench lint wasm component-build component-test host unit unit-run conformance packages fuzz bench
 
 ## dev: the fixture worker on local workerd (`wrangler dev`, state in .wrangler-state/):

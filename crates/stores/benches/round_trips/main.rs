@@ -3,7 +3,7 @@
 //! claiming, transactional; `process` for one delivery, `process_batch` for
 //! 10 and 100) and the peers' patterns (peers.rs), on Redis and PostgreSQL,
 //! each through a relay (relay.rs) that counts round trips and adds a one-way
-//! delay. Per delivery it reports round trips (the relay's count), the
+//! delay (calibrated to the round trips asked for). Per delivery it reports round trips (the relay's count), the
 //! server's own count of what it ran (Redis `INFO commandstats` calls,
 //! PostgreSQL `pg_stat_statements` calls), and deliveries per second, for
 //! fresh ids whose handler succeeds (`new`), the same ids again
@@ -15,7 +15,7 @@
 //! own (bench/net.sh); alone, on any servers:
 //!
 //! ```text
-//! BQ_BENCH_ONE_WAY_US=0,250 scripts/with-stores.sh cargo bench -p babelqueue-dedupe-stores --bench round_trips
+//! BQ_BENCH_RTT_US=0,500 scripts/with-stores.sh cargo bench -p babelqueue-dedupe-stores --bench round_trips
 //! ```
 
 mod peers;
@@ -201,7 +201,7 @@ struct Row {
     consumer: String,
     batch: usize,
     case: &'static str,
-    one_way_us: u64,
+    rtt_us: u64,
     round_trips: f64,
     server_ops: f64,
     per_second: f64,
@@ -230,14 +230,14 @@ impl Bench {
         subject: &mut dyn Subject,
         relay: &Relay,
         server: &mut dyn ServerCount,
-        one_way_us: u64,
+        rtt_us: u64,
     ) {
         for batch in BATCHES {
             if batch > 1 && !subject.batches() {
                 continue;
             }
             // At a long delay, fewer single deliveries (each is round trips long).
-            let n = if batch == 1 && one_way_us > 0 {
+            let n = if batch == 1 && rtt_us > 0 {
                 self.deliveries.min(200)
             } else {
                 self.deliveries
@@ -264,7 +264,7 @@ impl Bench {
                     consumer: consumer.to_owned(),
                     batch,
                     case,
-                    one_way_us,
+                    rtt_us,
                     round_trips: (rt1 - rt0) as f64 / n as f64,
                     server_ops: ops1.saturating_sub(ops0) as f64 / n as f64,
                     per_second: n as f64 / elapsed.as_secs_f64(),
@@ -289,19 +289,41 @@ fn measured_rtt(relay: &Relay) -> Duration {
     times[times.len() / 2]
 }
 
+/// Sets the relays' one-way delay so that a round trip through them takes
+/// `target` (a sleep's overshoot taken off); answers the round trip measured.
+fn calibrate(relays: &[&Relay], target: Duration) -> Duration {
+    if target.is_zero() {
+        return measured_rtt(relays[0]);
+    }
+    let mut one_way = target / 2;
+    for _ in 0..3 {
+        for relay in relays {
+            relay.set_delay(one_way);
+        }
+        let measured = measured_rtt(relays[0]);
+        let error = measured.as_secs_f64() - target.as_secs_f64();
+        let next = (one_way.as_secs_f64() - error / 2.0).max(0.0);
+        one_way = Duration::from_secs_f64(next);
+    }
+    for relay in relays {
+        relay.set_delay(one_way);
+    }
+    measured_rtt(relays[0])
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing here takes arguments.
     let redis_url = std::env::var("BQ_TEST_REDIS_URL")
         .expect("BQ_TEST_REDIS_URL: run under scripts/with-stores.sh or bench/net.sh");
     let pg_url = std::env::var("BQ_TEST_POSTGRES_URL")
         .expect("BQ_TEST_POSTGRES_URL: run under scripts/with-stores.sh or bench/net.sh");
-    let delays: Vec<u64> = std::env::var("BQ_BENCH_ONE_WAY_US")
+    let delays: Vec<u64> = std::env::var("BQ_BENCH_RTT_US")
         .unwrap_or_else(|_| "0".into())
         .split(',')
         .map(|d| {
             d.trim()
                 .parse()
-                .expect("BQ_BENCH_ONE_WAY_US: microseconds, comma-separated")
+                .expect("BQ_BENCH_RTT_US: microseconds, comma-separated")
         })
         .collect();
     let deliveries = std::env::var("BQ_BENCH_DELIVERIES")
@@ -326,11 +348,12 @@ fn main() {
             .unwrap(),
     );
     let mut rtts = Vec::new();
-    for &one_way_us in &delays {
-        let one_way = Duration::from_micros(one_way_us);
-        let redis_relay = Relay::start(server_addr(&redis_url), one_way);
-        let pg_relay = Relay::start(server_addr(&pg_url), one_way);
-        rtts.push((one_way_us, measured_rtt(&redis_relay)));
+    for &rtt_us in &delays {
+        let target = Duration::from_micros(rtt_us);
+        let redis_relay = Relay::start(server_addr(&redis_url), Duration::ZERO);
+        let pg_relay = Relay::start(server_addr(&pg_url), Duration::ZERO);
+        let rtt = calibrate(&[&redis_relay, &pg_relay], target);
+        rtts.push((rtt_us, rtt));
         let redis_via = via(&redis_url, &redis_relay);
         // Plain TCP for every PostgreSQL client here, ours and the peers'.
         let pg_via = format!(
@@ -338,7 +361,7 @@ fn main() {
             via(&pg_url, &pg_relay),
             if pg_url.contains('?') { "&" } else { "?" }
         );
-        let prefix = format!("bq-rt-{}-{one_way_us}:", bench.run_id);
+        let prefix = format!("bq-rt-{}-{rtt_us}:", bench.run_id);
         let redis_conn = || {
             redis::Client::open(redis_via.as_str())
                 .unwrap()
@@ -383,10 +406,10 @@ fn main() {
                 subject.as_mut(),
                 &redis_relay,
                 &mut redis_count,
-                one_way_us,
+                rtt_us,
             );
         }
-        let table = format!("bq_rt_{}_{one_way_us}", bench.run_id);
+        let table = format!("bq_rt_{}_{rtt_us}", bench.run_id);
         let pg_client = || postgres::Client::connect(&pg_via, postgres::NoTls).unwrap();
         let pg_store =
             |suffix: &str| PostgresStore::connect(&pg_via, &format!("{table}_{suffix}")).unwrap();
@@ -436,7 +459,7 @@ fn main() {
                 subject.as_mut(),
                 &pg_relay,
                 &mut pg_count,
-                one_way_us,
+                rtt_us,
             );
         }
         drop(pg_subjects);
@@ -490,15 +513,12 @@ fn render(rows: &[Row], delays: &[u64], rtts: &[(u64, Duration)]) -> String {
                 x.store == r.store
                     && x.consumer == r.consumer
                     && x.batch == r.batch
-                    && x.one_way_us == r.one_way_us
+                    && x.rtt_us == r.rtt_us
                     && x.case == case
             })
             .map_or("-".into(), |x| format!("{:.2}", f(x)))
     };
-    for r in rows
-        .iter()
-        .filter(|r| r.one_way_us == first && r.case == "new")
-    {
+    for r in rows.iter().filter(|r| r.rtt_us == first && r.case == "new") {
         let trips: Vec<String> = CASES
             .iter()
             .map(|c| cell(r, c, &|x| x.round_trips))
@@ -519,18 +539,21 @@ fn render(rows: &[Row], delays: &[u64], rtts: &[(u64, Duration)]) -> String {
     }
     let _ = writeln!(
         out,
-        "\nDeliveries per second, one consumer, new / duplicate / failed, by one-way delay added (measured round trip through the relay):\n"
+        "\nDeliveries per second, one consumer, new / duplicate / failed, by the round trip set (and as measured through the relay: Redis `PING`, median):\n"
     );
     let heads: Vec<String> = rtts
         .iter()
-        .map(|(d, rtt)| format!("{d} µs ({:.2} ms)", rtt.as_secs_f64() * 1e3))
+        .map(|(d, rtt)| {
+            format!(
+                "{:.1} ms ({:.2} ms)",
+                *d as f64 / 1e3,
+                rtt.as_secs_f64() * 1e3
+            )
+        })
         .collect();
     let _ = writeln!(out, "| store | consumer | batch | {} |", heads.join(" | "));
     let _ = writeln!(out, "|---|---|---:|{}", "---|".repeat(rtts.len()));
-    for r in rows
-        .iter()
-        .filter(|r| r.one_way_us == first && r.case == "new")
-    {
+    for r in rows.iter().filter(|r| r.rtt_us == first && r.case == "new") {
         let per_delay: Vec<String> = delays
             .iter()
             .map(|&d| {
@@ -542,7 +565,7 @@ fn render(rows: &[Row], delays: &[u64], rtts: &[(u64, Duration)]) -> String {
                                 x.store == r.store
                                     && x.consumer == r.consumer
                                     && x.batch == r.batch
-                                    && x.one_way_us == d
+                                    && x.rtt_us == d
                                     && x.case == *case
                             })
                             .map_or("-".into(), |x| format!("{:.0}", x.per_second))

@@ -12,13 +12,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// How long before a chunk's time the writer stops sleeping and yields.
-const SPIN: Duration = Duration::from_micros(150);
-
 /// A running relay: connect to `addr` instead of the server.
 pub struct Relay {
     pub addr: SocketAddr,
     round_trips: Arc<AtomicU64>,
+    one_way_us: Arc<AtomicU64>,
 }
 
 impl Relay {
@@ -28,6 +26,8 @@ impl Relay {
         let addr = listener.local_addr().unwrap();
         let round_trips = Arc::new(AtomicU64::new(0));
         let counter = round_trips.clone();
+        let one_way_us = Arc::new(AtomicU64::new(one_way.as_micros() as u64));
+        let delay = one_way_us.clone();
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
                 let Ok(server) = TcpStream::connect(upstream) else {
@@ -40,17 +40,27 @@ impl Relay {
                 let client_turn = Arc::new(AtomicBool::new(true));
                 let up = (client.try_clone().unwrap(), server.try_clone().unwrap());
                 let (turn, count) = (client_turn.clone(), counter.clone());
-                pump(up.0, up.1, one_way, move || {
+                pump(up.0, up.1, delay.clone(), move || {
                     if turn.swap(false, Ordering::SeqCst) {
                         count.fetch_add(1, Ordering::Relaxed);
                     }
                 });
-                pump(server, client, one_way, move || {
+                pump(server, client, delay.clone(), move || {
                     client_turn.store(true, Ordering::SeqCst)
                 });
             }
         });
-        Relay { addr, round_trips }
+        Relay {
+            addr,
+            round_trips,
+            one_way_us,
+        }
+    }
+
+    /// Changes the one-way delay (connections already open take it too).
+    pub fn set_delay(&self, one_way: Duration) {
+        self.one_way_us
+            .store(one_way.as_micros() as u64, Ordering::Relaxed);
     }
 
     /// Round trips since the relay started.
@@ -64,7 +74,7 @@ impl Relay {
 fn pump(
     mut from: TcpStream,
     mut to: TcpStream,
-    delay: Duration,
+    delay_us: Arc<AtomicU64>,
     on_read: impl Fn() + Send + 'static,
 ) {
     let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
@@ -75,6 +85,7 @@ fn pump(
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
                     on_read();
+                    let delay = Duration::from_micros(delay_us.load(Ordering::Relaxed));
                     if tx
                         .send((Instant::now() + delay, buf[..n].to_vec()))
                         .is_err()
@@ -87,14 +98,12 @@ fn pump(
     });
     std::thread::spawn(move || {
         for (due, chunk) in rx {
-            // A sleep overshoots by tens of microseconds: sleep to just short
-            // of the chunk's time, then yield until it comes.
+            // (A sleep overshoots by tens of microseconds; `Relay::set_delay`
+            // calibrates for it. A spin or yield would starve the servers of
+            // a 2-core machine.)
             let now = Instant::now();
-            if due > now + SPIN {
-                std::thread::sleep(due - now - SPIN);
-            }
-            while Instant::now() < due {
-                std::thread::yield_now();
+            if due > now {
+                std::thread::sleep(due - now);
             }
             if to.write_all(&chunk).is_err() {
                 break;
