@@ -857,17 +857,19 @@ impl TransactionalStore for PostgresStore {
         let token = new_token();
         let mark = format!("tx:{}", token.0);
         let savepoint = crate::savepoint_for(&token);
-        let (begin, release) = (
-            format!("SAVEPOINT {savepoint}"),
-            format!("RELEASE {savepoint}"),
-        );
-        let undo = format!("ROLLBACK TO {savepoint}; RELEASE {savepoint}");
+        // One savepoint open before each delivery: a success releases it and
+        // opens the next in the same round trip; anything else rolls back to
+        // it, which keeps it open for the next (two round trips a delivery
+        // with the take, not four).
+        let begin = format!("SAVEPOINT {savepoint}");
+        let next = format!("RELEASE {savepoint}; SAVEPOINT {savepoint}");
+        let undo = format!("ROLLBACK TO {savepoint}");
         self.in_transaction(|mut tx| {
             let mut runs = Vec::with_capacity(keys.len());
             let mut committed: Vec<&str> = Vec::new();
+            tx.batch_execute(&begin).map_err(error)?;
             for (i, key) in names.iter().enumerate() {
                 let key = key.as_deref();
-                tx.batch_execute(&begin).map_err(error)?;
                 if let Some(key) = key
                     && let Some(taken) = self.take_in(&mut tx, &take, key, ttl, &mark)?
                 {
@@ -877,9 +879,10 @@ impl TransactionalStore for PostgresStore {
                     continue;
                 }
                 let result = work(i, &mut tx);
-                // In a transaction a swallowed error aborted, RELEASE fails (25P02).
+                // In a transaction a swallowed error aborted, RELEASE fails
+                // (25P02) and the SAVEPOINT after it is not run.
                 let released = match &result {
-                    Ok(()) => match tx.batch_execute(&release) {
+                    Ok(()) => match tx.batch_execute(&next) {
                         Ok(()) => Ok(()),
                         Err(e) => aborted_or(e)?,
                     },
