@@ -101,8 +101,7 @@ pub async fn consume(batch: QueueBatch, env: Env, _ctx: Context) -> Result<()> {
     } else {
         run(config.consumer(&env, store)?, &batch, &handler, &observed).await?
     };
-    log.count(&counters(&report, round_trips.get(), &observed))
-        .await
+    log.count(&counters(&report, &round_trips, &observed)).await
 }
 
 /// What the consumer's observers saw: the guard's events and the adapter's
@@ -218,7 +217,8 @@ impl Handler<'_> {
 }
 
 /// The batch's counts for `GET /stats`.
-fn counters(report: &BatchReport, round_trips: u64, observed: &Observed) -> CounterUpdate {
+fn counters(report: &BatchReport, round_trips: &RoundTrips, observed: &Observed) -> CounterUpdate {
+    let (rows, round_trips) = (round_trips.rows(), round_trips.get());
     let n = |kinds: &[OutcomeKind]| kinds.iter().map(|&k| report.count(k) as i64).sum::<i64>();
     let add = vec![
         ("batches", 1),
@@ -259,6 +259,8 @@ fn counters(report: &BatchReport, round_trips: u64, observed: &Observed) -> Coun
             n(&[OutcomeKind::StoreUnavailable, OutcomeKind::RanUnrecorded]),
         ),
         ("store_round_trips", round_trips as i64),
+        ("store_rows_read", rows.read as i64),
+        ("store_rows_written", rows.written as i64),
         ("redeliveries", report.redeliveries() as i64),
         ("duplicate_publishes", report.duplicate_publishes() as i64),
         ("observed_outcomes", observed.outcomes.get()),

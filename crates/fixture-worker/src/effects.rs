@@ -33,6 +33,8 @@ pub const COUNTERS: &[&str] = &[
     "dead_lettered",
     "store_errors",
     "store_round_trips",
+    "store_rows_read",
+    "store_rows_written",
     "max_batch_round_trips",
     "dead_letters_received",
     "redeliveries",

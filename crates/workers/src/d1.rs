@@ -157,6 +157,13 @@ impl D1Store {
         }
         self.round_trips.add(1);
         let mut results = self.db.batch(statements).await.map_err(error)?;
+        for result in &results {
+            if let Some(meta) = result.meta().map_err(error)? {
+                let rows = |n: Option<usize>| n.unwrap_or(0) as u64;
+                self.round_trips
+                    .add_rows(rows(meta.rows_read), rows(meta.rows_written));
+            }
+        }
         results.drain(..results.len().saturating_sub(n));
         Ok(results)
     }

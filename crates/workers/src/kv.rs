@@ -94,6 +94,7 @@ impl KvStore {
             put = put.expiration_ttl(ttl.as_secs());
         }
         self.round_trips.add(1);
+        self.round_trips.add_rows(0, 1);
         put.execute().await.map_err(|e| kv_error("put", e))
     }
 }
@@ -102,6 +103,7 @@ impl Store for KvStore {
     async fn forget(&self, key: &str) -> StoreResult<()> {
         let (name, _) = kv_entry(key);
         self.round_trips.add(1);
+        self.round_trips.add_rows(0, 1);
         self.kv
             .delete(&name)
             .await
@@ -125,6 +127,7 @@ impl Store for KvStore {
         if let [key] = keys {
             let (name, expected) = kv_entry(key);
             self.round_trips.add(1);
+            self.round_trips.add_rows(1, 0);
             let value = self.kv.get(&name).text().await;
             return Ok(vec![
                 value.map_err(|e| kv_error("get", e))?.as_deref() == Some(expected),
@@ -135,6 +138,7 @@ impl Store for KvStore {
         for chunk in entries.chunks(BULK_GET_MAX) {
             let names: Vec<&str> = chunk.iter().map(|(name, _)| name.as_str()).collect();
             self.round_trips.add(1);
+            self.round_trips.add_rows(chunk.len() as u64, 0);
             let values = self
                 .kv
                 .get_bulk(&names)

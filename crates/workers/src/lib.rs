@@ -85,7 +85,7 @@ pub use batch::{QueueBatch, QueueMessage};
 pub use config::{ConfigError, DedupeConfig, StoreKind};
 pub use consumer::{Action, BatchReport, ConsumeError, Delivery, MessageReport, QueueConsumer};
 pub use producer::{send_envelope, send_envelopes};
-pub use round_trips::RoundTrips;
+pub use round_trips::{RoundTrips, Rows};
 pub use store::WorkersStore;
 pub use time::{JsClock, WorkersTimer};
 

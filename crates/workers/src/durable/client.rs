@@ -198,10 +198,14 @@ impl DurableObjectStore {
                 format!("dedupe shard {object}: HTTP {status}: {text}"),
             ));
         }
-        response
+        let reply = response
             .json::<ShardReply>()
             .await
-            .map_err(|e| unavailable("reply", &e))
+            .map_err(|e| unavailable("reply", &e))?;
+        if let Some(rows) = reply.rows {
+            self.round_trips.add_rows(rows.read, rows.written);
+        }
+        Ok(reply)
     }
 
     /// Sends `make(keys of the object)` to every object of `layout` holding one

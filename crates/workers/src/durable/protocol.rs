@@ -136,4 +136,8 @@ pub struct ShardReply {
     /// `layouts`: why the reshard is refused (absent: accepted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+    /// Every op on the `ids` table: the rows it read and wrote, as the SQL API
+    /// counts them (absent from a shard of a version before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<crate::Rows>,
 }

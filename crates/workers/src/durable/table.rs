@@ -4,8 +4,12 @@ use bq_dedupe::store::ClaimToken;
 use bq_dedupe::store::record::{Record, Rules};
 use bq_dedupe::store::wire::Step;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use std::cell::Cell;
+use std::rc::Rc;
 use worker::{Result, SqlStorage, SqlStorageValue};
 
+use crate::Rows;
 use crate::store::new_token;
 
 use super::protocol::{
@@ -53,11 +57,31 @@ pub(crate) type Applied = (ShardReply, Option<i64>);
 #[derive(Debug, Clone)]
 pub(crate) struct IdTable {
     sql: SqlStorage,
+    /// The rows the request being applied has read and written.
+    rows: Rc<Cell<Rows>>,
 }
 
 impl IdTable {
     pub(crate) fn new(sql: SqlStorage) -> Self {
-        IdTable { sql }
+        IdTable {
+            sql,
+            rows: Rc::default(),
+        }
+    }
+
+    /// Runs one statement to its end; its rows (the cursor's `rowsRead` and
+    /// `rowsWritten`, what Cloudflare bills) count toward the request's.
+    fn exec<T: DeserializeOwned>(
+        &self,
+        query: &str,
+        bindings: Vec<SqlStorageValue>,
+    ) -> Result<Vec<T>> {
+        let cursor = self.sql.exec(query, bindings)?;
+        let rows = cursor.to_array()?;
+        let mut counted = self.rows.get();
+        counted.add(cursor.rows_read() as u64, cursor.rows_written() as u64);
+        self.rows.set(counted);
+        Ok(rows)
     }
 
     pub(crate) fn create(&self) -> Result<()> {
@@ -72,6 +96,7 @@ impl IdTable {
         let mut reply = ShardReply::default();
         let mut expiry = None;
         let at = Some(now.max(0) as u64);
+        self.rows.set(Rows::default());
         match request {
             ShardRequest::Seen { keys } => {
                 let mut seen = Vec::with_capacity(keys.len());
@@ -150,12 +175,12 @@ impl IdTable {
             ShardRequest::Forget { keys } => {
                 let mut forgotten = 0;
                 for key in keys {
-                    let cursor = self
-                        .sql
-                        .exec("DELETE FROM ids WHERE key = ?", vec![key.into()])?;
-                    // Drain the cursor so the count is final.
-                    cursor.to_array::<serde_json::Value>()?;
-                    forgotten += cursor.rows_written() as u64;
+                    let written = self.rows.get().written;
+                    self.exec::<serde_json::Value>(
+                        "DELETE FROM ids WHERE key = ?",
+                        vec![key.into()],
+                    )?;
+                    forgotten += self.rows.get().written - written;
                 }
                 reply.forgotten = Some(forgotten);
             }
@@ -175,14 +200,11 @@ impl IdTable {
             ShardRequest::Entries { limit, expired } => {
                 // With `expired`, every row: `now` then excludes nothing.
                 let after = if expired { i64::MIN } else { now };
-                let rows: Vec<EntryRow> = self
-                    .sql
-                    .exec(
-                        "SELECT key, token, expires_at FROM ids
-                         WHERE expires_at IS NULL OR expires_at > ? ORDER BY key LIMIT ?",
-                        vec![after.into(), i64::from(limit).into()],
-                    )?
-                    .to_array()?;
+                let rows: Vec<EntryRow> = self.exec(
+                    "SELECT key, token, expires_at FROM ids
+                     WHERE expires_at IS NULL OR expires_at > ? ORDER BY key LIMIT ?",
+                    vec![after.into(), i64::from(limit).into()],
+                )?;
                 reply.entries = Some(
                     rows.into_iter()
                         .map(|row| Entry {
@@ -199,18 +221,16 @@ impl IdTable {
                 );
             }
         }
+        reply.rows = Some(self.rows.get());
         Ok((reply, expiry))
     }
 
     /// The key's record as stored (expired rows included: the rules judge them).
     fn record(&self, key: &str) -> Result<Record<String>> {
-        let rows: Vec<Row> = self
-            .sql
-            .exec(
-                "SELECT token, expires_at FROM ids WHERE key = ?",
-                vec![key.into()],
-            )?
-            .to_array()?;
+        let rows: Vec<Row> = self.exec(
+            "SELECT token, expires_at FROM ids WHERE key = ?",
+            vec![key.into()],
+        )?;
         let until = |at: Option<i64>| at.map(|at| at.max(0) as u64);
         Ok(match rows.into_iter().next() {
             None => Record::Free,
@@ -253,8 +273,7 @@ impl IdTable {
     fn write(&self, key: &str, record: &Record<String>) -> Result<Option<i64>> {
         let (token, until) = match record {
             Record::Free => {
-                self.sql
-                    .exec("DELETE FROM ids WHERE key = ?", vec![key.into()])?;
+                self.exec::<serde_json::Value>("DELETE FROM ids WHERE key = ?", vec![key.into()])?;
                 return Ok(None);
             }
             Record::Claimed { token, until } => (Some(token.as_str()), *until),
@@ -263,7 +282,7 @@ impl IdTable {
         let until = until.map(|u| u.min(MAX_SAFE_MS) as i64);
         let token = token.map_or(SqlStorageValue::Null, SqlStorageValue::from);
         let expires_at = until.map_or(SqlStorageValue::Null, SqlStorageValue::from);
-        self.sql.exec(
+        self.exec::<serde_json::Value>(
             "INSERT INTO ids (key, token, expires_at) VALUES (?, ?, ?)
              ON CONFLICT (key) DO UPDATE SET token = excluded.token, expires_at = excluded.expires_at",
             vec![key.into(), token, expires_at],
