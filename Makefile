@@ -103,8 +103,11 @@ component-test:
 	scripts/build-component.sh test
 	scripts/python-host-test.sh
 
+# Built with the same package selection as the tests (TEST_CRATES), so that the
+# dependencies' features are unified as there and their builds are shared: a
+# `-p` build of one package rebuilds much of the tree with other features.
 host:
-	cargo build --quiet -p babelqueue-dedupe-host
+	cargo build --quiet $(TEST_CRATES) --bins
 
 # Every test, once, with each test server the store table names running
 # (scripts/with-stores.sh reads crates/stores/src/backends.rs).
@@ -112,7 +115,7 @@ unit: component-build
 	scripts/with-stores.sh $(MAKE) --no-print-directory unit-run
 
 unit-run:
-	cargo build --quiet --example quickstart
+	cargo build --quiet $(TEST_CRATES) --examples
 	cargo test $(TEST_CRATES) --all-targets
 	cargo test $(TEST_CRATES) --doc
 	cargo test -p babelqueue-dedupe --features tracing,otel --test tracing_observer --test otel --test otel_guard
