@@ -4,7 +4,7 @@
 WORKER_PORT ?= 8787
 WORKER_STATE := .wrangler-state
 
-.PHONY: setup-workers workers-build workers-lint workers-test workers-bench dev-worker
+.PHONY: setup-workers workers-build workers-lint workers-test workers-bench workers-cost dev-worker
 
 ## workers-build: the fixture worker bundle (offline worker-build), size printed.
 workers-build:
@@ -26,6 +26,12 @@ workers-test: workers-build workers-lint
 ## workers-bench: batch RPC vs a naive per-message adapter, same runtime.
 workers-bench: workers-build
 	node crates/workers/bench/bench.mjs
+
+## workers-cost: requests and rows (the backends' own counts) per 1,000 messages
+## and US$ per million, per store, mode and batch size, beside the naive adapter:
+## target/bench/workers-cost.md (BQ_BENCH_TOTAL, BQ_BENCH_DONE, BQ_BENCH_BATCHES).
+workers-cost: workers-build
+	node crates/workers/bench/cost.mjs
 
 ## dev-worker: `wrangler dev` on 127.0.0.1 with local state in .wrangler-state/,
 ## publish the sample stream (with duplicates and a malformed line), print effects.

@@ -8,34 +8,10 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { gzipSync } from "node:zlib";
 import { ROOT, envelope, startWorker } from "../tests/harness.mjs";
+import { workload } from "./workload.mjs";
 
 const TOTAL = Number(process.env.BQ_BENCH_TOTAL ?? 10_000);
 const BATCH = 100;
-const DUPLICATE_SHARE = 0.2;
-
-/** Deterministic workload: 80% first deliveries, 20% repeats of earlier ids. */
-function workload() {
-  let seed = 42;
-  const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
-  const ids = [];
-  for (let i = 0; i < TOTAL; i++) {
-    const repeat = ids.length > 0 && random() < DUPLICATE_SHARE;
-    ids.push(repeat ? ids[Math.floor(random() * ids.length)] : `bench-${i}`);
-  }
-  const bodies = ids.map((id) => JSON.stringify(envelope(id)));
-  const batches = [];
-  for (let i = 0; i < bodies.length; i += BATCH) {
-    batches.push(
-      bodies.slice(i, i + BATCH).map((body, j) => ({
-        id: `m-${i + j}`,
-        timestamp: new Date(),
-        attempts: 1,
-        body,
-      })),
-    );
-  }
-  return { batches, unique: new Set(ids).size };
-}
 
 async function run(mode, handler, batches) {
   const worker = await startWorker({
@@ -78,7 +54,7 @@ function bundleSize() {
   return { path: path.relative(ROOT, wasm), bytes: bytes.length, gzip: gzipSync(bytes, { level: 9 }).length };
 }
 
-const { batches, unique } = workload();
+const { batches, unique } = workload(TOTAL, BATCH);
 console.log(`workload: ${TOTAL} envelopes, ${unique} distinct meta.id, batches of ${BATCH}`);
 // Two handlers: one Durable Object write per run (the fixture worker's effect log, the
 // same in both adapters), and no I/O at all (the dedupe path alone).
