@@ -27,9 +27,16 @@ rustup target list --installed | grep -qx wasm32-unknown-unknown \
 
 case "${1:?usage: $0 wasm-bindgen|worker-build|chromium|python DIR PKG==VERSION|npm DIR}" in
 wasm-bindgen)
-    # `--locked` fails for this version (a locked dependency is not in the index).
-    have_version wasm-bindgen "$WASM_BINDGEN_VERSION" \
-        || cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --locked >&2
+    # Locked first: the release's own dependency versions. The index this
+    # project's machines read lacks one version that lock names (webpki-roots
+    # 1.0.11), so a failed locked install falls back to the newest compatible
+    # versions, the CLI itself still at the pinned version.
+    if ! have_version wasm-bindgen "$WASM_BINDGEN_VERSION"; then
+        cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --locked >&2 || {
+            echo "== wasm-bindgen-cli: the locked install failed; installing with fresh dependency versions" >&2
+            cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" >&2 # unlocked fallback
+        }
+    fi
     command -v wasm-bindgen
     ;;
 worker-build)
