@@ -17,6 +17,9 @@ use r2d2_postgres::PostgresConnectionManager;
 use r2d2_postgres::r2d2::{ManageConnection, Pool, PooledConnection};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+mod session;
+use session::{Manager, Prepared, Session, is_stale};
+
 use crate::tls::{client_config, postgres_tls};
 use crate::{StoreStats, new_token, take_params, ttl_ms};
 
@@ -48,9 +51,12 @@ const LIVE: &str = "(expires_at IS NULL OR expires_at > now())";
 ///   `Seen`).
 ///
 /// Connections come from an `r2d2` pool (up to 4), over TLS as the URL's
-/// `sslmode` asks ([`PostgresStore::connect`]).
+/// `sslmode` asks ([`PostgresStore::connect`]); each prepares the store's
+/// statements once (a pooler in front must keep prepared statements, as
+/// PgBouncer does from 1.21 with `max_prepared_statements`, or pgx's default
+/// would fail the Go SDK's store too).
 pub struct PostgresStore {
-    pool: Pool<PostgresConnectionManager<MakeRustlsConnect>>,
+    pool: Pool<Manager>,
     table: String,
     claims: String,
     security_note: Option<String>,
@@ -333,7 +339,7 @@ impl PostgresStore {
             // once on a fresh one ([`PostgresStore::run`]).
             .test_on_check_out(false)
             .connection_timeout(TIMEOUT)
-            .build(manager)
+            .build(Manager(manager))
             .map_err(|e| {
                 StoreError::unavailable(format!("postgres: cannot connect to {host}: {e}"))
             })?;
@@ -360,7 +366,7 @@ impl PostgresStore {
         &self.table
     }
 
-    fn conn(&self) -> StoreResult<PooledConnection<PostgresConnectionManager<MakeRustlsConnect>>> {
+    fn conn(&self) -> StoreResult<PooledConnection<Manager>> {
         self.pool
             .get()
             .map_err(|e| StoreError::unavailable(format!("postgres: no connection: {e}")))
@@ -368,19 +374,20 @@ impl PostgresStore {
 
     /// Runs `op` on a pooled connection; a connection found closed (the server
     /// restarted, the network dropped it) is discarded and `op` retried once on a
-    /// fresh one. Every operation is safe to repeat: a repeated claim carries
+    /// fresh one, and so is a call whose prepared statement the server no longer
+    /// has. Every operation is safe to repeat: a repeated claim carries
     /// the same tokens, so it takes its own first claim again, and a repeated
     /// commit answers `false` (lost), on the safe side.
-    fn run<T>(
-        &self,
-        op: impl Fn(&mut postgres::Client) -> Result<T, postgres::Error>,
-    ) -> StoreResult<T> {
+    fn run<T>(&self, op: impl Fn(&mut Session) -> Result<T, postgres::Error>) -> StoreResult<T> {
         // Each idle connection in the pool may be one the server dropped.
         let mut attempts = POOL_SIZE + 1;
         loop {
             let mut conn = self.conn()?;
             match op(&mut conn) {
-                Err(e) if attempts > 1 && (connection_lost(&e) || conn.is_closed()) => {
+                Err(e)
+                    if attempts > 1
+                        && (connection_lost(&e) || conn.client().is_closed() || is_stale(&e)) =>
+                {
                     attempts -= 1;
                 }
                 result => return result.map_err(error),
@@ -393,16 +400,16 @@ impl PostgresStore {
     /// discarded for another, as [`Self::run`] does.
     fn in_transaction<R>(
         &self,
-        body: impl FnOnce(postgres::Transaction<'_>) -> StoreResult<R>,
+        body: impl FnOnce(postgres::Transaction<'_>, &mut Prepared) -> StoreResult<R>,
     ) -> StoreResult<R> {
         let mut attempts = POOL_SIZE + 1;
         loop {
             let mut conn = self.conn()?;
             let e = match conn.transaction() {
-                Ok(tx) => return body(tx),
+                Ok((tx, prepared)) => return body(tx, prepared),
                 Err(e) => e,
             };
-            if attempts > 1 && (connection_lost(&e) || conn.is_closed()) {
+            if attempts > 1 && (connection_lost(&e) || conn.client().is_closed()) {
                 attempts -= 1;
             } else {
                 return Err(error(e));
@@ -438,7 +445,7 @@ impl PostgresStore {
         // not run. Sent again, it finds what the winner made.
         let mut attempts = 0;
         loop {
-            match conn.batch_execute(&ddl) {
+            match conn.client().batch_execute(&ddl) {
                 Ok(()) => return Ok(()),
                 Err(e)
                     if attempts < 5
@@ -461,7 +468,7 @@ impl PostgresStore {
                     (SELECT count(*) FROM {t} WHERE NOT {LIVE})
                   + (SELECT count(*) FROM {c} WHERE expires_at <= now())"
         );
-        let row = self.run(|c| c.query_one(&sql, &[]))?;
+        let row = self.run(|c| c.client().query_one(&sql, &[]))?;
         let n = |i: usize| row.get::<_, i64>(i).max(0) as u64;
         Ok(StoreStats {
             remembered: n(0),
@@ -485,7 +492,7 @@ impl PostgresStore {
         // A large backlog may take longer than the session's statement_timeout:
         // the purge alone runs without one (it takes no lock a call waits on
         // for long: rows, not the table).
-        self.in_transaction(|mut tx| {
+        self.in_transaction(|mut tx, _| {
             let row = tx
                 .batch_execute("SET LOCAL statement_timeout = 0")
                 .and_then(|()| tx.query_typed_one(&sql, &[(&stale, Type::INT8)]))
@@ -599,7 +606,7 @@ impl PostgresStore {
             (&ren_tokens, Type::TEXT_ARRAY),
             (&lease, Type::INT8),
         ];
-        let rows = self.run(|c| c.query_typed(&sql, &params))?;
+        let rows = self.run(|c| c.query(&sql, &params))?;
         let mut kept_keys = HashSet::new();
         let mut renewed = HashSet::new();
         for row in &rows {
@@ -636,7 +643,7 @@ impl Store for PostgresStore {
             "WITH a AS (DELETE FROM {t} WHERE message_id = $1)
              DELETE FROM {c} WHERE message_id = $1"
         );
-        self.run(|c| c.query_typed(&sql, &[(&key, Type::TEXT)]).map(|_| ()))
+        self.run(|c| c.query(&sql, &[(&key, Type::TEXT)]).map(|_| ()))
     }
 
     fn kind(&self) -> &'static str {
@@ -667,7 +674,7 @@ impl Store for PostgresStore {
             "SELECT message_id FROM {} WHERE message_id = ANY($1::text[]) AND {LIVE}",
             self.table
         );
-        let rows = self.run(|c| c.query_typed(&sql, &[(&keys, Type::TEXT_ARRAY)]))?;
+        let rows = self.run(|c| c.query(&sql, &[(&keys, Type::TEXT_ARRAY)]))?;
         let live: HashSet<String> = rows.iter().map(|r| r.get(0)).collect();
         Ok(keys.iter().map(|k| live.contains(*k)).collect())
     }
@@ -732,26 +739,25 @@ impl Store for PostgresStore {
                              AND message_id NOT IN (SELECT message_id FROM done))
              SELECT true, message_id FROM done UNION ALL SELECT false, message_id FROM kept"
         );
-        let rows =
-            |conn: &mut postgres::Client, sql: &str, keys: &Vec<&str>, lease: Option<&i64>| {
-                let mut params: Vec<(&(dyn ToSql + Sync), Type)> =
-                    vec![(keys, Type::TEXT_ARRAY), (&token_strs, Type::TEXT_ARRAY)];
-                if let Some(lease) = lease {
-                    params.push((lease, Type::INT8));
-                }
-                conn.query_typed(sql, &params).map(|rows| {
-                    let (mut done, mut acquired) = (HashSet::new(), HashSet::new());
-                    for r in rows {
-                        let key: String = r.get(1);
-                        if r.get::<_, bool>(0) {
-                            done.insert(key);
-                        } else {
-                            acquired.insert(key);
-                        }
+        let rows = |conn: &mut Session, sql: &str, keys: &Vec<&str>, lease: Option<&i64>| {
+            let mut params: Vec<(&(dyn ToSql + Sync), Type)> =
+                vec![(keys, Type::TEXT_ARRAY), (&token_strs, Type::TEXT_ARRAY)];
+            if let Some(lease) = lease {
+                params.push((lease, Type::INT8));
+            }
+            conn.query(sql, &params).map(|rows| {
+                let (mut done, mut acquired) = (HashSet::new(), HashSet::new());
+                for r in rows {
+                    let key: String = r.get(1);
+                    if r.get::<_, bool>(0) {
+                        done.insert(key);
+                    } else {
+                        acquired.insert(key);
                     }
-                    (done, acquired)
-                })
-            };
+                }
+                (done, acquired)
+            })
+        };
         // Repeated whole after a broken connection: the tokens are the same, so a
         // claim that landed the first time is recognised as ours.
         let (done, acquired) = self.run(|conn| {
@@ -820,9 +826,10 @@ impl TransactionalStore for PostgresStore {
         let name = key.map(stored);
         let key = name.as_deref();
         let mark = format!("tx:{}", new_token().0);
-        self.in_transaction(|mut tx| {
+        self.in_transaction(|mut tx, prepared| {
             if let Some(key) = key
-                && let Some(taken) = self.take_in(&mut tx, &self.take_sql(), key, ms(ttl), &mark)?
+                && let Some(taken) =
+                    self.take_in(&mut tx, prepared, &self.take_sql(), key, ms(ttl), &mark)?
             {
                 // Dropping the transaction rolls it back.
                 return Ok(taken);
@@ -830,7 +837,9 @@ impl TransactionalStore for PostgresStore {
             match work(&mut tx) {
                 Ok(value) => {
                     let keys: Vec<&str> = key.into_iter().collect();
-                    if let Err(aborted) = self.finish_in(&mut tx, &keys, ms(ttl), &mark)? {
+                    if let Err(aborted) =
+                        self.finish_in(&mut tx, prepared, &keys, ms(ttl), &mark)?
+                    {
                         return Ok(TxRun::Aborted(aborted));
                     }
                     tx.commit().map_err(error)?;
@@ -864,14 +873,14 @@ impl TransactionalStore for PostgresStore {
         let begin = format!("SAVEPOINT {savepoint}");
         let next = format!("RELEASE {savepoint}; SAVEPOINT {savepoint}");
         let undo = format!("ROLLBACK TO {savepoint}");
-        self.in_transaction(|mut tx| {
+        self.in_transaction(|mut tx, prepared| {
             let mut runs = Vec::with_capacity(keys.len());
             let mut committed: Vec<&str> = Vec::new();
             tx.batch_execute(&begin).map_err(error)?;
             for (i, key) in names.iter().enumerate() {
                 let key = key.as_deref();
                 if let Some(key) = key
-                    && let Some(taken) = self.take_in(&mut tx, &take, key, ttl, &mark)?
+                    && let Some(taken) = self.take_in(&mut tx, prepared, &take, key, ttl, &mark)?
                 {
                     // Undone: a mark put after waiting for another run of the id.
                     tx.batch_execute(&undo).map_err(error)?;
@@ -903,7 +912,7 @@ impl TransactionalStore for PostgresStore {
                 }
             }
             // The handlers left the transaction unusable after all: nothing commits.
-            self.finish_in(&mut tx, &committed, ttl, &mark)??;
+            self.finish_in(&mut tx, prepared, &committed, ttl, &mark)??;
             tx.commit().map_err(error)?;
             Ok(runs)
         })
@@ -967,17 +976,23 @@ impl PostgresStore {
     fn take_in<T, E>(
         &self,
         tx: &mut postgres::Transaction<'_>,
+        prepared: &mut Prepared,
         take: &str,
         key: &str,
         ttl: Option<i64>,
         mark: &str,
     ) -> StoreResult<Option<TxRun<T, E>>> {
-        let row = tx
-            .query_typed_one(
+        let rows = prepared
+            .query(
+                tx,
                 take,
                 &[(&key, Type::TEXT), (&ttl, Type::INT8), (&mark, Type::TEXT)],
             )
             .map_err(error)?;
+        // One row, always (`SELECT EXISTS ...`).
+        let row = rows
+            .first()
+            .ok_or_else(|| StoreError::internal("postgres: the take statement answered no row"))?;
         let (done, marked, taken): (bool, bool, bool) = (row.get(0), row.get(1), row.get(2));
         Ok(match (done, marked, taken) {
             (true, ..) => Some(TxRun::AlreadyDone),
@@ -1010,11 +1025,13 @@ impl PostgresStore {
     fn finish_in(
         &self,
         tx: &mut postgres::Transaction<'_>,
+        prepared: &mut Prepared,
         keys: &[&str],
         ttl: Option<i64>,
         mark: &str,
     ) -> StoreResult<Result<(), StoreError>> {
-        let found = tx.query_typed(
+        let found = prepared.query(
+            tx,
             &self.finish_sql(),
             &[
                 (&keys, Type::TEXT_ARRAY),

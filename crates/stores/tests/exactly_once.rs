@@ -344,6 +344,79 @@ fn postgres_a_success_commits_both_a_failure_neither_and_a_redelivery_skips() {
     pg_drop(&table);
 }
 
+/// The store prepares its statements once per connection: one prepared in a
+/// transaction that rolls back, or under a savepoint rolled back, is still
+/// there for the next call; and a handler that deallocates them all loses its
+/// own delivery (nothing committed, to be retried) but not the next ones.
+#[test]
+fn postgres_prepared_statements_outlive_rollbacks_and_a_handler_that_deallocates_them() {
+    let (guard, table, _clean) = pg_guard("tx-pg-prepared");
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    let fail = |id: &str| {
+        guard.process_in_transaction(envelope(id).as_str(), |msg, tx| {
+            tx.execute(&insert, &[&msg.id().unwrap()])?;
+            Err::<(), postgres::Error>(tx.execute("SELECT 1/0", &[]).unwrap_err())
+        })
+    };
+    let ok = |id: &str| {
+        guard.process_in_transaction(envelope(id).as_str(), |msg, tx| {
+            tx.execute(&insert, &[&msg.id().unwrap()]).map(drop)
+        })
+    };
+    // A fresh pool: the take is prepared in a transaction that rolls back.
+    assert_eq!(fail("pp-1").kind(), OutcomeKind::Failed);
+    for i in 0..3 {
+        let id = format!("pp-1-{i}");
+        assert_eq!(ok(&id).kind(), OutcomeKind::Ran);
+        assert_eq!(ok(&id).kind(), OutcomeKind::Skipped);
+        assert_eq!(fail("pp-2").kind(), OutcomeKind::Failed);
+    }
+    // A batch whose first delivery is done: its take is undone to the savepoint.
+    let bodies = [envelope("pp-1-0"), envelope("pp-3")];
+    let kinds: Vec<OutcomeKind> = guard
+        .process_batch_in_transaction(&bodies, |msg, tx| {
+            tx.execute(&insert, &[&msg.id().unwrap()])
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })
+        .iter()
+        .map(Outcome::kind)
+        .collect();
+    assert_eq!(kinds, [OutcomeKind::Skipped, OutcomeKind::Ran]);
+    // A handler that drops every prepared statement of its connection.
+    let hostile = guard.process_in_transaction(envelope("pp-4").as_str(), |msg, tx| {
+        tx.execute(&insert, &[&msg.id().unwrap()])?;
+        tx.batch_execute("DEALLOCATE ALL")
+    });
+    assert_ne!(hostile.kind(), OutcomeKind::Skipped, "{hostile:?}");
+    let first = pg_effects(&table, "pp-4");
+    for id in ["pp-4", "pp-5", "pp-6", "pp-4"] {
+        let outcome = ok(id);
+        assert!(
+            matches!(outcome.kind(), OutcomeKind::Ran | OutcomeKind::Skipped),
+            "{id}: {outcome:?}"
+        );
+    }
+    for (id, n) in [
+        ("pp-1-0", 1),
+        ("pp-1-2", 1),
+        ("pp-2", 0),
+        ("pp-3", 1),
+        ("pp-5", 1),
+        ("pp-6", 1),
+    ] {
+        assert_eq!(pg_effects(&table, id), n, "{id}");
+    }
+    assert_eq!(pg_effects(&table, "pp-4"), 1, "once (first try: {first})");
+    // The seen-set calls after it, on the same pool.
+    let store = guard.store();
+    assert_eq!(
+        ready(bq_dedupe::Store::seen_many(store, &["pp-4", "pp-7"])).unwrap(),
+        [true, false]
+    );
+    pg_drop(&table);
+}
+
 #[test]
 fn postgres_concurrent_duplicates_serialize_on_the_key_one_runs() {
     let (guard, table, _clean) = pg_guard("tx-pg-race");

@@ -1,0 +1,114 @@
+//! A pooled PostgreSQL connection and the statements prepared on it. Each of
+//! the store's statements is parsed and planned once per connection, as the Go
+//! SDK's pgx does, instead of on every call: same round trips, but the server
+//! no longer plans the settle statement's six parts for every delivery.
+
+use std::collections::HashMap;
+
+use postgres::types::{ToSql, Type};
+use postgres::{Client, GenericClient, Row, Statement, Transaction};
+use r2d2_postgres::PostgresConnectionManager;
+use r2d2_postgres::r2d2::ManageConnection;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+/// A statement's parameters with their types (`query_typed`'s shape).
+pub(super) type Params<'a> = [(&'a (dyn ToSql + Sync), Type)];
+
+/// The pool's connections: a client and its prepared statements.
+pub(super) struct Manager(pub PostgresConnectionManager<MakeRustlsConnect>);
+
+impl ManageConnection for Manager {
+    type Connection = Session;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> Result<Session, postgres::Error> {
+        Ok(Session {
+            client: self.0.connect()?,
+            prepared: Prepared::default(),
+        })
+    }
+
+    fn is_valid(&self, session: &mut Session) -> Result<(), postgres::Error> {
+        self.0.is_valid(&mut session.client)
+    }
+
+    fn has_broken(&self, session: &mut Session) -> bool {
+        self.0.has_broken(&mut session.client)
+    }
+}
+
+/// One connection of the pool.
+pub(super) struct Session {
+    client: Client,
+    prepared: Prepared,
+}
+
+impl Session {
+    pub(super) fn client(&mut self) -> &mut Client {
+        &mut self.client
+    }
+
+    /// Runs `sql`, prepared on this connection the first time.
+    pub(super) fn query(
+        &mut self,
+        sql: &str,
+        params: &Params<'_>,
+    ) -> Result<Vec<Row>, postgres::Error> {
+        self.prepared.query(&mut self.client, sql, params)
+    }
+
+    /// A transaction, and the statements prepared on its connection.
+    pub(super) fn transaction(
+        &mut self,
+    ) -> Result<(Transaction<'_>, &mut Prepared), postgres::Error> {
+        Ok((self.client.transaction()?, &mut self.prepared))
+    }
+}
+
+/// The statements prepared on one connection, by their text. A statement
+/// prepared inside a transaction outlives it: PostgreSQL's prepared statements
+/// belong to the session, whatever the transaction does.
+#[derive(Default)]
+pub(super) struct Prepared(HashMap<String, Statement>);
+
+impl Prepared {
+    /// Runs `sql` on `client`, preparing it first if this connection has not.
+    /// A statement the server no longer has (someone ran `DEALLOCATE ALL` or
+    /// `DISCARD ALL` on the connection), or whose cached plan a schema change
+    /// broke, empties the cache: the call fails and the next one prepares
+    /// afresh ([`is_stale`]).
+    pub(super) fn query(
+        &mut self,
+        client: &mut impl GenericClient,
+        sql: &str,
+        params: &Params<'_>,
+    ) -> Result<Vec<Row>, postgres::Error> {
+        let statement = match self.0.get(sql) {
+            Some(statement) => statement.clone(),
+            None => {
+                let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+                let statement = client.prepare_typed(sql, &types)?;
+                self.0.insert(sql.to_owned(), statement.clone());
+                statement
+            }
+        };
+        let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+        client.query(&statement, &values).inspect_err(|e| {
+            if is_stale(e) {
+                self.0.clear();
+            }
+        })
+    }
+}
+
+/// A prepared statement the server lost (26000) or whose plan no longer fits
+/// its tables (0A000, "cached plan must not change result type"): preparing it
+/// again is the fix, and nothing ran.
+pub(super) fn is_stale(e: &postgres::Error) -> bool {
+    e.code().is_some_and(|c| {
+        c.code() == "26000"
+            || (c.code() == "0A000"
+                && e.as_db_error()
+                    .is_some_and(|db| db.message().contains("cached plan")))
+    })
+}
