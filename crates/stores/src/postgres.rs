@@ -131,6 +131,23 @@ fn timeouts_of(url: &str) -> StoreResult<(String, String)> {
     ))
 }
 
+/// The URL without `statement_cache=on|off` (default on), and whether the
+/// store's statements are prepared once per connection. Off: each call sends
+/// its statement unnamed, parsed and planned afresh, for a pooler that cannot
+/// keep prepared statements (PgBouncer in transaction mode before 1.21, or
+/// without `max_prepared_statements`), where a named statement may land on
+/// another client's server connection.
+fn statement_cache_of(url: &str) -> StoreResult<(String, bool)> {
+    let (url, ours) = take_params(url, &["statement_cache"])?;
+    match ours.first().map(|(_, v)| v.as_str()) {
+        None | Some("on") => Ok((url, true)),
+        Some("off") => Ok((url, false)),
+        Some(other) => Err(invalid(format!(
+            "postgres: statement_cache={other:?} is not on or off"
+        ))),
+    }
+}
+
 /// `500ms`, `5s`, `2min`, `1h` or a number of milliseconds, in milliseconds.
 fn millis(value: &str) -> Option<u64> {
     let split = value
@@ -304,6 +321,7 @@ impl PostgresStore {
         check_table(table)?;
         let (url, tls) = postgres_tls(url)?;
         let (url, limits) = timeouts_of(&url)?;
+        let (url, cache) = statement_cache_of(&url)?;
         let mut config: Config = url
             .parse()
             .map_err(|e| invalid(format!("postgres: bad url: {e}")))?;
@@ -339,7 +357,7 @@ impl PostgresStore {
             // once on a fresh one ([`PostgresStore::run`]).
             .test_on_check_out(false)
             .connection_timeout(TIMEOUT)
-            .build(Manager(manager))
+            .build(Manager { manager, cache })
             .map_err(|e| {
                 StoreError::unavailable(format!("postgres: cannot connect to {host}: {e}"))
             })?;
@@ -1055,6 +1073,21 @@ impl PostgresStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn statement_cache_is_on_unless_the_url_turns_it_off() {
+        let url = "postgres://u@h/db";
+        assert_eq!(statement_cache_of(url).unwrap(), (url.to_owned(), true));
+        let (rest, on) = statement_cache_of("postgres://u@h/db?statement_cache=off&x=1").unwrap();
+        assert_eq!((rest.as_str(), on), ("postgres://u@h/db?x=1", false));
+        assert!(
+            statement_cache_of(&format!("{url}?statement_cache=on"))
+                .unwrap()
+                .1
+        );
+        let e = statement_cache_of(&format!("{url}?statement_cache=no")).unwrap_err();
+        assert!(e.to_string().contains("not on or off"), "{e}");
+    }
 
     #[test]
     fn table_names_are_plain_identifiers() {

@@ -17,6 +17,9 @@
 //! ```text
 //! BQ_BENCH_RTT_US=0,500 scripts/with-stores.sh cargo bench -p babelqueue-dedupe-stores --bench round_trips
 //! ```
+//!
+//! `BQ_BENCH_STATEMENT_CACHE=off` runs our PostgreSQL store with
+//! `statement_cache=off` (every statement parsed and planned per call).
 
 mod peers;
 mod relay;
@@ -411,8 +414,15 @@ fn main() {
         }
         let table = format!("bq_rt_{}_{rtt_us}", bench.run_id);
         let pg_client = || postgres::Client::connect(&pg_via, postgres::NoTls).unwrap();
-        let pg_store =
-            |suffix: &str| PostgresStore::connect(&pg_via, &format!("{table}_{suffix}")).unwrap();
+        // BQ_BENCH_STATEMENT_CACHE=off: our store with `statement_cache=off`.
+        let store_url = match std::env::var("BQ_BENCH_STATEMENT_CACHE").as_deref() {
+            Ok("off") if pg_via.contains('?') => format!("{pg_via}&statement_cache=off"),
+            Ok("off") => format!("{pg_via}?statement_cache=off"),
+            _ => pg_via.clone(),
+        };
+        let pg_store = |suffix: &str| {
+            PostgresStore::connect(&store_url, &format!("{table}_{suffix}")).unwrap()
+        };
         let mut setup = pg_client();
         peers::create_tables(&mut setup, &table);
         let mut pg_subjects: Vec<(&str, Box<dyn Subject>)> = vec![

@@ -15,7 +15,11 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 pub(super) type Params<'a> = [(&'a (dyn ToSql + Sync), Type)];
 
 /// The pool's connections: a client and its prepared statements.
-pub(super) struct Manager(pub PostgresConnectionManager<MakeRustlsConnect>);
+pub(super) struct Manager {
+    pub manager: PostgresConnectionManager<MakeRustlsConnect>,
+    /// `statement_cache=off` in the URL: nothing is prepared.
+    pub cache: bool,
+}
 
 impl ManageConnection for Manager {
     type Connection = Session;
@@ -23,17 +27,20 @@ impl ManageConnection for Manager {
 
     fn connect(&self) -> Result<Session, postgres::Error> {
         Ok(Session {
-            client: self.0.connect()?,
-            prepared: Prepared::default(),
+            client: self.manager.connect()?,
+            prepared: Prepared {
+                statements: HashMap::new(),
+                enabled: self.cache,
+            },
         })
     }
 
     fn is_valid(&self, session: &mut Session) -> Result<(), postgres::Error> {
-        self.0.is_valid(&mut session.client)
+        self.manager.is_valid(&mut session.client)
     }
 
     fn has_broken(&self, session: &mut Session) -> bool {
-        self.0.has_broken(&mut session.client)
+        self.manager.has_broken(&mut session.client)
     }
 }
 
@@ -68,8 +75,10 @@ impl Session {
 /// The statements prepared on one connection, by their text. A statement
 /// prepared inside a transaction outlives it: PostgreSQL's prepared statements
 /// belong to the session, whatever the transaction does.
-#[derive(Default)]
-pub(super) struct Prepared(HashMap<String, Statement>);
+pub(super) struct Prepared {
+    statements: HashMap<String, Statement>,
+    enabled: bool,
+}
 
 impl Prepared {
     /// Runs `sql` on `client`, preparing it first if this connection has not.
@@ -83,19 +92,22 @@ impl Prepared {
         sql: &str,
         params: &Params<'_>,
     ) -> Result<Vec<Row>, postgres::Error> {
-        let statement = match self.0.get(sql) {
+        if !self.enabled {
+            return client.query_typed(sql, params);
+        }
+        let statement = match self.statements.get(sql) {
             Some(statement) => statement.clone(),
             None => {
                 let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
                 let statement = client.prepare_typed(sql, &types)?;
-                self.0.insert(sql.to_owned(), statement.clone());
+                self.statements.insert(sql.to_owned(), statement.clone());
                 statement
             }
         };
         let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
         client.query(&statement, &values).inspect_err(|e| {
             if is_stale(e) {
-                self.0.clear();
+                self.statements.clear();
             }
         })
     }
