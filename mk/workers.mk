@@ -4,7 +4,7 @@
 WORKER_PORT ?= 8787
 WORKER_STATE := .wrangler-state
 
-.PHONY: setup-workers workers-build workers-lint workers-test workers-bench workers-cost dev-worker
+.PHONY: setup-workers workers-build workers-lint workers-test workers-bench workers-cost ts-startup dev-worker
 
 ## workers-build: the fixture worker bundle (offline worker-build), size printed.
 workers-build:
@@ -32,6 +32,12 @@ workers-bench: workers-build
 ## target/bench/workers-cost.md (BQ_BENCH_TOTAL, BQ_BENCH_DONE, BQ_BENCH_BATCHES).
 workers-cost: workers-build
 	node crates/workers/bench/cost.mjs
+
+## ts-startup: the TypeScript template's bundle size and start-up CPU (`wrangler
+## check startup`, BQ_STARTUP_RUNS runs) beside a plain TypeScript consumer:
+## target/bench/ts-startup.md. `npm pack` builds the JS package.
+ts-startup: setup-workers
+	node crates/workers/bench/startup.mjs
 
 ## dev-worker: `wrangler dev` on 127.0.0.1 with local state in .wrangler-state/,
 ## publish the sample stream (with duplicates and a malformed line), print effects.
