@@ -18,7 +18,7 @@ use r2d2_postgres::r2d2::{ManageConnection, Pool, PooledConnection};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 mod session;
-use session::{Manager, Prepared, Session, is_stale};
+use session::{Manager, Params, Prepared, Session, is_stale};
 
 use crate::tls::{client_config, postgres_tls};
 use crate::{StoreStats, new_token, take_params, ttl_ms};
@@ -845,9 +845,19 @@ impl TransactionalStore for PostgresStore {
         let key = name.as_deref();
         let mark = format!("tx:{}", new_token().0);
         self.in_transaction(|mut tx, prepared| {
+            let mut statements = TxStatements {
+                prepared,
+                undo: None,
+            };
             if let Some(key) = key
-                && let Some(taken) =
-                    self.take_in(&mut tx, prepared, &self.take_sql(), key, ms(ttl), &mark)?
+                && let Some(taken) = self.take_in(
+                    &mut tx,
+                    &mut statements,
+                    &self.take_sql(),
+                    key,
+                    ms(ttl),
+                    &mark,
+                )?
             {
                 // Dropping the transaction rolls it back.
                 return Ok(taken);
@@ -856,7 +866,7 @@ impl TransactionalStore for PostgresStore {
                 Ok(value) => {
                     let keys: Vec<&str> = key.into_iter().collect();
                     if let Err(aborted) =
-                        self.finish_in(&mut tx, prepared, &keys, ms(ttl), &mark)?
+                        self.finish_in(&mut tx, &mut statements, &keys, ms(ttl), &mark)?
                     {
                         return Ok(TxRun::Aborted(aborted));
                     }
@@ -892,13 +902,18 @@ impl TransactionalStore for PostgresStore {
         let next = format!("RELEASE {savepoint}; SAVEPOINT {savepoint}");
         let undo = format!("ROLLBACK TO {savepoint}");
         self.in_transaction(|mut tx, prepared| {
+            let mut statements = TxStatements {
+                prepared,
+                undo: Some(&undo),
+            };
             let mut runs = Vec::with_capacity(keys.len());
             let mut committed: Vec<&str> = Vec::new();
             tx.batch_execute(&begin).map_err(error)?;
             for (i, key) in names.iter().enumerate() {
                 let key = key.as_deref();
                 if let Some(key) = key
-                    && let Some(taken) = self.take_in(&mut tx, prepared, &take, key, ttl, &mark)?
+                    && let Some(taken) =
+                        self.take_in(&mut tx, &mut statements, &take, key, ttl, &mark)?
                 {
                     // Undone: a mark put after waiting for another run of the id.
                     tx.batch_execute(&undo).map_err(error)?;
@@ -930,10 +945,39 @@ impl TransactionalStore for PostgresStore {
                 }
             }
             // The handlers left the transaction unusable after all: nothing commits.
-            self.finish_in(&mut tx, prepared, &committed, ttl, &mark)??;
+            self.finish_in(&mut tx, &mut statements, &committed, ttl, &mark)??;
             tx.commit().map_err(error)?;
             Ok(runs)
         })
+    }
+}
+
+/// The store's statements inside one transaction: the connection's prepared
+/// statements, and the savepoint open around the next delivery, if any.
+struct TxStatements<'a> {
+    prepared: &'a mut Prepared,
+    /// Rolls back to the open savepoint.
+    undo: Option<&'a str>,
+}
+
+impl TxStatements<'_> {
+    /// With a savepoint open, a statement a handler's `DEALLOCATE` dropped is
+    /// rolled back to the savepoint and sent again, prepared afresh: otherwise
+    /// such a handler would fail the whole batch on every redelivery. Without
+    /// one the call fails (its delivery is retried; the cache is emptied).
+    fn query(
+        &mut self,
+        tx: &mut postgres::Transaction<'_>,
+        sql: &str,
+        params: &Params<'_>,
+    ) -> Result<Vec<postgres::Row>, postgres::Error> {
+        match (self.prepared.query(tx, sql, params), self.undo) {
+            (Err(e), Some(undo)) if is_stale(&e) => {
+                tx.batch_execute(undo)?;
+                self.prepared.query(tx, sql, params)
+            }
+            (result, _) => result,
+        }
     }
 }
 
@@ -994,19 +1038,14 @@ impl PostgresStore {
     fn take_in<T, E>(
         &self,
         tx: &mut postgres::Transaction<'_>,
-        prepared: &mut Prepared,
+        statements: &mut TxStatements<'_>,
         take: &str,
         key: &str,
         ttl: Option<i64>,
         mark: &str,
     ) -> StoreResult<Option<TxRun<T, E>>> {
-        let rows = prepared
-            .query(
-                tx,
-                take,
-                &[(&key, Type::TEXT), (&ttl, Type::INT8), (&mark, Type::TEXT)],
-            )
-            .map_err(error)?;
+        let params: &Params<'_> = &[(&key, Type::TEXT), (&ttl, Type::INT8), (&mark, Type::TEXT)];
+        let rows = statements.query(tx, take, params).map_err(error)?;
         // One row, always (`SELECT EXISTS ...`).
         let row = rows
             .first()
@@ -1043,20 +1082,17 @@ impl PostgresStore {
     fn finish_in(
         &self,
         tx: &mut postgres::Transaction<'_>,
-        prepared: &mut Prepared,
+        statements: &mut TxStatements<'_>,
         keys: &[&str],
         ttl: Option<i64>,
         mark: &str,
     ) -> StoreResult<Result<(), StoreError>> {
-        let found = prepared.query(
-            tx,
-            &self.finish_sql(),
-            &[
-                (&keys, Type::TEXT_ARRAY),
-                (&ttl, Type::INT8),
-                (&mark, Type::TEXT),
-            ],
-        );
+        let params: &Params<'_> = &[
+            (&keys, Type::TEXT_ARRAY),
+            (&ttl, Type::INT8),
+            (&mark, Type::TEXT),
+        ];
+        let found = statements.query(tx, &self.finish_sql(), params);
         Ok(match found {
             Ok(rows) if rows.len() == keys.len() => Ok(()),
             Ok(rows) => Err(StoreError::internal(format!(

@@ -383,6 +383,21 @@ fn postgres_prepared_statements_outlive_rollbacks_and_a_handler_that_deallocates
         .map(Outcome::kind)
         .collect();
     assert_eq!(kinds, [OutcomeKind::Skipped, OutcomeKind::Ran]);
+    // In a batch, a handler that drops them fails no other delivery: the next
+    // take is rolled back to its savepoint and prepared afresh (else the batch
+    // failed whole, on every redelivery).
+    let bodies = [envelope("pp-h"), envelope("pp-i"), envelope("pp-j")];
+    let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+        let id = msg.id().unwrap();
+        tx.execute(&insert, &[&id]).map_err(|e| e.to_string())?;
+        if id == "pp-h" {
+            tx.batch_execute("DEALLOCATE ALL")
+                .map_err(|e| e.to_string())?;
+        }
+        Ok::<(), String>(())
+    });
+    let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
+    assert_eq!(kinds, [OutcomeKind::Ran; 3], "{outcomes:?}");
     // A handler that drops every prepared statement of its connection.
     let hostile = guard.process_in_transaction(envelope("pp-4").as_str(), |msg, tx| {
         tx.execute(&insert, &[&msg.id().unwrap()])?;
@@ -404,6 +419,9 @@ fn postgres_prepared_statements_outlive_rollbacks_and_a_handler_that_deallocates
         ("pp-3", 1),
         ("pp-5", 1),
         ("pp-6", 1),
+        ("pp-h", 1),
+        ("pp-i", 1),
+        ("pp-j", 1),
     ] {
         assert_eq!(pg_effects(&table, id), n, "{id}");
     }
