@@ -9,6 +9,10 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
+if [[ $(id -u) -ne 0 ]]; then
+  echo "bench/net.sh: network namespaces need root: sudo env \"PATH=\$PATH\" make bench-net" >&2
+  exit 1
+fi
 
 command -v redis-server >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; }
 pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
