@@ -845,9 +845,10 @@ impl TransactionalStore for PostgresStore {
         let key = name.as_deref();
         let mark = format!("tx:{}", new_token().0);
         self.in_transaction(|mut tx, prepared| {
+            // Nothing has run before the take: a stale take starts afresh.
             let mut statements = TxStatements {
                 prepared,
-                undo: None,
+                undo: Some(RESTART),
             };
             if let Some(key) = key
                 && let Some(taken) = self.take_in(
@@ -862,6 +863,8 @@ impl TransactionalStore for PostgresStore {
                 // Dropping the transaction rolls it back.
                 return Ok(taken);
             }
+            // From here the handler's work is in the transaction: nothing to go back to.
+            statements.undo = None;
             match work(&mut tx) {
                 Ok(value) => {
                     let keys: Vec<&str> = key.into_iter().collect();
@@ -953,18 +956,24 @@ impl TransactionalStore for PostgresStore {
 }
 
 /// The store's statements inside one transaction: the connection's prepared
-/// statements, and the savepoint open around the next delivery, if any.
+/// statements, and how to go back to just before the next statement, if one
+/// can: the savepoint open around a batch's delivery, or [`RESTART`].
 struct TxStatements<'a> {
     prepared: &'a mut Prepared,
-    /// Rolls back to the open savepoint.
     undo: Option<&'a str>,
 }
 
+/// A transaction in which nothing has run yet (an aborted one included),
+/// begun again on the same connection.
+const RESTART: &str = "ROLLBACK; BEGIN";
+
 impl TxStatements<'_> {
-    /// With a savepoint open, a statement a handler's `DEALLOCATE` dropped is
-    /// rolled back to the savepoint and sent again, prepared afresh: otherwise
-    /// such a handler would fail the whole batch on every redelivery. Without
-    /// one the call fails (its delivery is retried; the cache is emptied).
+    /// A statement a handler's `DEALLOCATE` dropped (in this delivery or an
+    /// earlier one on the connection) is undone and sent again, prepared
+    /// afresh: otherwise such a handler would fail the deliveries after it,
+    /// a whole batch on every redelivery. Where nothing can be undone (after
+    /// a single delivery's work) the call fails: its delivery is retried, and
+    /// the cache is emptied.
     fn query(
         &mut self,
         tx: &mut postgres::Transaction<'_>,

@@ -398,6 +398,15 @@ fn postgres_prepared_statements_outlive_rollbacks_and_a_handler_that_deallocates
     });
     let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
     assert_eq!(kinds, [OutcomeKind::Ran; 3], "{outcomes:?}");
+    // One that drops them and fails: the next single delivery's take finds
+    // its statement gone before anything ran, and starts again (else it
+    // failed once, store-unavailable).
+    let dropped = guard.process_in_transaction(envelope("pp-d").as_str(), |_, tx| {
+        tx.batch_execute("DEALLOCATE ALL")?;
+        Err::<(), postgres::Error>(tx.execute("SELECT 1/0", &[]).unwrap_err())
+    });
+    assert_eq!(dropped.kind(), OutcomeKind::Failed, "{dropped:?}");
+    assert_eq!(ok("pp-k").kind(), OutcomeKind::Ran);
     // A handler that drops every prepared statement of its connection.
     let hostile = guard.process_in_transaction(envelope("pp-4").as_str(), |msg, tx| {
         tx.execute(&insert, &[&msg.id().unwrap()])?;
@@ -422,6 +431,8 @@ fn postgres_prepared_statements_outlive_rollbacks_and_a_handler_that_deallocates
         ("pp-h", 1),
         ("pp-i", 1),
         ("pp-j", 1),
+        ("pp-d", 0),
+        ("pp-k", 1),
     ] {
         assert_eq!(pg_effects(&table, id), n, "{id}");
     }
