@@ -52,9 +52,8 @@ const LIVE: &str = "(expires_at IS NULL OR expires_at > now())";
 ///
 /// Connections come from an `r2d2` pool (up to 4), over TLS as the URL's
 /// `sslmode` asks ([`PostgresStore::connect`]); each prepares the store's
-/// statements once (a pooler in front must keep prepared statements, as
-/// PgBouncer does from 1.21 with `max_prepared_statements`, or pgx's default
-/// would fail the Go SDK's store too).
+/// statements once, unless the URL says `statement_cache=off` (for a pooler
+/// that does not keep prepared statements per client; see `docs/stores.md`).
 pub struct PostgresStore {
     pool: Pool<Manager>,
     table: String,

@@ -414,10 +414,10 @@ fn main() {
         }
         let table = format!("bq_rt_{}_{rtt_us}", bench.run_id);
         let pg_client = || postgres::Client::connect(&pg_via, postgres::NoTls).unwrap();
-        // BQ_BENCH_STATEMENT_CACHE=off: our store with `statement_cache=off`.
+        // BQ_BENCH_STATEMENT_CACHE=off: our store with `statement_cache=off`
+        // (pg_via has a query already: its sslmode).
         let store_url = match std::env::var("BQ_BENCH_STATEMENT_CACHE").as_deref() {
-            Ok("off") if pg_via.contains('?') => format!("{pg_via}&statement_cache=off"),
-            Ok("off") => format!("{pg_via}?statement_cache=off"),
+            Ok("off") => format!("{pg_via}&statement_cache=off"),
             _ => pg_via.clone(),
         };
         let pg_store = |suffix: &str| {
