@@ -446,6 +446,22 @@ fn postgres_prepared_statements_outlive_rollbacks_and_a_handler_that_deallocates
     pg_drop(&table);
 }
 
+/// A schema change under a prepared statement ("cached plan must not change
+/// result type") makes the store prepare it again, not fail every call.
+#[test]
+fn postgres_a_statement_whose_result_type_changed_is_prepared_again() {
+    let (guard, table, _clean) = pg_guard("tx-pg-replan");
+    let store = guard.store();
+    let seen = || ready(bq_dedupe::Store::seen_many(store, &["rp-1"]));
+    assert_eq!(seen().unwrap(), [false]);
+    pg().batch_execute(&format!(
+        "ALTER TABLE {table} ALTER COLUMN message_id TYPE varchar"
+    ))
+    .unwrap();
+    assert_eq!(seen().unwrap(), [false]);
+    pg_drop(&table);
+}
+
 #[test]
 fn postgres_concurrent_duplicates_serialize_on_the_key_one_runs() {
     let (guard, table, _clean) = pg_guard("tx-pg-race");

@@ -115,12 +115,13 @@ impl Prepared {
 
 /// A prepared statement the server lost (26000) or whose plan no longer fits
 /// its tables (0A000, "cached plan must not change result type"): preparing it
-/// again is the fix, and nothing ran.
+/// again is the fix, and nothing ran. The second is told by the server
+/// function that raises it, which no `lc_messages` translates.
 pub(super) fn is_stale(e: &postgres::Error) -> bool {
     e.code().is_some_and(|c| {
         c.code() == "26000"
             || (c.code() == "0A000"
                 && e.as_db_error()
-                    .is_some_and(|db| db.message().contains("cached plan")))
+                    .is_some_and(|db| db.routine() == Some("RevalidateCachedQuery")))
     })
 }
