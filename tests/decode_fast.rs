@@ -1,5 +1,5 @@
-//! The two envelope decoders agree: `Message::parse` (natively the SIMD fast path,
-//! falling back to the reference) and `Envelope::decode` (the reference decoder
+//! The two envelope decoders agree: `Message::parse` (the scanner, falling back to
+//! the reference) and `Envelope::decode` (the reference decoder
 //! alone, then the owned tree). On every input below, and on random mutations of a
 //! valid envelope, both accept with the same id, job, trace id and attempts, or both
 //! reject with the same `Rejection`. The inputs sit on the fast path's edges: nesting

@@ -1,8 +1,8 @@
 //! Fuzzes the envelope decoders: never a panic, and the borrowed fast path and the
 //! full owned decoder always agree on accept/reject (and the reason), the id, the
-//! job, the trace id and the attempts. `Message::parse` is, natively, the SIMD fast
-//! path (falling back to the reference for anything in doubt); `Envelope::decode`
-//! validates with the serde_json reference alone, so the two are independent.
+//! job, the trace id and the attempts. `Message::parse` is the scanner (falling
+//! back to the reference for anything in doubt); `Envelope::decode` validates with
+//! the serde_json reference alone, so the two are independent.
 
 #![no_main]
 

@@ -3,17 +3,17 @@
 //! Two ways in:
 //! - [`Message::parse`] is the hot path: one borrowed pass, validation, the dedupe
 //!   key, and the raw text kept for the handler. No `serde_json::Value` tree.
-//!   Natively it decodes with sonic-rs's SIMD parser (`fast.rs`) and leaves every
-//!   text in doubt, so every rejection, to the serde_json reference (`view.rs`);
-//!   on wasm32 the reference alone runs.
+//!   A hand-written scanner (`scan.rs`) decides the valid envelopes it can vouch
+//!   for and leaves every text in doubt, so every rejection, to the serde_json
+//!   reference (`view.rs`).
 //! - [`Envelope`] is the full owned form (unknown fields preserved), built on demand
 //!   with [`Message::envelope`] or [`Envelope::decode`].
 
+mod accept;
 mod body;
-#[cfg(not(target_arch = "wasm32"))]
-mod fast;
 mod owned;
 mod rejection;
+mod scan;
 mod view;
 
 use std::borrow::Cow;
@@ -71,18 +71,16 @@ impl<'a> Message<'a> {
     }
 
     fn parse_text(text: &'a str) -> Result<Message<'a>, Rejection> {
-        // Native builds try the SIMD parser first; it only ever accepts, and leaves
-        // every doubt (and so every rejection) to the reference decoder below. The
-        // wasm32 builds keep serde_json alone, for their size budgets.
-        #[cfg(not(target_arch = "wasm32"))]
-        if let Some(msg) = fast::parse(text) {
-            return Ok(msg);
+        // The scanner first: it only ever accepts, and leaves every doubt (and so
+        // every rejection) to the reference decoder below.
+        match scan::parse(text) {
+            Some(msg) => Ok(msg),
+            None => Self::parse_text_reference(text),
         }
-        Self::parse_text_reference(text)
     }
 
     /// [`Message::parse`] with the reference decoder alone (serde_json over the
-    /// borrowed view), never the native fast path: what the owned [`Envelope`]
+    /// borrowed view), never the scanner: what the owned [`Envelope`]
     /// validates with, so the two decoders can be checked against each other.
     pub(crate) fn parse_reference(
         raw: &'a [u8],
