@@ -131,7 +131,14 @@ fn numbers_out_of_range_or_malformed() {
         "1_000",
     ];
     let long = format!("1{}", "0".repeat(400));
-    for n in numbers.iter().copied().chain([long.as_str()]) {
+    // Over f64's range however small the exponent (found by review).
+    let long_scaled_down = format!("1{}e-1", "0".repeat(400));
+    let long_at_the_edge = format!("1{}e-0", "0".repeat(309));
+    for n in numbers
+        .iter()
+        .copied()
+        .chain([long.as_str(), &long_scaled_down, &long_at_the_edge])
+    {
         for raw in [
             with_data(&format!(r#"{{"n":{n}}}"#)),
             with_data(&format!(r#"{{"n":[{n}]}}"#)),

@@ -9,7 +9,8 @@
 //!   a string holding a control character (U+0000 to U+001F);
 //! - containers deeper than [`FAST_DEPTH`];
 //! - numbers that are not JSON's grammar, and any whose magnitude might not fit an
-//!   `f64` (over 300 integer digits, or an exponent that could take it past 1e300),
+//!   `f64` (over 300 integer digits whatever the exponent, or an exponent that could
+//!   take it past 1e300),
 //!   which serde_json rejects as out of range; the rest it checks without
 //!   converting them, which is where it saves the most;
 //! - anything after the envelope but whitespace, and every validation failure.
@@ -261,10 +262,11 @@ impl<'a> Scanner<'a> {
                 return None;
             }
             let exponent = exponent? as usize;
-            magnitude = if raises {
-                magnitude + exponent
-            } else {
-                exponent
+            // Scaled down it is no larger than its integer part; a long negative
+            // exponent stays the reference's too, as cautious as a positive one.
+            magnitude = match raises {
+                true => magnitude + exponent,
+                false => magnitude.max(exponent),
             };
             plain = false;
         }
@@ -393,6 +395,7 @@ mod tests {
             BASE.replace("143.18", "1e301"),
             BASE.replace("143.18", "0e1000"),
             BASE.replace("143.18", &"9".repeat(301)),
+            BASE.replace("143.18", &format!("1{}e-1", "0".repeat(400))),
             BASE.replace("143.18", "01"),
             BASE.replace("143.18", "1."),
             BASE.replace("143.18", ".5"),
