@@ -29,6 +29,7 @@ GROUPS = {
         ("process", "native `Guard::process` (one at a time)"),
         ("process_batch_100", "native `Guard::process_batch` (chunks of 100)"),
         ("decode_only", "native `Message::parse` only (no dedupe)"),
+        ("validate_floor", "the validating floor: UTF-8 + serde_json syntax check, nothing kept"),
     ],
     "component_1m": [
         ("process", "component under wasmtime, `consumer.process` (one call per delivery)"),

@@ -9,6 +9,8 @@
 //! - `process_presized`: `process` on a store made with
 //!   `InMemoryStore::with_reserved(distinct ids)` (no table growth);
 //! - `decode_only`: `Message::parse` alone (the floor under both);
+//! - `validate_floor`: the UTF-8 check and serde_json's syntax check with nothing
+//!   kept, the least a validating decoder does (what `decode_only` is held to);
 //! - `store_single` / `store_batch_100`: the in-memory store alone, each line's id
 //!   (read beforehand) through `seen` then `remember` on a miss, one delivery at a
 //!   time or 100 per `seen_many` + `remember_many`;
@@ -124,6 +126,19 @@ fn run_decode(lines: &[String]) -> (u64, u64) {
         }
     }
     (accepted, id_bytes)
+}
+
+/// The validating floor: the UTF-8 check and serde_json's syntax check with
+/// nothing kept (`IgnoredAny`), the least any validating decoder here does a line.
+fn run_validate_floor(lines: &[String]) -> u64 {
+    let mut valid = 0u64;
+    for line in lines {
+        let text = std::str::from_utf8(black_box(line.as_bytes()));
+        if text.is_ok_and(|t| serde_json::from_str::<serde::de::IgnoredAny>(t).is_ok()) {
+            valid += 1;
+        }
+    }
+    valid
 }
 
 /// The store alone, one delivery at a time: `seen`, then `remember` on a miss.
@@ -376,6 +391,9 @@ fn dedupe_throughput<M: Measurement>(c: &mut Criterion<M>) {
     });
 
     group.bench_function("decode_only", |b| b.iter(|| black_box(run_decode(&lines))));
+    group.bench_function("validate_floor", |b| {
+        b.iter(|| black_box(run_validate_floor(&lines)))
+    });
 
     let ids = workload_ids(&lines);
     let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
