@@ -647,3 +647,44 @@ fn postgres_a_batch_rolls_back_only_the_failing_delivery() {
     }
     pg_drop(&table);
 }
+
+/// The store's own calls plan their statements once (`force_generic_plan` on
+/// the session); a handler's transaction on the same connection runs with the
+/// connection's own `plan_cache_mode`, here the URL's, whichever call came before.
+#[test]
+fn postgres_a_handler_plans_its_statements_as_the_connection_says() {
+    let table = postgres_table("tx-pg-plans");
+    let url = postgres_url();
+    let joiner = if url.contains('?') { '&' } else { '?' };
+    let url = format!("{url}{joiner}options=-c%20plan_cache_mode%3Dforce_custom_plan");
+    let guard = Guard::new(PostgresStore::connect(&url, &table).unwrap());
+    let _clean = PgCleanup {
+        url: postgres_url(),
+        table: table.clone(),
+    };
+    let mode_in_handler = |id: &str| {
+        let mut seen = String::new();
+        let outcome = guard.process_in_transaction(envelope(id).as_str(), |_, tx| {
+            seen = tx.query_one("SHOW plan_cache_mode", &[])?.get(0);
+            Ok::<(), postgres::Error>(())
+        });
+        assert_eq!(outcome.kind(), OutcomeKind::Ran, "{outcome:?}");
+        seen
+    };
+    let own_call = |key: &str| {
+        ready(bq_dedupe::Store::claim(
+            guard.store(),
+            key,
+            Duration::from_secs(60),
+        ))
+        .unwrap();
+    };
+    assert_eq!(mode_in_handler("plans-1"), "force_custom_plan");
+    for i in 0..3 {
+        own_call(&format!("plans-own-{i}"));
+        assert_eq!(
+            mode_in_handler(&format!("plans-{i}-tx")),
+            "force_custom_plan"
+        );
+    }
+}

@@ -2,6 +2,14 @@
 //! the store's statements is parsed and planned once per connection, as the Go
 //! SDK's pgx does, instead of on every call: same round trips, but the server
 //! no longer plans the settle statement's six parts for every delivery.
+//!
+//! Planned once, and kept: left to itself the server plans a prepared statement
+//! again on every call while it judges a plan for the given values cheaper than
+//! one for any values, which it does for ours (arrays of unknown length), so the
+//! store's own calls run with `plan_cache_mode = force_generic_plan`. Measured
+//! on loopback: a batch of 100 seen-set deliveries 2.7x the throughput, a
+//! duplicate one at a time 1.4x. A handler's transaction gets the connection's
+//! own setting back first: its statements are the user's, planned as they expect.
 
 use std::collections::HashMap;
 
@@ -32,6 +40,7 @@ impl ManageConnection for Manager {
                 statements: HashMap::new(),
                 enabled: self.cache,
             },
+            generic_plans: false,
         })
     }
 
@@ -48,6 +57,9 @@ impl ManageConnection for Manager {
 pub(super) struct Session {
     client: Client,
     prepared: Prepared,
+    /// Whether this session's `plan_cache_mode` is ours (`force_generic_plan`)
+    /// rather than the connection's own.
+    generic_plans: bool,
 }
 
 impl Session {
@@ -61,13 +73,23 @@ impl Session {
         sql: &str,
         params: &Params<'_>,
     ) -> Result<Vec<Row>, postgres::Error> {
+        if self.prepared.enabled && !self.generic_plans {
+            self.client
+                .batch_execute("SET plan_cache_mode = force_generic_plan")?;
+            self.generic_plans = true;
+        }
         self.prepared.query(&mut self.client, sql, params)
     }
 
-    /// A transaction, and the statements prepared on its connection.
+    /// A transaction, and the statements prepared on its connection; the
+    /// connection's own `plan_cache_mode` first, for the handler's statements.
     pub(super) fn transaction(
         &mut self,
     ) -> Result<(Transaction<'_>, &mut Prepared), postgres::Error> {
+        if self.generic_plans {
+            self.client.batch_execute("RESET plan_cache_mode")?;
+            self.generic_plans = false;
+        }
         Ok((self.client.transaction()?, &mut self.prepared))
     }
 }
