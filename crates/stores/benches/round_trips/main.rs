@@ -357,11 +357,16 @@ fn main() {
         let pg_relay = Relay::start(server_addr(&pg_url), Duration::ZERO);
         let rtt = calibrate(&[&redis_relay, &pg_relay], target);
         rtts.push((rtt_us, rtt));
-        let redis_via = via(&redis_url, &redis_relay);
+        // BQ_BENCH_DIRECT=1: every client straight to the servers, no relay (its
+        // round trips then read 0): what the clients cost without its hand-offs.
+        let direct = std::env::var("BQ_BENCH_DIRECT").as_deref() == Ok("1");
+        let (redis_via, pg_via) = match direct {
+            true => (redis_url.clone(), pg_url.clone()),
+            false => (via(&redis_url, &redis_relay), via(&pg_url, &pg_relay)),
+        };
         // Plain TCP for every PostgreSQL client here, ours and the peers'.
         let pg_via = format!(
-            "{}{}sslmode=disable",
-            via(&pg_url, &pg_relay),
+            "{pg_via}{}sslmode=disable",
             if pg_url.contains('?') { "&" } else { "?" }
         );
         let prefix = format!("bq-rt-{}-{rtt_us}:", bench.run_id);
