@@ -53,7 +53,8 @@ const LIVE: &str = "(expires_at IS NULL OR expires_at > now())";
 /// Connections come from an `r2d2` pool (up to 4), over TLS as the URL's
 /// `sslmode` asks ([`PostgresStore::connect`]); each prepares the store's
 /// statements once, unless the URL says `statement_cache=off` (for a pooler
-/// that does not keep prepared statements per client; see `docs/stores.md`).
+/// that does not keep prepared statements per client; see `docs/stores.md`),
+/// and with `statement_cache=generic` plans them once, too.
 pub struct PostgresStore {
     pool: Pool<Manager>,
     table: String,
@@ -130,19 +131,30 @@ fn timeouts_of(url: &str) -> StoreResult<(String, String)> {
     ))
 }
 
-/// The URL without `statement_cache=on|off` (default on), and whether the
-/// store's statements are prepared once per connection. Off: each call sends
-/// its statement unnamed, parsed and planned afresh, for a pooler that cannot
-/// keep prepared statements (PgBouncer in transaction mode before 1.21, or
-/// without `max_prepared_statements`), where a named statement may land on
-/// another client's server connection.
-fn statement_cache_of(url: &str) -> StoreResult<(String, bool)> {
+/// What `statement_cache=` asks of the store's statements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StatementCache {
+    /// Unnamed, parsed and planned afresh on every call: for a pooler that
+    /// cannot keep prepared statements (PgBouncer in transaction mode before
+    /// 1.21, or without `max_prepared_statements`), where a named statement may
+    /// land on another client's server connection.
+    Off,
+    /// Prepared once per connection (the default), planned as the server sees fit.
+    On,
+    /// Prepared once and planned once (`plan_cache_mode = force_generic_plan`
+    /// for the store's own calls; `session.rs` says when not to).
+    Generic,
+}
+
+/// The URL without `statement_cache=off|on|generic` (default on), and which.
+fn statement_cache_of(url: &str) -> StoreResult<(String, StatementCache)> {
     let (url, ours) = take_params(url, &["statement_cache"])?;
     match ours.first().map(|(_, v)| v.as_str()) {
-        None | Some("on") => Ok((url, true)),
-        Some("off") => Ok((url, false)),
+        None | Some("on") => Ok((url, StatementCache::On)),
+        Some("off") => Ok((url, StatementCache::Off)),
+        Some("generic") => Ok((url, StatementCache::Generic)),
         Some(other) => Err(invalid(format!(
-            "postgres: statement_cache={other:?} is not on or off"
+            "postgres: statement_cache={other:?} is not off, on or generic"
         ))),
     }
 }
@@ -356,7 +368,11 @@ impl PostgresStore {
             // once on a fresh one ([`PostgresStore::run`]).
             .test_on_check_out(false)
             .connection_timeout(TIMEOUT)
-            .build(Manager { manager, cache })
+            .build(Manager {
+                manager,
+                cache: cache != StatementCache::Off,
+                generic_plans: cache == StatementCache::Generic,
+            })
             .map_err(|e| {
                 StoreError::unavailable(format!("postgres: cannot connect to {host}: {e}"))
             })?;
@@ -1119,18 +1135,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn statement_cache_is_on_unless_the_url_turns_it_off() {
+    fn statement_cache_is_on_unless_the_url_says_otherwise() {
         let url = "postgres://u@h/db";
-        assert_eq!(statement_cache_of(url).unwrap(), (url.to_owned(), true));
-        let (rest, on) = statement_cache_of("postgres://u@h/db?statement_cache=off&x=1").unwrap();
-        assert_eq!((rest.as_str(), on), ("postgres://u@h/db?x=1", false));
-        assert!(
-            statement_cache_of(&format!("{url}?statement_cache=on"))
-                .unwrap()
-                .1
+        let cache = |query: &str| statement_cache_of(&format!("{url}{query}")).unwrap().1;
+        assert_eq!(
+            statement_cache_of(url).unwrap(),
+            (url.to_owned(), StatementCache::On)
         );
+        let (rest, off) = statement_cache_of("postgres://u@h/db?statement_cache=off&x=1").unwrap();
+        assert_eq!(
+            (rest.as_str(), off),
+            ("postgres://u@h/db?x=1", StatementCache::Off)
+        );
+        assert_eq!(cache("?statement_cache=on"), StatementCache::On);
+        assert_eq!(cache("?statement_cache=generic"), StatementCache::Generic);
         let e = statement_cache_of(&format!("{url}?statement_cache=no")).unwrap_err();
-        assert!(e.to_string().contains("not on or off"), "{e}");
+        assert!(e.to_string().contains("not off, on or generic"), "{e}");
     }
 
     #[test]

@@ -648,15 +648,18 @@ fn postgres_a_batch_rolls_back_only_the_failing_delivery() {
     pg_drop(&table);
 }
 
-/// The store's own calls plan their statements once (`force_generic_plan` on
-/// the session); a handler's transaction on the same connection runs with the
-/// connection's own `plan_cache_mode`, here the URL's, whichever call came before.
+/// With `statement_cache=generic` the store's own calls plan their statements
+/// once (`force_generic_plan` on the session); a handler's transaction on the same
+/// connection runs with the connection's own `plan_cache_mode`, here the URL's,
+/// whichever call came before.
 #[test]
 fn postgres_a_handler_plans_its_statements_as_the_connection_says() {
     let table = postgres_table("tx-pg-plans");
     let url = postgres_url();
     let joiner = if url.contains('?') { '&' } else { '?' };
-    let url = format!("{url}{joiner}options=-c%20plan_cache_mode%3Dforce_custom_plan");
+    let url = format!(
+        "{url}{joiner}options=-c%20plan_cache_mode%3Dforce_custom_plan&statement_cache=generic"
+    );
     let guard = Guard::new(PostgresStore::connect(&url, &table).unwrap());
     let _clean = PgCleanup {
         url: postgres_url(),

@@ -18,8 +18,10 @@
 //! BQ_BENCH_RTT_US=0,500 scripts/with-stores.sh cargo bench -p babelqueue-dedupe-stores --bench round_trips
 //! ```
 //!
-//! `BQ_BENCH_STATEMENT_CACHE=off` runs our PostgreSQL store with
-//! `statement_cache=off` (every statement parsed and planned per call).
+//! `BQ_BENCH_STATEMENT_CACHE=off|generic` runs our PostgreSQL store with that
+//! `statement_cache` (off: every statement parsed and planned per call; generic:
+//! prepared and planned once per connection). `BQ_BENCH_DIRECT=1` connects every
+//! client straight to the servers, without the relay (round trips then read 0).
 
 mod peers;
 mod relay;
@@ -419,11 +421,11 @@ fn main() {
         }
         let table = format!("bq_rt_{}_{rtt_us}", bench.run_id);
         let pg_client = || postgres::Client::connect(&pg_via, postgres::NoTls).unwrap();
-        // BQ_BENCH_STATEMENT_CACHE=off: our store with `statement_cache=off`
+        // BQ_BENCH_STATEMENT_CACHE=off|on|generic: our store's `statement_cache`
         // (pg_via has a query already: its sslmode).
-        let store_url = match std::env::var("BQ_BENCH_STATEMENT_CACHE").as_deref() {
-            Ok("off") => format!("{pg_via}&statement_cache=off"),
-            _ => pg_via.clone(),
+        let store_url = match std::env::var("BQ_BENCH_STATEMENT_CACHE") {
+            Ok(cache) => format!("{pg_via}&statement_cache={cache}"),
+            Err(_) => pg_via.clone(),
         };
         let pg_store = |suffix: &str| {
             PostgresStore::connect(&store_url, &format!("{table}_{suffix}")).unwrap()

@@ -3,13 +3,16 @@
 //! SDK's pgx does, instead of on every call: same round trips, but the server
 //! no longer plans the settle statement's six parts for every delivery.
 //!
-//! Planned once, and kept: left to itself the server plans a prepared statement
-//! again on every call while it judges a plan for the given values cheaper than
-//! one for any values, which it does for ours (arrays of unknown length), so the
-//! store's own calls run with `plan_cache_mode = force_generic_plan`. Measured
-//! on loopback: a batch of 100 seen-set deliveries 2.7x the throughput, a
-//! duplicate one at a time 1.4x. A handler's transaction gets the connection's
-//! own setting back first: its statements are the user's, planned as they expect.
+//! Planned once, on request (`statement_cache=generic`): left to itself the
+//! server plans a prepared statement again on every call while it judges a plan
+//! for the given values cheaper than one for any values, which it does for ours
+//! (arrays of unknown length). With `generic` the store's own calls run with
+//! `plan_cache_mode = force_generic_plan`: on loopback a batch of 100 seen-set
+//! deliveries 2.7x the throughput, a duplicate one at a time 1.4x. Not the default:
+//! a pooler in transaction mode would carry the session setting to other
+//! clients, and a plan made while the claims table was small stays until its
+//! statistics change (autovacuum's analyze). A handler's transaction gets the
+//! connection's own setting back first: its statements are the user's.
 
 use std::collections::HashMap;
 
@@ -27,6 +30,8 @@ pub(super) struct Manager {
     pub manager: PostgresConnectionManager<MakeRustlsConnect>,
     /// `statement_cache=off` in the URL: nothing is prepared.
     pub cache: bool,
+    /// `statement_cache=generic`: each statement planned once, too.
+    pub generic_plans: bool,
 }
 
 impl ManageConnection for Manager {
@@ -40,7 +45,8 @@ impl ManageConnection for Manager {
                 statements: HashMap::new(),
                 enabled: self.cache,
             },
-            generic_plans: false,
+            plans: Plans::Own,
+            generic_plans: self.generic_plans,
         })
     }
 
@@ -57,9 +63,22 @@ impl ManageConnection for Manager {
 pub(super) struct Session {
     client: Client,
     prepared: Prepared,
-    /// Whether this session's `plan_cache_mode` is ours (`force_generic_plan`)
-    /// rather than the connection's own.
+    /// The `plan_cache_mode` the session runs with now.
+    plans: Plans,
+    /// `statement_cache=generic`: the store's own calls are to run with
+    /// `force_generic_plan`.
     generic_plans: bool,
+}
+
+/// A session's `plan_cache_mode`, as the store last set it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Plans {
+    /// The connection's own (the URL's `options`, the role's, the server's).
+    Own,
+    /// `force_generic_plan`, for the store's own calls.
+    Generic,
+    /// A server without the setting (before PostgreSQL 12): left alone.
+    Unsupported,
 }
 
 impl Session {
@@ -73,10 +92,16 @@ impl Session {
         sql: &str,
         params: &Params<'_>,
     ) -> Result<Vec<Row>, postgres::Error> {
-        if self.prepared.enabled && !self.generic_plans {
-            self.client
-                .batch_execute("SET plan_cache_mode = force_generic_plan")?;
-            self.generic_plans = true;
+        if self.generic_plans && self.plans == Plans::Own {
+            self.plans = match self
+                .client
+                .batch_execute("SET plan_cache_mode = force_generic_plan")
+            {
+                Ok(()) => Plans::Generic,
+                // 42704: no such setting; the calls run as before.
+                Err(e) if e.code().is_some_and(|c| c.code() == "42704") => Plans::Unsupported,
+                Err(e) => return Err(e),
+            };
         }
         self.prepared.query(&mut self.client, sql, params)
     }
@@ -86,9 +111,9 @@ impl Session {
     pub(super) fn transaction(
         &mut self,
     ) -> Result<(Transaction<'_>, &mut Prepared), postgres::Error> {
-        if self.generic_plans {
+        if self.plans == Plans::Generic {
             self.client.batch_execute("RESET plan_cache_mode")?;
-            self.generic_plans = false;
+            self.plans = Plans::Own;
         }
         Ok((self.client.transaction()?, &mut self.prepared))
     }
