@@ -696,6 +696,19 @@ impl Store for PostgresStore {
         Some("the Go SDK's PostgreSQL")
     }
 
+    /// One key, one scalar parameter: the server plans `= $1` once and keeps
+    /// the plan, where an array of one it plans again on every call.
+    async fn seen(&self, key: &str) -> StoreResult<bool> {
+        let key = stored(key);
+        let key = key.as_ref();
+        let sql = format!(
+            "SELECT EXISTS (SELECT 1 FROM {} WHERE message_id = $1 AND {LIVE})",
+            self.table
+        );
+        let rows = self.run(|c| c.query(&sql, &[(&key, Type::TEXT)]))?;
+        Ok(rows.first().is_some_and(|r| r.get::<_, bool>(0)))
+    }
+
     /// One statement: the keys with a live row.
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
         if keys.is_empty() {
