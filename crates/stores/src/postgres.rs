@@ -368,11 +368,7 @@ impl PostgresStore {
             // once on a fresh one ([`PostgresStore::run`]).
             .test_on_check_out(false)
             .connection_timeout(TIMEOUT)
-            .build(Manager {
-                manager,
-                cache: cache != StatementCache::Off,
-                generic_plans: cache == StatementCache::Generic,
-            })
+            .build(Manager { manager, cache })
             .map_err(|e| {
                 StoreError::unavailable(format!("postgres: cannot connect to {host}: {e}"))
             })?;

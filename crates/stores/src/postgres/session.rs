@@ -22,16 +22,16 @@ use r2d2_postgres::PostgresConnectionManager;
 use r2d2_postgres::r2d2::ManageConnection;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::StatementCache;
+
 /// A statement's parameters with their types (`query_typed`'s shape).
 pub(super) type Params<'a> = [(&'a (dyn ToSql + Sync), Type)];
 
 /// The pool's connections: a client and its prepared statements.
 pub(super) struct Manager {
     pub manager: PostgresConnectionManager<MakeRustlsConnect>,
-    /// `statement_cache=off` in the URL: nothing is prepared.
-    pub cache: bool,
-    /// `statement_cache=generic`: each statement planned once, too.
-    pub generic_plans: bool,
+    /// The URL's `statement_cache`.
+    pub cache: StatementCache,
 }
 
 impl ManageConnection for Manager {
@@ -43,10 +43,12 @@ impl ManageConnection for Manager {
             client: self.manager.connect()?,
             prepared: Prepared {
                 statements: HashMap::new(),
-                enabled: self.cache,
+                enabled: self.cache != StatementCache::Off,
             },
-            plans: Plans::Own,
-            generic_plans: self.generic_plans,
+            plans: match self.cache {
+                StatementCache::Generic => Plans::Own,
+                StatementCache::On | StatementCache::Off => Plans::LeftAlone,
+            },
         })
     }
 
@@ -65,20 +67,19 @@ pub(super) struct Session {
     prepared: Prepared,
     /// The `plan_cache_mode` the session runs with now.
     plans: Plans,
-    /// `statement_cache=generic`: the store's own calls are to run with
-    /// `force_generic_plan`.
-    generic_plans: bool,
 }
 
 /// A session's `plan_cache_mode`, as the store last set it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Plans {
-    /// The connection's own (the URL's `options`, the role's, the server's).
+    /// The connection's own (the URL's `options`, the role's, the server's),
+    /// which the store's own calls switch to `force_generic_plan`.
     Own,
     /// `force_generic_plan`, for the store's own calls.
     Generic,
-    /// A server without the setting (before PostgreSQL 12): left alone.
-    Unsupported,
+    /// The connection's own, left alone: `statement_cache` is not `generic`,
+    /// or the server has no such setting (before PostgreSQL 12).
+    LeftAlone,
 }
 
 impl Session {
@@ -92,14 +93,14 @@ impl Session {
         sql: &str,
         params: &Params<'_>,
     ) -> Result<Vec<Row>, postgres::Error> {
-        if self.generic_plans && self.plans == Plans::Own {
+        if self.plans == Plans::Own {
             self.plans = match self
                 .client
                 .batch_execute("SET plan_cache_mode = force_generic_plan")
             {
                 Ok(()) => Plans::Generic,
                 // 42704: no such setting; the calls run as before.
-                Err(e) if e.code().is_some_and(|c| c.code() == "42704") => Plans::Unsupported,
+                Err(e) if e.code().is_some_and(|c| c.code() == "42704") => Plans::LeftAlone,
                 Err(e) => return Err(e),
             };
         }
