@@ -89,10 +89,3 @@ impl<'a> View<'a> {
 /// inside the limit (so, whichever decoder runs, the depth rule is the reference's)
 /// and keeps its stack use small even in unoptimised builds.
 pub(super) const FAST_DEPTH: usize = 16;
-
-/// The texts the scanner may decide: no backslash anywhere (escapes are the
-/// reference's to judge; escaped texts are rare).
-#[inline]
-pub(super) fn screen(text: &[u8]) -> bool {
-    !text.contains(&b'\\')
-}

@@ -5,7 +5,8 @@
 //! would accept the same text with the same fields, it answers `None` and the
 //! reference decides, with its own typed rejection. What it leaves to the reference:
 //!
-//! - any backslash (the screen), so every string is borrowed verbatim, and
+//! - any backslash (a string with an escape; anywhere else it is no JSON), so
+//!   every string is borrowed verbatim, and
 //!   a string holding a control character (U+0000 to U+001F);
 //! - containers deeper than [`FAST_DEPTH`];
 //! - numbers that are not JSON's grammar, and any whose magnitude might not fit an
@@ -21,14 +22,11 @@
 //! target check it against the reference on every input.
 
 use super::Message;
-use super::accept::{FAST_DEPTH, Field, Meta, View, screen};
+use super::accept::{FAST_DEPTH, Field, Meta, View};
 
 /// `Some` when the scanner accepts `text` as a valid envelope; `None` means "ask
 /// the reference decoder" (never "invalid").
 pub(super) fn parse(text: &str) -> Option<Message<'_>> {
-    if !screen(text.as_bytes()) {
-        return None;
-    }
     let mut scanner = Scanner { text, at: 0 };
     let mut view = View::default();
     scanner.envelope(&mut view)?;
@@ -198,8 +196,8 @@ impl<'a> Scanner<'a> {
         })
     }
 
-    /// A string's text after its opening quote, the closing quote consumed. The
-    /// screen has kept backslashes out, so the text is the value.
+    /// A string's text after its opening quote, the closing quote consumed; one
+    /// with an escape (a backslash) is the reference's, so the text is the value.
     #[inline(never)]
     fn string(&mut self) -> Option<&'a str> {
         let bytes = self.text.as_bytes();
@@ -208,7 +206,7 @@ impl<'a> Scanner<'a> {
         loop {
             match *bytes.get(at)? {
                 b'"' => break,
-                0..=0x1f => return None,
+                0..=0x1f | b'\\' => return None,
                 _ => at += 1,
             }
         }
@@ -301,8 +299,8 @@ impl<'a> Scanner<'a> {
     }
 }
 
-/// How many leading bytes of `bytes` hold no quote and no control character,
-/// eight at a time (a lower bound: the byte loop after it finishes the job). A
+/// How many leading bytes of `bytes` hold no quote, backslash or control
+/// character, eight at a time (a lower bound: the byte loop after it finishes the job). A
 /// string body is mostly such bytes; this is where a long id or payload string
 /// goes by without a branch per byte.
 #[inline]
@@ -310,15 +308,19 @@ fn special_in_words(bytes: &[u8]) -> usize {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
     const QUOTES: u64 = u64::from_ne_bytes([b'"'; 8]);
+    const BACKSLASHES: u64 = u64::from_ne_bytes([b'\\'; 8]);
     const SPACES: u64 = u64::from_ne_bytes([0x20; 8]);
     let mut done = 0;
     for word in bytes.chunks_exact(8) {
         let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
-        let quote = word ^ QUOTES;
-        // A byte is flagged when it is zero after the xor (a quote) or below 0x20
-        // (a control character); the lowest flagged byte is always a real one.
-        let flagged =
-            (quote.wrapping_sub(ONES) & !quote | word.wrapping_sub(SPACES) & !word) & HIGHS;
+        let (quote, backslash) = (word ^ QUOTES, word ^ BACKSLASHES);
+        // A byte is flagged when it is zero after an xor (a quote, a backslash) or
+        // below 0x20 (a control character); the lowest flagged byte is always a
+        // real one.
+        let flagged = (quote.wrapping_sub(ONES) & !quote
+            | backslash.wrapping_sub(ONES) & !backslash
+            | word.wrapping_sub(SPACES) & !word)
+            & HIGHS;
         if flagged != 0 {
             return done + (flagged.trailing_zeros() / 8) as usize;
         }
@@ -330,7 +332,7 @@ fn special_in_words(bytes: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::{parse, special_in_words};
-    use crate::envelope::accept::{FAST_DEPTH, screen};
+    use crate::envelope::accept::FAST_DEPTH;
     use crate::envelope::{Limits, Message};
 
     const BASE: &str = r#"{"job":"urn:babel:orders:shipped","trace_id":"f10f5e1a-01ba-4956-9582-8a4511ed9ff8","data":{"order_id":1000000,"amount":143.18,"currency":"CHF","customer":"cus_915221"},"meta":{"id":"60a7c782-d326-426c-876e-7fc44dd0bb78","queue":"fulfilment","lang":"node","schema_version":1,"created_at":1749132727031},"attempts":0}"#;
@@ -453,17 +455,24 @@ mod tests {
     }
 
     #[test]
-    fn the_screen_refuses_any_backslash() {
-        assert!(!screen(br#"{"a":"\u0041"}"#));
-        assert!(!screen(br#"{"a":"\\"}"#));
-        assert!(screen(br#"{"a":"A"}"#));
-        assert!(screen(b""));
+    fn any_backslash_goes_to_the_reference() {
+        let declined = [
+            BASE.replace("cus_915221", r"cus_\u0041"),
+            BASE.replace("cus_915221", r"cus_\\"),
+            BASE.replace("cus_915221", r"cus_915221_long_enough_for_a_word\\"),
+            BASE.replace(r#""currency""#, r#""curr\u0065ncy""#),
+            BASE.replace(r#","attempts""#, r#",\"attempts""#),
+            BASE.replace("143.18", r"143.18\"),
+        ];
+        for raw in &declined {
+            assert!(!scanned(raw), "decided by the scanner: {raw}");
+        }
     }
 
     #[test]
-    fn words_stop_at_the_first_quote_or_control_character() {
+    fn words_stop_at_the_first_quote_backslash_or_control_character() {
         for len in 0..24 {
-            for special in [b'"', 0u8, 0x1f] {
+            for special in [b'"', b'\\', 0u8, 0x1f] {
                 for at in 0..len {
                     let mut text = vec![b'a'; len];
                     text[at] = special;
@@ -476,7 +485,11 @@ mod tests {
                         found <= at && found / 8 * 8 == found || found == at,
                         "{text:?}"
                     );
-                    assert!(!text[..found].iter().any(|&b| b == b'"' || b < 0x20));
+                    assert!(
+                        !text[..found]
+                            .iter()
+                            .any(|&b| b == b'"' || b == b'\\' || b < 0x20)
+                    );
                 }
             }
             let plain = vec![b'z'; len];
