@@ -24,7 +24,7 @@ pub(crate) fn expiry_after(now: i64, ms: u64) -> i64 {
 
 /// A request to one shard. Keys are exact store keys (any length).
 #[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "kebab-case")]
+#[serde(tag = "op", rename_all = "kebab-case", try_from = "FlatRequest")]
 pub enum ShardRequest {
     /// Which keys are remembered (and not expired)?
     Seen {
@@ -94,6 +94,83 @@ pub enum ShardRequest {
     },
 }
 
+/// What a shard reads a request as: every op's fields side by side, the ones the
+/// op names checked in [`ShardRequest::try_from`]. The same JSON as the tagged
+/// enum, read without buffering it first (serde's internally tagged enums do),
+/// which kept some 40 KB of deserializer in every module with a shard.
+#[derive(Deserialize)]
+struct FlatRequest {
+    op: Op,
+    keys: Option<Vec<String>>,
+    lease_ms: Option<u64>,
+    done: Option<Vec<String>>,
+    ttl_ms: Option<u64>,
+    #[serde(default)]
+    release: Vec<ClaimRef>,
+    #[serde(default)]
+    remember: Vec<Remember>,
+    #[serde(default)]
+    renew: Vec<ClaimRef>,
+    current: Option<String>,
+    previous: Option<String>,
+    window_ms: Option<u64>,
+    limit: Option<u32>,
+    #[serde(default)]
+    expired: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum Op {
+    Seen,
+    Claim,
+    Commit,
+    Settle,
+    Peek,
+    Forget,
+    Layouts,
+    Entries,
+}
+
+impl TryFrom<FlatRequest> for ShardRequest {
+    type Error = String;
+
+    fn try_from(r: FlatRequest) -> Result<Self, String> {
+        let missing = |field: &str| format!("missing field `{field}`");
+        let keys = || r.keys.ok_or_else(|| missing("keys"));
+        Ok(match r.op {
+            Op::Seen => ShardRequest::Seen { keys: keys()? },
+            Op::Peek => ShardRequest::Peek { keys: keys()? },
+            Op::Forget => ShardRequest::Forget { keys: keys()? },
+            Op::Claim => ShardRequest::Claim {
+                lease_ms: r.lease_ms.ok_or_else(|| missing("lease_ms"))?,
+                keys: keys()?,
+            },
+            Op::Commit => ShardRequest::Commit {
+                done: r.done.ok_or_else(|| missing("done"))?,
+                ttl_ms: r.ttl_ms,
+                release: r.release,
+            },
+            Op::Settle => ShardRequest::Settle(wire::Step {
+                remember: r.remember,
+                ttl_ms: r.ttl_ms,
+                release: r.release,
+                renew: r.renew,
+                lease_ms: r.lease_ms,
+            }),
+            Op::Layouts => ShardRequest::Layouts {
+                current: r.current.ok_or_else(|| missing("current"))?,
+                previous: r.previous,
+                window_ms: r.window_ms,
+            },
+            Op::Entries => ShardRequest::Entries {
+                limit: r.limit.ok_or_else(|| missing("limit"))?,
+                expired: r.expired,
+            },
+        })
+    }
+}
+
 /// One live row.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
@@ -140,4 +217,96 @@ pub struct ShardReply {
     /// counts them (absent from a shard of a version before it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rows: Option<crate::Rows>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bq_dedupe::store::ClaimToken;
+    use serde_json::{Value, json};
+
+    fn claim_ref(key: &str) -> ClaimRef {
+        ClaimRef {
+            key: key.into(),
+            token: ClaimToken(format!("t-{key}")),
+        }
+    }
+
+    /// Every request a client sends, read back by a shard as the same request.
+    #[test]
+    fn a_shard_reads_every_request_as_sent() {
+        let keys = || vec!["a".to_string(), "b".to_string()];
+        let requests = [
+            ShardRequest::Seen { keys: keys() },
+            ShardRequest::Claim {
+                keys: keys(),
+                lease_ms: 30_000,
+            },
+            ShardRequest::Commit {
+                done: keys(),
+                ttl_ms: Some(5),
+                release: vec![claim_ref("a")],
+            },
+            ShardRequest::Commit {
+                done: vec![],
+                ttl_ms: None,
+                release: vec![],
+            },
+            ShardRequest::Settle(wire::Step {
+                remember: vec![Remember {
+                    key: "a".into(),
+                    token: Some(ClaimToken("t".into())),
+                }],
+                ttl_ms: Some(7),
+                release: vec![claim_ref("b")],
+                renew: vec![claim_ref("c")],
+                lease_ms: Some(9),
+            }),
+            ShardRequest::Settle(wire::Step::default()),
+            ShardRequest::Peek { keys: keys() },
+            ShardRequest::Forget { keys: vec![] },
+            ShardRequest::Layouts {
+                current: "2".into(),
+                previous: Some("1".into()),
+                window_ms: None,
+            },
+            ShardRequest::Entries {
+                limit: 10,
+                expired: true,
+            },
+        ];
+        for request in requests {
+            let sent = serde_json::to_value(&request).unwrap();
+            let read: ShardRequest = serde_json::from_value(sent.clone()).unwrap();
+            assert_eq!(serde_json::to_value(&read).unwrap(), sent, "{request:?}");
+        }
+    }
+
+    /// A field an op needs is required; an unknown op or a field of the wrong
+    /// type is refused; fields of older or newer deploys are ignored.
+    #[test]
+    fn a_shard_refuses_a_request_it_cannot_read() {
+        let read = |v: Value| serde_json::from_value::<ShardRequest>(v).map_err(|e| e.to_string());
+        for (request, error) in [
+            (json!({"op": "seen"}), "missing field `keys`"),
+            (
+                json!({"op": "claim", "keys": []}),
+                "missing field `lease_ms`",
+            ),
+            (json!({"op": "commit"}), "missing field `done`"),
+            (json!({"op": "layouts"}), "missing field `current`"),
+            (json!({"op": "entries"}), "missing field `limit`"),
+            (json!({"op": "drop", "keys": []}), "unknown variant `drop`"),
+            (json!({"keys": []}), "missing field `op`"),
+            (json!({"op": "seen", "keys": "a"}), "invalid type"),
+        ] {
+            let got = read(request.clone()).unwrap_err();
+            assert!(got.contains(error), "{request}: {got}");
+        }
+        let later = read(json!({"op": "seen", "keys": ["a"], "shard_hint": 3})).unwrap();
+        assert!(matches!(later, ShardRequest::Seen { keys } if keys == ["a"]));
+        // `release` defaults to none, as it did when it was added.
+        let older = read(json!({"op": "commit", "done": ["a"], "ttl_ms": null})).unwrap();
+        assert!(matches!(older, ShardRequest::Commit { release, .. } if release.is_empty()));
+    }
 }
