@@ -542,6 +542,34 @@ impl PostgresStore {
         self.settle_now(&step).map(|_| ())
     }
 
+    /// One plain remember (a seen-set delivery's commit): the statement below
+    /// for one key, with scalar parameters, as the Go SDK's upsert is, so the
+    /// server plans it once per connection (an array it plans on every call).
+    /// Any claim on the key ends first (claims, then the id: the lock order of
+    /// every other statement here; `own` is read before the insert so it is).
+    fn remember_one(&self, key: &str, ttl: Option<Duration>) -> StoreResult<Settled> {
+        let key = stored(key);
+        let key = key.as_ref();
+        let ttl = ms(ttl);
+        let (t, c) = (&self.table, &self.claims);
+        let sql = format!(
+            "WITH own AS (DELETE FROM {c} WHERE message_id = $1 RETURNING 1)
+             INSERT INTO {t} (message_id, expires_at)
+             SELECT $1, CASE WHEN $2::bigint IS NULL THEN NULL
+                             ELSE now() + $2::bigint * interval '1 millisecond' END
+             FROM (SELECT count(*) FROM own) o
+             ON CONFLICT (message_id) DO UPDATE
+               SET created_at = now(), expires_at = EXCLUDED.expires_at
+               WHERE {t}.expires_at IS NOT NULL AND {t}.expires_at <= now()"
+        );
+        let params: [(&(dyn ToSql + Sync), Type); 2] = [(&key, Type::TEXT), (&ttl, Type::INT8)];
+        self.run(|c| c.query(&sql, &params))?;
+        Ok(Settled {
+            kept: vec![true],
+            ..Settled::default()
+        })
+    }
+
     /// The whole settlement in one statement (an implicit transaction):
     /// releases, renewals, and the remembers (own claims dropped and their rows
     /// inserted; a lost claim's row inserted only if no other live claim holds
@@ -558,6 +586,9 @@ impl PostgresStore {
     fn settle_now(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
         if step.remember.is_empty() && step.release.is_empty() && step.renew.is_empty() {
             return Ok(Settled::default());
+        }
+        if let ([(key, None)], [], []) = (step.remember, step.release, step.renew) {
+            return self.remember_one(key, step.ttl);
         }
         let rem_names = stored_all(step.remember.iter().map(|(k, _)| *k));
         let rel_names = stored_all(step.release.iter().map(|(k, _)| *k));
