@@ -6,6 +6,13 @@
 # kernel has no netem qdisc. Everything is removed on exit, whatever happens.
 # Run as root. BQ_BENCH_RTT_US picks the round trips (default 0,500,2000 µs: the
 # relay's delay is calibrated to them); BQ_BENCH_DELIVERIES how many per case.
+#
+# With two cores or more, the servers run on the last core and the bench on the
+# others: every connection then pays the same hop between cores. Left to the
+# scheduler, a client and the server process answering it shared a core for
+# some connections (a round trip of 12 µs here) and not for others (75 µs),
+# by chance and for seconds at a time: one client's round trips were 5x
+# another's with the same code.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -30,6 +37,12 @@ for line in sys.stdin:
         print(m["executable"])')
 
 srv=bq-bench-srv-$$ cli=bq-bench-cli-$$ veth=bqb$$
+cores=$(nproc)
+if (( cores >= 2 )); then
+  on_servers=(taskset -c $((cores - 1))) on_bench=(taskset -c 0-$((cores - 2)))
+else
+  on_servers=() on_bench=()
+fi
 dir=$(mktemp -d)
 cleanup() {
   ip netns exec "$srv" su postgres -s /bin/sh -c "'$pgbin/pg_ctl' -D '$dir/pg' -m immediate stop" >/dev/null 2>&1 || true
@@ -50,20 +63,20 @@ for ns in "$cli" "$srv"; do ip -n "$ns" link set lo up; done
 ip -n "$cli" link set "${veth}c" up
 ip -n "$srv" link set "${veth}s" up
 
-ip netns exec "$srv" redis-server --bind 10.233.0.2 --port 6379 --protected-mode no --save '' --appendonly no \
+ip netns exec "$srv" "${on_servers[@]}" redis-server --bind 10.233.0.2 --port 6379 --protected-mode no --save '' --appendonly no \
   --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --dir "$dir"
 chown postgres "$dir"
 su postgres -s /bin/sh -c "'$pgbin/initdb' -D '$dir/pg' -A trust -U postgres" >/dev/null
 echo "host all all 10.233.0.0/30 trust" >> "$dir/pg/pg_hba.conf"
-ip netns exec "$srv" su postgres -s /bin/sh -c "'$pgbin/pg_ctl' -D '$dir/pg' -l '$dir/pg.log' -w \
+ip netns exec "$srv" "${on_servers[@]}" su postgres -s /bin/sh -c "'$pgbin/pg_ctl' -D '$dir/pg' -l '$dir/pg.log' -w \
   -o \"-k '$dir' -c listen_addresses=10.233.0.2 -c fsync=off -c shared_preload_libraries=pg_stat_statements\" start" >/dev/null
 for _ in $(seq 50); do
   ip netns exec "$cli" redis-cli -h 10.233.0.2 ping >/dev/null 2>&1 && break
   sleep 0.1
 done
-echo "net: servers in $srv (10.233.0.2), the bench in $cli (10.233.0.1); $(nproc) cores, $(uname -r)"
+echo "net: servers in $srv (10.233.0.2${on_servers:+, ${on_servers[*]}}), the bench in $cli (10.233.0.1${on_bench:+, ${on_bench[*]}}); $cores cores, $(uname -r)"
 
-ip netns exec "$cli" env \
+ip netns exec "$cli" "${on_bench[@]}" env \
   BQ_TEST_REDIS_URL=redis://10.233.0.2:6379/0 \
   BQ_TEST_POSTGRES_URL=postgres://postgres@10.233.0.2:5432/postgres \
   BQ_BENCH_RTT_US="${BQ_BENCH_RTT_US:-0,500,2000}" \

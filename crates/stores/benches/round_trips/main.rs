@@ -9,14 +9,19 @@
 //! fresh ids whose handler succeeds (`new`), the same ids again
 //! (`duplicate`), and fresh ids whose handler fails (`failed`). Handlers do no
 //! I/O of their own. It measures; it asserts only that each consumer did what
-//! its case means (ran each new id once, skipped each duplicate).
+//! its case means (ran each new id once, skipped each duplicate). The
+//! consumers take turns, in rounds (see [`Bench::measure`]).
 //!
 //! `make bench-net` runs it with the servers in a network namespace of their
 //! own (bench/net.sh); alone, on any servers:
 //!
 //! ```text
-//! BQ_BENCH_RTT_US=0,500 scripts/with-stores.sh cargo bench -p babelqueue-dedupe-stores --bench round_trips
+//! BQ_BENCH_RTT_US=0,500 taskset -c 1 scripts/with-stores.sh taskset -c 0 \
+//!   cargo bench -p babelqueue-dedupe-stores --bench round_trips
 //! ```
+//!
+//! (the servers on one core, the bench on another, as bench/net.sh runs them:
+//! else which connections share a core with their server process is chance).
 //!
 //! `BQ_BENCH_STATEMENT_CACHE=off|generic` runs our PostgreSQL store with that
 //! `statement_cache` (off: every statement parsed and planned per call; generic:
@@ -37,6 +42,8 @@ use relay::Relay;
 
 const BATCHES: [usize; 3] = [1, 10, 100];
 const CASES: [&str; 3] = ["new", "duplicate", "failed"];
+/// Rounds of interleaved measurement (see [`Bench::measure`]).
+const ROUNDS: usize = 10;
 
 fn envelope(id: &str) -> String {
     format!(
@@ -227,55 +234,95 @@ impl Bench {
             .collect()
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Every subject at every batch size and case, interleaved: `ROUNDS`
+    /// rounds, each giving every subject an equal share of the deliveries
+    /// (the order rotating from round to round), so that each sees the same
+    /// mix of the machine's states. On a 2-core machine a client and its
+    /// server answer each other in about 15 µs while the scheduler keeps them
+    /// on one core and 70 µs once it splits them, and it flips between the two
+    /// for seconds at a time: consumers measured one after the other differed
+    /// by 5x with the same code.
     fn measure(
         &mut self,
         store: &'static str,
-        consumer: &str,
-        subject: &mut dyn Subject,
+        subjects: &mut [(&str, Box<dyn Subject>)],
         relay: &Relay,
         server: &mut dyn ServerCount,
         rtt_us: u64,
     ) {
+        #[derive(Clone, Copy, Default)]
+        struct Total {
+            elapsed: Duration,
+            round_trips: u64,
+            server_ops: u64,
+            ran: usize,
+        }
+        let mut rows = Vec::new();
         for batch in BATCHES {
-            if batch > 1 && !subject.batches() {
-                continue;
-            }
+            let who: Vec<usize> = (0..subjects.len())
+                .filter(|&s| batch == 1 || subjects[s].1.batches())
+                .collect();
             // At a long delay, fewer single deliveries (each is round trips long).
             let n = if batch == 1 && rtt_us > 0 {
-                self.deliveries.min(200)
+                self.deliveries.min(500)
             } else {
                 self.deliveries
             };
-            let new = self.fresh_ids(n);
-            let failed = self.fresh_ids(n);
-            for case in CASES {
-                let (ids, handler, expect) = match case {
-                    "new" => (&new, Handler::Ok, n),
-                    "duplicate" => (&new, Handler::Ok, 0),
-                    _ => (&failed, Handler::Fails, n),
-                };
-                let (rt0, ops0) = (relay.round_trips(), server.count());
-                let start = Instant::now();
-                let ran = subject.run(ids, batch, handler);
-                let elapsed = start.elapsed();
-                let (rt1, ops1) = (relay.round_trips(), server.count());
-                assert_eq!(
-                    ran, expect,
-                    "{store} {consumer} batch {batch} {case}: handlers run"
-                );
-                self.rows.push(Row {
-                    store,
-                    consumer: consumer.to_owned(),
-                    batch,
-                    case,
-                    rtt_us,
-                    round_trips: (rt1 - rt0) as f64 / n as f64,
-                    server_ops: ops1.saturating_sub(ops0) as f64 / n as f64,
-                    per_second: n as f64 / elapsed.as_secs_f64(),
-                });
+            // Each round's share a whole number of batches.
+            let share = (n / ROUNDS).div_ceil(batch).max(1) * batch;
+            let mut totals = vec![[Total::default(); CASES.len()]; subjects.len()];
+            for round in 0..ROUNDS {
+                for turn in 0..who.len() {
+                    let s = who[(round + turn) % who.len()];
+                    let new = self.fresh_ids(share);
+                    let failed = self.fresh_ids(share);
+                    for (c, case) in CASES.iter().enumerate() {
+                        let (ids, handler) = match *case {
+                            "new" | "duplicate" => (&new, Handler::Ok),
+                            _ => (&failed, Handler::Fails),
+                        };
+                        let (rt0, ops0) = (relay.round_trips(), server.count());
+                        let start = Instant::now();
+                        let ran = subjects[s].1.run(ids, batch, handler);
+                        let elapsed = start.elapsed();
+                        let (rt1, ops1) = (relay.round_trips(), server.count());
+                        let total = &mut totals[s][c];
+                        total.elapsed += elapsed;
+                        total.round_trips += rt1 - rt0;
+                        total.server_ops += ops1.saturating_sub(ops0);
+                        total.ran += ran;
+                    }
+                }
+            }
+            let n = share * ROUNDS;
+            for &s in &who {
+                for (c, case) in CASES.iter().enumerate() {
+                    let total = totals[s][c];
+                    let expect = if *case == "duplicate" { 0 } else { n };
+                    let consumer = subjects[s].0;
+                    assert_eq!(
+                        total.ran, expect,
+                        "{store} {consumer} batch {batch} {case}: handlers run"
+                    );
+                    rows.push((
+                        s,
+                        Row {
+                            store,
+                            consumer: consumer.to_owned(),
+                            batch,
+                            case,
+                            rtt_us,
+                            round_trips: total.round_trips as f64 / n as f64,
+                            server_ops: total.server_ops as f64 / n as f64,
+                            per_second: n as f64 / total.elapsed.as_secs_f64(),
+                        },
+                    ));
+                }
             }
         }
+        // One consumer's rows together, as the tables list them.
+        rows.sort_by_key(|(s, row)| (*s, row.batch));
+        self.rows.extend(rows.into_iter().map(|(_, row)| row));
     }
 }
 
@@ -409,16 +456,13 @@ fn main() {
                 )))),
             ),
         ];
-        for (name, subject) in &mut redis_subjects {
-            bench.measure(
-                "redis",
-                name,
-                subject.as_mut(),
-                &redis_relay,
-                &mut redis_count,
-                rtt_us,
-            );
-        }
+        bench.measure(
+            "redis",
+            &mut redis_subjects,
+            &redis_relay,
+            &mut redis_count,
+            rtt_us,
+        );
         let table = format!("bq_rt_{}_{rtt_us}", bench.run_id);
         let pg_client = || postgres::Client::connect(&pg_via, postgres::NoTls).unwrap();
         // BQ_BENCH_STATEMENT_CACHE=off|on|generic: our store's `statement_cache`
@@ -469,16 +513,13 @@ fn main() {
                 )))),
             ),
         ];
-        for (name, subject) in &mut pg_subjects {
-            bench.measure(
-                "postgres",
-                name,
-                subject.as_mut(),
-                &pg_relay,
-                &mut pg_count,
-                rtt_us,
-            );
-        }
+        bench.measure(
+            "postgres",
+            &mut pg_subjects,
+            &pg_relay,
+            &mut pg_count,
+            rtt_us,
+        );
         drop(pg_subjects);
         let mut clean = String::new();
         for suffix in [
