@@ -36,6 +36,13 @@ const POOL_SIZE: u32 = 4;
 /// A live remembered row (Go's `seen`): no expiry, or one in the future.
 const LIVE: &str = "(expires_at IS NULL OR expires_at > now())";
 
+/// [`LIVE`] where rows are looked up by key, written so that the `expires_at`
+/// index cannot serve it: the key's index always does. With statistics from when
+/// the table was small (a new table filling fast, before autovacuum's analyze)
+/// the planner read every live row through the `expires_at` index and filtered
+/// them by key: 2.5 ms a call for 100 keys in a table of 30,000 rows.
+const LIVE_KEY: &str = "coalesce(expires_at, 'infinity') > now()";
+
 /// A [`Store`] on PostgreSQL, sharing its seen-set with the Go SDK's Postgres store.
 ///
 /// - Remembered ids are rows of `TABLE` (default [`DEFAULT_POSTGRES_TABLE`]) in
@@ -729,7 +736,7 @@ impl Store for PostgresStore {
         let key = stored(key);
         let key = key.as_ref();
         let sql = format!(
-            "SELECT EXISTS (SELECT 1 FROM {} WHERE message_id = $1 AND {LIVE})",
+            "SELECT EXISTS (SELECT 1 FROM {} WHERE message_id = $1 AND {LIVE_KEY})",
             self.table
         );
         let rows = self.run(|c| c.query(&sql, &[(&key, Type::TEXT)]))?;
@@ -744,7 +751,7 @@ impl Store for PostgresStore {
         let names = stored_all(keys.iter().copied());
         let keys: Vec<&str> = names.iter().map(|k| k.as_ref()).collect();
         let sql = format!(
-            "SELECT message_id FROM {} WHERE message_id = ANY($1::text[]) AND {LIVE}",
+            "SELECT message_id FROM {} WHERE message_id = ANY($1::text[]) AND {LIVE_KEY}",
             self.table
         );
         let rows = self.run(|c| c.query(&sql, &[(&keys, Type::TEXT_ARRAY)]))?;
@@ -788,7 +795,7 @@ impl Store for PostgresStore {
         // free key, answered as (seen?, key).
         let claim = format!(
             "WITH done AS (SELECT message_id FROM {t}
-                           WHERE message_id = ANY($1::text[]) AND {LIVE}),
+                           WHERE message_id = ANY($1::text[]) AND {LIVE_KEY}),
                   ins AS (INSERT INTO {c} (message_id, token, expires_at)
                           SELECT u.k, u.tok, now() + $3::bigint * interval '1 millisecond'
                           FROM unnest($1::text[], $2::text[]) u(k, tok)
@@ -804,7 +811,7 @@ impl Store for PostgresStore {
         // back), and the claims still standing (a forget may have removed one).
         let recheck = format!(
             "WITH done AS (SELECT message_id FROM {t}
-                           WHERE message_id = ANY($1::text[]) AND {LIVE}),
+                           WHERE message_id = ANY($1::text[]) AND {LIVE_KEY}),
                   back AS (DELETE FROM {c} USING done
                            WHERE {c}.message_id = done.message_id AND {c}.token = ANY($2::text[])),
                   kept AS (SELECT message_id FROM {c}
@@ -1076,7 +1083,7 @@ impl PostgresStore {
     fn take_sql(&self) -> String {
         let (t, c) = (&self.table, &self.claims);
         format!(
-            "WITH done AS (SELECT 1 FROM {t} WHERE message_id = $1 AND {LIVE}),
+            "WITH done AS (SELECT 1 FROM {t} WHERE message_id = $1 AND {LIVE_KEY}),
              mark AS (
                INSERT INTO {c} AS cl (message_id, token, expires_at)
                SELECT $1, $3, 'infinity' WHERE NOT EXISTS (SELECT 1 FROM done)

@@ -98,6 +98,10 @@ pub enum ShardRequest {
 /// op names checked in [`ShardRequest::try_from`]. The same JSON as the tagged
 /// enum, read without buffering it first (serde's internally tagged enums do),
 /// which kept some 40 KB of deserializer in every module with a shard.
+///
+/// Every field present is type-checked, whatever the op: a field name means one
+/// thing in every op, so a later op must not reuse a name with another type
+/// (a shard of this version would refuse its requests).
 #[derive(Deserialize)]
 struct FlatRequest {
     op: Op,
