@@ -43,6 +43,20 @@ const LIVE: &str = "(expires_at IS NULL OR expires_at > now())";
 /// them by key: 2.5 ms a call for 100 keys in a table of 30,000 rows.
 const LIVE_KEY: &str = "coalesce(expires_at, 'infinity') > now()";
 
+/// Go's remember, after an `INSERT INTO table AS cur`: a live row stays as it
+/// is, an expired one is written afresh (`created_at` too).
+const GO_UPSERT: &str = "ON CONFLICT (message_id) DO UPDATE
+    SET created_at = now(), expires_at = EXCLUDED.expires_at
+    WHERE cur.expires_at IS NOT NULL AND cur.expires_at <= now()";
+
+/// A remembered row's expiry from the TTL parameter `param` (ms; `NULL`: never).
+fn expiry(param: &str) -> String {
+    format!(
+        "CASE WHEN {param}::bigint IS NULL THEN NULL \
+         ELSE now() + {param}::bigint * interval '1 millisecond' END"
+    )
+}
+
 /// A [`Store`] on PostgreSQL, sharing its seen-set with the Go SDK's Postgres store.
 ///
 /// - Remembered ids are rows of `TABLE` (default [`DEFAULT_POSTGRES_TABLE`]) in
@@ -561,13 +575,10 @@ impl PostgresStore {
         let (t, c) = (&self.table, &self.claims);
         let sql = format!(
             "WITH own AS (DELETE FROM {c} WHERE message_id = $1 RETURNING 1)
-             INSERT INTO {t} (message_id, expires_at)
-             SELECT $1, CASE WHEN $2::bigint IS NULL THEN NULL
-                             ELSE now() + $2::bigint * interval '1 millisecond' END
-             FROM (SELECT count(*) FROM own) o
-             ON CONFLICT (message_id) DO UPDATE
-               SET created_at = now(), expires_at = EXCLUDED.expires_at
-               WHERE {t}.expires_at IS NOT NULL AND {t}.expires_at <= now()"
+             INSERT INTO {t} AS cur (message_id, expires_at)
+             SELECT $1, {} FROM (SELECT count(*) FROM own) o
+             {GO_UPSERT}",
+            expiry("$2")
         );
         let params: [(&(dyn ToSql + Sync), Type); 2] = [(&key, Type::TEXT), (&ttl, Type::INT8)];
         self.run(|c| c.query(&sql, &params))?;
@@ -651,17 +662,14 @@ impl PostgresStore {
                        SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
                        WHERE x.expires_at <= now()
                      RETURNING message_id),
-             ins AS (INSERT INTO {t} (message_id, expires_at)
-                     SELECT m.k, CASE WHEN $3::bigint IS NULL THEN NULL
-                                      ELSE now() + $3::bigint * interval '1 millisecond' END
-                     FROM unnest($1::text[], $2::text[]) m(k, tok)
+             ins AS (INSERT INTO {t} AS cur (message_id, expires_at)
+                     SELECT m.k, {} FROM unnest($1::text[], $2::text[]) m(k, tok)
                      WHERE m.tok IS NULL OR m.k IN (SELECT k FROM own)
                         OR m.k IN (SELECT message_id FROM free)
-                     ON CONFLICT (message_id) DO UPDATE
-                       SET created_at = now(), expires_at = EXCLUDED.expires_at
-                       WHERE {t}.expires_at IS NOT NULL AND {t}.expires_at <= now())
+                     {GO_UPSERT})
              SELECT 0 AS part, k, NULL::text AS tok FROM own WHERE mine
-             UNION ALL SELECT 1, k, tok FROM ren"
+             UNION ALL SELECT 1, k, tok FROM ren",
+            expiry("$3")
         );
         let params: [(&(dyn ToSql + Sync), Type); 8] = [
             (&rem_keys, Type::TEXT_ARRAY),
@@ -1095,9 +1103,7 @@ impl PostgresStore {
                INSERT INTO {t} AS cur (message_id, expires_at)
                SELECT $1, now() + $2::bigint * interval '1 millisecond'
                WHERE EXISTS (SELECT 1 FROM mark)
-               ON CONFLICT (message_id) DO UPDATE
-                 SET created_at = now(), expires_at = EXCLUDED.expires_at
-                 WHERE cur.expires_at IS NOT NULL AND cur.expires_at <= now()
+               {GO_UPSERT}
                RETURNING 1)
              SELECT EXISTS (SELECT 1 FROM done), EXISTS (SELECT 1 FROM mark),
                     EXISTS (SELECT 1 FROM taken)"
