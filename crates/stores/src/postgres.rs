@@ -762,7 +762,7 @@ impl Store for PostgresStore {
             "SELECT message_id FROM {} WHERE message_id = ANY($1::text[]) AND {LIVE_KEY}",
             self.table
         );
-        let rows = self.run(|c| c.query(&sql, &[(&keys, Type::TEXT_ARRAY)]))?;
+        let rows = self.run(|c| c.query_replanned(&sql, &[(&keys, Type::TEXT_ARRAY)]))?;
         let live: HashSet<String> = rows.iter().map(|r| r.get(0)).collect();
         Ok(keys.iter().map(|k| live.contains(*k)).collect())
     }
@@ -833,7 +833,7 @@ impl Store for PostgresStore {
             if let Some(lease) = lease {
                 params.push((lease, Type::INT8));
             }
-            conn.query(sql, &params).map(|rows| {
+            conn.query_replanned(sql, &params).map(|rows| {
                 let (mut done, mut acquired) = (HashSet::new(), HashSet::new());
                 for r in rows {
                     let key: String = r.get(1);
