@@ -17,6 +17,7 @@
 //! connection's own setting back first: its statements are the user's.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use postgres::types::{ToSql, Type};
 use postgres::{Client, GenericClient, Row, Statement, Transaction};
@@ -116,14 +117,15 @@ impl Session {
         Ok(())
     }
 
-    /// A lookup of many keys: prepared afresh after [`REPLAN_AFTER`] calls.
+    /// A lookup of many keys: prepared afresh after [`REPLAN_AFTER`] (10 s or
+    /// 500 calls).
     /// The plan the server keeps for a prepared statement after five calls is
     /// made with the table as it was then: one made while the table was tiny
     /// scans all of it once it has grown, until autovacuum analyzes it again
     /// (2.5-3.3 ms a statement at 3,000 rows, where the key's index takes µs).
     /// Prepared afresh, it is planned for the table as it is now, for one more
-    /// round trip in [`REPLAN_AFTER`] calls (planning it for every call, sent
-    /// unnamed, cost a third of a duplicate batch's throughput on loopback).
+    /// round trip now and then (planning it for every call, sent unnamed, cost
+    /// a third of a duplicate batch's throughput on loopback).
     pub(super) fn query_replanned(
         &mut self,
         sql: &str,
@@ -131,7 +133,7 @@ impl Session {
     ) -> Result<Vec<Row>, postgres::Error> {
         self.plan_as_asked()?;
         self.prepared
-            .query_within(&mut self.client, sql, params, REPLAN_AFTER)
+            .query_within(&mut self.client, sql, params, Some(REPLAN_AFTER))
     }
 
     /// A transaction, and the statements prepared on its connection; the
@@ -147,17 +149,24 @@ impl Session {
     }
 }
 
-/// How many calls a lookup of many keys runs on one preparation
-/// ([`Session::query_replanned`]).
-pub(super) const REPLAN_AFTER: u32 = 500;
+/// How long, and for how many calls, a lookup of many keys runs on one
+/// preparation ([`Session::query_replanned`]), whichever ends first.
+pub(super) const REPLAN_AFTER: (Duration, u32) = (Duration::from_secs(10), 500);
 
 /// The statements prepared on one connection, by their text, with the calls
 /// each has run. A statement prepared inside a transaction outlives it:
 /// PostgreSQL's prepared statements belong to the session, whatever the
 /// transaction does.
 pub(super) struct Prepared {
-    statements: HashMap<String, (Statement, u32)>,
+    statements: HashMap<String, Preparation>,
     enabled: bool,
+}
+
+/// A statement prepared on the connection: when, and how many calls it ran.
+struct Preparation {
+    statement: Statement,
+    at: Instant,
+    calls: u32,
 }
 
 impl Prepared {
@@ -172,31 +181,39 @@ impl Prepared {
         sql: &str,
         params: &Params<'_>,
     ) -> Result<Vec<Row>, postgres::Error> {
-        self.query_within(client, sql, params, u32::MAX)
+        self.query_within(client, sql, params, None)
     }
 
-    /// [`Prepared::query`], preparing `sql` afresh once its preparation has
-    /// run `calls` calls (the old one is closed when dropped).
+    /// [`Prepared::query`], preparing `sql` afresh once its preparation is
+    /// `limit`'s age or has run its number of calls (the old one is closed
+    /// when dropped).
     pub(super) fn query_within(
         &mut self,
         client: &mut impl GenericClient,
         sql: &str,
         params: &Params<'_>,
-        calls: u32,
+        limit: Option<(Duration, u32)>,
     ) -> Result<Vec<Row>, postgres::Error> {
         if !self.enabled {
             return client.query_typed(sql, params);
         }
+        let fresh = |p: &Preparation| {
+            limit.is_none_or(|(age, calls)| p.calls < calls && p.at.elapsed() < age)
+        };
         let statement = match self.statements.get_mut(sql) {
-            Some((statement, used)) if *used < calls => {
-                *used += 1;
-                statement.clone()
+            Some(prepared) if fresh(prepared) => {
+                prepared.calls = prepared.calls.saturating_add(1);
+                prepared.statement.clone()
             }
             _ => {
                 let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
                 let statement = client.prepare_typed(sql, &types)?;
-                self.statements
-                    .insert(sql.to_owned(), (statement.clone(), 1));
+                let prepared = Preparation {
+                    statement: statement.clone(),
+                    at: Instant::now(),
+                    calls: 1,
+                };
+                self.statements.insert(sql.to_owned(), prepared);
                 statement
             }
         };
