@@ -601,6 +601,11 @@ impl PostgresStore {
     /// waits on that row and then finds the key done (its second statement).
     /// (Not a key this settlement also releases or renews: one statement
     /// cannot change a row twice. Such a lost commit is not remembered.)
+    ///
+    /// A fenced remember is kept only if its row was written here: a live row
+    /// already there was remembered by someone else while the claim was held
+    /// (a plain remember that waited on another session's insert misses a
+    /// claim taken meanwhile), so this run was a second one, reported lost.
     fn settle_now(&self, step: &Settlement<'_>) -> StoreResult<Settled> {
         if step.remember.is_empty() && step.release.is_empty() && step.renew.is_empty() {
             return Ok(Settled::default());
@@ -666,8 +671,10 @@ impl PostgresStore {
                      SELECT m.k, {} FROM unnest($1::text[], $2::text[]) m(k, tok)
                      WHERE m.tok IS NULL OR m.k IN (SELECT k FROM own)
                         OR m.k IN (SELECT message_id FROM free)
-                     {GO_UPSERT})
-             SELECT 0 AS part, k, NULL::text AS tok FROM own WHERE mine
+                     {GO_UPSERT}
+                     RETURNING message_id)
+             SELECT 0 AS part, k, NULL::text AS tok FROM own
+               WHERE mine AND k IN (SELECT message_id FROM ins)
              UNION ALL SELECT 1, k, tok FROM ren",
             expiry("$3")
         );

@@ -238,13 +238,15 @@ fn go_postgres_rows_are_read_right_and_ours_read_right_by_go() {
         go.query(&go_seen, &[&"ours-in-flight"]).unwrap().is_empty(),
         "a claim is not a row Go reads"
     );
-    // Go remembers the id meanwhile: our commit still lands, the row stays one.
+    // Go remembers the id meanwhile (its consumer ran it too: Go does not
+    // claim): our commit answers lost, so the second run is reported
+    // (`run-ok-lease-lost`), and the row stays one.
     go.execute(
         &go_remember,
         &[&"ours-in-flight", &None::<std::time::SystemTime>],
     )
     .unwrap();
-    assert!(ready(store.remember_fenced("ours-in-flight", &token, None)).unwrap());
+    assert!(!ready(store.remember_fenced("ours-in-flight", &token, None)).unwrap());
     assert_eq!(go.query(&go_seen, &[&"ours-in-flight"]).unwrap().len(), 1);
     // Go's forget (DELETE) makes the id run again here.
     go.execute(
