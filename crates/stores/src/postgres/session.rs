@@ -96,8 +96,7 @@ impl Session {
         sql: &str,
         params: &Params<'_>,
     ) -> Result<Vec<Row>, postgres::Error> {
-        self.plan_as_asked()?;
-        self.prepared.query(&mut self.client, sql, params)
+        self.query_prepared(sql, params, None)
     }
 
     /// The store's own calls with `force_generic_plan` where the URL asked for
@@ -118,8 +117,7 @@ impl Session {
     }
 
     /// A lookup of many keys: prepared afresh after [`REPLAN_AFTER`] (10 s or
-    /// 500 calls).
-    /// The plan the server keeps for a prepared statement after five calls is
+    /// 500 calls). The plan the server keeps for a prepared statement after five calls is
     /// made with the table as it was then: one made while the table was tiny
     /// scans all of it once it has grown, until autovacuum analyzes it again
     /// (2.5-3.3 ms a statement at 3,000 rows, where the key's index takes µs).
@@ -131,9 +129,20 @@ impl Session {
         sql: &str,
         params: &Params<'_>,
     ) -> Result<Vec<Row>, postgres::Error> {
+        self.query_prepared(sql, params, Some(REPLAN_AFTER))
+    }
+
+    /// A store call in the plan mode the URL asked for, prepared afresh after
+    /// `limit` ([`Prepared::query_within`]).
+    fn query_prepared(
+        &mut self,
+        sql: &str,
+        params: &Params<'_>,
+        limit: Option<(Duration, u32)>,
+    ) -> Result<Vec<Row>, postgres::Error> {
         self.plan_as_asked()?;
         self.prepared
-            .query_within(&mut self.client, sql, params, Some(REPLAN_AFTER))
+            .query_within(&mut self.client, sql, params, limit)
     }
 
     /// A transaction, and the statements prepared on its connection; the
@@ -151,7 +160,7 @@ impl Session {
 
 /// How long, and for how many calls, a lookup of many keys runs on one
 /// preparation ([`Session::query_replanned`]), whichever ends first.
-pub(super) const REPLAN_AFTER: (Duration, u32) = (Duration::from_secs(10), 500);
+const REPLAN_AFTER: (Duration, u32) = (Duration::from_secs(10), 500);
 
 /// The statements prepared on one connection, by their text, with the calls
 /// each has run. A statement prepared inside a transaction outlives it:
