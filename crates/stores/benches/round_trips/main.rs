@@ -27,6 +27,7 @@
 //! `statement_cache` (off: every statement parsed and planned per call; generic:
 //! prepared and planned once per connection). `BQ_BENCH_DIRECT=1` connects every
 //! client straight to the servers, without the relay (round trips then read 0).
+//! `BQ_BENCH_STORES=postgres` (or `redis`) runs one store's consumers only.
 
 mod peers;
 mod relay;
@@ -456,6 +457,9 @@ fn main() {
                 )))),
             ),
         ];
+        if !wanted("redis") {
+            redis_subjects.clear();
+        }
         bench.measure(
             "redis",
             &mut redis_subjects,
@@ -513,6 +517,9 @@ fn main() {
                 )))),
             ),
         ];
+        if !wanted("postgres") {
+            pg_subjects.clear();
+        }
         bench.measure(
             "postgres",
             &mut pg_subjects,
@@ -550,6 +557,12 @@ fn main() {
     let _ = std::fs::create_dir_all(&out);
     std::fs::write(out.join("round_trips.md"), &report).unwrap();
     eprintln!("written to target/bench/round_trips.md");
+}
+
+/// `BQ_BENCH_STORES` (comma-separated: redis, postgres) names `store`, or is unset.
+fn wanted(store: &str) -> bool {
+    std::env::var("BQ_BENCH_STORES")
+        .map_or(true, |stores| stores.split(',').any(|s| s.trim() == store))
 }
 
 /// Two tables: per delivery at no added delay, and throughput at each delay.

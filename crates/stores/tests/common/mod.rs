@@ -193,6 +193,10 @@ pub fn hostile_keys() -> Vec<String> {
         "tab\tnewline\ncr\rbell\x07esc\x1b del\x7f".into(),
         "'); DROP TABLE bq_dedupe; --".into(),
         "\" OR 1=1; --".into(),
+        // Against a statement that carries its values as escape strings.
+        "\\'); DROP TABLE bq_dedupe; --".into(),
+        "E'\\''\\".into(),
+        "$1 $$ $q$ ]::text[]".into(),
         "*1\r\n$4\r\nPING\r\n".into(),
         "*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$1\r\nd\r\n".into(),
         "ключ-键-🔑-\u{200b}-\u{fffd}".into(),
