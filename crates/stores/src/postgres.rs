@@ -18,7 +18,7 @@ use r2d2_postgres::r2d2::{ManageConnection, Pool, PooledConnection};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 mod session;
-use session::{Manager, Params, Prepared, Session, is_stale};
+use session::{Bound, Manager, Params, Prepared, Session, array_literal, is_stale};
 
 use crate::tls::{client_config, postgres_tls};
 use crate::{StoreStats, new_token, take_params, ttl_ms};
@@ -65,9 +65,9 @@ fn expiry(param: &str) -> String {
 /// - In-flight claims (owner token, lease expiry) live in `TABLE_claims`, which
 ///   the Go store never reads: a Go consumer only ever sees committed rows.
 /// - A commit inserts the row and drops the claim in one statement (one
-///   transaction). `seen_many` and `settle` are one statement each (one round
-///   trip); `claim_many` is one when it claims nothing, else two: the claim, then
-///   a re-check of the claimed keys on a fresh snapshot (a commit that landed
+///   transaction). `seen_many`, `settle` and `claim_many` are one round trip
+///   each; `claim_many` sends two statements together: the claim, then a
+///   re-check of the claimed keys on a fresh snapshot (a commit that landed
 ///   while the claim was being taken is seen there, and the claim given back:
 ///   `Seen`).
 ///
@@ -781,12 +781,13 @@ impl Store for PostgresStore {
         self.remember_keys(keys, ttl)
     }
 
-    /// One statement when nothing is claimed (every key seen or held), else two:
-    /// find the remembered keys and claim every free one (no live row, no live
-    /// claim: a lapsed claim is taken over, our own token's is ours again), then,
-    /// on a fresh snapshot, find the claimed keys remembered meanwhile and give
-    /// their new claims back; a claim no longer standing (a forget removed it)
-    /// is `Held`.
+    /// Two statements in one round trip (one simple query): find the
+    /// remembered keys and claim every free one (no live row, no live claim: a
+    /// lapsed claim is taken over, our own token's is ours again), then, on a
+    /// fresh snapshot, find the keys remembered meanwhile and give their new
+    /// claims back; a claim no longer standing (a forget removed it) is `Held`.
+    /// The claims commit after the re-check (one implicit transaction): until
+    /// then a second claimant of a key waits on ours, as it did on the insert.
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
         if keys.is_empty() {
             return Ok(Vec::new());
@@ -804,7 +805,6 @@ impl Store for PostgresStore {
         firsts.sort_unstable(); // a stable lock order across consumers
         let tokens: Vec<ClaimToken> = firsts.iter().map(|_| new_token()).collect();
         let token_strs: Vec<&str> = tokens.iter().map(|t| t.0.as_str()).collect();
-        let lease = ttl_ms(lease) as i64;
         let (t, c) = (&self.table, &self.claims);
         // Statement one: the keys already remembered, and a claim on every other
         // free key, answered as (seen?, key).
@@ -821,9 +821,9 @@ impl Store for PostgresStore {
                           RETURNING message_id)
              SELECT true, message_id FROM done UNION ALL SELECT false, message_id FROM ins"
         );
-        // Statement two, only when something was claimed: on a fresh snapshot,
-        // the claimed keys remembered meanwhile (their new claims are given
-        // back), and the claims still standing (a forget may have removed one).
+        // Statement two, on a snapshot of its own: the keys remembered
+        // meanwhile (their new claims are given back), and our claims still
+        // standing (a forget may have removed one).
         let recheck = format!(
             "WITH done AS (SELECT message_id FROM {t}
                            WHERE message_id = ANY($1::text[]) AND {LIVE_KEY}),
@@ -834,44 +834,49 @@ impl Store for PostgresStore {
                              AND message_id NOT IN (SELECT message_id FROM done))
              SELECT true, message_id FROM done UNION ALL SELECT false, message_id FROM kept"
         );
-        let rows = |conn: &mut Session, sql: &str, keys: &Vec<&str>, lease: Option<&i64>| {
-            let mut params: Vec<(&(dyn ToSql + Sync), Type)> =
-                vec![(keys, Type::TEXT_ARRAY), (&token_strs, Type::TEXT_ARRAY)];
-            if let Some(lease) = lease {
-                params.push((lease, Type::INT8));
-            }
-            conn.query_replanned(sql, &params).map(|rows| {
-                let (mut done, mut acquired) = (HashSet::new(), HashSet::new());
-                for r in rows {
-                    let key: String = r.get(1);
-                    if r.get::<_, bool>(0) {
-                        done.insert(key);
-                    } else {
-                        acquired.insert(key);
-                    }
-                }
-                (done, acquired)
-            })
+        let (keys_in, tokens_in) = (
+            array_literal(firsts.iter().copied()),
+            array_literal(token_strs.iter().copied()),
+        );
+        let lease = ttl_ms(lease).to_string();
+        let statements = [
+            Bound {
+                sql: &claim,
+                types: "text[], text[], bigint",
+                values: &[&keys_in, &tokens_in, &lease],
+            },
+            Bound {
+                sql: &recheck,
+                types: "text[], text[]",
+                values: &[&keys_in, &tokens_in],
+            },
+        ];
+        // One round trip. Repeated whole after a broken connection: the tokens
+        // are the same, so a claim that landed the first time is ours again.
+        let answers = self.run(|conn| conn.query_together(&statements))?;
+        let [claimed, rechecked] = answers.as_slice() else {
+            return Err(StoreError::backend(
+                false,
+                format!("postgres: {} answers to 2 statements", answers.len()),
+            ));
         };
-        // Repeated whole after a broken connection: the tokens are the same, so a
-        // claim that landed the first time is recognised as ours.
-        let (done, acquired) = self.run(|conn| {
-            let (mut done, acquired) = rows(conn, &claim, &firsts, Some(&lease))?;
-            if !acquired.is_empty() {
-                let mine: Vec<&str> = firsts
-                    .iter()
-                    .copied()
-                    .filter(|k| acquired.contains(*k))
-                    .collect();
-                // A claim a forget removed in between (with the done row the
-                // first statement did not see) is not held: `Held`, not an
-                // `Acquired` that a second claimant could take too.
-                let (since, kept) = rows(conn, &recheck, &mine, None)?;
-                done.extend(since);
-                return Ok((done, kept));
+        let (mut done, mut acquired) = (HashSet::new(), HashSet::new());
+        // Seen by either statement; claimed if the second found our claim.
+        for (row, recheck) in
+            (claimed.iter().map(|r| (r, false))).chain(rechecked.iter().map(|r| (r, true)))
+        {
+            let (Ok(Some(seen)), Ok(Some(key))) = (row.try_get(0), row.try_get(1)) else {
+                return Err(StoreError::backend(
+                    false,
+                    "postgres: a claim's answer is not (seen, key)",
+                ));
+            };
+            if seen == "t" {
+                done.insert(key.to_owned());
+            } else if recheck {
+                acquired.insert(key.to_owned());
             }
-            Ok((done, acquired))
-        })?;
+        }
         let mut token_of: std::collections::HashMap<&str, ClaimToken> =
             firsts.iter().copied().zip(tokens).collect();
         Ok(keys

@@ -461,3 +461,47 @@ fn postgres_a_claim_taken_while_a_remember_waits_is_ended_by_it() {
     let kept = ready(store.remember_fenced(key, &token, None)).unwrap();
     assert!(!kept, "the remember ended the claim: its commit is lost");
 }
+
+/// A claim's two statements go in one round trip, prepared with SQL's
+/// `PREPARE` on the connection: afresh after 500 calls (the old ones
+/// deallocated, not piling up in the session), and again after a handler
+/// dropped one (`DEALLOCATE`) without failing a claim.
+#[test]
+fn postgres_claims_keep_two_prepared_statements_whatever_a_handler_drops() {
+    use bq_dedupe::store::{TransactionalStore, TxRun};
+    let (store, _clean) = store("named");
+    let lease = Duration::from_secs(30);
+    // One caller at a time reuses the pool's last connection.
+    // The store's prepared statements on it: counted, or one dropped.
+    let in_session = |drop: bool| -> i64 {
+        let run = store.transaction(None, None, |tx| {
+            let named = "SELECT name FROM pg_prepared_statements WHERE name LIKE 'bq\\_dedupe\\_%'";
+            let names: Vec<String> = tx.query(named, &[])?.iter().map(|r| r.get(0)).collect();
+            if drop {
+                // One of the two: the other is found prepared already when
+                // the store prepares both afresh.
+                tx.batch_execute(&format!("DEALLOCATE {}", names[0]))?;
+                return Ok(0);
+            }
+            Ok::<i64, postgres::Error>(names.len() as i64)
+        });
+        match run.unwrap() {
+            TxRun::Committed(n) => n,
+            other => panic!("{other:?}"),
+        }
+    };
+    let claim = |i: usize| {
+        let key = format!("named-{i}");
+        let claim = ready(store.claim(&key, lease)).unwrap();
+        assert!(matches!(claim, Claim::Acquired(_)), "{key}: {claim:?}");
+    };
+    (0..1_200).for_each(claim);
+    assert_eq!(
+        in_session(false),
+        2,
+        "the claim and its re-check, once each"
+    );
+    in_session(true);
+    (1_200..1_210).for_each(claim);
+    assert_eq!(in_session(false), 2);
+}

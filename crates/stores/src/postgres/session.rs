@@ -17,10 +17,13 @@
 //! connection's own setting back first: its statements are the user's.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use postgres::types::{ToSql, Type};
-use postgres::{Client, GenericClient, Row, Statement, Transaction};
+use postgres::{
+    Client, GenericClient, Row, SimpleQueryMessage, SimpleQueryRow, Statement, Transaction,
+};
 use r2d2_postgres::PostgresConnectionManager;
 use r2d2_postgres::r2d2::ManageConnection;
 use tokio_postgres_rustls::MakeRustlsConnect;
@@ -48,6 +51,7 @@ impl ManageConnection for Manager {
                 statements: HashMap::new(),
                 enabled: self.cache != StatementCache::Off,
             },
+            named: Named::default(),
             plans: match self.cache {
                 StatementCache::Generic => Plans::Own,
                 StatementCache::On | StatementCache::Off => Plans::LeftAlone,
@@ -68,6 +72,8 @@ impl ManageConnection for Manager {
 pub(super) struct Session {
     client: Client,
     prepared: Prepared,
+    /// The statements prepared with SQL's `PREPARE` ([`Session::query_together`]).
+    named: Named,
     /// The `plan_cache_mode` the session runs with now.
     plans: Plans,
 }
@@ -145,6 +151,46 @@ impl Session {
             .query_within(&mut self.client, sql, params, limit)
     }
 
+    /// Statements sent as one simple query: one round trip, one implicit
+    /// transaction (a failing statement undoes those before it), each statement
+    /// on a snapshot of its own (`READ COMMITTED`, whatever the connection's
+    /// default). Answers each statement's rows, as text. Each statement is
+    /// prepared on the connection with SQL's `PREPARE` (a round trip of its
+    /// own, the first time and after [`REPLAN_AFTER`]) and sent as `EXECUTE`
+    /// with its values; with `statement_cache=off` the values are written into
+    /// the statement's text, parsed and planned on every call.
+    pub(super) fn query_together(
+        &mut self,
+        statements: &[Bound<'_>],
+    ) -> Result<Vec<Vec<SimpleQueryRow>>, postgres::Error> {
+        self.plan_as_asked()?;
+        let mut sql = String::from("SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
+        for statement in statements {
+            sql.push_str(";\n");
+            if self.prepared.enabled {
+                let name = self.named.name_of(&mut self.client, statement)?;
+                let _ = write!(sql, "EXECUTE {name}({})", statement.values.join(", "));
+            } else {
+                sql.push_str(&statement.inline());
+            }
+        }
+        let messages = self.client.simple_query(&sql).inspect_err(|e| {
+            if is_stale(e) {
+                self.named.statements.clear();
+            }
+        })?;
+        let (mut answers, mut rows) = (Vec::new(), Vec::new());
+        for message in messages {
+            match message {
+                SimpleQueryMessage::Row(row) => rows.push(row),
+                SimpleQueryMessage::CommandComplete(_) => answers.push(std::mem::take(&mut rows)),
+                _ => {}
+            }
+        }
+        // The SET's (empty) answer first.
+        Ok(answers.into_iter().skip(1).collect())
+    }
+
     /// A transaction, and the statements prepared on its connection; the
     /// connection's own `plan_cache_mode` first, for the handler's statements.
     pub(super) fn transaction(
@@ -171,9 +217,10 @@ pub(super) struct Prepared {
     enabled: bool,
 }
 
-/// A statement prepared on the connection: when, and how many calls it ran.
-struct Preparation {
-    statement: Statement,
+/// A statement prepared on the connection (the client's handle, or its name
+/// in SQL): when, and how many calls it ran.
+struct Preparation<S = Statement> {
+    statement: S,
     at: Instant,
     calls: u32,
 }
@@ -235,6 +282,91 @@ impl Prepared {
     }
 }
 
+/// A statement of [`Session::query_together`]: its text with parameters
+/// `$1`..`$9`, their types (`"text[], bigint"`), and its values as SQL
+/// ([`literal`], [`array_literal`], a number).
+pub(super) struct Bound<'a> {
+    pub sql: &'a str,
+    pub types: &'a str,
+    pub values: &'a [&'a str],
+}
+
+impl Bound<'_> {
+    /// The statement with its values written in place of its parameters.
+    fn inline(&self) -> String {
+        let mut sql = self.sql.to_owned();
+        // From the last, so that `$1` does not match the start of `$10`.
+        for (i, value) in self.values.iter().enumerate().rev() {
+            sql = sql.replace(&format!("${}", i + 1), value);
+        }
+        sql
+    }
+}
+
+/// The statements a session prepared with SQL's `PREPARE`, by their text.
+#[derive(Default)]
+struct Named {
+    statements: HashMap<String, Preparation<String>>,
+}
+
+impl Named {
+    /// The name `statement` runs under, prepared now if it is not, or afresh
+    /// after [`REPLAN_AFTER`]. The name is the text's digest: behind a pooler
+    /// that hands this session's `EXECUTE` to another server connection, a
+    /// statement of that name there is this one (or the call fails, 26000),
+    /// never another statement run with these values.
+    fn name_of(
+        &mut self,
+        client: &mut Client,
+        statement: &Bound<'_>,
+    ) -> Result<String, postgres::Error> {
+        let (age, calls) = REPLAN_AFTER;
+        let replan = match self.statements.get_mut(statement.sql) {
+            Some(p) if p.calls < calls && p.at.elapsed() < age => {
+                p.calls = p.calls.saturating_add(1);
+                return Ok(p.statement.clone());
+            }
+            found => found.is_some(),
+        };
+        self.statements.remove(statement.sql);
+        let name = digest_name(statement.sql);
+        let prepare = format!("PREPARE {name} ({}) AS {}", statement.types, statement.sql);
+        let sent = match replan {
+            true => client.batch_execute(&format!("DEALLOCATE {name}; {prepare}")),
+            false => client.batch_execute(&prepare),
+        };
+        match sent {
+            Ok(()) => {}
+            // 42P05: prepared already (its text is in its name): the session
+            // lost track of it after another statement went stale.
+            Err(e) if e.code().is_some_and(|c| c.code() == "42P05") => {}
+            Err(e) => {
+                if is_stale(&e) {
+                    self.statements.clear();
+                }
+                return Err(e);
+            }
+        }
+        let prepared = Preparation {
+            statement: name.clone(),
+            at: Instant::now(),
+            calls: 1,
+        };
+        self.statements.insert(statement.sql.to_owned(), prepared);
+        Ok(name)
+    }
+}
+
+/// `bq_dedupe_` and the first 16 bytes of the SHA-256 of `sql`, in hex.
+fn digest_name(sql: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut name = String::from("bq_dedupe_");
+    for byte in &Sha256::digest(sql.as_bytes())[..16] {
+        let _ = write!(name, "{byte:02x}");
+    }
+    name
+}
+
 /// A prepared statement the server lost (26000) or whose plan no longer fits
 /// its tables (0A000, "cached plan must not change result type"): preparing it
 /// again is the fix, and nothing ran. The second is told by the server
@@ -246,4 +378,31 @@ pub(super) fn is_stale(e: &postgres::Error) -> bool {
                 && e.as_db_error()
                     .is_some_and(|db| db.routine() == Some("RevalidateCachedQuery")))
     })
+}
+
+/// A text value written into a statement's text as an escape string
+/// constant (`E'...'`, read the same whatever `standard_conforming_strings`
+/// says): a quote doubled, a backslash doubled, so nothing in it can end the
+/// literal. A constant, so the planner sees the values (a lookup by key is
+/// planned for the number of keys it has). A `&str` holds no invalid UTF-8 and
+/// a UTF-8 sequence no ASCII byte but its own; the store never sends U+0000
+/// ([`super::stored`] names such an id by its hash).
+pub(super) fn literal(value: &str) -> String {
+    let mut text = String::with_capacity(value.len() + 3);
+    text.push_str("E'");
+    for c in value.chars() {
+        match c {
+            '\'' => text.push_str("''"),
+            '\\' => text.push_str("\\\\"),
+            c => text.push(c),
+        }
+    }
+    text.push('\'');
+    text
+}
+
+/// Text values as a `text[]` of [`literal`]s.
+pub(super) fn array_literal<'a>(values: impl IntoIterator<Item = &'a str>) -> String {
+    let items: Vec<String> = values.into_iter().map(literal).collect();
+    format!("ARRAY[{}]::text[]", items.join(", "))
 }
