@@ -18,7 +18,7 @@ use r2d2_postgres::r2d2::{ManageConnection, Pool, PooledConnection};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 mod session;
-use session::{Bound, Manager, Params, Prepared, Session, array_literal, is_stale};
+use session::{Bound, Manager, Params, Prepared, Session, array_literal, is_stale, literal};
 
 use crate::tls::{client_config, postgres_tls};
 use crate::{StoreStats, new_token, take_params, ttl_ms};
@@ -654,6 +654,8 @@ impl PostgresStore {
              ren AS (UPDATE {c} SET expires_at = now() + $8::bigint * interval '1 millisecond'
                      FROM unnest($6::text[], $7::text[]) n(k, tok)
                      WHERE {c}.message_id = n.k AND {c}.token = n.tok
+                       AND NOT EXISTS (SELECT 1 FROM {t}
+                                       WHERE message_id = n.k AND {LIVE_KEY})
                      RETURNING n.k, n.tok),
              own AS (DELETE FROM {c} USING unnest($1::text[], $2::text[]) m(k, tok)
                      WHERE {c}.message_id = m.k
@@ -786,8 +788,8 @@ impl Store for PostgresStore {
     /// lapsed claim is taken over, our own token's is ours again), then, on a
     /// fresh snapshot, find the keys remembered meanwhile and give their new
     /// claims back; a claim no longer standing (a forget removed it) is `Held`.
-    /// The claims commit after the re-check (one implicit transaction): until
-    /// then a second claimant of a key waits on ours, as it did on the insert.
+    /// Each statement commits before the next (a transaction each), as when
+    /// they were sent one after the other.
     async fn claim_many(&self, keys: &[&str], lease: Duration) -> StoreResult<Vec<Claim>> {
         if keys.is_empty() {
             return Ok(Vec::new());
@@ -806,14 +808,31 @@ impl Store for PostgresStore {
         let tokens: Vec<ClaimToken> = firsts.iter().map(|_| new_token()).collect();
         let token_strs: Vec<&str> = tokens.iter().map(|t| t.0.as_str()).collect();
         let (t, c) = (&self.table, &self.claims);
+        // One key's statements take scalars: the server then keeps their plan
+        // (arrays are planned again on every call, for the array given).
+        let one = firsts.len() == 1;
+        let (is_key, is_token, pairs, types) = match one {
+            true => (
+                "= $1::text",
+                "= $2::text",
+                "(VALUES ($1::text, $2::text))",
+                "text, text",
+            ),
+            false => (
+                "= ANY($1::text[])",
+                "= ANY($2::text[])",
+                "unnest($1::text[], $2::text[])",
+                "text[], text[]",
+            ),
+        };
         // Statement one: the keys already remembered, and a claim on every other
         // free key, answered as (seen?, key).
         let claim = format!(
             "WITH done AS (SELECT message_id FROM {t}
-                           WHERE message_id = ANY($1::text[]) AND {LIVE_KEY}),
+                           WHERE message_id {is_key} AND {LIVE_KEY}),
                   ins AS (INSERT INTO {c} (message_id, token, expires_at)
                           SELECT u.k, u.tok, now() + $3::bigint * interval '1 millisecond'
-                          FROM unnest($1::text[], $2::text[]) u(k, tok)
+                          FROM {pairs} u(k, tok)
                           WHERE u.k NOT IN (SELECT message_id FROM done)
                           ON CONFLICT (message_id) DO UPDATE
                             SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
@@ -826,28 +845,32 @@ impl Store for PostgresStore {
         // standing (a forget may have removed one).
         let recheck = format!(
             "WITH done AS (SELECT message_id FROM {t}
-                           WHERE message_id = ANY($1::text[]) AND {LIVE_KEY}),
+                           WHERE message_id {is_key} AND {LIVE_KEY}),
                   back AS (DELETE FROM {c} USING done
-                           WHERE {c}.message_id = done.message_id AND {c}.token = ANY($2::text[])),
+                           WHERE {c}.message_id = done.message_id AND {c}.token {is_token}),
                   kept AS (SELECT message_id FROM {c}
-                           WHERE message_id = ANY($1::text[]) AND token = ANY($2::text[])
+                           WHERE message_id {is_key} AND token {is_token}
                              AND message_id NOT IN (SELECT message_id FROM done))
              SELECT true, message_id FROM done UNION ALL SELECT false, message_id FROM kept"
         );
-        let (keys_in, tokens_in) = (
-            array_literal(firsts.iter().copied()),
-            array_literal(token_strs.iter().copied()),
-        );
+        let (keys_in, tokens_in) = match one {
+            true => (literal(firsts[0]), literal(token_strs[0])),
+            false => (
+                array_literal(firsts.iter().copied()),
+                array_literal(token_strs.iter().copied()),
+            ),
+        };
         let lease = ttl_ms(lease).to_string();
+        let claim_types = format!("{types}, bigint");
         let statements = [
             Bound {
                 sql: &claim,
-                types: "text[], text[], bigint",
+                types: &claim_types,
                 values: &[&keys_in, &tokens_in, &lease],
             },
             Bound {
                 sql: &recheck,
-                types: "text[], text[]",
+                types,
                 values: &[&keys_in, &tokens_in],
             },
         ];

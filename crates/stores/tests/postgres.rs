@@ -247,6 +247,12 @@ fn a_call_blocked_on_a_lock_ends_within_the_lock_timeout() {
     };
     let store =
         PostgresStore::connect(&format!("{}?lock_timeout=1s", postgres_url()), &table).unwrap();
+    // Its statements prepared first: the claim below fails inside its
+    // transaction, which must not stay open on the connection (25P02 after).
+    assert!(matches!(
+        ready(store.claim("locked-0", Duration::from_secs(30))),
+        Ok(bq_dedupe::store::Claim::Acquired(_))
+    ));
     let mut holder = pg();
     let mut tx = holder.transaction().unwrap();
     tx.batch_execute(&format!(

@@ -151,34 +151,49 @@ impl Session {
             .query_within(&mut self.client, sql, params, limit)
     }
 
-    /// Statements sent as one simple query: one round trip, one implicit
-    /// transaction (a failing statement undoes those before it), each statement
-    /// on a snapshot of its own (`READ COMMITTED`, whatever the connection's
-    /// default). Answers each statement's rows, as text. Each statement is
-    /// prepared on the connection with SQL's `PREPARE` (a round trip of its
-    /// own, the first time and after [`REPLAN_AFTER`]) and sent as `EXECUTE`
-    /// with its values; with `statement_cache=off` the values are written into
-    /// the statement's text, parsed and planned on every call.
+    /// Statements sent as one simple query, one round trip, each in a
+    /// transaction of its own (`BEGIN ISOLATION LEVEL READ COMMITTED` ...
+    /// `COMMIT`): each commits before the next one's snapshot is taken, as if
+    /// sent one after another. (In one implicit transaction instead, a plain
+    /// remember could start between the two and miss the uncommitted claim:
+    /// the history checker found its renewal answered "still ours" after the
+    /// remember, once in a few hundred runs.) After a failure the aborted
+    /// transaction is rolled back, and those before it stay committed.
+    /// Answers each statement's rows, as text. Each statement is prepared on
+    /// the connection with SQL's `PREPARE` (a round trip of its own, the first
+    /// time and after [`REPLAN_AFTER`]) and sent as `EXECUTE` with its values;
+    /// with `statement_cache=off` the values are written into its text, parsed
+    /// and planned on every call.
     pub(super) fn query_together(
         &mut self,
         statements: &[Bound<'_>],
     ) -> Result<Vec<Vec<SimpleQueryRow>>, postgres::Error> {
         self.plan_as_asked()?;
-        let mut sql = String::from("SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
+        let mut sql = String::new();
         for statement in statements {
-            sql.push_str(";\n");
+            sql.push_str("BEGIN ISOLATION LEVEL READ COMMITTED;\n");
             if self.prepared.enabled {
                 let name = self.named.name_of(&mut self.client, statement)?;
                 let _ = write!(sql, "EXECUTE {name}({})", statement.values.join(", "));
             } else {
                 sql.push_str(&statement.inline());
             }
+            sql.push_str(";\nCOMMIT;\n");
         }
-        let messages = self.client.simple_query(&sql).inspect_err(|e| {
-            if is_stale(e) {
-                self.named.statements.clear();
+        let messages = match self.client.simple_query(&sql) {
+            Ok(messages) => messages,
+            Err(e) => {
+                if is_stale(&e) {
+                    self.named.statements.clear();
+                }
+                // The rest of the text was skipped; the failed transaction is
+                // still open (a connection gone with it is dropped by the pool).
+                if !self.client.is_closed() {
+                    let _ = self.client.batch_execute("ROLLBACK");
+                }
+                return Err(e);
             }
-        })?;
+        };
         let (mut answers, mut rows) = (Vec::new(), Vec::new());
         for message in messages {
             match message {
@@ -187,8 +202,8 @@ impl Session {
                 _ => {}
             }
         }
-        // The SET's (empty) answer first.
-        Ok(answers.into_iter().skip(1).collect())
+        // BEGIN, the statement, COMMIT: each statement's is the second of three.
+        Ok(answers.into_iter().skip(1).step_by(3).collect())
     }
 
     /// A transaction, and the statements prepared on its connection; the
