@@ -289,6 +289,14 @@ fn connection_lost(e: &postgres::Error) -> bool {
             .is_some_and(|c| c.code().starts_with("57P") || c.code().starts_with("08"))
 }
 
+/// The server ended the call's transaction to break a deadlock (40P01):
+/// nothing of it took effect, and a second try usually gets through (a batch
+/// that locks rows in one order meets another statement locking them in its
+/// plan's order).
+fn deadlocked(e: &postgres::Error) -> bool {
+    e.code().is_some_and(|c| c.code() == "40P01")
+}
+
 /// Connection trouble, a server shutting down, a serialization failure or a
 /// deadlock may pass (`Unavailable`); anything else is `Internal`.
 fn error(e: postgres::Error) -> StoreError {
@@ -389,7 +397,11 @@ impl PostgresStore {
             // once on a fresh one ([`PostgresStore::run`]).
             .test_on_check_out(false)
             .connection_timeout(TIMEOUT)
-            .build(Manager { manager, cache })
+            .build(Manager {
+                manager,
+                cache,
+                salt: new_token().0,
+            })
             .map_err(|e| {
                 StoreError::unavailable(format!("postgres: cannot connect to {host}: {e}"))
             })?;
@@ -425,7 +437,7 @@ impl PostgresStore {
     /// Runs `op` on a pooled connection; a connection found closed (the server
     /// restarted, the network dropped it) is discarded and `op` retried once on a
     /// fresh one, and so is a call whose prepared statement the server no longer
-    /// has. Every operation is safe to repeat: a repeated claim carries
+    /// has, or that a deadlock ended. Every operation is safe to repeat: a repeated claim carries
     /// the same tokens, so it takes its own first claim again, and a repeated
     /// commit answers `false` (lost), on the safe side.
     fn run<T>(&self, op: impl Fn(&mut Session) -> Result<T, postgres::Error>) -> StoreResult<T> {
@@ -436,7 +448,10 @@ impl PostgresStore {
             match op(&mut conn) {
                 Err(e)
                     if attempts > 1
-                        && (connection_lost(&e) || conn.client().is_closed() || is_stale(&e)) =>
+                        && (connection_lost(&e)
+                            || conn.client().is_closed()
+                            || is_stale(&e)
+                            || deadlocked(&e)) =>
                 {
                     attempts -= 1;
                 }

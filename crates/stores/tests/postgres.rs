@@ -470,8 +470,9 @@ fn postgres_a_claim_taken_while_a_remember_waits_is_ended_by_it() {
 
 /// A claim's two statements go in one round trip, prepared with SQL's
 /// `PREPARE` on the connection: afresh after 500 calls (the old ones
-/// deallocated, not piling up in the session), and again after a handler
-/// dropped one (`DEALLOCATE`) without failing a claim.
+/// deallocated, not piling up in the session); after a handler dropped one
+/// (`DEALLOCATE`, as a pooler's other server connection would not have it),
+/// the session writes the values into the text, and no claim fails.
 #[test]
 fn postgres_claims_keep_two_prepared_statements_whatever_a_handler_drops() {
     use bq_dedupe::store::{TransactionalStore, TxRun};
@@ -508,6 +509,31 @@ fn postgres_claims_keep_two_prepared_statements_whatever_a_handler_drops() {
         "the claim and its re-check, once each"
     );
     in_session(true);
+    // The session then writes the values into the text: no claim fails.
     (1_200..1_210).for_each(claim);
-    assert_eq!(in_session(false), 2);
+    assert_eq!(in_session(false), 1, "nothing prepared again");
+}
+
+/// A migration that changes what a claim's statements return (here the ids'
+/// collation, which their union carries) fails the prepared plans (0A000):
+/// the session prepares them afresh, deallocating the old ones it still has,
+/// instead of failing every claim until the connection is replaced (a
+/// review's finding: 0A000, then 42P05 on the re-prepare, then 0A000 again).
+#[test]
+fn postgres_claims_go_on_after_a_migration_changes_their_result_type() {
+    let (store, clean) = store("migrated");
+    let lease = Duration::from_secs(30);
+    let claim = |key: &str| {
+        let claim = ready(store.claim(key, lease));
+        assert!(matches!(claim, Ok(Claim::Acquired(_))), "{key}: {claim:?}");
+    };
+    claim("before");
+    pg().batch_execute(&format!(
+        "ALTER TABLE {} ALTER COLUMN message_id TYPE text COLLATE \"C\"",
+        clean.table
+    ))
+    .unwrap();
+    for key in ["after-1", "after-2", "after-3"] {
+        claim(key);
+    }
 }

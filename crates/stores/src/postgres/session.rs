@@ -38,6 +38,8 @@ pub(super) struct Manager {
     pub manager: PostgresConnectionManager<MakeRustlsConnect>,
     /// The URL's `statement_cache`.
     pub cache: StatementCache,
+    /// This pool's part of its `PREPARE`d statements' names ([`Named`]).
+    pub salt: String,
 }
 
 impl ManageConnection for Manager {
@@ -51,7 +53,7 @@ impl ManageConnection for Manager {
                 statements: HashMap::new(),
                 enabled: self.cache != StatementCache::Off,
             },
-            named: Named::default(),
+            named: Named::new(self.salt.clone()),
             plans: match self.cache {
                 StatementCache::Generic => Plans::Own,
                 StatementCache::On | StatementCache::Off => Plans::LeftAlone,
@@ -172,7 +174,7 @@ impl Session {
         let mut sql = String::new();
         for statement in statements {
             sql.push_str("BEGIN ISOLATION LEVEL READ COMMITTED;\n");
-            if self.prepared.enabled {
+            if self.prepared.enabled && !self.named.gone {
                 let name = self.named.name_of(&mut self.client, statement)?;
                 let _ = write!(sql, "EXECUTE {name}({})", statement.values.join(", "));
             } else {
@@ -185,6 +187,7 @@ impl Session {
             Err(e) => {
                 if is_stale(&e) {
                     self.named.statements.clear();
+                    self.named.gone |= e.code().is_some_and(|c| c.code() == "26000");
                 }
                 // The rest of the text was skipped; the failed transaction is
                 // still open (a connection gone with it is dropped by the pool).
@@ -309,27 +312,53 @@ pub(super) struct Bound<'a> {
 impl Bound<'_> {
     /// The statement with its values written in place of its parameters.
     fn inline(&self) -> String {
-        let mut sql = self.sql.to_owned();
-        // From the last, so that `$1` does not match the start of `$10`.
-        for (i, value) in self.values.iter().enumerate().rev() {
-            sql = sql.replace(&format!("${}", i + 1), value);
+        // One pass: a value written in is never read again for `$n`.
+        let mut sql = String::with_capacity(self.sql.len());
+        let mut rest = self.sql;
+        while let Some(at) = rest.find('$') {
+            sql.push_str(&rest[..at]);
+            let digits = rest[at + 1..]
+                .bytes()
+                .take_while(u8::is_ascii_digit)
+                .count();
+            let param = &rest[at..at + 1 + digits];
+            let value = param[1..]
+                .parse::<usize>()
+                .ok()
+                .and_then(|n| n.checked_sub(1))
+                .and_then(|i| self.values.get(i));
+            sql.push_str(value.copied().unwrap_or(param));
+            rest = &rest[at + 1 + digits..];
         }
+        sql.push_str(rest);
         sql
     }
 }
 
 /// The statements a session prepared with SQL's `PREPARE`, by their text.
-#[derive(Default)]
 struct Named {
     statements: HashMap<String, Preparation<String>>,
+    /// The pool's own part of every name (random per store): a statement of
+    /// that name on any server connection is one this pool prepared, with its
+    /// tables, whatever a pooler does with the calls.
+    salt: String,
+    /// A statement this session prepared was found gone (26000): a pooler
+    /// moves its calls between server connections, or a handler deallocated
+    /// it. From then on the session writes the values into the text.
+    gone: bool,
 }
 
 impl Named {
+    pub(super) fn new(salt: String) -> Self {
+        Named {
+            statements: HashMap::new(),
+            salt,
+            gone: false,
+        }
+    }
+
     /// The name `statement` runs under, prepared now if it is not, or afresh
-    /// after [`REPLAN_AFTER`]. The name is the text's digest: behind a pooler
-    /// that hands this session's `EXECUTE` to another server connection, a
-    /// statement of that name there is this one (or the call fails, 26000),
-    /// never another statement run with these values.
+    /// after [`REPLAN_AFTER`] (the old one deallocated first).
     fn name_of(
         &mut self,
         client: &mut Client,
@@ -344,23 +373,23 @@ impl Named {
             found => found.is_some(),
         };
         self.statements.remove(statement.sql);
-        let name = digest_name(statement.sql);
+        let name = self.name(statement.sql);
         let prepare = format!("PREPARE {name} ({}) AS {}", statement.types, statement.sql);
+        let again = format!("DEALLOCATE {name}; {prepare}");
         let sent = match replan {
-            true => client.batch_execute(&format!("DEALLOCATE {name}; {prepare}")),
-            false => client.batch_execute(&prepare),
+            true => client.batch_execute(&again),
+            false => client.batch_execute(&prepare).or_else(|e| match e.code() {
+                // 42P05: the session has it still (the map was emptied when
+                // another statement went stale); its plan may be stale too.
+                Some(c) if c.code() == "42P05" => client.batch_execute(&again),
+                _ => Err(e),
+            }),
         };
-        match sent {
-            Ok(()) => {}
-            // 42P05: prepared already (its text is in its name): the session
-            // lost track of it after another statement went stale.
-            Err(e) if e.code().is_some_and(|c| c.code() == "42P05") => {}
-            Err(e) => {
-                if is_stale(&e) {
-                    self.statements.clear();
-                }
-                return Err(e);
+        if let Err(e) = sent {
+            if is_stale(&e) {
+                self.statements.clear();
             }
+            return Err(e);
         }
         let prepared = Preparation {
             statement: name.clone(),
@@ -370,16 +399,20 @@ impl Named {
         self.statements.insert(statement.sql.to_owned(), prepared);
         Ok(name)
     }
-}
 
-/// `bq_dedupe_` and the first 16 bytes of the SHA-256 of `sql`, in hex.
-fn digest_name(sql: &str) -> String {
-    use sha2::{Digest, Sha256};
-    let mut name = String::from("bq_dedupe_");
-    for byte in &Sha256::digest(sql.as_bytes())[..16] {
-        let _ = write!(name, "{byte:02x}");
+    /// `bq_dedupe_` and 16 bytes of the SHA-256 of the salt and `sql`, in hex.
+    fn name(&self, sql: &str) -> String {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::new()
+            .chain_update(self.salt.as_bytes())
+            .chain_update(sql.as_bytes())
+            .finalize();
+        let mut name = String::from("bq_dedupe_");
+        for byte in &digest[..16] {
+            let _ = write!(name, "{byte:02x}");
+        }
+        name
     }
-    name
 }
 
 /// A prepared statement the server lost (26000) or whose plan no longer fits
@@ -420,4 +453,23 @@ pub(super) fn literal(value: &str) -> String {
 pub(super) fn array_literal<'a>(values: impl IntoIterator<Item = &'a str>) -> String {
     let items: Vec<String> = values.into_iter().map(literal).collect();
     format!("ARRAY[{}]::text[]", items.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_written_in_once_each() {
+        let key = literal("$2 it's \\ $1");
+        let bound = Bound {
+            sql: "SELECT $1::text, $2::bigint, $10, $",
+            types: "text, bigint",
+            values: &[&key, "7"],
+        };
+        assert_eq!(
+            bound.inline(),
+            "SELECT E'$2 it''s \\\\ $1'::text, 7::bigint, $10, $"
+        );
+    }
 }
