@@ -537,3 +537,28 @@ fn postgres_claims_go_on_after_a_migration_changes_their_result_type() {
         claim(key);
     }
 }
+
+/// A renewal finds the claim ended once the id is remembered by a consumer
+/// that does not claim (here a row as the Go SDK writes it): the guard stops
+/// the batch's next handlers on it, as the commit would be lost anyway. Our
+/// own plain remember can miss a claim committed while its statement ran;
+/// without this, a renewal after it answered "still ours" (the history
+/// checker's finding).
+#[test]
+fn postgres_a_renewal_fails_once_the_id_is_remembered() {
+    let (store, clean) = store("renew-done");
+    let lease = Duration::from_secs(30);
+    let Ok(Claim::Acquired(token)) = ready(store.claim("renewed", lease)) else {
+        panic!("a fresh id is claimed");
+    };
+    assert!(ready(store.renew("renewed", &token, lease)).unwrap());
+    pg().execute(
+        &format!(
+            "INSERT INTO {} (message_id, expires_at) VALUES ($1, NULL)",
+            clean.table
+        ),
+        &[&"renewed"],
+    )
+    .unwrap();
+    assert!(!ready(store.renew("renewed", &token, lease)).unwrap());
+}
