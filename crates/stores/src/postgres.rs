@@ -662,30 +662,51 @@ impl PostgresStore {
         let ttl = ms(step.ttl);
         let lease = ttl_ms(step.lease) as i64;
         let (t, c) = (&self.table, &self.claims);
+        // One remembered key and nothing else (a claiming delivery's commit)
+        // takes scalars: the server then keeps the statement's plan (arrays
+        // are planned again on every call, for the arrays given).
+        let one = rem.len() == 1 && rel_keys.is_empty() && ren_keys.is_empty();
+        let none = "(VALUES (NULL::text, NULL::text))";
+        let (rem_src, rel_src, ren_src, rel_all, ren_all) = match one {
+            true => (
+                "(VALUES ($1::text, $2::text))",
+                none,
+                none,
+                "ARRAY[]::text[]",
+                "ARRAY[]::text[]",
+            ),
+            false => (
+                "unnest($1::text[], $2::text[])",
+                "unnest($4::text[], $5::text[])",
+                "unnest($6::text[], $7::text[])",
+                "$4::text[]",
+                "$6::text[]",
+            ),
+        };
         let sql = format!(
             "WITH
-             rel AS (DELETE FROM {c} USING unnest($4::text[], $5::text[]) r(k, tok)
+             rel AS (DELETE FROM {c} USING {rel_src} r(k, tok)
                      WHERE {c}.message_id = r.k AND {c}.token = r.tok),
              ren AS (UPDATE {c} SET expires_at = now() + $8::bigint * interval '1 millisecond'
-                     FROM unnest($6::text[], $7::text[]) n(k, tok)
+                     FROM {ren_src} n(k, tok)
                      WHERE {c}.message_id = n.k AND {c}.token = n.tok
                        AND NOT EXISTS (SELECT 1 FROM {t}
                                        WHERE message_id = n.k AND {LIVE_KEY})
                      RETURNING n.k, n.tok),
-             own AS (DELETE FROM {c} USING unnest($1::text[], $2::text[]) m(k, tok)
+             own AS (DELETE FROM {c} USING {rem_src} m(k, tok)
                      WHERE {c}.message_id = m.k
                        AND (m.tok IS NULL OR {c}.token = m.tok OR {c}.expires_at <= now())
                      RETURNING m.k, ({c}.token = m.tok) AS mine),
              free AS (INSERT INTO {c} AS x (message_id, token, expires_at)
-                     SELECT m.k, 'free', '-infinity' FROM unnest($1::text[], $2::text[]) m(k, tok)
+                     SELECT m.k, 'free', '-infinity' FROM {rem_src} m(k, tok)
                      WHERE m.tok IS NOT NULL AND m.k NOT IN (SELECT k FROM own)
-                       AND m.k <> ALL($4::text[]) AND m.k <> ALL($6::text[])
+                       AND m.k <> ALL({rel_all}) AND m.k <> ALL({ren_all})
                      ON CONFLICT (message_id) DO UPDATE
                        SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
                        WHERE x.expires_at <= now()
                      RETURNING message_id),
              ins AS (INSERT INTO {t} AS cur (message_id, expires_at)
-                     SELECT m.k, {} FROM unnest($1::text[], $2::text[]) m(k, tok)
+                     SELECT m.k, {} FROM {rem_src} m(k, tok)
                      WHERE m.tok IS NULL OR m.k IN (SELECT k FROM own)
                         OR m.k IN (SELECT message_id FROM free)
                      {GO_UPSERT}
@@ -695,9 +716,13 @@ impl PostgresStore {
              UNION ALL SELECT 1, k, tok FROM ren",
             expiry("$3")
         );
+        let (rem_params, rem_type): ([&(dyn ToSql + Sync); 2], Type) = match (one, &rem[..]) {
+            (true, [(key, token)]) => ([key, token], Type::TEXT),
+            _ => ([&rem_keys, &rem_tokens], Type::TEXT_ARRAY),
+        };
         let params: [(&(dyn ToSql + Sync), Type); 8] = [
-            (&rem_keys, Type::TEXT_ARRAY),
-            (&rem_tokens, Type::TEXT_ARRAY),
+            (rem_params[0], rem_type.clone()),
+            (rem_params[1], rem_type),
             (&ttl, Type::INT8),
             (&rel_keys, Type::TEXT_ARRAY),
             (&rel_tokens, Type::TEXT_ARRAY),
