@@ -243,6 +243,28 @@ struct Preparation<S = Statement> {
     calls: u32,
 }
 
+impl<S: Clone> Preparation<S> {
+    /// Prepared just now, for its first call.
+    fn new(statement: S) -> Self {
+        Preparation {
+            statement,
+            at: Instant::now(),
+            calls: 1,
+        }
+    }
+
+    /// The statement for one more call, if the preparation is younger than
+    /// `limit`'s age and has run fewer than its calls (no limit: always);
+    /// `None` when it is due to be prepared afresh.
+    fn call_within(&mut self, limit: Option<(Duration, u32)>) -> Option<S> {
+        let fresh = limit.is_none_or(|(age, calls)| self.calls < calls && self.at.elapsed() < age);
+        fresh.then(|| {
+            self.calls = self.calls.saturating_add(1);
+            self.statement.clone()
+        })
+    }
+}
+
 impl Prepared {
     /// Runs `sql` on `client`, preparing it first if this connection has not.
     /// A statement the server no longer has (someone ran `DEALLOCATE ALL` or
@@ -271,22 +293,16 @@ impl Prepared {
         if !self.enabled {
             return client.query_typed(sql, params);
         }
-        let fresh = |p: &Preparation| {
-            limit.is_none_or(|(age, calls)| p.calls < calls && p.at.elapsed() < age)
-        };
-        let statement = match self.statements.get_mut(sql) {
-            Some(prepared) if fresh(prepared) => {
-                prepared.calls = prepared.calls.saturating_add(1);
-                prepared.statement.clone()
-            }
-            _ => {
+        let statement = match self
+            .statements
+            .get_mut(sql)
+            .and_then(|p| p.call_within(limit))
+        {
+            Some(statement) => statement,
+            None => {
                 let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
                 let statement = client.prepare_typed(sql, &types)?;
-                let prepared = Preparation {
-                    statement: statement.clone(),
-                    at: Instant::now(),
-                    calls: 1,
-                };
+                let prepared = Preparation::new(statement.clone());
                 self.statements.insert(sql.to_owned(), prepared);
                 statement
             }
@@ -364,13 +380,12 @@ impl Named {
         client: &mut Client,
         statement: &Bound<'_>,
     ) -> Result<String, postgres::Error> {
-        let (age, calls) = REPLAN_AFTER;
         let replan = match self.statements.get_mut(statement.sql) {
-            Some(p) if p.calls < calls && p.at.elapsed() < age => {
-                p.calls = p.calls.saturating_add(1);
-                return Ok(p.statement.clone());
-            }
-            found => found.is_some(),
+            Some(p) => match p.call_within(Some(REPLAN_AFTER)) {
+                Some(name) => return Ok(name),
+                None => true,
+            },
+            None => false,
         };
         self.statements.remove(statement.sql);
         let name = self.name(statement.sql);
@@ -391,11 +406,7 @@ impl Named {
             }
             return Err(e);
         }
-        let prepared = Preparation {
-            statement: name.clone(),
-            at: Instant::now(),
-            calls: 1,
-        };
+        let prepared = Preparation::new(name.clone());
         self.statements.insert(statement.sql.to_owned(), prepared);
         Ok(name)
     }
