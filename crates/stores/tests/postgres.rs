@@ -562,3 +562,46 @@ fn postgres_a_renewal_fails_once_the_id_is_remembered() {
     .unwrap();
     assert!(!ready(store.renew("renewed", &token, lease)).unwrap());
 }
+
+/// An id reaches a claim's statement text as ASCII only: a connection a
+/// handler left in a client encoding whose multibyte characters can swallow a
+/// backslash (SJIS), with `backslash_quote = on`, runs no part of an id as SQL
+/// (a review's finding: `Ё\'` then closed the literal early).
+#[test]
+fn postgres_an_id_cannot_end_its_literal_in_another_client_encoding() {
+    use bq_dedupe::store::{TransactionalStore, TxRun};
+    let (store, clean) = store("sjis");
+    let lease = Duration::from_secs(30);
+    // Prepared first, then the handler's settings stay on the connection.
+    assert!(matches!(
+        ready(store.claim("plain", lease)),
+        Ok(Claim::Acquired(_))
+    ));
+    let run = store.transaction(None, None, |tx| {
+        tx.batch_execute("SET client_encoding = 'SJIS'; SET backslash_quote = on")
+    });
+    assert!(matches!(run, Ok(TxRun::Committed(()))), "{run:?}");
+    let id = format!(
+        "\u{401}\\'::text); INSERT INTO {} (message_id) VALUES ($$pwned$$); --",
+        clean.table
+    );
+    let one = ready(store.claim(&id, lease));
+    let many = ready(store.claim_many(&[&id, "other"], lease));
+    // Refused is fine (a typed error, the delivery retried); run is not.
+    for answer in [one.map(|_| ()), many.map(|_| ())] {
+        if let Err(e) = answer {
+            assert!(!e.message.contains("42601"), "the id was read as SQL: {e}");
+        }
+    }
+    let n: i64 = pg()
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM {} WHERE message_id = 'pwned'",
+                clean.table
+            ),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0, "part of an id ran as SQL");
+}

@@ -441,11 +441,13 @@ pub(super) fn is_stale(e: &postgres::Error) -> bool {
 
 /// A text value written into a statement's text as an escape string
 /// constant (`E'...'`, read the same whatever `standard_conforming_strings`
-/// says): a quote doubled, a backslash doubled, so nothing in it can end the
-/// literal. A constant, so the planner sees the values (a lookup by key is
-/// planned for the number of keys it has). A `&str` holds no invalid UTF-8 and
-/// a UTF-8 sequence no ASCII byte but its own; the store never sends U+0000
-/// ([`super::stored`] names such an id by its hash).
+/// says), in ASCII alone: a quote doubled, a backslash doubled, and every
+/// other character but printable ASCII as its code point (`\U0001F511`), so
+/// nothing in it can end the literal, whatever the connection's client
+/// encoding (in SJIS a multibyte character written as itself can swallow the
+/// backslash after it: a review's finding). A constant, so the planner sees
+/// the values (a lookup by key is planned for the number of keys it has). The
+/// store never sends U+0000 ([`super::stored`] names such an id by its hash).
 pub(super) fn literal(value: &str) -> String {
     let mut text = String::with_capacity(value.len() + 3);
     text.push_str("E'");
@@ -453,7 +455,10 @@ pub(super) fn literal(value: &str) -> String {
         match c {
             '\'' => text.push_str("''"),
             '\\' => text.push_str("\\\\"),
-            c => text.push(c),
+            ' '..='~' => text.push(c),
+            c => {
+                let _ = write!(text, "\\U{:08X}", u32::from(c));
+            }
         }
     }
     text.push('\'');
@@ -469,6 +474,14 @@ pub(super) fn array_literal<'a>(values: impl IntoIterator<Item = &'a str>) -> St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn literals_are_ascii() {
+        assert_eq!(
+            literal("ключ-🔑\t"),
+            "E'\\U0000043A\\U0000043B\\U0000044E\\U00000447-\\U0001F511\\U00000009'"
+        );
+    }
 
     #[test]
     fn values_are_written_in_once_each() {
