@@ -625,8 +625,16 @@ impl PostgresStore {
         if step.remember.is_empty() && step.release.is_empty() && step.renew.is_empty() {
             return Ok(Settled::default());
         }
-        if let ([(key, None)], [], []) = (step.remember, step.release, step.renew) {
-            return self.remember_one(key, step.ttl);
+        // One plain key, however often given, and nothing else: the statement
+        // whose lock order (claim, then id) is written, not left to a plan.
+        if let ([(key, None), rest @ ..], [], []) = (step.remember, step.release, step.renew)
+            && rest.iter().all(|(k, t)| k == key && t.is_none())
+        {
+            let settled = self.remember_one(key, step.ttl)?;
+            return Ok(Settled {
+                kept: vec![true; step.remember.len()],
+                ..settled
+            });
         }
         let rem_names = stored_all(step.remember.iter().map(|(k, _)| *k));
         let rel_names = stored_all(step.release.iter().map(|(k, _)| *k));

@@ -605,3 +605,37 @@ fn postgres_an_id_cannot_end_its_literal_in_another_client_encoding() {
         .get(0);
     assert_eq!(n, 0, "part of an id ran as SQL");
 }
+
+/// A settlement naming one plain key more than once, and nothing else, runs a
+/// plain remember's own statement (the claim's row locked before the id's, as
+/// its text orders them), not the settlement over arrays deduplicated to one
+/// key, whose lock order is its plan's; every entry answers kept.
+#[test]
+fn postgres_one_plain_key_given_twice_is_one_plain_remember() {
+    let (store, clean) = store("twice");
+    let mut admin = pg();
+    static EXTENSION: std::sync::Once = std::sync::Once::new();
+    EXTENSION.call_once(|| {
+        pg().batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .unwrap()
+    });
+    let key = "given-twice";
+    let claim = ready(store.claim_many(&[key], Duration::from_secs(30))).unwrap();
+    assert!(matches!(claim[..], [Claim::Acquired(_)]), "{claim:?}");
+    let needle = "count(*) FROM own";
+    let (_, before) = blocks_and_calls(&mut admin, &clean.table, needle);
+    let settled = ready(store.settle(&bq_dedupe::store::Settlement {
+        remember: &[(key, None), (key, None)],
+        ..Default::default()
+    }))
+    .unwrap();
+    assert_eq!(settled.kept, vec![true, true]);
+    let (_, after) = blocks_and_calls(&mut admin, &clean.table, needle);
+    assert_eq!(after - before, 1, "the plain remember's statement ran once");
+    assert!(ready(store.seen(key)).unwrap());
+    let claims: i64 = admin
+        .query_one(&format!("SELECT count(*) FROM {}_claims", clean.table), &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(claims, 0, "the plain remember ended the claim");
+}
