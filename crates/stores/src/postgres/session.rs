@@ -58,6 +58,7 @@ impl ManageConnection for Manager {
                 StatementCache::Generic => Plans::Own,
                 StatementCache::On | StatementCache::Off => Plans::LeftAlone,
             },
+            aborted: false,
         })
     }
 
@@ -66,7 +67,7 @@ impl ManageConnection for Manager {
     }
 
     fn has_broken(&self, session: &mut Session) -> bool {
-        self.manager.has_broken(&mut session.client)
+        session.aborted || self.manager.has_broken(&mut session.client)
     }
 }
 
@@ -78,6 +79,9 @@ pub(super) struct Session {
     named: Named,
     /// The `plan_cache_mode` the session runs with now.
     plans: Plans,
+    /// A failed transaction could not be rolled back: the pool drops the
+    /// connection rather than lend it out inside an aborted transaction.
+    aborted: bool,
 }
 
 /// A session's `plan_cache_mode`, as the store last set it.
@@ -192,7 +196,7 @@ impl Session {
                 // The rest of the text was skipped; the failed transaction is
                 // still open (a connection gone with it is dropped by the pool).
                 if !self.client.is_closed() {
-                    let _ = self.client.batch_execute("ROLLBACK");
+                    self.aborted |= self.client.batch_execute("ROLLBACK").is_err();
                 }
                 return Err(e);
             }
