@@ -1,23 +1,62 @@
 // @babelqueue/dedupe/workers: the package for Cloudflare Workers (workerd).
-// wrangler's bundler imports a `.wasm` file as a WebAssembly.Module; the module
-// is instantiated here, once, when the worker's code loads, so nothing needs an
-// init step and a store may be created at module scope.
+// wrangler's bundler imports a `.wasm` file as a WebAssembly.Module. The module
+// is instantiated once, by the first call or `new` of anything exported here,
+// not when the worker's code loads: workerd counts a module's top-level work as
+// start-up CPU (`wrangler check startup`), and an isolate that never dedupes
+// never pays it. Nothing needs an init step, and a store may still be created at
+// module scope (it instantiates the module then).
 import wasm from "./bq_dedupe_workers_bg.wasm";
-import { initSync } from "./bq_dedupe_workers.js";
-
-initSync({ module: wasm });
-
-export {
-  DedupeShard,
-  dedupeQueue,
-  dedupeQueueD1,
-  DurableObjectStore,
-  KvStore,
-  dedupe,
-  dedupeBatch,
-  dedupeKey,
-  forget,
-  validate,
-  wrap,
-  InMemoryStore,
+import {
+  initSync,
+  DedupeShard as DedupeShardGlue,
+  DurableObjectStore as DurableObjectStoreGlue,
+  KvStore as KvStoreGlue,
+  InMemoryStore as InMemoryStoreGlue,
+  dedupeQueue as dedupeQueueGlue,
+  dedupeQueueD1 as dedupeQueueD1Glue,
+  dedupe as dedupeGlue,
+  dedupeBatch as dedupeBatchGlue,
+  dedupeKey as dedupeKeyGlue,
+  forget as forgetGlue,
+  validate as validateGlue,
+  wrap as wrapGlue,
 } from "./bq_dedupe_workers.js";
+
+// After the first, `initSync` returns at once. (The wrappers are marked pure, so
+// a bundler drops those a worker does not import, as it drops the glue's.)
+const ready = () => initSync({ module: wasm });
+
+/** `f`, the module instantiated first; same name. */
+function lazy(f) {
+  return {
+    [f.name]: function (...args) {
+      ready();
+      return f.apply(this, args);
+    },
+  }[f.name];
+}
+
+/** A subclass of `C` whose constructor instantiates the module first; same name. */
+function lazyClass(C) {
+  return {
+    [C.name]: class extends C {
+      constructor(...args) {
+        ready();
+        super(...args);
+      }
+    },
+  }[C.name];
+}
+
+export const DedupeShard = /* @__PURE__ */ lazyClass(DedupeShardGlue);
+export const DurableObjectStore = /* @__PURE__ */ lazyClass(DurableObjectStoreGlue);
+export const KvStore = /* @__PURE__ */ lazyClass(KvStoreGlue);
+export const InMemoryStore = /* @__PURE__ */ lazyClass(InMemoryStoreGlue);
+export const dedupeQueue = /* @__PURE__ */ lazy(dedupeQueueGlue);
+export const dedupeQueueD1 = /* @__PURE__ */ lazy(dedupeQueueD1Glue);
+export const dedupe = /* @__PURE__ */ lazy(dedupeGlue);
+export const dedupeBatch = /* @__PURE__ */ lazy(dedupeBatchGlue);
+export const dedupeKey = /* @__PURE__ */ lazy(dedupeKeyGlue);
+export const forget = /* @__PURE__ */ lazy(forgetGlue);
+export const validate = /* @__PURE__ */ lazy(validateGlue);
+export const wrap = /* @__PURE__ */ lazy(wrapGlue);
