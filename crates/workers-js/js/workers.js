@@ -22,30 +22,55 @@ import {
   wrap as wrapGlue,
 } from "./bq_dedupe_workers.js";
 
-// After the first, `initSync` returns at once. (The wrappers are marked pure, so
-// a bundler drops those a worker does not import, as it drops the glue's.)
-const ready = () => initSync({ module: wasm });
-
-/** `f`, the module instantiated first; same name. */
-function lazy(f) {
-  return {
-    [f.name]: function (...args) {
-      ready();
-      return f.apply(this, args);
-    },
-  }[f.name];
+// After the first, `initSync` returns at once. A module that fails to
+// instantiate (a .wasm and a glue of different builds) fails every call after,
+// with the first failure: nothing runs on a half-made instance.
+let failed;
+function ready() {
+  if (failed) throw failed;
+  try {
+    initSync({ module: wasm });
+  } catch (cause) {
+    failed = new Error("@babelqueue/dedupe/workers: its WebAssembly module could not be instantiated", { cause });
+    throw failed;
+  }
 }
 
-/** A subclass of `C` whose constructor instantiates the module first; same name. */
-function lazyClass(C) {
-  return {
-    [C.name]: class extends C {
-      constructor(...args) {
+/** `wrapper` with `original`'s name and arity. */
+function like(wrapper, original) {
+  Object.defineProperty(wrapper, "length", { value: original.length });
+  return wrapper;
+}
+
+// (The wrappers are marked pure, so a bundler drops those a worker does not
+// import, as it drops the glue's.)
+
+/** `f`, the module instantiated first. */
+function lazy(f) {
+  return like(
+    {
+      [f.name]: function (...args) {
         ready();
-        super(...args);
-      }
-    },
-  }[C.name];
+        return f.apply(this, args);
+      },
+    }[f.name],
+    f,
+  );
+}
+
+/** A subclass of `C` whose constructor instantiates the module first. */
+function lazyClass(C) {
+  return like(
+    {
+      [C.name]: class extends C {
+        constructor(...args) {
+          ready();
+          super(...args);
+        }
+      },
+    }[C.name],
+    C,
+  );
 }
 
 export const DedupeShard = /* @__PURE__ */ lazyClass(DedupeShardGlue);

@@ -178,6 +178,26 @@ export default {
   run(path.join(BIN, "tsc"), ["--strict", "--noEmit", "--module", "es2022", "--moduleResolution", "bundler", "--target", "es2022", "--lib", "es2022", "--types", "@cloudflare/workers-types", "d1.ts"], { cwd: scratch });
   wrangler("--config", "wrangler.d1.toml", "--outdir", "dist-d1");
 
+  // The workers entry instantiates its module on first use: the exports keep
+  // their names and arity; a module that cannot be instantiated (here the web
+  // build's .wasm in place of the workers one) fails every call, the same way.
+  writeFileSync(path.join(scratch, "lazy.js"), `import { validate, dedupeKey, dedupe, InMemoryStore, DedupeShard } from "@babelqueue/dedupe/workers";
+export default { async fetch() {
+  const shape = [validate, dedupeKey, dedupe, InMemoryStore, DedupeShard].map((f) => f.name + "/" + f.length);
+  try {
+    const outcome = await dedupe({ job: "j", trace_id: "t", data: {}, meta: { id: "lazy-1", schema_version: 1 } }, new InMemoryStore(), () => {});
+    return Response.json({ shape, kind: outcome.kind });
+  } catch (e) {
+    return Response.json({ shape, error: String(e), type: e.constructor.name, cause: String(e.cause) });
+  }
+} };
+`);
+  writeFileSync(path.join(scratch, "wrangler.lazy.toml"), 'name = "lazy"\nmain = "lazy.js"\ncompatibility_date = "2025-06-01"\n');
+  wrangler("--config", "wrangler.lazy.toml", "--outdir", "dist-lazy");
+  cpSync(path.join(scratch, "dist-lazy"), path.join(scratch, "dist-lazy-bad"), { recursive: true });
+  const lazyWasm = readdirSync(path.join(scratch, "dist-lazy-bad")).find((f) => f.endsWith(".wasm"));
+  cpSync(path.join(ROOT, "crates/js/pkg/web/bq_dedupe_bg.wasm"), path.join(scratch, "dist-lazy-bad", lazyWasm));
+
   const ts = unstable_getMiniflareWorkerOptions(path.join(scratch, "wrangler.toml")).workerOptions;
   const rust = unstable_getMiniflareWorkerOptions(path.join(ROOT, "wrangler.toml"));
   delete rust.workerOptions.assets;
@@ -232,6 +252,8 @@ export default {
         kvNamespaces: { DEDUPE_KV: "stores-kv" },
       },
       bundled("plain", "dist-plain"),
+      bundled("lazy", "dist-lazy"),
+      bundled("lazy-bad", "dist-lazy-bad"),
       {
         // A producer of string bodies as a structured clone ("v8"), which keeps
         // a lone surrogate ("text" would have made it U+FFFD already).
@@ -281,6 +303,20 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
     const ask = async () => (await plain.fetch("http://x/", { method: "POST", body: JSON.stringify(envelope("plain-1")) })).json();
     assert.equal(await ask(), "run-ok");
     assert.equal(await ask(), "skip");
+  });
+
+  test("@babelqueue/dedupe/workers instantiates on first use: names and arity kept; a module that cannot be instantiated fails every call with its cause", async () => {
+    const shape = ["validate/2", "dedupeKey/2", "dedupe/4", "InMemoryStore/1", "DedupeShard/2"];
+    const lazy = await mf.getWorker("lazy");
+    assert.deepEqual(await (await lazy.fetch("http://x/")).json(), { shape, kind: "run-ok" });
+    // The worker started (the module is not instantiated at start-up); each call fails alike.
+    const bad = await mf.getWorker("lazy-bad");
+    for (let i = 0; i < 2; i++) {
+      const answer = await (await bad.fetch("http://x/")).json();
+      assert.equal(answer.type, "Error", JSON.stringify(answer));
+      assert.match(answer.error, /its WebAssembly module could not be instantiated/);
+      assert.match(answer.cause, /Import/);
+    }
   });
 
   test("object, text and bytes bodies; duplicates in one batch and across batches run once", async () => {
