@@ -3,7 +3,9 @@
 # after. The command sees BQ_TEST_POSTGRES_URL. The server also speaks TLS, its
 # certificate signed by a CA made here (scripts/test-ca.sh; the CA's PEM file in
 # BQ_TEST_POSTGRES_TLS_CA), and listens on 127.0.0.2 too (a name the certificate
-# does not hold). Installs Debian's postgresql if missing. pg_stat_statements is loaded (the benchmark counts statements with
+# does not hold). PgBouncer in transaction mode in front of it (BQ_TEST_PGBOUNCER_URL;
+# BQ_TEST_PGBOUNCER_IGNORING_URL: one that ignores `options`). Installs Debian's
+# postgresql and pgbouncer if missing. pg_stat_statements is loaded (the benchmark counts statements with
 # it). Run as root (the server runs as the postgres user) or as a user who
 # can run initdb itself.
 set -euo pipefail
@@ -11,11 +13,15 @@ set -euo pipefail
 bin=""
 find_bin() { bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true); }
 find_bin
+SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO=sudo
 if [[ -z $bin || ! -x $bin/initdb ]]; then
   echo "with-postgres: installing postgresql"
-  SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO=sudo
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq postgresql >/dev/null
   find_bin
+fi
+if ! command -v pgbouncer >/dev/null && [[ ! -x /usr/sbin/pgbouncer ]]; then
+  echo "with-postgres: installing pgbouncer"
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq pgbouncer >/dev/null
 fi
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
@@ -26,6 +32,7 @@ chmod 700 "$dir"
 "$(dirname "$0")/test-ca.sh" "$dir/tls"
 if [[ $(id -u) -eq 0 ]]; then chown -R postgres "$dir/tls"; fi
 stop() {
+  for pid in "$dir"/pgbouncer*.pid; do [[ -f $pid ]] && kill "$(cat "$pid")" 2>/dev/null; done || true
   as_pg "'$bin/pg_ctl' -D '$dir/data' -m immediate stop" >/dev/null 2>&1 || true
   rm -rf "$dir"
 }
@@ -36,6 +43,46 @@ as_pg "'$bin/pg_ctl' -D '$dir/data' -l '$dir/log' -w \
 echo "with-postgres: $("$bin/postgres" --version) on 127.0.0.1:$port"
 
 export BQ_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/postgres"
+
+# PgBouncer in front, in transaction mode with a few server connections (so
+# calls of different clients share them), as Debian ships it; a second one that
+# ignores the startup parameter `options` (as many setups do for JDBC's).
+pgbouncer_bin=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
+bouncer() { # NAME EXTRA-SETTING: starts one, prints its port
+  local name=$1 extra=$2 port
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+  cat >"$dir/$name.ini" <<INI
+[databases]
+postgres = host=127.0.0.1 port=$pg_port dbname=postgres user=postgres
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $port
+unix_socket_dir =
+auth_type = trust
+auth_file = $dir/pgbouncer.users
+pool_mode = transaction
+default_pool_size = 4
+max_client_conn = 500
+logfile = $dir/$name.log
+pidfile = $dir/$name.pid
+$extra
+INI
+  if [[ $(id -u) -eq 0 ]]; then chown postgres "$dir/$name.ini"; fi
+  as_pg "'$pgbouncer_bin' -d '$dir/$name.ini'"
+  for _ in $(seq 50); do
+    python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2)" 2>/dev/null && break
+    sleep 0.1
+  done
+  echo "$port"
+}
+echo '"postgres" ""' >"$dir/pgbouncer.users"
+if [[ $(id -u) -eq 0 ]]; then chown postgres "$dir/pgbouncer.users"; fi
+pg_port=$port
+strict=$(bouncer pgbouncer "")
+ignoring=$(bouncer pgbouncer-ignoring "ignore_startup_parameters = options")
+echo "with-postgres: $("$pgbouncer_bin" --version | head -n 1) (transaction mode) on 127.0.0.1:$strict, and ignoring \`options\` on 127.0.0.1:$ignoring"
+export BQ_TEST_PGBOUNCER_URL="postgres://postgres@127.0.0.1:$strict/postgres"
+export BQ_TEST_PGBOUNCER_IGNORING_URL="postgres://postgres@127.0.0.1:$ignoring/postgres"
 export BQ_TEST_POSTGRES_TLS_CA="$dir/tls/ca.crt"
 export BQ_TEST_OTHER_CA="$dir/tls/other-ca.crt"
 "$@"

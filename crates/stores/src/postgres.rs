@@ -127,29 +127,112 @@ const LOCK_TIMEOUT_MS: u64 = 5_000;
 const STATEMENT_TIMEOUT_MS: u64 = 15_000;
 
 /// The session settings of the URL's `lock_timeout` and `statement_timeout`
-/// (`500ms`, `5s`, `2min`, `1h`, or milliseconds; `0` turns one off), taken out
-/// of the URL: `-c lock_timeout=N -c statement_timeout=N`, for the startup
-/// packet's `options`.
-fn timeouts_of(url: &str) -> StoreResult<(String, String)> {
+/// (`500ms`, `5s`, `2min`, `1h`, or milliseconds; `0` turns one off; `server`
+/// leaves it to the role or the server), taken out of the URL.
+fn timeouts_of(url: &str) -> StoreResult<(String, Timeouts)> {
     let (url, ours) = take_params(url, &["lock_timeout", "statement_timeout"])?;
-    let mut lock = LOCK_TIMEOUT_MS;
-    let mut statement = STATEMENT_TIMEOUT_MS;
+    let mut timeouts = Timeouts {
+        lock: Some(LOCK_TIMEOUT_MS),
+        statement: Some(STATEMENT_TIMEOUT_MS),
+    };
     for (name, value) in ours {
-        let ms = millis(&value).ok_or_else(|| {
-            invalid(format!(
-                "postgres: {name}={value:?} is not a duration (500ms, 5s, 2min, 1h, or milliseconds)"
-            ))
-        })?;
-        if name == "lock_timeout" {
-            lock = ms;
-        } else {
-            statement = ms;
+        let ms = match value.as_str() {
+            "server" => None,
+            _ => Some(millis(&value).ok_or_else(|| {
+                invalid(format!(
+                    "postgres: {name}={value:?} is not a duration (500ms, 5s, 2min, 1h, or \
+                     milliseconds) nor `server`"
+                ))
+            })?),
+        };
+        match name.as_str() {
+            "lock_timeout" => timeouts.lock = ms,
+            _ => timeouts.statement = ms,
         }
     }
-    Ok((
-        url,
-        format!("-c lock_timeout={lock} -c statement_timeout={statement}"),
+    Ok((url, timeouts))
+}
+
+/// The store's own `lock_timeout` and `statement_timeout` in milliseconds;
+/// `None`: the role's or the server's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Timeouts {
+    lock: Option<u64>,
+    statement: Option<u64>,
+}
+
+impl Timeouts {
+    /// The settings in the startup packet's `options` form (`-c name=ms`).
+    fn options(self) -> String {
+        [
+            ("lock_timeout", self.lock),
+            ("statement_timeout", self.statement),
+        ]
+        .into_iter()
+        .filter_map(|(name, ms)| Some(format!("-c {name}={}", ms?)))
+        .collect::<Vec<_>>()
+        .join(" ")
+    }
+}
+
+/// Why the first connection failed. A pooler that refuses the startup
+/// packet's `options` (PgBouncer does, unless its `ignore_startup_parameters`
+/// lists it) is a configuration to change, and the error says how; anything
+/// else may pass (`Unavailable`).
+fn connect_error(host: &str, e: &postgres::Error) -> StoreError {
+    let refused_options = e.as_db_error().is_some_and(|db| {
+        let message = db.message();
+        message.contains("startup parameter") && message.contains("options")
+    });
+    let cause = causes(e);
+    if !refused_options {
+        return StoreError::unavailable(format!("postgres: cannot connect to {host}: {cause}"));
+    }
+    invalid(format!(
+        "postgres: {host} refused the startup parameter `options`, which carries the store's \
+         lock_timeout and statement_timeout ({cause}); a pooler such as PgBouncer does unless \
+         its ignore_startup_parameters lists it. Set them for the role instead (ALTER ROLE ... \
+         SET lock_timeout = '5s'; ALTER ROLE ... SET statement_timeout = '15s') and add \
+         lock_timeout=server&statement_timeout=server to the URL (docs/stores.md)"
     ))
+}
+
+/// The first session runs with the timeouts the store asked for: a pooler
+/// told to ignore `options` (PgBouncer's `ignore_startup_parameters`) drops
+/// them without a word, and a call would then wait on a lock as long as the
+/// role lets it. (A setting the URL's own `options` names is the URL's.)
+fn check_timeouts(client: &mut postgres::Client, asked: Timeouts, given: &str) -> StoreResult<()> {
+    // A simple query: a transaction-mode pooler may send a prepared
+    // statement's execution to another server connection.
+    let messages = client
+        .simple_query(
+            "SELECT name, setting FROM pg_settings \
+             WHERE name IN ('lock_timeout', 'statement_timeout')",
+        )
+        .map_err(error)?;
+    for message in messages {
+        let postgres::SimpleQueryMessage::Row(row) = message else {
+            continue;
+        };
+        let (Some(name), Some(setting)) = (row.get(0), row.get(1)) else {
+            continue;
+        };
+        let asked = match name {
+            "lock_timeout" => asked.lock,
+            _ => asked.statement,
+        };
+        let Some(ms) = asked else { continue };
+        if given.contains(name) || setting.parse::<u64>() == Ok(ms) {
+            continue;
+        }
+        return Err(invalid(format!(
+            "postgres: the session's {name} is {setting} ms, not the {ms} ms the store asked \
+             for in the startup packet's `options`: a pooler (PgBouncer with `options` in \
+             ignore_startup_parameters) dropped it. Set it for the role (ALTER ROLE ... SET \
+             {name} = '{ms}ms') and add {name}=server to the URL (docs/stores.md)"
+        )));
+    }
+    Ok(())
 }
 
 /// What `statement_cache=` asks of the store's statements.
@@ -369,11 +452,12 @@ impl PostgresStore {
         // Every session of the store: a call blocked on a lock, or a
         // statement running long, ends as `Unavailable` within its limit.
         // The URL's own `options` last: a user's `-c statement_timeout=0` wins.
-        let options = match config.get_options() {
-            Some(given) => format!("{limits} {given}"),
-            None => limits,
-        };
-        config.options(&options);
+        // (None at all when both are `server`: a pooler may refuse `options`.)
+        let given = config.get_options().unwrap_or_default().to_owned();
+        let options = format!("{} {given}", limits.options());
+        if !options.trim().is_empty() {
+            config.options(options.trim());
+        }
         if let Some(mode) = tls.mode {
             config.ssl_mode(mode);
         }
@@ -383,12 +467,9 @@ impl PostgresStore {
         // One connection first, to report why it fails (a certificate, a
         // password) at once and whole; the pool would retry until its timeout
         // and keep only the outermost message.
-        drop(manager.connect().map_err(|e| {
-            StoreError::unavailable(format!(
-                "postgres: cannot connect to {host}: {}",
-                causes(&e)
-            ))
-        })?);
+        let mut first = manager.connect().map_err(|e| connect_error(&host, &e))?;
+        check_timeouts(&mut first, limits, &given)?;
+        drop(first);
         let pool = Pool::builder()
             .max_size(POOL_SIZE)
             .min_idle(Some(1))

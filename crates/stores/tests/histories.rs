@@ -182,7 +182,23 @@ fn every_backend_from_a_spec_has_linearizable_histories() {
 /// ids, at once (the mixed fleet of issue #25's finding 2), some transactions'
 /// connections killed inside them.
 fn postgres() -> Fleet<PostgresStore> {
-    let backend = PgBackend::new("histories");
+    postgres_at(PgBackend::new("histories"))
+}
+
+/// The same fleet through PgBouncer in transaction mode (`with-postgres.sh`
+/// starts it: four server connections shared by every client), configured as
+/// docs/stores.md says for such a pooler: statements unnamed, the timeouts the
+/// role's.
+fn postgres_behind_pgbouncer() -> Fleet<PostgresStore> {
+    let mut backend = PgBackend::new("bouncer");
+    let bouncer = std::env::var("BQ_TEST_PGBOUNCER_URL")
+        .expect("BQ_TEST_PGBOUNCER_URL: run under scripts/with-postgres.sh");
+    backend.url =
+        format!("{bouncer}?statement_cache=off&lock_timeout=server&statement_timeout=server");
+    postgres_at(backend)
+}
+
+fn postgres_at(backend: PgBackend) -> Fleet<PostgresStore> {
     let insert = backend.insert();
     let counter = Mutex::new(backend.counter());
     Fleet::new(PostgresStore::RULES, backend.opener())
@@ -247,4 +263,9 @@ fn effect_id(key: &str) -> String {
 #[test]
 fn postgres_histories_are_linearizable() {
     testkit::check_histories(30, postgres);
+}
+
+#[test]
+fn postgres_behind_pgbouncer_histories_are_linearizable() {
+    testkit::check_histories(30, postgres_behind_pgbouncer);
 }

@@ -639,3 +639,87 @@ fn postgres_one_plain_key_given_twice_is_one_plain_remember() {
         .get(0);
     assert_eq!(claims, 0, "the plain remember ended the claim");
 }
+
+fn bouncer(var: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| panic!("{var}: run under scripts/with-postgres.sh"))
+}
+
+/// PgBouncer refuses the startup parameter `options`, which carries the
+/// store's timeouts, unless told to ignore it: the store says so and what to
+/// do (before: `Unavailable`, "unsupported startup parameter: options", and
+/// no way to connect without it). With both timeouts the role's (`server`),
+/// nothing is sent, and the store works through it.
+#[test]
+fn postgres_behind_pgbouncer_a_refused_options_says_what_to_do() {
+    let url = bouncer("BQ_TEST_PGBOUNCER_URL");
+    let table = postgres_table("bouncer");
+    let e = PostgresStore::connect(&url, &table).unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::Invalid, "{e}");
+    for needed in [
+        "options",
+        "ALTER ROLE",
+        "lock_timeout=server&statement_timeout=server",
+    ] {
+        assert!(e.message.contains(needed), "{needed:?} in {e}");
+    }
+    let url = format!("{url}?statement_cache=off&lock_timeout=server&statement_timeout=server");
+    let store = PostgresStore::connect(&url, &table).unwrap();
+    let _clean = PgCleanup {
+        url: postgres_url(),
+        table,
+    };
+    assert!(!ready(store.seen("via-bouncer")).unwrap());
+    ready(store.remember("via-bouncer", None)).unwrap();
+    assert!(ready(store.seen("via-bouncer")).unwrap());
+}
+
+/// A pooler that ignores `options` (PgBouncer's `ignore_startup_parameters`)
+/// connects but drops the timeouts without a word: the store finds its
+/// session's settings are not the ones it asked for and refuses, naming the
+/// setting and the fix; one it was told to leave to the role connects.
+#[test]
+fn postgres_a_pooler_that_drops_the_timeouts_is_refused() {
+    let url = bouncer("BQ_TEST_PGBOUNCER_IGNORING_URL");
+    let table = postgres_table("ignoring");
+    let e = PostgresStore::connect(&url, &table).unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::Invalid, "{e}");
+    assert!(
+        e.message.contains("lock_timeout is 0 ms, not the 5000 ms"),
+        "{e}"
+    );
+    assert!(e.message.contains("lock_timeout=server"), "{e}");
+    // The statement timeout alone asked for: it is the one found dropped.
+    let e = PostgresStore::connect(&format!("{url}?lock_timeout=server"), &table).unwrap_err();
+    assert!(
+        e.message
+            .contains("statement_timeout is 0 ms, not the 15000 ms"),
+        "{e}"
+    );
+    let url = format!("{url}?statement_cache=off&lock_timeout=server&statement_timeout=server");
+    let store = PostgresStore::connect(&url, &table).unwrap();
+    let _clean = PgCleanup {
+        url: postgres_url(),
+        table,
+    };
+    assert!(!ready(store.seen("via-ignoring-bouncer")).unwrap());
+}
+
+/// Straight to the server, one timeout the role's and one the URL's connects
+/// (the check finds the one asked for); a bad value is refused naming both forms.
+#[test]
+fn postgres_timeouts_are_the_store_s_or_the_role_s() {
+    let url = postgres_url();
+    let table = postgres_table("timeouts");
+    let _clean = PgCleanup {
+        url: url.clone(),
+        table: table.clone(),
+    };
+    let ok = PostgresStore::connect(
+        &format!("{url}?lock_timeout=server&statement_timeout=2s"),
+        &table,
+    );
+    assert!(ok.is_ok(), "{:?}", ok.err());
+    let e = PostgresStore::connect(&format!("{url}?lock_timeout=soonish"), &table).unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::Invalid);
+    assert!(e.message.contains("nor `server`"), "{e}");
+}
