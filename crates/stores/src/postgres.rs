@@ -467,8 +467,15 @@ impl PostgresStore {
         // One connection first, to report why it fails (a certificate, a
         // password) at once and whole; the pool would retry until its timeout
         // and keep only the outermost message.
-        let mut first = manager.connect().map_err(|e| connect_error(&host, &e))?;
-        check_timeouts(&mut first, limits, &given)?;
+        let connect = || manager.connect().map_err(|e| connect_error(&host, &e));
+        let mut first = connect()?;
+        let checked = match check_timeouts(&mut first, limits, &given) {
+            // The session ended under the check (behind a pooler, the server
+            // connection it was lent went away): once more, on a new one.
+            Err(_) if first.is_closed() => check_timeouts(&mut connect()?, limits, &given),
+            checked => checked,
+        };
+        checked?;
         drop(first);
         let pool = Pool::builder()
             .max_size(POOL_SIZE)
