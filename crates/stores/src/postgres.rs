@@ -191,48 +191,46 @@ fn connect_error(host: &str, e: &postgres::Error) -> StoreError {
     invalid(format!(
         "postgres: {host} refused the startup parameter `options`, which carries the store's \
          lock_timeout and statement_timeout ({cause}); a pooler such as PgBouncer does unless \
-         its ignore_startup_parameters lists it. Set them for the role instead (ALTER ROLE ... \
-         SET lock_timeout = '5s'; ALTER ROLE ... SET statement_timeout = '15s') and add \
-         lock_timeout=server&statement_timeout=server to the URL (docs/stores.md)"
+         its ignore_startup_parameters lists it. {POOLER_ADVICE}"
     ))
 }
 
-/// The first session runs with the timeouts the store asked for: a pooler
-/// told to ignore `options` (PgBouncer's `ignore_startup_parameters`) drops
-/// them without a word, and a call would then wait on a lock as long as the
-/// role lets it. (A setting the URL's own `options` names is the URL's.)
-fn check_timeouts(client: &mut postgres::Client, asked: Timeouts, given: &str) -> StoreResult<()> {
+/// A setting of our own in the startup packet's `options`, beside the
+/// timeouts: the session has it only if `options` took.
+const OPTIONS_MARKER: &str = "bq_dedupe.options";
+
+/// What to do behind a transaction-mode pooler, for the errors that find one.
+const POOLER_ADVICE: &str = "Behind a transaction-mode pooler set the timeouts for the role \
+     (ALTER ROLE ... SET lock_timeout = '5s'; ALTER ROLE ... SET statement_timeout = '15s') and \
+     add statement_cache=off&lock_timeout=server&statement_timeout=server to the URL \
+     (docs/stores.md)";
+
+/// The first session runs with the `options` the store sent (its timeouts,
+/// the URL's own): a pooler told to ignore `options` (PgBouncer's
+/// `ignore_startup_parameters`) drops them without a word, and a call would
+/// then wait on a lock as long as the role lets it.
+fn check_options(client: &mut postgres::Client, sent: bool) -> StoreResult<()> {
+    if !sent {
+        return Ok(());
+    }
     // A simple query: a transaction-mode pooler may send a prepared
     // statement's execution to another server connection.
     let messages = client
-        .simple_query(
-            "SELECT name, setting FROM pg_settings \
-             WHERE name IN ('lock_timeout', 'statement_timeout')",
-        )
+        .simple_query(&format!(
+            "SELECT current_setting('{OPTIONS_MARKER}', true) IS NOT DISTINCT FROM 'on'"
+        ))
         .map_err(error)?;
-    for message in messages {
-        let postgres::SimpleQueryMessage::Row(row) = message else {
-            continue;
-        };
-        let (Some(name), Some(setting)) = (row.get(0), row.get(1)) else {
-            continue;
-        };
-        let asked = match name {
-            "lock_timeout" => asked.lock,
-            _ => asked.statement,
-        };
-        let Some(ms) = asked else { continue };
-        if given.contains(name) || setting.parse::<u64>() == Ok(ms) {
-            continue;
-        }
-        return Err(invalid(format!(
-            "postgres: the session's {name} is {setting} ms, not the {ms} ms the store asked \
-             for in the startup packet's `options`: a pooler (PgBouncer with `options` in \
-             ignore_startup_parameters) dropped it. Set it for the role (ALTER ROLE ... SET \
-             {name} = '{ms}ms') and add {name}=server to the URL (docs/stores.md)"
-        )));
+    let took = messages.iter().any(|message| {
+        matches!(message, postgres::SimpleQueryMessage::Row(row) if row.get(0) == Some("t"))
+    });
+    if took {
+        return Ok(());
     }
-    Ok(())
+    Err(invalid(format!(
+        "postgres: the session does not have the startup packet's `options` (the store's \
+         lock_timeout and statement_timeout, the URL's own): a pooler, such as PgBouncer with \
+         `options` in ignore_startup_parameters, dropped them. {POOLER_ADVICE}"
+    )))
 }
 
 /// What `statement_cache=` asks of the store's statements.
@@ -250,13 +248,15 @@ enum StatementCache {
     Generic,
 }
 
-/// The URL without `statement_cache=off|on|generic` (default on), and which.
-fn statement_cache_of(url: &str) -> StoreResult<(String, StatementCache)> {
+/// The URL without `statement_cache=off|on|generic`, and which, if given (the
+/// default: [`PostgresStore::connect`]).
+fn statement_cache_of(url: &str) -> StoreResult<(String, Option<StatementCache>)> {
     let (url, ours) = take_params(url, &["statement_cache"])?;
     match ours.first().map(|(_, v)| v.as_str()) {
-        None | Some("on") => Ok((url, StatementCache::On)),
-        Some("off") => Ok((url, StatementCache::Off)),
-        Some("generic") => Ok((url, StatementCache::Generic)),
+        None => Ok((url, None)),
+        Some("on") => Ok((url, Some(StatementCache::On))),
+        Some("off") => Ok((url, Some(StatementCache::Off))),
+        Some("generic") => Ok((url, Some(StatementCache::Generic))),
         Some(other) => Err(invalid(format!(
             "postgres: statement_cache={other:?} is not off, on or generic"
         ))),
@@ -453,11 +453,21 @@ impl PostgresStore {
         // statement running long, ends as `Unavailable` within its limit.
         // The URL's own `options` last: a user's `-c statement_timeout=0` wins.
         // (None at all when both are `server`: a pooler may refuse `options`.)
+        // With them, a marker: a pooler that drops `options` is found out.
         let given = config.get_options().unwrap_or_default().to_owned();
         let options = format!("{} {given}", limits.options());
-        if !options.trim().is_empty() {
-            config.options(options.trim());
+        let sends_options = !options.trim().is_empty();
+        if sends_options {
+            config.options(&format!("-c {OPTIONS_MARKER}=on {}", options.trim()));
         }
+        // Statements prepared once per connection, unless nothing goes in
+        // `options`: that is the setup for a transaction-mode pooler, where
+        // the client's statement names (`s0`, `s1`, ..., the same in every
+        // process) could run another process's statement.
+        let cache = cache.unwrap_or(match sends_options {
+            true => StatementCache::On,
+            false => StatementCache::Off,
+        });
         if let Some(mode) = tls.mode {
             config.ssl_mode(mode);
         }
@@ -469,10 +479,10 @@ impl PostgresStore {
         // and keep only the outermost message.
         let connect = || manager.connect().map_err(|e| connect_error(&host, &e));
         let mut first = connect()?;
-        let checked = match check_timeouts(&mut first, limits, &given) {
+        let checked = match check_options(&mut first, sends_options) {
             // The session ended under the check (behind a pooler, the server
             // connection it was lent went away): once more, on a new one.
-            Err(_) if first.is_closed() => check_timeouts(&mut connect()?, limits, &given),
+            Err(_) if first.is_closed() => check_options(&mut connect()?, sends_options),
             checked => checked,
         };
         checked?;
@@ -621,7 +631,8 @@ impl PostgresStore {
                     (SELECT count(*) FROM {t} WHERE NOT {LIVE})
                   + (SELECT count(*) FROM {c} WHERE expires_at <= now())"
         );
-        let row = self.run(|c| c.client().query_one(&sql, &[]))?;
+        // Unnamed: safe behind a transaction-mode pooler, whatever the cache.
+        let row = self.run(|c| c.client().query_typed_one(&sql, &[]))?;
         let n = |i: usize| row.get::<_, i64>(i).max(0) as u64;
         Ok(StoreStats {
             remembered: n(0),
@@ -1359,20 +1370,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn statement_cache_is_on_unless_the_url_says_otherwise() {
+    fn statement_cache_is_what_the_url_says() {
         let url = "postgres://u@h/db";
         let cache = |query: &str| statement_cache_of(&format!("{url}{query}")).unwrap().1;
-        assert_eq!(
-            statement_cache_of(url).unwrap(),
-            (url.to_owned(), StatementCache::On)
-        );
+        assert_eq!(statement_cache_of(url).unwrap(), (url.to_owned(), None));
         let (rest, off) = statement_cache_of("postgres://u@h/db?statement_cache=off&x=1").unwrap();
         assert_eq!(
             (rest.as_str(), off),
-            ("postgres://u@h/db?x=1", StatementCache::Off)
+            ("postgres://u@h/db?x=1", Some(StatementCache::Off))
         );
-        assert_eq!(cache("?statement_cache=on"), StatementCache::On);
-        assert_eq!(cache("?statement_cache=generic"), StatementCache::Generic);
+        assert_eq!(cache("?statement_cache=on"), Some(StatementCache::On));
+        assert_eq!(
+            cache("?statement_cache=generic"),
+            Some(StatementCache::Generic)
+        );
         let e = statement_cache_of(&format!("{url}?statement_cache=no")).unwrap_err();
         assert!(e.to_string().contains("not off, on or generic"), "{e}");
     }

@@ -658,11 +658,11 @@ fn postgres_behind_pgbouncer_a_refused_options_says_what_to_do() {
     for needed in [
         "options",
         "ALTER ROLE",
-        "lock_timeout=server&statement_timeout=server",
+        "statement_cache=off&lock_timeout=server&statement_timeout=server",
     ] {
         assert!(e.message.contains(needed), "{needed:?} in {e}");
     }
-    let url = format!("{url}?statement_cache=off&lock_timeout=server&statement_timeout=server");
+    let url = format!("{url}?lock_timeout=server&statement_timeout=server");
     let store = PostgresStore::connect(&url, &table).unwrap();
     let _clean = PgCleanup {
         url: postgres_url(),
@@ -674,34 +674,98 @@ fn postgres_behind_pgbouncer_a_refused_options_says_what_to_do() {
 }
 
 /// A pooler that ignores `options` (PgBouncer's `ignore_startup_parameters`)
-/// connects but drops the timeouts without a word: the store finds its
-/// session's settings are not the ones it asked for and refuses, naming the
-/// setting and the fix; one it was told to leave to the role connects.
+/// connects but drops them without a word, the store's timeouts and the
+/// URL's own: the store finds its marker missing and refuses, saying what
+/// to do; with nothing to send it connects.
 #[test]
-fn postgres_a_pooler_that_drops_the_timeouts_is_refused() {
+fn postgres_a_pooler_that_drops_the_options_is_refused() {
     let url = bouncer("BQ_TEST_PGBOUNCER_IGNORING_URL");
     let table = postgres_table("ignoring");
-    let e = PostgresStore::connect(&url, &table).unwrap_err();
-    assert_eq!(e.kind, StoreErrorKind::Invalid, "{e}");
-    assert!(
-        e.message.contains("lock_timeout is 0 ms, not the 5000 ms"),
-        "{e}"
-    );
-    assert!(e.message.contains("lock_timeout=server"), "{e}");
-    // The statement timeout alone asked for: it is the one found dropped.
-    let e = PostgresStore::connect(&format!("{url}?lock_timeout=server"), &table).unwrap_err();
-    assert!(
-        e.message
-            .contains("statement_timeout is 0 ms, not the 15000 ms"),
-        "{e}"
-    );
-    let url = format!("{url}?statement_cache=off&lock_timeout=server&statement_timeout=server");
+    for given in [
+        "",
+        "?options=-c%20deadlock_timeout%3D1s",
+        "?lock_timeout=server",
+    ] {
+        let e = PostgresStore::connect(&format!("{url}{given}"), &table).unwrap_err();
+        assert_eq!(e.kind, StoreErrorKind::Invalid, "{given}: {e}");
+        assert!(e.message.contains("dropped them"), "{given}: {e}");
+        assert!(e.message.contains("statement_cache=off"), "{given}: {e}");
+    }
+    let url = format!("{url}?lock_timeout=server&statement_timeout=server");
     let store = PostgresStore::connect(&url, &table).unwrap();
     let _clean = PgCleanup {
         url: postgres_url(),
         table,
     };
     assert!(!ready(store.seen("via-ignoring-bouncer")).unwrap());
+}
+
+/// Two processes, each with a table of its own, through PgBouncer in
+/// transaction mode with the URL docs/stores.md gives less its
+/// `statement_cache=off`: each id lands in its own process's table and is seen
+/// there at once. With statements prepared per connection (the default before)
+/// a process's statement named `s0` ran on a server connection where the other
+/// process's `s0` was, with this call's values: ids in the other table, and a
+/// remembered id not seen (the review's finding, about half of 3,000 calls).
+#[test]
+fn postgres_behind_pgbouncer_two_processes_each_keep_their_own_ids() {
+    let url = bouncer("BQ_TEST_PGBOUNCER_URL");
+    let url = format!("{url}?lock_timeout=server&statement_timeout=server");
+    let tables = [postgres_table("proc_a"), postgres_table("proc_b")];
+    let _clean: Vec<PgCleanup> = tables
+        .iter()
+        .map(|table| PgCleanup {
+            url: postgres_url(),
+            table: table.clone(),
+        })
+        .collect();
+    let children: Vec<_> = tables
+        .iter()
+        .map(|table| {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["pgbouncer_child", "--exact", "--ignored", "--nocapture"])
+                .env("BQ_CHILD_URL", &url)
+                .env("BQ_CHILD_TABLE", table)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut child in children {
+        assert!(
+            child.wait().unwrap().success(),
+            "a child failed (its output is above)"
+        );
+    }
+    for table in &tables {
+        let foreign: i64 = pg()
+            .query_one(
+                &format!("SELECT count(*) FROM {table} WHERE message_id NOT LIKE $1"),
+                &[&format!("{table}:%")],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(foreign, 0, "{table} holds ids of the other process");
+    }
+}
+
+/// The child of the test above (run only by it): 300 ids remembered, each
+/// seen at once.
+#[test]
+#[ignore = "run by postgres_behind_pgbouncer_two_processes_each_keep_their_own_ids"]
+fn pgbouncer_child() {
+    let (url, table) = (
+        std::env::var("BQ_CHILD_URL").unwrap(),
+        std::env::var("BQ_CHILD_TABLE").unwrap(),
+    );
+    let store = PostgresStore::connect(&url, &table).unwrap();
+    for i in 0..300 {
+        let id = format!("{table}:{i}");
+        ready(store.remember(&id, None)).unwrap();
+        assert!(
+            ready(store.seen(&id)).unwrap(),
+            "{id} not seen after it was remembered"
+        );
+    }
 }
 
 /// Straight to the server, one timeout the role's and one the URL's connects
