@@ -24,7 +24,8 @@ if ! command -v pgbouncer >/dev/null && [[ ! -x /usr/sbin/pgbouncer ]]; then
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq pgbouncer >/dev/null
 fi
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'; }
+port=$(free_port)
 dir=$(mktemp -d)
 as_pg() { if [[ $(id -u) -eq 0 ]]; then su postgres -s /bin/sh -c "$1"; else sh -c "$1"; fi; }
 if [[ $(id -u) -eq 0 ]]; then chown postgres "$dir"; fi
@@ -49,14 +50,14 @@ export BQ_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/postgres"
 # ignores the startup parameter `options` (as many setups do for JDBC's).
 pgbouncer_bin=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
 bouncer() { # NAME EXTRA-SETTING: starts one, prints its port
-  local name=$1 extra=$2 port
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+  local name=$1 extra=$2 listen
+  listen=$(free_port)
   cat >"$dir/$name.ini" <<INI
 [databases]
-postgres = host=127.0.0.1 port=$pg_port dbname=postgres user=postgres
+postgres = host=127.0.0.1 port=$port dbname=postgres user=postgres
 [pgbouncer]
 listen_addr = 127.0.0.1
-listen_port = $port
+listen_port = $listen
 unix_socket_dir =
 auth_type = trust
 auth_file = $dir/pgbouncer.users
@@ -70,14 +71,13 @@ INI
   if [[ $(id -u) -eq 0 ]]; then chown postgres "$dir/$name.ini"; fi
   as_pg "'$pgbouncer_bin' -d '$dir/$name.ini'"
   for _ in $(seq 50); do
-    python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2)" 2>/dev/null && break
+    python3 -c "import socket; socket.create_connection(('127.0.0.1', $listen), 0.2)" 2>/dev/null && break
     sleep 0.1
   done
-  echo "$port"
+  echo "$listen"
 }
 echo '"postgres" ""' >"$dir/pgbouncer.users"
 if [[ $(id -u) -eq 0 ]]; then chown postgres "$dir/pgbouncer.users"; fi
-pg_port=$port
 strict=$(bouncer pgbouncer "")
 ignoring=$(bouncer pgbouncer-ignoring "ignore_startup_parameters = options")
 echo "with-postgres: $("$pgbouncer_bin" --version | head -n 1) (transaction mode) on 127.0.0.1:$strict, and ignoring \`options\` on 127.0.0.1:$ignoring"

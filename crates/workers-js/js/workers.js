@@ -36,7 +36,7 @@ function ready() {
   }
 }
 
-/** `wrapper` with `original`'s name and arity. */
+/** `wrapper` with `original`'s arity (its name is the computed key's, below). */
 function like(wrapper, original) {
   Object.defineProperty(wrapper, "length", { value: original.length });
   return wrapper;
