@@ -221,13 +221,15 @@ pub async fn transact(mut req: Request, env: Env) -> Result<Response> {
         store
             .commit_with(Some(&tx.key), ttl, statements)
             .await
-            .map(|run| {
-                // A refused statement aborts the batch: nothing written, as in a rollback.
+            .and_then(|run| {
                 let run = match run {
+                    // The handler's statement refused: the run's own failure.
                     TxRun::Aborted(_) => wire::Run::RolledBack,
+                    // The batch failed whole: the store's error, as the guard takes it.
+                    TxRun::RolledBack(e) => return Err(e),
                     run => run.into(),
                 };
-                json!({ "run": run })
+                Ok(json!({ "run": run }))
             }),
     )
 }

@@ -358,7 +358,8 @@ impl StatementStore for D1Store {
     /// handler's statements. When the batch fails, the key's row says what
     /// happened: done by this token (the reply was lost after the commit:
     /// committed), done by another (a duplicate committed first: nothing of this
-    /// run was written), claimed (held), or none (nothing was written).
+    /// run was written), claimed (held), or none (nothing was written; if our
+    /// insert was what failed, the key is free now and the batch goes again).
     async fn commit_with(
         &self,
         key: Option<&str>,
@@ -375,24 +376,35 @@ impl StatementStore for D1Store {
                 Err(e) => TxRun::RolledBack(e),
             });
         };
-        let now = now_ms();
-        let token = new_token(now);
-        let mut batch = Vec::with_capacity(statements.len() + 2);
-        batch.push(self.statement(TX_CLEAR_EXPIRED, &[text(key), number(now)])?);
-        batch.push(self.statement(
-            TX_INSERT_DONE,
-            &[text(key), text(&token.0), until(now, ttl)],
-        )?);
-        batch.extend(statements);
-        batch.extend(self.maybe_sweep(now)?);
-        let failed = match self.batch(batch).await {
-            Ok(_) => return Ok(TxRun::Committed(())),
-            Err(e) => e,
-        };
-        // What the failed batch left: read on a fresh round trip. If this read
-        // fails too, nobody can tell yet: `Err`, and the redelivery finds out.
-        let row = self.live_row(key, now_ms()).await?;
-        Ok(after_failed_batch(row.as_ref(), &token, failed))
+        let mut tries = 1;
+        loop {
+            let now = now_ms();
+            let token = new_token(now);
+            let mut batch = Vec::with_capacity(statements.len() + 3);
+            batch.push(self.statement(TX_CLEAR_EXPIRED, &[text(key), number(now)])?);
+            batch.push(self.statement(
+                TX_INSERT_DONE,
+                &[text(key), text(&token.0), until(now, ttl)],
+            )?);
+            batch.extend(statements.iter().cloned());
+            batch.extend(self.maybe_sweep(now)?);
+            let failed = match self.batch(batch).await {
+                Ok(_) => return Ok(TxRun::Committed(())),
+                Err(e) => e,
+            };
+            // What the failed batch left: read on a fresh round trip. If this read
+            // fails too, nobody can tell yet: `Err`, and the redelivery finds out.
+            let row = self.live_row(key, now_ms()).await?;
+            // Our insert refused by a row that expired or was forgotten before
+            // the read: nothing was written and the key is free now, so the
+            // batch is sent again (the history checker found the race).
+            let raced = row.is_none() && failed.message.contains(OWN_KEY_CONSTRAINT);
+            if raced && tries < RACED_BATCH_TRIES {
+                tries += 1;
+                continue;
+            }
+            return Ok(after_failed_batch(row.as_ref(), &token, failed));
+        }
     }
 }
 
@@ -436,6 +448,16 @@ fn after_failed_batch(
         // D1 ran the batch and SQLite refused one of its statements (the
         // handler's, in practice: a missing table, a constraint): the run's
         // own failure, told with D1's words, not the store's.
+        // Our own insert was refused by a live row that expired or was
+        // forgotten before the read, on every try: done or claimed then, which
+        // is unknown now. Nothing was written: the store's error, for a retry.
+        None if failed.message.contains(OWN_KEY_CONSTRAINT) => {
+            TxRun::RolledBack(StoreError::unavailable(format!(
+                "{}: the key's row refused this run's batch and was gone when read \
+                 (expired or forgotten meanwhile); nothing of this run was written",
+                failed.message
+            )))
+        }
         None if refused_by_sqlite(&failed.message) => {
             TxRun::Aborted(StoreError::internal(format!(
                 "{}; D1 rolled the whole batch back, so nothing of this run was written",
@@ -446,13 +468,20 @@ fn after_failed_batch(
     }
 }
 
+/// How many times a transactional batch is sent while a row that refused it
+/// is gone by the time it is read.
+const RACED_BATCH_TRIES: u32 = 3;
+
+/// How SQLite names our own table's columns in a constraint's message.
+const OWN_KEY_CONSTRAINT: &str = "bq_dedupe.";
+
 /// Whether a failed batch's error is SQLite refusing a statement (D1 ends such
 /// messages with its result code: `no such table: t: SQLITE_ERROR`), not D1
 /// failing to run the batch (a network error, an overloaded or busy database).
 /// Our own insert's constraint (`bq_dedupe.key`, a row that was gone again by
 /// the time it was read) is not the handler's.
 fn refused_by_sqlite(message: &str) -> bool {
-    if message.contains("bq_dedupe.") {
+    if message.contains(OWN_KEY_CONSTRAINT) {
         return false;
     }
     const REFUSED: [&str; 6] = [
@@ -521,9 +550,12 @@ mod tests {
         let ours_refused = StoreError::unavailable(
             "d1: D1_ERROR: UNIQUE constraint failed: bq_dedupe.key: SQLITE_CONSTRAINT",
         );
-        assert!(matches!(
-            after_failed_batch(None, &ours, ours_refused),
-            TxRun::RolledBack(_)
-        ));
+        match after_failed_batch(None, &ours, ours_refused) {
+            TxRun::RolledBack(e) => {
+                assert_eq!(e.kind, bq_dedupe::store::StoreErrorKind::Unavailable, "{e}");
+                assert!(e.message.contains("gone when read"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }
