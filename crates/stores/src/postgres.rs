@@ -406,6 +406,18 @@ fn error(e: postgres::Error) -> StoreError {
         ),
         None => format!("postgres: {e}"),
     };
+    // No transaction, or no savepoint, where the store had opened one.
+    let ended = e
+        .code()
+        .is_some_and(|c| matches!(c.code(), "25P01" | "3B001"));
+    let message = if ended {
+        format!(
+            "{message} (did the handler end the store's transaction with its own COMMIT or \
+             ROLLBACK? What it committed stays committed; leave the transaction to the store)"
+        )
+    } else {
+        message
+    };
     StoreError::backend(transient, message)
 }
 
@@ -1268,15 +1280,17 @@ impl PostgresStore {
     /// live, the mark is put in its claims row (taking over a lapsed claim; a
     /// live one parks the run), then Go's remember of the id (inserting, or
     /// taking over an expired row). A concurrent run of the same id, or a claim
-    /// on it, waits on the mark's row until this transaction ends. Answers
-    /// (done, marked, taken).
+    /// on it, waits on the mark's row until this transaction ends. The mark's
+    /// lease has lapsed when it is written: only its lock counts, and a mark a
+    /// handler's own `COMMIT` made visible parks nothing. Answers (done,
+    /// marked, taken).
     fn take_sql(&self) -> String {
         let (t, c) = (&self.table, &self.claims);
         format!(
             "WITH done AS (SELECT 1 FROM {t} WHERE message_id = $1 AND {LIVE_KEY}),
              mark AS (
                INSERT INTO {c} AS cl (message_id, token, expires_at)
-               SELECT $1, $3, 'infinity' WHERE NOT EXISTS (SELECT 1 FROM done)
+               SELECT $1, $3, now() WHERE NOT EXISTS (SELECT 1 FROM done)
                ON CONFLICT (message_id) DO UPDATE
                  SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
                  WHERE cl.expires_at <= now()

@@ -644,3 +644,80 @@ fn sqlite_writes_after_a_swallowed_rollback_are_never_committed() {
     assert_eq!(outcomes[1].kind(), OutcomeKind::Ran, "{outcomes:?}");
     assert_eq!(sqlite_effects(db.path(), "sw-4"), 1);
 }
+
+/// A transactional handler that ends the store's transaction itself (its own
+/// `COMMIT`) and then fails: its writes so far and the id's take are committed
+/// by it, so the redelivery is a skip (the limit docs/modes.md states). After
+/// the TTL the id must run again: before the fix the take's mark, committed
+/// with an endless lease, parked every later delivery of the id for good.
+#[test]
+fn postgres_a_handler_that_commits_the_stores_transaction_parks_nothing_for_good() {
+    let (store, pg_) = pg_store("handler-commit");
+    let ttl = Duration::from_millis(300);
+    let guard = Guard::new(store).with_ttl(ttl);
+    let insert = format!("INSERT INTO {}_effects (id) VALUES ($1)", pg_.table);
+    let body = envelope("hc-1");
+    let outcome = guard.process_in_transaction(body.as_str(), |msg, tx| {
+        tx.execute(&insert, &[&msg.id().unwrap()]).unwrap();
+        tx.batch_execute("COMMIT").unwrap();
+        Err::<(), _>("failed after its own COMMIT")
+    });
+    assert_eq!(outcome.kind(), OutcomeKind::Failed, "{outcome:?}");
+    assert_eq!(pg_effects(&pg_.table, "hc-1"), 1);
+    let plain = |msg: &bq_dedupe::Message<'_>, tx: &mut postgres::Transaction<'_>| {
+        tx.execute(&insert, &[&msg.id().unwrap()]).map(drop)
+    };
+    let again = guard.process_in_transaction(body.as_str(), plain);
+    assert_eq!(again.kind(), OutcomeKind::Skipped, "{again:?}");
+    std::thread::sleep(ttl + Duration::from_millis(200));
+    let after_ttl = guard.process_in_transaction(body.as_str(), plain);
+    assert_eq!(after_ttl.kind(), OutcomeKind::Ran, "{after_ttl:?}");
+    assert_eq!(pg_effects(&pg_.table, "hc-1"), 2);
+}
+
+/// The same in a batch: the second delivery's handler commits the batch's
+/// transaction. The batch cannot go on (its savepoint is gone) and says why;
+/// what the `COMMIT` took stays done, the rest runs on the redelivery, each
+/// effect once, and after the TTL every id runs again.
+#[test]
+fn postgres_a_batch_whose_handler_commits_the_transaction_says_so_and_loses_nothing() {
+    let (store, pg_) = pg_store("handler-commit-batch");
+    let ttl = Duration::from_millis(300);
+    let guard = Guard::new(store).with_ttl(ttl);
+    let insert = format!("INSERT INTO {}_effects (id) VALUES ($1)", pg_.table);
+    let ids = ["hcb-1", "hcb-2", "hcb-3"];
+    let bodies: Vec<String> = ids.map(envelope).to_vec();
+    let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+        tx.execute(&insert, &[&msg.id().unwrap()])?;
+        if msg.id() == Some("hcb-2") {
+            tx.batch_execute("COMMIT")?;
+        }
+        Ok::<(), postgres::Error>(())
+    });
+    for outcome in &outcomes {
+        assert_eq!(
+            outcome.kind(),
+            OutcomeKind::StoreUnavailable,
+            "{outcomes:?}"
+        );
+        let reason = outcome.reason().unwrap();
+        assert!(reason.contains("own COMMIT or ROLLBACK"), "{reason}");
+    }
+    let plain = |msg: &bq_dedupe::Message<'_>, tx: &mut postgres::Transaction<'_>| {
+        tx.execute(&insert, &[&msg.id().unwrap()]).map(drop)
+    };
+    let again = guard.process_batch_in_transaction(&bodies, plain);
+    let kinds: Vec<OutcomeKind> = again.iter().map(|o| o.kind()).collect();
+    assert_eq!(
+        kinds,
+        [OutcomeKind::Skipped, OutcomeKind::Skipped, OutcomeKind::Ran],
+        "{again:?}"
+    );
+    for id in ids {
+        assert_eq!(pg_effects(&pg_.table, id), 1, "{id}");
+    }
+    std::thread::sleep(ttl + Duration::from_millis(200));
+    let after_ttl = guard.process_batch_in_transaction(&bodies, plain);
+    let kinds: Vec<OutcomeKind> = after_ttl.iter().map(|o| o.kind()).collect();
+    assert_eq!(kinds, [OutcomeKind::Ran; 3], "{after_ttl:?}");
+}
