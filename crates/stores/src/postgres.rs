@@ -1370,7 +1370,8 @@ impl PostgresStore {
             Ok(rows) if rows.len() == keys.len() => Ok(()),
             Ok(rows) => Err(StoreError::internal(format!(
                 "postgres: {} of the {} ids this transaction took were no longer in it (did \
-                 the handler end the transaction, or delete them?); nothing was committed",
+                 the handler end the transaction, or delete them?); this transaction commits \
+                 nothing, but what a COMMIT of the handler's own wrote stays committed",
                 keys.len() - rows.len(),
                 keys.len()
             ))),

@@ -472,8 +472,9 @@ fn after_failed_batch(
 /// is gone by the time it is read.
 const RACED_BATCH_TRIES: u32 = 3;
 
-/// How SQLite names our own table's columns in a constraint's message.
-const OWN_KEY_CONSTRAINT: &str = "bq_dedupe.";
+/// How SQLite names our own key's constraint in its message (a table of the
+/// handler's named `x_bq_dedupe` is not ours).
+const OWN_KEY_CONSTRAINT: &str = "failed: bq_dedupe.";
 
 /// Whether a failed batch's error is SQLite refusing a statement (D1 ends such
 /// messages with its result code: `no such table: t: SQLITE_ERROR`), not D1
@@ -550,6 +551,14 @@ mod tests {
         let ours_refused = StoreError::unavailable(
             "d1: D1_ERROR: UNIQUE constraint failed: bq_dedupe.key: SQLITE_CONSTRAINT",
         );
+        // A handler's table whose name ends in ours is the handler's (review).
+        let theirs = StoreError::unavailable(
+            "d1: D1_ERROR: UNIQUE constraint failed: old_bq_dedupe.id: SQLITE_CONSTRAINT",
+        );
+        assert!(matches!(
+            after_failed_batch(None, &ours, theirs),
+            TxRun::Aborted(_)
+        ));
         match after_failed_batch(None, &ours, ours_refused) {
             TxRun::RolledBack(e) => {
                 assert_eq!(e.kind, bq_dedupe::store::StoreErrorKind::Unavailable, "{e}");
