@@ -653,7 +653,7 @@ fn sqlite_writes_after_a_swallowed_rollback_are_never_committed() {
 #[test]
 fn postgres_a_handler_that_commits_the_stores_transaction_parks_nothing_for_good() {
     let (store, pg_) = pg_store("handler-commit");
-    let ttl = Duration::from_millis(300);
+    let ttl = Duration::from_millis(1000);
     let guard = Guard::new(store).with_ttl(ttl);
     let insert = format!("INSERT INTO {}_effects (id) VALUES ($1)", pg_.table);
     let body = envelope("hc-1");
@@ -669,7 +669,7 @@ fn postgres_a_handler_that_commits_the_stores_transaction_parks_nothing_for_good
     };
     let again = guard.process_in_transaction(body.as_str(), plain);
     assert_eq!(again.kind(), OutcomeKind::Skipped, "{again:?}");
-    std::thread::sleep(ttl + Duration::from_millis(200));
+    std::thread::sleep(ttl + Duration::from_millis(300));
     let after_ttl = guard.process_in_transaction(body.as_str(), plain);
     assert_eq!(after_ttl.kind(), OutcomeKind::Ran, "{after_ttl:?}");
     assert_eq!(pg_effects(&pg_.table, "hc-1"), 2);
@@ -682,7 +682,7 @@ fn postgres_a_handler_that_commits_the_stores_transaction_parks_nothing_for_good
 #[test]
 fn postgres_a_batch_whose_handler_commits_the_transaction_says_so_and_loses_nothing() {
     let (store, pg_) = pg_store("handler-commit-batch");
-    let ttl = Duration::from_millis(300);
+    let ttl = Duration::from_millis(1000);
     let guard = Guard::new(store).with_ttl(ttl);
     let insert = format!("INSERT INTO {}_effects (id) VALUES ($1)", pg_.table);
     let ids = ["hcb-1", "hcb-2", "hcb-3"];
@@ -716,7 +716,7 @@ fn postgres_a_batch_whose_handler_commits_the_transaction_says_so_and_loses_noth
     for id in ids {
         assert_eq!(pg_effects(&pg_.table, id), 1, "{id}");
     }
-    std::thread::sleep(ttl + Duration::from_millis(200));
+    std::thread::sleep(ttl + Duration::from_millis(300));
     let after_ttl = guard.process_batch_in_transaction(&bodies, plain);
     let kinds: Vec<OutcomeKind> = after_ttl.iter().map(|o| o.kind()).collect();
     assert_eq!(kinds, [OutcomeKind::Ran; 3], "{after_ttl:?}");
