@@ -1,7 +1,7 @@
 use bq_dedupe::{Disposition, Guard, InMemoryStore, Message, block_on_ready};
 
 fn main() {
-    let guard = Guard::new(InMemoryStore::new()); // or SqliteStore, RedisStore, ...
+    let guard = Guard::new(InMemoryStore::new()); // or a bq_dedupe_stores::SqliteStore, ...
     let body = include_bytes!("minimal-envelope.json");
     for delivery in 1..=2 {
         let outcome = block_on_ready(guard.process(body, async |msg: &Message<'_>| {

@@ -190,8 +190,8 @@ fn connect_error(host: &str, e: &postgres::Error) -> StoreError {
     }
     invalid(format!(
         "postgres: {host} refused the startup parameter `options`, which carries the store's \
-         lock_timeout and statement_timeout ({cause}); a pooler such as PgBouncer does unless \
-         its ignore_startup_parameters lists it. {POOLER_ADVICE}"
+         session settings (its timeouts, unless the URL says `server`) ({cause}); a pooler such \
+         as PgBouncer does unless its ignore_startup_parameters lists it. {POOLER_ADVICE}"
     ))
 }
 
