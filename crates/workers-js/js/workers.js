@@ -58,6 +58,24 @@ function lazy(f) {
   );
 }
 
+/** `lazy(f)` for an `f` that answers a promise: a module that cannot be
+ * instantiated rejects it, as any failure of an async call does. */
+function lazyAsync(f) {
+  return like(
+    {
+      [f.name]: function (...args) {
+        try {
+          ready();
+        } catch (failure) {
+          return Promise.reject(failure);
+        }
+        return f.apply(this, args);
+      },
+    }[f.name],
+    f,
+  );
+}
+
 /** A subclass of `C` whose constructor instantiates the module first. */
 function lazyClass(C) {
   return like(
@@ -77,11 +95,11 @@ export const DedupeShard = /* @__PURE__ */ lazyClass(DedupeShardGlue);
 export const DurableObjectStore = /* @__PURE__ */ lazyClass(DurableObjectStoreGlue);
 export const KvStore = /* @__PURE__ */ lazyClass(KvStoreGlue);
 export const InMemoryStore = /* @__PURE__ */ lazyClass(InMemoryStoreGlue);
-export const dedupeQueue = /* @__PURE__ */ lazy(dedupeQueueGlue);
-export const dedupeQueueD1 = /* @__PURE__ */ lazy(dedupeQueueD1Glue);
-export const dedupe = /* @__PURE__ */ lazy(dedupeGlue);
-export const dedupeBatch = /* @__PURE__ */ lazy(dedupeBatchGlue);
+export const dedupeQueue = /* @__PURE__ */ lazyAsync(dedupeQueueGlue);
+export const dedupeQueueD1 = /* @__PURE__ */ lazyAsync(dedupeQueueD1Glue);
+export const dedupe = /* @__PURE__ */ lazyAsync(dedupeGlue);
+export const dedupeBatch = /* @__PURE__ */ lazyAsync(dedupeBatchGlue);
 export const dedupeKey = /* @__PURE__ */ lazy(dedupeKeyGlue);
-export const forget = /* @__PURE__ */ lazy(forgetGlue);
+export const forget = /* @__PURE__ */ lazyAsync(forgetGlue);
 export const validate = /* @__PURE__ */ lazy(validateGlue);
 export const wrap = /* @__PURE__ */ lazy(wrapGlue);

@@ -184,11 +184,20 @@ export default {
   writeFileSync(path.join(scratch, "lazy.js"), `import { validate, dedupeKey, dedupe, InMemoryStore, DedupeShard } from "@babelqueue/dedupe/workers";
 export default { async fetch() {
   const shape = [validate, dedupeKey, dedupe, InMemoryStore, DedupeShard].map((f) => f.name + "/" + f.length);
+  // An async export answers a promise whatever happens (a rejected one here).
+  let answered;
+  try {
+    const p = dedupe(undefined, undefined, undefined);
+    p.catch(() => {});
+    answered = p instanceof Promise ? "promise" : typeof p;
+  } catch {
+    answered = "threw";
+  }
   try {
     const outcome = await dedupe({ job: "j", trace_id: "t", data: {}, meta: { id: "lazy-1", schema_version: 1 } }, new InMemoryStore(), () => {});
-    return Response.json({ shape, kind: outcome.kind });
+    return Response.json({ shape, answered, kind: outcome.kind });
   } catch (e) {
-    return Response.json({ shape, error: String(e), type: e.constructor.name, cause: String(e.cause) });
+    return Response.json({ shape, answered, error: String(e), type: e.constructor.name, cause: String(e.cause) });
   }
 } };
 `);
@@ -308,12 +317,13 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
   test("@babelqueue/dedupe/workers instantiates on first use: names and arity kept; a module that cannot be instantiated fails every call with its cause", async () => {
     const shape = ["validate/2", "dedupeKey/2", "dedupe/4", "InMemoryStore/1", "DedupeShard/2"];
     const lazy = await mf.getWorker("lazy");
-    assert.deepEqual(await (await lazy.fetch("http://x/")).json(), { shape, kind: "run-ok" });
+    assert.deepEqual(await (await lazy.fetch("http://x/")).json(), { shape, answered: "promise", kind: "run-ok" });
     // The worker started (the module is not instantiated at start-up); each call fails alike.
     const bad = await mf.getWorker("lazy-bad");
     for (let i = 0; i < 2; i++) {
       const answer = await (await bad.fetch("http://x/")).json();
       assert.equal(answer.type, "Error", JSON.stringify(answer));
+      assert.equal(answer.answered, "promise", "an async export rejects, it does not throw");
       assert.match(answer.error, /its WebAssembly module could not be instantiated/);
       assert.match(answer.cause, /Import/);
     }
