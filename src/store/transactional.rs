@@ -22,7 +22,10 @@ pub enum TxRun<T, E> {
     /// it back (SQLite's `OR ROLLBACK`, `RAISE(ROLLBACK)`, a full disk; on D1,
     /// a statement of the batch refused), and the work carried on as if it had
     /// not. Nothing of it is committed and the key stays unmarked; the error
-    /// says what was found.
+    /// says what was found. Also a work that ended the transaction itself
+    /// (its own `COMMIT` or `ROLLBACK`, where the database cannot refuse them)
+    /// and then failed: the key is left unmarked, and the error says that what
+    /// it wrote outside the store's transaction stays.
     Aborted(StoreError),
 }
 

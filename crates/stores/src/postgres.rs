@@ -461,6 +461,7 @@ impl PostgresStore {
             .parse()
             .map_err(|e| invalid(format!("postgres: bad url: {e}")))?;
         config.connect_timeout(TIMEOUT);
+        config.notice_callback(on_notice);
         // Every session of the store: a call blocked on a lock, or a
         // statement running long, ends as `Unavailable` within its limit.
         // The URL's own `options` last: a user's `-c statement_timeout=0` wins.
@@ -1108,7 +1109,8 @@ impl TransactionalStore for PostgresStore {
         let name = key.map(stored);
         let key = name.as_deref();
         let mark = format!("tx:{}", new_token().0);
-        self.in_transaction(|mut tx, prepared| {
+        let mut ended_by_handler = false;
+        let run = self.in_transaction(|mut tx, prepared| {
             // Nothing has run before the take: a stale take starts afresh.
             let mut statements = TxStatements {
                 prepared,
@@ -1140,10 +1142,24 @@ impl TransactionalStore for PostgresStore {
                     tx.commit().map_err(error)?;
                     Ok(TxRun::Committed(value))
                 }
-                // Dropping the transaction rolls it back.
-                Err(e) => Ok(TxRun::RolledBack(e)),
+                Err(e) => {
+                    // Dropping the transaction rolls it back. PostgreSQL warns
+                    // when there was none left: the handler ended it, and its
+                    // own COMMIT may have committed the id's take.
+                    NO_TRANSACTION_WARNED.with(|warned| warned.set(false));
+                    drop(tx);
+                    ended_by_handler = NO_TRANSACTION_WARNED.with(std::cell::Cell::take);
+                    Ok(TxRun::RolledBack(e))
+                }
             }
-        })
+        })?;
+        match (ended_by_handler, key) {
+            (true, Some(key)) => {
+                self.undo_take(key, &mark)?;
+                Ok(TxRun::Aborted(ended_by_handler_error()))
+            }
+            _ => Ok(run),
+        }
     }
 
     /// A work that swallowed an error (its transaction aborted) is rolled back
@@ -1254,6 +1270,34 @@ impl TxStatements<'_> {
     }
 }
 
+thread_local! {
+    /// Set when PostgreSQL warns that a `COMMIT` or `ROLLBACK` found no
+    /// transaction in progress (25P01). The sync client hands a connection's
+    /// notices to the thread whose call is waiting on it, so after the store's
+    /// own `ROLLBACK` this says whether the handler had ended the transaction.
+    static NO_TRANSACTION_WARNED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Every connection's notice callback: the client's default (a log line),
+/// and [`NO_TRANSACTION_WARNED`].
+fn on_notice(notice: postgres::error::DbError) {
+    if notice.code() == &postgres::error::SqlState::NO_ACTIVE_SQL_TRANSACTION {
+        NO_TRANSACTION_WARNED.with(|warned| warned.set(true));
+    }
+    log::info!("{}: {}", notice.severity(), notice.message());
+}
+
+/// A transactional run whose handler ended the store's transaction itself and
+/// then failed, the id's take (committed by the handler) undone.
+fn ended_by_handler_error() -> StoreError {
+    StoreError::internal(
+        "postgres: the handler ended the store's transaction itself (its own COMMIT or \
+         ROLLBACK) and then failed: what it wrote outside the store's transaction is \
+         committed and a redelivery writes it again; the id is left unrecorded, so the \
+         delivery is retried (leave the transaction to the store)",
+    )
+}
+
 /// What a transaction a swallowed error aborted is reported with.
 fn aborted_error() -> StoreError {
     StoreError::internal(
@@ -1304,6 +1348,22 @@ impl PostgresStore {
              SELECT EXISTS (SELECT 1 FROM done), EXISTS (SELECT 1 FROM mark),
                     EXISTS (SELECT 1 FROM taken)"
         )
+    }
+
+    /// Undoes a take a handler's own `COMMIT` committed (the run then failed):
+    /// the id's row goes only while the run's mark still stands beside it (no
+    /// later run took the id over).
+    fn undo_take(&self, key: &str, mark: &str) -> StoreResult<()> {
+        let (t, c) = (&self.table, &self.claims);
+        let sql = format!(
+            "WITH unmark AS (DELETE FROM {c} WHERE message_id = $1 AND token = $2 RETURNING 1)
+             DELETE FROM {t} WHERE message_id = $1 AND EXISTS (SELECT 1 FROM unmark)"
+        );
+        let mut conn = self.conn()?;
+        conn.client()
+            .execute_typed(&sql, &[(&key, Type::TEXT), (&mark, Type::TEXT)])
+            .map(drop)
+            .map_err(error)
     }
 
     /// Runs [`Self::take_sql`] in `tx`: `None` when the id is now this run's

@@ -646,12 +646,13 @@ fn sqlite_writes_after_a_swallowed_rollback_are_never_committed() {
 }
 
 /// A transactional handler that ends the store's transaction itself (its own
-/// `COMMIT`) and then fails: its writes so far and the id's take are committed
-/// by it, so the redelivery is a skip (the limit docs/modes.md states). After
-/// the TTL the id must run again: before the fix the take's mark, committed
-/// with an endless lease, parked every later delivery of the id for good.
+/// `COMMIT`) and then fails: its write and the id's take were committed by it.
+/// Before, the redelivery was a skip (the failed run acked as a duplicate) and,
+/// once the TTL was over, the take's mark (committed with an endless lease)
+/// parked every later delivery of the id for good. Now the run is reported,
+/// the id left unrecorded: the redelivery runs (its write twice, as reported).
 #[test]
-fn postgres_a_handler_that_commits_the_stores_transaction_parks_nothing_for_good() {
+fn postgres_a_handler_that_commits_the_stores_transaction_then_fails_is_reported_and_runs_again() {
     let (store, pg_) = pg_store("handler-commit");
     let ttl = Duration::from_millis(1000);
     let guard = Guard::new(store).with_ttl(ttl);
@@ -663,16 +664,50 @@ fn postgres_a_handler_that_commits_the_stores_transaction_parks_nothing_for_good
         Err::<(), _>("failed after its own COMMIT")
     });
     assert_eq!(outcome.kind(), OutcomeKind::Failed, "{outcome:?}");
+    let reason = outcome.reason().unwrap();
+    assert!(reason.contains("its own COMMIT or ROLLBACK"), "{reason}");
+    assert!(reason.contains("writes it again"), "{reason}");
     assert_eq!(pg_effects(&pg_.table, "hc-1"), 1);
     let plain = |msg: &bq_dedupe::Message<'_>, tx: &mut postgres::Transaction<'_>| {
         tx.execute(&insert, &[&msg.id().unwrap()]).map(drop)
     };
     let again = guard.process_in_transaction(body.as_str(), plain);
-    assert_eq!(again.kind(), OutcomeKind::Skipped, "{again:?}");
+    assert_eq!(again.kind(), OutcomeKind::Ran, "{again:?}");
+    assert_eq!(pg_effects(&pg_.table, "hc-1"), 2);
+    let skipped = guard.process_in_transaction(body.as_str(), plain);
+    assert_eq!(skipped.kind(), OutcomeKind::Skipped, "{skipped:?}");
     std::thread::sleep(ttl + Duration::from_millis(300));
     let after_ttl = guard.process_in_transaction(body.as_str(), plain);
     assert_eq!(after_ttl.kind(), OutcomeKind::Ran, "{after_ttl:?}");
-    assert_eq!(pg_effects(&pg_.table, "hc-1"), 2);
+    assert_eq!(pg_effects(&pg_.table, "hc-1"), 3);
+}
+
+/// The same handler, but `ROLLBACK` instead: its write after it was committed
+/// alone; reported the same way, and the redelivery runs.
+#[test]
+fn postgres_a_handler_that_rolls_back_the_stores_transaction_then_fails_is_reported() {
+    let (store, pg_) = pg_store("handler-rollback");
+    let guard = Guard::new(store).with_ttl(Duration::from_secs(60));
+    let insert = format!("INSERT INTO {}_effects (id) VALUES ($1)", pg_.table);
+    let body = envelope("hr-1");
+    let outcome = guard.process_in_transaction(body.as_str(), |msg, tx| {
+        tx.batch_execute("ROLLBACK").unwrap();
+        tx.execute(&insert, &[&msg.id().unwrap()]).unwrap();
+        Err::<(), _>("failed after its own ROLLBACK")
+    });
+    assert_eq!(outcome.kind(), OutcomeKind::Failed, "{outcome:?}");
+    assert!(
+        outcome
+            .reason()
+            .unwrap()
+            .contains("its own COMMIT or ROLLBACK"),
+        "{outcome:?}"
+    );
+    let again = guard.process_in_transaction(body.as_str(), |msg, tx| {
+        tx.execute(&insert, &[&msg.id().unwrap()]).map(drop)
+    });
+    assert_eq!(again.kind(), OutcomeKind::Ran, "{again:?}");
+    assert_eq!(pg_effects(&pg_.table, "hr-1"), 2);
 }
 
 /// The same in a batch: the second delivery's handler commits the batch's
