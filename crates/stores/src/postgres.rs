@@ -1284,7 +1284,8 @@ fn on_notice(notice: postgres::error::DbError) {
     if notice.code() == &postgres::error::SqlState::NO_ACTIVE_SQL_TRANSACTION {
         NO_TRANSACTION_WARNED.with(|warned| warned.set(true));
     }
-    log::info!("{}: {}", notice.severity(), notice.message());
+    // The client's default callback logs from its `config` module.
+    log::info!(target: "postgres::config", "{}: {}", notice.severity(), notice.message());
 }
 
 /// A transactional run whose handler ended the store's transaction itself and
@@ -1351,13 +1352,17 @@ impl PostgresStore {
     }
 
     /// Undoes a take a handler's own `COMMIT` committed (the run then failed):
-    /// the id's row goes only while the run's mark still stands beside it (no
-    /// later run took the id over).
+    /// the id's row goes only while the run's mark still stands and the row is
+    /// still the take's. Both were written at the take's `now()` (the row's
+    /// `created_at`, the mark's lapsed expiry): a row any later writer made (a
+    /// Go consumer's remember after the TTL, which leaves the mark) stays.
     fn undo_take(&self, key: &str, mark: &str) -> StoreResult<()> {
         let (t, c) = (&self.table, &self.claims);
         let sql = format!(
-            "WITH unmark AS (DELETE FROM {c} WHERE message_id = $1 AND token = $2 RETURNING 1)
-             DELETE FROM {t} WHERE message_id = $1 AND EXISTS (SELECT 1 FROM unmark)"
+            "WITH unmark AS (DELETE FROM {c} WHERE message_id = $1 AND token = $2
+                             RETURNING expires_at AS taken_at)
+             DELETE FROM {t} WHERE message_id = $1
+               AND created_at IN (SELECT taken_at FROM unmark)"
         );
         let mut conn = self.conn()?;
         conn.client()

@@ -756,3 +756,41 @@ fn postgres_a_batch_whose_handler_commits_the_transaction_says_so_and_loses_noth
     let kinds: Vec<OutcomeKind> = after_ttl.iter().map(|o| o.kind()).collect();
     assert_eq!(kinds, [OutcomeKind::Ran; 3], "{after_ttl:?}");
 }
+
+/// The undo of a take a handler's `COMMIT` committed leaves a row another
+/// writer made since: here a Go consumer that found the row expired (the
+/// handler still running past the TTL), ran, and remembered the id with Go's
+/// upsert. The reviewer's finding: the undo deleted it, and the id ran a third
+/// time.
+#[test]
+fn postgres_the_undo_of_a_handlers_commit_leaves_a_go_consumers_row() {
+    let (store, pg_) = pg_store("handler-commit-go");
+    let ttl = Duration::from_millis(500);
+    let guard = Guard::new(store).with_ttl(ttl);
+    let insert = format!("INSERT INTO {}_effects (id) VALUES ($1)", pg_.table);
+    // The Go SDK's remember (its upsert: an expired row is written afresh).
+    let go_upsert = format!(
+        "INSERT INTO {} AS cur (message_id, expires_at) VALUES ($1, now() + interval '1 hour')
+         ON CONFLICT (message_id) DO UPDATE SET created_at = now(), expires_at = EXCLUDED.expires_at
+         WHERE cur.expires_at IS NOT NULL AND cur.expires_at <= now()",
+        pg_.table
+    );
+    let body = envelope("hcg-1");
+    let outcome = guard.process_in_transaction(body.as_str(), |msg, tx| {
+        tx.execute(&insert, &[&msg.id().unwrap()]).unwrap();
+        tx.batch_execute("COMMIT").unwrap();
+        std::thread::sleep(ttl + Duration::from_millis(300));
+        let mut go = pg();
+        go.execute(&insert, &[&msg.id().unwrap()]).unwrap();
+        let taken = go.execute(&go_upsert, &[&msg.id().unwrap()]).unwrap();
+        assert_eq!(taken, 1, "Go's upsert must take the expired row over");
+        Err::<(), _>("failed after its own COMMIT")
+    });
+    assert_eq!(outcome.kind(), OutcomeKind::Failed, "{outcome:?}");
+    assert_eq!(pg_effects(&pg_.table, "hcg-1"), 2);
+    let again = guard.process_in_transaction(body.as_str(), |msg, tx| {
+        tx.execute(&insert, &[&msg.id().unwrap()]).map(drop)
+    });
+    assert_eq!(again.kind(), OutcomeKind::Skipped, "{again:?}");
+    assert_eq!(pg_effects(&pg_.table, "hcg-1"), 2);
+}
