@@ -195,7 +195,10 @@ fn postgres_behind_pgbouncer() -> Fleet<PostgresStore> {
         .expect("BQ_TEST_PGBOUNCER_URL: run under scripts/with-postgres.sh");
     backend.url =
         format!("{bouncer}?statement_cache=off&lock_timeout=server&statement_timeout=server");
-    postgres_at(backend)
+    // A server connection killed after its transaction ended may be another
+    // client's by then (the pooler lent it on): that call fails, its outcome
+    // unknown, as the killed transaction's own. 300 runs x 8 clients met it.
+    postgres_at(backend).with_backend_errors_marked("57P01")
 }
 
 fn postgres_at(backend: PgBackend) -> Fleet<PostgresStore> {

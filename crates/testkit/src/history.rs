@@ -231,6 +231,14 @@ impl<C: Store + Send + 'static> Fleet<C> {
         self
     }
 
+    /// [`Self::with_backend_errors`] for the errors whose message holds
+    /// `mark` alone: any other still fails the run.
+    pub fn with_backend_errors_marked(mut self, mark: &'static str) -> Self {
+        self.plan.backend_errors = true;
+        self.plan.backend_error_mark = Some(mark);
+        self
+    }
+
     /// Keeps `cleanup` (whose `Drop` removes the run's records) until the
     /// fleet is dropped.
     pub fn with_cleanup(mut self, cleanup: impl std::any::Any) -> Self {

@@ -568,7 +568,16 @@ impl PgBackend {
     pub fn opener(&self) -> impl Fn() -> bq_dedupe_stores::PostgresStore + Send + Sync + 'static {
         let (url, table) = (self.url.clone(), self.table.clone());
         move || {
-            bq_dedupe_stores::PostgresStore::connect(&url, &table).expect("connect to PostgreSQL")
+            // Behind PgBouncer the history checker's kills (`pg_terminate_backend`)
+            // can meet a connect on a server connection it was lent: once more.
+            let mut tries = 0;
+            loop {
+                match bq_dedupe_stores::PostgresStore::connect(&url, &table) {
+                    Ok(store) => return store,
+                    Err(e) if tries < 5 && e.message.contains("57P01") => tries += 1,
+                    Err(e) => panic!("connect to PostgreSQL: {e:?}"),
+                }
+            }
         }
     }
 
