@@ -172,7 +172,7 @@ pub async fn run_store_history(make: Function, clients: u32, seed: f64) -> Resul
         steps: 16,
         backend_errors: true,
         // Only the test store's own throws; an error of the adapter fails.
-        backend_error_mark: Some(INJECTED),
+        backend_error_mark: Some(&[INJECTED]),
     }
     .with_clients(clients as usize);
     let seed = seed as u64;

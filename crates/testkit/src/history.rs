@@ -93,9 +93,9 @@ pub struct Plan {
     pub steps: usize,
     /// The backend's own errors are part of the test (recorded as unknown).
     pub backend_errors: bool,
-    /// With `backend_errors`: only an error whose message holds this text is
-    /// one the test injected (recorded as unknown); any other fails the run.
-    pub backend_error_mark: Option<&'static str>,
+    /// With `backend_errors`: only an error whose message holds one of these
+    /// texts is one the test caused (recorded as unknown); any other fails the run.
+    pub backend_error_mark: Option<&'static [&'static str]>,
 }
 
 /// One client's recorded calls, for [`Plan::judge`].
@@ -231,11 +231,11 @@ impl<C: Store + Send + 'static> Fleet<C> {
         self
     }
 
-    /// [`Self::with_backend_errors`] for the errors whose message holds
-    /// `mark` alone: any other still fails the run.
-    pub fn with_backend_errors_marked(mut self, mark: &'static str) -> Self {
+    /// [`Self::with_backend_errors`] for the errors whose message holds one
+    /// of `marks` alone: any other still fails the run.
+    pub fn with_backend_errors_marked(mut self, marks: &'static [&'static str]) -> Self {
         self.plan.backend_errors = true;
-        self.plan.backend_error_mark = Some(mark);
+        self.plan.backend_error_mark = Some(marks);
         self
     }
 
@@ -609,7 +609,7 @@ pub struct Client<C, S> {
     slack: u64,
     order: Arc<AtomicU64>,
     backend_errors: bool,
-    backend_error_mark: Option<&'static str>,
+    backend_error_mark: Option<&'static [&'static str]>,
     calls: Vec<(usize, KeyCall)>,
 }
 
@@ -761,7 +761,7 @@ impl<C: Store, S: Setting<C>> Client<C, S> {
                 if self.backend_errors
                     && self
                         .backend_error_mark
-                        .is_none_or(|m| e.message.contains(m)) =>
+                        .is_none_or(|marks| marks.iter().any(|m| e.message.contains(m))) =>
             {
                 outcomes.push((None, u64::MAX, u64::MAX))
             }
