@@ -208,10 +208,17 @@ fn postgres_at(backend: PgBackend) -> Fleet<PostgresStore> {
     Fleet::new(PostgresStore::RULES, backend.opener())
         .with_transactions(
             move |store, key, ttl, ok| {
-                let mut killer = None;
+                let (mut killer, mut lost) = (None, None);
                 let run = store.transaction(Some(key), ttl, |tx| {
-                    tx.execute(&insert, &[&effect_id(key)])
-                        .expect("the effect row");
+                    if let Err(e) = tx.execute(&insert, &[&effect_id(key)]) {
+                        // Behind PgBouncer, another client's kill can end this
+                        // server connection under the handler: unknown.
+                        let killed = e.code() == Some(&postgres::error::SqlState::ADMIN_SHUTDOWN)
+                            || e.is_closed();
+                        assert!(killed, "the effect row: {e}");
+                        lost = Some(e);
+                        return Err(());
+                    }
                     match (ok, swallows()) {
                         (true, _) => {
                             killer = kill_sometimes(tx);
@@ -227,6 +234,9 @@ fn postgres_at(backend: PgBackend) -> Fleet<PostgresStore> {
                         (false, false) => Err(()),
                     }
                 });
+                if let Some(e) = lost {
+                    return Err(testkit::outcome_unknown(e));
+                }
                 // The connection killed inside the transaction, before or
                 // after its COMMIT: what happened is unknown.
                 match killer.map(|k: std::thread::JoinHandle<()>| k.join()) {
