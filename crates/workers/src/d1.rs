@@ -445,9 +445,6 @@ fn after_failed_batch(
         }
         Some(row) if row.state == 1 => TxRun::AlreadyDone,
         Some(_) => TxRun::Held,
-        // D1 ran the batch and SQLite refused one of its statements (the
-        // handler's, in practice: a missing table, a constraint): the run's
-        // own failure, told with D1's words, not the store's.
         // Our own insert was refused by a live row that expired or was
         // forgotten before the read, on every try: done or claimed then, which
         // is unknown now. Nothing was written: the store's error, for a retry.
@@ -458,6 +455,9 @@ fn after_failed_batch(
                 failed.message
             )))
         }
+        // D1 ran the batch and SQLite refused one of its statements (the
+        // handler's, in practice: a missing table, a constraint): the run's
+        // own failure, told with D1's words, not the store's.
         None if refused_by_sqlite(&failed.message) => {
             TxRun::Aborted(StoreError::internal(format!(
                 "{}; D1 rolled the whole batch back, so nothing of this run was written",
@@ -479,12 +479,8 @@ const OWN_KEY_CONSTRAINT: &str = "failed: bq_dedupe.";
 /// Whether a failed batch's error is SQLite refusing a statement (D1 ends such
 /// messages with its result code: `no such table: t: SQLITE_ERROR`), not D1
 /// failing to run the batch (a network error, an overloaded or busy database).
-/// Our own insert's constraint (`bq_dedupe.key`, a row that was gone again by
-/// the time it was read) is not the handler's.
+/// Our own insert's constraint is told apart before it is asked.
 fn refused_by_sqlite(message: &str) -> bool {
-    if message.contains(OWN_KEY_CONSTRAINT) {
-        return false;
-    }
     const REFUSED: [&str; 6] = [
         "SQLITE_ERROR",
         "SQLITE_CONSTRAINT",
