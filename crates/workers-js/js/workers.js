@@ -45,29 +45,18 @@ function like(wrapper, original) {
 // (The wrappers are marked pure, so a bundler drops those a worker does not
 // import, as it drops the glue's.)
 
-/** `f`, the module instantiated first. */
-function lazy(f) {
-  return like(
-    {
-      [f.name]: function (...args) {
-        ready();
-        return f.apply(this, args);
-      },
-    }[f.name],
-    f,
-  );
-}
-
-/** `lazy(f)` for an `f` that answers a promise: a module that cannot be
- * instantiated rejects it, as any failure of an async call does. */
-function lazyAsync(f) {
+/** `f`, the module instantiated first. A module that cannot be instantiated
+ * makes the call throw, or, for an `f` that answers a promise (`ASYNC`),
+ * rejects that promise, as any failure of an async call does. */
+function lazy(f, answersPromise = false) {
   return like(
     {
       [f.name]: function (...args) {
         try {
           ready();
         } catch (failure) {
-          return Promise.reject(failure);
+          if (answersPromise) return Promise.reject(failure);
+          throw failure;
         }
         return f.apply(this, args);
       },
@@ -75,6 +64,8 @@ function lazyAsync(f) {
     f,
   );
 }
+
+const ASYNC = true;
 
 /** A subclass of `C` whose constructor instantiates the module first. */
 function lazyClass(C) {
@@ -95,11 +86,11 @@ export const DedupeShard = /* @__PURE__ */ lazyClass(DedupeShardGlue);
 export const DurableObjectStore = /* @__PURE__ */ lazyClass(DurableObjectStoreGlue);
 export const KvStore = /* @__PURE__ */ lazyClass(KvStoreGlue);
 export const InMemoryStore = /* @__PURE__ */ lazyClass(InMemoryStoreGlue);
-export const dedupeQueue = /* @__PURE__ */ lazyAsync(dedupeQueueGlue);
-export const dedupeQueueD1 = /* @__PURE__ */ lazyAsync(dedupeQueueD1Glue);
-export const dedupe = /* @__PURE__ */ lazyAsync(dedupeGlue);
-export const dedupeBatch = /* @__PURE__ */ lazyAsync(dedupeBatchGlue);
+export const dedupeQueue = /* @__PURE__ */ lazy(dedupeQueueGlue, ASYNC);
+export const dedupeQueueD1 = /* @__PURE__ */ lazy(dedupeQueueD1Glue, ASYNC);
+export const dedupe = /* @__PURE__ */ lazy(dedupeGlue, ASYNC);
+export const dedupeBatch = /* @__PURE__ */ lazy(dedupeBatchGlue, ASYNC);
 export const dedupeKey = /* @__PURE__ */ lazy(dedupeKeyGlue);
-export const forget = /* @__PURE__ */ lazyAsync(forgetGlue);
+export const forget = /* @__PURE__ */ lazy(forgetGlue, ASYNC);
 export const validate = /* @__PURE__ */ lazy(validateGlue);
 export const wrap = /* @__PURE__ */ lazy(wrapGlue);
