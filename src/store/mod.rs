@@ -44,6 +44,15 @@ pub struct Capabilities {
     pub renew: bool,
 }
 
+impl Capabilities {
+    /// Every capability: claims, TTLs, renewals and fenced commits.
+    pub const ALL: Capabilities = Capabilities {
+        claim: true,
+        ttl: true,
+        renew: true,
+    };
+}
+
 /// A record of processed message ids.
 ///
 /// Batch-first: the required methods are the batch forms of the spec's

@@ -895,11 +895,7 @@ impl Store for PostgresStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            claim: true,
-            ttl: true,
-            renew: true,
-        }
+        Capabilities::ALL
     }
 
     /// Remembered ids are rows of the Go SDK's table, which holds nothing else.

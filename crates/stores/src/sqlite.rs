@@ -272,11 +272,7 @@ impl Store for SqliteStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            claim: true,
-            ttl: true,
-            renew: true,
-        }
+        Capabilities::ALL
     }
 
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {

@@ -153,11 +153,7 @@ impl Store for Proxy {
         self.call("forget", keys(&[key], None, None)).map(drop)
     }
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            claim: true,
-            ttl: true,
-            renew: true,
-        }
+        Capabilities::ALL
     }
     async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
         let peeks = self.call("peek", self::keys(keys, None, None))?;

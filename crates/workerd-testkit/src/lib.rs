@@ -158,11 +158,7 @@ impl Store for HttpStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            claim: true,
-            ttl: true,
-            renew: true,
-        }
+        Capabilities::ALL
     }
 
     async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {

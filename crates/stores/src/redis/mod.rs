@@ -456,11 +456,7 @@ impl Store for RedisStore {
 
     fn capabilities(&self) -> Capabilities {
         match self.dialect {
-            Dialect::Native => Capabilities {
-                claim: true,
-                ttl: true,
-                renew: true,
-            },
+            Dialect::Native => Capabilities::ALL,
             Dialect::Php => Capabilities {
                 claim: true,
                 ttl: true,

@@ -381,11 +381,7 @@ impl Store for DurableObjectStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            claim: true,
-            ttl: true,
-            renew: true,
-        }
+        Capabilities::ALL
     }
 
     /// One request per object; while resharding, the keys the current layout
