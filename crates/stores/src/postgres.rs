@@ -879,15 +879,25 @@ impl PostgresStore {
 }
 
 impl Store for PostgresStore {
+    /// The id's claim, then its row, each on a snapshot of its own (one round
+    /// trip): a commit in flight has ended the claim and is writing the row,
+    /// so the first waits for that commit and the second sees what it wrote.
+    /// In one statement the row's delete read a snapshot from before the
+    /// commit: the forget answered, and the id stayed remembered.
     async fn forget(&self, key: &str) -> StoreResult<()> {
-        let key = stored(key);
-        let key = key.as_ref();
+        let key = literal(&stored(key));
         let (t, c) = (&self.table, &self.claims);
-        let sql = format!(
-            "WITH a AS (DELETE FROM {t} WHERE message_id = $1)
-             DELETE FROM {c} WHERE message_id = $1"
+        let (claim, row) = (
+            format!("DELETE FROM {c} WHERE message_id = $1"),
+            format!("DELETE FROM {t} WHERE message_id = $1"),
         );
-        self.run(|c| c.query(&sql, &[(&key, Type::TEXT)]).map(|_| ()))
+        let values: &[&str] = &[&key];
+        let statements = [&claim, &row].map(|sql| Bound {
+            sql,
+            types: "text",
+            values,
+        });
+        self.run(|conn| conn.query_together(&statements)).map(drop)
     }
 
     fn kind(&self) -> &'static str {

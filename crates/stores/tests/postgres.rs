@@ -432,31 +432,13 @@ fn postgres_a_claim_taken_while_a_remember_waits_is_ended_by_it() {
     let mut tx = other.transaction().unwrap();
     let insert = format!("INSERT INTO {} (message_id) VALUES ($1)", clean.table);
     tx.execute(&insert, &[&key]).unwrap();
+    let pid: i32 = tx.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
     // A plain remember of the id waits on that row.
     let remembering = {
         let store = store.clone();
         std::thread::spawn(move || ready(store.remember(key, None)))
     };
-    let mut watch = pg();
-    let waiting = format!("%INSERT INTO {} AS cur%", clean.table);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let row = watch
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE wait_event_type = 'Lock' AND query LIKE $1",
-                &[&waiting],
-            )
-            .unwrap();
-        if row.get::<_, i64>(0) > 0 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the remember never waited"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_behind(pid, 1, "the remember");
     // Meanwhile the id is committed nowhere, so a claim is acquired.
     let Claim::Acquired(token) = ready(store.claim(key, Duration::from_secs(30))).unwrap() else {
         panic!("the claim: the id is remembered nowhere yet");
@@ -466,6 +448,78 @@ fn postgres_a_claim_taken_while_a_remember_waits_is_ended_by_it() {
     assert!(ready(store.seen(key)).unwrap());
     let kept = ready(store.remember_fenced(key, &token, None)).unwrap();
     assert!(!kept, "the remember ended the claim: its commit is lost");
+}
+
+/// Waits until `n` sessions wait on the transaction of the session `pid`,
+/// directly or behind one another.
+fn wait_behind(pid: i32, n: i64, what: &str) {
+    let mut watch = pg();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let row = watch
+            .query_one(
+                "WITH RECURSIVE behind(pid) AS (
+                   SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))
+                   UNION SELECT a.pid FROM pg_stat_activity a, behind
+                         WHERE behind.pid = ANY(pg_blocking_pids(a.pid)))
+                 SELECT count(*) FROM behind",
+                &[&pid],
+            )
+            .unwrap();
+        if row.get::<_, i64>(0) >= n {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what} never waited");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A forget that meets a commit of the id in flight (the commit has ended the
+/// claim and is writing the id's row) comes after it: the id is forgotten.
+/// One statement deleted the row on a snapshot from before the commit, then
+/// waited on the claim: the commit answered kept, the forget returned, and the
+/// id stayed remembered (history checker, seed 3309767500454805867).
+#[test]
+fn postgres_a_forget_beside_a_commit_in_flight_forgets_the_id() {
+    for fenced in [true, false] {
+        let (store, clean) = store("forget-commit");
+        let store = std::sync::Arc::new(store);
+        let key = "forgotten";
+        let Claim::Acquired(token) = ready(store.claim(key, Duration::from_secs(30))).unwrap()
+        else {
+            panic!("a fresh key");
+        };
+        // Another session inserts the id and keeps its transaction open: the
+        // commit ends the claim, then waits on that row.
+        let mut other = pg();
+        let mut tx = other.transaction().unwrap();
+        let insert = format!("INSERT INTO {} (message_id) VALUES ($1)", clean.table);
+        tx.execute(&insert, &[&key]).unwrap();
+        let pid: i32 = tx.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+        let committing = {
+            let store = store.clone();
+            std::thread::spawn(move || match fenced {
+                true => ready(store.remember_fenced(key, &token, None)),
+                false => ready(store.remember(key, None)).map(|()| true),
+            })
+        };
+        wait_behind(pid, 1, "the commit");
+        let forgetting = {
+            let store = store.clone();
+            std::thread::spawn(move || ready(store.forget(key)))
+        };
+        wait_behind(pid, 2, "the forget");
+        tx.rollback().unwrap();
+        assert!(
+            committing.join().unwrap().unwrap(),
+            "the commit kept its claim"
+        );
+        forgetting.join().unwrap().unwrap();
+        assert!(
+            !ready(store.seen(key)).unwrap(),
+            "the forget waited for the commit (fenced: {fenced}): the id is forgotten"
+        );
+    }
 }
 
 /// A claim's two statements go in one round trip, prepared with SQL's
