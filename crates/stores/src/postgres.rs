@@ -879,25 +879,25 @@ impl PostgresStore {
 }
 
 impl Store for PostgresStore {
-    /// The id's claim, then its row, each on a snapshot of its own (one round
-    /// trip): a commit in flight has ended the claim and is writing the row,
+    /// The id's claim, then its row, as two statements, each on a snapshot of
+    /// its own: a commit in flight has ended the claim and is writing the row,
     /// so the first waits for that commit and the second sees what it wrote.
     /// In one statement the row's delete read a snapshot from before the
-    /// commit: the forget answered, and the id stayed remembered.
+    /// commit: the forget answered, and the id stayed remembered. The id is
+    /// bound, not written into the text (a `SQL_ASCII` database refuses
+    /// `\U` escapes).
     async fn forget(&self, key: &str) -> StoreResult<()> {
-        let key = literal(&stored(key));
+        let key = stored(key);
+        let key = key.as_ref();
         let (t, c) = (&self.table, &self.claims);
         let (claim, row) = (
             format!("DELETE FROM {c} WHERE message_id = $1"),
             format!("DELETE FROM {t} WHERE message_id = $1"),
         );
-        let values: &[&str] = &[&key];
-        let statements = [&claim, &row].map(|sql| Bound {
-            sql,
-            types: "text",
-            values,
-        });
-        self.run(|conn| conn.query_together(&statements)).map(drop)
+        self.run(|conn| {
+            conn.query(&claim, &[(&key, Type::TEXT)])?;
+            conn.query(&row, &[(&key, Type::TEXT)]).map(drop)
+        })
     }
 
     fn kind(&self) -> &'static str {

@@ -522,6 +522,47 @@ fn postgres_a_forget_beside_a_commit_in_flight_forgets_the_id() {
     }
 }
 
+/// A database whose encoding is `SQL_ASCII` (what `initdb` makes with the C
+/// locale) claims, stores and forgets ids beyond ASCII. A `\U` escape above
+/// U+007F, which the claims wrote into their text, it refuses (0A000): such an
+/// id's every delivery failed in claiming mode, and its forget failed.
+#[test]
+fn postgres_an_sql_ascii_database_claims_stores_and_forgets_any_id() {
+    let name = postgres_table("ascii");
+    let mut admin = pg();
+    admin
+        .batch_execute(&format!(
+            "CREATE DATABASE {name} ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' \
+             TEMPLATE template0"
+        ))
+        .unwrap();
+    struct Dropped(postgres::Client, String);
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            let _ = self
+                .0
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.1));
+        }
+    }
+    let _dropped = Dropped(admin, name.clone());
+    let url = postgres_url();
+    let (base, query) = url.split_once('?').unwrap_or((&url, ""));
+    let (server, _) = base.rsplit_once('/').unwrap();
+    let url = format!("{server}/{name}?{query}");
+    let store = PostgresStore::connect(&url, "bq_dedupe").unwrap();
+    for key in ["caf\u{e9}", "\u{43a}\u{43b}\u{44e}\u{447}"] {
+        let claimed = ready(store.claim(key, Duration::from_secs(30)));
+        assert!(
+            matches!(claimed, Ok(Claim::Acquired(_))),
+            "{key}: {claimed:?}"
+        );
+        ready(store.remember(key, None)).unwrap();
+        assert!(ready(store.seen(key)).unwrap(), "{key}");
+        ready(store.forget(key)).unwrap();
+        assert!(!ready(store.seen(key)).unwrap(), "{key} forgotten");
+    }
+}
+
 /// A claim's two statements go in one round trip, prepared with SQL's
 /// `PREPARE` on the connection: afresh after 500 calls (the old ones
 /// deallocated, not piling up in the session); after a handler dropped one

@@ -443,16 +443,27 @@ pub(super) fn is_stale(e: &postgres::Error) -> bool {
     })
 }
 
-/// A text value written into a statement's text as an escape string
-/// constant (`E'...'`, read the same whatever `standard_conforming_strings`
-/// says), in ASCII alone: a quote doubled, a backslash doubled, and every
-/// other character but printable ASCII as its code point (`\U0001F511`), so
-/// nothing in it can end the literal, whatever the connection's client
-/// encoding (in SJIS a multibyte character written as itself can swallow the
-/// backslash after it: a review's finding). A constant, so the planner sees
-/// the values (a lookup by key is planned for the number of keys it has). The
-/// store never sends U+0000 ([`super::stored`] names such an id by its hash).
+/// A text value written into a statement's text, in ASCII alone, so nothing
+/// in it can end the literal whatever the connection's client encoding (in
+/// SJIS a multibyte character written as itself can swallow the backslash
+/// after it: a review's finding). An ASCII value is an escape string constant
+/// (`E'...'`, read the same whatever `standard_conforming_strings` says): a
+/// quote doubled, a backslash doubled, a control character as its code point
+/// (`\U00000009`). Any other value is its UTF-8 bytes in hex, decoded by the
+/// server: a `\U` escape above U+007F is refused by a `SQL_ASCII` database.
+/// Constants, so the planner sees the values (a lookup by key is planned for
+/// the number of keys it has). The store never sends U+0000
+/// ([`super::stored`] names such an id by its hash).
 pub(super) fn literal(value: &str) -> String {
+    if !value.is_ascii() {
+        let mut text = String::with_capacity(2 * value.len() + 40);
+        text.push_str("pg_catalog.convert_from(pg_catalog.decode('");
+        for byte in value.bytes() {
+            let _ = write!(text, "{byte:02x}");
+        }
+        text.push_str("', 'hex'), 'UTF8')");
+        return text;
+    }
     let mut text = String::with_capacity(value.len() + 3);
     text.push_str("E'");
     for c in value.chars() {
@@ -481,9 +492,10 @@ mod tests {
 
     #[test]
     fn literals_are_ascii() {
+        assert_eq!(literal("a-\t'"), "E'a-\\U00000009'''");
         assert_eq!(
-            literal("ключ-🔑\t"),
-            "E'\\U0000043A\\U0000043B\\U0000044E\\U00000447-\\U0001F511\\U00000009'"
+            literal("ключ-🔑"),
+            "pg_catalog.convert_from(pg_catalog.decode('d0bad0bbd18ed1872df09f9491', 'hex'), 'UTF8')"
         );
     }
 
