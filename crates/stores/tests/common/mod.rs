@@ -569,12 +569,18 @@ impl PgBackend {
         let (url, table) = (self.url.clone(), self.table.clone());
         move || {
             // Behind PgBouncer the history checker's kills (`pg_terminate_backend`)
-            // can meet a connect on a server connection it was lent: once more.
+            // can meet a connect on a server connection it was lent (the
+            // server's 57P01, or the pooler closing the client): once more.
+            let killed = |e: &bq_dedupe::StoreError| {
+                ["57P01", "connection closed"]
+                    .iter()
+                    .any(|m| e.message.contains(m))
+            };
             let mut tries = 0;
             loop {
                 match bq_dedupe_stores::PostgresStore::connect(&url, &table) {
                     Ok(store) => return store,
-                    Err(e) if tries < 5 && e.message.contains("57P01") => tries += 1,
+                    Err(e) if tries < 5 && killed(&e) => tries += 1,
                     Err(e) => panic!("connect to PostgreSQL: {e:?}"),
                 }
             }
