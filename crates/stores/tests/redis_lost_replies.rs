@@ -99,3 +99,30 @@ fn redis_claims_of_a_failed_pipeline_are_released() {
         );
     }
 }
+
+/// A claim whose reply was lost once is sent again on a fresh connection and
+/// answers its own claim; the store counts the call as sent again, since its
+/// first sending took effect too (the history checker holds both sendings).
+#[test]
+fn redis_a_claim_sent_again_is_counted_and_answers_its_own_claim() {
+    let url = redis_url();
+    let prefix = redis_prefix("resent-claim");
+    let _clean = RedisCleanup {
+        url: url.clone(),
+        prefix: prefix.clone(),
+    };
+    let upstream = url
+        .trim_start_matches("redis://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let store = RedisStore::connect(&lossy_proxy(upstream, 1), prefix).unwrap();
+    assert_eq!(store.resent_calls(), 0);
+    let claimed = ready(store.claim_many(&["a"], std::time::Duration::from_secs(600))).unwrap();
+    assert!(
+        matches!(claimed[..], [bq_dedupe::store::Claim::Acquired(_)]),
+        "the first sending's claim is ours: {claimed:?}"
+    );
+    assert_eq!(store.resent_calls(), 1);
+}

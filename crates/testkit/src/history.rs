@@ -74,6 +74,12 @@ pub trait Setting<C>: Clone {
     fn transact(&self) -> Option<&FleetTransact<C>> {
         None
     }
+    /// How many calls `store` has sent again on its own (after a lost
+    /// connection), each of which may have taken effect twice.
+    fn resent(&self, store: &C) -> u64 {
+        let _ = store;
+        0
+    }
 }
 
 /// How a run goes, whatever drives its clients: the rules its answers are
@@ -125,7 +131,11 @@ struct Threaded<C> {
     now_ms: Arc<dyn Fn() -> u64 + Send + Sync>,
     advance: Arc<dyn Fn(u64) + Send + Sync>,
     transact: Option<FleetTransact<C>>,
+    resent: Option<FleetResent<C>>,
 }
+
+/// A store's count of the calls it sent again, as [`Setting::resent`].
+type FleetResent<C> = Arc<dyn Fn(&C) -> u64 + Send + Sync>;
 
 impl<C> Clone for Threaded<C> {
     fn clone(&self) -> Self {
@@ -134,6 +144,7 @@ impl<C> Clone for Threaded<C> {
             now_ms: self.now_ms.clone(),
             advance: self.advance.clone(),
             transact: self.transact.clone(),
+            resent: self.resent.clone(),
         }
     }
 }
@@ -151,6 +162,9 @@ impl<C> Setting<C> for Threaded<C> {
     fn transact(&self) -> Option<&FleetTransact<C>> {
         self.transact.as_ref()
     }
+    fn resent(&self, store: &C) -> u64 {
+        self.resent.as_ref().map_or(0, |resent| resent(store))
+    }
 }
 
 impl<C: Store + Send + 'static> Fleet<C> {
@@ -165,6 +179,7 @@ impl<C: Store + Send + 'static> Fleet<C> {
                 now_ms: Arc::new(move || 1_000_000 + started.elapsed().as_millis() as u64),
                 advance: Arc::new(|ms| std::thread::sleep(Duration::from_millis(ms))),
                 transact: None,
+                resent: None,
             },
             plan: Plan {
                 rules,
@@ -221,6 +236,15 @@ impl<C: Store + Send + 'static> Fleet<C> {
     ) -> Self {
         self.shared.transact = Some(Arc::new(transact));
         self.effects = Some(Box::new(effects));
+        self
+    }
+
+    /// A store that sends a call again on its own after losing its
+    /// connection (`resent`: its count of such calls): a call it sent again
+    /// may also have taken effect at its first sending, so the history holds
+    /// that sending too, its outcome unknown.
+    pub fn with_resends(mut self, resent: impl Fn(&C) -> u64 + Send + Sync + 'static) -> Self {
+        self.shared.resent = Some(Arc::new(resent));
         self
     }
 
@@ -713,7 +737,9 @@ impl<C: Store, S: Setting<C>> Client<C, S> {
     async fn call(&mut self, parts: Vec<(usize, KeyOp)>) -> Result<(), String> {
         let invoked = self.order.fetch_add(1, Ordering::SeqCst);
         let lo = self.setting.now_ms().saturating_sub(self.slack);
+        let resent = self.setting.resent(self.store.inner());
         let (reply, swallowed) = self.make(&parts).await;
+        let resent = self.setting.resent(self.store.inner()) > resent;
         let hi = self.setting.now_ms() + self.slack;
         let completed = self.order.fetch_add(1, Ordering::SeqCst);
         let check = |answers: &Vec<KeyAnswer>| {
@@ -730,6 +756,10 @@ impl<C: Store, S: Setting<C>> Client<C, S> {
         // What to record: the answers (`None`: unknown), completion and end.
         let mut outcomes: Vec<(Option<Vec<KeyAnswer>>, u64, u64)> = Vec::new();
         // A reply a fault kept from the caller: the call took effect, known.
+        // The store sent the call again itself: its first sending, unknown.
+        if resent {
+            outcomes.push((None, u64::MAX, u64::MAX));
+        }
         match swallowed {
             Some(Ok(answers)) => {
                 check(&answers)?;

@@ -7,6 +7,7 @@ mod dialect;
 mod scripts;
 mod stats;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -50,6 +51,8 @@ pub struct RedisStore {
     conn: Mutex<Option<Conn>>,
     prefix: String,
     dialect: Dialect,
+    /// Calls sent again on a fresh connection, or after loading the scripts.
+    resent: AtomicU64,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -178,6 +181,7 @@ impl RedisStore {
             conn: Mutex::new(Some(conn)),
             prefix,
             dialect,
+            resent: AtomicU64::new(0),
         })
     }
 
@@ -189,6 +193,16 @@ impl RedisStore {
     /// The record format this store reads and writes.
     pub fn dialect(&self) -> Dialect {
         self.dialect
+    }
+
+    /// How many calls this store has sent again: after losing its connection
+    /// (the first sending may have reached the server), or after loading its
+    /// scripts (on a cluster, the commands of other nodes ran the first time).
+    /// Each may have taken effect twice: harmless for claims, renewals,
+    /// releases and commits (their tokens tell), while a `forget` sent again
+    /// also deletes what was written between the two.
+    pub fn resent_calls(&self) -> u64 {
+        self.resent.load(Ordering::Relaxed)
     }
 
     /// Counts the keys under the prefix (`SCAN`, then the values per page):
@@ -279,6 +293,7 @@ impl RedisStore {
                         return Err(error(e));
                     }
                     retried = true;
+                    self.resent.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) => return Err(error(e)),
             }
@@ -294,6 +309,7 @@ impl RedisStore {
             // step is safe to repeat (see `run`).
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 load_scripts(conn)?;
+                self.resent.fetch_add(1, Ordering::Relaxed);
                 conn.pipeline(cmds.clone())
             }
             other => other,
