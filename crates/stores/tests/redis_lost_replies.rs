@@ -59,25 +59,29 @@ fn lossy_proxy(upstream: String, drops: usize) -> String {
     format!("redis://{addr}/0")
 }
 
-/// Hole 3 of the store-contract issue (failed on 6ddd708): a claim pipeline
-/// whose replies are lost (the first send and the store's one retry) fails, but
-/// its `SET NX`s landed. Those claims are given back, so the ids are not held
-/// for a whole lease by a call that answered an error.
-#[test]
-fn redis_claims_of_a_failed_pipeline_are_released() {
+/// A store under a fresh prefix, through a [`lossy_proxy`] to the test server
+/// that loses `drops` claims' replies; and the prefix's cleanup.
+fn through_lossy_proxy(tag: &str, drops: usize) -> (RedisStore, RedisCleanup) {
     let url = redis_url();
-    let prefix = redis_prefix("lost-claims");
-    let _clean = RedisCleanup {
-        url: url.clone(),
-        prefix: prefix.clone(),
-    };
+    let prefix = redis_prefix(tag);
     let upstream = url
         .trim_start_matches("redis://")
         .split('/')
         .next()
         .unwrap()
         .to_string();
-    let store = RedisStore::connect(&lossy_proxy(upstream, 2), prefix.clone()).unwrap();
+    let store = RedisStore::connect(&lossy_proxy(upstream, drops), prefix.clone()).unwrap();
+    (store, RedisCleanup { url, prefix })
+}
+
+/// Hole 3 of the store-contract issue (failed on 6ddd708): a claim pipeline
+/// whose replies are lost (the first send and the store's one retry) fails, but
+/// its `SET NX`s landed. Those claims are given back, so the ids are not held
+/// for a whole lease by a call that answered an error.
+#[test]
+fn redis_claims_of_a_failed_pipeline_are_released() {
+    let (store, clean) = through_lossy_proxy("lost-claims", 2);
+    let (url, prefix) = (&clean.url, &clean.prefix);
     let keys = ["a", "b", "c"];
     let claimed = ready(store.claim_many(&keys, std::time::Duration::from_secs(600)));
     assert!(
@@ -105,19 +109,7 @@ fn redis_claims_of_a_failed_pipeline_are_released() {
 /// first sending took effect too (the history checker holds both sendings).
 #[test]
 fn redis_a_claim_sent_again_is_counted_and_answers_its_own_claim() {
-    let url = redis_url();
-    let prefix = redis_prefix("resent-claim");
-    let _clean = RedisCleanup {
-        url: url.clone(),
-        prefix: prefix.clone(),
-    };
-    let upstream = url
-        .trim_start_matches("redis://")
-        .split('/')
-        .next()
-        .unwrap()
-        .to_string();
-    let store = RedisStore::connect(&lossy_proxy(upstream, 1), prefix).unwrap();
+    let (store, _clean) = through_lossy_proxy("resent-claim", 1);
     assert_eq!(store.resent_calls(), 0);
     let claimed = ready(store.claim_many(&["a"], std::time::Duration::from_secs(600))).unwrap();
     assert!(
