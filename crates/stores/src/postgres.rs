@@ -879,13 +879,12 @@ impl PostgresStore {
 }
 
 impl Store for PostgresStore {
-    /// The id's claim, then its row, as two statements, each on a snapshot of
-    /// its own: a commit in flight has ended the claim and is writing the row,
-    /// so the first waits for that commit and the second sees what it wrote.
-    /// In one statement the row's delete read a snapshot from before the
-    /// commit: the forget answered, and the id stayed remembered. The id is
-    /// bound, not written into the text (a `SQL_ASCII` database refuses
-    /// `\U` escapes).
+    /// The id's claim, then its row, in one transaction (so no call sees the
+    /// one gone and the other still there), as two statements, each on a
+    /// snapshot of its own: a commit in flight has ended the claim and is
+    /// writing the row, so the first waits for that commit and the second sees
+    /// what it wrote. In one statement the row's delete read a snapshot from
+    /// before the commit: the forget answered, and the id stayed remembered.
     async fn forget(&self, key: &str) -> StoreResult<()> {
         let key = stored(key);
         let key = key.as_ref();
@@ -895,8 +894,12 @@ impl Store for PostgresStore {
             format!("DELETE FROM {t} WHERE message_id = $1"),
         );
         self.run(|conn| {
-            conn.query(&claim, &[(&key, Type::TEXT)])?;
-            conn.query(&row, &[(&key, Type::TEXT)]).map(drop)
+            let mut tx = (conn.client().build_transaction())
+                .isolation_level(postgres::IsolationLevel::ReadCommitted)
+                .start()?;
+            tx.execute(&claim, &[&key])?;
+            tx.execute(&row, &[&key])?;
+            tx.commit()
         })
     }
 
