@@ -450,18 +450,21 @@ pub(super) fn is_stale(e: &postgres::Error) -> bool {
 /// (`E'...'`, read the same whatever `standard_conforming_strings` says): a
 /// quote doubled, a backslash doubled, a control character as its code point
 /// (`\U00000009`). Any other value is its UTF-8 bytes in hex, decoded by the
-/// server: a `\U` escape above U+007F is refused by a `SQL_ASCII` database.
+/// server in the database's collation: a `\U` escape above U+007F is refused
+/// by a `SQL_ASCII` database.
 /// Constants, so the planner sees the values (a lookup by key is planned for
 /// the number of keys it has). The store never sends U+0000
 /// ([`super::stored`] names such an id by its hash).
 pub(super) fn literal(value: &str) -> String {
     if !value.is_ascii() {
         let mut text = String::with_capacity(2 * value.len() + 40);
-        text.push_str("pg_catalog.convert_from(pg_catalog.decode('");
+        text.push_str("(pg_catalog.convert_from(pg_catalog.decode('");
         for byte in value.bytes() {
             let _ = write!(text, "{byte:02x}");
         }
-        text.push_str("', 'hex'), 'UTF8')");
+        // convert_from's result has the collation "C": the key's index, in the
+        // database's, would not serve it.
+        text.push_str("', 'hex'), 'UTF8') COLLATE pg_catalog.\"default\")");
         return text;
     }
     let mut text = String::with_capacity(value.len() + 3);
@@ -495,7 +498,8 @@ mod tests {
         assert_eq!(literal("a-\t'"), "E'a-\\U00000009'''");
         assert_eq!(
             literal("ключ-🔑"),
-            "pg_catalog.convert_from(pg_catalog.decode('d0bad0bbd18ed1872df09f9491', 'hex'), 'UTF8')"
+            "(pg_catalog.convert_from(pg_catalog.decode('d0bad0bbd18ed1872df09f9491', 'hex'), \
+             'UTF8') COLLATE pg_catalog.\"default\")"
         );
     }
 
