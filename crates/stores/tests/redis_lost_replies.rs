@@ -9,10 +9,10 @@ use bq_dedupe_stores::RedisStore;
 use common::{RedisCleanup, ready, redis_prefix, redis_url};
 
 /// A TCP proxy to `upstream` (`HOST:PORT`) that loses replies: while `drops` is
-/// above zero, a reply to a request carrying `NX` (a claim) is not passed on;
+/// above zero, a reply to a request carrying `needle` (`NX`: a claim) is not passed on;
 /// the client's connection is closed instead, and `drops` goes down by one. The
 /// request itself reached the server: a call that took effect, its reply lost.
-fn lossy_proxy(upstream: String, drops: usize) -> String {
+fn lossy_proxy(upstream: String, needle: &'static [u8], drops: usize) -> String {
     use std::io::{Read, Write};
     use std::net::{Shutdown, TcpListener, TcpStream};
     use std::sync::Arc;
@@ -29,7 +29,7 @@ fn lossy_proxy(upstream: String, drops: usize) -> String {
             std::thread::spawn(move || {
                 let mut buf = [0u8; 65536];
                 while let Ok(n @ 1..) = c_in.read(&mut buf) {
-                    if buf[..n].windows(2).any(|w| w == b"NX") {
+                    if buf[..n].windows(needle.len()).any(|w| w == needle) {
                         seen.store(true, Ordering::SeqCst);
                     }
                     if s_out.write_all(&buf[..n]).is_err() {
@@ -60,8 +60,13 @@ fn lossy_proxy(upstream: String, drops: usize) -> String {
 }
 
 /// A store under a fresh prefix, through a [`lossy_proxy`] to the test server
-/// that loses `drops` claims' replies; and the prefix's cleanup.
-fn through_lossy_proxy(tag: &str, drops: usize) -> (RedisStore, RedisCleanup) {
+/// that loses `drops` replies to requests carrying `needle`; and the prefix's
+/// cleanup.
+fn through_lossy_proxy(
+    tag: &str,
+    needle: &'static [u8],
+    drops: usize,
+) -> (RedisStore, RedisCleanup) {
     let url = redis_url();
     let prefix = redis_prefix(tag);
     let upstream = url
@@ -70,7 +75,7 @@ fn through_lossy_proxy(tag: &str, drops: usize) -> (RedisStore, RedisCleanup) {
         .next()
         .unwrap()
         .to_string();
-    let store = RedisStore::connect(&lossy_proxy(upstream, drops), prefix.clone()).unwrap();
+    let store = RedisStore::connect(&lossy_proxy(upstream, needle, drops), prefix.clone()).unwrap();
     (store, RedisCleanup { url, prefix })
 }
 
@@ -80,7 +85,7 @@ fn through_lossy_proxy(tag: &str, drops: usize) -> (RedisStore, RedisCleanup) {
 /// for a whole lease by a call that answered an error.
 #[test]
 fn redis_claims_of_a_failed_pipeline_are_released() {
-    let (store, clean) = through_lossy_proxy("lost-claims", 2);
+    let (store, clean) = through_lossy_proxy("lost-claims", b"NX", 2);
     let (url, prefix) = (&clean.url, &clean.prefix);
     let keys = ["a", "b", "c"];
     let claimed = ready(store.claim_many(&keys, std::time::Duration::from_secs(600)));
@@ -109,7 +114,7 @@ fn redis_claims_of_a_failed_pipeline_are_released() {
 /// first sending took effect too (the history checker holds both sendings).
 #[test]
 fn redis_a_claim_sent_again_is_counted_and_answers_its_own_claim() {
-    let (store, _clean) = through_lossy_proxy("resent-claim", 1);
+    let (store, _clean) = through_lossy_proxy("resent-claim", b"NX", 1);
     assert_eq!(store.resent_calls(), 0);
     let claimed = ready(store.claim_many(&["a"], std::time::Duration::from_secs(600))).unwrap();
     assert!(
@@ -117,4 +122,25 @@ fn redis_a_claim_sent_again_is_counted_and_answers_its_own_claim() {
         "the first sending's claim is ours: {claimed:?}"
     );
     assert_eq!(store.resent_calls(), 1);
+}
+
+/// A forget whose reply was lost is not sent again: a second `DEL` would also
+/// delete a claim another consumer took between the two sendings. It fails,
+/// and its first sending took effect.
+#[test]
+fn redis_a_forget_whose_reply_was_lost_is_not_sent_again() {
+    let (store, clean) = through_lossy_proxy("lost-forget", b"DEL", 1);
+    ready(store.remember("a", None)).unwrap();
+    let forgot = ready(store.forget("a"));
+    assert!(forgot.is_err(), "its reply was lost: {forgot:?}");
+    assert_eq!(store.resent_calls(), 0);
+    let mut admin = redis::Client::open(clean.url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let value: Option<String> = redis::cmd("GET")
+        .arg(format!("{}a", clean.prefix))
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(value, None, "the first sending reached the server");
 }

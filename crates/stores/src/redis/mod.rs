@@ -198,9 +198,8 @@ impl RedisStore {
     /// How many calls this store has sent again: after losing its connection
     /// (the first sending may have reached the server), or after loading its
     /// scripts (on a cluster, the commands of other nodes ran the first time).
-    /// Each may have taken effect twice: harmless for claims, renewals,
-    /// releases and commits (their tokens tell), while a `forget` sent again
-    /// also deletes what was written between the two.
+    /// Each may have taken effect twice: claims, renewals, releases and
+    /// commits go by their tokens, and a `forget` is never sent again.
     pub fn resent_calls(&self) -> u64 {
         self.resent.load(Ordering::Relaxed)
     }
@@ -278,21 +277,30 @@ impl RedisStore {
     /// error. Every operation here is safe to repeat: a claim that landed before
     /// the connection broke is recognised by its token (see [`decide`]).
     fn run<T>(&self, op: impl Fn(&mut Conn) -> RedisResult<T>) -> StoreResult<T> {
+        self.run_sending(2, op)
+    }
+
+    /// [`Self::run`], sending `op` at most `sendings` times.
+    fn run_sending<T>(
+        &self,
+        sendings: u32,
+        op: impl Fn(&mut Conn) -> RedisResult<T>,
+    ) -> StoreResult<T> {
         let mut slot = self.lock()?;
-        let mut retried = false;
+        let mut sent = 0;
         loop {
             let conn = match slot.as_mut() {
                 Some(conn) => conn,
                 None => slot.insert(open(&self.target).map_err(error)?),
             };
+            sent += 1;
             match op(conn) {
                 Ok(value) => return Ok(value),
                 Err(e) if e.is_io_error() || e.is_unrecoverable_error() => {
                     *slot = None;
-                    if retried {
+                    if sent >= sendings {
                         return Err(error(e));
                     }
-                    retried = true;
                     self.resent.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) => return Err(error(e)),
@@ -460,10 +468,16 @@ impl RedisStore {
 }
 
 impl Store for RedisStore {
+    /// Sent once: a `DEL` sent again after a lost connection would also
+    /// delete what was written between the two sendings (another consumer's
+    /// claim, whose duplicate a third could then claim). A forget that met a
+    /// broken connection fails (`Unavailable`); whether to send it again is
+    /// the caller's.
     async fn forget(&self, key: &str) -> StoreResult<()> {
         let mut del = redis::cmd("DEL");
         del.arg(self.key(key));
-        self.pipeline(vec![del]).map(|_| ())
+        self.run_sending(1, |conn| conn.pipeline(vec![del.clone()]))
+            .map(drop)
     }
 
     fn kind(&self) -> &'static str {
