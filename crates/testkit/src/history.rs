@@ -553,7 +553,7 @@ fn linearizable(calls: &[KeyCall], rules: Rules, ticks: Option<u64>) -> Result<(
 /// clock: its whole window (both ends, and a claim's time left anywhere
 /// between), and instants spread across it, since a deadline it set may fall
 /// between two later calls' instants that its ends alone cannot reach.
-fn instants((lo, hi): (u64, u64), ticks: Option<u64>) -> Vec<(u64, u64)> {
+pub(crate) fn instants((lo, hi): (u64, u64), ticks: Option<u64>) -> Vec<(u64, u64)> {
     match ticks {
         Some(tick) if tick > 0 && hi > lo && (hi - lo) / tick <= 64 => {
             let mut at: Vec<(u64, u64)> =
