@@ -768,12 +768,12 @@ impl<C: Store, S: Setting<C>> Client<C, S> {
         };
         // What to record: the answers (`None`: unknown), completion and end.
         let mut outcomes: Vec<(Option<Vec<KeyAnswer>>, u64, u64)> = Vec::new();
-        // A reply a fault kept from the caller: the call took effect, known.
         // The store sent the call again itself: its first sending, unknown,
         // took effect before the call returned, or never.
         if resent {
             outcomes.push((None, completed, hi));
         }
+        // A reply a fault kept from the caller: the call took effect, known.
         match swallowed {
             Some(Ok(answers)) => {
                 check(&answers)?;
