@@ -487,12 +487,11 @@ fn linearizable(calls: &[KeyCall], rules: Rules, ticks: Option<u64>) -> Result<(
             continue;
         }
         deepest = deepest.max(done.count_ones());
-        // Calls still pending that completed before a call began must go first
-        // (an unknown one that completed: with its effect, or none).
+        // Calls still pending that completed before a call began must go first.
         let horizon = calls
             .iter()
             .enumerate()
-            .filter(|(i, c)| done & (1 << i) == 0 && c.completed != u64::MAX)
+            .filter(|(i, c)| done & (1 << i) == 0 && c.answer.is_some())
             .map(|(_, c)| c.completed)
             .min()
             .unwrap_or(u64::MAX);
@@ -523,19 +522,7 @@ fn linearizable(calls: &[KeyCall], rules: Rules, ticks: Option<u64>) -> Result<(
                     }
                     (!next.is_empty()).then_some(next)
                 }
-                None => {
-                    let mut next = any_effect(&records, rules, call, &observed, until);
-                    if call.completed != u64::MAX {
-                        // No effect at all: left out of the order, it would not
-                        // let later calls go first.
-                        for r in &records {
-                            if !next.contains(r) {
-                                next.push(r.clone());
-                            }
-                        }
-                    }
-                    Some(next)
-                }
+                None => Some(any_effect(&records, rules, call, &observed, until)),
             };
             if let Some(next) = next {
                 stack.push((done | (1 << i), next));
@@ -769,9 +756,11 @@ impl<C: Store, S: Setting<C>> Client<C, S> {
         // What to record: the answers (`None`: unknown), completion and end.
         let mut outcomes: Vec<(Option<Vec<KeyAnswer>>, u64, u64)> = Vec::new();
         // The store sent the call again itself: its first sending, unknown,
-        // took effect before the call returned, or never.
+        // as a backend error's call. (It took effect before the call returned,
+        // or never; bounded so, the search over a Redis Cluster history with
+        // kills grew past 2 GB in 10 minutes at 300 runs x 12 clients.)
         if resent {
-            outcomes.push((None, completed, hi));
+            outcomes.push((None, u64::MAX, u64::MAX));
         }
         // A reply a fault kept from the caller: the call took effect, known.
         match swallowed {
@@ -1007,35 +996,5 @@ mod tests {
         };
         assert!(linearizable(&history, given_back, None).is_ok());
         assert!(linearizable(&history, InMemoryStore::RULES, None).is_err());
-    }
-
-    /// The first sending of a call the store sent again (unknown, completed
-    /// with the call) took effect before the calls invoked after the call
-    /// returned, or never: a remember sent again cannot come after a forget
-    /// that began later and explain a `Seen` after that forget.
-    #[test]
-    fn a_first_sending_takes_effect_before_the_call_returned_or_never() {
-        let seen = |answer: bool, order: (u64, u64), at: u64| {
-            call(
-                2,
-                KeyOp::Seen,
-                Some(KeyAnswer::Bool(answer)),
-                order,
-                (at, at),
-            )
-        };
-        let first = |completed: u64| call(0, KeyOp::Remember(None), None, (0, completed), (0, 10));
-        let forget = call(1, KeyOp::Forget, Some(KeyAnswer::Done), (2, 3), (20, 20));
-        let rules = InMemoryStore::RULES;
-        // Returned at order 1: the forget (invoked at 2) comes after it.
-        let history = [first(1), forget.clone(), seen(true, (4, 5), 30)];
-        assert!(linearizable(&history, rules, None).is_err());
-        // Its effect may also never have happened.
-        let history = [first(1), forget.clone(), seen(false, (4, 5), 30)];
-        assert!(linearizable(&history, rules, None).is_ok());
-        // A backend error's unknown call may still take effect late.
-        let lost = call(0, KeyOp::Remember(None), None, (0, u64::MAX), (0, u64::MAX));
-        let history = [lost, forget, seen(true, (4, 5), 30)];
-        assert!(linearizable(&history, rules, None).is_ok());
     }
 }
