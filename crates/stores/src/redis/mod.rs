@@ -274,8 +274,9 @@ impl RedisStore {
     }
 
     /// Runs `op` on the connection, reconnecting and retrying once after an I/O
-    /// error. Every operation here is safe to repeat: a claim that landed before
-    /// the connection broke is recognised by its token (see [`decide`]).
+    /// error. Every operation sent through it is safe to repeat: a claim that
+    /// landed before the connection broke is recognised by its token (see
+    /// [`decide`]). `forget` is not, and is sent once ([`Self::run_sending`]).
     fn run<T>(&self, op: impl Fn(&mut Conn) -> RedisResult<T>) -> StoreResult<T> {
         self.run_sending(2, op)
     }
