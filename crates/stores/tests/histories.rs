@@ -212,7 +212,7 @@ fn postgres_behind_pgbouncer() -> Fleet<PostgresStore> {
     // client's by then (the pooler lent it on): that call fails (the server's
     // 57P01, or the pooler closing the client's connection), its outcome
     // unknown, as the killed transaction's own. 300 runs x 8 and x 12 met both.
-    postgres_at(backend).with_backend_errors_marked(&["57P01", "connection closed"])
+    postgres_at(backend).with_backend_errors_marked(KILLED_BEHIND_PGBOUNCER)
 }
 
 fn postgres_at(backend: PgBackend) -> Fleet<PostgresStore> {

@@ -528,6 +528,11 @@ pub fn cluster_backend(
     (open, cleanup)
 }
 
+/// How a call met the test's own kill of a server connection behind PgBouncer
+/// (`pg_terminate_backend`): the server's 57P01, or the pooler closing the
+/// client's connection.
+pub const KILLED_BEHIND_PGBOUNCER: &[&str] = &["57P01", "connection closed"];
+
 /// A fresh PostgreSQL table for a run, with a table of effect rows beside it
 /// (`effects` is its name: `key TEXT`); dropped with `cleanup`.
 pub struct PgBackend {
@@ -572,7 +577,7 @@ impl PgBackend {
             // can meet a connect on a server connection it was lent (the
             // server's 57P01, or the pooler closing the client): once more.
             let killed = |e: &bq_dedupe::StoreError| {
-                ["57P01", "connection closed"]
+                KILLED_BEHIND_PGBOUNCER
                     .iter()
                     .any(|m| e.message.contains(m))
             };
