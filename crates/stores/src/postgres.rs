@@ -548,9 +548,10 @@ impl PostgresStore {
     /// Runs `op` on a pooled connection; a connection found closed (the server
     /// restarted, the network dropped it) is discarded and `op` retried once on a
     /// fresh one, and so is a call whose prepared statement the server no longer
-    /// has, or that a deadlock ended. Every operation is safe to repeat: a repeated claim carries
-    /// the same tokens, so it takes its own first claim again, and a repeated
-    /// commit answers `false` (lost), on the safe side.
+    /// has, or that a deadlock ended. Every operation sent through here is safe
+    /// to repeat: a repeated claim carries the same tokens, so it takes its own
+    /// first claim again, and a repeated commit answers `false` (lost), on the
+    /// safe side. `forget` is not: it has its own loop.
     fn run<T>(&self, op: impl Fn(&mut Session) -> Result<T, postgres::Error>) -> StoreResult<T> {
         // Each idle connection in the pool may be one the server dropped.
         let mut attempts = POOL_SIZE + 1;
@@ -885,6 +886,11 @@ impl Store for PostgresStore {
     /// writing the row, so the first waits for that commit and the second sees
     /// what it wrote. In one statement the row's delete read a snapshot from
     /// before the commit: the forget answered, and the id stayed remembered.
+    ///
+    /// Tried again only where nothing took effect (a `BEGIN` on a connection
+    /// the server dropped, a deadlock): a `COMMIT` whose reply was lost may
+    /// have landed, and sent again it would also delete a claim another
+    /// consumer took in between.
     async fn forget(&self, key: &str) -> StoreResult<()> {
         let key = stored(key);
         let key = key.as_ref();
@@ -893,14 +899,28 @@ impl Store for PostgresStore {
             format!("DELETE FROM {c} WHERE message_id = $1"),
             format!("DELETE FROM {t} WHERE message_id = $1"),
         );
-        self.run(|conn| {
-            let mut tx = (conn.client().build_transaction())
-                .isolation_level(postgres::IsolationLevel::ReadCommitted)
-                .start()?;
-            tx.execute(&claim, &[&key])?;
-            tx.execute(&row, &[&key])?;
-            tx.commit()
-        })
+        let mut attempts = POOL_SIZE + 1;
+        loop {
+            let mut conn = self.conn()?;
+            let begun = (conn.client().build_transaction())
+                .isolation_level(postgres::IsolationLevel::ReadCommitted);
+            let (e, at_begin) = match begun.start() {
+                Ok(mut tx) => {
+                    match (tx.execute(&claim, &[&key])).and_then(|_| tx.execute(&row, &[&key])) {
+                        Ok(_) => return tx.commit().map_err(error),
+                        Err(e) => (e, false),
+                    }
+                }
+                Err(e) => (e, true),
+            };
+            // A deadlock's transaction the server ended: nothing of it is left.
+            let undone =
+                deadlocked(&e) || (at_begin && (connection_lost(&e) || conn.client().is_closed()));
+            attempts -= 1;
+            if !undone || attempts == 0 {
+                return Err(error(e));
+            }
+        }
     }
 
     fn kind(&self) -> &'static str {

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use bq_dedupe::{Guard, OutcomeKind, Store, store::Claim, store::StoreErrorKind};
 use bq_dedupe_stores::{PostgresStore, StoreStats};
-use common::{PgCleanup, envelope, pg, postgres_table, postgres_url, ready};
+use common::{
+    PgCleanup, envelope, lossy_proxy, pg, postgres_table, postgres_url, ready, with_query,
+};
 
 /// A store on a fresh table, and the cleanup of that table.
 fn store(tag: &str) -> (PostgresStore, PgCleanup) {
@@ -520,6 +522,35 @@ fn postgres_a_forget_beside_a_commit_in_flight_forgets_the_id() {
             "the forget waited for the commit (fenced: {fenced}): the id is forgotten"
         );
     }
+}
+
+/// A forget whose `COMMIT` lost its reply is not sent again: the first
+/// sending may have taken effect, and a second would also delete a claim
+/// another consumer took between the two, which a third could then take and
+/// run the id beside it. It fails, and its first sending took effect.
+#[test]
+fn postgres_a_forget_whose_commit_lost_its_reply_is_not_sent_again() {
+    let (store, clean) = store("lost-forget");
+    ready(store.remember("a", None)).unwrap();
+    let url = with_query(&clean.url, "sslmode=disable");
+    let (head, rest) = url.split_once('@').unwrap();
+    let (upstream, tail) = rest.split_once('/').unwrap();
+    let proxy = lossy_proxy(upstream.to_string(), b"COMMIT\0", 1);
+    let through =
+        PostgresStore::connect(&format!("{head}@{}/{tail}", proxy.address), &clean.table).unwrap();
+    let sendings = || proxy.sendings.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(sendings(), 0, "nothing committed before the forget");
+    let forgot = ready(through.forget("a"));
+    assert!(
+        forgot.is_err(),
+        "its reply was lost: {forgot:?} ({} sendings)",
+        sendings()
+    );
+    assert_eq!(sendings(), 1, "the forget was sent once");
+    assert!(
+        !ready(store.seen("a")).unwrap(),
+        "the first sending reached the server"
+    );
 }
 
 /// A database whose encoding is `SQL_ASCII` (what `initdb` makes with the C

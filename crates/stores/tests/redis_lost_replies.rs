@@ -6,58 +6,7 @@ mod common;
 
 use bq_dedupe::Store;
 use bq_dedupe_stores::RedisStore;
-use common::{RedisCleanup, ready, redis_prefix, redis_url};
-
-/// A TCP proxy to `upstream` (`HOST:PORT`) that loses replies: while `drops` is
-/// above zero, a reply to a request carrying `needle` (`NX`: a claim) is not passed on;
-/// the client's connection is closed instead, and `drops` goes down by one. The
-/// request itself reached the server: a call that took effect, its reply lost.
-fn lossy_proxy(upstream: String, needle: &'static [u8], drops: usize) -> String {
-    use std::io::{Read, Write};
-    use std::net::{Shutdown, TcpListener, TcpStream};
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let drops = Arc::new(AtomicUsize::new(drops));
-    std::thread::spawn(move || {
-        for client in listener.incoming().flatten() {
-            let server = TcpStream::connect(&upstream).unwrap();
-            let claimed = Arc::new(AtomicBool::new(false));
-            let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-            let seen = claimed.clone();
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 65536];
-                while let Ok(n @ 1..) = c_in.read(&mut buf) {
-                    if buf[..n].windows(needle.len()).any(|w| w == needle) {
-                        seen.store(true, Ordering::SeqCst);
-                    }
-                    if s_out.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-                let _ = s_out.shutdown(Shutdown::Both);
-            });
-            let (mut s_in, mut c_out) = (server, client);
-            let drops = drops.clone();
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 65536];
-                while let Ok(n @ 1..) = s_in.read(&mut buf) {
-                    let lose = claimed.load(Ordering::SeqCst)
-                        && drops
-                            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |d| d.checked_sub(1))
-                            .is_ok();
-                    if lose || c_out.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-                let _ = c_out.shutdown(Shutdown::Both);
-                let _ = s_in.shutdown(Shutdown::Both);
-            });
-        }
-    });
-    format!("redis://{addr}/0")
-}
+use common::{RedisCleanup, lossy_proxy, ready, redis_prefix, redis_url};
 
 /// A store under a fresh prefix, through a [`lossy_proxy`] to the test server
 /// that loses `drops` replies to requests carrying `needle`; and the prefix's
@@ -75,7 +24,8 @@ fn through_lossy_proxy(
         .next()
         .unwrap()
         .to_string();
-    let store = RedisStore::connect(&lossy_proxy(upstream, needle, drops), prefix.clone()).unwrap();
+    let proxy = lossy_proxy(upstream, needle, drops).address;
+    let store = RedisStore::connect(&format!("redis://{proxy}/0"), prefix.clone()).unwrap();
     (store, RedisCleanup { url, prefix })
 }
 

@@ -84,6 +84,70 @@ impl Drop for RedisCleanup {
     }
 }
 
+/// A TCP proxy ([`lossy_proxy`]) and how many requests carrying its needle
+/// passed through it.
+pub struct LossyProxy {
+    /// `HOST:PORT` to connect to instead of the server.
+    pub address: String,
+    pub sendings: std::sync::Arc<AtomicU64>,
+}
+
+/// A TCP proxy to `upstream` (`HOST:PORT`) that loses replies: while `drops` is
+/// above zero, a reply to a request carrying `needle` (Redis `NX`: a claim;
+/// PostgreSQL `COMMIT\0`, the query and its end) is not passed on; the client's connection is closed
+/// instead, and `drops` goes down by one. The request itself reached the
+/// server: a call that took effect, its reply lost. The bytes must be in the
+/// clear (a PostgreSQL client with `sslmode=disable`).
+pub fn lossy_proxy(upstream: String, needle: &'static [u8], drops: usize) -> LossyProxy {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let drops = Arc::new(AtomicUsize::new(drops));
+    let sendings = Arc::new(AtomicU64::new(0));
+    let counted = sendings.clone();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let server = TcpStream::connect(&upstream).unwrap();
+            let claimed = Arc::new(AtomicBool::new(false));
+            let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let (seen, counted) = (claimed.clone(), counted.clone());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n @ 1..) = c_in.read(&mut buf) {
+                    if buf[..n].windows(needle.len()).any(|w| w == needle) {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        seen.store(true, Ordering::SeqCst);
+                    }
+                    if s_out.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = s_out.shutdown(Shutdown::Both);
+            });
+            let (mut s_in, mut c_out) = (server, client);
+            let drops = drops.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n @ 1..) = s_in.read(&mut buf) {
+                    let lose = claimed.load(Ordering::SeqCst)
+                        && drops
+                            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |d| d.checked_sub(1))
+                            .is_ok();
+                    if lose || c_out.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = c_out.shutdown(Shutdown::Both);
+                let _ = s_in.shutdown(Shutdown::Both);
+            });
+        }
+    });
+    LossyProxy { address, sendings }
+}
+
 /// The test PostgreSQL's spec (`postgres` row); unset, the test fails.
 pub fn postgres_url() -> String {
     server_spec(server_of("postgres", false))
