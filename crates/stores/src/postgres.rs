@@ -524,7 +524,36 @@ impl PostgresStore {
             security_note: tls.note,
         };
         store.create_tables()?;
-        Ok(store)
+        let (table, claims) = store.qualified_tables()?;
+        Ok(PostgresStore {
+            table,
+            claims,
+            ..store
+        })
+    }
+
+    /// The two tables' names with their schemas, as they resolve now: a
+    /// handler that moves its session's `search_path` (`SET`, which outlives
+    /// its transaction on the pooled connection) cannot move the store's
+    /// statements to another schema's tables of the same names.
+    fn qualified_tables(&self) -> StoreResult<(String, String)> {
+        let name = "(SELECT pg_catalog.format('%I.%I', n.nspname, c.relname)
+                     FROM pg_catalog.pg_class c
+                     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                     WHERE c.oid = pg_catalog.to_regclass";
+        let sql = format!("SELECT {name}($1)), {name}($2))");
+        let (t, c) = (self.table.as_str(), self.claims.as_str());
+        let row = self.run(|conn| {
+            conn.client()
+                .query_typed_one(&sql, &[(&t, Type::TEXT), (&c, Type::TEXT)])
+        })?;
+        match (row.get(0), row.get(1)) {
+            (Some(t), Some(c)) => Ok((t, c)),
+            _ => Err(StoreError::new(
+                StoreErrorKind::Internal,
+                format!("postgres: {t} or {c} is not found after creating them"),
+            )),
+        }
     }
 
     /// What the connection's TLS mode leaves unchecked, when it does not
@@ -534,7 +563,8 @@ impl PostgresStore {
         self.security_note.as_deref()
     }
 
-    /// The table of remembered ids (Go's); claims are in `TABLE_claims`.
+    /// The table of remembered ids (Go's), with its schema; claims are in
+    /// `TABLE_claims`.
     pub fn table(&self) -> &str {
         &self.table
     }

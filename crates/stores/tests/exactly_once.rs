@@ -344,6 +344,54 @@ fn postgres_a_success_commits_both_a_failure_neither_and_a_redelivery_skips() {
     pg_drop(&table);
 }
 
+/// A handler that moves its session's `search_path` (a schema per tenant, set
+/// with `SET`, not `SET LOCAL`) leaves the store's statements on the store's
+/// tables: in its own transaction, where the schema it moved to has tables of
+/// the same names, and on the pooled connections it leaves behind.
+#[test]
+fn postgres_a_handler_that_moves_search_path_leaves_the_store_on_its_tables() {
+    let (guard, table, _clean) = pg_guard("tx-path");
+    let tenant = format!("{table}_tenant");
+    pg().batch_execute(&format!(
+        "CREATE SCHEMA {tenant};
+         CREATE TABLE {tenant}.{table} (LIKE {table} INCLUDING ALL);
+         CREATE TABLE {tenant}.{table}_claims (LIKE {table}_claims INCLUDING ALL);"
+    ))
+    .unwrap();
+    let insert = format!("INSERT INTO public.{table}_effects (id) VALUES ($1)");
+    let ids: Vec<String> = (0..8).map(|i| format!("path-{i}")).collect();
+    for id in &ids {
+        let outcome = guard.process_in_transaction(envelope(id).as_str(), |msg, tx| {
+            tx.batch_execute(&format!("SET search_path TO {tenant}"))?;
+            tx.execute(&insert, &[&msg.id().unwrap()]).map(drop)
+        });
+        assert_eq!(outcome.kind(), OutcomeKind::Ran, "{id}: {outcome:?}");
+    }
+    for id in &ids {
+        let outcome = guard.process_in_transaction(envelope(id).as_str(), |msg, tx| {
+            tx.execute(&insert, &[&msg.id().unwrap()]).map(drop)
+        });
+        assert_eq!(outcome.kind(), OutcomeKind::Skipped, "{id}: {outcome:?}");
+        assert_eq!(pg_effects(&table, id), 1, "{id}");
+    }
+    let count = |t: &str| -> i64 {
+        pg().query_one(&format!("SELECT count(*) FROM {t}"), &[])
+            .unwrap()
+            .get(0)
+    };
+    assert_eq!(
+        count(&table),
+        ids.len() as i64,
+        "the ids are the store's rows"
+    );
+    assert_eq!(count(&format!("{table}_claims")), 0, "no claim row stays");
+    assert_eq!(count(&format!("{tenant}.{table}")), 0);
+    assert_eq!(count(&format!("{tenant}.{table}_claims")), 0);
+    pg().batch_execute(&format!("DROP SCHEMA {tenant} CASCADE"))
+        .unwrap();
+    pg_drop(&table);
+}
+
 /// The store prepares its statements once per connection: one prepared in a
 /// transaction that rolls back, or under a savepoint rolled back, is still
 /// there for the next call; and a handler that deallocates them all loses its
