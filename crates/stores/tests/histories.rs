@@ -104,9 +104,13 @@ fn redis_histories_are_linearizable_in_each_dialect() {
 /// the store sent again on a fresh connection may have taken effect at its
 /// first sending too (`with_resends`: 300 runs x 12 clients met a claim whose
 /// first sending held the key, was forgotten, and whose second took it again).
-/// One test, so that the kills never meet the first part's clients.
+/// One test, so that the kills never meet the first part's clients; and the
+/// cluster is this test's alone while it runs ([`CLUSTER`]).
 #[test]
 fn redis_cluster_histories_are_linearizable() {
+    let _cluster = CLUSTER
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     testkit::check_histories(4, || {
         let (open, cleanup) = cluster_backend("histories-cluster");
         Fleet::new(RedisStore::rules(Dialect::Native), open)
@@ -133,6 +137,12 @@ fn redis_cluster_histories_are_linearizable() {
             .with_cleanup((killer, cleanup))
     });
 }
+
+/// Held by a test while it uses the test cluster: the kills of
+/// [`redis_cluster_histories_are_linearizable`] end every client's
+/// connections, and another test's clients would fail with no fault of their
+/// own.
+static CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Kills the normal clients of one cluster node at a time until dropped.
 struct NodeKiller {
@@ -179,6 +189,11 @@ impl Drop for NodeKiller {
 #[test]
 fn every_backend_from_a_spec_has_linearizable_histories() {
     on_backends("histories-any", on_a_server, |subject| {
+        let _cluster = (subject.backend.name == "redis-cluster").then(|| {
+            CLUSTER
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+        });
         testkit::check_histories(3, || {
             let fresh = Subject::new(subject.backend, "histories-any");
             Fleet::new(fresh.rules(), fresh.opener())
