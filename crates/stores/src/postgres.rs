@@ -17,7 +17,9 @@ use r2d2_postgres::PostgresConnectionManager;
 use r2d2_postgres::r2d2::{ManageConnection, Pool, PooledConnection};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+mod blocking;
 mod session;
+use blocking::{off_multi_thread_runtime, off_runtime};
 use session::{Bound, Manager, Params, Prepared, Session, array_literal, is_stale, literal};
 
 use crate::tls::{client_config, postgres_tls};
@@ -77,7 +79,8 @@ fn expiry(param: &str) -> String {
 /// that does not keep prepared statements per client; see `docs/stores.md`),
 /// and with `statement_cache=generic` plans them once, too.
 pub struct PostgresStore {
-    pool: Pool<Manager>,
+    /// Taken only by `drop`.
+    pool: Option<Pool<Manager>>,
     table: String,
     claims: String,
     security_note: Option<String>,
@@ -89,6 +92,15 @@ impl std::fmt::Debug for PostgresStore {
         f.debug_struct("PostgresStore")
             .field("table", &self.table)
             .finish_non_exhaustive()
+    }
+}
+
+/// Closing a connection blocks on the client's runtime: off tokio's, too.
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.take() {
+            off_runtime(move || drop(pool));
+        }
     }
 }
 
@@ -453,6 +465,10 @@ impl PostgresStore {
     /// certificates are not read. A certificate that fails its check is
     /// `Unavailable`, naming the host.
     pub fn connect(url: &str, table: &str) -> StoreResult<Self> {
+        off_runtime(|| Self::connect_here(url, table))
+    }
+
+    fn connect_here(url: &str, table: &str) -> StoreResult<Self> {
         check_table(table)?;
         let (url, tls) = postgres_tls(url)?;
         let (url, limits) = timeouts_of(&url)?;
@@ -517,19 +533,15 @@ impl PostgresStore {
                 StoreError::unavailable(format!("postgres: cannot connect to {host}: {e}"))
             })?;
         let claims = format!("{table}_claims");
-        let store = PostgresStore {
-            pool,
+        let mut store = PostgresStore {
+            pool: Some(pool),
             table: table.to_owned(),
             claims,
             security_note: tls.note,
         };
         store.create_tables()?;
-        let (table, claims) = store.qualified_tables()?;
-        Ok(PostgresStore {
-            table,
-            claims,
-            ..store
-        })
+        (store.table, store.claims) = store.qualified_tables()?;
+        Ok(store)
     }
 
     /// The two tables' names with their schemas, as they resolve now: a
@@ -570,7 +582,8 @@ impl PostgresStore {
     }
 
     fn conn(&self) -> StoreResult<PooledConnection<Manager>> {
-        self.pool
+        (self.pool.as_ref())
+            .ok_or_else(|| StoreError::internal("postgres: the store is closed"))?
             .get()
             .map_err(|e| StoreError::unavailable(format!("postgres: no connection: {e}")))
     }
@@ -582,7 +595,17 @@ impl PostgresStore {
     /// to repeat: a repeated claim carries the same tokens, so it takes its own
     /// first claim again, and a repeated commit answers `false` (lost), on the
     /// safe side. `forget` is not: it has its own loop.
-    fn run<T>(&self, op: impl Fn(&mut Session) -> Result<T, postgres::Error>) -> StoreResult<T> {
+    fn run<T: Send>(
+        &self,
+        op: impl Fn(&mut Session) -> Result<T, postgres::Error> + Send,
+    ) -> StoreResult<T> {
+        off_runtime(|| self.run_here(op))
+    }
+
+    fn run_here<T>(
+        &self,
+        op: impl Fn(&mut Session) -> Result<T, postgres::Error>,
+    ) -> StoreResult<T> {
         // Each idle connection in the pool may be one the server dropped.
         let mut attempts = POOL_SIZE + 1;
         loop {
@@ -609,16 +632,45 @@ impl PostgresStore {
         &self,
         body: impl FnOnce(postgres::Transaction<'_>, &mut Prepared) -> StoreResult<R>,
     ) -> StoreResult<R> {
+        off_multi_thread_runtime(|| {
+            let mut attempts = POOL_SIZE + 1;
+            loop {
+                let mut conn = self.conn()?;
+                let e = match conn.transaction() {
+                    Ok((tx, prepared)) => return body(tx, prepared),
+                    Err(e) => e,
+                };
+                if attempts > 1 && (connection_lost(&e) || conn.client().is_closed()) {
+                    attempts -= 1;
+                } else {
+                    return Err(error(e));
+                }
+            }
+        })
+    }
+
+    /// [`Store::forget`]'s transaction, tried again only where nothing of it
+    /// took effect.
+    fn forget_here(&self, claim: &str, row: &str, key: &str) -> StoreResult<()> {
         let mut attempts = POOL_SIZE + 1;
         loop {
             let mut conn = self.conn()?;
-            let e = match conn.transaction() {
-                Ok((tx, prepared)) => return body(tx, prepared),
-                Err(e) => e,
+            let begun = (conn.client().build_transaction())
+                .isolation_level(postgres::IsolationLevel::ReadCommitted);
+            let (e, at_begin) = match begun.start() {
+                Ok(mut tx) => {
+                    match (tx.execute(claim, &[&key])).and_then(|_| tx.execute(row, &[&key])) {
+                        Ok(_) => return tx.commit().map_err(error),
+                        Err(e) => (e, false),
+                    }
+                }
+                Err(e) => (e, true),
             };
-            if attempts > 1 && (connection_lost(&e) || conn.client().is_closed()) {
-                attempts -= 1;
-            } else {
+            // A deadlock's transaction the server ended: nothing of it is left.
+            let undone =
+                deadlocked(&e) || (at_begin && (connection_lost(&e) || conn.client().is_closed()));
+            attempts -= 1;
+            if !undone || attempts == 0 {
                 return Err(error(e));
             }
         }
@@ -700,10 +752,14 @@ impl PostgresStore {
         // A large backlog may take longer than the session's statement_timeout:
         // the purge alone runs without one (it takes no lock a call waits on
         // for long: rows, not the table).
+        off_runtime(|| self.purge_here(&sql, stale))
+    }
+
+    fn purge_here(&self, sql: &str, stale: i64) -> StoreResult<u64> {
         self.in_transaction(|mut tx, _| {
             let row = tx
                 .batch_execute("SET LOCAL statement_timeout = 0")
-                .and_then(|()| tx.query_typed_one(&sql, &[(&stale, Type::INT8)]))
+                .and_then(|()| tx.query_typed_one(sql, &[(&stale, Type::INT8)]))
                 .map_err(error)?;
             tx.commit().map_err(error)?;
             Ok(row.get::<_, i64>(0).max(0) as u64)
@@ -929,28 +985,7 @@ impl Store for PostgresStore {
             format!("DELETE FROM {c} WHERE message_id = $1"),
             format!("DELETE FROM {t} WHERE message_id = $1"),
         );
-        let mut attempts = POOL_SIZE + 1;
-        loop {
-            let mut conn = self.conn()?;
-            let begun = (conn.client().build_transaction())
-                .isolation_level(postgres::IsolationLevel::ReadCommitted);
-            let (e, at_begin) = match begun.start() {
-                Ok(mut tx) => {
-                    match (tx.execute(&claim, &[&key])).and_then(|_| tx.execute(&row, &[&key])) {
-                        Ok(_) => return tx.commit().map_err(error),
-                        Err(e) => (e, false),
-                    }
-                }
-                Err(e) => (e, true),
-            };
-            // A deadlock's transaction the server ended: nothing of it is left.
-            let undone =
-                deadlocked(&e) || (at_begin && (connection_lost(&e) || conn.client().is_closed()));
-            attempts -= 1;
-            if !undone || attempts == 0 {
-                return Err(error(e));
-            }
-        }
+        off_runtime(|| self.forget_here(&claim, &row, key))
     }
 
     fn kind(&self) -> &'static str {
@@ -1423,11 +1458,13 @@ impl PostgresStore {
              DELETE FROM {t} WHERE message_id = $1
                AND created_at IN (SELECT taken_at FROM unmark)"
         );
-        let mut conn = self.conn()?;
-        conn.client()
-            .execute_typed(&sql, &[(&key, Type::TEXT), (&mark, Type::TEXT)])
-            .map(drop)
-            .map_err(error)
+        off_runtime(|| {
+            let mut conn = self.conn()?;
+            conn.client()
+                .execute_typed(&sql, &[(&key, Type::TEXT), (&mark, Type::TEXT)])
+                .map(drop)
+                .map_err(error)
+        })
     }
 
     /// Runs [`Self::take_sql`] in `tx`: `None` when the id is now this run's

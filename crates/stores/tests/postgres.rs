@@ -913,3 +913,62 @@ fn postgres_timeouts_are_the_store_s_or_the_role_s() {
     assert_eq!(e.kind, StoreErrorKind::Invalid);
     assert!(e.message.contains("nor `server`"), "{e}");
 }
+
+/// The store used as an async host uses it: awaited inside a tokio runtime of
+/// either kind (the sync client blocks on a runtime of its own, which tokio
+/// refuses to start on a runtime's thread: it panicked), and dropped there;
+/// the transactional mode on a multi-thread runtime, and in `spawn_blocking`
+/// on a current-thread one.
+#[test]
+fn postgres_works_inside_a_tokio_runtime_of_either_kind() {
+    let runtimes = [
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap(),
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap(),
+    ];
+    for (n, runtime) in runtimes.into_iter().enumerate() {
+        let multi = n == 1;
+        let table = postgres_table("tokio");
+        let clean = PgCleanup {
+            url: postgres_url(),
+            table: table.clone(),
+        };
+        let url = clean.url.clone();
+        runtime.block_on(async {
+            let guard = Guard::new(PostgresStore::connect(&url, &table).unwrap());
+            let ran = guard
+                .process(envelope("t-1").as_str(), async |_| Ok::<(), String>(()))
+                .await;
+            assert_eq!(ran.kind(), OutcomeKind::Ran, "{ran:?}");
+            let again = guard
+                .process(envelope("t-1").as_str(), async |_| Ok::<(), String>(()))
+                .await;
+            assert_eq!(again.kind(), OutcomeKind::Skipped, "{again:?}");
+            let store = guard.store();
+            assert!(matches!(
+                store.claim("t-2", Duration::from_secs(30)).await.unwrap(),
+                Claim::Acquired(_)
+            ));
+            store.forget("t-1").await.unwrap();
+            assert!(!store.seen("t-1").await.unwrap());
+            assert_eq!(store.stats().unwrap().claimed, 1);
+            store.purge_expired().unwrap();
+            let tx = |guard: &Guard<PostgresStore>| {
+                guard.process_in_transaction(envelope("t-3").as_str(), |_, tx| {
+                    tx.execute("SELECT 1", &[]).map(drop)
+                })
+            };
+            let outcome = match multi {
+                true => tx(&guard),
+                false => tokio::task::spawn_blocking(move || tx(&guard))
+                    .await
+                    .unwrap(),
+            };
+            assert_eq!(outcome.kind(), OutcomeKind::Ran, "{outcome:?}");
+        });
+    }
+}
