@@ -53,6 +53,10 @@ pub(crate) enum Verify {
     ChainAndName,
 }
 
+// rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange);
+// the other, aws-lc-rs, needs a C toolchain to build. Allowed here, so a user
+// crate that builds with `-D warnings` against a newer rustls still builds.
+#[allow(deprecated)]
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
