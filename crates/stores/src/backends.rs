@@ -186,6 +186,17 @@ struct RedisParams {
 /// `tls`: the spec's scheme is `rediss` (a CA file is refused otherwise).
 fn split_redis(spec: &str, tls: bool) -> Result<(String, RedisParams), StoreError> {
     let (url, ours) = take_params(spec, &["prefix", "dialect", "ca"])?;
+    // The client reads `protocol` alone and ignores the rest: a misspelt
+    // `dialect` or `prefix` would leave the default, silently.
+    let theirs = url.split_once('?').map_or("", |(_, query)| query);
+    for pair in theirs.split('&').filter(|p| !p.is_empty()) {
+        let name = pair.split_once('=').map_or(pair, |(name, _)| name);
+        if name != "protocol" {
+            return Err(invalid(format!(
+                "redis spec: unknown parameter {name:?} (known: prefix, dialect, ca, protocol)"
+            )));
+        }
+    }
     let mut dialect = Dialect::Native;
     let mut prefix = None;
     let mut ca = None;
@@ -282,8 +293,8 @@ mod tests {
             ("redis://h:1/2".into(), "app:".into())
         );
         assert_eq!(
-            split("redis://h/0?protocol=resp3&prefix=a%20b%3A&x=1"),
-            ("redis://h/0?protocol=resp3&x=1".into(), "a b:".into())
+            split("redis://h/0?protocol=resp3&prefix=a%20b%3A"),
+            ("redis://h/0?protocol=resp3".into(), "a b:".into())
         );
         assert_eq!(split("redis://h?prefix="), ("redis://h".into(), "".into()));
         assert!(split_redis("redis://h?prefix=%ff", false).is_err());
@@ -300,8 +311,12 @@ mod tests {
             ("redis://h".into(), "bq:idem:".into(), Dialect::Php)
         );
         assert_eq!(
-            split("redis://h/1?dialect=go&x=1"),
-            ("redis://h/1?x=1".into(), "bq:idemp:".into(), Dialect::Go)
+            split("redis://h/1?dialect=go&protocol=resp2"),
+            (
+                "redis://h/1?protocol=resp2".into(),
+                "bq:idemp:".into(),
+                Dialect::Go
+            )
         );
         assert_eq!(
             split("redis://h?dialect=php&prefix=app:"),
@@ -334,6 +349,25 @@ mod tests {
         std::fs::remove_file(&not_pem).unwrap();
         assert!(empty.message.contains("no PEM certificate"), "{empty}");
         assert!(err("redis://h?ca=/x").message.contains("rediss://"));
+    }
+
+    #[test]
+    fn a_redis_parameter_neither_we_nor_the_client_know_is_refused() {
+        // A typo (`dialekt=php`) left the dialect native: a PHP fleet's ids
+        // were not seen, with no error.
+        for spec in [
+            "redis://h?dialekt=php",
+            "redis://h/0?prefix=a&prefx=b",
+            "rediss://h?x=1",
+        ] {
+            let e = split_redis(spec, spec.starts_with("rediss"))
+                .map(drop)
+                .unwrap_err();
+            assert_eq!(e.kind, StoreErrorKind::Invalid, "{spec}");
+            assert!(e.message.contains("unknown parameter"), "{spec}: {e}");
+        }
+        let (url, _) = split_redis("redis://h/0?protocol=resp3&dialect=php", false).unwrap();
+        assert_eq!(url, "redis://h/0?protocol=resp3");
     }
 
     #[test]

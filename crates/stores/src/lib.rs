@@ -30,8 +30,9 @@
 //! `D` is `native` (the default), `php` or `go`. The Redis prefix defaults to the
 //! dialect's: [`DEFAULT_REDIS_PREFIX`] (`bq:dedupe:`, used by no other SDK) for
 //! ours, `bq:idem:` for PHP's, `bq:idemp:` for Go's; it is percent-decoded
-//! (`?prefix=app%201:`), and `?prefix=` gives no prefix. Other query parameters and
-//! a password (`redis://:secret@host`) go to the client unchanged. The table
+//! (`?prefix=app%201:`), and `?prefix=` gives no prefix. `?protocol=resp3` and a
+//! password (`redis://:secret@host`, percent-encoded) go to the client; any other
+//! parameter is refused (the client would ignore a misspelt `dialect`). The table
 //! defaults to Go's, `babelqueue_idempotency` (`postgresql://` works too).
 //!
 //! `rediss://` is TLS (rustls; the platform's roots, the PEM file

@@ -475,7 +475,11 @@ impl PostgresStore {
         let (url, cache) = statement_cache_of(&url)?;
         let mut config: Config = url
             .parse()
-            .map_err(|e| invalid(format!("postgres: bad url: {e}")))?;
+            // The cause names the parameter (`unknown option `tabel``), never a value.
+            .map_err(|e| match std::error::Error::source(&e) {
+                Some(cause) => invalid(format!("postgres: bad url: {e}: {cause}")),
+                None => invalid(format!("postgres: bad url: {e}")),
+            })?;
         config.connect_timeout(TIMEOUT);
         config.notice_callback(on_notice);
         // Every session of the store: a call blocked on a lock, or a

@@ -972,3 +972,13 @@ fn postgres_works_inside_a_tokio_runtime_of_either_kind() {
         });
     }
 }
+
+/// A misspelt parameter is named (the client's own message said only
+/// "invalid connection string"), and the password is not.
+#[test]
+fn postgres_a_bad_url_names_the_parameter_and_not_the_password() {
+    let e = PostgresStore::connect("postgres://u:s3cret@127.0.0.1:1/db?tabel=x", "t").unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::Invalid, "{e}");
+    assert!(e.message.contains("tabel"), "{e}");
+    assert!(!e.message.contains("s3cret"), "{e}");
+}

@@ -218,3 +218,76 @@ fn redis_a_claim_never_answers_held_when_no_claim_exists() {
         "{held} of {answers} claims answered Held with no claim taken"
     );
 }
+
+/// A server of this test's own that requires a password (`requirepass`):
+/// opened without one, the store fails at once, saying so (it opened, and
+/// every call then failed `Unavailable` on `NOAUTH`, retried for ever); with
+/// it, the store works; the password is in no message.
+#[test]
+fn redis_a_server_that_requires_a_password_is_refused_at_open_without_one() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = std::env::temp_dir().join(common::unique("bq-redis-pw"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let server = std::process::Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args([
+            "--requirepass",
+            "s3cret-pw",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server (scripts/with-redis.sh installs it)");
+    struct Stop(std::process::Child, std::path::PathBuf);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+            let _ = std::fs::remove_dir_all(&self.1);
+        }
+    }
+    let _stop = Stop(server, dir);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "redis-server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let without = RedisStore::connect(&format!("redis://127.0.0.1:{port}"), "pw:".to_string())
+        .map(drop)
+        .unwrap_err();
+    assert_ne!(without.kind, StoreErrorKind::Unavailable, "{without}");
+    assert!(without.message.contains("password"), "{without}");
+    let wrong = RedisStore::connect(
+        &format!("redis://:nope@127.0.0.1:{port}"),
+        "pw:".to_string(),
+    )
+    .map(drop)
+    .unwrap_err();
+    assert!(!wrong.message.contains("nope"), "{wrong}");
+    let with = RedisStore::connect(&format!("redis://:s3cret-pw@127.0.0.1:{port}"), "pw:").unwrap();
+    ready(with.remember("a", None)).unwrap();
+    assert!(ready(with.seen("a")).unwrap());
+}
+
+/// A password with a character a URL reserves, not percent-encoded: the
+/// message says how to write it, and does not show it.
+#[test]
+fn redis_a_bad_url_says_how_to_write_a_password() {
+    let e = RedisStore::connect("redis://:pa?ss@127.0.0.1:1", "p")
+        .map(drop)
+        .unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::Invalid, "{e}");
+    assert!(e.message.contains("percent-encoded"), "{e}");
+    assert!(!e.message.contains("pa?ss"), "{e}");
+}

@@ -69,9 +69,13 @@ impl Conn {
 pub(super) fn open(target: &Target) -> RedisResult<Conn> {
     match target {
         Target::Single(client) => {
-            let conn = client.get_connection_with_timeout(TIMEOUT)?;
+            let mut conn = client.get_connection_with_timeout(TIMEOUT)?;
             conn.set_read_timeout(Some(TIMEOUT))?;
             conn.set_write_timeout(Some(TIMEOUT))?;
+            // The client sends nothing on connect without a password: a
+            // server that requires one would answer NOAUTH only to the first
+            // call, as if it were down. Asked here, it says so at once.
+            redis::cmd("PING").query::<()>(&mut conn)?;
             Ok(Conn::Single(conn))
         }
         Target::Cluster(client, _) => Ok(Conn::Cluster(Box::new(client.get_connection()?))),
@@ -86,7 +90,13 @@ pub(super) fn error(e: RedisError) -> StoreError {
 
 /// [`error`], saying which server it came from (`host:port`).
 pub(super) fn error_at(e: RedisError, location: &str) -> StoreError {
-    StoreError::backend(transient(&e), format!("redis {location}: {e}"))
+    let hint = match e.code() {
+        Some("NOAUTH") => {
+            " (the server requires a password: redis://:PASSWORD@HOST, percent-encoded)"
+        }
+        _ => "",
+    };
+    StoreError::backend(transient(&e), format!("redis {location}: {e}{hint}"))
 }
 
 fn transient(e: &RedisError) -> bool {

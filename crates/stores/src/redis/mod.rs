@@ -119,7 +119,14 @@ impl RedisStore {
             None => Client::open(url),
             Some(pem) => Client::build_with_tls(url, certificates(pem)),
         }
-        .map_err(|e| StoreError::new(StoreErrorKind::Invalid, format!("redis: bad url: {e}")))?;
+        .map_err(|e| {
+            StoreError::new(
+                StoreErrorKind::Invalid,
+                format!(
+                    "redis: bad url: {e} (in a user name or password, @ / ? # % are percent-encoded: %40 %2F %3F %23 %25)"
+                ),
+            )
+        })?;
         Self::open_target(Target::Single(client), prefix, dialect)
     }
 
