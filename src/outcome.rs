@@ -133,6 +133,9 @@ impl OutcomeKind {
             OutcomeKind::PayloadMismatch => {
                 Some("the id was already processed with a different payload")
             }
+            OutcomeKind::FailOpen => {
+                Some("no usable meta.id (absent, null, empty or not a string): ran without dedupe")
+            }
             _ => None,
         }
     }
@@ -236,9 +239,10 @@ impl<E> Outcome<E> {
             Outcome::Failed(e) | Outcome::FailOpen(Err(e)) => describe(e),
             Outcome::Panicked(msg) => Some(format!("handler panicked: {msg}")),
             Outcome::Rejected(r) => Some(r.to_string()),
-            Outcome::RanLeaseLost | Outcome::PayloadMismatch | Outcome::Parked => {
-                self.kind().reason().map(str::to_string)
-            }
+            Outcome::RanLeaseLost
+            | Outcome::PayloadMismatch
+            | Outcome::Parked
+            | Outcome::FailOpen(Ok(())) => self.kind().reason().map(str::to_string),
             _ => None,
         }
     }

@@ -53,6 +53,9 @@ fn absent_null_empty_or_non_string_id_fails_open() {
             let outcome = deliver(&guard, &body, true, &effects);
             assert_eq!(outcome, Outcome::FailOpen(Ok(())), "id {id:?}");
             assert_eq!(outcome.disposition(), Disposition::Ack);
+            // Said in every verdict: a producer sending numbers gets no dedupe.
+            let reason = outcome.reason().expect("a fail-open says why");
+            assert!(reason.contains("meta.id"), "{reason}");
         }
     }
     assert_eq!(effects.get(), 10, "every fail-open delivery runs");
