@@ -28,6 +28,8 @@ pub struct ExecHandler {
     pub cmd: String,
     /// How long one delivery's handler may run before it is killed.
     pub timeout: Duration,
+    /// Its stdout and stderr go on to ours (stderr) as well.
+    pub show_output: bool,
 }
 
 impl ExecHandler {
@@ -39,7 +41,10 @@ impl ExecHandler {
             .arg("-c")
             .arg(&self.cmd)
             .stdin(Stdio::piped())
-            .stdout(Stdio::null())
+            .stdout(match self.show_output {
+                true => Stdio::from(std::io::stderr()),
+                false => Stdio::null(),
+            })
             .stderr(Stdio::piped());
         // Its own process group, so a timeout kills whatever it started too.
         #[cfg(unix)]
@@ -48,7 +53,7 @@ impl ExecHandler {
             .spawn()
             .map_err(|e| format!("could not start handler: {e}"))?;
         feed(&mut child, envelope);
-        let tail = Tail::drain(&mut child);
+        let tail = Tail::drain(&mut child, self.show_output);
         let pid = child.id();
         // A thread waits for the exit without reaping it, so the pid (and its
         // group) stays the handler's until this thread reaps it: a kill at the
@@ -108,7 +113,8 @@ struct Tail {
 }
 
 impl Tail {
-    fn drain(child: &mut Child) -> Tail {
+    /// `echo`: each chunk also goes on to our stderr.
+    fn drain(child: &mut Child, echo: bool) -> Tail {
         let kept = Arc::new(Mutex::new(VecDeque::with_capacity(TAIL_BYTES)));
         let (end, ended) = mpsc::channel();
         if let Some(mut stderr) = child.stderr.take() {
@@ -116,6 +122,9 @@ impl Tail {
             std::thread::spawn(move || {
                 let mut chunk = [0u8; 8192];
                 while let Ok(n @ 1..) = stderr.read(&mut chunk) {
+                    if echo {
+                        let _ = std::io::stderr().write_all(&chunk[..n]);
+                    }
                     let mut tail = kept.lock().unwrap_or_else(|e| e.into_inner());
                     tail.extend(&chunk[..n]);
                     let over = tail.len().saturating_sub(TAIL_BYTES);

@@ -165,3 +165,31 @@ fn a_handler_flooding_stderr_keeps_the_host_small() {
         "the host grew to {peak_kb} kB on a handler's stderr"
     );
 }
+
+/// `--show-handler-output`: a developer sees what the handler printed, on
+/// this command's stderr (its stdout stays the verdicts, one JSON per line);
+/// by default neither stream is shown, and a failure's reason still carries
+/// the end of stderr.
+#[test]
+fn show_handler_output_passes_both_streams_to_stderr() {
+    let handler = "echo out-of-handler; echo err-of-handler >&2; exit 0";
+    let input = format!("{}\n", envelope("shown-1", 0));
+    let (verdicts, _, stderr) = run_within(
+        &[
+            "run",
+            "--store",
+            "memory",
+            "--exec",
+            handler,
+            "--show-handler-output",
+        ],
+        &input,
+        60,
+    );
+    assert_eq!(verdicts.len(), 1, "{verdicts:?}");
+    assert_eq!(verdicts[0]["outcome"], "run-ok", "{verdicts:?}");
+    assert!(stderr.contains("out-of-handler"), "{stderr}");
+    assert!(stderr.contains("err-of-handler"), "{stderr}");
+    let (_, _, quiet) = run_within(&["run", "--store", "memory", "--exec", handler], &input, 60);
+    assert!(!quiet.contains("of-handler"), "{quiet}");
+}

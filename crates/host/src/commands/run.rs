@@ -64,6 +64,7 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
         (Some(cmd), _) => Handler::Exec(ExecHandler {
             cmd: cmd.clone(),
             timeout: args.handler_timeout,
+            show_output: args.show_handler_output,
         }),
         (None, Some(path)) => Handler::Plugin(Box::new(Plugin::load(path, args.handler_timeout)?)),
         (None, None) => Handler::Mark,

@@ -37,6 +37,11 @@ pub struct RunArgs {
     /// claiming mode its claim released, renewed no longer).
     #[arg(long, value_parser = parse_positive_duration, default_value = "5m")]
     pub(super) handler_timeout: Duration,
+    /// Pass an `--exec` handler's stdout and stderr on to this command's
+    /// stderr (its stdout is the verdicts). Without it neither is shown; the
+    /// end of stderr is a failure's reason either way.
+    #[arg(long, requires = "exec")]
+    pub(super) show_handler_output: bool,
     /// A handler plugin component exporting the WIT `handler` interface.
     #[arg(long)]
     pub(super) handler: Option<PathBuf>,
