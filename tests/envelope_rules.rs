@@ -123,6 +123,18 @@ fn attempts_must_be_a_non_negative_integer() {
     );
 }
 
+/// A body that starts with a UTF-8 byte order mark is not JSON (RFC 8259; the
+/// Go, PHP and Python SDKs refuse it too), and the reason says what is there:
+/// serde's "expected value at line 1 column 1" does not.
+#[test]
+fn a_byte_order_mark_is_named_in_the_rejection() {
+    let raw = format!("\u{feff}{}", envelope("bom"));
+    match verdict(&raw) {
+        Err(Rejection::NotJson(why)) => assert!(why.contains("byte order mark"), "{why}"),
+        other => panic!("expected NotJson, got {other:?}"),
+    }
+}
+
 #[test]
 fn every_rejection_has_a_distinct_stable_code() {
     let all = [

@@ -101,6 +101,13 @@ impl<'a> Message<'a> {
         let view = match serde_json::from_str::<TopLevel<'a>>(text) {
             Ok(TopLevel::Object(view)) => view,
             Ok(TopLevel::NotAnObject) => return Err(Rejection::NotAnObject),
+            // JSON has no byte order mark (RFC 8259), and the peers refuse it
+            // too; serde's "expected value at line 1 column 1" hides it.
+            Err(_) if text.starts_with('\u{feff}') => {
+                return Err(Rejection::NotJson(
+                    "starts with a byte order mark (U+FEFF); write UTF-8 without one".into(),
+                ));
+            }
             Err(e) => return Err(Rejection::from_json_error(&e)),
         };
         Self::validate(text, view)
