@@ -385,7 +385,9 @@ fn connection_lost(e: &postgres::Error) -> bool {
 }
 
 /// The server ended the call's transaction to break a deadlock (40P01):
-/// nothing of it took effect, and a second try usually gets through (a batch
+/// nothing of that transaction took effect (of the claims' two, sent as one
+/// query, the first may have committed: sent again, it takes its own claim
+/// again), and a second try usually gets through (a batch
 /// that locks rows in one order meets another statement locking them in its
 /// plan's order).
 fn deadlocked(e: &postgres::Error) -> bool {
