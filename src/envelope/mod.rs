@@ -105,7 +105,7 @@ impl<'a> Message<'a> {
             // too; serde's "expected value at line 1 column 1" hides it.
             Err(_) if text.starts_with('\u{feff}') => {
                 return Err(Rejection::NotJson(
-                    "starts with a byte order mark (U+FEFF); write UTF-8 without one".into(),
+                    "starts with a byte order mark (U+FEFF)".into(),
                 ));
             }
             Err(e) => return Err(Rejection::from_json_error(&e)),
