@@ -91,7 +91,8 @@ test('no usable meta.id fails open: absent, null, empty and non-string ids all r
   for (const id of [undefined, null, '', 42, true, { a: 1 }]) {
     for (let i = 0; i < 2; i += 1) {
       const outcome = await bq.dedupe(envelope(id), store, ok);
-      assert.deepEqual(outcome, { kind: 'fail-open', disposition: 'ack', ran: true, key: null }, `id ${JSON.stringify(id)}`);
+      const reason = 'no usable meta.id (absent, null, empty or not a string): ran without dedupe';
+      assert.deepEqual(outcome, { kind: 'fail-open', disposition: 'ack', ran: true, key: null, reason }, `id ${JSON.stringify(id)}`);
     }
   }
   const failed = await bq.dedupe(envelope(''), store, () => { throw new Error('x'); });

@@ -186,17 +186,7 @@ struct RedisParams {
 /// `tls`: the spec's scheme is `rediss` (a CA file is refused otherwise).
 fn split_redis(spec: &str, tls: bool) -> Result<(String, RedisParams), StoreError> {
     let (url, ours) = take_params(spec, &["prefix", "dialect", "ca"])?;
-    // The client reads `protocol` alone and ignores the rest: a misspelt
-    // `dialect` or `prefix` would leave the default, silently.
-    let theirs = url.split_once('?').map_or("", |(_, query)| query);
-    for pair in theirs.split('&').filter(|p| !p.is_empty()) {
-        let name = pair.split_once('=').map_or(pair, |(name, _)| name);
-        if name != "protocol" {
-            return Err(invalid(format!(
-                "redis spec: unknown parameter {name:?} (known: prefix, dialect, ca, protocol)"
-            )));
-        }
-    }
+    let url = without_foreign_settings(&url)?;
     let mut dialect = Dialect::Native;
     let mut prefix = None;
     let mut ca = None;
@@ -228,6 +218,73 @@ fn split_redis(spec: &str, tls: bool) -> Result<(String, RedisParams), StoreErro
             ca,
         },
     ))
+}
+
+/// Connection settings the other SDKs' Redis clients read from a URL a fleet
+/// shares (go-redis, predis): ours has its own, so they are dropped.
+const FOREIGN_SETTINGS: &[&str] = &[
+    "client_name",
+    "max_retries",
+    "min_retry_backoff",
+    "max_retry_backoff",
+    "dial_timeout",
+    "read_timeout",
+    "write_timeout",
+    "pool_fifo",
+    "pool_size",
+    "pool_timeout",
+    "min_idle_conns",
+    "max_idle_conns",
+    "max_active_conns",
+    "conn_max_idle_time",
+    "conn_max_lifetime",
+    "idle_timeout",
+    "idle_check_frequency",
+    "max_conn_age",
+    "timeout",
+    "read_write_timeout",
+    "persistent",
+];
+
+/// The client's URL with the other SDKs' connection settings dropped; any
+/// parameter but `protocol` (the one the client reads) and those is refused:
+/// the client would ignore it, and a misspelt `dialect` or `prefix` would
+/// leave the default, silently. A database given as a parameter (`db`,
+/// `database`) is refused unless the path names the same one: the other SDKs
+/// would use it where this store used the path's.
+fn without_foreign_settings(url: &str) -> Result<String, StoreError> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok(url.to_owned());
+    };
+    let path_db = base
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split_once('/'))
+        .map_or("0", |(_, db)| if db.is_empty() { "0" } else { db });
+    let mut kept = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match name {
+            "protocol" => kept.push(pair),
+            "db" | "database" if value == path_db => {}
+            "db" | "database" => {
+                return Err(invalid(format!(
+                    "redis spec: {name}={value:?} names another database than the path's ({path_db}): \
+                     give it as redis://HOST:PORT/{value}"
+                )));
+            }
+            _ if FOREIGN_SETTINGS.contains(&name) => {}
+            _ => {
+                return Err(invalid(format!(
+                    "redis spec: unknown parameter {name:?} (ours: prefix, dialect, ca; \
+                     the client's: protocol)"
+                )));
+            }
+        }
+    }
+    Ok(match kept.is_empty() {
+        true => base.to_owned(),
+        false => format!("{base}?{}", kept.join("&")),
+    })
 }
 
 /// The node URLs of `redis://[USERINFO@]H:P,H:P[/...]`: each node gets the
@@ -368,6 +425,19 @@ mod tests {
         }
         let (url, _) = split_redis("redis://h/0?protocol=resp3&dialect=php", false).unwrap();
         assert_eq!(url, "redis://h/0?protocol=resp3");
+        // A URL the fleet shares: the Go and PHP clients' settings are theirs.
+        let (url, _) = split_redis(
+            "redis://h/2?dial_timeout=3s&db=2&pool_size=9&timeout=1",
+            false,
+        )
+        .unwrap();
+        assert_eq!(url, "redis://h/2");
+        let e = split_redis("redis://h/0?db=3", false)
+            .map(drop)
+            .unwrap_err();
+        assert!(e.message.contains("redis://HOST:PORT/3"), "{e}");
+        let (url, _) = split_redis("redis://a:1,b:2?pool_size=4&prefix=p:", false).unwrap();
+        assert_eq!(url, "redis://a:1,b:2");
     }
 
     #[test]

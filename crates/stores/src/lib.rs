@@ -31,7 +31,9 @@
 //! dialect's: [`DEFAULT_REDIS_PREFIX`] (`bq:dedupe:`, used by no other SDK) for
 //! ours, `bq:idem:` for PHP's, `bq:idemp:` for Go's; it is percent-decoded
 //! (`?prefix=app%201:`), and `?prefix=` gives no prefix. `?protocol=resp3` and a
-//! password (`redis://:secret@host`, percent-encoded) go to the client; any other
+//! password (`redis://:secret@host`, percent-encoded) go to the client; the Go and
+//! PHP clients' connection settings a fleet's shared URL may carry (`dial_timeout`,
+//! `pool_size`, `timeout`, ...; `db` only as the path's) are dropped; any other
 //! parameter is refused (the client would ignore a misspelt `dialect`). The table
 //! defaults to Go's, `babelqueue_idempotency` (`postgresql://` works too).
 //!

@@ -278,6 +278,30 @@ fn redis_a_server_that_requires_a_password_is_refused_at_open_without_one() {
     let with = RedisStore::connect(&format!("redis://:s3cret-pw@127.0.0.1:{port}"), "pw:").unwrap();
     ready(with.remember("a", None)).unwrap();
     assert!(ready(with.seen("a")).unwrap());
+    // A user whose ACL grants the store's commands but not PING opens too
+    // (a review's finding: the PING alone refused it).
+    let mut admin = redis::Client::open(format!("redis://:s3cret-pw@127.0.0.1:{port}"))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    redis::cmd("ACL")
+        .arg(
+            &[
+                "SETUSER",
+                "app",
+                "on",
+                ">app-pw",
+                "~*",
+                "+@read",
+                "+@write",
+                "+@scripting",
+                "-ping",
+            ][..],
+        )
+        .query::<()>(&mut admin)
+        .unwrap();
+    let app = RedisStore::connect(&format!("redis://app:app-pw@127.0.0.1:{port}"), "pw:").unwrap();
+    assert!(ready(app.seen("a")).unwrap());
 }
 
 /// A password with a character a URL reserves, not percent-encoded: the
