@@ -43,6 +43,9 @@ const LIVE: &str = "(expires_at IS NULL OR expires_at > now())";
 /// the table was small (a new table filling fast, before autovacuum's analyze)
 /// the planner read every live row through the `expires_at` index and filtered
 /// them by key: 2.5 ms a call for 100 keys in a table of 3,000 rows.
+/// Sets the session's `client_encoding` back to the client's (the driver
+/// starts every session in UTF-8), for the session once its transaction commits.
+const UTF8_AGAIN: &str = "pg_catalog.set_config('client_encoding', 'UTF8', false)";
 const LIVE_KEY: &str = "coalesce(expires_at, 'infinity') > now()";
 
 /// Go's remember, after an `INSERT INTO table AS cur`: a live row stays as it
@@ -1504,6 +1507,11 @@ impl PostgresStore {
     /// (TTL `$2` ms, its mark `$3`): their marks removed and their expiry
     /// counted from now (`clock_timestamp()`, not the transaction's start).
     /// Answers how many it found.
+    ///
+    /// It also gives the session back its `client_encoding` (a one-time
+    /// filter, run once whatever the rows): a handler's `SET client_encoding`,
+    /// committed with its run, would have the bound ids of the later calls on
+    /// this pooled connection read in that encoding.
     fn finish_sql(&self) -> String {
         let (t, c) = (&self.table, &self.claims);
         format!(
@@ -1512,6 +1520,7 @@ impl PostgresStore {
              UPDATE {t} SET expires_at = CASE WHEN $2::bigint IS NULL THEN NULL
                  ELSE clock_timestamp() + $2::bigint * interval '1 millisecond' END
              WHERE message_id IN (SELECT message_id FROM unmark)
+               AND (SELECT {UTF8_AGAIN}) IS NOT NULL
              RETURNING 1"
         )
     }

@@ -392,6 +392,32 @@ fn postgres_a_handler_that_moves_search_path_leaves_the_store_on_its_tables() {
     pg_drop(&table);
 }
 
+/// A handler that moves its session's `client_encoding` (`SET`, committed
+/// with its run) leaves the store's later calls on that pooled connection
+/// reading their bound ids as UTF-8: a seen-set remember of a non-ASCII id
+/// stored it as another text (`cafÃ©` for `café`), which no claim finds.
+#[test]
+fn postgres_a_handler_that_moves_client_encoding_leaves_the_ids_as_they_are() {
+    let (guard, table, _clean) = pg_guard("tx-encoding");
+    let outcome = guard.process_in_transaction(envelope("plain-ascii").as_str(), |_, tx| {
+        tx.batch_execute("SET client_encoding = 'LATIN1'")
+    });
+    assert_eq!(outcome.kind(), OutcomeKind::Ran, "{outcome:?}");
+    for n in 0..4 {
+        let id = format!("café-{n}");
+        ready(bq_dedupe::Store::remember(guard.store(), &id, None)).unwrap();
+        let stored: i64 = pg()
+            .query_one(
+                &format!("SELECT count(*) FROM {table} WHERE message_id = $1"),
+                &[&id],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(stored, 1, "{id} is stored as itself");
+    }
+    pg_drop(&table);
+}
+
 /// The store prepares its statements once per connection: one prepared in a
 /// transaction that rolls back, or under a savepoint rolled back, is still
 /// there for the next call; and a handler that deallocates them all loses its
