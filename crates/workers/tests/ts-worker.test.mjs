@@ -221,7 +221,7 @@ export default { async fetch() {
         bindings: { ...ts.bindings, DEDUPE_CLAIM_LEASE_SECONDS: "2" },
         kvNamespaces: { EFFECTS: "ts-effects" },
         queueConsumers: { orders: { maxBatchTimeout: 0, retryDelay: 0 } },
-        queueProducers: { DEAD_LETTERS: { queueName: "orders-dlq" } },
+        queueProducers: { DEAD_LETTERS: { queueName: "orders-dlq" }, ORDERS: { queueName: "orders" } },
         streamingTails: ["tail"],
       },
       {
@@ -387,6 +387,19 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
       }
     });
   }
+
+  test("the template's POST /publish puts envelopes on its queue: each runs once, a duplicate is skipped", async () => {
+    const ts = await mf.getWorker("ts");
+    const published = [envelope("ts-pub-1"), envelope("ts-pub-2"), envelope("ts-pub-1")];
+    const sent = await (await ts.fetch("http://x/publish", { method: "POST", body: JSON.stringify(published) })).json();
+    assert.deepEqual(sent, { sent: 3 });
+    assert.equal((await ts.fetch("http://x/")).status, 404);
+    const both = async () => { const c = await effects(); return c["ts-pub-1"] && c["ts-pub-2"]; };
+    for (let i = 0; i < 200 && !(await both()); i++) await new Promise((r) => setTimeout(r, 25));
+    await new Promise((r) => setTimeout(r, 300)); // a late duplicate would show by now
+    const counts = await effects();
+    assert.deepEqual([counts["ts-pub-1"], counts["ts-pub-2"]], [1, 1], JSON.stringify(counts));
+  });
 
   test("a thrown handler is retried, and the redelivery runs it once", async () => {
     const body = envelope("ts-retry", { fail_attempts: 1 });

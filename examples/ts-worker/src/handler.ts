@@ -5,6 +5,7 @@ import type { BabelQueueEnvelope } from "@babelqueue/dedupe/workers";
 export interface Env {
   DEDUPE_DO: DurableObjectNamespace;
   DEAD_LETTERS: Queue;
+  ORDERS: Queue; // the queue src/index.ts's /publish sends to
 }
 
 export async function handle(envelope: BabelQueueEnvelope, message: Message, env: Env): Promise<void> {

@@ -11,8 +11,21 @@ export default {
     const report = await dedupeQueue(batch, env, (envelope, message) => handle(envelope, message, env));
     // Anything but a run or a skip is worth a line: a retry, a park, a dead
     // letter, a delivery without a usable meta.id (fail-open: not deduped).
-    if (Object.keys(report.outcomes).some((outcome) => outcome !== "run-ok" && outcome !== "skip")) {
-      console.log("bq-dedupe", JSON.stringify(report.outcomes));
+    for (const m of report.messages.filter((m) => m.outcome !== "run-ok" && m.outcome !== "skip")) {
+      console.log(`bq-dedupe ${m.outcome} -> ${m.action}: message ${m.id}${m.reason ? `: ${m.reason}` : ""}`);
     }
+  },
+
+  // A producer to try it with: POST /publish with an envelope, or a JSON array
+  // of them, puts them on the orders queue. Guard it (or drop it) before you
+  // deploy: anyone who can reach the worker could publish.
+  async fetch(request: Request, env: Env): Promise<Response> {
+    if (request.method !== "POST" || new URL(request.url).pathname !== "/publish") {
+      return new Response("POST /publish with an envelope, or a JSON array of them\n", { status: 404 });
+    }
+    const body: unknown = await request.json();
+    const envelopes = Array.isArray(body) ? body : [body];
+    await env.ORDERS.sendBatch(envelopes.map((envelope) => ({ body: envelope })));
+    return Response.json({ sent: envelopes.length });
   },
 } satisfies ExportedHandler<Env>;

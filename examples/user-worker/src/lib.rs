@@ -26,6 +26,21 @@ async fn consume(batch: QueueBatch, env: Env, _ctx: Context) -> Result<()> {
         report.duplicate_publishes(),
         report.redeliveries(),
     );
+    // Anything else gets a line of its own, with why: a failure (retried),
+    // poison (dead-lettered), a park, a delivery without a usable meta.id.
+    for m in report
+        .messages
+        .iter()
+        .filter(|m| !matches!(m.kind, OutcomeKind::Ran | OutcomeKind::Skipped))
+    {
+        let why = m.reason.as_deref().unwrap_or("");
+        worker::console_log!(
+            "bq-dedupe {} -> {:?}: message {}: {why}",
+            m.kind.code(),
+            m.action,
+            m.queue_message_id
+        );
+    }
     Ok(())
 }
 

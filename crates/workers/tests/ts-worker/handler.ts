@@ -6,6 +6,7 @@ import type { BabelQueueEnvelope } from "@babelqueue/dedupe/workers";
 export interface Env {
   DEDUPE_DO: DurableObjectNamespace;
   DEAD_LETTERS: Queue;
+  ORDERS: Queue;
   EFFECTS: KVNamespace;
 }
 
