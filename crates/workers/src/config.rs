@@ -271,8 +271,10 @@ impl DedupeConfig {
                     .durable_object(&self.durable_object_binding)
                     .map_err(|e| {
                         ConfigError(format!(
-                            "Durable Object binding {:?} (class DedupeShard): {e}",
-                            self.durable_object_binding
+                            "Durable Object binding {b:?} (class DedupeShard): {e}; wrangler.toml \
+                             binds it with [[durable_objects.bindings]] name = {b:?} \
+                             class_name = \"DedupeShard\"",
+                            b = self.durable_object_binding
                         ))
                     })?;
                 WorkersStore::DurableObject(
@@ -284,13 +286,21 @@ impl DedupeConfig {
             }
             StoreKind::Kv => {
                 let kv = env.kv(&self.kv_binding).map_err(|e| {
-                    ConfigError(format!("KV namespace binding {:?}: {e}", self.kv_binding))
+                    ConfigError(format!(
+                        "KV namespace binding {b:?}: {e}; wrangler.toml binds it with \
+                         [[kv_namespaces]] binding = {b:?} id = \"<namespace id>\"",
+                        b = self.kv_binding
+                    ))
                 })?;
                 WorkersStore::Kv(KvStore::new(kv).with_round_trips(round_trips))
             }
             StoreKind::D1 => {
                 let db = env.d1(&self.d1_binding).map_err(|e| {
-                    ConfigError(format!("D1 database binding {:?}: {e}", self.d1_binding))
+                    ConfigError(format!(
+                        "D1 database binding {b:?}: {e}; wrangler.toml binds it with \
+                         [[d1_databases]] binding = {b:?} database_id = \"<database id>\"",
+                        b = self.d1_binding
+                    ))
                 })?;
                 WorkersStore::D1(D1Store::new(db).with_round_trips(round_trips))
             }

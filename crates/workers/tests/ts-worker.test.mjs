@@ -494,6 +494,15 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
     const refused = await post({ bodies: [envelope("opt-2")], options: { DEDUPE_CLAIMING: "maybe" } });
     assert.equal(refused.type, "TypeError", JSON.stringify(refused));
     assert.match(refused.error, /DEDUPE_CLAIMING/);
+    // A store whose binding is missing says which wrangler.toml lines bind it.
+    for (const [options, lines] of [
+      [{ DEDUPE_STORE: "kv", DEDUPE_CLAIMING: "off", DEDUPE_KV_BINDING: "NO_KV" }, /\[\[kv_namespaces\]\] binding = "NO_KV"/],
+      [{ DEDUPE_STORE: "d1", DEDUPE_D1_BINDING: "NO_D1" }, /\[\[d1_databases\]\] binding = "NO_D1"/],
+      [{ DEDUPE_DO_BINDING: "NO_DO" }, /\[\[durable_objects\.bindings\]\] name = "NO_DO"/],
+    ]) {
+      const unbound = await post({ bodies: [envelope("opt-3")], options });
+      assert.match(unbound.error ?? "", lines, JSON.stringify(unbound));
+    }
   });
 
   test("the Rust fixture worker and the TypeScript worker dedupe together on one DedupeShard namespace", async () => {
