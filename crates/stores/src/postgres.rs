@@ -38,14 +38,15 @@ const POOL_SIZE: u32 = 4;
 /// A live remembered row (Go's `seen`): no expiry, or one in the future.
 const LIVE: &str = "(expires_at IS NULL OR expires_at > now())";
 
+/// Sets the session's `client_encoding` back to the client's (the driver
+/// starts every session in UTF-8), for the session once its transaction commits.
+const UTF8_AGAIN: &str = "pg_catalog.set_config('client_encoding', 'UTF8', false)";
+
 /// [`LIVE`] where rows are looked up by key, written so that the `expires_at`
 /// index cannot serve it: the key's index always does. With statistics from when
 /// the table was small (a new table filling fast, before autovacuum's analyze)
 /// the planner read every live row through the `expires_at` index and filtered
 /// them by key: 2.5 ms a call for 100 keys in a table of 3,000 rows.
-/// Sets the session's `client_encoding` back to the client's (the driver
-/// starts every session in UTF-8), for the session once its transaction commits.
-const UTF8_AGAIN: &str = "pg_catalog.set_config('client_encoding', 'UTF8', false)";
 const LIVE_KEY: &str = "coalesce(expires_at, 'infinity') > now()";
 
 /// Go's remember, after an `INSERT INTO table AS cur`: a live row stays as it
