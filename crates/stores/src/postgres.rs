@@ -1284,9 +1284,12 @@ impl TransactionalStore for PostgresStore {
         // One savepoint open before each delivery: a success releases it and
         // opens the next in the same round trip; anything else rolls back to
         // it, which keeps it open for the next (two round trips a delivery
-        // with the take, not four).
+        // with the take, not four). A success's handler may have moved
+        // client_encoding: set back in the same query, before the next take
+        // binds its id (a failure's rollback undoes the handler's SET).
         let begin = format!("SAVEPOINT {savepoint}");
-        let next = format!("RELEASE {savepoint}; SAVEPOINT {savepoint}");
+        let next =
+            format!("RELEASE {savepoint}; SET client_encoding TO 'UTF8'; SAVEPOINT {savepoint}");
         let undo = format!("ROLLBACK TO {savepoint}");
         self.in_transaction(|mut tx, prepared| {
             let mut statements = TxStatements {

@@ -418,6 +418,34 @@ fn postgres_a_handler_that_moves_client_encoding_leaves_the_ids_as_they_are() {
     pg_drop(&table);
 }
 
+/// The same in a batch: a delivery's handler that moves `client_encoding`
+/// (and succeeds) left the next delivery's take reading its bound id in that
+/// encoding, so a non-ASCII id was taken, marked and recorded as another
+/// text, and its redelivery ran it again (an adversarial review's finding).
+#[test]
+fn postgres_a_batch_delivery_that_moves_client_encoding_leaves_the_next_ids_as_they_are() {
+    let (guard, table, _clean) = pg_guard("tx-encoding-batch");
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    let bodies = [envelope("ascii-first"), envelope("ключ-1")];
+    let run = |guard: &Guard<PostgresStore>| {
+        guard.process_batch_in_transaction(&bodies, |msg, tx| {
+            let id = msg.id().unwrap();
+            tx.execute(&insert, &[&id]).map_err(|e| e.to_string())?;
+            if id == "ascii-first" {
+                tx.batch_execute("SET client_encoding = 'LATIN1'")
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok::<(), String>(())
+        })
+    };
+    let first: Vec<OutcomeKind> = run(&guard).iter().map(Outcome::kind).collect();
+    assert_eq!(first, [OutcomeKind::Ran, OutcomeKind::Ran]);
+    let again: Vec<OutcomeKind> = run(&guard).iter().map(Outcome::kind).collect();
+    assert_eq!(again, [OutcomeKind::Skipped, OutcomeKind::Skipped]);
+    assert_eq!(pg_effects(&table, "ключ-1"), 1, "ran once");
+    pg_drop(&table);
+}
+
 /// The store prepares its statements once per connection: one prepared in a
 /// transaction that rolls back, or under a savepoint rolled back, is still
 /// there for the next call; and a handler that deallocates them all loses its
