@@ -1238,6 +1238,17 @@ impl TransactionalStore for PostgresStore {
             match work(&mut tx) {
                 Ok(value) => {
                     let keys: Vec<&str> = key.into_iter().collect();
+                    // The handler may have moved client_encoding, in which the
+                    // finish's bound id would be read: set back first, a round
+                    // trip more, when that can change a byte (a batch does it
+                    // in the query after each delivery).
+                    if !key.is_none_or(str::is_ascii)
+                        && let Err(e) = tx.batch_execute("SET client_encoding TO 'UTF8'")
+                    {
+                        // A transaction a swallowed error aborted (25P02), or an error.
+                        let _aborted = aborted_or(e)?;
+                        return Ok(TxRun::Aborted(aborted_error()));
+                    }
                     if let Err(aborted) =
                         self.finish_in(&mut tx, &mut statements, &keys, ms(ttl), &mark)?
                     {

@@ -446,6 +446,47 @@ fn postgres_a_batch_delivery_that_moves_client_encoding_leaves_the_next_ids_as_t
     pg_drop(&table);
 }
 
+/// A non-ASCII id whose own handler moves `client_encoding`: the finish read
+/// the run's bound ids in that encoding, found none of them, and aborted the
+/// run every time, so the message was retried for ever.
+#[test]
+fn postgres_a_handler_that_moves_client_encoding_still_commits_its_own_non_ascii_id() {
+    let (guard, table, _clean) = pg_guard("tx-encoding-own");
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    let run = |id: &str| {
+        guard.process_in_transaction(envelope(id).as_str(), |msg, tx| {
+            tx.execute(&insert, &[&msg.id().unwrap()])?;
+            tx.batch_execute("SET client_encoding = 'LATIN1'")
+        })
+    };
+    let first = run("ключ-own");
+    assert_eq!(first.kind(), OutcomeKind::Ran, "{first:?}");
+    let again = run("ключ-own");
+    assert_eq!(again.kind(), OutcomeKind::Skipped, "{again:?}");
+    assert_eq!(pg_effects(&table, "ключ-own"), 1, "ran once");
+    // A swallowed error: the SET before the finish meets the aborted
+    // transaction, and the run is rolled back, not lost.
+    let swallowed =
+        guard.process_in_transaction(envelope("ключ-swallow").as_str(), |msg, tx| {
+            tx.execute(&insert, &[&msg.id().unwrap()])?;
+            let _ = tx.execute("SELECT 1/0", &[]);
+            Ok::<(), postgres::Error>(())
+        });
+    assert_eq!(swallowed.kind(), OutcomeKind::Failed, "{swallowed:?}");
+    assert!(
+        format!("{swallowed:?}").contains("swallowed")
+            || format!("{swallowed:?}").contains("aborted"),
+        "{swallowed:?}"
+    );
+    assert_eq!(pg_effects(&table, "ключ-swallow"), 0, "nothing committed");
+    assert_eq!(
+        run("ключ-swallow").kind(),
+        OutcomeKind::Ran,
+        "retried and run"
+    );
+    pg_drop(&table);
+}
+
 /// The store prepares its statements once per connection: one prepared in a
 /// transaction that rolls back, or under a savepoint rolled back, is still
 /// there for the next call; and a handler that deallocates them all loses its
