@@ -647,7 +647,15 @@ impl PostgresStore {
             loop {
                 let mut conn = self.conn()?;
                 let e = match conn.transaction() {
-                    Ok((tx, prepared)) => return body(tx, prepared),
+                    Ok((tx, prepared)) => {
+                        let run = body(tx, &mut *prepared);
+                        if run.is_err() {
+                            // What the handler did to the session is unknown
+                            // (its own COMMIT of a SET, say): not lent again.
+                            prepared.retire();
+                        }
+                        return run;
+                    }
                     Err(e) => e,
                 };
                 if attempts > 1 && (connection_lost(&e) || conn.client().is_closed()) {
@@ -1264,6 +1272,10 @@ impl TransactionalStore for PostgresStore {
                     NO_TRANSACTION_WARNED.with(|warned| warned.set(false));
                     drop(tx);
                     ended_by_handler = NO_TRANSACTION_WARNED.with(std::cell::Cell::take);
+                    if ended_by_handler {
+                        // Its SETs (client_encoding) are committed on the session.
+                        statements.prepared.retire();
+                    }
                     Ok(TxRun::RolledBack(e))
                 }
             }

@@ -487,6 +487,44 @@ fn postgres_a_handler_that_moves_client_encoding_still_commits_its_own_non_ascii
     pg_drop(&table);
 }
 
+/// A handler that commits the store's transaction itself, with a `SET
+/// client_encoding` in it, and then fails: the store's `ROLLBACK` finds no
+/// transaction, and the SET stayed on the pooled connection, so a later
+/// seen-set remember of a non-ASCII id stored another text. The connection
+/// is dropped instead, as after any transactional call that fails.
+#[test]
+fn postgres_a_handler_that_commits_a_set_itself_and_fails_leaves_no_session_behind() {
+    let (guard, table, _clean) = pg_guard("tx-encoding-ended");
+    let outcome = guard.process_in_transaction(envelope("ended-by-handler").as_str(), |_, tx| {
+        tx.batch_execute("SET client_encoding = 'LATIN1'; COMMIT")?;
+        Err::<(), postgres::Error>(tx.execute("SELECT 1/0", &[]).unwrap_err())
+    });
+    assert_eq!(outcome.kind(), OutcomeKind::Failed, "{outcome:?}");
+    // In a batch the next savepoint fails: the batch is store-unavailable.
+    let bodies = [envelope("ended-in-batch")];
+    let outcomes = guard.process_batch_in_transaction(&bodies, |_, tx| {
+        tx.batch_execute("SET client_encoding = 'LATIN1'; COMMIT")
+    });
+    assert_eq!(
+        outcomes[0].kind(),
+        OutcomeKind::StoreUnavailable,
+        "{outcomes:?}"
+    );
+    for n in 0..4 {
+        let id = format!("café-ended-{n}");
+        ready(bq_dedupe::Store::remember(guard.store(), &id, None)).unwrap();
+        let stored: i64 = pg()
+            .query_one(
+                &format!("SELECT count(*) FROM {table} WHERE message_id = $1"),
+                &[&id],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(stored, 1, "{id} is stored as itself");
+    }
+    pg_drop(&table);
+}
+
 /// The store prepares its statements once per connection: one prepared in a
 /// transaction that rolls back, or under a savepoint rolled back, is still
 /// there for the next call; and a handler that deallocates them all loses its

@@ -52,6 +52,7 @@ impl ManageConnection for Manager {
             prepared: Prepared {
                 statements: HashMap::new(),
                 enabled: self.cache != StatementCache::Off,
+                retired: false,
             },
             named: Named::new(self.salt.clone()),
             plans: match self.cache {
@@ -67,7 +68,7 @@ impl ManageConnection for Manager {
     }
 
     fn has_broken(&self, session: &mut Session) -> bool {
-        session.aborted || self.manager.has_broken(&mut session.client)
+        session.aborted || session.prepared.retired || self.manager.has_broken(&mut session.client)
     }
 }
 
@@ -237,6 +238,8 @@ const REPLAN_AFTER: (Duration, u32) = (Duration::from_secs(10), 500);
 pub(super) struct Prepared {
     statements: HashMap<String, Preparation>,
     enabled: bool,
+    /// Set by [`Prepared::retire`]: the pool drops the connection.
+    retired: bool,
 }
 
 /// A statement prepared on the connection (the client's handle, or its name
@@ -270,6 +273,13 @@ impl<S: Clone> Preparation<S> {
 }
 
 impl Prepared {
+    /// The session is no longer as the store left it (a handler ended the
+    /// store's transaction itself, committing whatever it `SET`): the pool
+    /// drops the connection instead of lending it out again.
+    pub(super) fn retire(&mut self) {
+        self.retired = true;
+    }
+
     /// Runs `sql` on `client`, preparing it first if this connection has not.
     /// A statement the server no longer has (someone ran `DEALLOCATE ALL` or
     /// `DISCARD ALL` on the connection), or whose cached plan a schema change
