@@ -47,8 +47,12 @@ cjs_snippets() {
             exit 1
         fi
     done < <(find "$dir/snippets" -name '*.js')
-    sed -i -E 's|(require\(String\.raw`\./snippets/[^`]*)\.js`\)|\1.cjs`)|' "$glue"
-    if grep -n 'snippets/[^`]*\.js`' "$glue"; then
+    # Both of wasm-bindgen's forms: String.raw`...` for a shim's imports, "..." for
+    # a function the module imports directly (the import map's key, the module's
+    # own name for it, stays .js).
+    sed -i -E -e 's|(require\(String\.raw`\./snippets/[^`]*)\.js`\)|\1.cjs`)|' \
+        -e 's|(require\("\./snippets/[^"]*)\.js"\)|\1.cjs")|' "$glue"
+    if grep -nE 'require\((String\.raw`|")\./snippets/[^`"]*\.js' "$glue"; then
         echo "$glue still requires an ES module snippet" >&2
         exit 1
     fi

@@ -64,6 +64,10 @@ extern "C" {
     #[wasm_bindgen(js_name = outcomes)]
     fn outcome_objects(kinds: &[u8], keys: &str, ends: &[u32]) -> Array;
 
+    /// Is this string well-formed UTF-16 (no lone surrogate)?
+    #[wasm_bindgen(js_name = wellFormed)]
+    pub(crate) fn well_formed(text: &JsValue) -> bool;
+
     /// `key`: UTF-8 (`ascii`: all below U+0080, read without a `TextDecoder`).
     #[wasm_bindgen(js_name = outcome)]
     fn one_outcome(kind: u8, key: Option<&[u8]>, ascii: bool) -> JsValue;

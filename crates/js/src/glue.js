@@ -217,7 +217,7 @@ function isA(get, item) {
 /** A lone surrogate (no lookbehind: older engines' regexes have none). */
 const LONE_SURROGATE = /(?:^|[^\uD800-\uDBFF])[\uDC00-\uDFFF]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])/;
 
-function wellFormed(text) {
+export function wellFormed(text) {
   return typeof text.isWellFormed === 'function' ? text.isWellFormed() : !LONE_SURROGATE.test(text);
 }
 

@@ -149,10 +149,23 @@ fn opt_string(o: &JsValue, key: &'static str) -> Result<Option<String>, JsValue>
     let Some(v) = opt_prop(o, key) else {
         return Ok(None);
     };
-    v.as_string()
-        .map(Some)
-        .ok_or_else(|| type_error(&format!("options.{key} must be a string")))
+    text(v, &format!("options.{key}")).map(Some)
 }
+
+/// A JS string as Rust text. A lone surrogate is refused: converting it would
+/// make it U+FFFD, so two different strings would name one key.
+fn text(v: JsValue, what: &str) -> Result<String, JsValue> {
+    match v.as_string() {
+        Some(s) if crossing::well_formed(&v) => Ok(s),
+        Some(_) => Err(type_error(&format!(
+            "{what} has a lone surrogate (not well-formed UTF-16)"
+        ))),
+        None => Err(type_error(&format!("{what} must be a string"))),
+    }
+}
+
+/// 100 years in milliseconds: the longest TTL or lease.
+const MAX_MS: f64 = 36_500.0 * 86_400_000.0;
 
 const OPTIONS: &[&str] = &[
     "ttlMs",
@@ -170,8 +183,13 @@ fn options(o: &Option<JsValue>) -> Result<Options, JsValue> {
         return Ok(Options::default());
     };
     check_options("options", o, OPTIONS)?;
-    let ms = |key| {
-        opt_number("options", o, key).map(|n| n.map(|n| Duration::from_millis(n.ceil() as u64)))
+    // A lease of 0 lapses as it is taken, a TTL of 0 forgets at once: refused,
+    // as the CLI refuses them; at most 100 years, as the Workers take.
+    let ms = |key| match opt_number("options", o, key)? {
+        Some(n) if n == 0.0 || n > MAX_MS => Err(type_error(&format!(
+            "options.{key} must be more than 0 and at most 100 years"
+        ))),
+        n => Ok(n.map(|n| Duration::from_millis(n.ceil() as u64))),
     };
     let mut keyspace = KeySpace::new().with_prefix(opt_string(o, "keyPrefix")?.unwrap_or_default());
     if let Some(scope) = opt_string(o, "scope")? {
@@ -185,6 +203,7 @@ fn options(o: &Option<JsValue>) -> Result<Options, JsValue> {
         ));
     }
     let limits = match opt_number("options", o, "maxBytes")? {
+        Some(n) if n < 1.0 => return Err(type_error("options.maxBytes must be at least 1")),
         Some(n) => Limits {
             max_bytes: n as usize,
         },
@@ -524,11 +543,14 @@ pub fn process_batch(
 /// so its next delivery runs again.
 #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
 pub fn forget(
-    id: String,
+    #[wasm_bindgen(unchecked_param_type = "string")] id: JsValue,
     #[wasm_bindgen(unchecked_param_type = "DedupeStore | InMemoryStore")] store: JsValue,
     #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: Option<JsValue>,
 ) -> js_sys::Promise {
-    promise_of(call(Call::Forget(id), store, JsValue::UNDEFINED, options))
+    match text(id, "forget: the id") {
+        Ok(id) => promise_of(call(Call::Forget(id), store, JsValue::UNDEFINED, options)),
+        Err(e) => js_sys::Promise::reject(&e),
+    }
 }
 
 /// The store key of an envelope (`meta.id`, namespaced by the options), or `null`

@@ -197,7 +197,26 @@ fn bools(op: &str, value: JsValue) -> StoreResult<Vec<bool>> {
     let array = value
         .dyn_into::<Array>()
         .map_err(|_| StoreError::new(StoreErrorKind::Internal, format!("{op}: not an array")))?;
-    Ok(array.iter().map(|v| v.is_truthy()).collect())
+    let mut answers = Vec::with_capacity(array.length() as usize);
+    for v in array.iter() {
+        answers.push(yes_no(op, &v)?);
+    }
+    Ok(answers)
+}
+
+/// A store's yes or no: `true`/`false`, or 1/0 (as Redis `EXISTS` answers).
+/// Anything else is a store error, never read by its truthiness: a `"0"` or
+/// `{}` read as `true` would skip messages that never ran.
+#[inline(never)]
+fn yes_no(op: &str, value: &JsValue) -> StoreResult<bool> {
+    match (value.as_bool(), value.as_f64()) {
+        (Some(b), _) => Ok(b),
+        (_, Some(n)) if n == 0.0 || n == 1.0 => Ok(n == 1.0),
+        _ => Err(StoreError::new(
+            StoreErrorKind::Internal,
+            format!("{op}: answered neither a boolean nor 0/1"),
+        )),
+    }
 }
 
 /// `{state:"acquired",token}` | `{state:"seen"}` | `{state:"held"}` (or the bare
@@ -232,7 +251,7 @@ impl JsObjectStore {
 /// call.
 impl KeyStore for JsObjectStore {
     async fn seen(&self, key: &str) -> StoreResult<bool> {
-        Ok(self.call("seen", self.obj.seen(key)).await?.is_truthy())
+        yes_no("seen", &self.call("seen", self.obj.seen(key)).await?)
     }
 
     async fn remember(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
@@ -265,7 +284,7 @@ impl KeyStore for JsObjectStore {
     async fn renew(&self, key: &str, token: &ClaimToken, lease: Duration) -> StoreResult<bool> {
         self.check_fenced()?;
         let value = self.call("renew", self.obj.renew(key, &token.0, ms(lease)));
-        Ok(value.await?.is_truthy())
+        yes_no("renew", &value.await?)
     }
 
     async fn remember_fenced(
@@ -276,7 +295,7 @@ impl KeyStore for JsObjectStore {
     ) -> StoreResult<bool> {
         self.check_fenced()?;
         let value = self.obj.remember_fenced(key, &token.0, ttl.map(ms));
-        Ok(self.call("rememberFenced", value).await?.is_truthy())
+        yes_no("rememberFenced", &self.call("rememberFenced", value).await?)
     }
 }
 

@@ -34,7 +34,8 @@ export interface DecodedEnvelope {
    * (no usable id) may see it absent, null, empty or of any other JSON type.
    */
   meta: { id?: unknown; schema_version: number; [field: string]: unknown };
-  attempts: number;
+  /** Absent when the producer did not set it. */
+  attempts?: number;
   dead_letter?: Record<string, unknown>;
   [field: string]: unknown;
 }
@@ -83,7 +84,10 @@ export interface SettleResult { kept: boolean[]; renewed: boolean[] }
  * and a lease lost while the handler ran is reported as `run-ok`.
  *
  * Throw (or reject) to report a failure; an error with `kind` (or `code`) set to
- * "unavailable" | "unsupported" | "invalid" | "internal" keeps that kind.
+ * "unavailable" | "unsupported" | "invalid" | "internal" keeps that kind. A yes or
+ * no (`seen`, `seenMany`, `renew`, `rememberFenced`, `settle`'s flags) is `true` /
+ * `false` or 1 / 0; anything else (`"0"`, `null`) is an "internal" store error and
+ * the delivery is retried, never read as truthy.
  */
 export interface DedupeStore {
   seen(key: string): MaybePromise<boolean>;

@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { bq, envelope, mapStore } from './helpers.mjs';
+import { bq, envelope, expiringStore, mapStore } from './helpers.mjs';
 
 const ok = () => {};
 
@@ -388,4 +388,61 @@ test('process and processBatch: deprecated aliases of dedupe and dedupeBatch (ma
       assert.match(dts, new RegExp(`@deprecated Use \`${now}\`[^/]*\\*/\\nexport function ${old}\\(`), `${file}: ${old}`);
     }
   }
+});
+
+test("a store's yes or no is a boolean or 0/1: anything else is a store error, never read as truthy", async () => {
+  let runs = 0;
+  const run = () => { runs += 1; };
+  const store = (seen) => ({ seen: () => seen, remember: ok, forget: ok });
+  for (const [answer, kind] of [[false, 'run-ok'], [0, 'run-ok'], [true, 'skip'], [1, 'skip']]) {
+    assert.equal((await bq.dedupe(envelope('yn'), store(answer), run)).kind, kind, `${answer}`);
+  }
+  runs = 0;
+  // A store client that answers "0" used to skip every message unrun.
+  for (const answer of ['0', 'false', {}, null, undefined, 2, [false]]) {
+    const outcome = await bq.dedupe(envelope('yn'), store(answer), run);
+    assert.equal(outcome.kind, 'store-unavailable', `${JSON.stringify(answer)}`);
+    assert.equal(outcome.disposition, 'retry');
+    assert.match(outcome.reason, /seen: answered neither a boolean nor 0\/1/);
+  }
+  const many = { seen: ok, remember: ok, forget: ok, seenMany: (keys) => keys.map(() => '0') };
+  const batch = await bq.dedupeBatch([envelope('m1'), envelope('m2')], many, run);
+  assert.deepEqual(batch.map((o) => o.kind), ['store-unavailable', 'store-unavailable']);
+  assert.equal(runs, 0, 'nothing ran, nothing was skipped');
+  // The lease methods too: a fenced commit answered "false" is not a success.
+  const leased = expiringStore('fenced', 'sync');
+  leased.rememberFenced = () => 'false';
+  const fenced = await bq.dedupe(envelope('f1'), leased, run, { claimLeaseMs: 60_000 });
+  assert.equal(fenced.kind, 'run-ok-unrecorded', JSON.stringify(fenced));
+  assert.match(fenced.reason, /rememberFenced: answered neither/);
+});
+
+test('ids, prefixes and scopes with a lone surrogate are refused, never turned into U+FFFD', async () => {
+  const store = new bq.InMemoryStore();
+  assert.equal((await bq.dedupe(envelope('a\ufffd'), store, ok)).kind, 'run-ok');
+  await assert.rejects(bq.forget('a\ud800', store), {
+    name: 'TypeError',
+    message: 'forget: the id has a lone surrogate (not well-formed UTF-16)',
+  });
+  assert.equal((await bq.dedupe(envelope('a\ufffd'), store, ok)).kind, 'skip', 'another id was not forgotten');
+  await assert.rejects(bq.forget(42, store), { name: 'TypeError', message: 'forget: the id must be a string' });
+  for (const options of [{ keyPrefix: 'p\ud800' }, { scope: 's\udc00' }]) {
+    await assert.rejects(bq.dedupe(envelope('x'), store, ok, options), /lone surrogate/);
+    assert.throws(() => bq.dedupeKey(envelope('x'), options), /lone surrogate/);
+  }
+  assert.equal(bq.dedupeKey(envelope('x'), { keyPrefix: 'p\ud83d\ude00' }), 'p\ud83d\ude00x', 'a pair is fine');
+});
+
+test('a TTL or lease of 0, or past 100 years, and maxBytes 0 are refused', async () => {
+  const store = new bq.InMemoryStore();
+  let runs = 0;
+  for (const options of [{ claimLeaseMs: 0 }, { ttlMs: 0 }, { ttlMs: 1e300 }, { claimLeaseMs: 4e12 }]) {
+    await assert.rejects(bq.dedupe(envelope('z'), store, () => { runs += 1; }, options), {
+      name: 'TypeError',
+      message: /must be more than 0 and at most 100 years/,
+    });
+  }
+  await assert.rejects(bq.dedupe(envelope('z'), store, ok, { maxBytes: 0 }), /maxBytes must be at least 1/);
+  assert.equal(runs, 0);
+  assert.equal((await bq.dedupe(envelope('z'), store, ok, { claimLeaseMs: 0.5, ttlMs: 1 })).kind, 'run-ok');
 });
