@@ -386,6 +386,16 @@ fn still_open(tx: &rusqlite::Transaction<'_>) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// A work that ended the store's transaction and began another.
+fn began_another() -> StoreError {
+    StoreError::internal(
+        "sqlite: the handler ended the store's transaction (its own ROLLBACK, or a COMMIT, \
+         which is refused) and began another: the id's check was undone with it, and the \
+         write lock was free in between, so another consumer may have run it; nothing of \
+         this run is committed (leave the transaction to the store)",
+    )
+}
+
 /// Runs `work` with every commit on the connection refused (its commit hook
 /// turns them into rollbacks): a handler whose transaction an error rolled
 /// back, and that carries on, would otherwise have its later writes committed
@@ -422,10 +432,18 @@ impl TransactionalStore for SqliteStore {
         {
             return Ok(taken);
         }
+        // Gone after the work if the handler ended the transaction and began
+        // one of its own: still open, but not the one the key was read in.
+        let savepoint = crate::savepoint_for(&new_token());
+        tx.execute_batch(&format!("SAVEPOINT {savepoint}"))
+            .map_err(error)?;
         match no_commits(&self.refuse_commits, &mut tx, work) {
             Ok(value) => {
                 if let Err(e) = still_open(&tx) {
                     return Ok(TxRun::Aborted(e));
+                }
+                if tx.execute_batch(&format!("RELEASE {savepoint}")).is_err() {
+                    return Ok(TxRun::Aborted(began_another()));
                 }
                 if let Some(key) = key {
                     remember_in(&tx, &[key], self.until(ttl)).map_err(error)?;

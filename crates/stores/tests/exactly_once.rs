@@ -51,6 +51,54 @@ fn a_success_commits_the_effect_and_the_id_together_and_a_redelivery_skips() {
     assert!(ready(bq_dedupe::Store::seen(guard.store(), "tx-1")).unwrap());
 }
 
+/// A handler that ends the store's transaction and begins one of its own
+/// (`ROLLBACK; BEGIN`, or a refused `COMMIT` it swallowed and then `BEGIN`):
+/// the write lock was free in between, and another consumer ran the same id.
+/// The store committed the handler's new transaction with the id as a success
+/// (an adversarial review's finding: two effects, two `Ran`; and the writes
+/// before the refused `COMMIT` lost). Now its savepoint is gone, so the run
+/// is aborted and nothing of it commits.
+#[test]
+fn a_handler_that_ends_the_transaction_and_begins_another_commits_nothing() {
+    let db = TempDb::new("tx-rebegin");
+    let (first, second) = (open(db.path()), open(db.path()));
+    let insert = "INSERT INTO effects (id, attempt) VALUES (?1, ?2)";
+    let outcome = first.process_in_transaction(envelope("rb-1").as_str(), |msg, tx| {
+        tx.execute_batch("ROLLBACK")?;
+        // Another consumer of the file, while the write lock is free.
+        let other = second.process_in_transaction(envelope("rb-1").as_str(), |msg, tx| {
+            tx.execute(insert, params![msg.id().unwrap(), 2]).map(drop)
+        });
+        assert_eq!(other.kind(), OutcomeKind::Ran, "{other:?}");
+        tx.execute_batch("BEGIN")?;
+        tx.execute(insert, params![msg.id().unwrap(), 1]).map(drop)
+    });
+    assert_eq!(outcome.kind(), OutcomeKind::Failed, "{outcome:?}");
+    assert!(
+        format!("{outcome:?}").contains("began another"),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        effects_of(db.path(), "rb-1"),
+        1,
+        "the other consumer's only"
+    );
+    // A refused COMMIT, swallowed, then BEGIN: the writes before it are gone.
+    let outcome = first.process_in_transaction(envelope("rb-2").as_str(), |msg, tx| {
+        tx.execute(insert, params![msg.id().unwrap(), 1])?;
+        let _refused = tx.execute_batch("COMMIT");
+        tx.execute_batch("BEGIN")?;
+        tx.execute(insert, params![msg.id().unwrap(), 2]).map(drop)
+    });
+    assert_eq!(outcome.kind(), OutcomeKind::Failed, "{outcome:?}");
+    assert_eq!(effects_of(db.path(), "rb-2"), 0);
+    let again = first.process_in_transaction(envelope("rb-2").as_str(), |msg, tx| {
+        tx.execute(insert, params![msg.id().unwrap(), 3]).map(drop)
+    });
+    assert_eq!(again.kind(), OutcomeKind::Ran, "retried and run: {again:?}");
+    assert_eq!(effects_of(db.path(), "rb-2"), 1);
+}
+
 #[test]
 fn a_failing_handler_leaves_neither_its_effect_rows_nor_the_id() {
     let db = TempDb::new("tx-fail");
