@@ -49,12 +49,15 @@ impl ExecHandler {
         // Its own process group, so a timeout kills whatever it started too.
         #[cfg(unix)]
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        #[cfg(target_os = "linux")]
+        die_with_parent(&mut command);
         let mut child = command
             .spawn()
             .map_err(|e| format!("could not start handler: {e}"))?;
         feed(&mut child, envelope);
         let tail = Tail::drain(&mut child, self.show_output);
         let pid = child.id();
+        crate::stopping::running(pid);
         // A thread waits for the exit without reaping it, so the pid (and its
         // group) stays the handler's until this thread reaps it: a kill at the
         // deadline can never reach a process that took the pid over.
@@ -67,6 +70,7 @@ impl ExecHandler {
         if let Err(RecvTimeoutError::Timeout) = waited {
             kill_group(pid);
         }
+        crate::stopping::finished();
         let status = child
             .wait()
             .map_err(|e| format!("handler did not finish: {e}"))?;
@@ -196,9 +200,31 @@ fn wait_unreaped(pid: u32) {
 #[cfg(not(unix))]
 fn wait_unreaped(_pid: u32) {}
 
+/// The handler's shell is killed when this thread's process dies, `kill -9`
+/// included: an orphan would go on beside the redelivery. (What the shell has
+/// started by then is not: the signal is the child's alone.)
+#[cfg(target_os = "linux")]
+fn die_with_parent(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: prctl and getppid are async-signal-safe, as pre_exec requires.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent died before the prctl took hold.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other("bq-dedupe exited"));
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Kills the process group `pgid` (the handler and all it started).
 #[cfg(unix)]
-fn kill_group(pgid: u32) {
+pub(crate) fn kill_group(pgid: u32) {
     // SAFETY: killpg only sends a signal; a group already gone is ESRCH.
     unsafe {
         libc::killpg(pgid as libc::pid_t, libc::SIGKILL);
@@ -206,7 +232,7 @@ fn kill_group(pgid: u32) {
 }
 
 #[cfg(not(unix))]
-fn kill_group(pid: u32) {
+pub(crate) fn kill_group(pid: u32) {
     let _ = Command::new("taskkill")
         .args(["/F", "/T", "/PID", &pid.to_string()])
         .status();

@@ -42,6 +42,11 @@ impl Handler {
     }
 
     fn handle(&mut self, envelope: &str) -> Result<(), String> {
+        if let (Some(signal), Handler::Exec(_) | Handler::Plugin(_)) =
+            (crate::stopping::requested(), &self)
+        {
+            return Err(crate::stopping::not_run(signal));
+        }
         match self {
             Handler::Mark => Ok(()),
             Handler::Exec(exec) => exec.handle(envelope),

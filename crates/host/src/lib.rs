@@ -10,6 +10,7 @@ pub mod handler;
 mod host_store;
 pub mod keep_alive;
 pub mod runtime;
+pub mod stopping;
 pub mod telemetry;
 pub mod wit;
 

@@ -193,3 +193,153 @@ fn show_handler_output_passes_both_streams_to_stderr() {
     let (_, _, quiet) = run_within(&["run", "--store", "memory", "--exec", handler], &input, 60);
     assert!(!quiet.contains("of-handler"), "{quiet}");
 }
+
+/// A handler that logs `start`, sleeps, then logs `effect`, in claiming mode
+/// with a short lease on a SQLite file; `bq-dedupe run` started on one line
+/// with stdin left open (a stream), its child and the log.
+fn slow_claiming_run(name: &str) -> (Child, std::path::PathBuf, std::process::ChildStdin) {
+    let dir = scratch(name);
+    let log = dir.join("log");
+    let cmd = format!(
+        "cat >/dev/null; echo start >> {log}; sleep 1.5; echo effect >> {log}",
+        log = log.display()
+    );
+    let store = format!("sqlite:{}", dir.join("db").display());
+    let mut child = spawn(&[
+        "run", "--store", &store, "--claim", "--lease", "300ms", "--exec", &cmd,
+    ]);
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{}", envelope("signal-1", 10)).unwrap();
+    // Until the handler has started.
+    let started = Instant::now();
+    while std::fs::read_to_string(&log).unwrap_or_default().is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the handler never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, log, stdin)
+}
+
+fn signal(child: &Child, sig: &str) {
+    let status = std::process::Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// SIGTERM (or a Ctrl-C's SIGINT) while a handler runs: the handler, in its own
+/// process group, used to go on after `run` died, its claim no longer renewed,
+/// and the redelivery ran beside it (an adversarial review's finding: two
+/// effects, one verdict). Now `run` stops taking lines, lets the running
+/// handler finish, prints and records its verdict, and exits 128 + the signal.
+#[test]
+fn sigterm_lets_the_running_handler_finish_and_records_it() {
+    for (sig, code) in [("-TERM", 143), ("-INT", 130)] {
+        let (child, log, stdin) = slow_claiming_run("sigterm");
+        signal(&child, sig);
+        let out = wait_within(child, 30);
+        drop(stdin);
+        let verdicts = decisions(&out);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{sig}: {stderr}");
+        assert_eq!(verdicts.len(), 1, "{sig}: {stderr}");
+        assert_eq!(verdicts[0]["outcome"], "run-ok", "{verdicts:?}");
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "start\neffect\n");
+        assert!(stderr.contains("stopping"), "{stderr}");
+    }
+}
+
+/// A second signal does not wait: the handler's process group is killed
+/// before `run` exits, so nothing of it goes on beside a redelivery.
+#[test]
+fn a_second_signal_kills_the_running_handler() {
+    let (child, log, stdin) = slow_claiming_run("sigint-twice");
+    signal(&child, "-INT");
+    std::thread::sleep(Duration::from_millis(200));
+    signal(&child, "-INT");
+    let out = wait_within(child, 30);
+    drop(stdin);
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "start\n",
+        "killed before its effect"
+    );
+}
+
+/// `kill -9` of `run` while a handler runs: the handler's shell dies with it
+/// (Linux: the parent-death signal), so its effect never lands beside the
+/// redelivery's.
+#[cfg(target_os = "linux")]
+#[test]
+fn kill_9_of_the_run_takes_its_handler_with_it() {
+    let (mut child, log, stdin) = slow_claiming_run("kill-9");
+    signal(&child, "-KILL");
+    let _ = child.wait();
+    drop(stdin);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "start\n",
+        "the handler died with it"
+    );
+}
+
+/// In a batch, the deliveries whose handler had not started when SIGTERM came
+/// are not run: each gets its verdict (`failed`, retried), none is left out.
+#[test]
+fn sigterm_in_a_batch_runs_no_further_handler_and_reports_each_line() {
+    let dir = scratch("sigterm-batch");
+    let log = dir.join("log");
+    let cmd = format!(
+        "cat >/dev/null; echo start >> {log}; sleep 1; echo effect >> {log}",
+        log = log.display()
+    );
+    let store = format!("sqlite:{}", dir.join("db").display());
+    let mut child = spawn(&[
+        "run", "--store", &store, "--claim", "--batch", "3", "--exec", &cmd,
+    ]);
+    let mut stdin = child.stdin.take().unwrap();
+    for id in ["batch-1", "batch-2", "batch-3"] {
+        writeln!(stdin, "{}", envelope(id, 10)).unwrap();
+    }
+    let started = Instant::now();
+    while std::fs::read_to_string(&log).unwrap_or_default().is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the handler never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal(&child, "-TERM");
+    let out = wait_within(child, 30);
+    drop(stdin);
+    let verdicts = decisions(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(143), "{stderr}");
+    let outcomes: Vec<&str> = verdicts
+        .iter()
+        .map(|v| v["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        outcomes,
+        ["run-ok", "run-failed", "run-failed"],
+        "{verdicts:?}"
+    );
+    assert!(
+        verdicts[1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not run: bq-dedupe is stopping (SIGTERM)")
+    );
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "start\neffect\n");
+}

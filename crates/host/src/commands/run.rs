@@ -16,6 +16,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use bq_dedupe_host::handler::{ExecHandler, Handler, Plugin};
 use bq_dedupe_host::runtime::{ComponentSource, Runtime, guard_options};
+use bq_dedupe_host::stopping;
 
 pub use args::RunArgs;
 use printer::{Counts, Printer, Stopped};
@@ -30,6 +31,8 @@ enum Event {
     ReadFailed(std::io::Error),
     End,
     PrinterStopped,
+    /// SIGINT or SIGTERM: decide nothing more (see `stopping`).
+    Stopping,
 }
 
 /// Lines as the reader thread hands them over: blank lines dropped, the rest
@@ -51,6 +54,8 @@ enum Stop {
     Read(std::io::Error),
     /// The printing thread stopped first; `Printer::finish` says why.
     Printer,
+    /// This signal asked the run to stop.
+    Signal(i32),
 }
 
 impl From<Stopped> for Stop {
@@ -124,6 +129,10 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
     let (send, events) = mpsc::sync_channel::<Event>(2);
     let source = super::Lines::open(&args.input)?;
     let printer = Printer::spawn(send.clone());
+    let wake = send.clone();
+    stopping::install(move || {
+        let _ = wake.try_send(Event::Stopping);
+    })?;
     std::thread::spawn(move || read_chunks(source, send));
     let decided = decide_stream(&mut runtime, &events, &args, &printer, &progress);
     // No more events: a reader or printer still sending one is let go.
@@ -140,6 +149,16 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
             return Err(counts
                 .err()
                 .unwrap_or_else(|| anyhow::anyhow!("the printing thread stopped")));
+        }
+        Err(Stop::Signal(signal)) => {
+            progress.finish_and_clear();
+            eprintln!(
+                "bq-dedupe: stopped by {}: every line printed was decided and recorded; \
+                 the lines after the last one printed were not (feed them again) {}",
+                stopping::name(signal),
+                serde_json::to_string(&counts?)?
+            );
+            return Ok(ExitCode::from(128 + signal as u8));
         }
     };
     let counts = counts?;
@@ -172,6 +191,9 @@ fn decide_stream(
     let mut pending: VecDeque<Line> = VecDeque::with_capacity(2 * batch);
     let mut deadline: Option<Instant> = None;
     loop {
+        if let Some(signal) = stopping::requested() {
+            return Err(Stop::Signal(signal));
+        }
         // Every full batch is decided now; a remainder waits for more lines, for
         // its window, or for the end of input.
         if pending.len() >= batch {
@@ -200,13 +222,19 @@ fn decide_stream(
             }
             // Nothing more is decided once nothing can be printed.
             Ok(Event::PrinterStopped) => return Err(Stop::Printer),
+            // Checked at the top of the loop.
+            Ok(Event::Stopping) => {}
             Err(RecvTimeoutError::Timeout) => {
                 decide_group(runtime, pending.drain(..), batch, printer)?;
                 deadline = None;
             }
             Ok(Event::End) | Err(RecvTimeoutError::Disconnected) => {
                 decide_group(runtime, pending.drain(..), batch, printer)?;
-                return Ok(n);
+                // A signal meanwhile may have left some of them undecided.
+                return match stopping::requested() {
+                    Some(signal) => Err(Stop::Signal(signal)),
+                    None => Ok(n),
+                };
             }
         }
     }
@@ -249,7 +277,8 @@ fn decide_group(
     printer: &Printer,
 ) -> Result<(), Stopped> {
     let mut verdicts = Vec::with_capacity(lines.len());
-    while lines.len() > 0 {
+    // Once asked to stop, no more calls: what was decided is printed.
+    while lines.len() > 0 && stopping::requested().is_none() {
         let lines: Vec<Line> = lines.by_ref().take(batch).collect();
         if let Some(spans) = &mut runtime.state().spans {
             spans.start_batch(lines.iter().map(|(_, text)| text.as_deref().ok()));
