@@ -20,7 +20,9 @@ pub struct RunArgs {
     /// How long a claim lasts if its holder dies.
     #[arg(long, value_parser = parse_duration, default_value = "15m")]
     pub(super) lease: Duration,
-    /// Store key prefix (namespace).
+    /// Store key prefix: text put before each id. In one store, no consumer's
+    /// prefix may begin another's (an empty one begins every one): `orders:` + `1`
+    /// and `` + `orders:1` are one key (docs/rules.md).
     #[arg(long, default_value = "")]
     pub(super) prefix: String,
     /// Payload fingerprints: an id already processed with another `data` is
