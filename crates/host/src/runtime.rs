@@ -139,7 +139,14 @@ impl Runtime {
     /// state (the store connection, the handler, the held claims) into a fresh
     /// `Store` with a fresh instance. The call that trapped is still an error:
     /// its caller reports those deliveries as failed (retried), never as done.
+    ///
+    /// Every call ends here, and no claim outlives the call that took it: the
+    /// guest settled, released or gave up each one. One it gave up (lost by its
+    /// own clock while the store failed) or a trap left behind would otherwise
+    /// be renewed while later handlers run, its message parked for as long as
+    /// this run lives.
     fn recover<T>(&mut self, result: wasmtime::Result<T>) -> Result<T> {
+        self.state().claims = HeldClaims::default();
         if result.is_err() {
             self.reinstantiate()
                 .context("re-instantiating the component after a trap")?;

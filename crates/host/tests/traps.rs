@@ -121,3 +121,26 @@ fn process_batch_ids_hands_back_each_decoded_id_with_its_outcome() {
         |p| matches!(&p.outcome, Outcome::StoreUnavailable(e) if e.kind == StoreErrorKind::Invalid)
     ));
 }
+
+/// No claim outlives the call that took it. The host renews the claims it
+/// lists while a handler runs; one the guest gave up without a settle (found
+/// lost by its own clock while the store failed) or one a trap left behind
+/// stayed listed, and was renewed during every later handler, its message
+/// parked for as long as the run lived (an adversarial review's suspicion).
+#[test]
+fn no_claim_is_held_across_calls() {
+    let mut rt = runtime();
+    let opts = options("");
+    let token = bq_dedupe::store::ClaimToken("abandoned".into());
+    rt.state()
+        .claims
+        .granted("abandoned-key", &token, std::time::Duration::from_secs(60));
+    assert_eq!(rt.process(&envelope("z"), &opts).unwrap(), Outcome::RunOk);
+    assert!(rt.state().claims.is_empty(), "{:?}", rt.state().claims);
+    // After a trap too.
+    rt.state()
+        .claims
+        .granted("abandoned-key", &token, std::time::Duration::from_secs(60));
+    assert!(rt.dedupe_key(&envelope("x"), &bad_scope()).is_err());
+    assert!(rt.state().claims.is_empty(), "{:?}", rt.state().claims);
+}
