@@ -69,15 +69,20 @@ impl handler::Host for HostState {
             store,
             handler,
             claims,
+            ran_ok,
             ..
         } = self;
-        match handler {
+        let result = match handler {
             // Work of unknown length: keep the guest's claims alive meanwhile.
             Handler::Exec(_) | Handler::Plugin(_) if !claims.is_empty() => {
                 claims.kept_alive_during(store, || handler.handle(&envelope))
             }
             _ => handler.handle(&envelope),
+        };
+        if result.is_ok() && handler.reads_envelope() {
+            ran_ok.push(crate::runtime::envelope_hash(&envelope));
         }
+        result
     }
 }
 

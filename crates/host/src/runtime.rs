@@ -27,6 +27,28 @@ pub struct HostState {
     pub claims: HeldClaims,
     /// The run's spans, when it exports telemetry ([`crate::telemetry`]).
     pub spans: Option<crate::telemetry::Spans>,
+    /// The envelopes (their hashes) whose handler succeeded during the call
+    /// running now: if it traps, their retry may run them again, and says so.
+    pub ran_ok: Vec<u64>,
+}
+
+impl HostState {
+    /// `store` and `handler` behind the imports, nothing held or traced yet.
+    pub fn new(store: AnyStore, handler: Handler) -> Self {
+        HostState {
+            store,
+            handler,
+            claims: HeldClaims::default(),
+            spans: None,
+            ran_ok: Vec::new(),
+        }
+    }
+}
+
+/// What [`HostState::ran_ok`] keeps of an envelope.
+pub fn envelope_hash(envelope: &str) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(envelope)
 }
 
 /// The component built into this binary at compile time (empty if none was).
@@ -87,6 +109,8 @@ pub struct Runtime {
     /// The open guard and the options it was constructed with (to construct it
     /// again in a fresh instance after a trap).
     guard: Option<(ResourceAny, GuardOptions)>,
+    /// [`HostState::ran_ok`] of the last call, if it trapped.
+    ran_before_trap: Vec<u64>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -107,12 +131,7 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         Dedupe::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
         crate::handler::bind_lazily(&mut linker, &component)?;
-        let state = HostState {
-            store,
-            handler,
-            claims: HeldClaims::default(),
-            spans: None,
-        };
+        let state = HostState::new(store, handler);
         let mut store = Store::new(&engine, state);
         let instance = Dedupe::instantiate(&mut store, &component, &linker);
         let bindings = instance.map_err(anyhow::Error::from).context(
@@ -126,6 +145,7 @@ impl Runtime {
             store,
             bindings,
             guard: None,
+            ran_before_trap: Vec::new(),
         })
     }
 
@@ -147,7 +167,10 @@ impl Runtime {
     /// this run lives.
     fn recover<T>(&mut self, result: wasmtime::Result<T>) -> Result<T> {
         self.state().claims = HeldClaims::default();
+        let ran_ok = std::mem::take(&mut self.state().ran_ok);
+        self.ran_before_trap.clear();
         if result.is_err() {
+            self.ran_before_trap = ran_ok;
             self.reinstantiate()
                 .context("re-instantiating the component after a trap")?;
         }
@@ -158,12 +181,10 @@ impl Runtime {
 
     fn reinstantiate(&mut self) -> Result<()> {
         let engine = self.component.engine().clone();
-        let stand_in = HostState {
-            store: AnyStore::Memory(bq_dedupe::InMemoryStore::new()),
-            handler: Handler::Mark,
-            claims: HeldClaims::default(),
-            spans: None,
-        };
+        let stand_in = HostState::new(
+            AnyStore::Memory(bq_dedupe::InMemoryStore::new()),
+            Handler::Mark,
+        );
         let trapped = std::mem::replace(&mut self.store, Store::new(&engine, stand_in));
         self.store = Store::new(&engine, trapped.into_data());
         self.bindings = Dedupe::instantiate(&mut self.store, &self.component, &self.linker)?;
@@ -221,6 +242,12 @@ impl Runtime {
         let consumer = self.bindings.babelqueue_idempotency_consumer();
         let r = call(consumer.guard(), &mut self.store, guard);
         self.recover(r)
+    }
+
+    /// Whether `envelope`'s handler had succeeded in the last call before it
+    /// trapped (its success may not have been recorded).
+    pub fn ran_before_trap(&self, envelope: &str) -> bool {
+        self.ran_before_trap.contains(&envelope_hash(envelope))
     }
 
     /// `consumer.guard.process` on the open guard.

@@ -14,7 +14,6 @@ use bq_dedupe::{
     store::StoreErrorKind,
 };
 use bq_dedupe_host::handler::Handler;
-use bq_dedupe_host::keep_alive::HeldClaims;
 use bq_dedupe_host::runtime::HostState;
 use bq_dedupe_host::wit::dedupe::babelqueue::idempotency::{leases, store, types};
 use bq_dedupe_stores::{AnyStore, SqliteStore};
@@ -133,12 +132,10 @@ fn run_file() -> (TempFile, impl Fn() -> ViaImports + Send + Sync + 'static) {
     ));
     let spec = format!("sqlite:{}", path.display());
     let open = move || {
-        ViaImports(Mutex::new(HostState {
-            store: AnyStore::from_spec(&spec).expect("open the SQLite file"),
-            handler: Handler::Mark,
-            claims: HeldClaims::default(),
-            spans: None,
-        }))
+        ViaImports(Mutex::new(HostState::new(
+            AnyStore::from_spec(&spec).expect("open the SQLite file"),
+            Handler::Mark,
+        )))
     };
     (TempFile(path), open)
 }

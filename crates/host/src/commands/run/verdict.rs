@@ -141,7 +141,11 @@ pub(super) fn decide(runtime: &mut Runtime, batch: Vec<Line>) -> Vec<LineVerdict
         [] => Ok(Vec::new()),
         many => runtime.guard_process_batch_reports(many),
     };
-    let mut decided = resolve(&lines, &texts, processed);
+    let ran: Vec<bool> = match &processed {
+        Ok(_) => Vec::new(),
+        Err(_) => texts.iter().map(|t| runtime.ran_before_trap(t)).collect(),
+    };
+    let mut decided = resolve(&lines, &texts, processed, &ran);
     rerun_after_failed_leaders(runtime, &lines, texts, &mut decided);
     // Every `None` slot is a text, and `decided` holds one verdict per text.
     let mut decided = decided.into_iter();
@@ -194,10 +198,13 @@ fn rerun_after_failed_leaders(
 /// instance has been replaced) or answered the wrong number of deliveries leaves
 /// every one of its deliveries unacked: `failed`, outcome `trap`, so it is
 /// retried, never lost; only then are the ids read natively, for the report.
+/// `ran[i]`: text `i`'s handler had succeeded before the call trapped (its
+/// success perhaps unrecorded), which its reason says.
 fn resolve(
     lines: &[u64],
     texts: &[String],
     processed: Result<Vec<DeliveryReport>>,
+    ran: &[bool],
 ) -> Vec<LineVerdict> {
     let processed = processed.and_then(|p| {
         if p.len() == texts.len() {
@@ -221,11 +228,19 @@ fn resolve(
             lines
                 .iter()
                 .zip(texts)
-                .map(|(&line, text)| {
+                .enumerate()
+                .map(|(i, (&line, text))| {
                     let id = Message::parse_str(text, &Limits::default())
                         .ok()
                         .and_then(|m| m.id().map(str::to_owned));
-                    LineVerdict::trapped(line, reason.clone(), id)
+                    let reason = match ran.get(i) {
+                        Some(true) => format!(
+                            "{reason}; its handler had run and succeeded before that, and its \
+                             success may not be recorded: the retry may run it again"
+                        ),
+                        _ => reason.clone(),
+                    };
+                    LineVerdict::trapped(line, reason, id)
                 })
                 .collect()
         }
@@ -249,6 +264,7 @@ mod tests {
             &[3, 5],
             &texts,
             Err(anyhow::anyhow!("wasm trap: unreachable")),
+            &[true, false],
         );
         assert_eq!(verdicts.len(), 2);
         assert_eq!(verdicts[0].line, 3);
@@ -264,6 +280,15 @@ mod tests {
                 .unwrap()
                 .contains("unreachable")
         );
+        // Its handler had succeeded before the trap: the retry may run it again.
+        assert!(
+            verdicts[0]
+                .reason
+                .as_deref()
+                .unwrap()
+                .contains("the retry may run it again")
+        );
+        assert!(!verdicts[1].reason.as_deref().unwrap().contains("retry may"));
         assert_eq!(
             (
                 verdicts[1].line,
@@ -273,7 +298,7 @@ mod tests {
             (5, "failed", None)
         );
         // A short answer is treated the same way: nothing is left unreported.
-        let short = resolve(&[1, 2], &texts, Ok(Vec::new()));
+        let short = resolve(&[1, 2], &texts, Ok(Vec::new()), &[]);
         assert!(
             short
                 .iter()
