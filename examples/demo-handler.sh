@@ -7,7 +7,7 @@ marker=.bq-dedupe/demo-failed-once
 case "$envelope" in
   *00000003-b5a6-4789-90ab-cdef01234567*)
     if [ ! -e "$marker" ]; then
-      touch "$marker"
+      mkdir -p .bq-dedupe && touch "$marker"
       echo "payment gateway timeout" >&2
       exit 1
     fi

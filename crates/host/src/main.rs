@@ -28,8 +28,10 @@ struct Cli {
 enum Command {
     /// Run a BabelQueue conformance manifest through the component.
     Conformance {
-        /// memory | sqlite:PATH | redis://... | redis+cluster://... | postgres://... (see `run --help`)
-        #[arg(long, default_value = DEFAULT_STORE)]
+        /// memory | sqlite:PATH | redis://... | redis+cluster://... | postgres://... (see
+        /// `run --help`). A persistent store keeps the run's records, under
+        /// `bq-conformance:` prefixes.
+        #[arg(long, default_value = "memory")]
         store: String,
         /// The manifest (default: the vendored tests/conformance/manifest.json).
         manifest: Option<PathBuf>,
@@ -57,7 +59,18 @@ enum Command {
         #[arg(required = true)]
         ids: Vec<String>,
     },
-    /// Print what the store holds.
+    /// Print, per id, its key and what the store holds for it (done, claimed, free).
+    Show {
+        /// The store (as `run --store`); a SQLite file must exist.
+        #[arg(long, default_value = DEFAULT_STORE)]
+        store: String,
+        /// Key prefix the ids were remembered under.
+        #[arg(long, default_value = "")]
+        prefix: String,
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Print how many ids and claims the store holds.
     Stats {
         /// The store (as `run --store`); a SQLite file must exist.
         #[arg(long, default_value = DEFAULT_STORE)]
@@ -87,6 +100,7 @@ fn main() -> ExitCode {
             fingerprint,
             ids,
         } => commands::admin::forget(&component, &store, &prefix, fingerprint, &ids),
+        Command::Show { store, prefix, ids } => commands::admin::show(&store, &prefix, &ids),
         Command::Stats { store } => commands::admin::stats(&store),
         Command::Purge { store } => commands::admin::purge(&store),
     };

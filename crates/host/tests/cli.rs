@@ -395,15 +395,47 @@ fn check_gives_one_verdict_per_fixture() {
 fn forget_and_stats_work_on_a_persistent_store() {
     let dir = scratch("admin");
     let spec = format!("sqlite:{}", dir.join("seen.db").display());
-    bq(
+    let marked = bq(
         &["run", "--store", &spec],
         &[envelope("f1"), envelope("f2")].join("\n"),
+    );
+    // A run without a handler says that it marks without running.
+    let said = String::from_utf8_lossy(&marked.stderr);
+    assert!(
+        said.contains("without running anything (a mark run)"),
+        "{said}"
     );
     let stats = bq(&["stats", "--store", &spec], "");
     let s: Value = serde_json::from_slice(&stats.stdout).unwrap();
     assert_eq!(s["remembered"], 2);
+    // What the store holds for each id, under the prefix given.
+    let shown = bq(&["show", "--store", &spec, "f1", "nope"], "");
+    let shown: Vec<Value> = String::from_utf8_lossy(&shown.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        shown[0],
+        serde_json::json!({"id": "f1", "key": "f1", "state": "done"})
+    );
+    assert_eq!(shown[1]["state"], "free");
+    let prefixed = bq(&["show", "--store", &spec, "--prefix", "p:", "f1"], "");
+    assert!(String::from_utf8_lossy(&prefixed.stdout).contains(r#""key":"p:f1","state":"free""#));
+    // Nothing to forget under another prefix: said, not hidden.
+    let wrong = bq(&["forget", "--store", &spec, "--prefix", "p:", "f1"], "");
+    assert!(wrong.status.success());
+    let said = String::from_utf8_lossy(&wrong.stderr);
+    assert!(
+        said.contains(r#"f1 was not remembered (key "p:f1"): nothing to forget"#),
+        "{said}"
+    );
     let forgot = bq(&["forget", "--store", &spec, "f1"], "");
     assert!(forgot.status.success());
+    assert!(
+        forgot.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&forgot.stderr)
+    );
     let out = bq(
         &["run", "--store", &spec],
         &[envelope("f1"), envelope("f2")].join("\n"),
@@ -846,4 +878,26 @@ fn verdicts_do_not_depend_on_batching() {
             "{mode:?}"
         );
     }
+}
+
+/// `conformance` without `--store` runs on memory: it used to default to the
+/// user's own store and leave its records there for good.
+#[test]
+fn conformance_defaults_to_memory_and_leaves_no_store_behind() {
+    let dir = scratch("conformance-default");
+    let out = common::command()
+        .arg("conformance")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("0 failed"));
+    assert!(
+        !dir.join(".bq-dedupe").exists(),
+        "no default store was created"
+    );
 }

@@ -211,6 +211,9 @@ fn sqlite_forget_while_the_handler_runs_prints_run_ok_lease_lost() {
     let out = a.wait_with_output().unwrap();
     let a = outcomes(&out);
     assert_eq!(a[&id], "run-ok-lease-lost");
+    // The summary counts it apart, not only under `run`.
+    let summary = String::from_utf8_lossy(&out.stderr);
+    assert!(summary.contains(r#""lease-lost":1"#), "{summary}");
     let again = outcomes(
         &spawn_run(&["--store", &store, "--claim"], &[envelope(&id)])
             .wait_with_output()

@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use bq_dedupe::store::record::Rules;
+use bq_dedupe::store::Peeked;
+use bq_dedupe::store::record::{Record, Rules};
 use bq_dedupe::store::{TransactionalStore, TxRun};
 use bq_dedupe::{
     Store, StoreError, StoreResult, clock::Clock, clock::SystemClock, store::Capabilities,
@@ -290,6 +291,48 @@ impl Store for SqliteStore {
             keys.iter()
                 .map(|key| stmt.exists(params![key, now]))
                 .collect::<rusqlite::Result<Vec<bool>>>()
+                .map_err(error)?
+        };
+        tx.commit().map_err(error)?;
+        Ok(answers)
+    }
+
+    /// Each key's live row, judged by the record model: done, free, or how
+    /// long its claim has left (one snapshot).
+    async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
+        let mut conn = self.lock()?;
+        let now = self.now();
+        let tx = conn.transaction().map_err(error)?;
+        let answers = {
+            let mut stmt = tx.prepare_cached(LIVE_ROW).map_err(error)?;
+            keys.iter()
+                .map(|key| {
+                    let row = stmt.query_row(params![key, now], |r| {
+                        Ok((
+                            r.get::<_, i64>(0)?,
+                            r.get::<_, Option<String>>(1)?,
+                            r.get::<_, Option<i64>>(2)?,
+                        ))
+                    });
+                    let record = match row.optional()? {
+                        None => Record::Free,
+                        Some((state, token, until)) => {
+                            let until = until.map(|at| at.max(0) as u64);
+                            match state {
+                                1 => Record::Done {
+                                    until,
+                                    by: token.map(ClaimToken),
+                                },
+                                _ => Record::Claimed {
+                                    token: ClaimToken(token.unwrap_or_default()),
+                                    until,
+                                },
+                            }
+                        }
+                    };
+                    Ok(record.peeked(Some(now.max(0) as u64)))
+                })
+                .collect::<rusqlite::Result<Vec<Peeked>>>()
                 .map_err(error)?
         };
         tx.commit().map_err(error)?;

@@ -1,8 +1,11 @@
-//! `bq-dedupe forget` and `bq-dedupe stats`.
+//! `bq-dedupe forget`, `show`, `stats` and `purge`.
 
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
+use bq_dedupe::store::Peeked;
+use bq_dedupe::{KeySpace, Store, block_on_ready};
+use bq_dedupe_stores::AnyStore;
 
 use bq_dedupe_host::handler::Handler;
 use bq_dedupe_host::runtime::{ComponentSource, Runtime, guard_options};
@@ -16,11 +19,11 @@ pub fn forget(
     fingerprint: bool,
     ids: &[String],
 ) -> Result<ExitCode> {
-    let mut runtime = Runtime::load(
-        component,
-        bq_dedupe_host::open_existing_store(store)?,
-        Handler::Mark,
-    )?;
+    let native = bq_dedupe_host::open_existing_store(store)?;
+    // What each id was, to say when there was nothing to forget (a mistyped
+    // id, store or prefix looks like a success otherwise).
+    let before = peek(&native, prefix, ids)?;
+    let mut runtime = Runtime::load(component, native, Handler::Mark)?;
     let mut opts = guard_options(prefix);
     opts.fingerprint = fingerprint;
     if let Err(refused) = runtime.open_guard(&opts)? {
@@ -30,8 +33,15 @@ pub fn forget(
         );
     }
     let mut failed = false;
-    for id in ids {
+    for ((id, key), state) in before {
         match runtime.guard_forget(id)? {
+            Ok(()) if state == "free" => {
+                println!("forgot {id}");
+                eprintln!(
+                    "bq-dedupe: {id} was not remembered (key {key:?}): nothing to forget; \
+                     check --store and --prefix"
+                );
+            }
             Ok(()) => println!("forgot {id}"),
             Err(e) => {
                 failed = true;
@@ -44,6 +54,50 @@ pub fn forget(
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Each id's key (`prefix` + id) and what the store holds for it: `done`,
+/// `claimed`, `free`, or `not-done` (a store that cannot tell a live claim).
+fn peek<'i>(
+    store: &AnyStore,
+    prefix: &str,
+    ids: &'i [String],
+) -> Result<Vec<((&'i str, String), &'static str)>> {
+    let keyspace = KeySpace::new().with_prefix(prefix);
+    let keys: Vec<String> = ids.iter().map(|id| keyspace.key(id).into_owned()).collect();
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let peeked = block_on_ready(store.peek_many(&refs))
+        .map_err(|_| anyhow::anyhow!("the store answered asynchronously"))?
+        .map_err(|e| anyhow::anyhow!("reading the store: {e}"))?;
+    Ok(ids
+        .iter()
+        .map(String::as_str)
+        .zip(keys)
+        .zip(peeked.into_iter().map(|p| match p {
+            Peeked::Done => "done",
+            Peeked::NotDone {
+                claim_ends_in: Some(left),
+            } if left.is_zero() => "free",
+            Peeked::NotDone {
+                claim_ends_in: Some(_),
+            } => "claimed",
+            Peeked::NotDone {
+                claim_ends_in: None,
+            } => "not-done",
+        }))
+        .collect())
+}
+
+/// Prints, per id, its key and what the store holds for it.
+pub fn show(store: &str, prefix: &str, ids: &[String]) -> Result<ExitCode> {
+    let native = bq_dedupe_host::open_existing_store(store)?;
+    for ((id, key), state) in peek(&native, prefix, ids)? {
+        println!(
+            "{}",
+            serde_json::json!({ "id": id, "key": key, "state": state })
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 pub fn stats(store: &str) -> Result<ExitCode> {

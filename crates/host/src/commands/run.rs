@@ -72,7 +72,13 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
             show_output: args.show_handler_output,
         }),
         (None, Some(path)) => Handler::Plugin(Box::new(Plugin::load(path, args.handler_timeout)?)),
-        (None, None) => Handler::Mark,
+        (None, None) => {
+            eprintln!(
+                "bq-dedupe: no --exec or --handler: each new id is recorded as done without \
+                 running anything (a mark run)"
+            );
+            Handler::Mark
+        }
     };
     // Installed first, so every error path below drops it (and so flushes).
     let otlp = bq_dedupe_host::telemetry::Otlp::from_env(args.otlp_endpoint.as_deref())?;

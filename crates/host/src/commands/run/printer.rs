@@ -92,6 +92,11 @@ fn print(receive: &Receiver<Vec<LineVerdict>>) -> std::io::Result<Counts> {
     for verdicts in receive {
         for verdict in &verdicts {
             *counts.entry(verdict.decision).or_default() += 1;
+            // Counted under `run` too, and apart: the one outcome under which
+            // an effect may have happened twice.
+            if verdict.outcome == "run-ok-lease-lost" {
+                *counts.entry("lease-lost").or_default() += 1;
+            }
             write_verdict(&mut out, verdict)?;
         }
         out.flush()?;
