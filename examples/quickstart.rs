@@ -5,7 +5,8 @@ fn main() {
     let body = include_bytes!("minimal-envelope.json");
     for delivery in 1..=2 {
         let outcome = block_on_ready(guard.process(body, async |msg: &Message<'_>| {
-            println!("charging order {}", msg.id().unwrap_or("?")); // your side effect
+            let data: serde_json::Value = msg.data().map_err(|e| e.to_string())?; // or your own type
+            println!("charging order {}", data["order_id"]); // your side effect
             Ok::<(), String>(())
         }))
         .expect("a synchronous store completes at once"); // async hosts just .await

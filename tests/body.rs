@@ -130,3 +130,18 @@ fn the_guard_takes_text_and_bytes_alike() {
         (OutcomeKind::Ran, OutcomeKind::Skipped)
     );
 }
+
+#[test]
+fn data_reads_the_payload_as_your_type() {
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    struct Order {
+        order_id: u64,
+    }
+    let raw = r#"{"job":"j","trace_id":"t","data":{"order_id":1042,"x":[1]},"meta":{"id":"a","schema_version":1},"extra":{"data":5}}"#;
+    let msg = Message::parse_str(raw, &Limits::default()).unwrap();
+    assert_eq!(msg.data::<Order>().unwrap(), Order { order_id: 1042 });
+    let any: serde_json::Value = msg.data().unwrap();
+    assert_eq!(any["x"][0], 1);
+    let wrong = msg.data::<Vec<u8>>().unwrap_err();
+    assert!(wrong.to_string().contains("invalid type"), "{wrong}");
+}

@@ -205,6 +205,17 @@ impl<'a> Message<'a> {
         self.raw
     }
 
+    /// The envelope's `data` as your type (`serde_json::Value` for any):
+    /// `let order: Order = msg.data()?`. Read from the delivered text, only
+    /// `data` is built; an error says where `data` does not fit your type.
+    pub fn data<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        #[derive(serde::Deserialize)]
+        struct Data<T> {
+            data: T,
+        }
+        serde_json::from_str::<Data<T>>(self.raw).map(|d| d.data)
+    }
+
     /// The full owned envelope, unknown fields preserved (builds a JSON tree).
     pub fn envelope(&self) -> Result<Envelope, Rejection> {
         Envelope::from_validated(self.raw)
