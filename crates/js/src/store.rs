@@ -147,15 +147,18 @@ pub fn message_of(error: &JsValue) -> String {
     if let Some(s) = error.as_string() {
         return s;
     }
-    if let Some(e) = error.dyn_ref::<js_sys::Error>() {
-        return String::from(e.message());
-    }
+    // Read as a property that may be anything, or a getter that throws: an
+    // Error's `message` set to null once panicked here, and the panic wedged
+    // the module (the batch never settled, its successes unrecorded).
     if error.is_object()
         && let Some(m) = Reflect::get(error, crate::interned("message"))
             .ok()
             .and_then(|m| m.as_string())
     {
         return m;
+    }
+    if error.is_instance_of::<js_sys::Error>() {
+        return "an Error without a string message".into();
     }
     if error.is_undefined() {
         return "undefined".into();

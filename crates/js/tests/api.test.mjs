@@ -446,3 +446,37 @@ test('a TTL or lease of 0, or past 100 years, and maxBytes 0 are refused', async
   assert.equal(runs, 0);
   assert.equal((await bq.dedupe(envelope('z'), store, ok, { claimLeaseMs: 0.5, ttlMs: 1 })).kind, 'run-ok');
 });
+
+test('a handler that throws an Error whose message is not a string fails its delivery, never wedges the batch', async () => {
+  const odd = () => {
+    const nulled = new Error('x');
+    nulled.message = null;
+    const objected = new Error('y');
+    objected.message = { status: 503 };
+    const getter = new Error('z');
+    Object.defineProperty(getter, 'message', { get() { throw new Error('no message for you'); } });
+    return [nulled, objected, getter];
+  };
+  for (const [i, error] of odd().entries()) {
+    for (const how of ['sync', 'async']) {
+      const store = new bq.InMemoryStore();
+      const effects = [];
+      const handler = (env) => {
+        effects.push(env.meta.id);
+        if (env.meta.id === 'b') {
+          if (how === 'sync') throw error;
+          return Promise.reject(error);
+        }
+      };
+      const outcomes = await bq.dedupeBatch([envelope('a'), envelope('b'), envelope('c')], store, handler);
+      assert.deepEqual(outcomes.map((o) => o.kind), ['run-ok', 'run-failed', 'run-ok'], `${i} ${how}`);
+      assert.equal(outcomes[1].error, error, 'the error as thrown');
+      assert.equal(typeof outcomes[1].reason, 'string');
+      const again = await bq.dedupeBatch([envelope('a'), envelope('b'), envelope('c')], store, handler);
+      assert.deepEqual(again.map((o) => o.kind), ['skip', 'run-failed', 'skip'], `${i} ${how}: recorded once`);
+      assert.deepEqual(effects, ['a', 'b', 'c', 'b']);
+      const one = await bq.dedupe(envelope('b'), store, handler);
+      assert.equal(one.kind, 'run-failed');
+    }
+  }
+});

@@ -256,9 +256,17 @@ fn statements_of(value: JsValue) -> Result<Vec<D1PreparedStatement>, String> {
         return Err(wrong());
     }
     let bind = JsValue::from_str("bind");
-    Array::from(&value)
-        .iter()
+    // Read through Reflect, which catches: a Proxy or a getter that throws
+    // must fail this delivery, not unwind through the module and wedge it.
+    let length = Reflect::get(&value, &JsValue::from_str("length"))
+        .ok()
+        .and_then(|n| n.as_f64())
+        .filter(|n| n.fract() == 0.0 && *n >= 0.0 && *n <= f64::from(u32::MAX))
+        .ok_or_else(wrong)?;
+    (0..length as u32)
+        .map(|i| Reflect::get_u32(&value, i).map_err(|e| message_of(&e)))
         .map(|statement| {
+            let statement = statement?;
             let is_statement = statement.is_object()
                 && Reflect::get(&statement, &bind).is_ok_and(|f| f.is_function());
             if !is_statement {

@@ -99,9 +99,14 @@ impl QueueMessage {
 
 /// A JS exception as text.
 pub(crate) fn describe(error: JsValue) -> String {
+    // `message` read as a property that may be anything (an Error's set to
+    // null would panic in `Error::message`) or a getter that throws.
     error
-        .dyn_ref::<js_sys::Error>()
-        .map(|e| String::from(e.message()))
-        .or_else(|| error.as_string())
+        .as_string()
+        .or_else(|| {
+            Reflect::get(&error, &"message".into())
+                .ok()
+                .and_then(|m| m.as_string())
+        })
         .unwrap_or_else(|| format!("{error:?}"))
 }

@@ -156,7 +156,7 @@ export default { async fetch(request: Request, env: object): Promise<Response> {
   // dedupeQueueD1: the handler's D1 statements committed with the id.
   writeFileSync(path.join(scratch, "d1.ts"), `import { dedupeQueueD1 } from "@babelqueue/dedupe/workers";
 interface Env { DEDUPE_D1: D1Database }
-interface Directives { fail?: boolean; bad_statement_attempts?: number }
+interface Directives { fail?: boolean; bad_statement_attempts?: number; odd_error?: boolean; trap_array?: boolean }
 export default {
   async queue(batch: MessageBatch, env: Env): Promise<void> {
     await env.DEDUPE_D1.prepare("CREATE TABLE IF NOT EXISTS effects (id TEXT NOT NULL, attempt INTEGER NOT NULL)").run();
@@ -164,6 +164,18 @@ export default {
     await dedupeQueueD1(batch, env, (envelope, message, db) => {
       const data = envelope.data as Directives;
       if (data.fail) throw new Error("told to fail");
+      if (data.odd_error) {
+        const odd = new Error("odd");
+        (odd as { message: unknown }).message = null;
+        throw odd;
+      }
+      if (data.trap_array) {
+        return new Proxy([] as D1PreparedStatement[], { get(target, key) {
+          if (key === "length") return 1;
+          if (key === "0") throw new Error("no statement for you");
+          return Reflect.get(target, key);
+        } });
+      }
       const statements = [db.prepare("INSERT INTO effects (id, attempt) VALUES (?1, ?2)").bind(envelope.meta.id, message.attempts)];
       // A failure between the handler and the write: the batch is refused.
       if (message.attempts <= (data.bad_statement_attempts ?? 0)) {
@@ -549,6 +561,19 @@ describe("dedupeQueueD1: the handler's D1 statements and the id in one batch", (
     assert.deepEqual(result.retryMessages.map((r) => r.msgId), ["t-1"], JSON.stringify(result));
     assert.equal((await d1Effects())["d1ts-throws"], undefined);
     assert.equal(await marked("d1ts-throws"), undefined);
+  });
+
+  test("an Error whose message is null, or statements that throw when read, fail that delivery alone", async () => {
+    // Both used to panic in the module: the batch never settled, and its
+    // successes ran again unreported on the redelivery.
+    const bodies = [envelope("d1ts-ok-1"), envelope("d1ts-odd", { odd_error: true }), envelope("d1ts-trap", { trap_array: true }), envelope("d1ts-ok-2")];
+    const first = await queueD1(bodies.map((b, i) => msg(b, 1, `o-${i}`)));
+    assert.deepEqual(first.retryMessages.map((r) => r.msgId).sort(), ["o-1", "o-2"], JSON.stringify(first));
+    assert.deepEqual(first.explicitAcks.sort(), ["o-0", "o-3"], JSON.stringify(first));
+    const again = await queueD1([msg(bodies[0], 2, "o-0"), msg(bodies[3], 2, "o-3")]);
+    assert.deepEqual(again.explicitAcks.sort(), ["o-0", "o-3"], JSON.stringify(again));
+    const counts = await d1Effects();
+    assert.deepEqual([counts["d1ts-ok-1"], counts["d1ts-ok-2"], counts["d1ts-odd"], counts["d1ts-trap"]], [1, 1, undefined, undefined]);
   });
 
   test("a failure between the handler and the write writes nothing; the redelivery writes once", async () => {
