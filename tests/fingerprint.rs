@@ -252,3 +252,41 @@ fn a_store_of_another_sdks_format_refuses_fingerprints_without_running() {
     let plain = Guard::new(PerKey(GoFormat(InMemoryStore::new())));
     assert_eq!(one(&plain, &envelope("z", "{}")), ("run-ok", true));
 }
+
+/// An id shaped like another id's fingerprint record (U+001F `fp:` + its key,
+/// only a hostile producer sends one) was read as that record: a distinct
+/// message skipped unrun, by a consumer with fingerprints or without on the
+/// same store; and sent first, it made the real id's first delivery a
+/// payload mismatch (an adversarial review's finding). Such a key gets one
+/// more U+001F in our own formats.
+#[test]
+fn an_id_shaped_like_a_fingerprint_record_is_its_own_key() {
+    let store = Arc::new(InMemoryStore::new());
+    let with = Guard::new(store.clone()).with_fingerprint();
+    let without = Guard::new(store.clone());
+    assert_eq!(one(&with, &envelope("x-1", r#"{"n":1}"#)), ("run-ok", true));
+    // JSON's \u001f escape: the id starts with U+001F "fp:".
+    let forged = envelope(r"\u001ffp:x-1", r#"{"n":1}"#);
+    assert_eq!(
+        one(&without, &forged),
+        ("run-ok", true),
+        "a distinct message runs"
+    );
+    assert_eq!(
+        one(&with, &forged),
+        ("skip", false),
+        "and is then remembered"
+    );
+    let hash = bq_dedupe::fingerprint::Fingerprint::of(&envelope("x-1", r#"{"n":1}"#), "x-1")
+        .unwrap()
+        .hash;
+    let record = envelope(&format!(r"\u001ffp:{hash}:x-1"), r#"{"n":1}"#);
+    assert_eq!(one(&with, &record), ("run-ok", true));
+    // Sent before the real id, a forged marker does not make it a mismatch.
+    assert_eq!(
+        one(&without, &envelope(r"\u001ffp:x-2", "{}")),
+        ("run-ok", true)
+    );
+    assert_eq!(one(&with, &envelope("x-2", r#"{"n":2}"#)), ("run-ok", true));
+    assert_eq!(one(&with, &envelope("x-2", r#"{"n":2}"#)), ("skip", false));
+}
