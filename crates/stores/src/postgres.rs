@@ -1221,8 +1221,8 @@ impl TransactionalStore for PostgresStore {
         let name = key.map(stored);
         let key = name.as_deref();
         let mark = format!("tx:{}", new_token().0);
-        let mut ended_by_handler = false;
-        let run = self.in_transaction(|mut tx, prepared| {
+        let keys: Vec<&str> = key.into_iter().collect();
+        self.in_transaction(|mut tx, prepared| {
             // Nothing has run before the take: a stale take starts afresh.
             let mut statements = TxStatements {
                 prepared,
@@ -1243,50 +1243,25 @@ impl TransactionalStore for PostgresStore {
             }
             // From here the handler's work is in the transaction: nothing to go back to.
             statements.undo = None;
-            match work(&mut tx) {
-                Ok(value) => {
-                    let keys: Vec<&str> = key.into_iter().collect();
-                    // The handler may have moved client_encoding, in which the
-                    // finish's bound id would be read: set back first, a round
-                    // trip more, when that can change a byte (a batch does it
-                    // in the query after each delivery).
-                    if !key.is_none_or(str::is_ascii)
-                        && let Err(e) = tx.batch_execute("SET client_encoding TO 'UTF8'")
-                    {
-                        // A transaction a swallowed error aborted (25P02), or an error.
-                        let _aborted = aborted_or(e)?;
-                        return Ok(TxRun::Aborted(aborted_error()));
+            let not_committed = match work(&mut tx) {
+                Ok(value) => match self.finish_run(&mut tx, &mut statements, &keys, ttl, &mark)? {
+                    Ok(()) => {
+                        tx.commit().map_err(error)?;
+                        return Ok(TxRun::Committed(value));
                     }
-                    if let Err(aborted) =
-                        self.finish_in(&mut tx, &mut statements, &keys, ms(ttl), &mark)?
-                    {
-                        return Ok(TxRun::Aborted(aborted));
-                    }
-                    tx.commit().map_err(error)?;
-                    Ok(TxRun::Committed(value))
-                }
-                Err(e) => {
-                    // Dropping the transaction rolls it back. PostgreSQL warns
-                    // when there was none left: the handler ended it, and its
-                    // own COMMIT may have committed the id's take.
-                    NO_TRANSACTION_WARNED.with(|warned| warned.set(false));
-                    drop(tx);
-                    ended_by_handler = NO_TRANSACTION_WARNED.with(std::cell::Cell::take);
-                    if ended_by_handler {
-                        // Its SETs (client_encoding) are committed on the session.
-                        statements.prepared.retire();
-                    }
-                    Ok(TxRun::RolledBack(e))
-                }
+                    Err(aborted) => TxRun::Aborted(aborted),
+                },
+                Err(e) => TxRun::RolledBack(e),
+            };
+            // A handler that ended the store's transaction (its own COMMIT,
+            // then perhaps a BEGIN) committed the id's take with it: undone,
+            // or the redelivery would skip a message that never ran.
+            if self.roll_back_and_undo(&mut tx, &keys, &mark)? {
+                statements.prepared.retire();
+                return Ok(TxRun::Aborted(ended_by_handler_error()));
             }
-        })?;
-        match (ended_by_handler, key) {
-            (true, Some(key)) => {
-                self.undo_take(key, &mark)?;
-                Ok(TxRun::Aborted(ended_by_handler_error()))
-            }
-            _ => Ok(run),
-        }
+            Ok(not_committed)
+        })
     }
 
     /// A work that swallowed an error (its transaction aborted) is rolled back
@@ -1319,48 +1294,83 @@ impl TransactionalStore for PostgresStore {
                 prepared,
                 undo: Some(&undo),
             };
-            let mut runs = Vec::with_capacity(keys.len());
-            let mut committed: Vec<&str> = Vec::new();
-            tx.batch_execute(&begin).map_err(error)?;
-            for (i, key) in names.iter().enumerate() {
-                let key = key.as_deref();
-                if let Some(key) = key
-                    && let Some(taken) =
-                        self.take_in(&mut tx, &mut statements, &take, key, ttl, &mark)?
-                {
-                    // Undone: a mark put after waiting for another run of the id.
-                    tx.batch_execute(&undo).map_err(error)?;
-                    runs.push(taken);
-                    continue;
-                }
-                let result = work(i, &mut tx);
-                // In a transaction a swallowed error aborted, RELEASE fails
-                // (25P02) and the SAVEPOINT after it is not run.
-                let released = match &result {
-                    Ok(()) => match tx.batch_execute(&next) {
-                        Ok(()) => Ok(()),
-                        Err(e) => aborted_or(e)?,
-                    },
-                    Err(_) => Err(()),
-                };
-                match (result, released) {
-                    (Ok(()), Ok(())) => {
-                        committed.extend(key);
-                        runs.push(TxRun::Committed(()));
-                    }
-                    (result, _) => {
+            // The delivery whose handler may have committed its take by
+            // itself, if the batch fails before its savepoint is settled.
+            let mut at_risk: Option<&str> = None;
+            let mut body = |tx: &mut postgres::Transaction<'_>,
+                            statements: &mut TxStatements<'_>| {
+                let mut runs = Vec::with_capacity(keys.len());
+                let mut committed: Vec<&str> = Vec::new();
+                tx.batch_execute(&begin).map_err(error)?;
+                for (i, key) in names.iter().enumerate() {
+                    let key = key.as_deref();
+                    if let Some(key) = key
+                        && let Some(taken) = self.take_in(tx, statements, &take, key, ttl, &mark)?
+                    {
+                        // Undone: a mark put after waiting for another run of the id.
                         tx.batch_execute(&undo).map_err(error)?;
-                        runs.push(match result {
-                            Err(e) => TxRun::RolledBack(e),
-                            Ok(()) => TxRun::Aborted(aborted_error()),
-                        });
+                        runs.push(taken);
+                        continue;
+                    }
+                    at_risk = key;
+                    let result = work(i, tx);
+                    // In a transaction a swallowed error aborted, RELEASE fails
+                    // (25P02) and the SAVEPOINT after it is not run.
+                    let released = match &result {
+                        Ok(()) => match tx.batch_execute(&next) {
+                            Ok(()) => Ok(()),
+                            Err(e) => {
+                                // No transaction at all: the handler's own COMMIT
+                                // committed its delivery whole (and the ones
+                                // before it), take and effects alike: kept.
+                                if e.code()
+                                    == Some(&postgres::error::SqlState::NO_ACTIVE_SQL_TRANSACTION)
+                                {
+                                    at_risk = None;
+                                }
+                                aborted_or(e)?
+                            }
+                        },
+                        Err(_) => Err(()),
+                    };
+                    match (result, released) {
+                        (Ok(()), Ok(())) => {
+                            at_risk = None;
+                            committed.extend(key);
+                            runs.push(TxRun::Committed(()));
+                        }
+                        (result, _) => {
+                            tx.batch_execute(&undo).map_err(error)?;
+                            at_risk = None;
+                            runs.push(match result {
+                                Err(e) => TxRun::RolledBack(e),
+                                Ok(()) => TxRun::Aborted(aborted_error()),
+                            });
+                        }
                     }
                 }
+                // The handlers left the transaction unusable after all: nothing commits.
+                self.finish_in(tx, statements, &committed, ttl, &mark)??;
+                Ok(runs)
+            };
+            let failed = match body(&mut tx, &mut statements) {
+                Ok(runs) => {
+                    // A failed COMMIT committed nothing (a handler's own COMMIT
+                    // would have failed the RELEASE before): nothing to undo.
+                    tx.commit().map_err(error)?;
+                    return Ok(runs);
+                }
+                Err(e) => e,
+            };
+            // A handler that ended the transaction (its savepoint then gone)
+            // may have committed its own take, its later writes rolled back:
+            // undone, or the redelivery would skip it. The batch's error stays
+            // what is reported.
+            let keys: Vec<&str> = at_risk.into_iter().collect();
+            if let Ok(true) = self.roll_back_and_undo(&mut tx, &keys, &mark) {
+                statements.prepared.retire();
             }
-            // The handlers left the transaction unusable after all: nothing commits.
-            self.finish_in(&mut tx, &mut statements, &committed, ttl, &mark)??;
-            tx.commit().map_err(error)?;
-            Ok(runs)
+            Err(failed)
         })
     }
 }
@@ -1481,26 +1491,64 @@ impl PostgresStore {
         )
     }
 
-    /// Undoes a take a handler's own `COMMIT` committed (the run then failed):
-    /// the id's row goes only while the run's mark still stands and the row is
-    /// still the take's. Both were written at the take's `now()` (the row's
-    /// `created_at`, the mark's lapsed expiry): a row any later writer made (a
-    /// Go consumer's remember after the TTL, which leaves the mark) stays.
-    fn undo_take(&self, key: &str, mark: &str) -> StoreResult<()> {
+    /// Before the commit of one run: the finish ([`Self::finish_in`]),
+    /// `client_encoding` set back first when the id is not ASCII (the handler
+    /// may have moved it, and the finish's bound id would be read in it; a
+    /// round trip more for those ids only; a batch does it in the query after
+    /// each delivery). `Ok(Err(_))`: roll the run back.
+    fn finish_run(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        statements: &mut TxStatements<'_>,
+        keys: &[&str],
+        ttl: Option<Duration>,
+        mark: &str,
+    ) -> StoreResult<Result<(), StoreError>> {
+        if !keys.iter().all(|k| k.is_ascii())
+            && let Err(e) = tx.batch_execute("SET client_encoding TO 'UTF8'")
+        {
+            // A transaction a swallowed error aborted (25P02), or an error.
+            return Ok(aborted_or(e)?.map_err(|()| aborted_error()));
+        }
+        self.finish_in(tx, statements, keys, ms(ttl), mark)
+    }
+
+    /// Rolls a run's transaction back, then, on the same connection (in
+    /// autocommit), undoes the takes of `keys` that a handler's own `COMMIT`
+    /// committed: their mark, this run's, still stands, and its row is still
+    /// the take's (both written at the take's `now()`; a row a later writer
+    /// made, a Go consumer's remember after the TTL, stays). True when there
+    /// were some: the handler ended the store's transaction, and whatever it
+    /// `SET` is committed on the session. One round trip, on failures only;
+    /// `client_encoding` is set back first, so the ids are read as sent.
+    fn roll_back_and_undo(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        keys: &[&str],
+        mark: &str,
+    ) -> StoreResult<bool> {
         let (t, c) = (&self.table, &self.claims);
+        // PostgreSQL warns when the ROLLBACK finds no transaction: the
+        // handler ended it (a ROLLBACK, or a COMMIT without a BEGIN after it).
+        NO_TRANSACTION_WARNED.with(|warned| warned.set(false));
+        tx.batch_execute("ROLLBACK; SET client_encoding TO 'UTF8'")
+            .map_err(error)?;
+        let ended = NO_TRANSACTION_WARNED.with(std::cell::Cell::take);
+        if keys.is_empty() {
+            return Ok(ended);
+        }
         let sql = format!(
-            "WITH unmark AS (DELETE FROM {c} WHERE message_id = $1 AND token = $2
-                             RETURNING expires_at AS taken_at)
-             DELETE FROM {t} WHERE message_id = $1
-               AND created_at IN (SELECT taken_at FROM unmark)"
+            "WITH unmark AS (DELETE FROM {c} WHERE message_id = ANY($1::text[]) AND token = $2
+                             RETURNING message_id, expires_at AS taken_at),
+                  undone AS (DELETE FROM {t} AS cur USING unmark
+                             WHERE cur.message_id = unmark.message_id
+                               AND cur.created_at = unmark.taken_at)
+             SELECT count(*) FROM unmark"
         );
-        off_runtime(|| {
-            let mut conn = self.conn()?;
-            conn.client()
-                .execute_typed(&sql, &[(&key, Type::TEXT), (&mark, Type::TEXT)])
-                .map(drop)
-                .map_err(error)
-        })
+        let rows = tx
+            .query_typed(&sql, &[(&keys, Type::TEXT_ARRAY), (&mark, Type::TEXT)])
+            .map_err(error)?;
+        Ok(ended || rows.first().is_some_and(|row| row.get::<_, i64>(0) > 0))
     }
 
     /// Runs [`Self::take_sql`] in `tx`: `None` when the id is now this run's

@@ -573,6 +573,97 @@ fn postgres_a_handler_that_commits_a_set_itself_and_fails_leaves_no_session_behi
     pg_drop(&table);
 }
 
+/// A handler that commits the store's transaction and begins one of its own
+/// (`COMMIT; BEGIN`) and then fails, or swallows an error and returns Ok: its
+/// COMMIT had committed the id's take, and the store's ROLLBACK found a
+/// transaction open, so nothing noticed; the redelivery skipped a message
+/// whose effect was rolled back (an adversarial review's finding). In a batch
+/// too. The take is now undone after every run that does not commit.
+#[test]
+fn postgres_a_handler_that_commits_and_begins_again_loses_nothing() {
+    let (guard, table, _clean) = pg_guard("tx-commit-begin");
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    let fails = |id: &str| {
+        guard.process_in_transaction(envelope(id).as_str(), |msg, tx| {
+            tx.batch_execute("COMMIT; BEGIN")?;
+            tx.execute(&insert, &[&msg.id().unwrap()])?;
+            Err::<(), postgres::Error>(tx.execute("SELECT 1/0", &[]).unwrap_err())
+        })
+    };
+    let swallows = |id: &str| {
+        guard.process_in_transaction(envelope(id).as_str(), |msg, tx| {
+            tx.batch_execute("COMMIT; BEGIN")?;
+            tx.execute(&insert, &[&msg.id().unwrap()])?;
+            let _ = tx.execute("SELECT 1/0", &[]);
+            Ok::<(), postgres::Error>(())
+        })
+    };
+    let plain = |id: &str| {
+        guard.process_in_transaction(envelope(id).as_str(), |msg, tx| {
+            tx.execute(&insert, &[&msg.id().unwrap()]).map(drop)
+        })
+    };
+    for (id, first) in [
+        ("cb-fails", fails("cb-fails")),
+        ("cb-swallows", swallows("cb-swallows")),
+    ] {
+        assert_eq!(first.kind(), OutcomeKind::Failed, "{id}: {first:?}");
+        assert!(
+            format!("{first:?}").contains("ended the store's transaction"),
+            "{first:?}"
+        );
+        assert_eq!(pg_effects(&table, id), 0, "{id}");
+        let again = plain(id);
+        assert_eq!(
+            again.kind(),
+            OutcomeKind::Ran,
+            "{id}: the redelivery runs: {again:?}"
+        );
+        assert_eq!(pg_effects(&table, id), 1, "{id}");
+    }
+    // In a batch: the first delivery commits and begins again.
+    let bodies = [envelope("cb-batch-a"), envelope("cb-batch-b")];
+    let first = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+        let id = msg.id().unwrap();
+        if id == "cb-batch-a" {
+            tx.batch_execute("COMMIT; BEGIN")
+                .map_err(|e| e.to_string())?;
+        }
+        tx.execute(&insert, &[&id]).map_err(|e| e.to_string())?;
+        Ok::<(), String>(())
+    });
+    let kinds: Vec<OutcomeKind> = first.iter().map(Outcome::kind).collect();
+    assert_eq!(kinds, [OutcomeKind::StoreUnavailable; 2], "{first:?}");
+    let again = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+        tx.execute(&insert, &[&msg.id().unwrap()])
+            .map(drop)
+            .map_err(|e| e.to_string())
+    });
+    let kinds: Vec<OutcomeKind> = again.iter().map(Outcome::kind).collect();
+    assert_eq!(kinds, [OutcomeKind::Ran; 2], "{again:?}");
+    assert_eq!(pg_effects(&table, "cb-batch-a"), 1);
+    assert_eq!(pg_effects(&table, "cb-batch-b"), 1);
+    // The session such a handler left (its SET committed) is not lent again.
+    let outcome = guard.process_in_transaction(envelope("cb-set").as_str(), |_, tx| {
+        tx.batch_execute("SET client_encoding = 'LATIN1'; COMMIT; BEGIN")?;
+        Err::<(), postgres::Error>(tx.execute("SELECT 1/0", &[]).unwrap_err())
+    });
+    assert_eq!(outcome.kind(), OutcomeKind::Failed, "{outcome:?}");
+    for n in 0..4 {
+        let id = format!("café-cb-{n}");
+        ready(bq_dedupe::Store::remember(guard.store(), &id, None)).unwrap();
+        let stored: i64 = pg()
+            .query_one(
+                &format!("SELECT count(*) FROM {table} WHERE message_id = $1"),
+                &[&id],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(stored, 1, "{id} is stored as itself");
+    }
+    pg_drop(&table);
+}
+
 /// The store prepares its statements once per connection: one prepared in a
 /// transaction that rolls back, or under a savepoint rolled back, is still
 /// there for the next call; and a handler that deallocates them all loses its
