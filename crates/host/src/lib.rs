@@ -44,3 +44,10 @@ pub fn open_store(spec: &str) -> anyhow::Result<bq_dedupe_stores::AnyStore> {
     }
     Ok(store)
 }
+
+/// A line on stderr, if it can still be written: `eprintln!` panics when
+/// stderr is a closed pipe, which must not end a run (or a signal's handling).
+pub fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}

@@ -107,7 +107,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("bq-dedupe: {e:#}");
+            bq_dedupe_host::say(&format!("bq-dedupe: {e:#}"));
             ExitCode::from(2)
         }
     }

@@ -61,10 +61,12 @@ pub fn install(wake: impl Fn() + Send + 'static) -> std::io::Result<()> {
                 .compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
             {
-                eprintln!(
+                // Not eprintln!: it panics when stderr is a closed pipe, and
+                // this thread must live on to handle the next signal.
+                crate::say(&format!(
                     "bq-dedupe: {}: stopping after the delivery in progress (again to kill its handler)",
                     name(signal)
-                );
+                ));
                 wake();
                 continue;
             }
@@ -72,7 +74,7 @@ pub fn install(wake: impl Fn() + Send + 'static) -> std::io::Result<()> {
             if group != 0 {
                 crate::exec::kill_group(group);
             }
-            eprintln!(
+            crate::say(&format!(
                 "bq-dedupe: {} again: stopped at once{}; the delivery in progress was not recorded (its claim lapses)",
                 name(signal),
                 if group != 0 {
@@ -80,7 +82,7 @@ pub fn install(wake: impl Fn() + Send + 'static) -> std::io::Result<()> {
                 } else {
                     ""
                 }
-            );
+            ));
             std::process::exit(128 + signal);
         }
     });

@@ -343,3 +343,40 @@ fn sigterm_in_a_batch_runs_no_further_handler_and_reports_each_line() {
     );
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "start\neffect\n");
 }
+
+/// With stderr a closed pipe (a supervisor's log stream gone), the signal
+/// thread's message panicked, the thread died, and every later SIGINT or
+/// SIGTERM was ignored (an adversarial review's finding). A signal still stops
+/// the run, with its exit status.
+#[test]
+fn a_signal_stops_the_run_even_when_stderr_is_a_closed_pipe() {
+    let dir = scratch("sigterm-epipe");
+    let store = format!("sqlite:{}", dir.join("db").display());
+    let mut child = common::command()
+        .args(["run", "--store", &store, "--exec", "cat >/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take()); // the reader goes away
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{}", envelope("epipe-1", 10)).unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut first = [0u8; 1];
+    std::io::Read::read_exact(&mut out, &mut first).unwrap(); // its verdict is out
+    signal(&child, "-TERM");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "SIGTERM was ignored"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    drop(stdin);
+    assert_eq!(status.code(), Some(143));
+}

@@ -73,9 +73,9 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
         }),
         (None, Some(path)) => Handler::Plugin(Box::new(Plugin::load(path, args.handler_timeout)?)),
         (None, None) => {
-            eprintln!(
+            bq_dedupe_host::say(
                 "bq-dedupe: no --exec or --handler: each new id is recorded as done without \
-                 running anything (a mark run)"
+                 running anything (a mark run)",
             );
             Handler::Mark
         }
@@ -158,24 +158,24 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
         }
         Err(Stop::Signal(signal)) => {
             progress.finish_and_clear();
-            eprintln!(
+            bq_dedupe_host::say(&format!(
                 "bq-dedupe: stopped by {}: every line printed was decided and recorded; \
                  the lines after the last one printed were not (feed them again) {}",
                 stopping::name(signal),
                 serde_json::to_string(&counts?)?
-            );
+            ));
             return Ok(ExitCode::from(128 + signal as u8));
         }
     };
     let counts = counts?;
     progress.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();
-    eprintln!(
+    bq_dedupe_host::say(&format!(
         "summary: {} lines in {secs:.2}s ({:.0}/s) {}",
         n,
         n as f64 / secs.max(1e-9),
         serde_json::to_string(&counts)?
-    );
+    ));
     Ok(exit_code(&counts))
 }
 
@@ -268,7 +268,7 @@ impl Purge {
         }
         self.last = Some(Instant::now());
         if let Err(e) = runtime.state().store.purge_expired() {
-            eprintln!("bq-dedupe: purge of expired ids failed: {e}");
+            bq_dedupe_host::say(&format!("bq-dedupe: purge of expired ids failed: {e}"));
         }
     }
 }
