@@ -4,7 +4,7 @@
 //! With [`crate::Options::fingerprint`] on, a success is remembered with two
 //! companion records beside its key, written in the same store call:
 //!
-//! - the *marker* `"\u{1f}fp:" + key`: this id was remembered with a fingerprint;
+//! - the *marker* `"\u{1f}fp:=" + key`: this id was remembered with a fingerprint;
 //! - the *record* `"\u{1f}fp:" + hash + ":" + key`: and with this one.
 //!
 //! A later delivery of a remembered key is a skip if its record exists, a
@@ -53,9 +53,12 @@ impl Fingerprint {
     }
 }
 
-/// The marker of `key` (forgetting an id forgets its marker too).
+/// The marker of `key` (forgetting an id forgets its marker too). Its `=`
+/// is no hex digit, so no marker is ever a record: before it, the marker of
+/// id `HASH:K` was id K's record for HASH, and a producer that sent that id
+/// made K's changed payload read as a redelivery.
 pub fn marker_key(key: &str) -> String {
-    format!("{TAG}{key}")
+    format!("{TAG}={key}")
 }
 
 /// The hex fingerprint of one `data` value.
@@ -152,7 +155,7 @@ mod tests {
     fn companion_keys_carry_the_key() {
         let raw = r#"{"job":"j","trace_id":"t","meta":{"id":"a","schema_version":1},"data":{}}"#;
         let f = Fingerprint::of(raw, "q:a").unwrap();
-        assert_eq!(f.marker_key, "\u{1f}fp:q:a");
+        assert_eq!(f.marker_key, "\u{1f}fp:=q:a");
         assert_eq!(f.record_key, format!("\u{1f}fp:{}:q:a", f.hash));
     }
 }

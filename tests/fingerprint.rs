@@ -289,4 +289,18 @@ fn an_id_shaped_like_a_fingerprint_record_is_its_own_key() {
     );
     assert_eq!(one(&with, &envelope("x-2", r#"{"n":2}"#)), ("run-ok", true));
     assert_eq!(one(&with, &envelope("x-2", r#"{"n":2}"#)), ("skip", false));
+    // A plain ASCII id `HASH:K` wrote a marker that was K's record for HASH,
+    // so K's changed payload read as a redelivery (the final review's finding).
+    assert_eq!(one(&with, &envelope("k-1", r#"{"n":1}"#)), ("run-ok", true));
+    let other = bq_dedupe::fingerprint::Fingerprint::of(&envelope("k-1", r#"{"n":2}"#), "k-1")
+        .unwrap()
+        .hash;
+    assert_eq!(
+        one(&with, &envelope(&format!("{other}:k-1"), "{}")),
+        ("run-ok", true)
+    );
+    assert_eq!(
+        one(&with, &envelope("k-1", r#"{"n":2}"#)),
+        ("payload-mismatch", false)
+    );
 }

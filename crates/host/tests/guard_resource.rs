@@ -321,7 +321,7 @@ fn fingerprints_catch_an_id_reused_with_other_data() {
     // The companion records are plain keys beside the id.
     let keys = &host.store.data().seen;
     assert_eq!(keys.len(), 3, "{keys:?}");
-    assert!(keys.contains("\u{1f}fp:p"), "{keys:?}");
+    assert!(keys.contains("\u{1f}fp:=p"), "{keys:?}");
     // A guard without fingerprints takes the reused id for a redelivery.
     let plain_guard = host.construct(&plain("")).unwrap();
     assert_eq!(host.one(plain_guard, &other), Skip);

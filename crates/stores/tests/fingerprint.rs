@@ -112,10 +112,10 @@ fn redis_two_connections_share_fingerprints_under_our_prefix() {
         .collect();
     assert_eq!(ours.len(), 3, "the id, its marker, its record: {ours:?}");
     assert!(ours.contains(&"order-7".to_string()), "{ours:?}");
-    assert!(ours.contains(&"\u{1f}fp:order-7".to_string()), "{ours:?}");
+    assert!(ours.contains(&"\u{1f}fp:=order-7".to_string()), "{ours:?}");
     let record = ours
         .iter()
-        .find(|k| k.len() > "\u{1f}fp:order-7".len())
+        .find(|k| k.len() > "\u{1f}fp:=order-7".len())
         .unwrap();
     let hash = record
         .strip_prefix("\u{1f}fp:")
