@@ -304,3 +304,27 @@ fn an_id_shaped_like_a_fingerprint_record_is_its_own_key() {
         ("payload-mismatch", false)
     );
 }
+
+/// The escape is KeySpace's own: every key that would start with U+001F gets
+/// one more, and `id_of` gives back the id (reports show `meta.id`, not the key).
+#[test]
+fn keys_that_would_start_with_u001f_are_escaped_and_read_back() {
+    use bq_dedupe::KeySpace;
+    let plain = KeySpace::new();
+    assert_eq!(plain.key("\u{1f}x"), "\u{1f}\u{1f}x");
+    assert_eq!(plain.id_of("\u{1f}\u{1f}x"), Some("\u{1f}x"));
+    assert_eq!(plain.key("x\u{1f}"), "x\u{1f}");
+    let odd = KeySpace::new().with_prefix("\u{1f}");
+    assert_eq!(odd.key("plain"), "\u{1f}\u{1f}plain");
+    assert_eq!(odd.id_of("\u{1f}\u{1f}plain"), Some("plain"));
+    assert_eq!(
+        odd.into_id("\u{1f}\u{1f}plain".to_string()).as_deref(),
+        Some("plain")
+    );
+    let scoped = KeySpace::new().with_scope("s").unwrap();
+    assert_eq!(
+        scoped.key("\u{1f}x"),
+        "s:\u{1f}x",
+        "only the key's first character counts"
+    );
+}

@@ -40,7 +40,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         let mut decision = match message.id() {
             None => Decision::unkeyed(Verdict::FailOpen),
             Some(id) => {
-                let key = self.store_key(id).into_owned();
+                let key = self.options.keyspace.key(id).into_owned();
                 match self.fingerprint_of(&message, &key) {
                     Ok(fingerprint) => Decision {
                         verdict: Verdict::Run,

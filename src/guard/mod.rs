@@ -349,21 +349,6 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         &self.options
     }
 
-    /// `id`'s key in the store. In a store of our own record format a key
-    /// that starts with U+001F gets one more: the fingerprint records are
-    /// U+001F `fp:` + key there, so an id shaped like one (only a hostile
-    /// producer sends one) would be read as another id's record, and skipped
-    /// unrun. Keys of other SDKs' formats are theirs, unchanged.
-    pub(super) fn store_key<'i>(&self, id: &'i str) -> std::borrow::Cow<'i, str> {
-        let key = self.options.keyspace.key(id);
-        if key.starts_with('\u{1f}') && self.store.shared_format().is_none() {
-            let mut escaped = String::from('\u{1f}');
-            escaped.push_str(&key);
-            return std::borrow::Cow::Owned(escaped);
-        }
-        key
-    }
-
     /// The observer events go to.
     pub fn observer(&self) -> &O {
         &self.observer
@@ -372,7 +357,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     /// Forgets `id` (a `meta.id`, namespaced like every other key) so its next
     /// delivery runs again.
     pub async fn forget(&self, id: &str) -> StoreResult<()> {
-        let key = self.store_key(id);
+        let key = self.options.keyspace.key(id);
         let mut result = self.store.forget(&key).await;
         if result.is_ok() && self.options.fingerprint {
             // Its next success records a fingerprint afresh.
