@@ -108,5 +108,10 @@ pub(crate) fn describe(error: JsValue) -> String {
                 .ok()
                 .and_then(|m| m.as_string())
         })
-        .unwrap_or_else(|| format!("{error:?}"))
+        // Not `{error:?}`: wasm-bindgen's debug string reads `message` too,
+        // outside any catch.
+        .unwrap_or_else(|| {
+            let kind = error.js_typeof().as_string().unwrap_or_default();
+            format!("a thrown {kind} without a string message")
+        })
 }
