@@ -195,9 +195,14 @@ fn show_handler_output_passes_both_streams_to_stderr() {
 }
 
 /// A handler that logs `start`, sleeps, then logs `effect`, in claiming mode
-/// with a short lease on a SQLite file; `bq-dedupe run` started on one line
-/// with stdin left open (a stream), its child and the log.
-fn slow_claiming_run(name: &str) -> (Child, std::path::PathBuf, std::process::ChildStdin) {
+/// on a SQLite file with `flags`; `bq-dedupe run` started on a line per id
+/// with stdin left open (a stream), returned once the first handler started:
+/// its child, the log and its stdin.
+fn slow_run(
+    name: &str,
+    flags: &[&str],
+    ids: &[&str],
+) -> (Child, std::path::PathBuf, std::process::ChildStdin) {
     let dir = scratch(name);
     let log = dir.join("log");
     let cmd = format!(
@@ -205,12 +210,13 @@ fn slow_claiming_run(name: &str) -> (Child, std::path::PathBuf, std::process::Ch
         log = log.display()
     );
     let store = format!("sqlite:{}", dir.join("db").display());
-    let mut child = spawn(&[
-        "run", "--store", &store, "--claim", "--lease", "300ms", "--exec", &cmd,
-    ]);
+    let mut args = vec!["run", "--store", &store, "--claim", "--exec", &cmd];
+    args.extend_from_slice(flags);
+    let mut child = spawn(&args);
     let mut stdin = child.stdin.take().unwrap();
-    writeln!(stdin, "{}", envelope("signal-1", 10)).unwrap();
-    // Until the handler has started.
+    for id in ids {
+        writeln!(stdin, "{}", envelope(id, 10)).unwrap();
+    }
     let started = Instant::now();
     while std::fs::read_to_string(&log).unwrap_or_default().is_empty() {
         assert!(
@@ -220,6 +226,11 @@ fn slow_claiming_run(name: &str) -> (Child, std::path::PathBuf, std::process::Ch
         std::thread::sleep(Duration::from_millis(20));
     }
     (child, log, stdin)
+}
+
+/// One delivery, its claim's lease short (300 ms: renewed while it runs).
+fn slow_claiming_run(name: &str) -> (Child, std::path::PathBuf, std::process::ChildStdin) {
+    slow_run(name, &["--lease", "300ms"], &["signal-1"])
 }
 
 fn signal(child: &Child, sig: &str) {
@@ -298,28 +309,11 @@ fn kill_9_of_the_run_takes_its_handler_with_it() {
 /// are not run: each gets its verdict (`failed`, retried), none is left out.
 #[test]
 fn sigterm_in_a_batch_runs_no_further_handler_and_reports_each_line() {
-    let dir = scratch("sigterm-batch");
-    let log = dir.join("log");
-    let cmd = format!(
-        "cat >/dev/null; echo start >> {log}; sleep 1; echo effect >> {log}",
-        log = log.display()
+    let (child, log, stdin) = slow_run(
+        "sigterm-batch",
+        &["--batch", "3"],
+        &["batch-1", "batch-2", "batch-3"],
     );
-    let store = format!("sqlite:{}", dir.join("db").display());
-    let mut child = spawn(&[
-        "run", "--store", &store, "--claim", "--batch", "3", "--exec", &cmd,
-    ]);
-    let mut stdin = child.stdin.take().unwrap();
-    for id in ["batch-1", "batch-2", "batch-3"] {
-        writeln!(stdin, "{}", envelope(id, 10)).unwrap();
-    }
-    let started = Instant::now();
-    while std::fs::read_to_string(&log).unwrap_or_default().is_empty() {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the handler never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
     signal(&child, "-TERM");
     let out = wait_within(child, 30);
     drop(stdin);

@@ -440,6 +440,24 @@ fn postgres_a_handler_that_moves_search_path_leaves_the_store_on_its_tables() {
     pg_drop(&table);
 }
 
+/// Seen-set remembers of non-ASCII ids, on every pooled connection: each is
+/// stored as itself (a session left in another `client_encoding` would store
+/// `cafÃ©` for `café`, which no claim finds).
+fn assert_non_ascii_ids_stored_as_themselves(guard: &Guard<PostgresStore>, table: &str, tag: &str) {
+    for n in 0..4 {
+        let id = format!("{tag}{n}");
+        ready(bq_dedupe::Store::remember(guard.store(), &id, None)).unwrap();
+        let stored: i64 = pg()
+            .query_one(
+                &format!("SELECT count(*) FROM {table} WHERE message_id = $1"),
+                &[&id],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(stored, 1, "{id} is stored as itself");
+    }
+}
+
 /// A handler that moves its session's `client_encoding` (`SET`, committed
 /// with its run) leaves the store's later calls on that pooled connection
 /// reading their bound ids as UTF-8: a seen-set remember of a non-ASCII id
@@ -451,18 +469,7 @@ fn postgres_a_handler_that_moves_client_encoding_leaves_the_ids_as_they_are() {
         tx.batch_execute("SET client_encoding = 'LATIN1'")
     });
     assert_eq!(outcome.kind(), OutcomeKind::Ran, "{outcome:?}");
-    for n in 0..4 {
-        let id = format!("café-{n}");
-        ready(bq_dedupe::Store::remember(guard.store(), &id, None)).unwrap();
-        let stored: i64 = pg()
-            .query_one(
-                &format!("SELECT count(*) FROM {table} WHERE message_id = $1"),
-                &[&id],
-            )
-            .unwrap()
-            .get(0);
-        assert_eq!(stored, 1, "{id} is stored as itself");
-    }
+    assert_non_ascii_ids_stored_as_themselves(&guard, &table, "café-");
     pg_drop(&table);
 }
 
@@ -558,18 +565,7 @@ fn postgres_a_handler_that_commits_a_set_itself_and_fails_leaves_no_session_behi
         OutcomeKind::StoreUnavailable,
         "{outcomes:?}"
     );
-    for n in 0..4 {
-        let id = format!("café-ended-{n}");
-        ready(bq_dedupe::Store::remember(guard.store(), &id, None)).unwrap();
-        let stored: i64 = pg()
-            .query_one(
-                &format!("SELECT count(*) FROM {table} WHERE message_id = $1"),
-                &[&id],
-            )
-            .unwrap()
-            .get(0);
-        assert_eq!(stored, 1, "{id} is stored as itself");
-    }
+    assert_non_ascii_ids_stored_as_themselves(&guard, &table, "café-ended-");
     pg_drop(&table);
 }
 
@@ -649,18 +645,7 @@ fn postgres_a_handler_that_commits_and_begins_again_loses_nothing() {
         Err::<(), postgres::Error>(tx.execute("SELECT 1/0", &[]).unwrap_err())
     });
     assert_eq!(outcome.kind(), OutcomeKind::Failed, "{outcome:?}");
-    for n in 0..4 {
-        let id = format!("café-cb-{n}");
-        ready(bq_dedupe::Store::remember(guard.store(), &id, None)).unwrap();
-        let stored: i64 = pg()
-            .query_one(
-                &format!("SELECT count(*) FROM {table} WHERE message_id = $1"),
-                &[&id],
-            )
-            .unwrap()
-            .get(0);
-        assert_eq!(stored, 1, "{id} is stored as itself");
-    }
+    assert_non_ascii_ids_stored_as_themselves(&guard, &table, "café-cb-");
     pg_drop(&table);
 }
 
