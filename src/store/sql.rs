@@ -9,7 +9,8 @@
 //! numbered (`?1`...), which both rusqlite and D1 bind positionally. Every
 //! statement is one atomic step of the record model ([`RULES`]).
 
-use super::record::Rules;
+use super::ClaimToken;
+use super::record::{Record, Rules};
 
 /// How the table's rows follow the record model: a lapsed claim's row stays its
 /// owner's until another consumer takes it over; a done row keeps the token of
@@ -103,3 +104,19 @@ pub const TX_INSERT_DONE: &str =
 /// expiry.
 pub const LIVE_ROW: &str = "SELECT state, token, expires_at FROM bq_dedupe
     WHERE key = ?1 AND (expires_at IS NULL OR expires_at > ?2)";
+
+/// A key's [`LIVE_ROW`] (its state, token and expiry in unix ms) as the record
+/// model's record; no row: free.
+pub fn live_record(row: Option<(i64, Option<String>, Option<u64>)>) -> Record {
+    match row {
+        None => Record::Free,
+        Some((1, token, until)) => Record::Done {
+            until,
+            by: token.map(ClaimToken),
+        },
+        Some((_, token, until)) => Record::Claimed {
+            token: ClaimToken(token.unwrap_or_default()),
+            until,
+        },
+    }
+}

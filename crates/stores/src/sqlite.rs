@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bq_dedupe::store::Peeked;
-use bq_dedupe::store::record::{Record, Rules};
+use bq_dedupe::store::record::Rules;
 use bq_dedupe::store::{TransactionalStore, TxRun};
 use bq_dedupe::{
     Store, StoreError, StoreResult, clock::Clock, clock::SystemClock, store::Capabilities,
@@ -16,7 +16,7 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, pa
 
 use bq_dedupe::store::sql::{
     CLAIM, COMMIT_IF_FREE, COMMIT_OWN, EXPIRY_INDEX, FORGET, LIVE_ROW, RELEASE, REMEMBER, RENEW,
-    SCHEMA, SEEN, STATE,
+    SCHEMA, SEEN, STATE, live_record,
 };
 
 use crate::{StoreStats, new_token, ttl_ms};
@@ -314,22 +314,9 @@ impl Store for SqliteStore {
                             r.get::<_, Option<i64>>(2)?,
                         ))
                     });
-                    let record = match row.optional()? {
-                        None => Record::Free,
-                        Some((state, token, until)) => {
-                            let until = until.map(|at| at.max(0) as u64);
-                            match state {
-                                1 => Record::Done {
-                                    until,
-                                    by: token.map(ClaimToken),
-                                },
-                                _ => Record::Claimed {
-                                    token: ClaimToken(token.unwrap_or_default()),
-                                    until,
-                                },
-                            }
-                        }
-                    };
+                    let record = live_record(row.optional()?.map(|(state, token, until)| {
+                        (state, token, until.map(|at| at.max(0) as u64))
+                    }));
                     Ok(record.peeked(Some(now.max(0) as u64)))
                 })
                 .collect::<rusqlite::Result<Vec<Peeked>>>()

@@ -18,7 +18,7 @@ use std::time::Duration;
 use bq_dedupe::store::record::Record;
 use bq_dedupe::store::sql::{
     CLAIM, COMMIT_IF_FREE, COMMIT_OWN, EXPIRY_INDEX, FORGET, LIVE_ROW, PURGE_EXPIRED_DONE, RELEASE,
-    REMEMBER, RENEW, SCHEMA, SEEN, STATE, TX_CLEAR_EXPIRED, TX_INSERT_DONE,
+    REMEMBER, RENEW, SCHEMA, SEEN, STATE, TX_CLEAR_EXPIRED, TX_INSERT_DONE, live_record,
 };
 use bq_dedupe::store::{Peeked, StatementStore, TxRun};
 use bq_dedupe::{
@@ -406,24 +406,7 @@ impl StatementStore for D1Store {
 
 /// A key's live row as the record model's record (no row: free).
 fn record_of(row: Option<LiveRow>) -> Record {
-    let until = |at: Option<f64>| at.map(|at| at as u64);
-    match row {
-        None => Record::Free,
-        Some(LiveRow {
-            state: 1,
-            token,
-            expires_at,
-        }) => Record::Done {
-            until: until(expires_at),
-            by: token.map(ClaimToken),
-        },
-        Some(LiveRow {
-            token, expires_at, ..
-        }) => Record::Claimed {
-            token: ClaimToken(token.unwrap_or_default()),
-            until: until(expires_at),
-        },
-    }
+    live_record(row.map(|r| (r.state, r.token, r.expires_at.map(|at| at as u64))))
 }
 
 /// What a transactional batch that answered an error left, read from the key's
