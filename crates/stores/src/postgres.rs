@@ -1365,11 +1365,10 @@ impl TransactionalStore for PostgresStore {
             // A handler that ended the transaction (its savepoint then gone)
             // may have committed its own take, its later writes rolled back:
             // undone, or the redelivery would skip it. The batch's error stays
-            // what is reported.
+            // what is reported (and, an error, it retires the connection:
+            // `in_transaction`).
             let keys: Vec<&str> = at_risk.into_iter().collect();
-            if let Ok(true) = self.roll_back_and_undo(&mut tx, &keys, &mark) {
-                statements.prepared.retire();
-            }
+            let _undone = self.roll_back_and_undo(&mut tx, &keys, &mark);
             Err(failed)
         })
     }

@@ -35,14 +35,15 @@ pub fn forget(
     let mut failed = false;
     for ((id, key), state) in before {
         match runtime.guard_forget(id)? {
-            Ok(()) if state == "free" => {
+            Ok(()) => {
                 println!("forgot {id}");
-                eprintln!(
-                    "bq-dedupe: {id} was not remembered (key {key:?}): nothing to forget; \
-                     check --store and --prefix"
-                );
+                if state == "free" {
+                    eprintln!(
+                        "bq-dedupe: {id} was not remembered (key {key:?}): nothing to forget; \
+                         check --store and --prefix"
+                    );
+                }
             }
-            Ok(()) => println!("forgot {id}"),
             Err(e) => {
                 failed = true;
                 eprintln!("could not forget {id}: {}", e.message);
