@@ -1244,12 +1244,28 @@ impl TransactionalStore for PostgresStore {
             // From here the handler's work is in the transaction: nothing to go back to.
             statements.undo = None;
             let not_committed = match work(&mut tx) {
-                Ok(value) => match self.finish_run(&mut tx, &mut statements, &keys, ttl, &mark)? {
-                    Ok(()) => {
-                        tx.commit().map_err(error)?;
-                        return Ok(TxRun::Committed(value));
+                Ok(value) => match self.finish_run(&mut tx, &mut statements, &keys, ttl, &mark) {
+                    Ok(Ok(())) => {
+                        return match tx.commit() {
+                            Ok(()) => Ok(TxRun::Committed(value)),
+                            Err(e) => {
+                                // The server refused the COMMIT (a deferred
+                                // constraint, a serialization failure): nothing
+                                // of it committed, but a handler's own COMMIT
+                                // before may have committed the take. A lost
+                                // reply is left alone: the COMMIT may have landed.
+                                if e.as_db_error().is_some() {
+                                    let _undone = self.undo_takes_elsewhere(&keys, &mark);
+                                }
+                                Err(error(e))
+                            }
+                        };
                     }
-                    Err(aborted) => TxRun::Aborted(aborted),
+                    Ok(Err(aborted)) => TxRun::Aborted(aborted),
+                    Err(e) => {
+                        let _undone = self.roll_back_and_undo(&mut tx, &keys, &mark);
+                        return Err(e);
+                    }
                 },
                 Err(e) => TxRun::RolledBack(e),
             };
@@ -1526,16 +1542,35 @@ impl PostgresStore {
         keys: &[&str],
         mark: &str,
     ) -> StoreResult<bool> {
-        let (t, c) = (&self.table, &self.claims);
         // PostgreSQL warns when the ROLLBACK finds no transaction: the
         // handler ended it (a ROLLBACK, or a COMMIT without a BEGIN after it).
         NO_TRANSACTION_WARNED.with(|warned| warned.set(false));
         tx.batch_execute("ROLLBACK; SET client_encoding TO 'UTF8'")
             .map_err(error)?;
         let ended = NO_TRANSACTION_WARNED.with(std::cell::Cell::take);
+        Ok(self.undo_takes(tx, keys, mark)? || ended)
+    }
+
+    /// [`Self::roll_back_and_undo`]'s undo on a connection of its own, for a
+    /// run whose transaction is gone (its COMMIT refused). Best effort.
+    fn undo_takes_elsewhere(&self, keys: &[&str], mark: &str) -> StoreResult<bool> {
+        let mut conn = self.conn()?;
+        self.undo_takes(conn.client(), keys, mark)
+    }
+
+    /// Deletes the marks this run (`mark`) put on `keys`, if a COMMIT made
+    /// them stand, and the ids' rows while they are still the takes' (a row
+    /// a later writer made stays); true when there were some.
+    fn undo_takes(
+        &self,
+        client: &mut impl postgres::GenericClient,
+        keys: &[&str],
+        mark: &str,
+    ) -> StoreResult<bool> {
         if keys.is_empty() {
-            return Ok(ended);
+            return Ok(false);
         }
+        let (t, c) = (&self.table, &self.claims);
         let sql = format!(
             "WITH unmark AS (DELETE FROM {c} WHERE message_id = ANY($1::text[]) AND token = $2
                              RETURNING message_id, expires_at AS taken_at),
@@ -1544,10 +1579,10 @@ impl PostgresStore {
                                AND cur.created_at = unmark.taken_at)
              SELECT count(*) FROM unmark"
         );
-        let rows = tx
+        let rows = client
             .query_typed(&sql, &[(&keys, Type::TEXT_ARRAY), (&mark, Type::TEXT)])
             .map_err(error)?;
-        Ok(ended || rows.first().is_some_and(|row| row.get::<_, i64>(0) > 0))
+        Ok(rows.first().is_some_and(|row| row.get::<_, i64>(0) > 0))
     }
 
     /// Runs [`Self::take_sql`] in `tx`: `None` when the id is now this run's

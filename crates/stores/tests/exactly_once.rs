@@ -649,6 +649,41 @@ fn postgres_a_handler_that_commits_and_begins_again_loses_nothing() {
     pg_drop(&table);
 }
 
+/// The same handler (`COMMIT; BEGIN`) returning Ok, its transaction's COMMIT
+/// then refused by a deferred constraint: the COMMIT's error left through `?`,
+/// and the take its own COMMIT had committed stayed, so the redelivery skipped
+/// a message whose effect was rolled back (the final review's finding).
+#[test]
+fn postgres_a_refused_commit_after_a_handlers_own_commit_loses_nothing() {
+    let (guard, table, _clean) = pg_guard("tx-commit-refused");
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    let (parent, child) = (format!("{table}_parent"), format!("{table}_child"));
+    pg().batch_execute(&format!(
+        "CREATE TABLE {parent} (id INT PRIMARY KEY);
+         CREATE TABLE {child} (id INT REFERENCES {parent} (id) DEFERRABLE INITIALLY DEFERRED)"
+    ))
+    .unwrap();
+    let first = guard.process_in_transaction(envelope("cr-1").as_str(), |msg, tx| {
+        tx.batch_execute("COMMIT; BEGIN")?;
+        tx.execute(&insert, &[&msg.id().unwrap()])?;
+        tx.batch_execute(&format!("INSERT INTO {child} VALUES (7)"))
+    });
+    assert_eq!(first.kind(), OutcomeKind::StoreUnavailable, "{first:?}");
+    assert_eq!(pg_effects(&table, "cr-1"), 0, "rolled back");
+    let again = guard.process_in_transaction(envelope("cr-1").as_str(), |msg, tx| {
+        tx.execute(&insert, &[&msg.id().unwrap()]).map(drop)
+    });
+    assert_eq!(
+        again.kind(),
+        OutcomeKind::Ran,
+        "the redelivery runs: {again:?}"
+    );
+    assert_eq!(pg_effects(&table, "cr-1"), 1);
+    pg().batch_execute(&format!("DROP TABLE {child}; DROP TABLE {parent}"))
+        .unwrap();
+    pg_drop(&table);
+}
+
 /// The store prepares its statements once per connection: one prepared in a
 /// transaction that rolls back, or under a savepoint rolled back, is still
 /// there for the next call; and a handler that deallocates them all loses its
