@@ -1250,11 +1250,16 @@ impl TransactionalStore for PostgresStore {
                             Ok(()) => Ok(TxRun::Committed(value)),
                             Err(e) => {
                                 // The server refused the COMMIT (a deferred
-                                // constraint, a serialization failure): nothing
-                                // of it committed, but a handler's own COMMIT
-                                // before may have committed the take. A lost
-                                // reply is left alone: the COMMIT may have landed.
-                                if e.as_db_error().is_some() {
+                                // constraint, class 23; a serialization failure
+                                // or deadlock, class 40): nothing of it
+                                // committed, but a handler's own COMMIT before
+                                // may have committed the take. Any other error
+                                // (a lost reply, a terminated backend) is left
+                                // alone: that COMMIT may have landed.
+                                let refused = e.code().is_some_and(|c| {
+                                    c.code().starts_with("23") || c.code().starts_with("40")
+                                });
+                                if refused {
                                     let _undone = self.undo_takes_elsewhere(&keys, &mark);
                                 }
                                 Err(error(e))
