@@ -12,7 +12,7 @@ use bq_dedupe::{
 };
 use postgres::Config;
 use postgres::config::Host;
-use postgres::types::{ToSql, Type};
+use postgres::types::Type;
 use r2d2_postgres::PostgresConnectionManager;
 use r2d2_postgres::r2d2::{ManageConnection, Pool, PooledConnection};
 use tokio_postgres_rustls::MakeRustlsConnect;
@@ -20,7 +20,10 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 mod blocking;
 mod session;
 use blocking::{off_multi_thread_runtime, off_runtime};
-use session::{Bound, Manager, Params, Prepared, Session, array_literal, is_stale, literal};
+use session::{
+    Bound, Manager, Params, Prepared, Session, array_literal, is_stale, literal,
+    optional_array_literal,
+};
 
 use crate::tls::{client_config, postgres_tls};
 use crate::{StoreStats, new_token, take_params, ttl_ms};
@@ -54,6 +57,10 @@ const LIVE_KEY: &str = "coalesce(expires_at, 'infinity') > now()";
 const GO_UPSERT: &str = "ON CONFLICT (message_id) DO UPDATE
     SET created_at = now(), expires_at = EXCLUDED.expires_at
     WHERE cur.expires_at IS NOT NULL AND cur.expires_at <= now()";
+
+/// How a transactional run's mark (its claims row) is told from a claim: its
+/// token starts with this.
+const MARK_PREFIX: &str = "tx:";
 
 /// A remembered row's expiry from the TTL parameter `param` (ms; `NULL`: never).
 fn expiry(param: &str) -> String {
@@ -796,28 +803,59 @@ impl PostgresStore {
     }
 
     /// One plain remember (a seen-set delivery's commit): the statement below
-    /// for one key, with scalar parameters, as the Go SDK's upsert is, so the
-    /// server plans it once per connection (an array it plans on every call).
-    /// Any claim on the key ends first (claims, then the id: the lock order of
-    /// every other statement here; `own` is read before the insert so it is).
+    /// for one key, as the Go SDK's upsert is (prepared, so the server plans
+    /// it once per connection), then [`Self::end_claims_sql`], in one round
+    /// trip. Any claim on the key ends first (claims, then the id: the lock
+    /// order of every other statement here; `own` is read before the insert
+    /// so it is).
     fn remember_one(&self, key: &str, ttl: Option<Duration>) -> StoreResult<Settled> {
-        let key = stored(key);
-        let key = key.as_ref();
-        let ttl = ms(ttl);
+        let key = literal(&stored(key));
+        let ttl = ms(ttl).map_or_else(|| "NULL".to_string(), |ms| ms.to_string());
         let (t, c) = (&self.table, &self.claims);
-        let sql = format!(
+        let remember = format!(
             "WITH own AS (DELETE FROM {c} WHERE message_id = $1 RETURNING 1)
              INSERT INTO {t} AS cur (message_id, expires_at)
              SELECT $1, {} FROM (SELECT count(*) FROM own) o
              {GO_UPSERT}",
             expiry("$2")
         );
-        let params: [(&(dyn ToSql + Sync), Type); 2] = [(&key, Type::TEXT), (&ttl, Type::INT8)];
-        self.run(|c| c.query(&sql, &params))?;
+        let end_claims = self.end_claims_sql("= $1::text");
+        self.run(|conn| {
+            conn.query_together(&[
+                Bound {
+                    sql: &remember,
+                    types: "text, bigint",
+                    values: &[&key, &ttl],
+                },
+                Bound {
+                    sql: &end_claims,
+                    types: "text",
+                    values: &[&key],
+                },
+            ])
+        })?;
         Ok(Settled {
             kept: vec![true],
             ..Settled::default()
         })
+    }
+
+    /// After a remember of the ids `$1` (`is_key`: `= $1::text` or
+    /// `= ANY($1::text[])`), on a snapshot of its own: the claims on them that
+    /// stand beside their live rows end. The remember's own delete of claims
+    /// read the snapshot it started with, so a claim committed while it ran
+    /// (waiting on another session's insert of the id) stood beside the row,
+    /// and once the row expired or was forgotten that claim renewed and
+    /// committed as kept: a second run reported clean. A claim committed
+    /// after this statement began found the row (its second statement gives
+    /// it back). A transactional run's mark is left to its run.
+    fn end_claims_sql(&self, is_key: &str) -> String {
+        let (t, c) = (&self.table, &self.claims);
+        format!(
+            "DELETE FROM {c} WHERE message_id {is_key} AND token NOT LIKE '{MARK_PREFIX}%'
+               AND EXISTS (SELECT 1 FROM {t}
+                           WHERE {t}.message_id = {c}.message_id AND {LIVE_KEY})"
+        )
     }
 
     /// The whole settlement in one statement (an implicit transaction):
@@ -941,30 +979,75 @@ impl PostgresStore {
              UNION ALL SELECT 1, k, tok FROM ren",
             expiry("$3")
         );
-        let (rem_params, rem_type): ([&(dyn ToSql + Sync); 2], Type) = match (one, &rem[..]) {
-            (true, [(key, token)]) => ([key, token], Type::TEXT),
-            _ => ([&rem_keys, &rem_tokens], Type::TEXT_ARRAY),
+        // Written in as literals: the settlement and the end of the claims
+        // beside its rows ([`Self::end_claims_sql`]) go in one round trip.
+        let (rem_keys_in, rem_tokens_in, types) = match (one, &rem[..]) {
+            (true, [(key, token)]) => (
+                literal(key),
+                token.map_or_else(|| "NULL".to_string(), literal),
+                "text, text, bigint, text[], text[], text[], text[], bigint",
+            ),
+            _ => (
+                array_literal(rem_keys.iter().copied()),
+                optional_array_literal(&rem_tokens),
+                "text[], text[], bigint, text[], text[], text[], text[], bigint",
+            ),
         };
-        let params: [(&(dyn ToSql + Sync), Type); 8] = [
-            (rem_params[0], rem_type.clone()),
-            (rem_params[1], rem_type),
-            (&ttl, Type::INT8),
-            (&rel_keys, Type::TEXT_ARRAY),
-            (&rel_tokens, Type::TEXT_ARRAY),
-            (&ren_keys, Type::TEXT_ARRAY),
-            (&ren_tokens, Type::TEXT_ARRAY),
-            (&lease, Type::INT8),
+        let ttl_in = ttl.map_or_else(|| "NULL".to_string(), |ms| ms.to_string());
+        let lease_in = lease.to_string();
+        let (rel_keys_in, rel_tokens_in) = (
+            array_literal(rel_keys.iter().copied()),
+            array_literal(rel_tokens.iter().copied()),
+        );
+        let (ren_keys_in, ren_tokens_in) = (
+            array_literal(ren_keys.iter().copied()),
+            array_literal(ren_tokens.iter().copied()),
+        );
+        let all_rem_in = array_literal(rem_keys.iter().copied());
+        let end_claims = self.end_claims_sql("= ANY($1::text[])");
+        let statements = [
+            Bound {
+                sql: &sql,
+                types,
+                values: &[
+                    &rem_keys_in,
+                    &rem_tokens_in,
+                    &ttl_in,
+                    &rel_keys_in,
+                    &rel_tokens_in,
+                    &ren_keys_in,
+                    &ren_tokens_in,
+                    &lease_in,
+                ],
+            },
+            Bound {
+                sql: &end_claims,
+                types: "text[]",
+                values: &[&all_rem_in],
+            },
         ];
-        let rows = self.run(|c| c.query(&sql, &params))?;
+        // Both statements are safe to send again whole (see [`Self::run`]).
+        let answers = self.run(|conn| conn.query_together(&statements))?;
+        let Some(rows) = answers.first() else {
+            return Err(StoreError::backend(
+                false,
+                "postgres: a settlement answered nothing",
+            ));
+        };
         let mut kept_keys = HashSet::new();
         let mut renewed = HashSet::new();
-        for row in &rows {
-            let part: i32 = row.get(0);
-            let key: String = row.get(1);
-            if part == 0 {
-                kept_keys.insert(key);
+        for row in rows {
+            let (Ok(Some(part)), Ok(Some(key))) = (row.try_get(0), row.try_get(1)) else {
+                return Err(StoreError::backend(
+                    false,
+                    "postgres: a settlement's answer is not (part, key, token)",
+                ));
+            };
+            if part == "0" {
+                kept_keys.insert(key.to_owned());
             } else {
-                renewed.insert((key, row.get::<_, String>(2)));
+                let token = row.try_get(2).ok().flatten().unwrap_or_default();
+                renewed.insert((key.to_owned(), token.to_owned()));
             }
         }
         Ok(Settled {
@@ -1220,7 +1303,7 @@ impl TransactionalStore for PostgresStore {
     ) -> StoreResult<TxRun<T, E>> {
         let name = key.map(stored);
         let key = name.as_deref();
-        let mark = format!("tx:{}", new_token().0);
+        let mark = format!("{MARK_PREFIX}{}", new_token().0);
         let keys: Vec<&str> = key.into_iter().collect();
         self.in_transaction(|mut tx, prepared| {
             // Nothing has run before the take: a stale take starts afresh.
@@ -1298,7 +1381,7 @@ impl TransactionalStore for PostgresStore {
             keys.iter().map(|k| k.map(stored)).collect();
         let (take, ttl) = (self.take_sql(), ms(ttl));
         let token = new_token();
-        let mark = format!("tx:{}", token.0);
+        let mark = format!("{MARK_PREFIX}{}", token.0);
         let savepoint = crate::savepoint_for(&token);
         // One savepoint open before each delivery: a success releases it and
         // opens the next in the same round trip; anything else rolls back to

@@ -452,6 +452,52 @@ fn postgres_a_claim_taken_while_a_remember_waits_is_ended_by_it() {
     assert!(!kept, "the remember ended the claim: its commit is lost");
 }
 
+/// The same race, observed after the remembered row's TTL: the claim must be
+/// gone, not only shadowed by a live row. The remember's delete of claims read
+/// the snapshot it started with, so the claim taken while it waited stood
+/// beside the row; once the row expired (or a forget deleted it) that claim
+/// renewed and committed as kept, a second run reported clean (the history
+/// checker, seed 18037196781972461760, 14 clients: a forget deleted the row).
+/// For one key (its own statement) and for several (the settlement's).
+#[test]
+fn postgres_a_claim_taken_while_a_remember_waits_is_gone_after_the_ttl() {
+    for keys in [&["waited-ttl"][..], &["waited-ttl", "beside-it"][..]] {
+        let (store, clean) = store("waited-ttl");
+        let store = std::sync::Arc::new(store);
+        let key = keys[0];
+        let mut other = pg();
+        let mut tx = other.transaction().unwrap();
+        let insert = format!("INSERT INTO {} (message_id) VALUES ($1)", clean.table);
+        tx.execute(&insert, &[&key]).unwrap();
+        let pid: i32 = tx.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+        let ttl = Duration::from_millis(300);
+        let remembering = {
+            let (store, keys) = (store.clone(), keys.to_vec());
+            std::thread::spawn(move || ready(store.remember_many(&keys, Some(ttl))))
+        };
+        wait_behind(pid, 1, "the remember");
+        let Claim::Acquired(token) = ready(store.claim(key, Duration::from_secs(30))).unwrap()
+        else {
+            panic!("the claim: the id is remembered nowhere yet");
+        };
+        tx.rollback().unwrap();
+        remembering.join().unwrap().unwrap();
+        assert!(ready(store.seen(key)).unwrap());
+        std::thread::sleep(ttl + Duration::from_millis(100));
+        assert!(!ready(store.seen(key)).unwrap(), "{keys:?}: the TTL ended");
+        let renewed = ready(store.renew(key, &token, Duration::from_secs(30))).unwrap();
+        assert!(
+            !renewed,
+            "{keys:?}: the remember ended the claim: no renewal"
+        );
+        let kept = ready(store.remember_fenced(key, &token, None)).unwrap();
+        assert!(
+            !kept,
+            "{keys:?}: the remember ended the claim: its commit is lost"
+        );
+    }
+}
+
 /// Waits until `n` sessions wait on the transaction of the session `pid`,
 /// directly or behind one another.
 fn wait_behind(pid: i32, n: i64, what: &str) {

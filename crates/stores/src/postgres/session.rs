@@ -499,6 +499,14 @@ pub(super) fn array_literal<'a>(values: impl IntoIterator<Item = &'a str>) -> St
     format!("ARRAY[{}]::text[]", items.join(", "))
 }
 
+/// [`array_literal`] of values some of which are SQL `NULL`.
+pub(super) fn optional_array_literal(values: &[Option<&str>]) -> String {
+    let items: Vec<String> = (values.iter())
+        .map(|v| v.map_or_else(|| "NULL".to_string(), literal))
+        .collect();
+    format!("ARRAY[{}]::text[]", items.join(", "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
