@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bq_dedupe::{
     Store, StoreError, StoreResult, store::Capabilities, store::Claim, store::ClaimToken,
-    store::Settled, store::Settlement, store::StoreErrorKind,
+    store::Peeked, store::Settled, store::Settlement, store::StoreErrorKind,
 };
 use postgres::Config;
 use postgres::config::Host;
@@ -849,12 +849,20 @@ impl PostgresStore {
     /// committed as kept: a second run reported clean. A claim committed
     /// after this statement began found the row (its second statement gives
     /// it back). A transactional run's mark is left to its run.
+    ///
+    /// The row is judged live at `clock_timestamp()`, read after the
+    /// statement's snapshot, not at `now()` (its transaction's start): a claim
+    /// taken, once the row had expired, between the two would be in the
+    /// snapshot beside a row still live at `now()`, and ended with no remember
+    /// after it (the history checker, seed 14260565842589684616). Live at a
+    /// later instant, the row was written after any claim the snapshot holds,
+    /// so a remember did end it.
     fn end_claims_sql(&self, is_key: &str) -> String {
         let (t, c) = (&self.table, &self.claims);
         format!(
             "DELETE FROM {c} WHERE message_id {is_key} AND token NOT LIKE '{MARK_PREFIX}%'
-               AND EXISTS (SELECT 1 FROM {t}
-                           WHERE {t}.message_id = {c}.message_id AND {LIVE_KEY})"
+               AND EXISTS (SELECT 1 FROM {t} WHERE {t}.message_id = {c}.message_id
+                             AND coalesce(expires_at, 'infinity') > clock_timestamp())"
         )
     }
 
@@ -1129,6 +1137,46 @@ impl Store for PostgresStore {
         let rows = self.run(|c| c.query_replanned(&sql, &[(&keys, Type::TEXT_ARRAY)]))?;
         let live: HashSet<String> = rows.iter().map(|r| r.get(0)).collect();
         Ok(keys.iter().map(|k| live.contains(*k)).collect())
+    }
+
+    /// One statement, one snapshot: per key, done (a live row), or the time
+    /// its live claim has left in whole milliseconds, rounded up (`ZERO`: free;
+    /// a transactional run's mark is written lapsed, so it reads free).
+    async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let names = stored_all(keys.iter().copied());
+        let names: Vec<&str> = names.iter().map(|k| k.as_ref()).collect();
+        let (t, c) = (&self.table, &self.claims);
+        let sql = format!(
+            "SELECT EXISTS (SELECT 1 FROM {t} WHERE message_id = k.id AND {LIVE_KEY}),
+                    (SELECT greatest(1, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint
+                     FROM {c} WHERE message_id = k.id AND expires_at > now())
+             FROM unnest($1::text[]) WITH ORDINALITY k(id, n) ORDER BY k.n"
+        );
+        let rows = self.run(|c| c.query_replanned(&sql, &[(&names, Type::TEXT_ARRAY)]))?;
+        if rows.len() != keys.len() {
+            return Err(StoreError::backend(
+                false,
+                format!(
+                    "postgres: {} answers to a peek of {} keys",
+                    rows.len(),
+                    keys.len()
+                ),
+            ));
+        }
+        Ok(rows
+            .iter()
+            .map(
+                |row| match (row.get::<_, bool>(0), row.get::<_, Option<i64>>(1)) {
+                    (true, _) => Peeked::Done,
+                    (false, left) => Peeked::NotDone {
+                        claim_ends_in: Some(Duration::from_millis(left.unwrap_or(0).max(0) as u64)),
+                    },
+                },
+            )
+            .collect())
     }
 
     async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use bq_dedupe::{Guard, OutcomeKind, Store, store::Claim, store::StoreErrorKind};
+use bq_dedupe::{Guard, OutcomeKind, Store, store::Claim, store::Peeked, store::StoreErrorKind};
 use bq_dedupe_stores::{PostgresStore, StoreStats};
 use common::{
     PgCleanup, envelope, lossy_proxy, pg, postgres_table, postgres_url, ready, with_query,
@@ -496,6 +496,49 @@ fn postgres_a_claim_taken_while_a_remember_waits_is_gone_after_the_ttl() {
             "{keys:?}: the remember ended the claim: its commit is lost"
         );
     }
+}
+
+/// `peek_many` reads done, a live claim's time left, and free, in the order
+/// asked (a key repeated, one the table holds by its digest, one never seen).
+#[test]
+fn postgres_peek_tells_done_a_claim_s_time_left_and_free() {
+    let (store, _clean) = store("peek");
+    let hostile = format!("held:\0:{}", "x".repeat(3000));
+    ready(store.remember("done", None)).unwrap();
+    assert!(matches!(
+        ready(store.claim(&hostile, Duration::from_secs(30))).unwrap(),
+        Claim::Acquired(_)
+    ));
+    let Claim::Acquired(lapsing) = ready(store.claim("lapsed", Duration::from_millis(50))).unwrap()
+    else {
+        panic!("a claim of a new id");
+    };
+    std::thread::sleep(Duration::from_millis(120));
+    let peeked = ready(store.peek_many(&[&hostile, "done", "never", "lapsed", "done"])).unwrap();
+    let left = |p: &Peeked| match p {
+        Peeked::NotDone { claim_ends_in } => claim_ends_in.expect("PostgreSQL tells"),
+        Peeked::Done => panic!("{peeked:?}: not done"),
+    };
+    let held = left(&peeked[0]);
+    assert!(
+        held > Duration::from_secs(25) && held <= Duration::from_secs(30),
+        "{peeked:?}"
+    );
+    assert_eq!(peeked[1], Peeked::Done, "{peeked:?}");
+    assert_eq!(
+        left(&peeked[2]),
+        Duration::ZERO,
+        "{peeked:?}: never claimed"
+    );
+    assert_eq!(
+        left(&peeked[3]),
+        Duration::ZERO,
+        "{peeked:?}: the claim lapsed"
+    );
+    assert_eq!(peeked[4], Peeked::Done, "{peeked:?}");
+    // A lapsed claim not taken over is still its owner's to commit.
+    assert!(ready(store.remember_fenced("lapsed", &lapsing, None)).unwrap());
+    assert_eq!(ready(store.peek_many(&["lapsed"])).unwrap(), [Peeked::Done]);
 }
 
 /// Waits until `n` sessions wait on the transaction of the session `pid`,
