@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bq_dedupe::{
     Guard, Outcome, OutcomeKind, Store, store::Capabilities, store::Claim, store::ClaimToken,
-    store::StoreErrorKind,
+    store::Peeked, store::StoreErrorKind,
 };
 use bq_dedupe_stores::{Dialect, RedisStore};
 use common::{
@@ -139,4 +139,50 @@ fn dialects_default_to_their_sdks_prefixes() {
     assert_eq!(Dialect::Native.default_prefix(), "bq:dedupe:");
     assert_eq!(Dialect::Php.default_prefix(), "bq:idem:");
     assert_eq!(Dialect::Go.default_prefix(), "bq:idemp:");
+}
+
+/// `peek_many` in each dialect: done, a claim's time left, free (never
+/// claimed, or its claim expired with its key), in the order asked; a value
+/// the dialect does not write is a store error, not a guess.
+#[test]
+fn peek_tells_done_a_claim_s_time_left_and_free_in_each_dialect() {
+    for dialect in [Dialect::Native, Dialect::Php, Dialect::Go] {
+        let (store, clean) = store("peek", dialect);
+        ready(store.remember("done", None)).unwrap();
+        let claims = store.capabilities().claim;
+        if claims {
+            assert!(matches!(
+                ready(store.claim("held", Duration::from_secs(30))).unwrap(),
+                Claim::Acquired(_)
+            ));
+            ready(store.claim("lapsed", Duration::from_millis(20))).unwrap();
+            std::thread::sleep(Duration::from_millis(60));
+        }
+        let peeked = ready(store.peek_many(&["held", "done", "never", "lapsed"])).unwrap();
+        let left = |n: usize| match peeked[n] {
+            Peeked::NotDone { claim_ends_in } => claim_ends_in.expect("Redis tells"),
+            Peeked::Done => panic!("{dialect:?} {peeked:?}: {n} is not done"),
+        };
+        if claims {
+            let held = left(0);
+            assert!(
+                held > Duration::from_secs(25) && held <= Duration::from_secs(30),
+                "{dialect:?} {peeked:?}"
+            );
+        } else {
+            assert_eq!(left(0), Duration::ZERO, "{dialect:?}: no claims");
+        }
+        assert_eq!(peeked[1], Peeked::Done, "{dialect:?} {peeked:?}");
+        assert_eq!(left(2), Duration::ZERO, "{dialect:?} {peeked:?}");
+        assert_eq!(left(3), Duration::ZERO, "{dialect:?} {peeked:?}");
+        if dialect != Dialect::Go {
+            let _: () = redis::cmd("SET")
+                .arg(format!("{}odd", clean.prefix))
+                .arg("not-a-record")
+                .query(&mut raw(&clean.url))
+                .unwrap();
+            let e = ready(store.peek_many(&["done", "odd"])).unwrap_err();
+            assert_eq!(e.kind, StoreErrorKind::Internal, "{dialect:?}: {e}");
+        }
+    }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use bq_dedupe::store::record::Rules;
 use bq_dedupe::{
     Store, StoreError, StoreResult, store::Capabilities, store::Claim, store::ClaimToken,
-    store::Settled, store::Settlement, store::StoreErrorKind,
+    store::Peeked, store::Settled, store::Settlement, store::StoreErrorKind,
 };
 use redis::cluster::ClusterClient;
 use redis::{Client, Cmd, ErrorKind, RedisResult, ServerErrorKind, TlsCertificates, Value};
@@ -402,10 +402,12 @@ impl RedisStore {
                 Record::Foreign => Err(self.foreign("read")),
             },
             Value::Int(n) => Ok(*n > 0), // EXISTS, in the Go dialect
-            other => Err(StoreError::internal(format!(
-                "redis: unexpected reply {other:?}"
-            ))),
+            other => Err(self.unexpected(other)),
         }
+    }
+
+    fn unexpected(&self, reply: &Value) -> StoreError {
+        StoreError::internal(format!("redis: unexpected reply {reply:?}"))
     }
 
     /// Claims `keys` with `tokens`: one pipeline of `SET NX` + `GET` per key,
@@ -536,6 +538,43 @@ impl Store for RedisStore {
         self.pipeline(cmds)?
             .iter()
             .map(|v| self.seen_value(v))
+            .collect()
+    }
+
+    /// One pipeline of one script per key (its value and time left, read at
+    /// one instant): done, a claim's time left, or free (no key: a lapsed
+    /// claim expires with its key).
+    async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
+        let cmds = (keys.iter())
+            .map(|key| eval(&scripts().peek, self.key(key)))
+            .collect();
+        self.pipeline(cmds)?
+            .iter()
+            .map(|reply| {
+                let free = Peeked::NotDone {
+                    claim_ends_in: Some(Duration::ZERO),
+                };
+                let (value, left) = match reply {
+                    Value::Nil => return Ok(free),
+                    Value::Array(parts) => match &parts[..] {
+                        [Value::BulkString(v), Value::Int(left)] => (v, *left),
+                        _ => return Err(self.unexpected(reply)),
+                    },
+                    other => return Err(self.unexpected(other)),
+                };
+                match self.dialect.read(value) {
+                    Record::Done => Ok(Peeked::Done),
+                    // -1: a claim that never runs out; -2: gone since the GET.
+                    Record::Claimed => Ok(Peeked::NotDone {
+                        claim_ends_in: match left {
+                            -1 => None,
+                            ms if ms <= 0 => Some(Duration::ZERO),
+                            ms => Some(Duration::from_millis(ms as u64)),
+                        },
+                    }),
+                    Record::Foreign => Err(self.foreign("read")),
+                }
+            })
             .collect()
     }
 

@@ -53,6 +53,11 @@ pub(super) fn commit_script() -> String {
     )
 }
 
+/// A key's value and the milliseconds its expiry has left (`PTTL`: -1 none),
+/// read at one instant; nil for no key.
+pub(super) const PEEK: &str = "local v = redis.call('GET', KEYS[1]) \
+      if not v then return false end return {v, redis.call('PTTL', KEYS[1])}";
+
 /// A script, sent by its SHA1 (`EVALSHA`: a batch of 100 commits is a few KB,
 /// not the script text 100 times); loaded on a server's first `NOSCRIPT`.
 pub(super) struct Lua {
@@ -67,9 +72,10 @@ impl Lua {
     }
 }
 
-/// The three scripts, made once.
+/// The scripts, made once.
 pub(super) struct Scripts {
     pub(super) release: Lua,
+    pub(super) peek: Lua,
     pub(super) renew: Lua,
     pub(super) commit: Lua,
 }
@@ -78,6 +84,7 @@ pub(super) fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
         release: Lua::new(RELEASE.to_owned()),
+        peek: Lua::new(PEEK.to_owned()),
         renew: Lua::new(renew_script()),
         commit: Lua::new(commit_script()),
     })
@@ -86,7 +93,7 @@ pub(super) fn scripts() -> &'static Scripts {
 /// `SCRIPT LOAD` of every script (on a cluster the client sends it to every node).
 pub(super) fn load_scripts(conn: &mut Conn) -> RedisResult<()> {
     let s = scripts();
-    for lua in [&s.release, &s.renew, &s.commit] {
+    for lua in [&s.release, &s.peek, &s.renew, &s.commit] {
         let mut load = redis::cmd("SCRIPT");
         load.arg("LOAD").arg(&lua.code);
         let _: Value = match conn {
