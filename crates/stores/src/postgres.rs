@@ -12,7 +12,7 @@ use bq_dedupe::{
 };
 use postgres::Config;
 use postgres::config::Host;
-use postgres::types::Type;
+use postgres::types::{ToSql, Type};
 use r2d2_postgres::PostgresConnectionManager;
 use r2d2_postgres::r2d2::{ManageConnection, Pool, PooledConnection};
 use tokio_postgres_rustls::MakeRustlsConnect;
@@ -22,7 +22,7 @@ mod session;
 use blocking::{off_multi_thread_runtime, off_runtime};
 use session::{
     Bound, Manager, Params, Prepared, Session, array_literal, is_stale, literal,
-    optional_array_literal,
+    optional_array_literal, optional_literal,
 };
 
 use crate::tls::{client_config, postgres_tls};
@@ -987,75 +987,101 @@ impl PostgresStore {
              UNION ALL SELECT 1, k, tok FROM ren",
             expiry("$3")
         );
-        // Written in as literals: the settlement and the end of the claims
-        // beside its rows ([`Self::end_claims_sql`]) go in one round trip.
-        let (rem_keys_in, rem_tokens_in, types) = match (one, &rem[..]) {
-            (true, [(key, token)]) => (
-                literal(key),
-                token.map_or_else(|| "NULL".to_string(), literal),
-                "text, text, bigint, text[], text[], text[], text[], bigint",
-            ),
-            _ => (
-                array_literal(rem_keys.iter().copied()),
-                optional_array_literal(&rem_tokens),
-                "text[], text[], bigint, text[], text[], text[], text[], bigint",
-            ),
-        };
-        let ttl_in = ttl.map_or_else(|| "NULL".to_string(), |ms| ms.to_string());
-        let lease_in = lease.to_string();
-        let (rel_keys_in, rel_tokens_in) = (
-            array_literal(rel_keys.iter().copied()),
-            array_literal(rel_tokens.iter().copied()),
-        );
-        let (ren_keys_in, ren_tokens_in) = (
-            array_literal(ren_keys.iter().copied()),
-            array_literal(ren_tokens.iter().copied()),
-        );
-        let all_rem_in = array_literal(rem_keys.iter().copied());
-        let end_claims = self.end_claims_sql("= ANY($1::text[])");
-        let statements = [
-            Bound {
-                sql: &sql,
-                types,
-                values: &[
-                    &rem_keys_in,
-                    &rem_tokens_in,
-                    &ttl_in,
-                    &rel_keys_in,
-                    &rel_tokens_in,
-                    &ren_keys_in,
-                    &ren_tokens_in,
-                    &lease_in,
-                ],
-            },
-            Bound {
-                sql: &end_claims,
-                types: "text[]",
-                values: &[&all_rem_in],
-            },
-        ];
-        // Both statements are safe to send again whole (see [`Self::run`]).
-        let answers = self.run(|conn| conn.query_together(&statements))?;
-        let Some(rows) = answers.first() else {
-            return Err(StoreError::backend(
-                false,
-                "postgres: a settlement answered nothing",
-            ));
+        // A plain remember is followed by the end of the claims beside its
+        // rows ([`Self::end_claims_sql`]): both in one round trip, their
+        // values written in. Fenced commits, renewals and releases alone are
+        // one statement, its parameters bound (their claims rows are there,
+        // so a racing claim meets them under a lock).
+        let plain = rem_tokens.iter().any(Option::is_none);
+        let rows: Vec<(bool, String, String)> = if plain {
+            let types = match one {
+                true => "text, text, bigint, text[], text[], text[], text[], bigint",
+                false => "text[], text[], bigint, text[], text[], text[], text[], bigint",
+            };
+            let (rem_keys_in, rem_tokens_in) = match one {
+                true => (literal(rem_keys[0]), optional_literal(rem_tokens[0])),
+                false => (
+                    array_literal(rem_keys.iter().copied()),
+                    optional_array_literal(&rem_tokens),
+                ),
+            };
+            let ttl_in = ttl.map_or_else(|| "NULL".to_string(), |ms| ms.to_string());
+            let values = [
+                rem_keys_in,
+                rem_tokens_in,
+                ttl_in,
+                array_literal(rel_keys.iter().copied()),
+                array_literal(rel_tokens.iter().copied()),
+                array_literal(ren_keys.iter().copied()),
+                array_literal(ren_tokens.iter().copied()),
+                lease.to_string(),
+            ];
+            let values: Vec<&str> = values.iter().map(String::as_str).collect();
+            let all_rem_in = array_literal(rem_keys.iter().copied());
+            let end_claims = self.end_claims_sql("= ANY($1::text[])");
+            let statements = [
+                Bound {
+                    sql: &sql,
+                    types,
+                    values: &values,
+                },
+                Bound {
+                    sql: &end_claims,
+                    types: "text[]",
+                    values: &[&all_rem_in],
+                },
+            ];
+            // Both statements are safe to send again whole (see [`Self::run`]).
+            let answers = self.run(|conn| conn.query_together(&statements))?;
+            let rows = answers.first().ok_or_else(|| {
+                StoreError::backend(false, "postgres: a settlement answered nothing")
+            })?;
+            rows.iter()
+                .map(
+                    |row| match (row.try_get(0), row.try_get(1), row.try_get(2)) {
+                        (Ok(Some(part)), Ok(Some(key)), Ok(token)) => Ok((
+                            part == "0",
+                            key.to_owned(),
+                            token.unwrap_or_default().to_owned(),
+                        )),
+                        _ => Err(StoreError::backend(
+                            false,
+                            "postgres: a settlement's answer is not (part, key, token)",
+                        )),
+                    },
+                )
+                .collect::<StoreResult<_>>()?
+        } else {
+            let (rem_params, rem_type): ([&(dyn ToSql + Sync); 2], Type) = match (one, &rem[..]) {
+                (true, [(key, token)]) => ([key, token], Type::TEXT),
+                _ => ([&rem_keys, &rem_tokens], Type::TEXT_ARRAY),
+            };
+            let params: [(&(dyn ToSql + Sync), Type); 8] = [
+                (rem_params[0], rem_type.clone()),
+                (rem_params[1], rem_type),
+                (&ttl, Type::INT8),
+                (&rel_keys, Type::TEXT_ARRAY),
+                (&rel_tokens, Type::TEXT_ARRAY),
+                (&ren_keys, Type::TEXT_ARRAY),
+                (&ren_tokens, Type::TEXT_ARRAY),
+                (&lease, Type::INT8),
+            ];
+            let rows = self.run(|c| c.query(&sql, &params))?;
+            (rows.iter())
+                .map(|row| {
+                    let part: i32 = row.get(0);
+                    let token: Option<String> = row.get(2);
+                    (part == 0, row.get(1), token.unwrap_or_default())
+                })
+                .collect()
         };
         let mut kept_keys = HashSet::new();
         let mut renewed = HashSet::new();
-        for row in rows {
-            let (Ok(Some(part)), Ok(Some(key))) = (row.try_get(0), row.try_get(1)) else {
-                return Err(StoreError::backend(
-                    false,
-                    "postgres: a settlement's answer is not (part, key, token)",
-                ));
-            };
-            if part == "0" {
-                kept_keys.insert(key.to_owned());
+        for (remembered, key, token) in rows {
+            if remembered {
+                kept_keys.insert(key);
             } else {
-                let token = row.try_get(2).ok().flatten().unwrap_or_default();
-                renewed.insert((key.to_owned(), token.to_owned()));
+                renewed.insert((key, token));
             }
         }
         Ok(Settled {
@@ -1359,19 +1385,17 @@ impl TransactionalStore for PostgresStore {
                 prepared,
                 undo: Some(RESTART),
             };
-            if let Some(key) = key
-                && let Some(taken) = self.take_in(
-                    &mut tx,
-                    &mut statements,
-                    &self.take_sql(),
-                    key,
-                    ms(ttl),
-                    &mark,
-                )?
-            {
-                // Dropping the transaction rolls it back.
-                return Ok(taken);
-            }
+            let writer = match key {
+                Some(key) => {
+                    let take = self.take_sql();
+                    match self.take_in(&mut tx, &mut statements, &take, key, ms(ttl), &mark)? {
+                        Ok(writer) => writer,
+                        // Dropping the transaction rolls it back.
+                        Err(run) => return Ok(run),
+                    }
+                }
+                None => Writer(None),
+            };
             // From here the handler's work is in the transaction: nothing to go back to.
             statements.undo = None;
             let not_committed = match work(&mut tx) {
@@ -1391,7 +1415,7 @@ impl TransactionalStore for PostgresStore {
                                     c.code().starts_with("23") || c.code().starts_with("40")
                                 });
                                 if refused {
-                                    let _undone = self.undo_takes_elsewhere(&keys, &mark);
+                                    let _undone = self.undo_takes_elsewhere(&keys, &mark, &writer);
                                 }
                                 Err(error(e))
                             }
@@ -1399,7 +1423,7 @@ impl TransactionalStore for PostgresStore {
                     }
                     Ok(Err(aborted)) => TxRun::Aborted(aborted),
                     Err(e) => {
-                        let _undone = self.roll_back_and_undo(&mut tx, &keys, &mark);
+                        let _undone = self.roll_back_and_undo(&mut tx, &keys, &mark, &writer);
                         return Err(e);
                     }
                 },
@@ -1408,7 +1432,7 @@ impl TransactionalStore for PostgresStore {
             // A handler that ended the store's transaction (its own COMMIT,
             // then perhaps a BEGIN) committed the id's take with it: undone,
             // or the redelivery would skip a message that never ran.
-            if self.roll_back_and_undo(&mut tx, &keys, &mark)? {
+            if self.roll_back_and_undo(&mut tx, &keys, &mark, &writer)? {
                 statements.prepared.retire();
                 return Ok(TxRun::Aborted(ended_by_handler_error()));
             }
@@ -1448,7 +1472,7 @@ impl TransactionalStore for PostgresStore {
             };
             // The delivery whose handler may have committed its take by
             // itself, if the batch fails before its savepoint is settled.
-            let mut at_risk: Option<&str> = None;
+            let mut at_risk: Option<(&str, Writer)> = None;
             let mut body = |tx: &mut postgres::Transaction<'_>,
                             statements: &mut TxStatements<'_>| {
                 let mut runs = Vec::with_capacity(keys.len());
@@ -1456,15 +1480,17 @@ impl TransactionalStore for PostgresStore {
                 tx.batch_execute(&begin).map_err(error)?;
                 for (i, key) in names.iter().enumerate() {
                     let key = key.as_deref();
-                    if let Some(key) = key
-                        && let Some(taken) = self.take_in(tx, statements, &take, key, ttl, &mark)?
-                    {
-                        // Undone: a mark put after waiting for another run of the id.
-                        tx.batch_execute(&undo).map_err(error)?;
-                        runs.push(taken);
-                        continue;
+                    if let Some(key) = key {
+                        match self.take_in(tx, statements, &take, key, ttl, &mark)? {
+                            Ok(writer) => at_risk = Some((key, writer)),
+                            Err(run) => {
+                                // Undone: a mark put after waiting for another run of the id.
+                                tx.batch_execute(&undo).map_err(error)?;
+                                runs.push(run);
+                                continue;
+                            }
+                        }
                     }
-                    at_risk = key;
                     let result = work(i, tx);
                     // In a transaction a swallowed error aborted, RELEASE fails
                     // (25P02) and the SAVEPOINT after it is not run.
@@ -1519,12 +1545,18 @@ impl TransactionalStore for PostgresStore {
             // undone, or the redelivery would skip it. The batch's error stays
             // what is reported (and, an error, it retires the connection:
             // `in_transaction`).
-            let keys: Vec<&str> = at_risk.into_iter().collect();
-            let _undone = self.roll_back_and_undo(&mut tx, &keys, &mark);
+            if let Some((key, writer)) = at_risk {
+                let _undone = self.roll_back_and_undo(&mut tx, &[key], &mark, &writer);
+            }
             Err(failed)
         })
     }
 }
+
+/// The transaction that wrote a take's row (its `xmin`, as text; `None`: no
+/// take): how the undo of a run whose handler committed the take finds that
+/// row version and no other.
+struct Writer(Option<String>);
 
 /// The store's statements inside one transaction: the connection's prepared
 /// statements, and how to go back to just before the next statement, if one
@@ -1619,7 +1651,8 @@ impl PostgresStore {
     /// on it, waits on the mark's row until this transaction ends. The mark's
     /// lease has lapsed when it is written: only its lock counts, and a mark a
     /// handler's own `COMMIT` made visible parks nothing. Answers (done,
-    /// marked, taken).
+    /// marked, taken, and the transaction id that wrote the row: the undo's
+    /// name for the take).
     fn take_sql(&self) -> String {
         let (t, c) = (&self.table, &self.claims);
         format!(
@@ -1636,9 +1669,9 @@ impl PostgresStore {
                SELECT $1, now() + $2::bigint * interval '1 millisecond'
                WHERE EXISTS (SELECT 1 FROM mark)
                {GO_UPSERT}
-               RETURNING 1)
+               RETURNING xmin::text AS writer)
              SELECT EXISTS (SELECT 1 FROM done), EXISTS (SELECT 1 FROM mark),
-                    EXISTS (SELECT 1 FROM taken)"
+                    EXISTS (SELECT 1 FROM taken), (SELECT writer FROM taken)"
         )
     }
 
@@ -1666,9 +1699,9 @@ impl PostgresStore {
 
     /// Rolls a run's transaction back, then, on the same connection (in
     /// autocommit), undoes the takes of `keys` that a handler's own `COMMIT`
-    /// committed: their mark, this run's, still stands, and its row is still
-    /// the take's (both written at the take's `now()`; a row a later writer
-    /// made, a Go consumer's remember after the TTL, stays). True when there
+    /// committed: their marks, and their rows while still the versions the
+    /// takes wrote (a row a later writer made, a Go consumer's remember after
+    /// the TTL, stays; see [`Self::undo_takes`]). True when there
     /// were some: the handler ended the store's transaction, and whatever it
     /// `SET` is committed on the session. One round trip, on failures only;
     /// `client_encoding` is set back first, so the ids are read as sent.
@@ -1677,6 +1710,7 @@ impl PostgresStore {
         tx: &mut postgres::Transaction<'_>,
         keys: &[&str],
         mark: &str,
+        writer: &Writer,
     ) -> StoreResult<bool> {
         // PostgreSQL warns when the ROLLBACK finds no transaction: the
         // handler ended it (a ROLLBACK, or a COMMIT without a BEGIN after it).
@@ -1684,24 +1718,34 @@ impl PostgresStore {
         tx.batch_execute("ROLLBACK; SET client_encoding TO 'UTF8'")
             .map_err(error)?;
         let ended = NO_TRANSACTION_WARNED.with(std::cell::Cell::take);
-        Ok(self.undo_takes(tx, keys, mark)? || ended)
+        Ok(self.undo_takes(tx, keys, mark, writer)? || ended)
     }
 
     /// [`Self::roll_back_and_undo`]'s undo on a connection of its own, for a
     /// run whose transaction is gone (its COMMIT refused). Best effort.
-    fn undo_takes_elsewhere(&self, keys: &[&str], mark: &str) -> StoreResult<bool> {
+    fn undo_takes_elsewhere(
+        &self,
+        keys: &[&str],
+        mark: &str,
+        writer: &Writer,
+    ) -> StoreResult<bool> {
         let mut conn = self.conn()?;
-        self.undo_takes(conn.client(), keys, mark)
+        self.undo_takes(conn.client(), keys, mark, writer)
     }
 
     /// Deletes the marks this run (`mark`) put on `keys`, if a COMMIT made
-    /// them stand, and the ids' rows while they are still the takes' (a row
-    /// a later writer made stays); true when there were some.
+    /// them stand, and the ids' rows while they are still the takes' (the
+    /// row version `writer` wrote: a row a later writer made stays); true
+    /// when there were some. The row is found by its writer, not through the
+    /// mark: a claim that waited on the mark takes it over once a handler's
+    /// own COMMIT made it visible (it is written lapsed), and the take's row
+    /// then stayed, the failed run's id recorded.
     fn undo_takes(
         &self,
         client: &mut impl postgres::GenericClient,
         keys: &[&str],
         mark: &str,
+        writer: &Writer,
     ) -> StoreResult<bool> {
         if keys.is_empty() {
             return Ok(false);
@@ -1709,20 +1753,22 @@ impl PostgresStore {
         let (t, c) = (&self.table, &self.claims);
         let sql = format!(
             "WITH unmark AS (DELETE FROM {c} WHERE message_id = ANY($1::text[]) AND token = $2
-                             RETURNING message_id, expires_at AS taken_at),
-                  undone AS (DELETE FROM {t} AS cur USING unmark
-                             WHERE cur.message_id = unmark.message_id
-                               AND cur.created_at = unmark.taken_at)
-             SELECT count(*) FROM unmark"
+                             RETURNING 1),
+                  undone AS (DELETE FROM {t} WHERE message_id = ANY($1::text[])
+                               AND xmin::text = $3 RETURNING 1)
+             SELECT (SELECT count(*) FROM unmark) + (SELECT count(*) FROM undone)"
         );
-        let rows = client
-            .query_typed(&sql, &[(&keys, Type::TEXT_ARRAY), (&mark, Type::TEXT)])
-            .map_err(error)?;
+        let params: &Params<'_> = &[
+            (&keys, Type::TEXT_ARRAY),
+            (&mark, Type::TEXT),
+            (&writer.0, Type::TEXT),
+        ];
+        let rows = client.query_typed(&sql, params).map_err(error)?;
         Ok(rows.first().is_some_and(|row| row.get::<_, i64>(0) > 0))
     }
 
-    /// Runs [`Self::take_sql`] in `tx`: `None` when the id is now this run's
-    /// (the work goes on), else why nothing runs.
+    /// Runs [`Self::take_sql`] in `tx`: `Ok` when the id is now this run's
+    /// (the work goes on), with the take's [`Writer`]; else why nothing runs.
     fn take_in<T, E>(
         &self,
         tx: &mut postgres::Transaction<'_>,
@@ -1731,7 +1777,7 @@ impl PostgresStore {
         key: &str,
         ttl: Option<i64>,
         mark: &str,
-    ) -> StoreResult<Option<TxRun<T, E>>> {
+    ) -> StoreResult<Result<Writer, TxRun<T, E>>> {
         let params: &Params<'_> = &[(&key, Type::TEXT), (&ttl, Type::INT8), (&mark, Type::TEXT)];
         let rows = statements.query(tx, take, params).map_err(error)?;
         // One row, always (`SELECT EXISTS ...`).
@@ -1740,11 +1786,11 @@ impl PostgresStore {
             .ok_or_else(|| StoreError::internal("postgres: the take statement answered no row"))?;
         let (done, marked, taken): (bool, bool, bool) = (row.get(0), row.get(1), row.get(2));
         Ok(match (done, marked, taken) {
-            (true, ..) => Some(TxRun::AlreadyDone),
-            (false, false, _) => Some(TxRun::Held),
-            (false, true, true) => None,
+            (true, ..) => Err(TxRun::AlreadyDone),
+            (false, false, _) => Err(TxRun::Held),
+            (false, true, true) => Ok(Writer(row.get(3))),
             // Done by a run that committed while this one waited on the mark.
-            (false, true, false) => Some(TxRun::AlreadyDone),
+            (false, true, false) => Err(TxRun::AlreadyDone),
         })
     }
 

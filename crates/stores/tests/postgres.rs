@@ -1071,3 +1071,59 @@ fn postgres_a_bad_url_names_the_parameter_and_not_the_password() {
     assert!(e.message.contains("tabel"), "{e}");
     assert!(!e.message.contains("s3cret"), "{e}");
 }
+
+/// A transactional run whose handler ends the store's transaction itself
+/// (`COMMIT`, or `COMMIT; BEGIN`) and then fails is undone, even when a claim
+/// of the id waited on its mark meanwhile: the handler's COMMIT made the mark
+/// visible, written lapsed, so the claim took it over (then gave it back,
+/// finding the id done), and the undo, which found the take by its mark,
+/// found nothing: the failed run's id stayed recorded and every redelivery
+/// skipped it (an adversarial review). The undo now finds the take's row by
+/// the time the take wrote it.
+#[test]
+fn postgres_a_failed_run_is_undone_when_a_claim_took_its_mark() {
+    use bq_dedupe::store::{TransactionalStore, TxRun};
+    use std::sync::mpsc;
+    for end in ["COMMIT; BEGIN", "COMMIT"] {
+        let (store, _clean) = store("mark-taken");
+        let store = std::sync::Arc::new(store);
+        let key = "k";
+        let (pid_tx, pid_rx) = mpsc::channel::<i32>();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let (fail_tx, fail_rx) = mpsc::channel::<()>();
+        let run = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                store.transaction(Some(key), None, |tx| -> Result<(), String> {
+                    let pid: i32 = tx.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0);
+                    pid_tx.send(pid).unwrap();
+                    go_rx.recv().unwrap();
+                    tx.batch_execute(end).unwrap();
+                    fail_rx.recv().unwrap();
+                    Err("the handler failed".to_string())
+                })
+            })
+        };
+        let pid = pid_rx.recv().unwrap();
+        let claimer = {
+            let store = store.clone();
+            std::thread::spawn(move || ready(store.claim(key, Duration::from_secs(30))))
+        };
+        wait_behind(pid, 1, "the claim");
+        go_tx.send(()).unwrap();
+        let claimed = claimer.join().unwrap().unwrap();
+        assert!(matches!(claimed, Claim::Seen), "{end}: {claimed:?}");
+        fail_tx.send(()).unwrap();
+        let run = run.join().unwrap().unwrap();
+        assert!(!matches!(run, TxRun::Committed(_)), "{end}: {run:?}");
+        assert!(
+            !ready(store.seen(key)).unwrap(),
+            "{end}: the failed run's id is recorded"
+        );
+        let again = store.transaction(Some(key), None, |_| Ok::<(), ()>(()));
+        assert!(
+            matches!(again, Ok(TxRun::Committed(()))),
+            "{end}: {again:?}"
+        );
+    }
+}

@@ -499,11 +499,14 @@ pub(super) fn array_literal<'a>(values: impl IntoIterator<Item = &'a str>) -> St
     format!("ARRAY[{}]::text[]", items.join(", "))
 }
 
+/// [`literal`], or SQL's `NULL`.
+pub(super) fn optional_literal(value: Option<&str>) -> String {
+    value.map_or_else(|| "NULL".to_string(), literal)
+}
+
 /// [`array_literal`] of values some of which are SQL `NULL`.
 pub(super) fn optional_array_literal(values: &[Option<&str>]) -> String {
-    let items: Vec<String> = (values.iter())
-        .map(|v| v.map_or_else(|| "NULL".to_string(), literal))
-        .collect();
+    let items: Vec<String> = values.iter().map(|v| optional_literal(*v)).collect();
     format!("ARRAY[{}]::text[]", items.join(", "))
 }
 
