@@ -173,13 +173,14 @@ fn a_duration_that_overflows_is_an_argument_error() {
     }
 }
 
-/// Zero is not a TTL nor a handler timeout (every id forgotten at once, every
-/// delivery failed): an argument error. A store that does not exist is not an
+/// Zero is not a TTL, a lease nor a handler timeout (every id forgotten at
+/// once, every duplicate run beside the first, every delivery failed): an
+/// argument error. A store that does not exist is not an
 /// empty one for `stats`, `purge` and `forget` (a mistyped path created an
 /// empty file).
 #[test]
 fn zero_durations_and_missing_stores_are_refused() {
-    for flag in ["--ttl", "--handler-timeout"] {
+    for flag in ["--ttl", "--lease", "--handler-timeout"] {
         let out = bq(&["run", "--store", "memory", flag, "0s"], "");
         assert_eq!(out.status.code(), Some(2), "{flag}: {out:?}");
         assert!(

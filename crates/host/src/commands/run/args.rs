@@ -18,7 +18,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub(super) claim: bool,
     /// How long a claim lasts if its holder dies.
-    #[arg(long, value_parser = parse_duration, default_value = "15m")]
+    #[arg(long, value_parser = parse_positive_duration, default_value = "15m")]
     pub(super) lease: Duration,
     /// Store key prefix: text put before each id. In one store, no consumer's
     /// prefix may begin another's (an empty one begins every one): `orders:` + `1`
@@ -73,7 +73,8 @@ pub struct RunArgs {
 const MAX_DURATION_MS: u64 = 36_500 * 86_400_000;
 
 /// [`parse_duration`], and more than zero (a TTL of 0 would forget every id
-/// at once, a handler timeout of 0 fail every delivery).
+/// at once, a lease of 0 let every duplicate run beside the first, a handler
+/// timeout of 0 fail every delivery).
 pub(super) fn parse_positive_duration(s: &str) -> Result<Duration, String> {
     match parse_duration(s)? {
         d if d.is_zero() => Err(format!("{s:?}: must be more than zero")),
