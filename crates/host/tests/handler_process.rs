@@ -374,3 +374,47 @@ fn a_signal_stops_the_run_even_when_stderr_is_a_closed_pipe() {
     drop(stdin);
     assert_eq!(status.code(), Some(143));
 }
+
+/// `kill -9` of `run` whose handler is a script named by its path, the
+/// README's own form (`--exec ./handler.sh`): a shell that forks the script
+/// and waits (dash, Debian's `sh`) died alone, and the script went on beside
+/// the redelivery (a first user's trial). `run` now has the shell exec a
+/// simple command, so the script is the process that dies with `run`.
+#[cfg(target_os = "linux")]
+#[test]
+fn kill_9_of_the_run_takes_a_script_handler_with_it() {
+    let dir = scratch("kill-9-script");
+    let log = dir.join("log");
+    let script = dir.join("handler.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ncat >/dev/null\necho start >> {log}\nsleep 1.5\necho effect >> {log}\n",
+            log = log.display()
+        ),
+    )
+    .unwrap();
+    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(&script, mode).unwrap();
+    let store = format!("sqlite:{}", dir.join("db").display());
+    let script = script.display().to_string();
+    let mut child = spawn(&[
+        "run", "--store", &store, "--claim", "--lease", "300ms", "--exec", &script,
+    ]);
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{}", envelope("script-1", 10)).unwrap();
+    let started = Instant::now();
+    while std::fs::read_to_string(&log).unwrap_or_default().is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(20), "never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal(&child, "-KILL");
+    let _ = child.wait();
+    drop(stdin);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "start\n",
+        "the script died with it"
+    );
+}
