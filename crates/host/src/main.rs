@@ -56,6 +56,10 @@ enum Command {
         /// wrote them), so their next success records one afresh.
         #[arg(long)]
         fingerprint: bool,
+        /// Forget an id even while a consumer holds a live claim on it: that
+        /// claim ends, and a redelivery may run beside the running handler.
+        #[arg(long)]
+        even_if_claimed: bool,
         #[arg(required = true)]
         ids: Vec<String>,
     },
@@ -98,8 +102,15 @@ fn main() -> ExitCode {
             store,
             prefix,
             fingerprint,
+            even_if_claimed,
             ids,
-        } => commands::admin::forget(&component, &store, &prefix, fingerprint, &ids),
+        } => commands::admin::forget(
+            &component,
+            &store,
+            &prefix,
+            (fingerprint, even_if_claimed),
+            &ids,
+        ),
         Command::Show { store, prefix, ids } => commands::admin::show(&store, &prefix, &ids),
         Command::Stats { store } => commands::admin::stats(&store),
         Command::Purge { store } => commands::admin::purge(&store),

@@ -177,9 +177,11 @@ fn redis_one_handler_longer_than_its_lease_keeps_its_claim() {
     one_handler_longer_than_its_lease(&store, "redis-long");
 }
 
-/// The id is forgotten (`bq-dedupe forget`, another process) while its handler
-/// runs: the claim is gone, so the success is `run-ok-lease-lost`, never a
-/// silent `run-ok`, and the id is remembered afterwards.
+/// `bq-dedupe forget` of an id while its handler runs: refused (the claim is
+/// live; forgetting it let a redelivery run beside the handler, with no word
+/// from `forget`), unless `--even-if-claimed`; then the claim is gone, so the
+/// success is `run-ok-lease-lost`, never a silent `run-ok`, and the id is
+/// remembered afterwards.
 #[test]
 fn sqlite_forget_while_the_handler_runs_prints_run_ok_lease_lost() {
     let dir = scratch("forget-lease");
@@ -199,8 +201,17 @@ fn sqlite_forget_while_the_handler_runs_prints_run_ok_lease_lost() {
         &[envelope(&id)],
     );
     wait_for_lines(&started, 1, Duration::from_secs(30));
-    let forget = common::command()
+    let refused = common::command()
         .args(["forget", &id, "--store", &store])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(said.contains("is claimed by a running consumer"), "{said}");
+    assert!(said.contains("--even-if-claimed"), "{said}");
+    assert!(!String::from_utf8_lossy(&refused.stdout).contains("forgot"));
+    let forget = common::command()
+        .args(["forget", &id, "--store", &store, "--even-if-claimed"])
         .output()
         .unwrap();
     assert!(
@@ -270,6 +281,7 @@ fn sqlite_kill_dash_nine_mid_batch_reruns_at_most_the_checkpoint_window() {
 /// handler and a PHP consumer takes the id with its own 3,600 s lease (`SET
 /// key 1 PX 3600000`, as PHP's `SET NX` would once ours is gone); the host's
 /// keep-alive must leave that lease alone, not `PEXPIRE` it down to ours.
+/// The run says at its start that this store's claims are not renewed.
 #[test]
 fn redis_php_format_claims_are_never_renewed_by_the_host() {
     let dir = scratch("php-no-renew");
@@ -307,10 +319,17 @@ fn redis_php_format_claims_are_never_renewed_by_the_host() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(1000));
     let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut redis).unwrap();
-    let a = outcomes(&a.wait_with_output().unwrap());
+    let out = a.wait_with_output().unwrap();
+    let a = outcomes(&out);
     let _: () = redis::cmd("DEL").arg(&key).query(&mut redis).unwrap();
     assert!(
         pttl > 3_000_000,
         "PHP's claim was cut to {pttl} ms by our renewal (outcome {a:?})"
     );
+    // And the run said so at its start: its success here is not reported
+    // as lease-lost (a first user's trial ran such a handler twice, both
+    // `run-ok`, with no word).
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("does not renew or fence claims"), "{said}");
+    assert!(said.contains("longer than the slowest batch"), "{said}");
 }

@@ -9,14 +9,18 @@ use bq_dedupe_stores::AnyStore;
 
 use bq_dedupe_host::handler::Handler;
 use bq_dedupe_host::runtime::{ComponentSource, Runtime, guard_options};
+use bq_dedupe_host::say;
 
 /// Forgets `ids` through one `consumer.guard`; with `fingerprint`, their
-/// fingerprint markers too (as `run --fingerprint` wrote them).
+/// fingerprint markers too (as `run --fingerprint` wrote them). An id a
+/// consumer holds a live claim on is left, unless `even_if_claimed`:
+/// forgetting it ends the claim, and a redelivery could run beside the
+/// running handler (a first user's trial did so, with no word from `forget`).
 pub fn forget(
     component: &ComponentSource,
     store: &str,
     prefix: &str,
-    fingerprint: bool,
+    (fingerprint, even_if_claimed): (bool, bool),
     ids: &[String],
 ) -> Result<ExitCode> {
     let native = bq_dedupe_host::open_existing_store(store)?;
@@ -33,20 +37,30 @@ pub fn forget(
         );
     }
     let mut failed = false;
-    for ((id, key), state) in before {
+    for ((id, key), peeked) in before {
+        if let Some(left) = claim_left(peeked).filter(|_| !even_if_claimed) {
+            failed = true;
+            say(&format!(
+                "bq-dedupe: {id} is claimed by a running consumer (its claim ends in {:.1} s): \
+                 not forgotten. Forgetting it ends that claim, and a redelivery could run \
+                 beside the running handler; wait for it, or pass --even-if-claimed",
+                left.as_secs_f64()
+            ));
+            continue;
+        }
         match runtime.guard_forget(id)? {
             Ok(()) => {
                 println!("forgot {id}");
-                if state == "free" {
-                    eprintln!(
+                if state_of(peeked) == "free" {
+                    say(&format!(
                         "bq-dedupe: {id} was not remembered (key {key:?}): nothing to forget; \
                          check --store and --prefix"
-                    );
+                    ));
                 }
             }
             Err(e) => {
                 failed = true;
-                eprintln!("could not forget {id}: {}", e.message);
+                say(&format!("could not forget {id}: {}", e.message));
             }
         }
     }
@@ -57,13 +71,39 @@ pub fn forget(
     })
 }
 
-/// Each id's key (`prefix` + id) and what the store holds for it: `done`,
-/// `claimed`, `free`, or `not-done` (a store that cannot tell a live claim).
+/// How long a live claim on the id has left, if the store tells one.
+fn claim_left(peeked: Peeked) -> Option<std::time::Duration> {
+    match peeked {
+        Peeked::NotDone {
+            claim_ends_in: Some(left),
+        } if !left.is_zero() => Some(left),
+        _ => None,
+    }
+}
+
+/// `done`, `claimed`, `free`, or `not-done` (a store that cannot tell a live
+/// claim).
+fn state_of(peeked: Peeked) -> &'static str {
+    match peeked {
+        Peeked::Done => "done",
+        Peeked::NotDone {
+            claim_ends_in: Some(left),
+        } if left.is_zero() => "free",
+        Peeked::NotDone {
+            claim_ends_in: Some(_),
+        } => "claimed",
+        Peeked::NotDone {
+            claim_ends_in: None,
+        } => "not-done",
+    }
+}
+
+/// Each id's key (`prefix` + id) and what the store holds for it.
 fn peek<'i>(
     store: &AnyStore,
     prefix: &str,
     ids: &'i [String],
-) -> Result<Vec<((&'i str, String), &'static str)>> {
+) -> Result<Vec<((&'i str, String), Peeked)>> {
     let keyspace = KeySpace::new().with_prefix(prefix);
     let keys: Vec<String> = ids.iter().map(|id| keyspace.key(id).into_owned()).collect();
     let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
@@ -74,28 +114,17 @@ fn peek<'i>(
         .iter()
         .map(String::as_str)
         .zip(keys)
-        .zip(peeked.into_iter().map(|p| match p {
-            Peeked::Done => "done",
-            Peeked::NotDone {
-                claim_ends_in: Some(left),
-            } if left.is_zero() => "free",
-            Peeked::NotDone {
-                claim_ends_in: Some(_),
-            } => "claimed",
-            Peeked::NotDone {
-                claim_ends_in: None,
-            } => "not-done",
-        }))
+        .zip(peeked)
         .collect())
 }
 
 /// Prints, per id, its key and what the store holds for it.
 pub fn show(store: &str, prefix: &str, ids: &[String]) -> Result<ExitCode> {
     let native = bq_dedupe_host::open_existing_store(store)?;
-    for ((id, key), state) in peek(&native, prefix, ids)? {
+    for ((id, key), peeked) in peek(&native, prefix, ids)? {
         println!(
             "{}",
-            serde_json::json!({ "id": id, "key": key, "state": state })
+            serde_json::json!({ "id": id, "key": key, "state": state_of(peeked) })
         );
     }
     Ok(ExitCode::SUCCESS)
