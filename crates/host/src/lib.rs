@@ -21,24 +21,26 @@ pub const DEFAULT_STORE: &str = "sqlite:.bq-dedupe/seen.db";
 /// every command and error: the stores crate's).
 pub use bq_dedupe_stores::shown_spec;
 
-/// [`open_store`] for a command that only reads or cleans a store (`stats`,
-/// `purge`, `forget`): a SQLite file that does not exist is an error, not a new
-/// empty store (a mistyped path would look like an empty one).
+/// [`open_store`] for a command that only reads or cleans a store (`show`,
+/// `stats`, `purge`, `forget`): a SQLite file or a PostgreSQL table that does
+/// not exist is an error, not a new empty store (a mistyped path or `?table=`
+/// would look like an empty one).
 pub fn open_existing_store(spec: &str) -> anyhow::Result<bq_dedupe_stores::AnyStore> {
-    if let Some(path) = spec.strip_prefix("sqlite:")
-        && !std::path::Path::new(path).exists()
-    {
-        anyhow::bail!("no store at {path}: no such SQLite file (`bq-dedupe run` creates one)");
-    }
-    open_store(spec)
+    opened(spec, bq_dedupe_stores::AnyStore::from_existing_spec(spec))
 }
 
 /// Opens the store of `spec` for a command: an error names the spec masked,
 /// and what its connection leaves unauthenticated is said once, on stderr.
 pub fn open_store(spec: &str) -> anyhow::Result<bq_dedupe_stores::AnyStore> {
+    opened(spec, bq_dedupe_stores::AnyStore::from_spec(spec))
+}
+
+fn opened(
+    spec: &str,
+    store: Result<bq_dedupe_stores::AnyStore, bq_dedupe::StoreError>,
+) -> anyhow::Result<bq_dedupe_stores::AnyStore> {
     use anyhow::Context;
-    let store = bq_dedupe_stores::AnyStore::from_spec(spec)
-        .with_context(|| format!("opening store {}", shown_spec(spec)))?;
+    let store = store.with_context(|| format!("opening store {}", shown_spec(spec)))?;
     if let Some(note) = store.security_note() {
         eprintln!("bq-dedupe: note: store {}: {note}", shown_spec(spec));
     }

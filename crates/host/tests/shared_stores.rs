@@ -318,3 +318,51 @@ fn cli_skips_ids_the_php_and_go_sdks_recorded() {
         &format!("DROP TABLE {table}; DROP TABLE {table}_claims"),
     ]);
 }
+
+/// A mistyped `?table=` is not an empty store for the commands that only read
+/// or delete: `show`, `stats`, `forget` and `purge` said `free`, zeros and
+/// "nothing to forget", and created the two tables (a first user's trial).
+/// They now fail (exit 2) naming the table, and create nothing; `run` still
+/// creates its tables.
+#[test]
+fn a_mistyped_postgres_table_is_not_an_empty_store() {
+    let table = format!("bqh_{}", unique("typo_tabel"));
+    let spec = with_query(&var("BQ_TEST_POSTGRES_URL"), &format!("table={table}"));
+    let exists = || {
+        psql(&[
+            "-c",
+            &format!(
+                "SELECT count(*) FROM pg_class WHERE relkind = 'r' AND relname LIKE '{table}%'"
+            ),
+        ])
+    };
+    for args in [
+        vec!["show", "--store", &spec, "x"],
+        vec!["stats", "--store", &spec],
+        vec!["forget", "--store", &spec, "x"],
+        vec!["purge", "--store", &spec],
+    ] {
+        let out = bq(&args, "");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {said}");
+        assert!(said.contains(&format!("no table {table}")), "{said}");
+        assert_eq!(exists(), "0", "{args:?} created a table");
+    }
+    let out = bq(&["run", "--store", &spec], "");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(exists(), "2", "run creates its two tables");
+    let out = bq(&["stats", "--store", &spec], "");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    psql(&[
+        "-c",
+        &format!("DROP TABLE {table}; DROP TABLE {table}_claims"),
+    ]);
+}

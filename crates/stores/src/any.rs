@@ -2,7 +2,7 @@
 
 use bq_dedupe::{InMemoryStore, StoreError, StoreResult, store::StoreErrorKind};
 
-use crate::backends::{BACKENDS, Backend};
+use crate::backends::{BACKENDS, Backend, Open};
 use crate::{PostgresStore, RedisStore, SqliteStore, StoreStats};
 
 /// The key prefix of a `redis://` spec without `?prefix=` or `?dialect=`: our
@@ -71,8 +71,18 @@ impl AnyStore {
     /// that cannot be reached, or whose certificate fails its check, is
     /// `Unavailable`, naming its host.
     pub fn from_spec(spec: &str) -> Result<AnyStore, StoreError> {
+        Self::open_with(spec, |backend| backend.open)
+    }
+
+    /// [`Self::from_spec`] for a command that only reads or deletes: a store
+    /// that does not exist is an error (`Invalid`), not made empty.
+    pub fn from_existing_spec(spec: &str) -> Result<AnyStore, StoreError> {
+        Self::open_with(spec, |backend| backend.open_existing)
+    }
+
+    fn open_with(spec: &str, opener: fn(&Backend) -> Open) -> Result<AnyStore, StoreError> {
         if let Some(backend) = Backend::of(spec) {
-            return (backend.open)(spec);
+            return opener(backend)(spec);
         }
         let (last, rest) = BACKENDS.split_last().expect("a backend");
         let forms: Vec<&str> = rest.iter().map(|b| b.usage).collect();

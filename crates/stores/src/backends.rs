@@ -11,6 +11,9 @@ use crate::shown::{mask_parameters, masked};
 use crate::tls::read_ca_file;
 use crate::{AnyStore, Dialect, PostgresStore, RedisStore, SqliteStore, take_params};
 
+/// How a backend opens a spec.
+pub type Open = fn(&str) -> Result<AnyStore, StoreError>;
+
 /// One backend: what [`AnyStore::from_spec`] and the tests need to know of it.
 #[derive(Debug)]
 pub struct Backend {
@@ -22,7 +25,11 @@ pub struct Backend {
     /// Its spec's form, as the error for an unknown spec lists it.
     pub usage: &'static str,
     /// Opens a spec that [`Backend::takes`].
-    pub open: fn(&str) -> Result<AnyStore, StoreError>,
+    pub open: Open,
+    /// Opens it for a command that only reads or deletes: a store that does
+    /// not exist (a SQLite file, a PostgreSQL table) is an error, not made
+    /// empty (a mistyped spec read as a store with nothing in it).
+    pub open_existing: Open,
     /// Its spec as it may be printed, every password masked.
     pub shown: fn(&str) -> String,
     /// How a test gets one of its own.
@@ -67,6 +74,7 @@ pub const BACKENDS: &[Backend] = &[
         schemes: &["memory"],
         usage: "memory",
         open: |_| Ok(AnyStore::Memory(InMemoryStore::new())),
+        open_existing: |_| Ok(AnyStore::Memory(InMemoryStore::new())),
         shown: str::to_owned,
         test: TestPlace::Fresh,
     },
@@ -78,6 +86,13 @@ pub const BACKENDS: &[Backend] = &[
             "" => Err(invalid("store spec sqlite:PATH needs a path")),
             path => SqliteStore::open(path).map(AnyStore::Sqlite),
         },
+        open_existing: |spec| match &spec["sqlite:".len()..] {
+            "" => Err(invalid("store spec sqlite:PATH needs a path")),
+            path if !std::path::Path::new(path).exists() => Err(invalid(format!(
+                "no store at {path}: no such SQLite file (`bq-dedupe run` creates one)"
+            ))),
+            path => SqliteStore::open(path).map(AnyStore::Sqlite),
+        },
         // A path has no user info: an `@` in it is kept.
         shown: mask_parameters,
         test: TestPlace::File,
@@ -87,6 +102,7 @@ pub const BACKENDS: &[Backend] = &[
         schemes: &["redis://", "rediss://"],
         usage: "redis://HOST:PORT[/DB][?prefix=P&dialect=native|php|go] (rediss:// for TLS)",
         open: open_redis,
+        open_existing: open_redis,
         shown: masked,
         test: TestPlace::Server {
             plain: server("scripts/with-redis.sh", "BQ_TEST_REDIS_URL"),
@@ -99,6 +115,7 @@ pub const BACKENDS: &[Backend] = &[
         schemes: &["redis+cluster://", "rediss+cluster://"],
         usage: "redis+cluster://HOST:PORT[,HOST:PORT...] (rediss+cluster://)",
         open: open_redis_cluster,
+        open_existing: open_redis_cluster,
         shown: masked,
         test: TestPlace::Server {
             plain: server("scripts/with-redis-cluster.sh", "BQ_TEST_REDIS_CLUSTER_URL"),
@@ -116,6 +133,10 @@ pub const BACKENDS: &[Backend] = &[
         open: |spec| {
             let (url, table) = split_table(spec)?;
             PostgresStore::connect(&url, &table).map(AnyStore::Postgres)
+        },
+        open_existing: |spec| {
+            let (url, table) = split_table(spec)?;
+            PostgresStore::connect_existing(&url, &table).map(AnyStore::Postgres)
         },
         shown: masked,
         // TLS is on the same server (BQ_TEST_POSTGRES_TLS_CA names its CA).

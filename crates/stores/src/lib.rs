@@ -68,7 +68,7 @@ use std::time::Duration;
 use bq_dedupe::{StoreError, store::ClaimToken};
 
 pub use any::{AnyStore, DEFAULT_REDIS_PREFIX};
-pub use backends::{BACKENDS, Backend, TestPlace, TestServer};
+pub use backends::{BACKENDS, Backend, Open, TestPlace, TestServer};
 pub use postgres::{DEFAULT_POSTGRES_TABLE, PostgresStore};
 pub use redis::{Dialect, RedisStore};
 pub use shown::shown_spec;

@@ -478,10 +478,18 @@ impl PostgresStore {
     /// certificates are not read. A certificate that fails its check is
     /// `Unavailable`, naming the host.
     pub fn connect(url: &str, table: &str) -> StoreResult<Self> {
-        off_runtime(|| Self::connect_here(url, table))
+        off_runtime(|| Self::connect_here(url, table, true))
     }
 
-    fn connect_here(url: &str, table: &str) -> StoreResult<Self> {
+    /// [`Self::connect`] to a table that must already exist (`Invalid`
+    /// otherwise): for commands that only read or delete (`bq-dedupe show`,
+    /// `stats`, `forget`, `purge`), where a mistyped `?table=` created two
+    /// empty tables and read as a store with nothing in it.
+    pub fn connect_existing(url: &str, table: &str) -> StoreResult<Self> {
+        off_runtime(|| Self::connect_here(url, table, false))
+    }
+
+    fn connect_here(url: &str, table: &str, create: bool) -> StoreResult<Self> {
         check_table(table)?;
         let (url, tls) = postgres_tls(url)?;
         let (url, limits) = timeouts_of(&url)?;
@@ -556,6 +564,12 @@ impl PostgresStore {
             claims,
             security_note: tls.note,
         };
+        if !create && !store.table_exists()? {
+            return Err(invalid(format!(
+                "postgres: no table {table} in this database (a mistyped ?table=? \
+                 `bq-dedupe run` creates it)"
+            )));
+        }
         store.create_tables()?;
         (store.table, store.claims) = store.qualified_tables()?;
         Ok(store)
@@ -699,6 +713,18 @@ impl PostgresStore {
                 return Err(error(e));
             }
         }
+    }
+
+    /// Whether the ids' table is there, as the `search_path` finds it.
+    fn table_exists(&self) -> StoreResult<bool> {
+        let table = self.table.as_str();
+        let row = self.run(|conn| {
+            conn.query(
+                "SELECT pg_catalog.to_regclass($1) IS NOT NULL",
+                &[(&table, Type::TEXT)],
+            )
+        })?;
+        Ok(row.first().is_some_and(|r| r.get::<_, bool>(0)))
     }
 
     fn create_tables(&self) -> StoreResult<()> {
