@@ -203,12 +203,30 @@ fn slow_run(
     flags: &[&str],
     ids: &[&str],
 ) -> (Child, std::path::PathBuf, std::process::ChildStdin) {
+    slow_run_as(name, flags, ids, false)
+}
+
+/// [`slow_run`], the handler given inline or as a script named by its path
+/// (`script`: the README's own form, `--exec ./handler.sh`).
+fn slow_run_as(
+    name: &str,
+    flags: &[&str],
+    ids: &[&str],
+    script: bool,
+) -> (Child, std::path::PathBuf, std::process::ChildStdin) {
     let dir = scratch(name);
     let log = dir.join("log");
-    let cmd = format!(
+    let mut cmd = format!(
         "cat >/dev/null; echo start >> {log}; sleep 1.5; echo effect >> {log}",
         log = log.display()
     );
+    if script {
+        let path = dir.join("handler.sh");
+        std::fs::write(&path, format!("#!/bin/sh\n{}\n", cmd.replace("; ", "\n"))).unwrap();
+        let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+        std::fs::set_permissions(&path, mode).unwrap();
+        cmd = path.display().to_string();
+    }
     let store = format!("sqlite:{}", dir.join("db").display());
     let mut args = vec!["run", "--store", &store, "--claim", "--exec", &cmd];
     args.extend_from_slice(flags);
@@ -287,22 +305,28 @@ fn a_second_signal_kills_the_running_handler() {
     );
 }
 
-/// `kill -9` of `run` while a handler runs: the handler's shell dies with it
-/// (Linux: the parent-death signal), so its effect never lands beside the
-/// redelivery's.
+/// `kill -9` of `run` while a handler runs: the handler dies with it (Linux:
+/// the parent-death signal), so its effect never lands beside the
+/// redelivery's. Also a script named by its path, the README's own form: a
+/// shell that forks it and waits (dash, Debian's `sh`) died alone, and the
+/// script went on beside the redelivery (a first user's trial), until `run`
+/// had the shell exec a simple command.
 #[cfg(target_os = "linux")]
 #[test]
 fn kill_9_of_the_run_takes_its_handler_with_it() {
-    let (mut child, log, stdin) = slow_claiming_run("kill-9");
-    signal(&child, "-KILL");
-    let _ = child.wait();
-    drop(stdin);
-    std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(
-        std::fs::read_to_string(&log).unwrap(),
-        "start\n",
-        "the handler died with it"
-    );
+    for script in [false, true] {
+        let flags = ["--lease", "300ms"];
+        let (mut child, log, stdin) = slow_run_as("kill-9", &flags, &["signal-1"], script);
+        signal(&child, "-KILL");
+        let _ = child.wait();
+        drop(stdin);
+        std::thread::sleep(Duration::from_secs(2));
+        assert_eq!(
+            std::fs::read_to_string(&log).unwrap(),
+            "start\n",
+            "the handler died with it (a script: {script})"
+        );
+    }
 }
 
 /// In a batch, the deliveries whose handler had not started when SIGTERM came
@@ -373,48 +397,4 @@ fn a_signal_stops_the_run_even_when_stderr_is_a_closed_pipe() {
     };
     drop(stdin);
     assert_eq!(status.code(), Some(143));
-}
-
-/// `kill -9` of `run` whose handler is a script named by its path, the
-/// README's own form (`--exec ./handler.sh`): a shell that forks the script
-/// and waits (dash, Debian's `sh`) died alone, and the script went on beside
-/// the redelivery (a first user's trial). `run` now has the shell exec a
-/// simple command, so the script is the process that dies with `run`.
-#[cfg(target_os = "linux")]
-#[test]
-fn kill_9_of_the_run_takes_a_script_handler_with_it() {
-    let dir = scratch("kill-9-script");
-    let log = dir.join("log");
-    let script = dir.join("handler.sh");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\ncat >/dev/null\necho start >> {log}\nsleep 1.5\necho effect >> {log}\n",
-            log = log.display()
-        ),
-    )
-    .unwrap();
-    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
-    std::fs::set_permissions(&script, mode).unwrap();
-    let store = format!("sqlite:{}", dir.join("db").display());
-    let script = script.display().to_string();
-    let mut child = spawn(&[
-        "run", "--store", &store, "--claim", "--lease", "300ms", "--exec", &script,
-    ]);
-    let mut stdin = child.stdin.take().unwrap();
-    writeln!(stdin, "{}", envelope("script-1", 10)).unwrap();
-    let started = Instant::now();
-    while std::fs::read_to_string(&log).unwrap_or_default().is_empty() {
-        assert!(started.elapsed() < Duration::from_secs(20), "never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    signal(&child, "-KILL");
-    let _ = child.wait();
-    drop(stdin);
-    std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(
-        std::fs::read_to_string(&log).unwrap(),
-        "start\n",
-        "the script died with it"
-    );
 }

@@ -283,12 +283,7 @@ fn cli_skips_ids_the_php_and_go_sdks_recorded() {
     let table = format!("bqh_{}", unique("go_pg"));
     let spec = with_query(&var("BQ_TEST_POSTGRES_URL"), &format!("table={table}"));
     // The store creates Go's table; Go's own remember statement fills it.
-    let out = bq(&["run", "--store", &spec], "");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&bq(&["run", "--store", &spec], ""));
     psql(&[
         "-c",
         &format!(
@@ -313,10 +308,7 @@ fn cli_skips_ids_the_php_and_go_sdks_recorded() {
         "1",
         "Go's seen query finds our commit"
     );
-    psql(&[
-        "-c",
-        &format!("DROP TABLE {table}; DROP TABLE {table}_claims"),
-    ]);
+    drop_tables(&table);
 }
 
 /// A mistyped `?table=` is not an empty store for the commands that only read
@@ -348,19 +340,22 @@ fn a_mistyped_postgres_table_is_not_an_empty_store() {
         assert!(said.contains(&format!("no table {table}")), "{said}");
         assert_eq!(exists(), "0", "{args:?} created a table");
     }
-    let out = bq(&["run", "--store", &spec], "");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&bq(&["run", "--store", &spec], ""));
     assert_eq!(exists(), "2", "run creates its two tables");
-    let out = bq(&["stats", "--store", &spec], "");
+    succeeded(&bq(&["stats", "--store", &spec], ""));
+    drop_tables(&table);
+}
+
+fn succeeded(out: &Output) {
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A test's PostgreSQL table and its claims table, dropped.
+fn drop_tables(table: &str) {
     psql(&[
         "-c",
         &format!("DROP TABLE {table}; DROP TABLE {table}_claims"),
