@@ -47,6 +47,14 @@ fn opened(
     Ok(store)
 }
 
+/// A line on stdout, if it can still be written: `println!` panics when
+/// stdout is a closed pipe (`bq-dedupe forget a b c | head -1`), which ended
+/// `forget` before its later ids were forgotten.
+pub fn tell(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "{line}");
+}
+
 /// A line on stderr, if it can still be written: `eprintln!` panics when
 /// stderr is a closed pipe, which must not end a run (or a signal's handling).
 pub fn say(line: &str) {

@@ -429,6 +429,24 @@ fn forget_and_stats_work_on_a_persistent_store() {
         said.contains(r#"f1 was not remembered (key "p:f1"): nothing to forget"#),
         "{said}"
     );
+    // With stdout a closed pipe (`| head -1`), printing "forgot" panicked and
+    // ended forget before its later ids: each id is still forgotten.
+    bq(
+        &["run", "--store", &spec],
+        &[envelope("g1"), envelope("g2")].join("\n"),
+    );
+    let mut closed = common::command()
+        .args(["forget", "--store", &spec, "g1", "g2"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(closed.stdout.take());
+    let status = closed.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "forget with stdout closed");
+    let shown = bq(&["show", "--store", &spec, "g1", "g2"], "");
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert_eq!(shown.matches(r#""state":"free""#).count(), 2, "{shown}");
     let forgot = bq(&["forget", "--store", &spec, "f1"], "");
     assert!(forgot.status.success());
     assert!(

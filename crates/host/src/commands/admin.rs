@@ -9,7 +9,7 @@ use bq_dedupe_stores::AnyStore;
 
 use bq_dedupe_host::handler::Handler;
 use bq_dedupe_host::runtime::{ComponentSource, Runtime, guard_options};
-use bq_dedupe_host::say;
+use bq_dedupe_host::{say, tell};
 
 /// Forgets `ids` through one `consumer.guard`; with `fingerprint`, their
 /// fingerprint markers too (as `run --fingerprint` wrote them). An id a
@@ -50,7 +50,7 @@ pub fn forget(
         }
         match runtime.guard_forget(id)? {
             Ok(()) => {
-                println!("forgot {id}");
+                tell(&format!("forgot {id}"));
                 if state_of(peeked) == "free" {
                     say(&format!(
                         "bq-dedupe: {id} was not remembered (key {key:?}): nothing to forget; \
@@ -122,10 +122,7 @@ fn peek<'i>(
 pub fn show(store: &str, prefix: &str, ids: &[String]) -> Result<ExitCode> {
     let native = bq_dedupe_host::open_existing_store(store)?;
     for ((id, key), peeked) in peek(&native, prefix, ids)? {
-        println!(
-            "{}",
-            serde_json::json!({ "id": id, "key": key, "state": state_of(peeked) })
-        );
+        tell(&serde_json::json!({ "id": id, "key": key, "state": state_of(peeked) }).to_string());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -133,19 +130,19 @@ pub fn show(store: &str, prefix: &str, ids: &[String]) -> Result<ExitCode> {
 pub fn stats(store: &str) -> Result<ExitCode> {
     let stats = bq_dedupe_host::open_existing_store(store)?.stats()?;
     // The spec is not echoed: a Redis URL may carry a password.
-    println!(
-        "{}",
-        serde_json::json!({
+    tell(
+        &serde_json::json!({
             "remembered": stats.remembered,
             "claimed": stats.claimed,
             "expired": stats.expired,
         })
+        .to_string(),
     );
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn purge(store: &str) -> Result<ExitCode> {
     let purged = bq_dedupe_host::open_existing_store(store)?.purge_expired()?;
-    println!("{}", serde_json::json!({ "purged": purged }));
+    tell(&serde_json::json!({ "purged": purged }).to_string());
     Ok(ExitCode::SUCCESS)
 }
