@@ -257,7 +257,7 @@ pub(crate) fn kill_group(pid: u32) {
 }
 
 /// `1s`, `250ms`, `5m`: a duration as the flags write it.
-pub(crate) fn shown(d: Duration) -> String {
+pub fn shown(d: Duration) -> String {
     let ms = d.as_millis();
     match ms {
         ms if ms % 60_000 == 0 && ms > 0 => format!("{}m", ms / 60_000),

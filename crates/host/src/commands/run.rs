@@ -64,17 +64,6 @@ impl From<Stopped> for Stop {
     }
 }
 
-/// A duration as the flags write it (`15m`, `300ms`).
-fn humantime_ms(d: std::time::Duration) -> String {
-    let ms = d.as_millis();
-    match ms {
-        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
-        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
-        ms if ms % 1000 == 0 => format!("{}s", ms / 1000),
-        ms => format!("{ms}ms"),
-    }
-}
-
 pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
     let handler = match (&args.exec, &args.handler) {
         (Some(cmd), _) => Handler::Exec(ExecHandler {
@@ -107,7 +96,7 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
              run past --lease ({}) can run beside a redelivery, and its success is not \
              reported as run-ok-lease-lost; use a lease longer than the slowest batch",
             bq_dedupe_host::shown_spec(&args.store),
-            humantime_ms(args.lease)
+            bq_dedupe_host::exec::shown(args.lease)
         ));
     }
     if let Some(format) = bq_dedupe::Store::shared_format(&store).filter(|_| args.fingerprint) {
