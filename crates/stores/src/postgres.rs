@@ -1677,8 +1677,8 @@ impl PostgresStore {
     /// on it, waits on the mark's row until this transaction ends. The mark's
     /// lease has lapsed when it is written: only its lock counts, and a mark a
     /// handler's own `COMMIT` made visible parks nothing. Answers (done,
-    /// marked, taken, and the transaction id that wrote the row: the undo's
-    /// name for the take).
+    /// marked, and the transaction id that wrote the row if it was taken: the
+    /// undo's name for the take).
     fn take_sql(&self) -> String {
         let (t, c) = (&self.table, &self.claims);
         format!(
@@ -1697,7 +1697,7 @@ impl PostgresStore {
                {GO_UPSERT}
                RETURNING xmin::text AS writer)
              SELECT EXISTS (SELECT 1 FROM done), EXISTS (SELECT 1 FROM mark),
-                    EXISTS (SELECT 1 FROM taken), (SELECT writer FROM taken)"
+                    (SELECT writer FROM taken)"
         )
     }
 
@@ -1810,13 +1810,14 @@ impl PostgresStore {
         let row = rows
             .first()
             .ok_or_else(|| StoreError::internal("postgres: the take statement answered no row"))?;
-        let (done, marked, taken): (bool, bool, bool) = (row.get(0), row.get(1), row.get(2));
-        Ok(match (done, marked, taken) {
+        let (done, marked, writer): (bool, bool, Option<String>) =
+            (row.get(0), row.get(1), row.get(2));
+        Ok(match (done, marked, writer) {
             (true, ..) => Err(TxRun::AlreadyDone),
             (false, false, _) => Err(TxRun::Held),
-            (false, true, true) => Ok(Writer(row.get(3))),
+            (false, true, Some(writer)) => Ok(Writer(Some(writer))),
             // Done by a run that committed while this one waited on the mark.
-            (false, true, false) => Err(TxRun::AlreadyDone),
+            (false, true, None) => Err(TxRun::AlreadyDone),
         })
     }
 
