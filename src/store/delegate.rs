@@ -107,11 +107,11 @@ macro_rules! __store_call {
         let $s = &**$self;
         $call
     }};
-    (async [variants $enum:ident { $($variant:ident),+ }]; $self:ident, $s:ident => $call:expr) => {
-        match $self { $($enum::$variant($s) => $call.await,)+ }
+    (async [variants $enum:ident { $($(#[$attr:meta])* $variant:ident),+ }]; $self:ident, $s:ident => $call:expr) => {
+        match $self { $($(#[$attr])* $enum::$variant($s) => $call.await,)+ }
     };
-    (sync [variants $enum:ident { $($variant:ident),+ }]; $self:ident, $s:ident => $call:expr) => {
-        match $self { $($enum::$variant($s) => $call,)+ }
+    (sync [variants $enum:ident { $($(#[$attr:meta])* $variant:ident),+ }]; $self:ident, $s:ident => $call:expr) => {
+        match $self { $($(#[$attr])* $enum::$variant($s) => $call,)+ }
     };
     (async [layer]; $self:ident, $s:ident => $call:expr) => {
         $self.call(async || {
@@ -138,7 +138,7 @@ impl<S: Store + ?Sized> Store for Box<S> {
 
 /// Implements [`Store`] for an enum whose every variant holds one store, by calling
 /// the same method on the variant's store: for a "whichever backend was configured"
-/// type.
+/// type. A variant may carry `#[cfg(...)]`, as it does in the enum.
 ///
 /// ```
 /// use bq_dedupe::{InMemoryStore, store::{PerKey, Unbatched}};
@@ -151,9 +151,9 @@ impl<S: Store + ?Sized> Store for Box<S> {
 /// ```
 #[macro_export]
 macro_rules! delegate_store {
-    ($enum:ident { $($variant:ident),+ $(,)? }) => {
+    ($enum:ident { $($(#[$attr:meta])* $variant:ident),+ $(,)? }) => {
         impl $crate::Store for $enum {
-            $crate::__store_methods!(variants $enum { $($variant),+ });
+            $crate::__store_methods!(variants $enum { $($(#[$attr])* $variant),+ });
         }
     };
 }

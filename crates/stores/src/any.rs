@@ -2,24 +2,30 @@
 
 use bq_dedupe::{InMemoryStore, StoreError, StoreResult, store::StoreErrorKind};
 
+#[cfg(feature = "postgres")]
+use crate::PostgresStore;
+#[cfg(feature = "redis")]
+use crate::RedisStore;
+#[cfg(feature = "sqlite")]
+use crate::SqliteStore;
+use crate::StoreStats;
 use crate::backends::{BACKENDS, Backend, Open};
-use crate::{PostgresStore, RedisStore, SqliteStore, StoreStats};
 
 /// The key prefix of a `redis://` spec without `?prefix=` or `?dialect=`: our
 /// own format's, a prefix no other SDK uses (the PHP SDK's is `bq:idem:`, the Go
 /// SDK's `bq:idemp:`; `?dialect=php|go` defaults to theirs).
 pub const DEFAULT_REDIS_PREFIX: &str = "bq:dedupe:";
 
-/// The enum, one variant per store type, with what only forwards to the
-/// variant: `From` each store, `Debug` and `Store`.
+/// The enum, one variant per store type (a backend's behind its feature), with
+/// what only forwards to the variant: `From` each store, `Debug` and `Store`.
 macro_rules! any_store {
-    ($($(#[$doc:meta])* $variant:ident($store:ty),)+) => {
+    ($($(#[doc = $doc:literal])* $(#[cfg($cfg:meta)])? $variant:ident($store:ty),)+) => {
         /// One of the stores, chosen at run time (see the crate docs for the spec syntax).
         #[allow(clippy::large_enum_variant)] // one per process, never copied in a hot path
         pub enum AnyStore {
-            $($(#[$doc])* $variant($store),)+
+            $($(#[doc = $doc])* $(#[cfg($cfg)])? $variant($store),)+
         }
-        $(impl From<$store> for AnyStore {
+        $($(#[cfg($cfg)])? impl From<$store> for AnyStore {
             fn from(s: $store) -> Self {
                 AnyStore::$variant(s)
             }
@@ -29,12 +35,12 @@ macro_rules! any_store {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 match self {
                     AnyStore::Memory(_) => f.write_str("AnyStore::Memory"),
-                    $(AnyStore::$variant(s) => write!(f, "AnyStore::{}({s:?})", stringify!($variant)),)+
+                    $($(#[cfg($cfg)])? AnyStore::$variant(s) => write!(f, "AnyStore::{}({s:?})", stringify!($variant)),)+
                 }
             }
         }
         // Calls the same method on whichever store this is.
-        bq_dedupe::delegate_store!(AnyStore { $($variant),+ });
+        bq_dedupe::delegate_store!(AnyStore { $($(#[cfg($cfg)])? $variant),+ });
     };
 }
 
@@ -42,10 +48,13 @@ any_store! {
     /// `memory`: the core's process-local store.
     Memory(InMemoryStore),
     /// `sqlite:PATH`.
+    #[cfg(feature = "sqlite")]
     Sqlite(SqliteStore),
     /// `redis://...` or `redis+cluster://...`.
+    #[cfg(feature = "redis")]
     Redis(RedisStore),
     /// `postgres://...` (or `postgresql://`).
+    #[cfg(feature = "postgres")]
     Postgres(PostgresStore),
 }
 
@@ -55,6 +64,7 @@ impl AnyStore {
     /// `disable`: [`PostgresStore::security_note`]), for a host to say once.
     pub fn security_note(&self) -> Option<&str> {
         match self {
+            #[cfg(feature = "postgres")]
             AnyStore::Postgres(store) => store.security_note(),
             _ => None,
         }
@@ -108,8 +118,11 @@ impl AnyStore {
                     expired: (s.len() as u64).saturating_sub(live),
                 })
             }
+            #[cfg(feature = "sqlite")]
             AnyStore::Sqlite(s) => s.stats(),
+            #[cfg(feature = "redis")]
             AnyStore::Redis(s) => s.stats(),
+            #[cfg(feature = "postgres")]
             AnyStore::Postgres(s) => s.stats(),
         }
     }
@@ -118,8 +131,11 @@ impl AnyStore {
     pub fn purge_expired(&self) -> StoreResult<u64> {
         match self {
             AnyStore::Memory(s) => Ok(s.purge_expired() as u64),
+            #[cfg(feature = "sqlite")]
             AnyStore::Sqlite(s) => s.purge_expired(),
+            #[cfg(feature = "redis")]
             AnyStore::Redis(s) => s.purge_expired(),
+            #[cfg(feature = "postgres")]
             AnyStore::Postgres(s) => s.purge_expired(),
         }
     }

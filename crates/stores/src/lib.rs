@@ -9,6 +9,10 @@
 //! - [`AnyStore`]: one of those or the core's `InMemoryStore`, chosen at run time
 //!   from a spec string; every backend it opens is one row of [`BACKENDS`].
 //!
+//! Each backend is a cargo feature (`sqlite`, `redis`, `postgres`), all on by
+//! default: `default-features = false, features = ["sqlite"]` builds no Redis,
+//! PostgreSQL, tokio or rustls, and a spec of a backend left out is refused.
+//!
 //! The record format of every backend and dialect, and what each other SDK sees
 //! of it, is one table in `docs/stores.md`.
 //!
@@ -52,13 +56,22 @@
 //! ```
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+// A build without every backend leaves some shared helpers unused.
+#![cfg_attr(
+    not(all(feature = "sqlite", feature = "redis", feature = "postgres")),
+    allow(dead_code, unused_imports)
+)]
 
 mod any;
 mod backends;
+#[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "redis")]
 mod redis;
 mod shown;
+#[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(any(feature = "redis", feature = "postgres"))]
 mod tls;
 
 use std::sync::OnceLock;
@@ -69,9 +82,12 @@ use bq_dedupe::{StoreError, store::ClaimToken};
 
 pub use any::{AnyStore, DEFAULT_REDIS_PREFIX};
 pub use backends::{BACKENDS, Backend, Open, TestPlace, TestServer};
+#[cfg(feature = "postgres")]
 pub use postgres::{DEFAULT_POSTGRES_TABLE, PostgresStore};
+#[cfg(feature = "redis")]
 pub use redis::{Dialect, RedisStore};
 pub use shown::shown_spec;
+#[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 
 /// What a store holds right now, for inspection and metrics.

@@ -1874,9 +1874,38 @@ impl PostgresStore {
     }
 }
 
+/// Takes `table=` out of a PostgreSQL URL's query.
+pub(crate) fn split_table(spec: &str) -> Result<(String, String), StoreError> {
+    let (url, ours) = take_params(spec, &["table"])?;
+    let table = ours
+        .into_iter()
+        .next_back()
+        .map_or_else(|| DEFAULT_POSTGRES_TABLE.to_owned(), |(_, v)| v);
+    Ok((url, table))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn table_is_taken_out_of_the_postgres_url() {
+        use crate::AnyStore;
+        assert_eq!(
+            split_table("postgres://u@h:5/db?table=seen&connect_timeout=3").unwrap(),
+            (
+                "postgres://u@h:5/db?connect_timeout=3".into(),
+                "seen".into()
+            )
+        );
+        assert_eq!(
+            split_table("postgres://u@h/db").unwrap().1,
+            DEFAULT_POSTGRES_TABLE
+        );
+        let e = AnyStore::from_spec("postgres://u:pw@h/db?table=a;drop").unwrap_err();
+        assert_eq!(e.kind, StoreErrorKind::Invalid);
+        assert!(!e.message.contains("pw"), "no secrets in errors: {e}");
+    }
 
     #[test]
     fn statement_cache_is_what_the_url_says() {

@@ -5,6 +5,7 @@
 mod conn;
 mod dialect;
 mod scripts;
+pub(crate) mod spec;
 mod stats;
 
 use std::sync::atomic::{AtomicU64, Ordering};
