@@ -76,6 +76,8 @@ impl ExecHandler {
         let tail = Tail::drain(&mut child, self.show_output);
         let pid = child.id();
         crate::stopping::running(pid);
+        #[cfg(unix)]
+        crate::deadman::armed(pid);
         // A thread waits for the exit without reaping it, so the pid (and its
         // group) stays the handler's until this thread reaps it: a kill at the
         // deadline can never reach a process that took the pid over.
@@ -89,6 +91,8 @@ impl ExecHandler {
             kill_group(pid);
         }
         crate::stopping::finished();
+        #[cfg(unix)]
+        crate::deadman::disarmed();
         let status = child
             .wait()
             .map_err(|e| format!("handler did not finish: {e}"))?;
@@ -220,7 +224,8 @@ fn wait_unreaped(_pid: u32) {}
 
 /// The handler's shell is killed when this thread's process dies, `kill -9`
 /// included: an orphan would go on beside the redelivery. (What the shell has
-/// started by then is not: the signal is the child's alone.)
+/// started by then is not: the signal is the child's alone; the dead man's
+/// switch, `crate::deadman`, kills its whole group.)
 #[cfg(target_os = "linux")]
 fn die_with_parent(command: &mut Command) {
     use std::os::unix::process::CommandExt;

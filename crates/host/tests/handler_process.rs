@@ -203,16 +203,27 @@ fn slow_run(
     flags: &[&str],
     ids: &[&str],
 ) -> (Child, std::path::PathBuf, std::process::ChildStdin) {
-    slow_run_as(name, flags, ids, false)
+    slow_run_as(name, flags, ids, Form::Inline)
 }
 
-/// [`slow_run`], the handler given inline or as a script named by its path
-/// (`script`: the README's own form, `--exec ./handler.sh`).
+/// [`slow_run`], the handler given to `--exec` in the [`Form`] named.
+/// How `--exec` names the slow handler.
+#[derive(Debug, Clone, Copy)]
+enum Form {
+    /// The commands themselves, for `sh -c`.
+    Inline,
+    /// A script by its path alone (the README's form).
+    Script,
+    /// The same script given to a program as its argument (`sh PATH`), which
+    /// the shell forks and waits for.
+    ScriptWithArgs,
+}
+
 fn slow_run_as(
     name: &str,
     flags: &[&str],
     ids: &[&str],
-    script: bool,
+    form: Form,
 ) -> (Child, std::path::PathBuf, std::process::ChildStdin) {
     let dir = scratch(name);
     let log = dir.join("log");
@@ -220,12 +231,15 @@ fn slow_run_as(
         "cat >/dev/null; echo start >> {log}; sleep 1.5; echo effect >> {log}",
         log = log.display()
     );
-    if script {
+    if let Form::Script | Form::ScriptWithArgs = form {
         let path = dir.join("handler.sh");
         std::fs::write(&path, format!("#!/bin/sh\n{}\n", cmd.replace("; ", "\n"))).unwrap();
         let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
         std::fs::set_permissions(&path, mode).unwrap();
-        cmd = path.display().to_string();
+        cmd = match form {
+            Form::ScriptWithArgs => format!("sh {}", path.display()),
+            _ => path.display().to_string(),
+        };
     }
     let store = format!("sqlite:{}", dir.join("db").display());
     let mut args = vec!["run", "--store", &store, "--claim", "--exec", &cmd];
@@ -310,13 +324,16 @@ fn a_second_signal_kills_the_running_handler() {
 /// redelivery's. Also a script named by its path, the README's own form: a
 /// shell that forks it and waits (dash, Debian's `sh`) died alone, and the
 /// script went on beside the redelivery (a first user's trial), until `run`
-/// had the shell exec a simple command.
-#[cfg(target_os = "linux")]
+/// had the shell exec a simple command. And a handler given with arguments
+/// (`sh handler.sh`, `python3 h.py`), which no `exec` can cover: the shell
+/// died alone and the program went on, until a guard process that outlives
+/// `run` killed the running handler's process group.
+#[cfg(unix)]
 #[test]
 fn kill_9_of_the_run_takes_its_handler_with_it() {
-    for script in [false, true] {
+    for form in [Form::Inline, Form::Script, Form::ScriptWithArgs] {
         let flags = ["--lease", "300ms"];
-        let (mut child, log, stdin) = slow_run_as("kill-9", &flags, &["signal-1"], script);
+        let (mut child, log, stdin) = slow_run_as("kill-9", &flags, &["signal-1"], form);
         signal(&child, "-KILL");
         let _ = child.wait();
         drop(stdin);
@@ -324,7 +341,7 @@ fn kill_9_of_the_run_takes_its_handler_with_it() {
         assert_eq!(
             std::fs::read_to_string(&log).unwrap(),
             "start\n",
-            "the handler died with it (a script: {script})"
+            "the handler died with it ({form:?})"
         );
     }
 }
