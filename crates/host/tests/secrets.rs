@@ -18,6 +18,13 @@ const SPECS: &[&str] = &[
     "redis://:SECRET/pw@127.0.0.1:1",
     "redis://:SECRET?pw@127.0.0.1:1/0",
     "postgresql://bob:SECRET@pw@127.0.0.1:1/app",
+    // The same with the password's end the secret part: the clients read
+    // past a raw `@ / ? #` and named that end as the host or a parameter.
+    "postgres://bob:pw@SECRET/x@127.0.0.1:1/app",
+    "postgresql://bob:pw@SECRET@127.0.0.1:1/app",
+    "redis://:pw?SECRET@127.0.0.1:1/0",
+    "redis://:pw#SECRET@127.0.0.1:1",
+    "postgres://127.0.0.1:1/app?user=bob&password=pw@SECRET/x",
     // Percent-encoded.
     "postgres://bob:SECRET%2Fpw@127.0.0.1:1/app",
     // A second `password=`, and one in another case.

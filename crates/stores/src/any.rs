@@ -91,6 +91,17 @@ impl AnyStore {
     }
 
     fn open_with(spec: &str, opener: fn(&Backend) -> Open) -> Result<AnyStore, StoreError> {
+        if crate::shown::user_info_is_ambiguous(spec) {
+            return Err(StoreError::new(
+                StoreErrorKind::Invalid,
+                format!(
+                    "store spec {:?}: an `@` after a `/`, `?` or `#`, or more than one `@`: \
+                     percent-encode `@ / ? # %` in a user name, password or parameter \
+                     (%40 %2F %3F %23 %25)",
+                    crate::shown_spec(spec)
+                ),
+            ));
+        }
         if let Some(backend) = Backend::of(spec) {
             return opener(backend)(spec);
         }
@@ -171,6 +182,28 @@ mod tests {
              redis+cluster://HOST:PORT[,HOST:PORT...] (rediss+cluster://) or \
              postgres://USER@HOST:PORT/DB[?table=T&sslmode=verify-full]"
         );
+    }
+
+    /// A raw `@ / ? #` in a password: the clients took its end for the host
+    /// or a parameter and named it (`cannot connect to SECRET:5432`).
+    #[test]
+    fn a_spec_whose_user_info_a_client_could_split_elsewhere_is_refused() {
+        for spec in [
+            "postgres://bob:pw@SECRET/x@127.0.0.1:1/app",
+            "postgresql://bob:pw@SECRET@127.0.0.1:1/app",
+            "redis://:pw?SECRET@127.0.0.1:1/0",
+            "rediss+cluster://:pw#SECRET@127.0.0.1:1",
+            "postgres://127.0.0.1:1/app?user=bob&password=pw@SECRET/x",
+            "redis://h:1?prefix=a@b",
+        ] {
+            let e = AnyStore::from_spec(spec).unwrap_err();
+            assert_eq!(e.kind, StoreErrorKind::Invalid, "{spec}: {e}");
+            assert!(e.message.contains("percent-encode"), "{e}");
+            assert!(!e.message.contains("SECRET"), "{spec}: {e}");
+        }
+        // One `@`, before the host: as before.
+        let e = AnyStore::from_spec("redis://:p%40w@127.0.0.1:1/0?prefix=a%40b").unwrap_err();
+        assert_eq!(e.kind, StoreErrorKind::Unavailable, "{e}");
     }
 
     #[test]

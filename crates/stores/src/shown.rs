@@ -13,6 +13,23 @@ pub fn shown_spec(spec: &str) -> String {
     }
 }
 
+/// Whether a URL's `@` may not be where its client splits the user info off:
+/// more than one `@`, or one after a `/`, `?` or `#` (a raw delimiter in a
+/// password or a parameter). The clients read such a spec their own ways
+/// (PostgreSQL's at the first `@` anywhere) and named the password's end in
+/// their errors as a host or a parameter; [`masked`] cannot know which part
+/// they took, so such a spec is refused before any client reads it.
+pub(crate) fn user_info_is_ambiguous(spec: &str) -> bool {
+    let Some(start) = spec.find("://").map(|i| i + 3) else {
+        return false;
+    };
+    let rest = &spec[start..];
+    match rest.find('@') {
+        Some(at) => rest[at + 1..].contains('@') || rest[..at].contains(['/', '?', '#']),
+        None => false,
+    }
+}
+
 /// A URL's (or a libpq string's) passwords masked, in its user info and its
 /// parameters: the redaction of every network backend and of unknown specs.
 pub(crate) fn masked(spec: &str) -> String {
