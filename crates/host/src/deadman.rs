@@ -11,18 +11,29 @@
 //! in a process group of its own, out of a terminal's Ctrl-C.
 
 use std::io::Write;
-use std::process::{ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 
-const SWITCH: &str = r#"trap '' INT HUP
+/// Signals a terminal or a supervisor sends the whole group are ignored: the
+/// switch ends only when its input does (`run` gone), or by SIGKILL.
+const SWITCH: &str = r#"trap '' INT HUP TERM
 group=
 while read -r what g; do
   case $what in S) group=$g ;; *) group= ;; esac
 done
 [ -z "$group" ] || kill -s KILL -- "-$group" 2>/dev/null"#;
 
-/// The switch's input; started with the first handler.
-static INPUT: Mutex<Option<ChildStdin>> = Mutex::new(None);
+/// The switch, started before the first handler.
+static SWITCH_PROCESS: Mutex<Option<Child>> = Mutex::new(None);
+
+/// Starts the switch if it is not running, before a handler is spawned (so
+/// that no handler runs without one).
+pub(crate) fn ready() {
+    let mut switch = SWITCH_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
+    if switch.is_none() {
+        *switch = start();
+    }
+}
 
 /// The handler whose process group is `group` has started.
 pub(crate) fn armed(group: u32) {
@@ -34,22 +45,32 @@ pub(crate) fn disarmed() {
     send("E\n");
 }
 
-/// Best effort: a switch that cannot start or has died is started again at
-/// the next line; the handler runs either way (the parent-death signal still
-/// takes its shell).
+/// Sends `line`; a switch that has died (killed by hand) is reaped and
+/// started again, and the line sent to the new one. Best effort beyond that:
+/// the handler runs either way (the parent-death signal still takes its shell).
 fn send(line: &str) {
-    let mut input = INPUT.lock().unwrap_or_else(|e| e.into_inner());
-    if input.is_none() {
-        *input = start();
-    }
-    if let Some(pipe) = input.as_mut()
-        && pipe.write_all(line.as_bytes()).is_err()
-    {
-        *input = None;
+    let mut switch = SWITCH_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..2 {
+        if switch.is_none() {
+            *switch = start();
+        }
+        let Some(process) = switch.as_mut() else {
+            return;
+        };
+        let sent = process
+            .stdin
+            .as_mut()
+            .is_some_and(|input| input.write_all(line.as_bytes()).is_ok());
+        if sent {
+            return;
+        }
+        let _ = process.kill();
+        let _ = process.wait();
+        *switch = None;
     }
 }
 
-fn start() -> Option<ChildStdin> {
+fn start() -> Option<Child> {
     let mut command = Command::new("sh");
     command
         .arg("-c")
@@ -58,6 +79,7 @@ fn start() -> Option<ChildStdin> {
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
-    // Never waited for: it ends when `run` (its input's only writer) does.
-    command.spawn().ok()?.stdin.take()
+    // Not waited for while it runs: it ends when `run` (its input's only
+    // writer) does.
+    command.spawn().ok()
 }

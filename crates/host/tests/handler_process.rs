@@ -346,6 +346,68 @@ fn kill_9_of_the_run_takes_its_handler_with_it() {
     }
 }
 
+/// The dead man's switch killed by hand between two handlers (only SIGKILL
+/// stops it): the next handler's line went nowhere and no switch watched it,
+/// so a `kill -9` of `run` left that handler running beside the redelivery
+/// (a review's finding). A dead switch is reaped and started again, and the
+/// line sent to the new one.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_switch_killed_between_handlers_is_started_again() {
+    let flags = ["--lease", "300ms"];
+    let (mut child, log, mut stdin) =
+        slow_run_as("switch-killed", &flags, &["switch-1"], Form::ScriptWithArgs);
+    wait_for_log(&log, "start\neffect\n");
+    let switch = switch_of(child.id()).expect("a switch beside the handler");
+    let status = std::process::Command::new("kill")
+        .args(["-KILL", &switch.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::thread::sleep(Duration::from_millis(200));
+    writeln!(stdin, "{}", envelope("switch-2", 10)).unwrap();
+    wait_for_log(&log, "start\neffect\nstart\n");
+    signal(&child, "-KILL");
+    let _ = child.wait();
+    drop(stdin);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "start\neffect\nstart\n",
+        "the second handler died with the run"
+    );
+}
+
+fn wait_for_log(log: &std::path::Path, text: &str) {
+    let started = Instant::now();
+    while std::fs::read_to_string(log).unwrap_or_default() != text {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the log never read {text:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The live dead man's switch `run` (pid `run`) started: its child whose
+/// command is the switch's script.
+#[cfg(target_os = "linux")]
+fn switch_of(run: u32) -> Option<u32> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // `pid (comm) state ppid ...`: after the last `)`.
+            let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+            let (state, ppid) = (fields.next()?, fields.next()?.parse::<u32>().ok()?);
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let switch = String::from_utf8_lossy(&cmdline).contains("trap ''");
+            (ppid == run && state != "Z" && switch).then_some(pid)
+        })
+}
+
 /// In a batch, the deliveries whose handler had not started when SIGTERM came
 /// are not run: each gets its verdict (`failed`, retried), none is left out.
 #[test]
