@@ -25,6 +25,8 @@ const SPECS: &[&str] = &[
     "redis://:pw?SECRET@127.0.0.1:1/0",
     "redis://:pw#SECRET@127.0.0.1:1",
     "postgres://127.0.0.1:1/app?user=bob&password=pw@SECRET/x",
+    // A raw `&` in a password parameter: its end was named as an option.
+    "postgres://bob@127.0.0.1:1/app?password=pw&SECRET=1",
     // Percent-encoded.
     "postgres://bob:SECRET%2Fpw@127.0.0.1:1/app",
     // A second `password=`, and one in another case.

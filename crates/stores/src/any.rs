@@ -91,13 +91,15 @@ impl AnyStore {
     }
 
     fn open_with(spec: &str, opener: fn(&Backend) -> Open) -> Result<AnyStore, StoreError> {
-        if crate::shown::user_info_is_ambiguous(spec) {
+        // A network backend's URL (not a `sqlite:` path, read as it is).
+        let url = Backend::of(spec).is_some_and(|b| b.schemes.iter().any(|s| s.ends_with("://")));
+        if url && crate::shown::user_info_is_ambiguous(spec) {
             return Err(StoreError::new(
                 StoreErrorKind::Invalid,
                 format!(
                     "store spec {:?}: an `@` after a `/`, `?` or `#`, or more than one `@`: \
-                     percent-encode `@ / ? # %` in a user name, password or parameter \
-                     (%40 %2F %3F %23 %25)",
+                     percent-encode `@ / ? # & %` in a user name, password or parameter \
+                     (%40 %2F %3F %23 %26 %25)",
                     crate::shown_spec(spec)
                 ),
             ));
@@ -204,6 +206,43 @@ mod tests {
         // One `@`, before the host: as before.
         let e = AnyStore::from_spec("redis://:p%40w@127.0.0.1:1/0?prefix=a%40b").unwrap_err();
         assert_eq!(e.kind, StoreErrorKind::Unavailable, "{e}");
+    }
+
+    /// A SQLite path is not a URL: an `@` in it is kept, read as it is (the
+    /// first version refused `sqlite:///srv/a@1/seen.db`, and the `%40` it
+    /// advised opened another, empty file: a review's finding).
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn an_at_in_a_sqlite_path_is_its_own() {
+        let dir = std::env::temp_dir().join(format!("bq-at-{}", std::process::id()));
+        let path = dir.join("a@1").join("seen.db");
+        for spec in [
+            format!("sqlite:{}", path.display()),
+            format!("sqlite://{}", path.display()),
+        ] {
+            AnyStore::from_spec(&spec).unwrap();
+        }
+        assert!(path.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A raw `&` in a `password=` value: what follows it was named by the
+    /// client as an unknown option (a review's finding).
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn a_password_parameters_end_is_not_named_as_an_option() {
+        for spec in [
+            "postgres://bob@127.0.0.1:1/app?password=pw&SECRET=1",
+            "postgres://bob@127.0.0.1:1/app?PassWord=pw&SECRET",
+        ] {
+            let e = AnyStore::from_spec(spec).unwrap_err();
+            assert_eq!(e.kind, StoreErrorKind::Invalid, "{spec}: {e}");
+            assert!(!e.message.contains("SECRET"), "{spec}: {e}");
+            assert!(e.message.contains("%26"), "{e}");
+        }
+        // Without a password parameter, the option is named.
+        let e = AnyStore::from_spec("postgres://bob@127.0.0.1:1/app?tabel=x").unwrap_err();
+        assert!(e.message.contains("tabel"), "{e}");
     }
 
     #[test]

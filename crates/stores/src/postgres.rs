@@ -496,8 +496,14 @@ impl PostgresStore {
         let (url, cache) = statement_cache_of(&url)?;
         let mut config: Config = url
             .parse()
-            // The cause names the parameter (`unknown option `tabel``), never a value.
+            // The cause names the parameter (`unknown option `tabel``), never a
+            // value; but after a `password=` a name may be the password's end,
+            // split off at a raw `&` (a review's finding): not shown then.
             .map_err(|e| match std::error::Error::source(&e) {
+                Some(_) if crate::shown::has_password_parameter(&url) => invalid(format!(
+                    "postgres: bad url: {e} (its detail not shown: the URL has a password \
+                     parameter; percent-encode `&` in it as %26)"
+                )),
                 Some(cause) => invalid(format!("postgres: bad url: {e}: {cause}")),
                 None => invalid(format!("postgres: bad url: {e}")),
             })?;

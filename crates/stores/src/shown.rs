@@ -64,6 +64,17 @@ pub(crate) fn mask_parameters(spec: &str) -> String {
     }
 }
 
+/// Whether a URL's query holds a password (`password=`, any case): the
+/// names after it may be that password's end, split off at a raw `&`.
+pub(crate) fn has_password_parameter(url: &str) -> bool {
+    url.split_once('?').is_some_and(|(_, query)| {
+        query.split('&').any(|pair| {
+            pair.split_once('=')
+                .is_some_and(|(name, _)| is_password(name))
+        })
+    })
+}
+
 /// Whether a parameter's name is a password's (any case, percent-decoded:
 /// the client decodes it too), e.g. `password`, `PassWord`, `sslpassword`.
 fn is_password(name: &str) -> bool {
@@ -71,17 +82,22 @@ fn is_password(name: &str) -> bool {
     decoded.to_ascii_lowercase().ends_with("password")
 }
 
-/// A URL's query: every `&`-separated password value masked, whole (a space in
-/// it included).
+/// A URL's query: from the first password parameter on, masked (its value
+/// whole, a space in it included, and what follows it).
 fn mask_query(query: &str) -> String {
-    let pairs: Vec<String> = query
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some((name, _)) if is_password(name) => format!("{name}=***"),
-            _ => pair.to_string(),
-        })
-        .collect();
-    pairs.join("&")
+    let mut shown: Vec<String> = Vec::new();
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            // Masked to the query's end: a raw `&` in the password would
+            // make its end look like the next parameter.
+            Some((name, _)) if is_password(name) => {
+                shown.push(format!("{name}=***"));
+                break;
+            }
+            _ => shown.push(pair.to_string()),
+        }
+    }
+    shown.join("&")
 }
 
 /// libpq's `key=value` string: every password value masked, a quoted one
@@ -133,7 +149,7 @@ mod tests {
             ),
             (
                 "postgres://db/app?user=bq&password=s3cret&x=1",
-                "postgres://db/app?user=bq&password=***&x=1",
+                "postgres://db/app?user=bq&password=***",
             ),
             (
                 "redis+cluster://h1:7000,h2:7001",
@@ -150,7 +166,12 @@ mod tests {
             ("postgres://bob:P@W@db/app", "postgres://bob:***@db/app"),
             (
                 "postgres://db/app?password=a&PassWord=b",
-                "postgres://db/app?password=***&PassWord=***",
+                "postgres://db/app?password=***",
+            ),
+            // Everything after a password is masked: a raw `&` in it.
+            (
+                "postgres://db/app?user=u&password=pw&SECRET=1&table=t",
+                "postgres://db/app?user=u&password=***",
             ),
             (
                 "host=h password=PW dbname=d",
@@ -174,7 +195,7 @@ mod tests {
             ),
             (
                 "postgres://db/app?password=a b&x=1",
-                "postgres://db/app?password=***&x=1",
+                "postgres://db/app?password=***",
             ),
             (
                 "postgres://db/app?passw%6Frd=x",
