@@ -379,16 +379,41 @@ fn check_gives_one_verdict_per_fixture() {
         let compact: Value = serde_json::from_str(&text).unwrap();
         input.push_str(&(compact.to_string() + "\n"));
     }
+    // Valid, but with no id to dedupe by: said, in run's words.
+    input.push_str(r#"{"job":"urn:babel:orders:created","trace_id":"t","data":{},"meta":{"schema_version":1}}"#);
+    input.push('\n');
     let out = bq(&["check"], &input);
     let d = decisions(&out);
     let valid: Vec<bool> = d.iter().map(|v| v["valid"].as_bool().unwrap()).collect();
-    assert_eq!(valid, [true, true, false, false]);
+    assert_eq!(valid, [true, true, false, false, true]);
     assert_eq!(d[2]["code"], "missing-job");
     assert_eq!(d[3]["code"], "unsupported-schema-version");
+    assert_eq!(d[0].get("dedupe"), None, "{:?}", d[0]);
+    assert_eq!(d[4]["dedupe"], false, "{:?}", d[4]);
+    assert!(
+        d[4]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("ran without dedupe"),
+        "{:?}",
+        d[4]
+    );
     assert!(
         !out.status.success(),
         "invalid input makes check exit non-zero"
     );
+    // With stdout a closed pipe (`| head -1`), println! panicked (exit 101).
+    let file = scratch("check-epipe").join("in.jsonl");
+    std::fs::write(&file, input.repeat(200)).unwrap();
+    let mut closed = common::command()
+        .args(["check", file.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(closed.stdout.take());
+    let status = closed.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "check with stdout closed");
 }
 
 #[test]

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use bq_dedupe::{Message, envelope::Limits};
+use bq_dedupe::{Message, OutcomeKind, envelope::Limits};
 use bq_dedupe_stores::AnyStore;
 use serde_json::json;
 
@@ -53,13 +53,22 @@ pub fn run(component: &ComponentSource, input: &str) -> Result<ExitCode> {
             },
         };
         let record = match verdict {
-            Ok(id) => json!({"line": n, "valid": true, "id": id}),
+            Ok(Some(id)) => json!({"line": n, "valid": true, "id": id}),
+            // Valid, but `run` cannot dedupe it: say so, in run's words.
+            Ok(None) => json!({
+                "line": n,
+                "valid": true,
+                "id": null,
+                "dedupe": false,
+                "reason": OutcomeKind::FailOpen.reason(),
+            }),
             Err((code, reason)) => {
                 invalid += 1;
                 json!({"line": n, "valid": false, "code": code, "reason": reason})
             }
         };
-        println!("{record}");
+        // Not println!: it panics when stdout is a closed pipe (`| head -1`).
+        bq_dedupe_host::tell(&record.to_string());
     }
     Ok(if invalid == 0 {
         ExitCode::SUCCESS

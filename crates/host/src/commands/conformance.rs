@@ -143,9 +143,11 @@ pub fn run(
             .map(<[u8]>::to_vec)
             .ok_or_else(|| format!("{file}: not a built-in fixture")),
     };
-    let report = conformance::run(&text, load, &mut subject, |r| println!("{r}"))
-        .map_err(anyhow::Error::msg)?;
-    println!("{}", report.summary());
+    let report = conformance::run(&text, load, &mut subject, |r| {
+        bq_dedupe_host::tell(&r.to_string())
+    })
+    .map_err(anyhow::Error::msg)?;
+    bq_dedupe_host::tell(&report.summary());
     Ok(if report.failed() == 0 {
         ExitCode::SUCCESS
     } else {
