@@ -405,15 +405,20 @@ fn check_gives_one_verdict_per_fixture() {
     // With stdout a closed pipe (`| head -1`), println! panicked (exit 101).
     let file = scratch("check-epipe").join("in.jsonl");
     std::fs::write(&file, input.repeat(200)).unwrap();
+    let status = with_stdout_closed(&["check", file.to_str().unwrap()]);
+    assert_eq!(status.code(), Some(1), "check with stdout closed");
+}
+
+/// `bq-dedupe ARGS` with its stdout a pipe closed at once (`| head -0`).
+fn with_stdout_closed(args: &[&str]) -> std::process::ExitStatus {
     let mut closed = common::command()
-        .args(["check", file.to_str().unwrap()])
+        .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     drop(closed.stdout.take());
-    let status = closed.wait().unwrap();
-    assert_eq!(status.code(), Some(1), "check with stdout closed");
+    closed.wait().unwrap()
 }
 
 #[test]
@@ -460,14 +465,7 @@ fn forget_and_stats_work_on_a_persistent_store() {
         &["run", "--store", &spec],
         &[envelope("g1"), envelope("g2")].join("\n"),
     );
-    let mut closed = common::command()
-        .args(["forget", "--store", &spec, "g1", "g2"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    drop(closed.stdout.take());
-    let status = closed.wait().unwrap();
+    let status = with_stdout_closed(&["forget", "--store", &spec, "g1", "g2"]);
     assert_eq!(status.code(), Some(0), "forget with stdout closed");
     let shown = bq(&["show", "--store", &spec, "g1", "g2"], "");
     let shown = String::from_utf8_lossy(&shown.stdout);

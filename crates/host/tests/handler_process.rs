@@ -333,13 +333,9 @@ fn a_second_signal_kills_the_running_handler() {
 fn kill_9_of_the_run_takes_its_handler_with_it() {
     for form in [Form::Inline, Form::Script, Form::ScriptWithArgs] {
         let flags = ["--lease", "300ms"];
-        let (mut child, log, stdin) = slow_run_as("kill-9", &flags, &["signal-1"], form);
-        signal(&child, "-KILL");
-        let _ = child.wait();
-        drop(stdin);
-        std::thread::sleep(Duration::from_secs(2));
+        let (child, log, stdin) = slow_run_as("kill-9", &flags, &["signal-1"], form);
         assert_eq!(
-            std::fs::read_to_string(&log).unwrap(),
+            kill_9(child, stdin, &log),
             "start\n",
             "the handler died with it ({form:?})"
         );
@@ -355,7 +351,7 @@ fn kill_9_of_the_run_takes_its_handler_with_it() {
 #[test]
 fn a_switch_killed_between_handlers_is_started_again() {
     let flags = ["--lease", "300ms"];
-    let (mut child, log, mut stdin) =
+    let (child, log, mut stdin) =
         slow_run_as("switch-killed", &flags, &["switch-1"], Form::ScriptWithArgs);
     wait_for_log(&log, "start\neffect\n");
     let switch = switch_of(child.id()).expect("a switch beside the handler");
@@ -367,15 +363,21 @@ fn a_switch_killed_between_handlers_is_started_again() {
     std::thread::sleep(Duration::from_millis(200));
     writeln!(stdin, "{}", envelope("switch-2", 10)).unwrap();
     wait_for_log(&log, "start\neffect\nstart\n");
-    signal(&child, "-KILL");
-    let _ = child.wait();
-    drop(stdin);
-    std::thread::sleep(Duration::from_secs(2));
     assert_eq!(
-        std::fs::read_to_string(&log).unwrap(),
+        kill_9(child, stdin, &log),
         "start\neffect\nstart\n",
         "the second handler died with the run"
     );
+}
+
+/// `kill -9` of the run, then its handler's log once a handler left running
+/// would have written its effect.
+fn kill_9(mut run: Child, stdin: std::process::ChildStdin, log: &std::path::Path) -> String {
+    signal(&run, "-KILL");
+    let _ = run.wait();
+    drop(stdin);
+    std::thread::sleep(Duration::from_secs(2));
+    std::fs::read_to_string(log).unwrap()
 }
 
 fn wait_for_log(log: &std::path::Path, text: &str) {
