@@ -342,6 +342,41 @@ fn kill_9_of_the_run_takes_its_handler_with_it() {
     }
 }
 
+/// `kill -9` of `run` during a slow handler, after a fast one succeeded: with
+/// `--exec` and no `--batch`, both were in one batch of 100, whose successes
+/// were recorded at its end (or a second after, at the next handler's start),
+/// so the rerun ran the fast one again (a first user's trial). An `--exec`
+/// run's batch is 1 by default: each success is recorded before the next
+/// handler starts.
+#[cfg(unix)]
+#[test]
+fn a_success_before_a_slow_handler_survives_a_kill_9() {
+    let dir = scratch("kill-9-after-success");
+    let log = dir.join("log");
+    let cmd = format!(
+        "e=$(cat); case \"$e\" in *slow*) echo slow >> {log}; sleep 10;; *) echo fast >> {log};; esac",
+        log = log.display()
+    );
+    let store = format!("sqlite:{}", dir.join("db").display());
+    let mut run = spawn(&["run", "--store", &store, "--claim", "--exec", &cmd]);
+    let mut stdin = run.stdin.take().unwrap();
+    for id in ["fast-1", "slow-2", "later-3"] {
+        writeln!(stdin, "{}", envelope(id, 10)).unwrap();
+    }
+    wait_for_log(&log, "fast\nslow\n");
+    assert_eq!(kill_9(run, stdin, &log), "fast\nslow\n");
+    let shown = bq(
+        &["show", "--store", &store, "fast-1", "slow-2", "later-3"],
+        "",
+    );
+    let states: Vec<String> = decisions(&shown)
+        .iter()
+        .map(|v| v["state"].as_str().unwrap().to_owned())
+        .collect();
+    // The slow one's claim stands until its lease ends; the third was never claimed.
+    assert_eq!(states, ["done", "claimed", "free"], "{shown:?}");
+}
+
 /// The dead man's switch killed by hand between two handlers (only SIGKILL
 /// stops it): the next handler's line went nowhere and no switch watched it,
 /// so a `kill -9` of `run` left that handler running beside the redelivery

@@ -209,8 +209,12 @@ fn run_exports_each_lines_span_its_store_calls_and_the_deliveries_metric() {
         envelope("f", OTHER_TRACE_ID, 0),
     ]
     .join("\n");
+    // One batch (an `--exec` run's default is 1), so each store call is
+    // linked to every line.
     let out = run(
-        &["run", "--store", "memory", "--exec", handler],
+        &[
+            "run", "--store", "memory", "--batch", "100", "--exec", handler,
+        ],
         &input,
         &[("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.url)],
     );

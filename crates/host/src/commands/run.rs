@@ -199,7 +199,7 @@ fn decide_stream(
     printer: &Printer,
     progress: &ProgressBar,
 ) -> Result<u64, Stop> {
-    let batch = args.batch as usize;
+    let batch = args.batch() as usize;
     let mut n = 0u64;
     let mut purge = Purge::every(args.purge_every);
     // Lines read and not yet decided, oldest first; `deadline` is when the oldest

@@ -50,8 +50,11 @@ pub struct RunArgs {
     /// Deliveries per component call (process-batch): one store round trip to
     /// decide and one to record per batch, duplicates inside a batch collapsed.
     /// A batch is cut early when `--window` has passed since its first line.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    pub(super) batch: u32,
+    /// Default 100; with `--exec`, 1: each success is recorded before the next
+    /// handler starts (a `kill -9` during a slow handler re-runs only that
+    /// delivery) and no claim is taken for a line whose handler has not started.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    batch: Option<u32>,
     /// The longest a line waits for its batch to fill (e.g. 5ms, 1s): a slow
     /// stream still gets each verdict within about this much of its line.
     #[arg(long, value_parser = parse_duration, default_value = "5ms")]
@@ -67,6 +70,15 @@ pub struct RunArgs {
     /// Input file, or - for stdin.
     #[arg(default_value = "-")]
     pub(super) input: String,
+}
+
+impl RunArgs {
+    /// `--batch`, or its default: 1 for an `--exec` handler (a process per
+    /// delivery, next to which a store round trip is small), else 100.
+    pub(super) fn batch(&self) -> u32 {
+        self.batch
+            .unwrap_or(if self.exec.is_some() { 1 } else { 100 })
+    }
 }
 
 /// The longest duration a flag takes: 100 years.
