@@ -454,6 +454,7 @@ fn forget_and_stats_work_on_a_persistent_store() {
     // Nothing to forget under another prefix: said, not hidden.
     let wrong = bq(&["forget", "--store", &spec, "--prefix", "p:", "f1"], "");
     assert!(wrong.status.success());
+    assert!(wrong.stdout.is_empty(), "nothing said forgotten: {wrong:?}");
     let said = String::from_utf8_lossy(&wrong.stderr);
     assert!(
         said.contains(r#"f1 was not remembered (key "p:f1"): nothing to forget"#),

@@ -49,15 +49,13 @@ pub fn forget(
             continue;
         }
         match runtime.guard_forget(id)? {
-            Ok(()) => {
-                tell(&format!("forgot {id}"));
-                if state_of(peeked) == "free" {
-                    say(&format!(
-                        "bq-dedupe: {id} was not remembered (key {key:?}): nothing to forget; \
-                         check --store and --prefix"
-                    ));
-                }
-            }
+            // Only what was there is said forgotten (a script reading stdout
+            // took a mistyped id for one forgotten).
+            Ok(()) if state_of(peeked) == "free" => say(&format!(
+                "bq-dedupe: {id} was not remembered (key {key:?}): nothing to forget; \
+                 check --store and --prefix"
+            )),
+            Ok(()) => tell(&format!("forgot {id}")),
             Err(e) => {
                 failed = true;
                 say(&format!("could not forget {id}: {}", e.message));
