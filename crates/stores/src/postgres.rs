@@ -1455,7 +1455,7 @@ impl TransactionalStore for PostgresStore {
                     }
                     Ok(Err(aborted)) => TxRun::Aborted(aborted),
                     Err(e) => {
-                        let _undone = self.roll_back_and_undo(&mut tx, &keys, &mark, &writer);
+                        let _undone = self.roll_back_and_undo(tx, &keys, &mark, &writer);
                         return Err(e);
                     }
                 },
@@ -1464,7 +1464,7 @@ impl TransactionalStore for PostgresStore {
             // A handler that ended the store's transaction (its own COMMIT,
             // then perhaps a BEGIN) committed the id's take with it: undone,
             // or the redelivery would skip a message that never ran.
-            if self.roll_back_and_undo(&mut tx, &keys, &mark, &writer)? {
+            if self.roll_back_and_undo(tx, &keys, &mark, &writer)? {
                 statements.prepared.retire();
                 return Ok(TxRun::Aborted(ended_by_handler_error()));
             }
@@ -1578,7 +1578,7 @@ impl TransactionalStore for PostgresStore {
             // what is reported (and, an error, it retires the connection:
             // `in_transaction`).
             if let Some((key, writer)) = at_risk {
-                let _undone = self.roll_back_and_undo(&mut tx, &[key], &mark, &writer);
+                let _undone = self.roll_back_and_undo(tx, &[key], &mark, &writer);
             }
             Err(failed)
         })
@@ -1735,11 +1735,11 @@ impl PostgresStore {
     /// takes wrote (a row a later writer made, a Go consumer's remember after
     /// the TTL, stays; see [`Self::undo_takes`]). True when there
     /// were some: the handler ended the store's transaction, and whatever it
-    /// `SET` is committed on the session. One round trip, on failures only;
+    /// `SET` is committed on the session. Two round trips, on failures only;
     /// `client_encoding` is set back first, so the ids are read as sent.
     fn roll_back_and_undo(
         &self,
-        tx: &mut postgres::Transaction<'_>,
+        mut tx: postgres::Transaction<'_>,
         keys: &[&str],
         mark: &str,
         writer: &Writer,
@@ -1750,7 +1750,13 @@ impl PostgresStore {
         tx.batch_execute("ROLLBACK; SET client_encoding TO 'UTF8'")
             .map_err(error)?;
         let ended = NO_TRANSACTION_WARNED.with(std::cell::Cell::take);
-        Ok(self.undo_takes(tx, keys, mark, writer)? || ended)
+        let undone = self.undo_takes(&mut tx, keys, mark, writer);
+        // Its transaction has ended: the drop's own ROLLBACK would cost a
+        // round trip more and log "there is no transaction in progress" on
+        // the server for every failed run. (Forgotten, it holds nothing:
+        // a borrow of the connection and no savepoint.)
+        std::mem::forget(tx);
+        Ok(undone? || ended)
     }
 
     /// [`Self::roll_back_and_undo`]'s undo on a connection of its own, for a
