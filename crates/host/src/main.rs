@@ -89,8 +89,26 @@ enum Command {
     },
 }
 
+/// clap's error or help, with any argument that carries a password masked
+/// as a store spec is: a spec given without `--store` (`stats redis://:pw@h`)
+/// was echoed whole as an unexpected argument.
+fn exit_masked(e: &clap::Error) -> ! {
+    let mut text = e.render().to_string();
+    for arg in std::env::args().skip(1) {
+        let shown = bq_dedupe_host::shown_spec(&arg);
+        if shown != arg {
+            text = text.replace(&arg, &shown);
+        }
+    }
+    match e.use_stderr() {
+        true => bq_dedupe_host::say(text.trim_end()),
+        false => bq_dedupe_host::tell(text.trim_end()),
+    }
+    std::process::exit(e.exit_code())
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| exit_masked(&e));
     let component = runtime::ComponentSource::choose(cli.component);
     let result = match cli.command {
         Command::Conformance { store, manifest } => {

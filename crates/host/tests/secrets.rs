@@ -27,6 +27,12 @@ const SPECS: &[&str] = &[
     "postgres://127.0.0.1:1/app?user=bob&password=pw@SECRET/x",
     // A raw `&` in a password parameter: its end was named as an option.
     "postgres://bob@127.0.0.1:1/app?password=pw&SECRET=1",
+    // Its end named by our own parsers, and other separators (a review).
+    "postgres://127.0.0.1:1/app?password=pw&sslmode=SECRET",
+    "postgres://127.0.0.1:1/app?password=pw&SECRET&SECRET",
+    "postgres://127.0.0.1:1/app?sslmode=disable?password=SECRET",
+    "postgres://127.0.0.1:1/app?user=bob;password=SECRET",
+    "host=127.0.0.1 port=1 password = SECRET dbname=app",
     // Percent-encoded.
     "postgres://bob:SECRET%2Fpw@127.0.0.1:1/app",
     // A second `password=`, and one in another case.
@@ -41,6 +47,9 @@ fn no_command_prints_a_specs_password() {
     let mut leaks = Vec::new();
     for spec in SPECS {
         for args in [
+            // `--store` forgotten: clap's error, and run's input file.
+            vec!["stats", spec],
+            vec!["run", spec],
             vec!["run", "--store", spec],
             vec!["stats", "--store", spec],
             vec!["forget", "--store", spec, "some-id"],

@@ -67,12 +67,43 @@ pub(crate) fn mask_parameters(spec: &str) -> String {
 /// Whether a URL's query holds a password (`password=`, any case): the
 /// names after it may be that password's end, split off at a raw `&`.
 pub(crate) fn has_password_parameter(url: &str) -> bool {
-    url.split_once('?').is_some_and(|(_, query)| {
-        query.split('&').any(|pair| {
-            pair.split_once('=')
-                .is_some_and(|(name, _)| is_password(name))
-        })
+    url.split_once('?')
+        .is_some_and(|(_, query)| first_password_parameter(query).is_some())
+}
+
+/// Whether a URL's query could be split where its client does not split it,
+/// so that a password's end would read as another parameter or a value (and
+/// be named in an error): a second `?`, or a password parameter that is not
+/// the last one or does not follow the query's `?` or an `&` (a raw `&`, `;`
+/// or `?` in the password, or in the value before it).
+pub(crate) fn query_is_ambiguous(url: &str) -> bool {
+    let Some((_, query)) = url.split_once('?') else {
+        return false;
+    };
+    if query.contains('?') {
+        return true;
+    }
+    first_password_parameter(query).is_some_and(|start| {
+        (start > 0 && !query[..start].ends_with('&')) || query[start..].contains(['&', ';'])
     })
+}
+
+/// Where the query's first password parameter begins, its pairs split at
+/// `&`, `;` and `?` (what one client or another may take for a separator).
+fn first_password_parameter(query: &str) -> Option<usize> {
+    let ends = query.match_indices(['&', ';', '?']).map(|(i, _)| i);
+    let mut start = 0;
+    for end in ends.chain(std::iter::once(query.len())) {
+        let pair = &query[start..end];
+        if pair
+            .split_once('=')
+            .is_some_and(|(name, _)| is_password(name))
+        {
+            return Some(start);
+        }
+        start = end + 1;
+    }
+    None
 }
 
 /// Whether a parameter's name is a password's (any case, percent-decoded:
@@ -83,21 +114,15 @@ fn is_password(name: &str) -> bool {
 }
 
 /// A URL's query: from the first password parameter on, masked (its value
-/// whole, a space in it included, and what follows it).
+/// whole, a space or a raw separator in it included, and what follows it).
 fn mask_query(query: &str) -> String {
-    let mut shown: Vec<String> = Vec::new();
-    for pair in query.split('&') {
-        match pair.split_once('=') {
-            // Masked to the query's end: a raw `&` in the password would
-            // make its end look like the next parameter.
-            Some((name, _)) if is_password(name) => {
-                shown.push(format!("{name}=***"));
-                break;
-            }
-            _ => shown.push(pair.to_string()),
+    match first_password_parameter(query) {
+        Some(start) => {
+            let name = query[start..].split_once('=').map_or("", |(name, _)| name);
+            format!("{}{name}=***", &query[..start])
         }
+        None => query.to_owned(),
     }
-    shown.join("&")
 }
 
 /// libpq's `key=value` string: every password value masked, a quoted one
@@ -106,9 +131,12 @@ fn mask_key_values(spec: &str) -> String {
     let mut shown = String::with_capacity(spec.len());
     let mut rest = spec;
     while let Some(eq) = rest.find('=') {
-        let name_start = rest[..eq].rfind(char::is_whitespace).map_or(0, |i| i + 1);
-        let name = &rest[name_start..eq];
-        let value = &rest[eq + 1..];
+        // libpq allows spaces around `=` (`password = x`).
+        let head = rest[..eq].trim_end();
+        let name = &head[head.rfind(char::is_whitespace).map_or(0, |i| i + 1)..];
+        let after = &rest[eq + 1..];
+        let value = after.trim_start();
+        let spaces = &after[..after.len() - value.len()];
         let len = match value.strip_prefix('\'') {
             Some(quoted) => {
                 let mut escaped = false;
@@ -124,6 +152,7 @@ fn mask_key_values(spec: &str) -> String {
             None => value.find(char::is_whitespace).unwrap_or(value.len()),
         };
         shown.push_str(&rest[..=eq]);
+        shown.push_str(spaces);
         if is_password(name) {
             shown.push_str("***");
         } else {
@@ -200,6 +229,20 @@ mod tests {
             (
                 "postgres://db/app?passw%6Frd=x",
                 "postgres://db/app?passw%6Frd=***",
+            ),
+            // A second `?` or a `;` before a password: masked from it on.
+            (
+                "postgres://h/db?sslmode=disable?password=SECRET",
+                "postgres://h/db?sslmode=disable?password=***",
+            ),
+            (
+                "postgres://h/db?user=bob;password=SECRET",
+                "postgres://h/db?user=bob;password=***",
+            ),
+            // Spaces around libpq's `=`.
+            (
+                "host=h password = SECRET dbname=d",
+                "host=h password = *** dbname=d",
             ),
             // An `@` after the host: masked up to it (more than needed, never less).
             ("postgres://u:p@db/app?x=a@b", "postgres://u:***@b"),

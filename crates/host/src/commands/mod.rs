@@ -44,7 +44,12 @@ impl Lines {
     pub fn open(input: &str) -> Result<Self> {
         let reader: Box<dyn Read + Send> = match input {
             "-" => Box::new(std::io::stdin()),
-            path => Box::new(std::fs::File::open(path).with_context(|| format!("opening {path}"))?),
+            // Shown as a spec is: a store spec given as the input (`--store`
+            // forgotten) must not print its password.
+            path => Box::new(
+                std::fs::File::open(path)
+                    .with_context(|| format!("opening {}", bq_dedupe_host::shown_spec(path)))?,
+            ),
         };
         Ok(Lines {
             reader: BufReader::with_capacity(1 << 20, reader),
