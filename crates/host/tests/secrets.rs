@@ -49,7 +49,7 @@ fn no_command_prints_a_specs_password() {
         for args in [
             // `--store` forgotten: clap's error, and run's input file.
             vec!["stats", spec],
-            vec!["run", spec],
+            vec!["run", "--store", "memory", spec],
             vec!["run", "--store", spec],
             vec!["stats", "--store", spec],
             vec!["forget", "--store", spec, "some-id"],
