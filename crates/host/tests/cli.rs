@@ -421,6 +421,19 @@ fn with_stdout_closed(args: &[&str]) -> std::process::ExitStatus {
     closed.wait().unwrap()
 }
 
+/// A mistyped input file: an error, and no store created for it (the
+/// default `.bq-dedupe/seen.db` appeared wherever `run` was started).
+#[test]
+fn run_on_a_missing_input_creates_no_store() {
+    let dir = scratch("missing-input");
+    let db = dir.join("sub").join("seen.db");
+    let spec = format!("sqlite:{}", db.display());
+    let missing = dir.join("no-such.jsonl");
+    let out = bq(&["run", "--store", &spec, missing.to_str().unwrap()], "");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(!db.exists(), "no store for a run that read nothing");
+}
+
 #[test]
 fn forget_and_stats_work_on_a_persistent_store() {
     let dir = scratch("admin");

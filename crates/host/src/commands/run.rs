@@ -80,6 +80,8 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
             Handler::Mark
         }
     };
+    // The input first: a mistyped file name must not create the store.
+    let source = super::Lines::open(&args.input)?;
     // Installed first, so every error path below drops it (and so flushes).
     let otlp = bq_dedupe_host::telemetry::Otlp::from_env(args.otlp_endpoint.as_deref())?;
     let store = bq_dedupe_host::open_store(&args.store)?;
@@ -143,7 +145,6 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
     // one: each hand-off may wake a thread, which costs more than a line.
     // Verdicts are printed on a third (see `printer`).
     let (send, events) = mpsc::sync_channel::<Event>(2);
-    let source = super::Lines::open(&args.input)?;
     let printer = Printer::spawn(send.clone());
     let wake = send.clone();
     stopping::install(move || {
