@@ -94,7 +94,11 @@ enum Command {
 /// was echoed whole as an unexpected argument.
 fn exit_masked(e: &clap::Error) -> ! {
     let mut text = e.render().to_string();
-    for arg in std::env::args().skip(1) {
+    // args_os: `args` panics on an argument that is not UTF-8.
+    for arg in std::env::args_os()
+        .skip(1)
+        .filter_map(|a| a.into_string().ok())
+    {
         let shown = bq_dedupe_host::shown_spec(&arg);
         if shown != arg {
             text = text.replace(&arg, &shown);

@@ -421,6 +421,21 @@ fn with_stdout_closed(args: &[&str]) -> std::process::ExitStatus {
     closed.wait().unwrap()
 }
 
+/// An argument clap refuses that is not UTF-8: its usage error, exit 2, not a
+/// panic (the masking of clap's errors read the arguments with `env::args`).
+#[cfg(unix)]
+#[test]
+fn a_refused_argument_that_is_not_utf8_is_a_usage_error() {
+    use std::os::unix::ffi::OsStrExt;
+    let out = common::command()
+        .arg("stats")
+        .arg(std::ffi::OsStr::from_bytes(b"\xff"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unexpected argument"));
+}
+
 /// A mistyped input file: an error, and no store created for it (the
 /// default `.bq-dedupe/seen.db` appeared wherever `run` was started).
 #[test]
