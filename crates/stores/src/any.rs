@@ -91,32 +91,17 @@ impl AnyStore {
     }
 
     fn open_with(spec: &str, opener: fn(&Backend) -> Open) -> Result<AnyStore, StoreError> {
-        // A network backend's URL (not a `sqlite:` path, read as it is).
-        let url = Backend::of(spec).is_some_and(|b| b.schemes.iter().any(|s| s.ends_with("://")));
-        if url && crate::shown::query_is_ambiguous(spec) {
-            return Err(StoreError::new(
-                StoreErrorKind::Invalid,
-                format!(
-                    "store spec {:?}: a password parameter must come last in the query, \
-                     after its `?` or an `&`, and the query can hold no second `?`: \
-                     percent-encode `& ; ?` in a value (%26 %3B %3F), or give the password \
-                     in the user info",
-                    crate::shown_spec(spec)
-                ),
-            ));
-        }
-        if url && crate::shown::user_info_is_ambiguous(spec) {
-            return Err(StoreError::new(
-                StoreErrorKind::Invalid,
-                format!(
-                    "store spec {:?}: an `@` after a `/`, `?` or `#`, or more than one `@`: \
-                     percent-encode `@ / ? # & %` in a user name, password or parameter \
-                     (%40 %2F %3F %23 %26 %25)",
-                    crate::shown_spec(spec)
-                ),
-            ));
-        }
         if let Some(backend) = Backend::of(spec) {
+            // A network backend's URL (a `sqlite:` path is read as it is).
+            if backend.is_url()
+                && let Some(why) = crate::shown::ambiguity(spec)
+            {
+                let shown = crate::shown_spec(spec);
+                return Err(StoreError::new(
+                    StoreErrorKind::Invalid,
+                    format!("store spec {shown:?}: {why}"),
+                ));
+            }
             return opener(backend)(spec);
         }
         let (last, rest) = BACKENDS.split_last().expect("a backend");

@@ -170,6 +170,11 @@ impl Backend {
         })
     }
 
+    /// Whether its specs are URLs (`scheme://`), not paths.
+    pub(crate) fn is_url(&self) -> bool {
+        self.schemes.iter().any(|s| s.ends_with("://"))
+    }
+
     /// The row whose scheme `spec` has.
     pub fn of(spec: &str) -> Option<&'static Backend> {
         BACKENDS.iter().find(|b| b.takes(spec))

@@ -13,13 +13,31 @@ pub fn shown_spec(spec: &str) -> String {
     }
 }
 
+/// Why a URL must be refused before any client reads it, if it must: its
+/// user info or its query could be split where a client does not split it,
+/// and the password's end named in an error ([`query_is_ambiguous`],
+/// [`user_info_is_ambiguous`]).
+pub(crate) fn ambiguity(url: &str) -> Option<&'static str> {
+    if query_is_ambiguous(url) {
+        return Some(
+            "a password parameter must come last in the query, after its `?` or an `&`, \
+             and the query can hold no second `?`: percent-encode `& ; ?` in a value \
+             (%26 %3B %3F), or give the password in the user info",
+        );
+    }
+    user_info_is_ambiguous(url).then_some(
+        "an `@` after a `/`, `?` or `#`, or more than one `@`: percent-encode `@ / ? # & %` \
+         in a user name, password or parameter (%40 %2F %3F %23 %26 %25)",
+    )
+}
+
 /// Whether a URL's `@` may not be where its client splits the user info off:
 /// more than one `@`, or one after a `/`, `?` or `#` (a raw delimiter in a
 /// password or a parameter). The clients read such a spec their own ways
 /// (PostgreSQL's at the first `@` anywhere) and named the password's end in
 /// their errors as a host or a parameter; [`masked`] cannot know which part
 /// they took, so such a spec is refused before any client reads it.
-pub(crate) fn user_info_is_ambiguous(spec: &str) -> bool {
+fn user_info_is_ambiguous(spec: &str) -> bool {
     let Some(start) = spec.find("://").map(|i| i + 3) else {
         return false;
     };
@@ -76,7 +94,7 @@ pub(crate) fn has_password_parameter(url: &str) -> bool {
 /// be named in an error): a second `?`, or a password parameter that is not
 /// the last one or does not follow the query's `?` or an `&` (a raw `&`, `;`
 /// or `?` in the password, or in the value before it).
-pub(crate) fn query_is_ambiguous(url: &str) -> bool {
+fn query_is_ambiguous(url: &str) -> bool {
     let Some((_, query)) = url.split_once('?') else {
         return false;
     };
