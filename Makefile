@@ -87,9 +87,10 @@ lint:
 	cargo clippy $(TEST_CRATES) --all-targets -- -D warnings
 	cargo clippy -p babelqueue-dedupe-workerd-testkit --all-targets -- -D warnings
 	cargo clippy -p babelqueue-dedupe --features tracing,exact-json,otel --all-targets -- -D warnings
-	# The stores crate with each backend alone, and with none (memory only).
+	# The stores crate with each backend alone, and with none (memory only),
+	# its tests and benches too (a test naming a backend needs its feature).
 	for f in sqlite redis postgres ''; do \
-	  cargo clippy -q -p babelqueue-dedupe-stores --no-default-features --features "$$f" -- -D warnings; \
+	  cargo clippy -q -p babelqueue-dedupe-stores --no-default-features --features "$$f" --all-targets -- -D warnings; \
 	done
 	cargo clippy -p babelqueue-dedupe-component --target wasm32-unknown-unknown -- -D warnings
 	cargo clippy -p babelqueue-dedupe-component --features minimal --target wasm32-unknown-unknown -- -D warnings

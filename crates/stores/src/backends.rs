@@ -45,6 +45,9 @@ pub struct Backend {
     pub shown: fn(&str) -> String,
     /// How a test gets one of its own.
     pub test: TestPlace,
+    /// Whether this build has it (its cargo feature is on); a row left out
+    /// still knows its specs, to refuse them by name.
+    pub built: bool,
 }
 
 /// How the store tests give a backend a place of its own.
@@ -88,6 +91,7 @@ pub const BACKENDS: &[Backend] = &[
         open_existing: |_| Ok(AnyStore::Memory(InMemoryStore::new())),
         shown: str::to_owned,
         test: TestPlace::Fresh,
+        built: true,
     },
     Backend {
         name: "sqlite",
@@ -105,6 +109,7 @@ pub const BACKENDS: &[Backend] = &[
         // A path has no user info: an `@` in it is kept.
         shown: mask_parameters,
         test: TestPlace::File,
+        built: cfg!(feature = "sqlite"),
     },
     Backend {
         name: "redis",
@@ -118,6 +123,7 @@ pub const BACKENDS: &[Backend] = &[
             tls: Some(server("scripts/with-redis-tls.sh", "BQ_TEST_REDIS_TLS_URL")),
             isolate: "prefix",
         },
+        built: cfg!(feature = "redis"),
     },
     Backend {
         name: "redis-cluster",
@@ -134,6 +140,7 @@ pub const BACKENDS: &[Backend] = &[
             )),
             isolate: "prefix",
         },
+        built: cfg!(feature = "redis"),
     },
     Backend {
         name: "postgres",
@@ -154,6 +161,7 @@ pub const BACKENDS: &[Backend] = &[
             tls: None,
             isolate: "table",
         },
+        built: cfg!(feature = "postgres"),
     },
 ];
 

@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use bq_dedupe::Store;
 use bq_dedupe::conformance::{self, GuardSubject};
-use bq_dedupe_stores::BACKENDS;
-use common::{Subject, on_every_backend, unique, with_query};
+use common::{on_every_backend, unique};
 
 /// Runs the manifest on a fresh guard per mode and prints `NAME: N passed, N failed`.
 fn run_manifest<S: Store>(name: &str, open: impl Fn() -> S) {
@@ -49,12 +48,16 @@ fn conformance_on_every_backend() {
 }
 
 /// The Redis row's other dialects: PHP's in both modes, Go's (no claims) plain.
+#[cfg(feature = "redis")]
 #[test]
 fn conformance_redis_php_and_go_dialects() {
-    let redis = BACKENDS.iter().find(|b| b.name == "redis").unwrap();
+    let redis = bq_dedupe_stores::BACKENDS
+        .iter()
+        .find(|b| b.name == "redis")
+        .unwrap();
     for (dialect, modes) in [("php", &[false, true][..]), ("go", &[false][..])] {
-        let subject = Subject::new(redis, &format!("conformance-{dialect}"));
-        let spec = with_query(&subject.spec, &format!("dialect={dialect}"));
+        let subject = common::Subject::new(redis, &format!("conformance-{dialect}"));
+        let spec = common::with_query(&subject.spec, &format!("dialect={dialect}"));
         run_manifest_modes(&format!("redis-{dialect}"), modes, || {
             subject.open_spec(&spec)
         });

@@ -2,13 +2,12 @@
 
 mod common;
 
+use std::sync::Barrier;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use bq_dedupe::{Guard, OutcomeKind, Store, store::Claim};
-use bq_dedupe_stores::{AnyStore, BACKENDS};
-use common::{Subject, TempDb, envelope, on_every_backend, ready, with_query};
+use common::{envelope, on_a_server, on_backends, on_every_backend, ready};
 
 const THREADS: usize = 16;
 const ROUNDS: usize = 5;
@@ -150,11 +149,15 @@ fn batch_race<S: Store>(open: impl Fn() -> S + Sync) {
     }
 }
 
+#[cfg(feature = "redis")]
 #[test]
 fn redis_php_dialect_claim_race_16_connections_one_acquired() {
-    let redis = BACKENDS.iter().find(|b| b.name == "redis").unwrap();
-    let subject = Subject::new(redis, "php-race");
-    let spec = with_query(&subject.spec, "dialect=php");
+    let redis = bq_dedupe_stores::BACKENDS
+        .iter()
+        .find(|b| b.name == "redis")
+        .unwrap();
+    let subject = common::Subject::new(redis, "php-race");
+    let spec = common::with_query(&subject.spec, "dialect=php");
     claim_race(|| subject.open_spec(&spec));
     guard_race(|| subject.open_spec(&spec));
 }
@@ -162,13 +165,13 @@ fn redis_php_dialect_claim_race_16_connections_one_acquired() {
 #[test]
 fn shared_any_store_guard_race_runs_handler_once() {
     // One store shared across threads (so AnyStore must be Send + Sync).
-    let db = TempDb::new("shared");
-    for spec in [
-        "memory".to_string(),
-        format!("sqlite:{}", db.path().display()),
-    ] {
-        let store = Arc::new(AnyStore::from_spec(&spec).unwrap());
-        guard_race(|| store.clone());
-        claim_race(|| store.clone());
-    }
+    on_backends(
+        "shared",
+        |b| !on_a_server(b),
+        |subject| {
+            let store = subject.open();
+            guard_race(|| store.clone());
+            claim_race(|| store.clone());
+        },
+    );
 }
