@@ -272,13 +272,32 @@ fn counters(report: &BatchReport, round_trips: &RoundTrips, observed: &Observed)
     }
 }
 
+/// A dead letter as the log keeps it: its text, or for a letter sent as a
+/// structured clone that JSON cannot write (a body holding a BigInt), JSON with
+/// each BigInt written as the string `"10n"`.
+fn letter_text(message: &bq_dedupe_workers::QueueMessage) -> String {
+    use wasm_bindgen::{JsCast, JsValue, closure::Closure};
+    let bytes = message.body_bytes();
+    let letter = message.body();
+    if !bytes.is_empty() || letter.is_string() {
+        return String::from_utf8_lossy(&bytes).into_owned();
+    }
+    let replacer =
+        Closure::<dyn FnMut(JsValue, JsValue) -> JsValue>::new(|_key: JsValue, value: JsValue| {
+            if !value.is_bigint() {
+                return value;
+            }
+            let n = value.unchecked_into::<js_sys::BigInt>().to_string(10);
+            n.map_or(JsValue::NULL, |n| JsValue::from_str(&format!("{n}n")))
+        });
+    let text = js_sys::JSON::stringify_with_replacer(&letter, replacer.as_ref());
+    text.ok().and_then(|t| t.as_string()).unwrap_or_default()
+}
+
 /// Dead letters are kept in the log (so `GET /dead-letters` shows them) and acked.
 async fn keep_dead_letters(batch: &QueueBatch, log: &EffectLogClient) -> Result<()> {
     let messages = batch.messages().map_err(worker::Error::RustError)?;
-    let bodies: Vec<String> = messages
-        .iter()
-        .map(|m| String::from_utf8_lossy(&m.body_bytes()).into_owned())
-        .collect();
+    let bodies: Vec<String> = messages.iter().map(letter_text).collect();
     log.keep_dead_letters(&bodies).await?;
     log.count(&CounterUpdate {
         add: vec![("dead_letters_received".into(), bodies.len() as i64)],

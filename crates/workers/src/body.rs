@@ -74,6 +74,17 @@ pub(crate) fn body_bytes(body: &JsValue) -> Vec<u8> {
         .into_bytes()
 }
 
+/// Whether `bytes`, what [`body_bytes`] made of `body`, hold the body whole
+/// as UTF-8 text. Not when JSON could not write the value (a BigInt, a cycle,
+/// `undefined`: empty bytes), nor when the text is not UTF-8 (a lone
+/// surrogate, binary bytes): a dead letter carries such a body as the value
+/// itself (`crate::consumer`), since text would lose it.
+pub(crate) fn is_whole_text(body: &JsValue, bytes: &[u8]) -> bool {
+    let binary = body.is_instance_of::<ArrayBuffer>() || ArrayBuffer::is_view(body);
+    let unwritable = bytes.is_empty() && !body.is_string() && !binary;
+    !unwritable && std::str::from_utf8(bytes).is_ok()
+}
+
 fn stringify(body: &JsValue, replacer: Option<&JsValue>) -> Option<String> {
     let text = match replacer {
         None => JSON::stringify(body),

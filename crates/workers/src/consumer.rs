@@ -13,7 +13,10 @@ use wasm_bindgen::JsValue;
 use worker::{Queue, QueueContentType, RawMessageBuilder};
 
 use crate::batch::{QueueBatch, QueueMessage, describe};
-use crate::dead_letter::{DeadDelivery, MAX_DEAD_LETTER_BYTES, wrap, wrap_truncated};
+use crate::body::is_whole_text;
+use crate::dead_letter::{
+    DeadDelivery, MAX_DEAD_LETTER_BYTES, wrap, wrap_block_only, wrap_truncated,
+};
 use crate::spans::BatchSpans;
 
 /// What the handler gets for each delivery it must run.
@@ -484,6 +487,17 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         // A plain JS object (not a serde Map), so the JSON content type accepts it.
         let as_js =
             |letter: serde_json::Value| js_sys::JSON::parse(&letter.to_string()).map_err(describe);
+        let original = message.body();
+        if !is_whole_text(&original, body) {
+            // Text would lose this body (the empty text of a BigInt, a lone
+            // surrogate's U+FFFD): the value itself, as a structured clone.
+            let letter = as_js(wrap_block_only(&delivery))?;
+            js_sys::Reflect::set(&letter, &JsValue::from_str("body"), &original)
+                .map_err(describe)?;
+            let v8 = RawMessageBuilder::new(letter).build_with_content_type(QueueContentType::V8);
+            producer.send_raw(v8).await.map_err(|e| e.to_string())?;
+            return Ok(true);
+        }
         let mut value: JsValue = as_js(wrap(&delivery))?;
         // Measured as the runtime encodes it: JS writes some numbers longer
         // than serde_json does (`1e20` as 21 digits).

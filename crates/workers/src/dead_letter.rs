@@ -4,7 +4,8 @@
 //!
 //! A body that is a JSON object gets the block added at the top level (the
 //! envelope's own place for it); anything else (malformed JSON, a bare string or
-//! number) is kept verbatim under `body` beside the block, so nothing is lost.
+//! number) is kept verbatim under `body` beside the block, so nothing is lost; a
+//! body no UTF-8 text holds whole is kept as the value itself ([`wrap_block_only`]).
 
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
@@ -92,6 +93,14 @@ pub(crate) fn wrap_truncated(delivery: &DeadDelivery<'_>) -> Value {
         }
     }
     letter
+}
+
+/// The letter of a body that UTF-8 JSON text cannot hold whole (a BigInt, a
+/// lone surrogate, binary bytes): the block alone, its `error` cut short; the
+/// sender puts the body itself beside it and sends the letter as a structured
+/// clone.
+pub(crate) fn wrap_block_only(delivery: &DeadDelivery<'_>) -> Value {
+    json!({ "dead_letter": block(delivery, &cut(&delivery.error)) })
 }
 
 fn fits(letter: &Value) -> bool {

@@ -234,6 +234,30 @@ describe("poison (malformed or invalid envelopes)", () => {
       assert.ok(letter.truncated?.bytes === raw.length, JSON.stringify(letter).slice(0, 300));
     }));
 
+  test("a structured-clone body no UTF-8 text holds whole is dead-lettered as the value itself (review)", () =>
+    withWorker({ consumer: { maxRetries: 1 } }, async (worker) => {
+      // A BigInt JSON cannot write (its text was empty: the letter's body was
+      // "") and bytes that are not UTF-8 (the letter had U+FFFD for them). A
+      // string with a lone surrogate takes the same path, but the local queue
+      // hands it over with U+FFFD already.
+      const orders = await worker.mf.getQueueProducer("ORDERS");
+      const bigint = envelope("v8-bigint", { amount: 10n });
+      await orders.send(bigint, { contentType: "v8" });
+      await orders.send(new Uint8Array([0x7b, 0xff, 0xfe]), { contentType: "v8" });
+      const stats = await worker.waitForStats((s) => s.dead_letters_received >= 2, "two dead letters");
+      assert.equal(stats.poison, 2, JSON.stringify(stats));
+      assert.equal(stats.runs, 0);
+      const letters = (await worker.deadLetters()).dead_letters;
+      const big = letters.find((l) => l.body?.meta?.id === "v8-bigint");
+      assert.ok(big, JSON.stringify(letters));
+      assert.equal(big.body.data.amount, "10n", "the value whole (the log writes a BigInt as a string)");
+      assert.equal(big.dead_letter.reason, "poison");
+      assert.equal(big.dead_letter.exception, "not-json");
+      const bytes = letters.find((l) => l.body?.[0] === 0x7b);
+      assert.deepEqual(bytes?.body, { 0: 0x7b, 1: 0xff, 2: 0xfe }, JSON.stringify(letters));
+      assert.equal(bytes.dead_letter.exception, "not-json");
+    }));
+
   test("without one: retried, so the queue's max_retries + dead_letter_queue take it", () =>
     withWorker({ vars: { DEDUPE_DEAD_LETTER: "" }, consumer: { maxRetries: 1 } }, async (worker) => {
       await worker.publish(["{not json"]);
