@@ -301,6 +301,39 @@ describe("resharding fences both layouts (hole 4 of the store-contract issue; fa
   );
 });
 
+describe("resharding in the seen-set mode (a review's finding)", () => {
+  const ids = Array.from({ length: 12 }, (_, i) => `seen-set-${i}`);
+
+  test(
+    "a new-layout consumer remembers a moved id in the old layout too, so an isolate still on " +
+      "the old layout (accepted before the reshard registered) skips it instead of running it again",
+    async () => {
+      const dir = mkdtempSync(path.join(tmpdir(), "bq-reshard-seen-"));
+      const off = { DEDUPE_CLAIMING: "off" };
+      try {
+        await withWorker(
+          { vars: { ...off, DEDUPE_SHARDS: "4", DEDUPE_PREVIOUS_SHARDS: "1" }, persist: dir },
+          async (worker) => {
+            const stats = await worker.publishAndWait(ids.map((id) => envelope(id)));
+            assert.equal(stats.runs, ids.length);
+          },
+        );
+        // The old layout's one object, read alone (`entries` lists the
+        // current layout's rows only): every id is there, the moved ones too.
+        const back = { ...off, DEDUPE_SHARDS: "1", DEDUPE_PREVIOUS_SHARDS: "4" };
+        await withWorker({ vars: back, persist: dir }, async (worker) => {
+          const { entries } = await worker.request("GET", "/store/entries");
+          const there = new Set(entries.map((e) => e.key));
+          const missing = ids.filter((id) => !there.has(id));
+          assert.deepEqual(missing, [], JSON.stringify(entries));
+        });
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  );
+});
+
 describe("one reshard per dedupe window (hole 4 of the store-contract issue; accepted silently on 6ddd708)", () => {
   test(
     "1 -> 4, then 4 -> 8 inside the window: refused, naming the settings, nothing runs; " +

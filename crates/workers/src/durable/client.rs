@@ -23,7 +23,8 @@ use crate::shard::{Layout, key_hash};
 /// While resharding, [`DurableObjectStore::with_previous`] names the layout before
 /// the change: an id the new layout does not know is looked up there too (only
 /// ids whose object differs between the two layouts), so ids remembered or
-/// claimed before the change still count. Everything is written to the new layout.
+/// claimed before the change still count. Everything is written to the new
+/// layout, and a moved id's claims and remembers to the previous one too.
 #[derive(Debug)]
 pub struct DurableObjectStore {
     namespace: ObjectNamespace,
@@ -315,18 +316,22 @@ impl DurableObjectStore {
     }
 
     /// Where each part of an entry of a batch step goes: the key's object in
-    /// this layout, and, for a claim taken in both layouts while resharding
-    /// (a token `here+there`), the key's object in the previous one too.
+    /// this layout, and, while resharding, the key's object in the previous
+    /// one too for a claim taken in both (a token `here+there`) and for a
+    /// plain remember (the seen-set mode) of a moved key: an isolate still on
+    /// the old layout, accepted before the reshard was registered, then sees
+    /// it done.
     fn placements<'t>(&self, key: &str, token: Option<&'t str>) -> Vec<(String, Option<&'t str>)> {
         let hash = key_hash(key);
         let here = self.layout.object_of_hash(hash);
-        match (token.and_then(|t| t.split_once(BOTH)), self.previous) {
-            (Some((mine, theirs)), Some(previous)) => vec![
-                (here, Some(mine)),
-                (previous.object_of_hash(hash), Some(theirs)),
-            ],
-            (Some((mine, _)), None) => vec![(here, Some(mine))],
-            (None, _) => vec![(here, token)],
+        let there = (self.previous.map(|p| p.object_of_hash(hash))).filter(|t| *t != here);
+        match (token, token.and_then(|t| t.split_once(BOTH)), there) {
+            (_, Some((mine, theirs)), Some(there)) => {
+                vec![(here, Some(mine)), (there, Some(theirs))]
+            }
+            (_, Some((mine, _)), None) => vec![(here, Some(mine))],
+            (None, None, Some(there)) => vec![(here, None), (there, None)],
+            (_, None, _) => vec![(here, token)],
         }
     }
 }
