@@ -92,7 +92,8 @@ pub enum OutcomeKind {
     FailOpen,
     /// `fail-open-failed`: no usable id; the handler ran and failed.
     FailOpenFailed,
-    /// `park`: another consumer holds the claim.
+    /// `park`: another consumer holds the claim, or an earlier delivery of the
+    /// id in the batch failed or did not run.
     Parked,
     /// `rejected`: not a valid envelope.
     Rejected,
@@ -126,7 +127,10 @@ impl OutcomeKind {
     /// prints. [`Outcome::reason`] gives these and the rest.
     pub fn reason(self) -> Option<&'static str> {
         match self {
-            OutcomeKind::Parked => Some("another consumer holds the claim; redeliver later"),
+            OutcomeKind::Parked => Some(
+                "its id is held: by another consumer's claim, or by an earlier delivery of it \
+                 in this batch that failed or did not run; redeliver later",
+            ),
             OutcomeKind::RanLeaseLost => {
                 Some("ran, but its claim was lost first: the id may have run elsewhere too")
             }

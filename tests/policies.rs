@@ -444,6 +444,13 @@ fn batch_duplicate_of_a_failure_is_retried_without_running() {
         vec![Outcome::Failed("a failed".into()), Outcome::Parked]
     );
     assert_eq!(outcomes[1].disposition(), Disposition::Retry);
+    // Its reason names the batch, not only another consumer's claim (there is
+    // none in the seen-set mode: a trial's finding).
+    let reason = outcomes[1].reason().unwrap();
+    assert!(
+        reason.contains("earlier delivery of it in this batch"),
+        "{reason}"
+    );
     assert_eq!(effects.get(), 1);
 }
 
