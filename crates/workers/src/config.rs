@@ -31,6 +31,27 @@ pub const MAX_RETENTION_SECONDS: u64 = 14 * 24 * 3600;
 /// retention plus the longest retry delay), 1,252,800 s.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(MAX_RETENTION_SECONDS + MAX_DELAY_SECONDS);
 
+/// Every `DEDUPE_*` setting (`docs/workers.md`, "Settings"). A var of another
+/// `DEDUPE_*` name is refused as a misspelling, which would otherwise be
+/// ignored (`DEDUPE_TTL_SECOND` leaving the default window).
+pub const SETTINGS: &[&str] = &[
+    "DEDUPE_STORE",
+    "DEDUPE_CLAIMING",
+    "DEDUPE_CLAIM_LEASE_SECONDS",
+    "DEDUPE_FINGERPRINT",
+    "DEDUPE_TTL_SECONDS",
+    "DEDUPE_SHARDS",
+    "DEDUPE_PREVIOUS_SHARDS",
+    "DEDUPE_KEY_PREFIX",
+    "DEDUPE_DEAD_LETTER",
+    "DEDUPE_MAX_RETRIES",
+    "DEDUPE_RETRY_DELAY_SECONDS",
+    "DEDUPE_PARK_DELAY_SECONDS",
+    "DEDUPE_DO_BINDING",
+    "DEDUPE_KV_BINDING",
+    "DEDUPE_D1_BINDING",
+];
+
 /// Cloudflare's `max_retries` when a queue sets none.
 pub const DEFAULT_MAX_RETRIES: u32 = 3;
 
@@ -70,6 +91,29 @@ fn var_text(env: &Env, name: &str) -> Option<String> {
     js_sys::JSON::stringify(&value)
         .ok()
         .and_then(|json| json.as_string())
+}
+
+/// The first var named `DEDUPE_*` that is no setting, in `env` or in the
+/// objects it is laid over (the TypeScript options are laid over the env).
+/// Bindings are objects, not vars, and are left alone.
+fn unknown_setting(env: &Env) -> Option<String> {
+    use wasm_bindgen::JsCast;
+    let mut layer: JsValue = JsValue::from(env.clone());
+    while layer.is_object() {
+        let object: &js_sys::Object = layer.unchecked_ref();
+        for key in js_sys::Object::keys(object).iter() {
+            let name = key.as_string().unwrap_or_default();
+            if !name.starts_with("DEDUPE_") || SETTINGS.contains(&name.as_str()) {
+                continue;
+            }
+            let value = js_sys::Reflect::get(object, &key).unwrap_or_default();
+            if value.is_string() || value.as_f64().is_some() || value.as_bool().is_some() {
+                return Some(name);
+            }
+        }
+        layer = js_sys::Object::get_prototype_of(&layer).into();
+    }
+    None
 }
 
 /// Where the ids are kept (`DEDUPE_STORE`).
@@ -133,12 +177,19 @@ impl DedupeConfig {
     /// Reads the `DEDUPE_*` vars (see the module docs). A var written without
     /// quotes in wrangler.toml (a number or boolean) counts as its text.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        if let Some(name) = unknown_setting(env) {
+            return Err(ConfigError(format!(
+                "{name} is no setting (misspelt? it would be ignored); the settings are {}",
+                SETTINGS.join(", ")
+            )));
+        }
         Self::from_vars(|name| var_text(env, name))
     }
 
     /// The same from any lookup (tests, other sources).
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let get = |name: &str| {
+            debug_assert!(SETTINGS.contains(&name), "{name} is missing from SETTINGS");
             var(name)
                 .map(|v| v.trim().to_string())
                 .filter(|v| !v.is_empty())

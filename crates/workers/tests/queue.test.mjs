@@ -366,6 +366,17 @@ describe("TTL", () => {
       assert.deepEqual(left, [], "rows past expires_at are deleted by the alarm");
     }));
 
+  test("a misspelt DEDUPE_* var is refused, naming it, not ignored (a trial's finding)", () =>
+    withWorker({ vars: { DEDUPE_TTL_SECOND: "60" } }, async (worker) => {
+      const res = await worker.mf.dispatchFetch("http://worker/store/seen", {
+        method: "POST",
+        headers: AUTH,
+        body: JSON.stringify({ keys: ["k"] }),
+      });
+      assert.equal(res.status, 500);
+      assert.match(await res.text(), /DEDUPE_TTL_SECOND is no setting.*DEDUPE_TTL_SECONDS/);
+    }));
+
   test("KV store: a TTL under 60 s is refused with a clear error", () =>
     withWorker(
       { vars: { DEDUPE_STORE: "kv", DEDUPE_CLAIMING: "off", DEDUPE_TTL_SECONDS: "5" } },

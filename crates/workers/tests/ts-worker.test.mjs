@@ -506,6 +506,10 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
     const refused = await post({ bodies: [envelope("opt-2")], options: { DEDUPE_CLAIMING: "maybe" } });
     assert.equal(refused.type, "TypeError", JSON.stringify(refused));
     assert.match(refused.error, /DEDUPE_CLAIMING/);
+    // A misspelt setting is refused too, not ignored (a trial's finding).
+    const misspelt = await post({ bodies: [envelope("opt-2")], options: { DEDUPE_CLAIMNG: "off" } });
+    assert.equal(misspelt.type, "TypeError", JSON.stringify(misspelt));
+    assert.match(misspelt.error, /DEDUPE_CLAIMNG is no setting/);
     // A store whose binding is missing says which wrangler.toml lines bind it.
     for (const [options, lines] of [
       [{ DEDUPE_STORE: "kv", DEDUPE_CLAIMING: "off", DEDUPE_KV_BINDING: "NO_KV" }, /\[\[kv_namespaces\]\] binding = "NO_KV"/],
