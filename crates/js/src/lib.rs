@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use bq_dedupe::observe::Event;
 use bq_dedupe::{
-    Guard, KeySpace, Message, Observer, Options, Outcome, envelope::Limits, envelope::Rejection,
-    lease::Timer,
+    Guard, KeySpace, Message, Observer, Options, Outcome, Store, envelope::Limits,
+    envelope::Rejection, lease::Timer,
 };
 use js_sys::{Array, Function, Object};
 use wasm_bindgen::JsCast;
@@ -300,6 +300,13 @@ pub(crate) type JsGuard = Guard<GivenStore, LastKey, JsTimer>;
 pub(crate) fn guard(store: &JsValue, opts: &Option<JsValue>) -> Result<JsGuard, JsValue> {
     let options = options(opts)?;
     let (store, clock) = GivenStore::from_js(store).map_err(|e| type_error(&e))?;
+    // A setup mistake, not a store outage: refused here, not reported as
+    // `store-unavailable` on every delivery (each one retried).
+    if options.claim_lease.is_some() && !store.capabilities().claim {
+        return Err(type_error(
+            "claimLeaseMs needs store.claim and store.release",
+        ));
+    }
     Ok(Guard::new(store)
         .with_options(options)
         .with_clock(clock)

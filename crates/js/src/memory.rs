@@ -106,8 +106,13 @@ impl JsInMemoryStore {
             None => Arc::new(DateClock),
         };
         let mut store = CoreStore::with_clock(clock);
-        if let Some(cap) = capacity {
-            store = store.with_capacity_limit(cap.max(1.0) as usize);
+        match capacity {
+            // 0 held one id: a silent eviction of every id but the last.
+            Some(cap) if cap < 1.0 => {
+                return Err(type_error("capacity must be at least 1"));
+            }
+            Some(cap) => store = store.with_capacity_limit(cap as usize),
+            None => {}
         }
         let store = Rc::new(store);
         let handle = REGISTRY.with(|r| {

@@ -191,6 +191,7 @@ test('bad arguments reject with a TypeError that says what is wrong', async () =
   assert.equal(ran, 0);
   assert.equal((await bq.dedupeBatch(huge.slice(1), store, () => { ran++; })).length, 10_000);
   assert.throws(() => new bq.InMemoryStore({ manual: true }), /unknown option "manual"/);
+  assert.throws(() => new bq.InMemoryStore({ capacity: 0 }), { name: 'TypeError', message: /capacity must be at least 1/ });
   const freed = new bq.InMemoryStore();
   const handle = { __bqHandle: freed.__bqHandle };
   freed.free();
@@ -279,10 +280,18 @@ test('claiming with a batch JS store uses one claimMany, a release for the faile
   assert.equal(store.claims.size, 0);
 });
 
-test('claiming on a store without claim/release fails closed (store-unavailable, unsupported)', async () => {
-  const outcome = await bq.dedupe(envelope('c-3'), mapStore('sync'), ok, { claimLeaseMs: 1000 });
-  assert.equal(outcome.kind, 'store-unavailable');
-  assert.equal(outcome.storeError.code, 'unsupported');
+// A setup mistake, refused before anything runs: it was store-unavailable on
+// every delivery, each one retried (a trial's finding).
+test('claiming on a store without claim/release is a TypeError, and nothing runs', async () => {
+  let ran = 0;
+  const run = () => { ran++; };
+  for (const call of [
+    () => bq.dedupe(envelope('c-3'), mapStore('sync'), run, { claimLeaseMs: 1000 }),
+    () => bq.dedupeBatch([envelope('c-3')], mapStore('sync'), run, { claimLeaseMs: 1000 }),
+  ]) {
+    await assert.rejects(call(), { name: 'TypeError', message: /claimLeaseMs needs store\.claim and store\.release/ });
+  }
+  assert.equal(ran, 0);
 });
 
 test('InMemoryStore with a manual clock: TTLs and claim leases expire when the clock advances', async () => {
