@@ -50,6 +50,8 @@ export type QueueHandler<M extends QueueMessage = QueueMessage> = (
 export interface QueueMessageReport {
   /** Cloudflare's message id. */
   id: string;
+  /** The store key of its meta.id (DEDUPE_KEY_PREFIX + the id); null without a usable id. */
+  key: string | null;
   /** The outcome code: "run-ok", "skip", "park", "run-failed", "rejected", ... */
   outcome: string;
   /** What was done with the message. */

@@ -96,6 +96,8 @@ fn action_code(action: Action) -> &'static str {
 fn message_to_js(m: &MessageReport) -> JsValue {
     let o = Object::new();
     set(&o, "id", &JsValue::from_str(&m.queue_message_id));
+    let key = m.key.as_deref().map_or(JsValue::NULL, JsValue::from_str);
+    set(&o, "key", &key);
     set(&o, "outcome", &JsValue::from_str(m.kind.code()));
     set(&o, "action", &JsValue::from_str(action_code(m.action)));
     let reason = m.reason.as_deref().map_or(JsValue::NULL, JsValue::from_str);

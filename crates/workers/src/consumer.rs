@@ -62,6 +62,9 @@ pub enum Action {
 pub struct MessageReport {
     /// Cloudflare's message id.
     pub queue_message_id: String,
+    /// The store key of its `meta.id` (`DEDUPE_KEY_PREFIX` + the id); `None`
+    /// without a usable id (rejected or fail-open).
+    pub key: Option<String>,
     /// What the guard decided (ran, skipped, parked, ...).
     pub kind: OutcomeKind,
     /// What was done with the queue message.
@@ -82,6 +85,7 @@ pub struct MessageReport {
 impl MessageReport {
     fn new(
         message: &QueueMessage,
+        key: Option<&str>,
         kind: OutcomeKind,
         action: Action,
         reason: Option<String>,
@@ -90,6 +94,7 @@ impl MessageReport {
         let redelivery = queue_attempts > 1;
         MessageReport {
             queue_message_id: message.id(),
+            key: key.map(str::to_owned),
             kind,
             action,
             reason,
@@ -100,6 +105,9 @@ impl MessageReport {
         }
     }
 }
+
+/// A message's outcome, how long it parks (if it does) and its store key.
+type Ended<'a, E> = (&'a Outcome<E>, Option<Duration>, Option<&'a str>);
 
 /// The results of a batch, in delivery order.
 #[derive(Debug, Clone, Default)]
@@ -308,14 +316,14 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         spans.close(&processed);
         // How long each parked message waits: the claim it parked behind (an
         // in-batch duplicate, its leader's), else the configured park delay.
-        let outcomes: Vec<(&Outcome<E>, Option<Duration>)> = processed
+        let outcomes: Vec<Ended<'_, E>> = processed
             .iter()
-            .map(|p| match p.decision.verdict {
-                Verdict::Duplicate(of) => (
-                    &p.outcome,
-                    processed.get(of).and_then(|l| l.decision.park_for),
-                ),
-                _ => (&p.outcome, p.decision.park_for),
+            .map(|p| {
+                let park_for = match p.decision.verdict {
+                    Verdict::Duplicate(of) => processed.get(of).and_then(|l| l.decision.park_for),
+                    _ => p.decision.park_for,
+                };
+                (&p.outcome, park_for, p.decision.key.as_deref())
             })
             .collect();
         self.apply_actions(batch, &messages, &bodies, &outcomes)
@@ -330,11 +338,13 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         batch: &QueueBatch,
         messages: &[QueueMessage],
         bodies: &[Vec<u8>],
-        outcomes: &[(&Outcome<E>, Option<Duration>)],
+        outcomes: &[Ended<'_, E>],
     ) -> Result<BatchReport, ConsumeError> {
         let mut report = BatchReport::default();
         let mut retry_failed: Vec<String> = Vec::new();
-        for ((message, body), &(outcome, park_for)) in messages.iter().zip(bodies).zip(outcomes) {
+        for ((message, body), &(outcome, park_for, key)) in
+            messages.iter().zip(bodies).zip(outcomes)
+        {
             let (action, reason) = self.action_for(batch, message, body, outcome).await;
             if let Err(e) = self.apply_action(message, action, outcome.kind(), park_for) {
                 worker::console_error!("bq-dedupe: retry of message {} failed: {e}", message.id());
@@ -345,7 +355,7 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
                 (Outcome::Rejected(_), b"{}") => Some(empty_body_hint(message, reason)),
                 _ => reason,
             };
-            let entry = MessageReport::new(message, outcome.kind(), action, reason);
+            let entry = MessageReport::new(message, key, outcome.kind(), action, reason);
             if let Some(f) = &self.on_message {
                 f(&entry);
             }
@@ -587,9 +597,9 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         }
         spans.close(&processed);
         // A parked message waits just past the claim it parked behind.
-        let outcomes: Vec<(&Outcome<E>, Option<Duration>)> = processed
+        let outcomes: Vec<Ended<'_, E>> = processed
             .iter()
-            .map(|p| (&p.outcome, p.decision.park_for))
+            .map(|p| (&p.outcome, p.decision.park_for, p.decision.key.as_deref()))
             .collect();
         self.apply_actions(batch, &messages, &bodies, &outcomes)
             .await

@@ -137,7 +137,8 @@ export default { async fetch(request: Request, env: object): Promise<Response> {
     const observed: QueueMessageReport[] = [];
     try {
       const report = await dedupeQueue({ queue: "orders", messages }, env, () => {}, { ...options, observer: (r) => { observed.push(r); } });
-      return Response.json({ acted, observed: observed.map((r) => r.outcome), outcomes: report.outcomes });
+      const keys: (string | null)[] = report.messages.map((m) => m.key);
+      return Response.json({ acted, observed: observed.map((r) => r.outcome), outcomes: report.outcomes, keys });
     } catch (e) {
       return Response.json({ error: String(e), type: e instanceof TypeError ? "TypeError" : typeof e });
     }
@@ -502,6 +503,9 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
     const ok = await post({ bodies: [envelope("opt-1"), envelope("opt-1")], options: { DEDUPE_KEY_PREFIX: "opts:" } });
     assert.deepEqual(ok.observed, ["run-ok", "skip"]);
     assert.deepEqual(ok.acted, ["ack q0", "ack q1"]);
+    // Each message's store key, its meta.id under the prefix (a trial's
+    // finding: the log could name only Cloudflare's id); null without one.
+    assert.deepEqual(ok.keys, ["opts:opt-1", "opts:opt-1"]);
     assert.deepEqual(ok.outcomes, { "run-ok": 1, skip: 1 });
     const refused = await post({ bodies: [envelope("opt-2")], options: { DEDUPE_CLAIMING: "maybe" } });
     assert.equal(refused.type, "TypeError", JSON.stringify(refused));
