@@ -407,6 +407,14 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
     const sent = await (await ts.fetch("http://x/publish", { method: "POST", body: JSON.stringify(published) })).json();
     assert.deepEqual(sent, { sent: 3 });
     assert.equal((await ts.fetch("http://x/")).status, 404);
+    // Not JSON: a 400 that says so (it was a 500 with a stack trace); over
+    // sendBatch's 100 messages: sent in batches (it was the platform's error).
+    const notJson = await ts.fetch("http://x/publish", { method: "POST", body: "{nope" });
+    assert.equal(notJson.status, 400);
+    assert.match(await notJson.text(), /not JSON/);
+    const many = Array.from({ length: 150 }, (_, i) => envelope(`ts-pub-many-${i}`));
+    const sentMany = await (await ts.fetch("http://x/publish", { method: "POST", body: JSON.stringify(many) })).json();
+    assert.deepEqual(sentMany, { sent: 150 });
     const both = async () => { const c = await effects(); return c["ts-pub-1"] && c["ts-pub-2"]; };
     for (let i = 0; i < 200 && !(await both()); i++) await new Promise((r) => setTimeout(r, 25));
     await new Promise((r) => setTimeout(r, 300)); // a late duplicate would show by now

@@ -23,9 +23,12 @@ export default {
     if (request.method !== "POST" || new URL(request.url).pathname !== "/publish") {
       return new Response("POST /publish with an envelope, or a JSON array of them\n", { status: 404 });
     }
-    const body: unknown = await request.json();
+    const body: unknown = await request.json().catch(() => undefined);
+    if (body === undefined) return new Response("the body is not JSON\n", { status: 400 });
     const envelopes = Array.isArray(body) ? body : [body];
-    await env.ORDERS.sendBatch(envelopes.map((envelope) => ({ body: envelope })));
+    for (let i = 0; i < envelopes.length; i += 100) { // sendBatch takes up to 100
+      await env.ORDERS.sendBatch(envelopes.slice(i, i + 100).map((envelope) => ({ body: envelope })));
+    }
     return Response.json({ sent: envelopes.length });
   },
 } satisfies ExportedHandler<Env>;
