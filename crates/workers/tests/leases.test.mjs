@@ -82,6 +82,20 @@ describe("leases kept alive", () => {
 
 describe("lost leases", () => {
   test(
+    "a fenced commit sent again (its first reply lost) is known as its own: kept, not " +
+      "lease-lost; another token's is not (a review's finding)",
+    () =>
+      withWorker({}, async (worker) => {
+        const claimed = await worker.request("POST", "/store/claim", { keys: ["again-1"], lease_ms: 60_000 });
+        const token = claimed.claims[0].token;
+        const commit = (t) => worker.request("POST", "/store/settle", { remember: [{ key: "again-1", token: t }] });
+        assert.deepEqual((await commit(token)).kept, [true]);
+        assert.deepEqual((await commit(token)).kept, [true], "the same commit again: ours");
+        assert.deepEqual((await commit(token + "x")).kept, [false], "another token: lost");
+      }),
+  );
+
+  test(
     "the id forgotten while its handler runs: run-ok-lease-lost, acked, counted in /stats, " +
       "and the id is remembered (it was free)",
     () =>

@@ -18,29 +18,36 @@ use super::protocol::{
 
 /// How the table's rows follow the record model: a lapsed claim's row stays its
 /// owner's until another consumer takes it over (or the sweep removes it); a
-/// done row keeps no token.
+/// done row keeps the token that committed it (`done_by`), so a commit sent
+/// again after a lost reply is known as its own, not reported lease-lost.
 pub(crate) const RULES: Rules = Rules {
     lapsed_claim_kept: true,
-    done_keeps_token: false,
+    done_keeps_token: true,
     claims_have_owners: true,
     remember_resets_expiry: true,
     lapsed_claim_swept: true,
     claim_given_back: false,
 };
 
-/// `token` NULL: remembered (done); otherwise an in-flight claim owned by that
-/// token. `expires_at` NULL: never expires. Rows past `expires_at` count as absent
-/// (reads check it themselves; the sweep only reclaims space).
+/// `token` NULL: remembered (done; `done_by` the claim token that committed
+/// it, NULL for a plain remember); otherwise an in-flight claim owned by that
+/// token. `expires_at` NULL: never expires. Rows past `expires_at` count as
+/// absent (reads check it themselves; the sweep only reclaims space).
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS ids (
     key TEXT PRIMARY KEY NOT NULL,
     token TEXT,
-    expires_at INTEGER
+    expires_at INTEGER,
+    done_by TEXT
 ) WITHOUT ROWID";
+
+/// A table made before `done_by` gains it (its done rows read as plain).
+const ADD_DONE_BY: &str = "ALTER TABLE ids ADD COLUMN done_by TEXT";
 
 #[derive(Deserialize)]
 struct Row {
     token: Option<String>,
     expires_at: Option<i64>,
+    done_by: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -86,6 +93,13 @@ impl IdTable {
 
     pub(crate) fn create(&self) -> Result<()> {
         self.sql.exec(SCHEMA, None)?;
+        if self
+            .sql
+            .exec("SELECT done_by FROM ids LIMIT 0", None)
+            .is_err()
+        {
+            self.sql.exec(ADD_DONE_BY, None)?;
+        }
         Ok(())
     }
 
@@ -228,7 +242,7 @@ impl IdTable {
     /// The key's record as stored (expired rows included: the rules judge them).
     fn record(&self, key: &str) -> Result<Record<String>> {
         let rows: Vec<Row> = self.exec(
-            "SELECT token, expires_at FROM ids WHERE key = ?",
+            "SELECT token, expires_at, done_by FROM ids WHERE key = ?",
             vec![key.into()],
         )?;
         let until = |at: Option<i64>| at.map(|at| at.max(0) as u64);
@@ -237,6 +251,7 @@ impl IdTable {
             Some(Row {
                 token: Some(token),
                 expires_at,
+                ..
             }) => Record::Claimed {
                 token,
                 until: until(expires_at),
@@ -244,9 +259,10 @@ impl IdTable {
             Some(Row {
                 token: None,
                 expires_at,
+                done_by,
             }) => Record::Done {
                 until: until(expires_at),
-                by: None,
+                by: done_by,
             },
         })
     }
@@ -271,21 +287,22 @@ impl IdTable {
 
     /// Stores a record (free: no row); returns its expiry.
     fn write(&self, key: &str, record: &Record<String>) -> Result<Option<i64>> {
-        let (token, until) = match record {
+        let (token, until, done_by) = match record {
             Record::Free => {
                 self.exec::<serde_json::Value>("DELETE FROM ids WHERE key = ?", vec![key.into()])?;
                 return Ok(None);
             }
-            Record::Claimed { token, until } => (Some(token.as_str()), *until),
-            Record::Done { until, .. } => (None, *until),
+            Record::Claimed { token, until } => (Some(token), *until, None),
+            Record::Done { until, by } => (None, *until, by.as_ref()),
         };
         let until = until.map(|u| u.min(MAX_SAFE_MS) as i64);
-        let token = token.map_or(SqlStorageValue::Null, SqlStorageValue::from);
+        let text = |t: Option<&String>| t.map_or(SqlStorageValue::Null, |t| t.as_str().into());
         let expires_at = until.map_or(SqlStorageValue::Null, SqlStorageValue::from);
         self.exec::<serde_json::Value>(
-            "INSERT INTO ids (key, token, expires_at) VALUES (?, ?, ?)
-             ON CONFLICT (key) DO UPDATE SET token = excluded.token, expires_at = excluded.expires_at",
-            vec![key.into(), token, expires_at],
+            "INSERT INTO ids (key, token, expires_at, done_by) VALUES (?, ?, ?, ?)
+             ON CONFLICT (key) DO UPDATE SET token = excluded.token,
+                 expires_at = excluded.expires_at, done_by = excluded.done_by",
+            vec![key.into(), text(token), expires_at, text(done_by)],
         )?;
         Ok(until)
     }
