@@ -42,8 +42,8 @@ pub struct DedupeShard {
 
 impl DedupeShard {
     /// The choices the shard's rows make in the core's record model (a lapsed
-    /// claim stays its owner's until taken over; a done row keeps the token that committed it):
-    /// what the store testkit checks the shard against.
+    /// claim stays its owner's until taken over; a done row keeps the token
+    /// that committed it): what the store testkit checks the shard against.
     pub const RULES: bq_dedupe::store::record::Rules = super::table::RULES;
 }
 
