@@ -971,3 +971,111 @@ fn conformance_defaults_to_memory_and_leaves_no_store_behind() {
         "no default store was created"
     );
 }
+
+/// An empty `--exec` (`--exec "$UNSET"`) ran `sh -c ""`, which succeeds: every
+/// id was recorded as done and nothing ran (a trial's finding). Refused.
+#[test]
+fn an_empty_exec_is_refused_and_records_nothing() {
+    let dir = scratch("empty-exec");
+    let db = dir.join("seen.db");
+    let spec = format!("sqlite:{}", db.display());
+    for empty in ["", "  "] {
+        let out = bq(&["run", "--store", &spec, "--exec", empty], &envelope("e1"));
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            said.contains("an empty command would run nothing"),
+            "{said}"
+        );
+    }
+    assert!(!db.exists(), "nothing was recorded");
+}
+
+/// `run` says when it makes a new SQLite store, so a mistyped path is seen
+/// (every id of the input would run again: a trial's finding); not again once
+/// the file exists.
+#[test]
+fn run_says_when_it_makes_a_new_store() {
+    let dir = scratch("new-store");
+    let spec = format!("sqlite:{}", dir.join("typo").join("seen.db").display());
+    let said = |out: &std::process::Output| String::from_utf8_lossy(&out.stderr).into_owned();
+    let first = bq(
+        &["run", "--store", &spec, "--exec", "cat >/dev/null"],
+        &envelope("n1"),
+    );
+    assert!(first.status.success(), "{first:?}");
+    assert!(
+        said(&first).contains("a new, empty one is made there"),
+        "{}",
+        said(&first)
+    );
+    let second = bq(
+        &["run", "--store", &spec, "--exec", "cat >/dev/null"],
+        &envelope("n1"),
+    );
+    assert!(
+        !said(&second).contains("a new, empty one"),
+        "{}",
+        said(&second)
+    );
+}
+
+/// A slow `--exec` stream read from a file prints each verdict once it is
+/// recorded, not all of them at the end of the chunk read (a trial's finding:
+/// a `kill -9` printed nothing though ids were recorded, and "feed again from
+/// the first line it did not print" meant feeding everything again).
+#[test]
+fn a_slow_stream_from_a_file_prints_as_it_goes() {
+    let dir = scratch("slow-print");
+    let spec = format!("sqlite:{}", dir.join("seen.db").display());
+    let input = dir.join("in.jsonl");
+    let lines: Vec<String> = (0..8).map(|i| envelope(&format!("slow-{i}"))).collect();
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let mut child = Command::new(BIN)
+        .args([
+            "run",
+            "--store",
+            &spec,
+            "--exec",
+            "sleep 0.3; cat >/dev/null",
+        ])
+        .arg(&input)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = out.read_to_string(&mut text);
+        text
+    });
+    // Eight handlers of 0.3 s: killed about halfway.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let printed: Vec<Value> = reader
+        .join()
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        printed.len() >= 2,
+        "verdicts printed before the kill: {printed:?}"
+    );
+    // Each one printed was recorded: the rerun skips it.
+    let again = bq(
+        &["run", "--store", &spec, "--exec", "cat >/dev/null"],
+        &(lines.join("\n") + "\n"),
+    );
+    let again = decisions(&again);
+    for d in &printed {
+        let n = d["line"].as_u64().unwrap() as usize;
+        assert_eq!(
+            again[n - 1]["decision"],
+            "skip",
+            "printed, then ran again: {d}"
+        );
+    }
+}

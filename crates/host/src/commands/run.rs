@@ -7,6 +7,7 @@ mod verdict;
 
 use std::collections::VecDeque;
 use std::io::IsTerminal;
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::Instant;
@@ -72,19 +73,26 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
             show_output: args.show_handler_output,
         }),
         (None, Some(path)) => Handler::Plugin(Box::new(Plugin::load(path, args.handler_timeout)?)),
-        (None, None) => {
-            bq_dedupe_host::say(
-                "bq-dedupe: no --exec or --handler: each new id is recorded as done without \
-                 running anything (a mark run)",
-            );
-            Handler::Mark
-        }
+        (None, None) => Handler::Mark,
     };
     // The input first: a mistyped file name must not create the store.
     let source = super::Lines::open(&args.input)?;
     // Installed first, so every error path below drops it (and so flushes).
     let otlp = bq_dedupe_host::telemetry::Otlp::from_env(args.otlp_endpoint.as_deref())?;
+    let new_file = (args.store.strip_prefix("sqlite:")).filter(|p| !Path::new(p).exists());
     let store = bq_dedupe_host::open_store(&args.store)?;
+    if let Some(path) = new_file {
+        // Said, so that a mistyped path is seen: every id of the input runs.
+        bq_dedupe_host::say(&format!(
+            "bq-dedupe: no store was at {path}: a new, empty one is made there"
+        ));
+    }
+    if matches!(handler, Handler::Mark) {
+        bq_dedupe_host::say(
+            "bq-dedupe: no --exec or --handler: each new id is recorded as done without \
+             running anything (a mark run)",
+        );
+    }
     if args.claim && !bq_dedupe::Store::capabilities(&store).claim {
         bail!(
             "store {} cannot claim",
@@ -285,8 +293,10 @@ impl Purge {
 }
 
 /// Decides `lines`, `batch` per component call (the last call takes what is
-/// left), and queues their verdicts as one group (printed and flushed together,
-/// after the calls that decided and recorded them).
+/// left), and queues their verdicts for printing (printed and flushed after
+/// the calls that decided and recorded them): as one group, or, once the
+/// calls have taken [`PRINT_EVERY`], what is decided so far, so that a slow
+/// stream read from a file shows its progress, not only each chunk's end.
 fn decide_group(
     runtime: &mut Runtime,
     mut lines: impl ExactSizeIterator<Item = Line>,
@@ -294,6 +304,7 @@ fn decide_group(
     printer: &Printer,
 ) -> Result<(), Stopped> {
     let mut verdicts = Vec::with_capacity(lines.len());
+    let mut since = Instant::now();
     // Once asked to stop, no more calls: what was decided is printed.
     while lines.len() > 0 && stopping::requested().is_none() {
         let lines: Vec<Line> = lines.by_ref().take(batch).collect();
@@ -309,9 +320,16 @@ fn decide_group(
             );
         }
         verdicts.extend(decided);
+        if since.elapsed() >= PRINT_EVERY {
+            printer.print(std::mem::take(&mut verdicts))?;
+            since = Instant::now();
+        }
     }
     printer.print(verdicts)
 }
+
+/// How long decided verdicts may wait for the rest of their group.
+const PRINT_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Lines per chunk, and bytes: with two chunks in flight, the reader holds at
 /// most a few MiB ahead of the deciding loop.

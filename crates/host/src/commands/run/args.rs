@@ -31,7 +31,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub(super) fingerprint: bool,
     /// A shell command run per message with the envelope on stdin (exit 0 = success).
-    #[arg(long, conflicts_with = "handler")]
+    #[arg(long, conflicts_with = "handler", value_parser = parse_command)]
     pub(super) exec: Option<String>,
     /// The longest one handler may run (e.g. 30s, 5m): then an `--exec` one is
     /// killed with every process it started, a `--handler` plugin's call is
@@ -91,6 +91,19 @@ pub(super) fn parse_positive_duration(s: &str) -> Result<Duration, String> {
     match parse_duration(s)? {
         d if d.is_zero() => Err(format!("{s:?}: must be more than zero")),
         d => Ok(d),
+    }
+}
+
+/// A command with something to run: `sh -c ""` succeeds at once, so an empty
+/// `--exec "$UNSET"` recorded every id as done and ran nothing.
+fn parse_command(s: &str) -> Result<String, String> {
+    match s.trim() {
+        "" => Err(
+            "an empty command would run nothing and record every id as done \
+                   (for that on purpose, leave out --exec: a mark run)"
+                .into(),
+        ),
+        _ => Ok(s.to_string()),
     }
 }
 
