@@ -89,6 +89,11 @@ pub(super) fn open(target: &Target) -> RedisResult<Conn> {
 /// Network trouble and a server that is loading, read-only or failing over may
 /// pass (`Unavailable`); anything else is `Internal`.
 pub(super) fn error(e: RedisError) -> StoreError {
+    if e.is_timeout() {
+        // The OS says "Resource temporarily unavailable" for a read timeout.
+        let secs = super::TIMEOUT.as_secs();
+        return StoreError::unavailable(format!("redis: no answer within {secs} s ({e})"));
+    }
     StoreError::backend(transient(&e), format!("redis: {e}"))
 }
 
@@ -98,6 +103,7 @@ pub(super) fn error_at(e: RedisError, location: &str) -> StoreError {
         Some("NOAUTH") => {
             " (the server requires a password: redis://:PASSWORD@HOST, percent-encoded)"
         }
+        Some("WRONGPASS") => " (the user or password in the spec is not the server's)",
         _ => "",
     };
     StoreError::backend(transient(&e), format!("redis {location}: {e}{hint}"))

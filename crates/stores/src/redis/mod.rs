@@ -282,7 +282,7 @@ impl RedisStore {
     }
 
     /// Runs `op` on the connection, reconnecting and retrying once after an I/O
-    /// error. Every operation sent through it is safe to repeat: a claim that
+    /// error other than a timeout. Every operation sent through it is safe to repeat: a claim that
     /// landed before the connection broke is recognised by its token (see
     /// [`decide`]). `forget` is not, and is sent once ([`Self::run_sending`]).
     fn run<T>(&self, op: impl Fn(&mut Conn) -> RedisResult<T>) -> StoreResult<T> {
@@ -305,6 +305,13 @@ impl RedisStore {
             sent += 1;
             match op(conn) {
                 Ok(value) => return Ok(value),
+                // No answer in time: sending it again would wait as long again
+                // (a stalled server made one call take 15 s). The connection
+                // goes: a late answer must not be read as the next call's.
+                Err(e) if e.is_timeout() => {
+                    *slot = None;
+                    return Err(error(e));
+                }
                 Err(e) if e.is_io_error() || e.is_unrecoverable_error() => {
                     *slot = None;
                     if sent >= sendings {

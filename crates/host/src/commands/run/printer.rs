@@ -91,17 +91,26 @@ fn print(receive: &Receiver<Vec<LineVerdict>>) -> std::io::Result<Counts> {
     let mut counts = Counts::new();
     for verdicts in receive {
         for verdict in &verdicts {
-            *counts.entry(verdict.decision).or_default() += 1;
-            // Counted under `run` too, and apart: the one outcome under which
-            // an effect may have happened twice.
-            if verdict.outcome == "run-ok-lease-lost" {
-                *counts.entry("lease-lost").or_default() += 1;
-            }
+            tally(&mut counts, verdict.decision, verdict.outcome);
             write_verdict(&mut out, verdict)?;
         }
         out.flush()?;
     }
     Ok(counts)
+}
+
+/// Counts a verdict under its decision, and two outcomes among `run` apart
+/// too: `lease-lost`, the one under which an effect may have happened twice,
+/// and `unrecorded`, a run whose record the store did not take (a redelivery
+/// runs it again, unless the write had landed after all).
+fn tally(counts: &mut Counts, decision: &'static str, outcome: &str) {
+    *counts.entry(decision).or_default() += 1;
+    let apart = match outcome {
+        "run-ok-lease-lost" => "lease-lost",
+        "run-ok-unrecorded" => "unrecorded",
+        _ => return,
+    };
+    *counts.entry(apart).or_default() += 1;
 }
 
 /// Writes one verdict as a JSON line: `{"decision","id","line","outcome","reason"}`
@@ -131,4 +140,27 @@ fn write_verdict(out: &mut impl Write, v: &LineVerdict) -> std::io::Result<()> {
     out.write_all(b",\"reason\":")?;
     option(out, reason)?;
     out.write_all(b"}\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run the store did not record was counted as a plain `run`: a
+    /// summary of `{"run":40}` and exit 0 hid it (a trial's finding).
+    #[test]
+    fn the_summary_counts_unrecorded_and_lease_lost_runs_apart() {
+        let mut counts = Counts::new();
+        for outcome in ["run-ok", "run-ok-unrecorded", "run-ok-lease-lost", "run-ok"] {
+            tally(&mut counts, "run", outcome);
+        }
+        tally(&mut counts, "skip", "skip");
+        let expected = [
+            ("lease-lost", 1),
+            ("run", 4),
+            ("skip", 1),
+            ("unrecorded", 1),
+        ];
+        assert_eq!(counts, Counts::from(expected));
+    }
 }

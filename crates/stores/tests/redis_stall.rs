@@ -1,0 +1,53 @@
+//! A Redis that stops answering: a call fails after the client's 5 s timeout,
+//! once, with an error that says so. A binary of its own: it pauses the
+//! server's writes (`CLIENT PAUSE ... WRITE`), which no other test may meet.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bq_dedupe::Store;
+use bq_dedupe::store::StoreErrorKind;
+use bq_dedupe_stores::RedisStore;
+use common::{RedisCleanup, ready, redis_prefix, redis_url};
+
+/// A stalled server made one call take 10-15 s: the timed-out call was sent
+/// again on a new connection and waited as long again (a trial's finding),
+/// and its error read "Resource temporarily unavailable (os error 11)".
+#[test]
+fn a_stalled_server_fails_a_call_after_one_timeout() {
+    let url = redis_url();
+    let prefix = redis_prefix("stall");
+    let _clean = RedisCleanup {
+        url: url.clone(),
+        prefix: prefix.clone(),
+    };
+    let store = RedisStore::connect(&url, prefix).unwrap();
+    let mut admin = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(30_000)
+        .arg("WRITE")
+        .query(&mut admin)
+        .unwrap();
+    let started = Instant::now();
+    let stalled = ready(store.remember("stalled", None));
+    let took = started.elapsed();
+    let _: () = redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query(&mut admin)
+        .unwrap();
+    let e = stalled.expect_err("no answer: the call fails");
+    assert_eq!(e.kind, StoreErrorKind::Unavailable, "{e}");
+    assert!(e.message.contains("no answer within 5 s"), "{e}");
+    assert!(
+        took < Duration::from_secs(9),
+        "one timeout, not two or three: {took:?}"
+    );
+    // The server answers again: so does the store, on a new connection.
+    ready(store.remember("after", None)).unwrap();
+    assert!(ready(store.seen("after")).unwrap());
+}
