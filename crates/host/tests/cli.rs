@@ -105,6 +105,13 @@ fn run_prints_one_decision_per_line_and_dedupes() {
         ]
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("summary: 5 lines"));
+    // A fail-open line says why, as `check` does (its reason was null).
+    let why = decisions(&out)[4]["reason"].as_str().map(str::to_owned);
+    assert!(
+        why.as_deref()
+            .is_some_and(|r| r.contains("ran without dedupe")),
+        "{why:?}"
+    );
     // A second process on the same file sees what the first remembered.
     let again = bq(&["run", "--store", &spec], &envelope("b"));
     assert_eq!(decisions(&again)[0]["decision"], "skip");

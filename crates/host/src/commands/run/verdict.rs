@@ -26,7 +26,7 @@ fn kind_of(outcome: &Outcome) -> (OutcomeKind, Option<String>) {
         Outcome::RunFailed(m) => (OutcomeKind::Failed, Some(m.clone())),
         Outcome::RunPanicked(m) => (OutcomeKind::Panicked, Some(m.clone())),
         Outcome::Skip => (OutcomeKind::Skipped, None),
-        Outcome::FailOpen => (OutcomeKind::FailOpen, None),
+        Outcome::FailOpen => fixed(OutcomeKind::FailOpen),
         Outcome::FailOpenFailed(m) => (OutcomeKind::FailOpenFailed, Some(m.clone())),
         Outcome::Park => fixed(OutcomeKind::Parked),
         Outcome::Rejected(r) => (OutcomeKind::Rejected, Some(r.message.clone())),
