@@ -8,6 +8,8 @@
 
 const encoder = new TextEncoder();
 let decoder;
+/** Keys keep a leading U+FEFF: it is part of the id (the default decoder drops it). */
+let keyDecoder;
 
 /** Returned by `run` when the envelope has no `job` (the `urn` alias): call `runWithJob`. */
 const NEEDS_JOB = 1;
@@ -245,7 +247,7 @@ export function defineKind(index, kind, disposition, ran) {
  */
 export function outcome(kind, key, ascii) {
   let text = null;
-  if (key !== undefined) text = ascii ? String.fromCharCode.apply(null, key) : (decoder ??= new TextDecoder()).decode(key);
+  if (key !== undefined) text = ascii ? String.fromCharCode.apply(null, key) : (keyDecoder ??= new TextDecoder('utf-8', { ignoreBOM: true })).decode(key);
   return outcomeObject(kind, text);
 }
 

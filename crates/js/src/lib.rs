@@ -302,10 +302,20 @@ pub(crate) fn guard(store: &JsValue, opts: &Option<JsValue>) -> Result<JsGuard, 
     let (store, clock) = GivenStore::from_js(store).map_err(|e| type_error(&e))?;
     // A setup mistake, not a store outage: refused here, not reported as
     // `store-unavailable` on every delivery (each one retried).
-    if options.claim_lease.is_some() && !store.capabilities().claim {
+    let caps = store.capabilities();
+    if options.claim_lease.is_some() && !caps.claim {
         return Err(type_error(
             "claimLeaseMs needs store.claim and store.release",
         ));
+    }
+    if options.claim_lease.is_some() && !caps.renew && !WARNED.replace(true) {
+        // Said once: a handler past its lease can then run beside a
+        // redelivery, both reported run-ok (an InMemoryStore of another copy
+        // of this package is such a store too: it is used through its methods).
+        warn(
+            "bq-dedupe: claimLeaseMs with a store that has no renew/rememberFenced \
+             (or settle): a handler slower than the lease can run beside a redelivery",
+        );
     }
     Ok(Guard::new(store)
         .with_options(options)
@@ -434,16 +444,35 @@ async fn run_outcomes(
     Ok((outcomes, keys))
 }
 
+thread_local! {
+    /// Whether the warning of a claiming store that cannot renew was given.
+    static WARNED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[wasm_bindgen]
+extern "C" {
+    /// `console.warn`.
+    #[wasm_bindgen(js_namespace = console)]
+    fn warn(text: &str);
+}
+
 /// What a wrapped handler (see [`wrap`]) does with one delivery's outcome:
 /// resolve (it ran, or needs not run), or reject with what the handler threw,
-/// a `RejectionError`, or an `Error` saying why it did not run.
-fn wrapped_result(outcome: Outcome<HandlerError>) -> Result<JsValue, JsValue> {
+/// a `RejectionError`, or an `Error` saying why it did not run. A run that may
+/// have a twin (its claim was lost, or its record was not taken) resolves,
+/// since it did run, and says so on `console.warn`: never a silent success.
+fn wrapped_result(outcome: Outcome<HandlerError>, key: Option<&str>) -> Result<JsValue, JsValue> {
     match outcome {
-        Outcome::Ran
-        | Outcome::RanUnrecorded(_)
-        | Outcome::RanLeaseLost
-        | Outcome::Skipped
-        | Outcome::FailOpen(Ok(())) => Ok(JsValue::UNDEFINED),
+        Outcome::RanUnrecorded(_) | Outcome::RanLeaseLost => {
+            let mut text = String::from("bq-dedupe wrap: ");
+            for part in [outcome.kind().code(), " ", key.unwrap_or_default(), ": "] {
+                text.push_str(part);
+            }
+            text.push_str(&outcome.reason().unwrap_or_default());
+            warn(&text);
+            Ok(JsValue::UNDEFINED)
+        }
+        Outcome::Ran | Outcome::Skipped | Outcome::FailOpen(Ok(())) => Ok(JsValue::UNDEFINED),
         Outcome::Failed(e) | Outcome::FailOpen(Err(e)) => Err(e.0),
         Outcome::Rejected(r) => Err(rejection_error(&r)),
         other => {
@@ -478,9 +507,10 @@ pub fn wrap(
         let (store, handler, options) = (store.clone(), handler.clone(), options.clone());
         promise_of(async move {
             let batch = Batch::of_one(&envelope)?;
-            let (outcomes, _) = run_outcomes(&batch, store, handler, options).await?;
+            let (outcomes, keys) = run_outcomes(&batch, store, handler, options).await?;
+            let key = keys.into_iter().next().flatten();
             match outcomes.into_iter().next() {
-                Some(outcome) => wrapped_result(outcome),
+                Some(outcome) => wrapped_result(outcome, key.as_deref()),
                 None => Err(js_error("dedupe: no outcome")),
             }
         })

@@ -30,19 +30,22 @@ impl Clock for DateClock {
 }
 
 /// The live stores by handle (the last handle given out, then `(handle, store,
-/// its manual clock)`).
-type Registry = (u32, Vec<(u32, Weak<CoreStore>, Option<Arc<ManualClock>>)>);
+/// its manual clock)`). Handles count up and are never given out twice (a JS
+/// number counts exactly to 2^53): a counter that wrapped at 2^21 gave a new
+/// store the handle of a live one, whose ids then skipped the new store's
+/// messages (a review's finding).
+type Registry = (f64, Vec<(f64, Weak<CoreStore>, Option<Arc<ManualClock>>)>);
 
 thread_local! {
-    static REGISTRY: RefCell<Registry> = const { RefCell::new((0, Vec::new())) };
-    /// This module instance's mark in every handle, so a store made by another copy
-    /// of the module (numbered from 1 too) is never mistaken for one of ours.
-    static INSTANCE: f64 = (js_sys::Math::random() * 2_147_483_648.0).floor();
+    static REGISTRY: RefCell<Registry> = const { RefCell::new((0.0, Vec::new())) };
+    /// This module instance's own object, which each of its stores shows
+    /// (`__bqModule`): compared by identity, so a store made by another copy of
+    /// the module, numbered from 1 too, is never taken for one of ours.
+    static MODULE: Object = Object::new();
 }
 
 const HANDLE: &str = "__bqHandle";
-/// Handles are `instance * 2^21 + id`: exact in a JS number.
-const IDS_PER_INSTANCE: f64 = 2_097_152.0;
+const MODULE_MARK: &str = "__bqModule";
 
 /// The Rust store behind a JS `InMemoryStore` object, if `value` is one of this
 /// module's, and its manual clock if it has one (the guard then reads time from
@@ -55,21 +58,18 @@ pub fn lookup(value: &JsValue) -> Result<Option<Found>, String> {
     }
     // A freed store's getter throws (its pointer is gone).
     let handle = Reflect::get(value, crate::interned(HANDLE)).map_err(|_| FREED.to_string())?;
-    let Some(handle) = handle.as_f64() else {
+    let Some(id) = handle.as_f64() else {
         return Ok(None);
     };
-    let (instance, id) = (
-        (handle / IDS_PER_INSTANCE).floor(),
-        handle % IDS_PER_INSTANCE,
-    );
-    if INSTANCE.with(|ours| *ours != instance) {
+    let mark = Reflect::get(value, crate::interned(MODULE_MARK)).map_err(|_| FREED.to_string())?;
+    if !MODULE.with(|ours| Object::is(&mark, ours)) {
         return Ok(None);
     }
     REGISTRY.with(|r| {
         r.borrow()
             .1
             .iter()
-            .find(|(known, ..)| f64::from(*known) == id)
+            .find(|(known, ..)| *known == id)
             .and_then(|(_, weak, clock)| Some((weak.upgrade()?, clock.clone())))
             .map(Some)
             .ok_or_else(|| FREED.to_string())
@@ -82,7 +82,7 @@ pub type Found = (Rc<CoreStore>, Option<Arc<ManualClock>>);
 /// The reference in-memory seen-set (process-local, optional TTL and capacity).
 #[wasm_bindgen(js_name = InMemoryStore)]
 pub struct JsInMemoryStore {
-    handle: u32,
+    handle: f64,
     store: Rc<CoreStore>,
     manual: Option<Arc<ManualClock>>,
 }
@@ -117,7 +117,7 @@ impl JsInMemoryStore {
         let store = Rc::new(store);
         let handle = REGISTRY.with(|r| {
             let mut r = r.borrow_mut();
-            r.0 = (r.0 + 1) % (IDS_PER_INSTANCE as u32);
+            r.0 += 1.0;
             let id = r.0;
             r.1.retain(|(_, w, _)| w.strong_count() > 0);
             r.1.push((id, Rc::downgrade(&store), manual.clone()));
@@ -132,7 +132,12 @@ impl JsInMemoryStore {
 
     #[wasm_bindgen(getter, js_name = __bqHandle, skip_typescript)]
     pub fn handle(&self) -> f64 {
-        INSTANCE.with(|instance| instance * IDS_PER_INSTANCE + f64::from(self.handle))
+        self.handle
+    }
+
+    #[wasm_bindgen(getter, js_name = __bqModule, skip_typescript)]
+    pub fn module(&self) -> Object {
+        MODULE.with(Object::clone)
     }
 
     /// Is `key` remembered (and not expired)?

@@ -94,12 +94,46 @@ test('a store that cannot answer rejects with a DedupeError and runs nothing', a
   assert.equal(calls, 0);
 });
 
-test('a success the store could not record resolves (acked: a retry would run the effect again)', async () => {
+/** Runs `f` with console.warn collected. */
+async function warned(f) {
+  const said = [];
+  const warn = console.warn;
+  console.warn = (text) => { said.push(String(text)); };
+  try {
+    await f();
+  } finally {
+    console.warn = warn;
+  }
+  return said;
+}
+
+test('a success the store could not record resolves (acked: a retry would run the effect again), and says so', async () => {
   let calls = 0;
   const flaky = { seen: () => false, remember: () => { throw new Error('write failed'); }, forget() {} };
   const handler = bq.wrap(flaky, () => { calls += 1; });
-  assert.equal(await handler(envelope('u1')), undefined);
+  const said = await warned(async () => assert.equal(await handler(envelope('u1')), undefined));
   assert.equal(calls, 1);
+  assert.equal(said.length, 1, `${said}`);
+  assert.match(said[0], /run-ok-unrecorded u1: /);
+});
+
+// A run whose claim was taken over while it ran resolved as a plain success:
+// two runs, both silent (a review's finding). It resolves (it did run) and
+// says so, as `dedupe` reports run-ok-lease-lost.
+test('a run whose claim was lost first resolves and says so on console.warn', async () => {
+  const store = new bq.InMemoryStore({ manualClock: true, now: 1_000_000 });
+  let effects = 0;
+  const options = { claimLeaseMs: 1000 };
+  const second = bq.wrap(store, () => { effects++; }, options);
+  const first = bq.wrap(store, async () => {
+    effects++;
+    store.advance(5000); // stalls past its lease; the redelivery is taken meanwhile
+    await second(envelope('order-7'));
+  }, options);
+  const said = await warned(() => first(envelope('order-7')));
+  assert.equal(effects, 2);
+  assert.equal(said.length, 1, `${said}`);
+  assert.match(said[0], /run-ok-lease-lost order-7: .*claim was lost/);
 });
 
 test('bad arguments are a TypeError when wrapping, not at the first delivery', () => {
