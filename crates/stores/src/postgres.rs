@@ -1436,15 +1436,16 @@ impl TransactionalStore for PostgresStore {
                         return match tx.commit() {
                             Ok(()) => Ok(TxRun::Committed(value)),
                             Err(e) => {
-                                // The server refused the COMMIT (a deferred
-                                // constraint, class 23; a serialization failure
-                                // or deadlock, class 40): nothing of it
-                                // committed, but a handler's own COMMIT before
-                                // may have committed the take. Any other error
-                                // (a lost reply, a terminated backend) is left
-                                // alone: that COMMIT may have landed.
-                                let refused = e.code().is_some_and(|c| {
-                                    c.code().starts_with("23") || c.code().starts_with("40")
+                                // The server refused the COMMIT with an ERROR
+                                // (a deferred constraint or trigger, a
+                                // serialization failure, a deadlock): nothing
+                                // of it committed, but a handler's own COMMIT
+                                // before may have committed the take. Anything
+                                // else (a lost reply, a FATAL that ended the
+                                // session) is left alone: that COMMIT may have
+                                // landed.
+                                let refused = e.as_db_error().is_some_and(|db| {
+                                    db.parsed_severity() == Some(postgres::error::Severity::Error)
                                 });
                                 if refused {
                                     let _undone = self.undo_takes_elsewhere(&keys, &mark, &writer);

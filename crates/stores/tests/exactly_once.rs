@@ -684,6 +684,44 @@ fn postgres_a_refused_commit_after_a_handlers_own_commit_loses_nothing() {
     pg_drop(&table);
 }
 
+/// The same with the COMMIT refused by a deferred trigger's own error (P0001,
+/// not class 23 or 40): the take was left, as if that COMMIT might have landed,
+/// and the redelivery skipped the message (an adversarial trial's finding).
+/// Any ERROR answered to a COMMIT means it rolled back.
+#[test]
+fn postgres_a_commit_refused_by_a_deferred_trigger_after_a_handlers_own_commit_loses_nothing() {
+    let (guard, table, _clean) = pg_guard("tx-commit-raised");
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    let late = format!("{table}_late");
+    pg().batch_execute(&format!(
+        "CREATE FUNCTION {late}_fail() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN RAISE EXCEPTION 'late failure'; END $$;
+         CREATE TABLE {late} (id INT);
+         CREATE CONSTRAINT TRIGGER {late}_t AFTER INSERT ON {late}
+           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {late}_fail()"
+    ))
+    .unwrap();
+    let first = guard.process_in_transaction(envelope("cr-2").as_str(), |msg, tx| {
+        tx.batch_execute("COMMIT; BEGIN")?;
+        tx.execute(&insert, &[&msg.id().unwrap()])?;
+        tx.batch_execute(&format!("INSERT INTO {late} VALUES (7)"))
+    });
+    assert_eq!(first.kind(), OutcomeKind::StoreUnavailable, "{first:?}");
+    assert_eq!(pg_effects(&table, "cr-2"), 0, "rolled back");
+    let again = guard.process_in_transaction(envelope("cr-2").as_str(), |msg, tx| {
+        tx.execute(&insert, &[&msg.id().unwrap()]).map(drop)
+    });
+    assert_eq!(
+        again.kind(),
+        OutcomeKind::Ran,
+        "the redelivery runs: {again:?}"
+    );
+    assert_eq!(pg_effects(&table, "cr-2"), 1);
+    pg().batch_execute(&format!("DROP TABLE {late}; DROP FUNCTION {late}_fail()"))
+        .unwrap();
+    pg_drop(&table);
+}
+
 /// The store prepares its statements once per connection: one prepared in a
 /// transaction that rolls back, or under a savepoint rolled back, is still
 /// there for the next call; and a handler that deallocates them all loses its
