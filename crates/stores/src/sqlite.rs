@@ -12,7 +12,9 @@ use bq_dedupe::{
     Store, StoreError, StoreResult, clock::Clock, clock::SystemClock, store::Capabilities,
     store::Claim, store::ClaimToken, store::Settled, store::Settlement,
 };
-use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{
+    Connection, DropBehavior, ErrorCode, OptionalExtension, TransactionBehavior, params,
+};
 
 use bq_dedupe::store::sql::{
     CLAIM, COMMIT_IF_FREE, COMMIT_OWN, EXPIRY_INDEX, FORGET, LIVE_ROW, RELEASE, REMEMBER, RENEW,
@@ -467,7 +469,10 @@ impl TransactionalStore for SqliteStore {
         let savepoint = crate::savepoint_for(&new_token());
         tx.execute_batch(&format!("SAVEPOINT {savepoint}"))
             .map_err(error)?;
-        match no_commits(&self.refuse_commits, &mut tx, work) {
+        let result = no_commits(&self.refuse_commits, &mut tx, work);
+        // Whatever the handler set: a run not committed below is rolled back.
+        tx.set_drop_behavior(DropBehavior::Rollback);
+        match result {
             Ok(value) => {
                 if let Err(e) = still_open(&tx) {
                     return Ok(TxRun::Aborted(e));
@@ -486,8 +491,9 @@ impl TransactionalStore for SqliteStore {
         }
     }
 
-    /// A work that ends the transaction (see [`still_open`]) takes the earlier
-    /// entries' uncommitted writes with it: it is that entry's failure, and the
+    /// A work that ends the transaction (see [`still_open`]), or ends it and
+    /// begins another (its savepoint then gone), takes the earlier entries'
+    /// uncommitted writes with it: it is that entry's failure, and the
     /// batch starts again in a new transaction without it, so the entries
     /// before it run again (their first writes were rolled back) instead of
     /// failing beside it on every redelivery. Each new start leaves out one
@@ -521,27 +527,50 @@ impl TransactionalStore for SqliteStore {
                 tx.execute_batch(&format!("SAVEPOINT {savepoint}"))
                     .map_err(error)?;
                 let result = no_commits(&self.refuse_commits, &mut tx, |tx| work(i, tx));
+                // Whatever the handler set: a batch not committed below is rolled back.
+                tx.set_drop_behavior(DropBehavior::Rollback);
+                let ended_with = |result: Result<(), E>, why: StoreError| match result {
+                    Ok(()) => TxRun::Aborted(why),
+                    Err(e) => TxRun::RolledBack(e),
+                };
                 if let Err(aborted) = still_open(&tx) {
-                    ended[i] = Some(match result {
-                        Ok(()) => TxRun::Aborted(aborted),
-                        Err(e) => TxRun::RolledBack(e),
-                    });
+                    ended[i] = Some(ended_with(result, aborted));
                     continue 'batch; // `tx` is dropped: a rollback of nothing
+                }
+                let close = match result {
+                    Ok(()) => format!("RELEASE {savepoint}"),
+                    Err(_) => format!("ROLLBACK TO {savepoint}; RELEASE {savepoint}"),
+                };
+                if tx.execute_batch(&close).is_err() {
+                    // Its savepoint is gone: the handler ended the transaction
+                    // and began another (the single run's `began_another`).
+                    ended[i] = Some(ended_with(result, began_another()));
+                    continue 'batch;
                 }
                 match result {
                     Ok(()) => {
                         if let Some(key) = key {
                             remember_in(&tx, &[key], self.until(ttl)).map_err(error)?;
                         }
-                        tx.execute_batch(&format!("RELEASE {savepoint}"))
-                            .map_err(error)?;
                         runs.push((i, TxRun::Committed(())));
                     }
-                    Err(e) => {
-                        tx.execute_batch(&format!("ROLLBACK TO {savepoint}; RELEASE {savepoint}"))
-                            .map_err(error)?;
-                        runs.push((i, TxRun::RolledBack(e)));
-                    }
+                    Err(e) => runs.push((i, TxRun::RolledBack(e))),
+                }
+            }
+            // A later handler may have deleted ids recorded before it (its own
+            // writes to `bq_dedupe`): they would commit unrecorded and run again.
+            let recorded = runs
+                .iter()
+                .filter(|(_, run)| matches!(run, TxRun::Committed(())));
+            for key in recorded.filter_map(|(i, _)| keys[*i]) {
+                let state: Option<i64> =
+                    (tx.query_row(STATE, [key], |row| row.get(0)).optional()).map_err(error)?;
+                if state != Some(1) {
+                    return Err(StoreError::internal(
+                        "sqlite: a handler of this batch deleted or changed an id the batch had \
+                         recorded in bq_dedupe; nothing was committed (leave the id table to \
+                         the store)",
+                    ));
                 }
             }
             tx.commit().map_err(error)?;

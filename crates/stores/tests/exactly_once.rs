@@ -977,6 +977,111 @@ const AGAIN: [OutcomeKind; 6] = [
     OutcomeKind::Rejected,
 ];
 
+/// A handler that sets the lent transaction to commit on drop, then fails:
+/// its writes were committed beside a `Failed` outcome, the id unrecorded, and
+/// the redelivery wrote them again (an adversarial trial's finding). A run
+/// that does not commit is rolled back whatever the handler set.
+#[test]
+fn a_handler_that_sets_the_transaction_to_commit_on_drop_and_fails_commits_nothing() {
+    use rusqlite::DropBehavior;
+    let db = TempDb::new("tx-drop-commit");
+    let guard = open(db.path());
+    let insert = "INSERT INTO effects (id, attempt) VALUES (?1, ?2)";
+    let single = guard.process_in_transaction(envelope("dc-1").as_str(), |msg, tx| {
+        tx.set_drop_behavior(DropBehavior::Commit);
+        tx.execute(insert, params![msg.id().unwrap(), 1])?;
+        Err::<(), rusqlite::Error>(rusqlite::Error::InvalidQuery)
+    });
+    assert_eq!(single.kind(), OutcomeKind::Failed, "{single:?}");
+    assert_eq!(effects_of(db.path(), "dc-1"), 0, "rolled back");
+    let bodies = [envelope("dc-2"), envelope("dc-3")];
+    let batch = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+        tx.set_drop_behavior(DropBehavior::Commit);
+        tx.execute(insert, params![msg.id().unwrap(), 1])
+            .map_err(|e| e.to_string())?;
+        // The first ends the transaction and begins another (left out: the
+        // batch starts again without it), the second fails.
+        match msg.id() {
+            Some("dc-2") => tx
+                .execute_batch("ROLLBACK; BEGIN")
+                .map_err(|e| e.to_string()),
+            _ => Err("dc-3 fails".to_string()),
+        }
+    });
+    let kinds: Vec<OutcomeKind> = batch.iter().map(Outcome::kind).collect();
+    assert_eq!(
+        kinds,
+        [OutcomeKind::Failed, OutcomeKind::Failed],
+        "{batch:?}"
+    );
+    assert_eq!(effects_of(db.path(), "dc-2"), 0);
+    assert_eq!(effects_of(db.path(), "dc-3"), 0);
+}
+
+/// A batch delivery whose handler ends the transaction and begins another
+/// (`ROLLBACK; BEGIN`) is left out, and its neighbours commit; every
+/// delivery was store-unavailable ("no such savepoint"), on every
+/// redelivery (an adversarial trial's finding).
+#[test]
+fn sqlite_a_batch_delivery_that_ends_the_transaction_is_left_out() {
+    let db = TempDb::new("tx-batch-rebegin");
+    let guard = open(db.path());
+    let bodies = [envelope("rbb-1"), envelope("rbb-2"), envelope("rbb-3")];
+    let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+        let id = msg.id().unwrap();
+        tx.execute("INSERT INTO effects (id) VALUES (?1)", [id])
+            .map_err(|e| e.to_string())?;
+        match id {
+            "rbb-2" => tx
+                .execute_batch("ROLLBACK; BEGIN")
+                .map_err(|e| e.to_string()),
+            _ => Ok(()),
+        }
+    });
+    let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
+    assert_eq!(
+        kinds,
+        [OutcomeKind::Ran, OutcomeKind::Failed, OutcomeKind::Ran],
+        "{outcomes:?}"
+    );
+    assert!(
+        format!("{:?}", outcomes[1]).contains("began another"),
+        "{outcomes:?}"
+    );
+    for (id, n) in [("rbb-1", 1), ("rbb-2", 0), ("rbb-3", 1)] {
+        assert_eq!(effects_of(db.path(), id), n, "{id}");
+    }
+}
+
+/// A batch handler that deletes ids the batch recorded before it (`DELETE FROM
+/// bq_dedupe`): they were committed unrecorded and ran again on the
+/// redelivery, each reported run-ok (an adversarial trial's finding). Checked
+/// before the commit, as on PostgreSQL: nothing of the batch commits.
+#[test]
+fn sqlite_a_batch_handler_that_deletes_recorded_ids_commits_nothing() {
+    let db = TempDb::new("tx-batch-delete-ids");
+    let guard = open(db.path());
+    let bodies = [envelope("del-1"), envelope("del-2"), envelope("del-3")];
+    let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+        let id = msg.id().unwrap();
+        tx.execute("INSERT INTO effects (id) VALUES (?1)", [id])
+            .map_err(|e| e.to_string())?;
+        if id == "del-2" {
+            tx.execute_batch("DELETE FROM bq_dedupe")
+                .map_err(|e| e.to_string())?;
+        }
+        Ok::<(), String>(())
+    });
+    let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
+    assert!(
+        kinds.iter().all(|k| *k == OutcomeKind::StoreUnavailable),
+        "{outcomes:?}"
+    );
+    for id in ["del-1", "del-2", "del-3"] {
+        assert_eq!(effects_of(db.path(), id), 0, "{id}");
+    }
+}
+
 #[test]
 fn sqlite_a_batch_rolls_back_only_the_failing_delivery() {
     let db = TempDb::new("tx-batch");
