@@ -25,6 +25,19 @@ fn redis_spec(url: &str, name: &str) -> String {
     format!("{url}?prefix=bq-test:{name}:{}:", std::process::id())
 }
 
+/// Every verdict printed before a kill is a `skip` in the rerun's verdicts:
+/// what was printed had been recorded.
+fn assert_skipped_on_rerun(printed: &[Value], rerun: &[Value]) {
+    for d in printed {
+        let n = d["line"].as_u64().unwrap() as usize;
+        assert_eq!(
+            rerun[n - 1]["decision"],
+            "skip",
+            "printed, then ran again: {d}"
+        );
+    }
+}
+
 fn envelope(id: &str) -> String {
     json!({
         "job": "urn:babel:orders:created", "trace_id": "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b",
@@ -271,14 +284,7 @@ fn kill_dash_nine_mid_stream_loses_nothing_and_reruns_nothing_reported() {
     let out = bq(&["run", "--store", &spec], &(lines.join("\n") + "\n"));
     let second = decisions(&out);
     assert_eq!(second.len(), lines.len(), "every line gets a decision");
-    for d in &reported {
-        let n = d["line"].as_u64().unwrap() as usize;
-        assert_eq!(
-            second[n - 1]["decision"],
-            "skip",
-            "reported as run before the kill, ran again: {d}"
-        );
-    }
+    assert_skipped_on_rerun(&reported, &second);
     assert!(
         second
             .iter()
@@ -1077,12 +1083,5 @@ fn a_slow_stream_from_a_file_prints_as_it_goes() {
         &(lines.join("\n") + "\n"),
     );
     let again = decisions(&again);
-    for d in &printed {
-        let n = d["line"].as_u64().unwrap() as usize;
-        assert_eq!(
-            again[n - 1]["decision"],
-            "skip",
-            "printed, then ran again: {d}"
-        );
-    }
+    assert_skipped_on_rerun(&printed, &again);
 }
