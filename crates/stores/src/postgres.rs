@@ -1444,8 +1444,17 @@ impl TransactionalStore for PostgresStore {
                                 // else (a lost reply, a FATAL that ended the
                                 // session) is left alone: that COMMIT may have
                                 // landed.
+                                // (A server before 9.6 sends no unlocalized
+                                // severity: then the classes known to refuse.)
                                 let refused = e.as_db_error().is_some_and(|db| {
-                                    db.parsed_severity() == Some(postgres::error::Severity::Error)
+                                    db.parsed_severity().map_or_else(
+                                        || {
+                                            ["23", "40"]
+                                                .iter()
+                                                .any(|c| db.code().code().starts_with(c))
+                                        },
+                                        |s| s == postgres::error::Severity::Error,
+                                    )
                                 });
                                 if refused {
                                     let _undone = self.undo_takes_elsewhere(&keys, &mark, &writer);

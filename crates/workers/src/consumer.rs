@@ -505,8 +505,16 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             js_sys::Reflect::set(&letter, &JsValue::from_str("body"), &original)
                 .map_err(describe)?;
             let v8 = RawMessageBuilder::new(letter).build_with_content_type(QueueContentType::V8);
-            producer.send_raw(v8).await.map_err(|e| e.to_string())?;
-            return Ok(true);
+            match producer.send_raw(v8).await {
+                Ok(()) => return Ok(true),
+                // Refused (over the queue's size limit: its size is not known
+                // before) or failed: bytes of its own (binary, a lone
+                // surrogate's) take the JSON letter below, cut to their digest
+                // if need be, rather than a retry on every attempt; a value
+                // JSON cannot write has no bytes to keep: retried.
+                Err(e) if body.is_empty() => return Err(e.to_string()),
+                Err(_) => {}
+            }
         }
         let mut value: JsValue = as_js(wrap(&delivery))?;
         // Measured as the runtime encodes it: JS writes some numbers longer

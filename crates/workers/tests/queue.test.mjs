@@ -258,6 +258,17 @@ describe("poison (malformed or invalid envelopes)", () => {
       assert.equal(bytes.dead_letter.exception, "not-json");
     }));
 
+  test("binary poison near the size limit, too large as a structured-clone letter: the JSON letter with its digest (a review's finding)", () =>
+    withWorker({ consumer: { maxRetries: 1 } }, async (worker) => {
+      const orders = await worker.mf.getQueueProducer("ORDERS");
+      await orders.send(new Uint8Array(127_950).fill(0xff), { contentType: "v8" });
+      await worker.waitForStats((s) => s.dead_letters_received >= 1, "the dead letter");
+      const [letter] = (await worker.deadLetters()).dead_letters;
+      assert.equal(letter.dead_letter?.reason, "poison", JSON.stringify(letter).slice(0, 300));
+      assert.equal(letter.truncated?.bytes, 127_950);
+      assert.match(letter.truncated?.sha256 ?? "", /^[0-9a-f]{64}$/);
+    }));
+
   test("without one: retried, so the queue's max_retries + dead_letter_queue take it", () =>
     withWorker({ vars: { DEDUPE_DEAD_LETTER: "" }, consumer: { maxRetries: 1 } }, async (worker) => {
       await worker.publish(["{not json"]);
