@@ -418,6 +418,28 @@ fn still_open(tx: &rusqlite::Transaction<'_>) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Whether the work made a TEMP table named as the id table: it hides
+/// `bq_dedupe` from every statement of the connection, so the id would be
+/// recorded there and gone with the connection. The run is refused; its
+/// rollback takes the temp table with it.
+fn no_shadow(tx: &rusqlite::Transaction<'_>) -> Result<(), StoreError> {
+    let shadowed = tx
+        .query_row(
+            "SELECT 1 FROM temp.sqlite_master WHERE type = 'table' AND name = 'bq_dedupe'",
+            [],
+            |_| Ok(()),
+        )
+        .optional()
+        .map_err(error)?;
+    match shadowed {
+        None => Ok(()),
+        Some(()) => Err(StoreError::internal(
+            "sqlite: the handler made a TEMP table named bq_dedupe, which hides the store's id \
+             table; nothing of this run is committed (name it otherwise)",
+        )),
+    }
+}
+
 /// A work that ended the store's transaction and began another.
 fn began_another() -> StoreError {
     StoreError::internal(
@@ -474,7 +496,7 @@ impl TransactionalStore for SqliteStore {
         tx.set_drop_behavior(DropBehavior::Rollback);
         match result {
             Ok(value) => {
-                if let Err(e) = still_open(&tx) {
+                if let Err(e) = still_open(&tx).and_then(|()| no_shadow(&tx)) {
                     return Ok(TxRun::Aborted(e));
                 }
                 if tx.execute_batch(&format!("RELEASE {savepoint}")).is_err() {
@@ -557,6 +579,7 @@ impl TransactionalStore for SqliteStore {
                     Err(e) => runs.push((i, TxRun::RolledBack(e))),
                 }
             }
+            no_shadow(&tx)?;
             // A later handler may have deleted ids recorded before it (its own
             // writes to `bq_dedupe`): they would commit unrecorded and run again.
             let recorded = runs

@@ -1018,6 +1018,53 @@ fn a_handler_that_sets_the_transaction_to_commit_on_drop_and_fails_commits_nothi
     assert_eq!(effects_of(db.path(), "dc-3"), 0);
 }
 
+/// A handler that makes a TEMP table named `bq_dedupe` hides the id table
+/// from the store's statements: its id went there, and after a reopen the
+/// message ran again (an adversarial trial's finding). Refused: the run is
+/// rolled back, the temp table with it.
+#[test]
+fn a_handler_whose_temp_table_hides_the_id_table_commits_nothing() {
+    let db = TempDb::new("tx-temp-shadow");
+    let insert = "INSERT INTO effects (id, attempt) VALUES (?1, ?2)";
+    let shadow = "CREATE TEMP TABLE IF NOT EXISTS bq_dedupe \
+                  (key TEXT PRIMARY KEY, state INTEGER, token TEXT, expires_at INTEGER)";
+    let guard = open(db.path());
+    let first = guard.process_in_transaction(envelope("ts-1").as_str(), |msg, tx| {
+        tx.execute_batch(shadow)?;
+        tx.execute(insert, params![msg.id().unwrap(), 1]).map(drop)
+    });
+    assert_eq!(first.kind(), OutcomeKind::Failed, "{first:?}");
+    assert!(format!("{first:?}").contains("TEMP table"), "{first:?}");
+    assert_eq!(effects_of(db.path(), "ts-1"), 0);
+    let bodies = [envelope("ts-2"), envelope("ts-3")];
+    let batch = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+        if msg.id() == Some("ts-3") {
+            tx.execute_batch(shadow).map_err(|e| e.to_string())?;
+        }
+        tx.execute(insert, params![msg.id().unwrap(), 1])
+            .map(drop)
+            .map_err(|e| e.to_string())
+    });
+    assert!(
+        batch
+            .iter()
+            .all(|o| o.kind() == OutcomeKind::StoreUnavailable),
+        "{batch:?}"
+    );
+    // Then, on a fresh connection, each runs once and is skipped after.
+    let guard = open(db.path());
+    for id in ["ts-1", "ts-2", "ts-3"] {
+        let run = || {
+            guard.process_in_transaction(envelope(id).as_str(), |msg, tx| {
+                tx.execute(insert, params![msg.id().unwrap(), 2]).map(drop)
+            })
+        };
+        assert_eq!(run().kind(), OutcomeKind::Ran, "{id}");
+        assert_eq!(run().kind(), OutcomeKind::Skipped, "{id}");
+        assert_eq!(effects_of(db.path(), id), 1, "{id}");
+    }
+}
+
 /// A batch delivery whose handler ends the transaction and begins another
 /// (`ROLLBACK; BEGIN`) is left out, and its neighbours commit; every
 /// delivery was store-unavailable ("no such savepoint"), on every
