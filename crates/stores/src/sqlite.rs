@@ -418,14 +418,20 @@ fn still_open(tx: &rusqlite::Transaction<'_>) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Whether the work made a TEMP table named as the id table: it hides
-/// `bq_dedupe` from every statement of the connection, so the id would be
-/// recorded there and gone with the connection. The run is refused; its
-/// rollback takes the temp table with it.
+/// Whether the work made something that changes what the store's statements
+/// do to its id table: a TEMP table or view named as it (names match without
+/// case), which hides `bq_dedupe` from every statement of the connection, or a
+/// trigger on it (one that deletes the id it records). The run is refused; its
+/// rollback takes them with it.
 fn no_shadow(tx: &rusqlite::Transaction<'_>) -> Result<(), StoreError> {
     let shadowed = tx
         .query_row(
-            "SELECT 1 FROM temp.sqlite_master WHERE type = 'table' AND name = 'bq_dedupe'",
+            "SELECT 1 FROM temp.sqlite_master
+               WHERE name = 'bq_dedupe' COLLATE NOCASE OR tbl_name = 'bq_dedupe' COLLATE NOCASE
+             UNION ALL
+             SELECT 1 FROM main.sqlite_master
+               WHERE type = 'trigger' AND tbl_name = 'bq_dedupe' COLLATE NOCASE
+             LIMIT 1",
             [],
             |_| Ok(()),
         )
@@ -434,10 +440,27 @@ fn no_shadow(tx: &rusqlite::Transaction<'_>) -> Result<(), StoreError> {
     match shadowed {
         None => Ok(()),
         Some(()) => Err(StoreError::internal(
-            "sqlite: the handler made a TEMP table named bq_dedupe, which hides the store's id \
-             table; nothing of this run is committed (name it otherwise)",
+            "sqlite: the handler made a TEMP table or view named bq_dedupe, or a trigger on \
+             it, which changes the store's id table; nothing of this run is committed (leave \
+             the id table to the store)",
         )),
     }
+}
+
+/// Whether `key` is recorded done (the store just wrote it; a handler's own
+/// writes to the id table may have taken it away).
+fn recorded(tx: &rusqlite::Transaction<'_>, key: &str) -> StoreResult<bool> {
+    let state: Option<i64> =
+        (tx.query_row(STATE, [key], |row| row.get(0)).optional()).map_err(error)?;
+    Ok(state == Some(1))
+}
+
+/// An id the store recorded and then found gone before the commit.
+fn unrecorded() -> StoreError {
+    StoreError::internal(
+        "sqlite: a handler deleted or changed an id the store had recorded in bq_dedupe; \
+         nothing was committed (leave the id table to the store)",
+    )
 }
 
 /// A work that ended the store's transaction and began another.
@@ -504,6 +527,9 @@ impl TransactionalStore for SqliteStore {
                 }
                 if let Some(key) = key {
                     remember_in(&tx, &[key], self.until(ttl)).map_err(error)?;
+                    if !recorded(&tx, key)? {
+                        return Ok(TxRun::Aborted(unrecorded()));
+                    }
                 }
                 tx.commit().map_err(error)?;
                 Ok(TxRun::Committed(value))
@@ -555,9 +581,9 @@ impl TransactionalStore for SqliteStore {
                     Ok(()) => TxRun::Aborted(why),
                     Err(e) => TxRun::RolledBack(e),
                 };
-                if let Err(aborted) = still_open(&tx) {
+                if let Err(aborted) = still_open(&tx).and_then(|()| no_shadow(&tx)) {
                     ended[i] = Some(ended_with(result, aborted));
-                    continue 'batch; // `tx` is dropped: a rollback of nothing
+                    continue 'batch; // `tx` is dropped: rolled back
                 }
                 let close = match result {
                     Ok(()) => format!("RELEASE {savepoint}"),
@@ -579,21 +605,14 @@ impl TransactionalStore for SqliteStore {
                     Err(e) => runs.push((i, TxRun::RolledBack(e))),
                 }
             }
-            no_shadow(&tx)?;
             // A later handler may have deleted ids recorded before it (its own
             // writes to `bq_dedupe`): they would commit unrecorded and run again.
-            let recorded = runs
+            let committed = runs
                 .iter()
                 .filter(|(_, run)| matches!(run, TxRun::Committed(())));
-            for key in recorded.filter_map(|(i, _)| keys[*i]) {
-                let state: Option<i64> =
-                    (tx.query_row(STATE, [key], |row| row.get(0)).optional()).map_err(error)?;
-                if state != Some(1) {
-                    return Err(StoreError::internal(
-                        "sqlite: a handler of this batch deleted or changed an id the batch had \
-                         recorded in bq_dedupe; nothing was committed (leave the id table to \
-                         the store)",
-                    ));
+            for key in committed.filter_map(|(i, _)| keys[*i]) {
+                if !recorded(&tx, key)? {
+                    return Err(unrecorded());
                 }
             }
             tx.commit().map_err(error)?;
