@@ -1018,7 +1018,7 @@ fn run_says_when_it_makes_a_new_store() {
     );
     assert!(first.status.success(), "{first:?}");
     assert!(
-        said(&first).contains("a new, empty one is made there"),
+        said(&first).contains("nor its folder: a new, empty one is made there"),
         "{}",
         said(&first)
     );

@@ -51,3 +51,17 @@ fn a_stalled_server_fails_a_call_after_one_timeout() {
     ready(store.remember("after", None)).unwrap();
     assert!(ready(store.seen("after")).unwrap());
 }
+
+/// A port that takes the connection and never answers (not Redis, or a hung
+/// one): refused, saying it had no answer, not "Resource temporarily
+/// unavailable (os error 11)" (a trial's finding).
+#[test]
+fn a_server_that_never_answers_is_refused_saying_so() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}", silent.local_addr().unwrap());
+    let held = std::thread::spawn(move || silent.accept().map(|(conn, _)| conn));
+    let e = RedisStore::connect(&url, "bq-test:silent:").expect_err("no answer");
+    assert_eq!(e.kind, StoreErrorKind::Unavailable, "{e}");
+    assert!(e.message.contains("no answer within 5 s"), "{e}");
+    drop(held);
+}

@@ -43,7 +43,8 @@ pub fn forget(
             say(&format!(
                 "bq-dedupe: {id} is claimed by a running consumer (its claim ends in {:.1} s): \
                  not forgotten. Forgetting it ends that claim, and a redelivery could run \
-                 beside the running handler; wait for it, or pass --even-if-claimed",
+                 beside the running handler; wait for it, or, if that consumer is gone (a \
+                 crashed run's claim lasts its --lease), pass --even-if-claimed",
                 left.as_secs_f64()
             ));
             continue;

@@ -80,11 +80,16 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
     // Installed first, so every error path below drops it (and so flushes).
     let otlp = bq_dedupe_host::telemetry::Otlp::from_env(args.otlp_endpoint.as_deref())?;
     let new_file = (args.store.strip_prefix("sqlite:")).filter(|p| !Path::new(p).exists());
+    // Whether its folder is made too (the store makes missing folders).
+    let new_folder = new_file
+        .and_then(|p| Path::new(p).parent())
+        .is_some_and(|dir| !dir.as_os_str().is_empty() && !dir.exists());
     let store = bq_dedupe_host::open_store(&args.store)?;
     if let Some(path) = new_file {
         // Said, so that a mistyped path is seen: every id of the input runs.
+        let folder = if new_folder { ", nor its folder" } else { "" };
         bq_dedupe_host::say(&format!(
-            "bq-dedupe: no store was at {path}: a new, empty one is made there"
+            "bq-dedupe: no store was at {path}{folder}: a new, empty one is made there"
         ));
     }
     if matches!(handler, Handler::Mark) {

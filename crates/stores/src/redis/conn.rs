@@ -99,6 +99,12 @@ pub(super) fn error(e: RedisError) -> StoreError {
 
 /// [`error`], saying which server it came from (`host:port`).
 pub(super) fn error_at(e: RedisError, location: &str) -> StoreError {
+    if e.is_timeout() {
+        let secs = super::TIMEOUT.as_secs();
+        return StoreError::unavailable(format!(
+            "redis {location}: no answer within {secs} s (is it a Redis server, and up?): {e}"
+        ));
+    }
     let hint = match e.code() {
         Some("NOAUTH") => {
             " (the server requires a password: redis://:PASSWORD@HOST, percent-encoded)"
