@@ -15,7 +15,7 @@ use worker::{Queue, QueueContentType, RawMessageBuilder};
 use crate::batch::{QueueBatch, QueueMessage, describe};
 use crate::body::is_whole_text;
 use crate::dead_letter::{
-    DeadDelivery, MAX_DEAD_LETTER_BYTES, wrap, wrap_block_only, wrap_truncated,
+    DeadDelivery, MAX_DEAD_LETTER_BYTES, NOT_TEXT, TOO_LARGE, wrap, wrap_block_only, wrap_truncated,
 };
 use crate::spans::BatchSpans;
 
@@ -507,13 +507,20 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             let v8 = RawMessageBuilder::new(letter).build_with_content_type(QueueContentType::V8);
             match producer.send_raw(v8).await {
                 Ok(()) => return Ok(true),
+                // A value JSON cannot write has no bytes to keep: retried.
+                Err(e) if body.is_empty() => return Err(e.to_string()),
                 // Refused (over the queue's size limit: its size is not known
                 // before) or failed: bytes of its own (binary, a lone
-                // surrogate's) take the JSON letter below, cut to their digest
-                // if need be, rather than a retry on every attempt; a value
-                // JSON cannot write has no bytes to keep: retried.
-                Err(e) if body.is_empty() => return Err(e.to_string()),
-                Err(_) => {}
+                // surrogate's) take a JSON letter with their digest, never
+                // their text (it would not be the body), rather than a retry
+                // on every attempt.
+                Err(_) => {
+                    let letter = as_js(wrap_truncated(&delivery, NOT_TEXT))?;
+                    let json = RawMessageBuilder::new(letter)
+                        .build_with_content_type(QueueContentType::Json);
+                    producer.send_raw(json).await.map_err(|e| e.to_string())?;
+                    return Ok(true);
+                }
             }
         }
         let mut value: JsValue = as_js(wrap(&delivery))?;
@@ -524,7 +531,7 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             .and_then(|s| s.as_string())
             .map_or(usize::MAX, |s| s.len());
         if encoded > MAX_DEAD_LETTER_BYTES {
-            value = as_js(wrap_truncated(&delivery))?;
+            value = as_js(wrap_truncated(&delivery, TOO_LARGE))?;
         }
         producer
             .send_raw(RawMessageBuilder::new(value).build_with_content_type(QueueContentType::Json))

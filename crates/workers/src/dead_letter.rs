@@ -47,13 +47,23 @@ pub(crate) fn wrap(delivery: &DeadDelivery<'_>) -> Value {
     if fits(&short) {
         return short;
     }
-    wrap_truncated(delivery)
+    wrap_truncated(delivery, TOO_LARGE)
 }
 
+/// Why a letter holds a digest: the whole would not fit the queue.
+pub(crate) const TOO_LARGE: &str = "the dead letter would exceed the queue's 128 KB message \
+     limit: the envelope's job, trace_id and meta are kept, the rest is this digest";
+/// Why a letter holds a digest: the body as it came (no UTF-8 text holds it)
+/// was refused as a structured clone, and text would not be the body.
+pub(crate) const NOT_TEXT: &str = "the body is no UTF-8 text and the queue refused it as \
+     a structured clone: the envelope's job, trace_id and meta are kept, the rest is this \
+     digest of its bytes";
+
 /// The letter without the body: the envelope's `job`, `trace_id` and `meta`
-/// (less, if even those do not fit) and a `truncated` digest of the body. For
-/// a letter whose whole form, as the runtime encodes it, is over the limit.
-pub(crate) fn wrap_truncated(delivery: &DeadDelivery<'_>) -> Value {
+/// (less, if even those do not fit) and a `truncated` digest of the body,
+/// saying `why`: [`TOO_LARGE`], a letter whose whole form, as the runtime
+/// encodes it, is over the limit; [`NOT_TEXT`], a body text would not keep.
+pub(crate) fn wrap_truncated(delivery: &DeadDelivery<'_>, why: &str) -> Value {
     let error = cut(&delivery.error);
     let body = serde_json::from_slice::<Value>(delivery.body).ok();
     let kept: Vec<(&str, Value)> = match &body {
@@ -66,8 +76,7 @@ pub(crate) fn wrap_truncated(delivery: &DeadDelivery<'_>) -> Value {
     let digest = json!({
         "bytes": delivery.body.len(),
         "sha256": hex(&Sha256::digest(delivery.body)),
-        "why": "the dead letter would exceed the queue's 128 KB message limit: the envelope's \
-                job, trace_id and meta are kept, the rest is this digest",
+        "why": why,
     });
     // The most of the envelope that fits: all three fields, then `meta.id`
     // alone, then nothing but the digest.

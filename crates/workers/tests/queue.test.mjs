@@ -267,6 +267,9 @@ describe("poison (malformed or invalid envelopes)", () => {
       assert.equal(letter.dead_letter?.reason, "poison", JSON.stringify(letter).slice(0, 300));
       assert.equal(letter.truncated?.bytes, 127_950);
       assert.match(letter.truncated?.sha256 ?? "", /^[0-9a-f]{64}$/);
+      // Its digest, never its text (U+FFFD is not the body), saying why.
+      assert.match(letter.truncated?.why ?? "", /refused it as a structured clone/);
+      assert.equal(letter.body, undefined);
     }));
 
   test("without one: retried, so the queue's max_retries + dead_letter_queue take it", () =>
