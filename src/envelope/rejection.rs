@@ -75,13 +75,17 @@ impl Rejection {
     }
 
     pub(crate) fn from_json_error(e: &serde_json::Error) -> Rejection {
-        // serde_json has no public error code for its recursion limit; its message is stable.
-        if e.to_string().starts_with("recursion limit exceeded") {
+        // serde_json has no public error codes for these; its messages are stable.
+        let text = e.to_string();
+        if text.starts_with("recursion limit exceeded") {
             Rejection::TooDeep {
                 limit: super::MAX_DEPTH,
             }
+        } else if text.contains("hex escape") {
+            // Its two surrogate errors: "unexpected end of hex escape" names none.
+            Rejection::NotJson(text + " (an unpaired UTF-16 surrogate: no UTF-8 text holds one)")
         } else {
-            Rejection::NotJson(e.to_string())
+            Rejection::NotJson(text)
         }
     }
 }
