@@ -81,7 +81,9 @@ impl Rejection {
             Rejection::TooDeep {
                 limit: super::MAX_DEPTH,
             }
-        } else if text.contains("hex escape") {
+        } else if text.starts_with("unexpected end of hex escape")
+            || text.starts_with("lone leading surrogate")
+        {
             // Its two surrogate errors: "unexpected end of hex escape" names none.
             Rejection::NotJson(text + " (an unpaired UTF-16 surrogate: no UTF-8 text holds one)")
         } else {
