@@ -418,19 +418,17 @@ fn still_open(tx: &rusqlite::Transaction<'_>) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Whether the work made something that changes what the store's statements
-/// do to its id table: a TEMP table or view named as it (names match without
-/// case), which hides `bq_dedupe` from every statement of the connection, or a
-/// trigger on it (one that deletes the id it records). The run is refused; its
-/// rollback takes them with it.
+/// Whether the work made something on its connection that changes what the
+/// store's statements do to its id table: a TEMP table or view named as it
+/// (names match without case), which hides `bq_dedupe` from every statement
+/// of the connection, or a TEMP trigger on it. The run is refused; its
+/// rollback takes them with it. (A lasting trigger of the file's own, a
+/// counting one, is left alone: an id one deletes is found by [`recorded`].)
 fn no_shadow(tx: &rusqlite::Transaction<'_>) -> Result<(), StoreError> {
     let shadowed = tx
         .query_row(
             "SELECT 1 FROM temp.sqlite_master
                WHERE name = 'bq_dedupe' COLLATE NOCASE OR tbl_name = 'bq_dedupe' COLLATE NOCASE
-             UNION ALL
-             SELECT 1 FROM main.sqlite_master
-               WHERE type = 'trigger' AND tbl_name = 'bq_dedupe' COLLATE NOCASE
              LIMIT 1",
             [],
             |_| Ok(()),
@@ -440,9 +438,9 @@ fn no_shadow(tx: &rusqlite::Transaction<'_>) -> Result<(), StoreError> {
     match shadowed {
         None => Ok(()),
         Some(()) => Err(StoreError::internal(
-            "sqlite: the handler made a TEMP table or view named bq_dedupe, or a trigger on \
-             it, which changes the store's id table; nothing of this run is committed (leave \
-             the id table to the store)",
+            "sqlite: the handler made a TEMP table or view named bq_dedupe, or a TEMP trigger \
+             on it, which changes the store's id table; nothing of this run is committed \
+             (leave the id table to the store)",
         )),
     }
 }
@@ -458,8 +456,9 @@ fn recorded(tx: &rusqlite::Transaction<'_>, key: &str) -> StoreResult<bool> {
 /// An id the store recorded and then found gone before the commit.
 fn unrecorded() -> StoreError {
     StoreError::internal(
-        "sqlite: a handler deleted or changed an id the store had recorded in bq_dedupe; \
-         nothing was committed (leave the id table to the store)",
+        "sqlite: an id the store had recorded in bq_dedupe was gone before the commit (a \
+         handler's write, or a trigger's); nothing was committed (leave the id table to the \
+         store)",
     )
 }
 

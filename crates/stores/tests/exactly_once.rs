@@ -1077,6 +1077,30 @@ fn a_handler_that_shadows_or_triggers_on_the_id_table_commits_nothing() {
     }
 }
 
+/// A lasting trigger of the file's own on the id table (a counting one, as
+/// `sqlite-utils enable-counts` adds) leaves the runs alone: the first
+/// version of the check above refused every run beside it (a review's finding).
+#[test]
+fn a_lasting_trigger_that_keeps_the_ids_leaves_runs_alone() {
+    let db = TempDb::new("tx-counting-trigger");
+    let guard = open(db.path());
+    let conn = Connection::open(db.path()).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE counts (n INTEGER); INSERT INTO counts VALUES (0);
+         CREATE TRIGGER counted AFTER INSERT ON bq_dedupe BEGIN UPDATE counts SET n = n + 1; END",
+    )
+    .unwrap();
+    let insert = "INSERT INTO effects (id, attempt) VALUES (?1, ?2)";
+    let run = |id: &str| {
+        guard.process_in_transaction(envelope(id).as_str(), |msg, tx| {
+            tx.execute(insert, params![msg.id().unwrap(), 1]).map(drop)
+        })
+    };
+    assert_eq!(run("ct-1").kind(), OutcomeKind::Ran);
+    assert_eq!(run("ct-1").kind(), OutcomeKind::Skipped);
+    assert_eq!(effects_of(db.path(), "ct-1"), 1);
+}
+
 /// A batch delivery whose handler ends the transaction and begins another
 /// (`ROLLBACK; BEGIN`) is left out, and its neighbours commit; every
 /// delivery was store-unavailable ("no such savepoint"), on every
