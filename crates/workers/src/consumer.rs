@@ -106,6 +106,10 @@ impl MessageReport {
     }
 }
 
+/// More than a dead letter's block and structured-clone framing add to its
+/// body: a body shorter by this cannot have made the letter too large.
+const LETTER_ROOM: usize = 4_096;
+
 /// A message's outcome, how long it parks (if it does) and its store key.
 type Ended<'a, E> = (&'a Outcome<E>, Option<Duration>, Option<&'a str>);
 
@@ -498,7 +502,19 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         let as_js =
             |letter: serde_json::Value| js_sys::JSON::parse(&letter.to_string()).map_err(describe);
         let original = message.body();
-        if !is_whole_text(&original, body) {
+        let value = if is_whole_text(&original, body) {
+            let mut value: JsValue = as_js(wrap(&delivery))?;
+            // Measured as the runtime encodes it: JS writes some numbers longer
+            // than serde_json does (`1e20` as 21 digits).
+            let encoded = js_sys::JSON::stringify(&value)
+                .ok()
+                .and_then(|s| s.as_string())
+                .map_or(usize::MAX, |s| s.len());
+            if encoded > MAX_DEAD_LETTER_BYTES {
+                value = as_js(wrap_truncated(&delivery, TOO_LARGE))?;
+            }
+            value
+        } else {
             // Text would lose this body (the empty text of a BigInt, a lone
             // surrogate's U+FFFD): the value itself, as a structured clone.
             let letter = as_js(wrap_block_only(&delivery))?;
@@ -507,32 +523,19 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             let v8 = RawMessageBuilder::new(letter).build_with_content_type(QueueContentType::V8);
             match producer.send_raw(v8).await {
                 Ok(()) => return Ok(true),
-                // A value JSON cannot write has no bytes to keep: retried.
-                Err(e) if body.is_empty() => return Err(e.to_string()),
+                // A value JSON cannot write has no bytes to keep, and bytes
+                // too few for a refusal by size failed by chance: retried.
+                Err(e) if body.len() < MAX_DEAD_LETTER_BYTES - LETTER_ROOM => {
+                    return Err(e.to_string());
+                }
                 // Refused (over the queue's size limit: its size is not known
                 // before) or failed: bytes of its own (binary, a lone
                 // surrogate's) take a JSON letter with their digest, never
                 // their text (it would not be the body), rather than a retry
                 // on every attempt.
-                Err(_) => {
-                    let letter = as_js(wrap_truncated(&delivery, NOT_TEXT))?;
-                    let json = RawMessageBuilder::new(letter)
-                        .build_with_content_type(QueueContentType::Json);
-                    producer.send_raw(json).await.map_err(|e| e.to_string())?;
-                    return Ok(true);
-                }
+                Err(_) => as_js(wrap_truncated(&delivery, NOT_TEXT))?,
             }
-        }
-        let mut value: JsValue = as_js(wrap(&delivery))?;
-        // Measured as the runtime encodes it: JS writes some numbers longer
-        // than serde_json does (`1e20` as 21 digits).
-        let encoded = js_sys::JSON::stringify(&value)
-            .ok()
-            .and_then(|s| s.as_string())
-            .map_or(usize::MAX, |s| s.len());
-        if encoded > MAX_DEAD_LETTER_BYTES {
-            value = as_js(wrap_truncated(&delivery, TOO_LARGE))?;
-        }
+        };
         producer
             .send_raw(RawMessageBuilder::new(value).build_with_content_type(QueueContentType::Json))
             .await
