@@ -303,19 +303,21 @@ pub(crate) fn guard(store: &JsValue, opts: &Option<JsValue>) -> Result<JsGuard, 
     // A setup mistake, not a store outage: refused here, not reported as
     // `store-unavailable` on every delivery (each one retried).
     let caps = store.capabilities();
-    if options.claim_lease.is_some() && !caps.claim {
-        return Err(type_error(
-            "claimLeaseMs needs store.claim and store.release",
-        ));
-    }
-    if options.claim_lease.is_some() && !caps.renew && !WARNED.replace(true) {
-        // Said once: a handler past its lease can then run beside a
-        // redelivery, both reported run-ok (an InMemoryStore of another copy
-        // of this package is such a store too: it is used through its methods).
-        warn(
-            "bq-dedupe: claimLeaseMs with a store that has no renew/rememberFenced \
-             (or settle): a handler slower than the lease can run beside a redelivery",
-        );
+    if options.claim_lease.is_some() {
+        if !caps.claim {
+            return Err(type_error(
+                "claimLeaseMs needs store.claim and store.release",
+            ));
+        }
+        if !caps.renew && !WARNED.replace(true) {
+            // Said once: a handler past its lease can then run beside a
+            // redelivery, both reported run-ok (an InMemoryStore of another
+            // copy of this package is such a store too: used through its methods).
+            warn(
+                "bq-dedupe: claimLeaseMs with a store that has no renew/rememberFenced \
+                 (or settle): a handler slower than the lease can run beside a redelivery",
+            );
+        }
     }
     Ok(Guard::new(store)
         .with_options(options)
