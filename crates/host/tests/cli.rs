@@ -1004,6 +1004,23 @@ fn an_empty_exec_is_refused_and_records_nothing() {
     assert!(!db.exists(), "nothing was recorded");
 }
 
+/// `--lease` without `--claim` was accepted and ignored: a user who meant
+/// claiming ran in the seen-set mode, with no word (a trial's finding).
+#[test]
+fn a_lease_without_claim_is_refused_and_records_nothing() {
+    let dir = scratch("lease-without-claim");
+    let db = dir.join("seen.db");
+    let spec = format!("sqlite:{}", db.display());
+    let out = bq(
+        &["run", "--store", &spec, "--lease", "30s"],
+        &envelope("l1"),
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("--claim"), "{said}");
+    assert!(!db.exists(), "nothing was recorded");
+}
+
 /// `run` says when it makes a new SQLite store, so a mistyped path is seen
 /// (every id of the input would run again: a trial's finding); not again once
 /// the file exists.

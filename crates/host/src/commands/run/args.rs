@@ -17,8 +17,8 @@ pub struct RunArgs {
     /// Claiming mode: take an in-flight claim before running, park concurrent duplicates.
     #[arg(long)]
     pub(super) claim: bool,
-    /// How long a claim lasts if its holder dies.
-    #[arg(long, value_parser = parse_positive_duration, default_value = "15m")]
+    /// How long a claim lasts if its holder dies (with `--claim` only).
+    #[arg(long, requires = "claim", value_parser = parse_positive_duration, default_value = "15m")]
     pub(super) lease: Duration,
     /// Store key prefix: text put before each id. In one store, no consumer's
     /// prefix may begin another's (an empty one begins every one): `orders:` + `1`
