@@ -1021,6 +1021,56 @@ fn a_lease_without_claim_is_refused_and_records_nothing() {
     assert!(!db.exists(), "nothing was recorded");
 }
 
+/// `run | head`: stdout closed while lines were being decided. The run said
+/// only "Broken pipe", though lines whose verdicts nobody saw were recorded
+/// (their rerun skips them: a trial's finding). It now says up to which line
+/// verdicts were printed and up to which lines were decided and recorded.
+#[cfg(unix)]
+#[test]
+fn a_closed_stdout_says_which_lines_were_decided_without_a_verdict() {
+    use std::io::{BufRead, BufReader};
+    let dir = scratch("closed-stdout");
+    let spec = format!("sqlite:{}", dir.join("seen.db").display());
+    let input = dir.join("in.jsonl");
+    let lines: Vec<String> = (0..20_000).map(|i| envelope(&format!("c-{i}"))).collect();
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let mut child = common::spawn(&["run", "--store", &spec, input.to_str().unwrap()]);
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    drop(out); // as `head -1` does
+    let finished = child.wait_with_output().unwrap();
+    assert_eq!(finished.status.code(), Some(2), "{finished:?}");
+    let said = String::from_utf8_lossy(&finished.stderr);
+    // "... printed up to line P; lines decided and recorded up to line D ..."
+    let number_after = |text: &str| -> u64 {
+        let at = said
+            .find(text)
+            .unwrap_or_else(|| panic!("{text:?} in {said}"));
+        said[at + text.len()..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap_or_else(|e| panic!("a line number after {text:?} in {said}: {e}"))
+    };
+    let printed = number_after("stdout up to line ");
+    let decided = number_after("recorded up to line ");
+    assert!(
+        1 <= printed && printed <= decided && decided < 20_000,
+        "{said}"
+    );
+    // The rerun skips exactly the lines said decided, and runs the rest.
+    let rerun = bq(&["run", "--store", &spec, input.to_str().unwrap()], "");
+    let verdicts = decisions(&rerun);
+    assert_eq!(verdicts.len(), 20_000);
+    for v in &verdicts {
+        let line = v["line"].as_u64().unwrap();
+        let expected = if line <= decided { "skip" } else { "run" };
+        assert_eq!(v["decision"], expected, "line {line}; {said}");
+    }
+}
+
 /// `run` says when it makes a new SQLite store, so a mistyped path is seen
 /// (every id of the input would run again: a trial's finding); not again once
 /// the file exists.

@@ -2,8 +2,9 @@
 //! off the deciding thread, so the next batch is decided while this one is
 //! printed. One channel, so verdicts come out in the order they were decided.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread::JoinHandle;
 
@@ -22,7 +23,17 @@ const QUEUED: usize = 1;
 pub struct Printer {
     /// Both `None` once finished.
     send: Option<SyncSender<Vec<LineVerdict>>>,
-    thread: Option<JoinHandle<std::io::Result<Counts>>>,
+    thread: Option<JoinHandle<Result<Counts, Failed>>>,
+    /// The line of the last verdict handed over: every line decided (and
+    /// recorded) up to it, printed or not.
+    decided_to: Cell<u64>,
+}
+
+/// Why the printing thread stopped, and the line of the last verdict it had
+/// written whole to stdout (0: none).
+struct Failed {
+    error: std::io::Error,
+    printed_to: u64,
 }
 
 impl Printer {
@@ -44,6 +55,7 @@ impl Printer {
         Printer {
             send: Some(send),
             thread: Some(thread),
+            decided_to: Cell::new(0),
         }
     }
 
@@ -53,19 +65,44 @@ impl Printer {
     /// microseconds. An error means the printing thread has stopped (stdout
     /// closed or failing): [`Printer::finish`] says why.
     pub fn print(&self, verdicts: Vec<LineVerdict>) -> Result<(), Stopped> {
+        if let Some(last) = verdicts.last() {
+            self.decided_to.set(last.line);
+        }
         let send = self.send.as_ref().ok_or(Stopped)?;
         send.send(verdicts).map_err(|_| Stopped)
     }
 
     /// Waits until everything queued is printed and flushed, and hands back the
-    /// counts, or the error that stopped the printing thread.
+    /// counts, or the error that stopped the printing thread with what it left
+    /// unprinted: those lines were decided and recorded, and their rerun skips
+    /// them (`run | head`).
     pub fn finish(mut self) -> Result<Counts> {
         drop(self.send.take());
-        match self.thread.take().map(JoinHandle::join) {
-            Some(Ok(done)) => Ok(done?),
-            Some(Err(_)) => Err(anyhow!("the printing thread panicked")),
-            None => Err(anyhow!("the printing thread was already finished")),
-        }
+        let Failed { error, printed_to } = match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(Ok(counts))) => return Ok(counts),
+            Some(Ok(Err(failed))) => failed,
+            Some(Err(_)) => return Err(anyhow!("the printing thread panicked")),
+            None => return Err(anyhow!("the printing thread was already finished")),
+        };
+        let decided_to = self.decided_to.get();
+        let printed = match printed_to {
+            0 => "no verdict printed".to_owned(),
+            line => format!("verdicts written to stdout up to line {line}"),
+        };
+        let unprinted = if decided_to > printed_to {
+            format!(
+                " (the verdicts of lines {} to {decided_to} are lost; `bq-dedupe show` \
+                 reads what the store holds for an id)",
+                printed_to + 1
+            )
+        } else {
+            String::new()
+        };
+        Err(anyhow!(
+            "writing the verdicts failed: {error}. Stopped: {printed}; lines decided and \
+             recorded up to line {decided_to}{unprinted}; the lines after line {decided_to} \
+             were not decided (feed them again)"
+        ))
     }
 }
 
@@ -84,17 +121,42 @@ impl Drop for Printer {
 #[derive(Debug)]
 pub struct Stopped;
 
-fn print(receive: &Receiver<Vec<LineVerdict>>) -> std::io::Result<Counts> {
-    // Stdout itself, not its lock: the lock is taken per write of the buffer,
-    // so nothing else that prints can block on this thread for the whole run.
-    let mut out = BufWriter::with_capacity(1 << 16, std::io::stdout());
+fn print(receive: &Receiver<Vec<LineVerdict>>) -> Result<Counts, Failed> {
     let mut counts = Counts::new();
+    // A group's text, and where each of its lines ends in it: a write that
+    // fails part way says up to which line was written.
+    let mut text = Vec::with_capacity(1 << 16);
+    let mut ends = Vec::new();
+    let mut printed_to = 0;
     for verdicts in receive {
+        text.clear();
+        ends.clear();
         for verdict in &verdicts {
             tally(&mut counts, verdict.decision, verdict.outcome);
-            write_verdict(&mut out, verdict)?;
+            // Into a Vec: cannot fail.
+            let _ = write_verdict(&mut text, verdict);
+            ends.push((text.len(), verdict.line));
         }
-        out.flush()?;
+        // Stdout itself, not its lock: the lock is taken per write, so nothing
+        // else that prints can block on this thread for the whole run.
+        let mut out = std::io::stdout();
+        let mut written = 0;
+        let failed = loop {
+            if written == text.len() {
+                break out.flush().err();
+            }
+            match out.write(&text[written..]) {
+                Ok(0) => break Some(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => written += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => break Some(e),
+            }
+        };
+        let whole = ends.iter().take_while(|(end, _)| *end <= written).last();
+        printed_to = whole.map_or(printed_to, |&(_, line)| line);
+        if let Some(error) = failed {
+            return Err(Failed { error, printed_to });
+        }
     }
     Ok(counts)
 }
