@@ -531,7 +531,8 @@ fn forget_and_stats_work_on_a_persistent_store() {
 }
 
 /// A script can tell from the status alone: 0 when every delivery is done, 3 when
-/// any needs a retry, 4 when none does but some line was poison, 2 on an error.
+/// any needs a retry, 4 when none does but some line was poison, 2 on an error
+/// (5, a success that may repeat: `leases.rs` and the unit test of `exit_code`).
 #[test]
 fn run_exit_status_says_whether_anything_needs_a_retry() {
     let spec = format!("sqlite:{}", scratch("exit").join("seen.db").display());

@@ -41,7 +41,7 @@ fn spawn_run(args: &[&str], lines: &[String]) -> Child {
 /// outcome code per meta.id from a finished run.
 fn outcomes(out: &Output) -> BTreeMap<String, String> {
     assert!(
-        matches!(out.status.code(), Some(0 | 3)),
+        matches!(out.status.code(), Some(0 | 3 | 5)),
         "bq-dedupe run failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -225,6 +225,8 @@ fn sqlite_forget_while_the_handler_runs_prints_run_ok_lease_lost() {
     // The summary counts it apart, not only under `run`.
     let summary = String::from_utf8_lossy(&out.stderr);
     assert!(summary.contains(r#""lease-lost":1"#), "{summary}");
+    // And the exit status is not "every delivery done" (0): a script sees it.
+    assert_eq!(out.status.code(), Some(5), "{summary}");
     let again = outcomes(
         &spawn_run(&["--store", &store, "--claim"], &[envelope(&id)])
             .wait_with_output()

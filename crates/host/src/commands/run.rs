@@ -403,13 +403,16 @@ fn read_chunks(mut source: super::Lines, send: mpsc::SyncSender<Event>) {
 
 /// Exit 0 when every delivery is done (acked), [`EXIT_RETRY`] when any needs a
 /// redelivery (failed, parked, store unavailable, trapped), else [`EXIT_POISON`]
-/// when any was rejected as poison. Errors before or during the run exit 2.
+/// when any was rejected as poison, else [`EXIT_MAY_REPEAT`] when a success
+/// may happen twice. Errors before or during the run exit 2.
 fn exit_code(counts: &Counts) -> ExitCode {
     let any = |decision: &str| counts.get(decision).is_some_and(|&n| n > 0);
     if any("failed") || any("park") {
         ExitCode::from(EXIT_RETRY)
     } else if any("reject") {
         ExitCode::from(EXIT_POISON)
+    } else if any("lease-lost") || any("unrecorded") {
+        ExitCode::from(EXIT_MAY_REPEAT)
     } else {
         ExitCode::SUCCESS
     }
@@ -419,3 +422,36 @@ fn exit_code(counts: &Counts) -> ExitCode {
 pub const EXIT_RETRY: u8 = 3;
 /// `bq-dedupe run` exit status: no retry needed, but some lines were poison.
 pub const EXIT_POISON: u8 = 4;
+/// `bq-dedupe run` exit status: every delivery done, but some success may
+/// happen twice: `run-ok-lease-lost` (another consumer may have run it too) or
+/// `run-ok-unrecorded` (a redelivery runs it again). Exit 0 hid both.
+pub const EXIT_MAY_REPEAT: u8 = 5;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run whose only trouble is a success that may happen twice exits 5,
+    /// not 0 (`run-ok-unrecorded` and `run-ok-lease-lost` exited 0: a trial's
+    /// finding); a retry or a poison line comes first.
+    #[test]
+    fn the_exit_status_says_a_success_may_repeat() {
+        let status =
+            |counts: &[(&'static str, u64)]| exit_code(&Counts::from_iter(counts.iter().copied()));
+        assert_eq!(status(&[("run", 2), ("skip", 1)]), ExitCode::SUCCESS);
+        for apart in ["unrecorded", "lease-lost"] {
+            assert_eq!(
+                status(&[("run", 2), (apart, 1)]),
+                ExitCode::from(EXIT_MAY_REPEAT)
+            );
+            assert_eq!(
+                status(&[("run", 2), (apart, 1), ("reject", 1)]),
+                ExitCode::from(EXIT_POISON)
+            );
+            assert_eq!(
+                status(&[("run", 2), (apart, 1), ("failed", 1)]),
+                ExitCode::from(EXIT_RETRY)
+            );
+        }
+    }
+}
