@@ -1072,6 +1072,58 @@ fn a_closed_stdout_says_which_lines_were_decided_without_a_verdict() {
     }
 }
 
+/// `forget` of an id nothing holds sends no delete: it checked first, then
+/// deleted, so a claim a consumer took between the two (some 300 ms while the
+/// component loads) was deleted, and a redelivery ran beside that consumer's
+/// handler; `forget` said "nothing to forget" (a review's finding, on Redis
+/// with a PHP-format peer). Watched with MONITOR: no DEL of the id's key.
+#[test]
+fn forget_of_an_id_nothing_holds_deletes_nothing() {
+    use std::io::{BufRead, BufReader};
+    let url = redis_url().unwrap();
+    let spec = redis_spec(&url, "forget-free");
+    let mut monitor = std::process::Command::new("redis-cli")
+        .args(["-u", &url, "monitor"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("redis-cli runs");
+    let mut seen = BufReader::new(monitor.stdout.take().unwrap()).lines();
+    assert_eq!(seen.next().unwrap().unwrap(), "OK");
+    let id = format!("free-{}", std::process::id());
+    let out = bq(&["forget", "--store", &spec, &id], "");
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("nothing to forget"), "{said}");
+    // A mark after forget's commands, to know MONITOR has shown them all.
+    let mark = format!("forget-free-mark-{}", std::process::id());
+    let mut redis = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: String = redis::cmd("ECHO").arg(&mark).query(&mut redis).unwrap();
+    let mut about_id = Vec::new();
+    for line in seen.by_ref() {
+        let line = line.unwrap();
+        if line.contains(&mark) {
+            break;
+        }
+        if line.contains(&id) {
+            about_id.push(line);
+        }
+    }
+    let _ = monitor.kill();
+    let _ = monitor.wait();
+    assert!(!about_id.is_empty(), "forget read the id's key first");
+    let deletes: Vec<_> = about_id
+        .iter()
+        .filter(|l| {
+            let l = l.to_ascii_uppercase();
+            l.contains("\"DEL\"") || l.contains("\"UNLINK\"")
+        })
+        .collect();
+    assert!(deletes.is_empty(), "{deletes:#?}");
+}
+
 /// `run` says when it makes a new SQLite store, so a mistyped path is seen
 /// (every id of the input would run again: a trial's finding); not again once
 /// the file exists.

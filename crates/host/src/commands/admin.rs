@@ -49,10 +49,18 @@ pub fn forget(
             ));
             continue;
         }
-        match runtime.guard_forget(id)? {
+        // Nothing held: nothing deleted. A delete now would also take a claim
+        // a consumer took since the check (its handler running beside the
+        // redelivery). With `fingerprint`, a marker may outlive its id.
+        let free = state_of(peeked) == "free";
+        let forgotten = match free && !fingerprint {
+            true => Ok(()),
+            false => runtime.guard_forget(id)?,
+        };
+        match forgotten {
             // Only what was there is said forgotten (a script reading stdout
             // took a mistyped id for one forgotten).
-            Ok(()) if state_of(peeked) == "free" => say(&format!(
+            Ok(()) if free => say(&format!(
                 "bq-dedupe: {id} was not remembered (key {key:?}): nothing to forget; \
                  check --store and --prefix"
             )),
