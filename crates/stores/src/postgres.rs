@@ -570,13 +570,21 @@ impl PostgresStore {
             claims,
             security_note: tls.note,
         };
-        if !create && !store.table_exists()? {
-            return Err(invalid(format!(
-                "postgres: no table {table} in this database (a mistyped ?table=? \
-                 `bq-dedupe run` creates it)"
-            )));
+        // The ids' table wherever the `search_path` finds it, its claims beside
+        // it: `CREATE TABLE IF NOT EXISTS` looks in the first schema alone (a
+        // role's own, `"$user"`), and made a second table there beside a Go
+        // fleet's in `public`, each fleet then running the other's ids again.
+        match store.found_tables()? {
+            Some(found) => (store.table, store.claims) = found,
+            None if !create => {
+                return Err(invalid(format!(
+                    "postgres: no table {table} in this database (a mistyped ?table=? \
+                     `bq-dedupe run` creates it)"
+                )));
+            }
+            None => {}
         }
-        store.create_tables()?;
+        store.create_tables(table)?;
         (store.table, store.claims) = store.qualified_tables()?;
         Ok(store)
     }
@@ -721,21 +729,28 @@ impl PostgresStore {
         }
     }
 
-    /// Whether the ids' table is there, as the `search_path` finds it.
-    fn table_exists(&self) -> StoreResult<bool> {
+    /// The ids' table, if the `search_path` finds one, and its claims table's
+    /// name in the same schema, both with that schema.
+    fn found_tables(&self) -> StoreResult<Option<(String, String)>> {
         let table = self.table.as_str();
-        let row = self.run(|conn| {
+        let rows = self.run(|conn| {
             conn.query(
-                "SELECT pg_catalog.to_regclass($1) IS NOT NULL",
+                "SELECT pg_catalog.format('%I.%I', n.nspname, c.relname),
+                        pg_catalog.format('%I.%I', n.nspname, c.relname || '_claims')
+                 FROM pg_catalog.pg_class c
+                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                 WHERE c.oid = pg_catalog.to_regclass($1)",
                 &[(&table, Type::TEXT)],
             )
         })?;
-        Ok(row.first().is_some_and(|r| r.get::<_, bool>(0)))
+        Ok(rows.first().map(|r| (r.get(0), r.get(1))))
     }
 
-    fn create_tables(&self) -> StoreResult<()> {
+    /// Creates what is missing of the two tables; `given` is the table's name
+    /// as the spec gave it (its index is named after it).
+    fn create_tables(&self, given: &str) -> StoreResult<()> {
         let (t, c) = (&self.table, &self.claims);
-        let index = t.replace('.', "_");
+        let index = given.replace('.', "_");
         let ddl = format!(
             "CREATE TABLE IF NOT EXISTS {t} (
                 message_id TEXT NOT NULL PRIMARY KEY,
@@ -743,9 +758,11 @@ impl PostgresStore {
                 expires_at TIMESTAMPTZ NULL);
              DO $$ BEGIN
                -- Go's index on expires_at, whatever it is named; ours only if none.
+               -- Left to the table's owner: another role may use a fleet's table.
                IF NOT EXISTS (SELECT 1 FROM pg_index i
                               JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-                              WHERE i.indrelid = '{t}'::regclass AND a.attname = 'expires_at') THEN
+                              WHERE i.indrelid = '{t}'::regclass AND a.attname = 'expires_at')
+                  AND pg_has_role((SELECT relowner FROM pg_class WHERE oid = '{t}'::regclass), 'USAGE') THEN
                  CREATE INDEX IF NOT EXISTS {index}_expires_at_idx ON {t} (expires_at);
                END IF;
              END $$;

@@ -24,6 +24,67 @@ fn sql(url: &str) -> postgres::Client {
     postgres::Client::connect(url, postgres::NoTls).unwrap()
 }
 
+/// A role with a schema of its own name (PostgreSQL's advice for private
+/// schemas) and the default `search_path` (`"$user", public`), beside a Go
+/// fleet's table in `public`: the store created a second table in the role's
+/// schema and used it, so every id the two fleets shared ran once on each,
+/// with no word (a review's finding). It now uses the table the `search_path`
+/// finds, and makes its claims table beside it.
+#[test]
+fn postgres_uses_the_table_the_search_path_finds_not_a_new_one_in_the_users_schema() {
+    let url = postgres_url();
+    let table = postgres_table("user-schema");
+    let role = format!("{table}_role");
+    let mut admin = pg();
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN;
+             CREATE SCHEMA {role} AUTHORIZATION {role};
+             CREATE TABLE public.{table} (message_id TEXT PRIMARY KEY,
+                 created_at TIMESTAMPTZ NOT NULL DEFAULT now(), expires_at TIMESTAMPTZ NULL);
+             INSERT INTO public.{table} VALUES ('order-42', now(), now() + interval '1 hour');
+             GRANT ALL ON public.{table} TO {role};
+             GRANT USAGE, CREATE ON SCHEMA public TO {role};"
+        ))
+        .unwrap();
+    let _clean = PgCleanup {
+        url: url.clone(),
+        table: format!("public.{table}"),
+    };
+    let as_role = with_user(&url, &role);
+    let store = PostgresStore::connect(&as_role, &table).unwrap();
+    let seen = ready(store.seen("order-42"));
+    let (mine, claims): (Option<String>, Option<String>) = {
+        let row = admin
+            .query_one(
+                "SELECT to_regclass($1)::text, to_regclass($2)::text",
+                &[
+                    &format!("{role}.{table}"),
+                    &format!("public.{table}_claims"),
+                ],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    drop(store);
+    admin
+        .batch_execute(&format!(
+            "DROP SCHEMA {role} CASCADE; DROP TABLE IF EXISTS public.{table}_claims;
+             REVOKE ALL ON SCHEMA public FROM {role}; DROP OWNED BY {role}; DROP ROLE {role};"
+        ))
+        .unwrap();
+    assert_eq!(seen, Ok(true), "the Go fleet's id, in public.{table}");
+    assert_eq!(mine, None, "no second table in the role's schema");
+    assert!(claims.is_some(), "the claims table beside the ids' table");
+}
+
+/// `url` with its user replaced by `user` (the test server trusts every role).
+fn with_user(url: &str, user: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let rest = rest.split_once('@').map_or(rest, |(_, host)| host);
+    format!("{scheme}://{user}@{rest}")
+}
+
 /// Beyond the hostile keys every backend stores (any.rs): the SQL-looking id
 /// was a value, not a statement; the table is still there.
 #[test]
