@@ -137,6 +137,35 @@ fn in_one_batch_the_first_payload_runs_and_another_is_a_mismatch() {
     assert!(ran.is_empty());
 }
 
+/// An id processed with one payload, redelivered in a batch behind another
+/// payload: the redelivery is a skip, not a mismatch. It followed its leader's
+/// verdict (the leader's payload differed), so it was dead-lettered as poison
+/// though it matched what was processed (a trial's finding, on Workers); sent
+/// alone it was a skip. In both modes.
+#[test]
+fn a_redelivery_behind_another_payload_in_its_batch_is_a_skip() {
+    for claiming in [false, true] {
+        let mut guard = Guard::new(InMemoryStore::new()).with_fingerprint();
+        if claiming {
+            guard = guard.with_claiming(Duration::from_secs(30));
+        }
+        let first = [envelope("r-1", r#"{"a":1}"#)];
+        assert_eq!(batch(&guard, &first).0, ["run-ok"]);
+        let bodies = [
+            envelope("r-1", r#"{"a":2}"#),
+            envelope("r-1", r#"{"a":1}"#),
+            envelope("r-1", r#"{"a":3}"#),
+        ];
+        let (codes, ran) = batch(&guard, &bodies);
+        assert_eq!(
+            codes,
+            ["payload-mismatch", "skip", "payload-mismatch"],
+            "claiming: {claiming}"
+        );
+        assert!(ran.is_empty());
+    }
+}
+
 #[test]
 fn a_fresh_batch_costs_two_store_calls_and_skips_one_more() {
     let guard = Guard::new(FlakyStore::new()).with_fingerprint();

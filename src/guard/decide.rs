@@ -106,20 +106,29 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             Some(lease) => self.claim_all(unique, decisions, lease).await,
             None => self.check_all(unique, decisions).await,
         }
-        self.check_fingerprints(unique, decisions).await;
+        self.check_fingerprints(decisions).await;
     }
 
-    /// For each skip at `unique` that has a fingerprint: one more call (only when
+    /// For each skip that has a fingerprint (a leader's: [`mark_followers`]
+    /// made every follower a duplicate or a mismatch): one more call (only when
     /// the batch has skips) reads its marker and record. Marker without record:
-    /// the id was processed with another payload.
-    pub(super) async fn check_fingerprints(&self, unique: &[usize], decisions: &mut [Decision]) {
-        let skips: Vec<usize> = unique
-            .iter()
-            .copied()
-            .filter(|&i| {
-                decisions[i].verdict == Verdict::Skip && decisions[i].fingerprint.is_some()
-            })
-            .collect();
+    /// the id was processed with another payload. A follower whose payload is
+    /// not its skipped leader's is read too: it may be the one processed.
+    pub(super) async fn check_fingerprints(&self, decisions: &mut [Decision]) {
+        let mut skips = Vec::new();
+        for (i, d) in decisions.iter().enumerate() {
+            let read = match d.verdict {
+                _ if d.fingerprint.is_none() => false,
+                Verdict::Skip => true,
+                Verdict::PayloadMismatch => decisions
+                    .iter()
+                    .any(|leader| leader.verdict == Verdict::Skip && leader.key == d.key),
+                _ => false,
+            };
+            if read {
+                skips.push(i);
+            }
+        }
         if skips.is_empty() {
             return;
         }
