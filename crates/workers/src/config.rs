@@ -237,8 +237,8 @@ impl DedupeConfig {
         };
         if claiming && store == StoreKind::Kv {
             return Err(ConfigError(
-                "DEDUPE_CLAIMING=on needs DEDUPE_STORE=durable-object: Workers KV has no \
-                 atomic operation to claim with"
+                "DEDUPE_CLAIMING=on needs DEDUPE_STORE=durable-object or d1: Workers KV has \
+                 no atomic operation to claim with"
                     .into(),
             ));
         }
@@ -313,20 +313,19 @@ impl DedupeConfig {
         // Also guards a hand-built config: every keyed message would fail to claim.
         if self.store == StoreKind::Kv && self.claim_lease.is_some() {
             return Err(ConfigError(
-                "claiming needs the Durable Object store: Workers KV cannot claim".into(),
+                "claiming needs the Durable Object or the D1 store: Workers KV cannot claim".into(),
             ));
         }
         Ok(match self.store {
             StoreKind::DurableObject => {
                 let namespace = env
                     .durable_object(&self.durable_object_binding)
-                    .map_err(|e| {
-                        ConfigError(format!(
-                            "Durable Object binding {b:?} (class DedupeShard): {e}; wrangler.toml \
-                             binds it with [[durable_objects.bindings]] name = {b:?} \
-                             class_name = \"DedupeShard\"",
-                            b = self.durable_object_binding
-                        ))
+                    .map_err(|_| {
+                        unbound(
+                            "Durable Object namespace (class DedupeShard)",
+                            &self.durable_object_binding,
+                            "[[durable_objects.bindings]] name = {b} class_name = \"DedupeShard\"",
+                        )
                     })?;
                 WorkersStore::DurableObject(
                     DurableObjectStore::new(namespace, self.shards)
@@ -336,22 +335,22 @@ impl DedupeConfig {
                 )
             }
             StoreKind::Kv => {
-                let kv = env.kv(&self.kv_binding).map_err(|e| {
-                    ConfigError(format!(
-                        "KV namespace binding {b:?}: {e}; wrangler.toml binds it with \
-                         [[kv_namespaces]] binding = {b:?} id = \"<namespace id>\"",
-                        b = self.kv_binding
-                    ))
+                let kv = env.kv(&self.kv_binding).map_err(|_| {
+                    unbound(
+                        "KV namespace",
+                        &self.kv_binding,
+                        "[[kv_namespaces]] binding = {b} id = \"<namespace id>\"",
+                    )
                 })?;
                 WorkersStore::Kv(KvStore::new(kv).with_round_trips(round_trips))
             }
             StoreKind::D1 => {
-                let db = env.d1(&self.d1_binding).map_err(|e| {
-                    ConfigError(format!(
-                        "D1 database binding {b:?}: {e}; wrangler.toml binds it with \
-                         [[d1_databases]] binding = {b:?} database_id = \"<database id>\"",
-                        b = self.d1_binding
-                    ))
+                let db = env.d1(&self.d1_binding).map_err(|_| {
+                    unbound(
+                        "D1 database",
+                        &self.d1_binding,
+                        "[[d1_databases]] binding = {b} database_id = \"<database id>\"",
+                    )
                 })?;
                 WorkersStore::D1(D1Store::new(db).with_round_trips(round_trips))
             }
@@ -387,10 +386,12 @@ impl DedupeConfig {
     ) -> Result<QueueConsumer<S, (), WorkersTimer>, ConfigError> {
         let mut consumer = QueueConsumer::new(self.guard(store));
         if let Some(binding) = &self.dead_letter_binding {
-            let producer = env.queue(binding).map_err(|e| {
-                ConfigError(format!(
-                    "DEDUPE_DEAD_LETTER: queue producer binding {binding:?}: {e}"
-                ))
+            let producer = env.queue(binding).map_err(|_| {
+                unbound(
+                    "queue producer (DEDUPE_DEAD_LETTER)",
+                    binding,
+                    "[[queues.producers]] binding = {b} queue = \"<dead-letter queue>\"",
+                )
             })?;
             consumer = consumer.with_dead_letter(producer);
         }
@@ -403,6 +404,17 @@ impl DedupeConfig {
         }
         Ok(consumer)
     }
+}
+
+/// A binding `env` does not hold as `what`, and the wrangler.toml line that
+/// binds it (`{b}` in `toml` is the binding's quoted name). workers-rs's own
+/// error ("invalid kv store: NAME") says less.
+fn unbound(what: &str, binding: &str, toml: &str) -> ConfigError {
+    let b = format!("{binding:?}");
+    ConfigError(format!(
+        "binding {b} is missing, or is not a {what}; wrangler.toml binds it with {}",
+        toml.replace("{b}", &b)
+    ))
 }
 
 impl QueueConsumer<WorkersStore, (), WorkersTimer> {

@@ -26,7 +26,7 @@ use bq_dedupe::{
     store::Settled, store::Settlement,
 };
 use serde::Deserialize;
-use wasm_bindgen::JsValue;
+use wasm_bindgen::{JsCast, JsValue};
 use worker::{D1Database, D1PreparedStatement, D1Result};
 
 use crate::durable::protocol::{expiry_after, wire_ms};
@@ -68,6 +68,22 @@ fn error(e: impl std::fmt::Display) -> StoreError {
     StoreError::unavailable(format!("d1: {e}"))
 }
 
+/// A D1 call's failure in D1's words (`no such table: t: SQLITE_ERROR`):
+/// workers-rs writes it as a debug dump with a JS stack, which went into dead
+/// letters and logs.
+fn failed(e: worker::Error) -> StoreError {
+    match e {
+        worker::Error::D1(d1) => {
+            let inner: &js_sys::Error = d1.as_ref();
+            let cause = inner.cause().dyn_into::<js_sys::Error>();
+            error(String::from(
+                cause.map_or_else(|_| inner.message(), |c| c.message()),
+            ))
+        }
+        e => error(e),
+    }
+}
+
 fn now_ms() -> i64 {
     js_sys::Date::now() as i64
 }
@@ -93,7 +109,7 @@ fn number(n: i64) -> JsValue {
 fn changes(result: &D1Result) -> StoreResult<usize> {
     Ok(result
         .meta()
-        .map_err(error)?
+        .map_err(failed)?
         .and_then(|m| m.changes)
         .unwrap_or(0))
 }
@@ -125,7 +141,7 @@ impl D1Store {
     }
 
     fn statement(&self, sql: &str, args: &[JsValue]) -> StoreResult<D1PreparedStatement> {
-        self.db.prepare(sql).bind(args).map_err(error)
+        self.db.prepare(sql).bind(args).map_err(failed)
     }
 
     /// One round trip: `statements` as one transaction, their results in order.
@@ -156,9 +172,9 @@ impl D1Store {
             statements.insert(1, self.statement(EXPIRY_INDEX, &[])?);
         }
         self.round_trips.add(1);
-        let mut results = self.db.batch(statements).await.map_err(error)?;
+        let mut results = self.db.batch(statements).await.map_err(failed)?;
         for result in &results {
-            if let Some(meta) = result.meta().map_err(error)? {
+            if let Some(meta) = result.meta().map_err(failed)? {
                 let rows = |n: Option<usize>| n.unwrap_or(0) as u64;
                 self.round_trips
                     .add_rows(rows(meta.rows_read), rows(meta.rows_written));
@@ -193,7 +209,7 @@ impl D1Store {
     async fn live_row(&self, key: &str, now: i64) -> StoreResult<Option<LiveRow>> {
         let read = self.statement(LIVE_ROW, &[text(key), number(now)])?;
         let results = self.batch(vec![read]).await?;
-        let rows: Vec<LiveRow> = results[0].results().map_err(error)?;
+        let rows: Vec<LiveRow> = results[0].results().map_err(failed)?;
         Ok(rows.into_iter().next())
     }
 }
@@ -219,7 +235,7 @@ impl Store for D1Store {
         let results = self.batch(reads).await?;
         results
             .iter()
-            .map(|r| Ok(!r.results::<serde_json::Value>().map_err(error)?.is_empty()))
+            .map(|r| Ok(!r.results::<serde_json::Value>().map_err(failed)?.is_empty()))
             .collect()
     }
 
@@ -255,7 +271,7 @@ impl Store for D1Store {
         results
             .iter()
             .map(|r| {
-                let rows: Vec<LiveRow> = r.results().map_err(error)?;
+                let rows: Vec<LiveRow> = r.results().map_err(failed)?;
                 Ok(record_of(rows.into_iter().next()).peeked(Some(now as u64)))
             })
             .collect()
@@ -283,7 +299,7 @@ impl Store for D1Store {
                 claims.push(Claim::Acquired(token));
                 continue;
             }
-            let state: Vec<StateRow> = pair[1].results().map_err(error)?;
+            let state: Vec<StateRow> = pair[1].results().map_err(failed)?;
             claims.push(match state.first() {
                 Some(row) if row.state == 1 => Claim::Seen,
                 _ => Claim::Held,

@@ -522,15 +522,23 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
     const misspelt = await post({ bodies: [envelope("opt-2")], options: { DEDUPE_CLAIMNG: "off" } });
     assert.equal(misspelt.type, "TypeError", JSON.stringify(misspelt));
     assert.match(misspelt.error, /DEDUPE_CLAIMNG is no setting/);
-    // A store whose binding is missing says which wrangler.toml lines bind it.
+    // A store whose binding is missing says which wrangler.toml lines bind it
+    // (the dead-letter producer too), without workers-rs's own words ("invalid
+    // kv store": a trial's finding).
     for (const [options, lines] of [
       [{ DEDUPE_STORE: "kv", DEDUPE_CLAIMING: "off", DEDUPE_KV_BINDING: "NO_KV" }, /\[\[kv_namespaces\]\] binding = "NO_KV"/],
       [{ DEDUPE_STORE: "d1", DEDUPE_D1_BINDING: "NO_D1" }, /\[\[d1_databases\]\] binding = "NO_D1"/],
       [{ DEDUPE_DO_BINDING: "NO_DO" }, /\[\[durable_objects\.bindings\]\] name = "NO_DO"/],
+      [{ DEDUPE_DEAD_LETTER: "NO_DLQ" }, /\[\[queues\.producers\]\] binding = "NO_DLQ"/],
     ]) {
       const unbound = await post({ bodies: [envelope("opt-3")], options });
       assert.match(unbound.error ?? "", lines, JSON.stringify(unbound));
+      assert.match(unbound.error, /is missing, or is not a/, JSON.stringify(unbound));
+      assert.doesNotMatch(unbound.error, /invalid kv store|Binding `/, JSON.stringify(unbound));
     }
+    // Claiming on KV names both stores that claim (it named the Durable Object alone).
+    const kvClaims = await post({ bodies: [envelope("opt-4")], options: { DEDUPE_STORE: "kv", DEDUPE_CLAIMING: "on" } });
+    assert.match(kvClaims.error ?? "", /durable-object or d1/, JSON.stringify(kvClaims));
   });
 
   test("the Rust fixture worker and the TypeScript worker dedupe together on one DedupeShard namespace", async () => {
@@ -626,6 +634,8 @@ describe("dedupeQueueD1: a statement D1 refuses, fingerprints (issue #25, findin
     assert.equal(dead.dead_letter.reason, "failed");
     assert.equal(dead.dead_letter.exception, "transaction-aborted", JSON.stringify(dead.dead_letter));
     assert.match(dead.dead_letter.error, /no such table: no_such_table/);
+    // D1's words, not workers-rs's debug dump with a JS stack (a trial's finding).
+    assert.doesNotMatch(dead.dead_letter.error, /D1Error|JsValue|\n\s+at /, dead.dead_letter.error);
     assert.equal(await marked("d1ts-refused-always"), undefined, "nothing written");
   });
 

@@ -12,7 +12,7 @@ export default {
     // Anything but a run or a skip is worth a line: a retry, a park, a dead
     // letter, a delivery without a usable meta.id (fail-open: not deduped).
     for (const m of report.messages.filter((m) => m.outcome !== "run-ok" && m.outcome !== "skip")) {
-      console.log(`bq-dedupe ${m.outcome} -> ${m.action}: ${m.key ?? "no meta.id"} (message ${m.id})${m.reason ? `: ${m.reason}` : ""}`);
+      console.log(`bq-dedupe ${m.outcome} -> ${m.action}: ${m.key ?? "no dedupe key"} (message ${m.id})${m.reason ? `: ${m.reason}` : ""}`);
     }
   },
 
