@@ -69,11 +69,15 @@ fn check_parks_outlast_a_lease(lease: u64, max_retries: Option<u32>) -> Result<(
         Some(n) => format!("DEDUPE_MAX_RETRIES={n}"),
         None => format!("the queue's default max_retries ({DEFAULT_MAX_RETRIES})"),
     };
+    let waits = match can_wait {
+        0 => "has no retry to wait with".to_owned(),
+        _ => format!("waits at most {can_wait} s ({MAX_DELAY_SECONDS} s per retry)"),
+    };
     Err(ConfigError(format!(
         "DEDUPE_CLAIM_LEASE_SECONDS={lease} with {retries}: a message parked behind the claim \
-         of a consumer that died waits at most {can_wait} s ({MAX_DELAY_SECONDS} s per retry), \
-         so it would run out of retries before the claim lapses; shorten the lease, raise \
-         max_retries (and DEDUPE_MAX_RETRIES with it), or set DEDUPE_CLAIMING=off"
+         of a consumer that died {waits}, so it would run out of retries before the claim \
+         lapses; shorten the lease, raise max_retries (and DEDUPE_MAX_RETRIES with it), or \
+         set DEDUPE_CLAIMING=off"
     )))
 }
 
@@ -532,6 +536,8 @@ mod tests {
             e.0.contains("DEDUPE_MAX_RETRIES=0") && e.0.contains("DEDUPE_CLAIM_LEASE_SECONDS=120"),
             "{e}"
         );
+        // Not "waits at most 0 s (43200 s per retry)" (a trial found it confusing).
+        assert!(e.0.contains("has no retry to wait with"), "{e}");
         let e = config(&[
             ("DEDUPE_MAX_RETRIES", "1"),
             ("DEDUPE_CLAIM_LEASE_SECONDS", "86400"),
