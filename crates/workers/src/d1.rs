@@ -18,7 +18,8 @@ use std::time::Duration;
 use bq_dedupe::store::record::Record;
 use bq_dedupe::store::sql::{
     CLAIM, COMMIT_IF_FREE, COMMIT_OWN, EXPIRY_INDEX, FORGET, LIVE_ROW, PURGE_EXPIRED_DONE, RELEASE,
-    REMEMBER, RENEW, SCHEMA, SEEN, STATE, TX_CLEAR_EXPIRED, TX_INSERT_DONE, live_record,
+    REMEMBER, RENEW, SCHEMA, SEEN, STATE, TX_CHECK_RECORDED, TX_CLEAR_EXPIRED, TX_INSERT_DONE,
+    TX_UNRECORDED, live_record,
 };
 use bq_dedupe::store::{Peeked, StatementStore, TxRun};
 use bq_dedupe::{
@@ -392,13 +393,14 @@ impl StatementStore for D1Store {
         loop {
             let now = now_ms();
             let token = new_token(now);
-            let mut batch = Vec::with_capacity(statements.len() + 3);
+            let mut batch = Vec::with_capacity(statements.len() + 4);
             batch.push(self.statement(TX_CLEAR_EXPIRED, &[text(key), number(now)])?);
             batch.push(self.statement(
                 TX_INSERT_DONE,
                 &[text(key), text(&token.0), until(now, ttl)],
             )?);
             batch.extend(statements.iter().cloned());
+            batch.push(self.statement(TX_CHECK_RECORDED, &[text(key), text(&token.0)])?);
             batch.extend(self.maybe_sweep(now)?);
             let failed = match self.batch(batch).await {
                 Ok(_) => return Ok(TxRun::Committed(())),
@@ -450,6 +452,12 @@ fn after_failed_batch(
                 failed.message
             )))
         }
+        // The handler's statements deleted or changed the id's row.
+        None if failed.message.contains(TX_UNRECORDED) => TxRun::Aborted(StoreError::internal(
+            "d1: a statement of the handler's deleted or changed this id's row in \
+                 bq_dedupe, so its effects would have been committed with the id unrecorded; \
+                 D1 rolled the whole batch back, so nothing of this run was written",
+        )),
         // D1 ran the batch and SQLite refused one of its statements (the
         // handler's, in practice: a missing table, a constraint): the run's
         // own failure, told with D1's words, not the store's.
@@ -469,7 +477,7 @@ const RACED_BATCH_TRIES: u32 = 3;
 
 /// How SQLite names our own key's constraint in its message (a table of the
 /// handler's named `x_bq_dedupe` is not ours).
-const OWN_KEY_CONSTRAINT: &str = "failed: bq_dedupe.";
+const OWN_KEY_CONSTRAINT: &str = "UNIQUE constraint failed: bq_dedupe.";
 
 /// Whether a failed batch's error is SQLite refusing a statement (D1 ends such
 /// messages with its result code: `no such table: t: SQLITE_ERROR`), not D1
@@ -555,6 +563,16 @@ mod tests {
                 assert_eq!(e.kind, bq_dedupe::store::StoreErrorKind::Unavailable, "{e}");
                 assert!(e.message.contains("gone when read"), "{e}");
             }
+            other => panic!("{other:?}"),
+        }
+        // The last statement's check: the handler's statements deleted the id's
+        // row. The run's failure, not our insert raced (its batch was sent again).
+        let unrecorded = StoreError::unavailable(format!(
+            "d1: {TX_UNRECORDED}: SQLITE_CONSTRAINT (extended: SQLITE_CONSTRAINT_NOTNULL)"
+        ));
+        assert!(!unrecorded.message.contains(OWN_KEY_CONSTRAINT));
+        match after_failed_batch(None, &ours, unrecorded) {
+            TxRun::Aborted(e) => assert!(e.message.contains("deleted or changed"), "{e}"),
             other => panic!("{other:?}"),
         }
     }

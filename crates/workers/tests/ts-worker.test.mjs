@@ -157,7 +157,7 @@ export default { async fetch(request: Request, env: object): Promise<Response> {
   // dedupeQueueD1: the handler's D1 statements committed with the id.
   writeFileSync(path.join(scratch, "d1.ts"), `import { dedupeQueueD1 } from "@babelqueue/dedupe/workers";
 interface Env { DEDUPE_D1: D1Database }
-interface Directives { fail?: boolean; bad_statement_attempts?: number; odd_error?: boolean; trap_array?: boolean }
+interface Directives { fail?: boolean; bad_statement_attempts?: number; odd_error?: boolean; trap_array?: boolean; delete_own_row?: boolean }
 export default {
   async queue(batch: MessageBatch, env: Env): Promise<void> {
     await env.DEDUPE_D1.prepare("CREATE TABLE IF NOT EXISTS effects (id TEXT NOT NULL, attempt INTEGER NOT NULL)").run();
@@ -182,6 +182,8 @@ export default {
       if (message.attempts <= (data.bad_statement_attempts ?? 0)) {
         statements.push(db.prepare("INSERT INTO no_such_table (id) VALUES (?1)").bind(envelope.meta.id));
       }
+      // A statement that deletes the id's own row (a clean-up of the dedupe table).
+      if (data.delete_own_row) statements.push(db.prepare("DELETE FROM bq_dedupe WHERE key = ?1").bind(envelope.meta.id));
       return statements;
     });
   },
@@ -637,6 +639,29 @@ describe("dedupeQueueD1: a statement D1 refuses, fingerprints (issue #25, findin
     // D1's words, not workers-rs's debug dump with a JS stack (a trial's finding).
     assert.doesNotMatch(dead.dead_letter.error, /D1Error|JsValue|\n\s+at /, dead.dead_letter.error);
     assert.equal(await marked("d1ts-refused-always"), undefined, "nothing written");
+  });
+
+  test("a statement that deletes the id's own row: the batch is refused, not run-ok with the id unrecorded (its effect ran again on every delivery)", async () => {
+    const queueD1 = async (messages) => (await mf.getWorker("d1")).queue("orders", messages);
+    const body = envelope("d1ts-own-row", { delete_own_row: true });
+    const first = await queueD1([msg(body, 1, "d-1")]);
+    assert.deepEqual(first.retryMessages.map((m) => m.msgId), ["d-1"], JSON.stringify(first));
+    // The last attempt: dead-lettered as the run's failure, saying why.
+    const last = await queueD1([msg(body, 2, "d-2")]);
+    assert.deepEqual(last.explicitAcks, ["d-2"], JSON.stringify(last));
+    const kv = await mf.getKVNamespace("EFFECTS", "dlq");
+    let dead;
+    for (let i = 0; i < 100 && !dead; i++) {
+      for (const { name } of (await kv.list({ prefix: "dead:" })).keys) {
+        const letter = JSON.parse(await kv.get(name));
+        if (letter.meta?.id === "d1ts-own-row") dead = letter;
+      }
+      if (!dead) await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.equal(dead?.dead_letter.reason, "failed", JSON.stringify(dead));
+    assert.match(dead.dead_letter.error, /deleted or changed this id's row/);
+    assert.deepEqual(await d1("SELECT attempt FROM effects WHERE id = ?1", "d1ts-own-row"), [], "no effect committed");
+    assert.equal(await marked("d1ts-own-row"), undefined);
   });
 
   test("DEDUPE_FINGERPRINT on: the batch is refused before any handler runs, not each message after", async () => {
