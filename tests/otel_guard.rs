@@ -77,6 +77,23 @@ impl Recorder {
         counts
     }
 
+    /// A histogram's bucket boundaries.
+    fn bounds(&self, name: &str) -> Vec<f64> {
+        self.meter_provider.force_flush().expect("flush");
+        for resource in self.metrics.get_finished_metrics().expect("metrics") {
+            for scope in resource.scope_metrics() {
+                for m in scope.metrics().filter(|m| m.name() == name) {
+                    if let AggregatedMetrics::F64(MetricData::Histogram(h)) = m.data() {
+                        if let Some(p) = h.data_points().next() {
+                            return p.bounds().collect();
+                        }
+                    }
+                }
+            }
+        }
+        panic!("no histogram {name}")
+    }
+
     /// The deliveries counter's points: (outcome code, count).
     fn deliveries(&self) -> Vec<(String, u64)> {
         self.meter_provider.force_flush().expect("flush");
@@ -258,6 +275,38 @@ fn store_calls_are_client_spans_the_child_of_one_delivery_or_linked_to_each() {
             (metric::STORE_DURATION.to_owned(), 2)
         ]
     );
+    // Buckets a store call's microseconds land apart in (the SDK's default
+    // ones start at 5 s: a trial's finding).
+    assert_eq!(
+        recorder.bounds(metric::STORE_DURATION),
+        bq_dedupe::telemetry::otel::STORE_DURATION_BUCKETS
+    );
+
+    // The settle links the deliveries it writes, not one that failed (it
+    // linked every delivery that ran: a trial's finding).
+    let recorder = Recorder::new();
+    let guard = Guard::new(InMemoryStore::new()).with_telemetry(recorder.telemetry());
+    let batch = [envelope("ok", "t-ok"), envelope("fails", "t-fails")];
+    block_on_ready(guard.process_batch(&batch, async |m| match m.id() {
+        Some("fails") => Err("told to".to_owned()),
+        _ => Ok(()),
+    }))
+    .unwrap();
+    let spans = recorder.spans();
+    let ok = consumer_spans(&spans)
+        .into_iter()
+        .find(|s| attribute(s, "messaging.message.id") == Some(&Value::from("ok")))
+        .expect("the ok delivery's span")
+        .span_context
+        .clone();
+    let settle = spans
+        .iter()
+        .find(|s| s.name == "bq-dedupe settle")
+        .expect("one settle");
+    assert_eq!(attribute(settle, attr::STORE_KEYS), Some(&Value::I64(1)));
+    // One delivery carried: its span is the call's parent, nothing linked.
+    assert!(settle.links.is_empty(), "{:?}", settle.links);
+    assert_eq!(settle.parent_span_id, ok.span_id());
 }
 
 #[test]

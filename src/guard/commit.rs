@@ -85,18 +85,21 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             ..
         } = progress;
         let remember = self.remember_list(decisions, &waiting);
-        let release: Vec<(&str, &ClaimToken)> = decisions
+        let (released, release): (Vec<usize>, Vec<(&str, &ClaimToken)>) = decisions
             .iter()
             .zip(&results)
             .zip(&lost)
-            .filter(|(_, lost)| !**lost)
+            .enumerate()
+            .filter(|(_, (_, lost))| !**lost)
             .filter_map(
-                |((decision, result), _)| match commit_of(decision, result) {
-                    Commit::Release(key, token) => Some((key, token)),
+                |(i, ((decision, result), _))| match commit_of(decision, result) {
+                    Commit::Release(key, token) => Some((i, (key, token))),
                     _ => None,
                 },
             )
-            .collect();
+            .unzip();
+        // The deliveries the call carries (its span links them).
+        let carried = waiting.iter().chain(&released).map(|&i| &decisions[i].span);
         let step = Settlement {
             remember: &remember,
             ttl: self.options.ttl,
@@ -105,7 +108,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         };
         let committed = match (remember.is_empty(), release.is_empty()) {
             (true, true) => Ok(Settled::default()),
-            _ => self.apply_step(&step, ran(decisions)).await,
+            _ => self.apply_step(&step, carried).await,
         };
         let mut commit_error = None;
         match committed {

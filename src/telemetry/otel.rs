@@ -52,6 +52,9 @@ impl Telemetry {
             store_duration: meter
                 .f64_histogram(metric::STORE_DURATION)
                 .with_unit("s")
+                // A store call takes microseconds to milliseconds: the SDK's
+                // default buckets (0, 5, 10, ... s) put every call in one.
+                .with_boundaries(STORE_DURATION_BUCKETS.to_vec())
                 .with_description("How long each dedupe store call took.")
                 .build(),
             batch_size: meter
@@ -241,6 +244,12 @@ impl Telemetry {
         quietly(|| self.batch_size.record(size as u64, &[]));
     }
 }
+
+/// The store-call histogram's bucket boundaries, in seconds: 100 µs to 10 s.
+pub const STORE_DURATION_BUCKETS: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
 
 /// What became of a delivery, for [`Telemetry::end_delivery`].
 #[derive(Debug)]
