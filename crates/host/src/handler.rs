@@ -142,8 +142,10 @@ impl Plugin {
     /// run for `timeout` (`--handler-timeout`).
     pub fn load(path: &Path, timeout: Duration) -> Result<Self> {
         let engine = crate::engine::interruptible_engine();
-        let component = Component::from_file(&engine, path)
-            .map_err(anyhow::Error::from)
+        let component = (std::fs::read(path).map_err(anyhow::Error::from))
+            .and_then(|wasm| {
+                crate::compile_cache::component(&engine, &wasm).map_err(anyhow::Error::from)
+            })
             .with_context(|| format!("loading handler plugin {}", path.display()))?;
         let linker = Linker::new(&engine);
         let mut store = deadlined(&engine, timeout);

@@ -5,6 +5,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 #[cfg(unix)]
+pub mod compile_cache;
 mod deadman;
 pub mod engine;
 pub mod exec;

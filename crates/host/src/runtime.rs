@@ -79,11 +79,13 @@ impl ComponentSource {
 
     fn compile(&self, engine: &Engine) -> Result<Component> {
         match self {
-            ComponentSource::BuiltIn => Component::from_binary(engine, BUILT_IN)
+            ComponentSource::BuiltIn => crate::compile_cache::component(engine, BUILT_IN)
                 .map_err(anyhow::Error::from)
                 .context("loading the built-in dedupe component"),
-            ComponentSource::File(path) => Component::from_file(engine, path)
-                .map_err(anyhow::Error::from)
+            ComponentSource::File(path) => (std::fs::read(path).map_err(anyhow::Error::from))
+                .and_then(|wasm| {
+                    crate::compile_cache::component(engine, &wasm).map_err(anyhow::Error::from)
+                })
                 .with_context(|| {
                     format!(
                         "loading the dedupe component {} (build it with scripts/build-component.sh)",
