@@ -136,11 +136,15 @@ impl Runtime {
         let state = HostState::new(store, handler);
         let mut store = Store::new(&engine, state);
         let instance = Dedupe::instantiate(&mut store, &component, &linker);
-        let bindings = instance.map_err(anyhow::Error::from).context(
-            "the component lacks an export this bq-dedupe calls: a host needs a component at \
-             least as new as itself (rebuild it with scripts/build-component.sh, or drop \
-             --component to use the built-in one)",
-        )?;
+        // The cause first: an import this host does not give (the minimal
+        // world's `seen-set`) read as "lacks an export" (a review's finding).
+        let bindings = instance.map_err(|e| {
+            anyhow::anyhow!(
+                "the component does not fit this bq-dedupe: {e:#}. A host needs a component of \
+                 the world `dedupe` (not `dedupe-minimal`) at least as new as itself: rebuild \
+                 it with scripts/build-component.sh, or drop --component to use the built-in one"
+            )
+        })?;
         Ok(Runtime {
             component,
             linker,

@@ -1124,6 +1124,40 @@ fn forget_of_an_id_nothing_holds_deletes_nothing() {
     assert!(deletes.is_empty(), "{deletes:#?}");
 }
 
+/// `--component` with the minimal world's component (no store imports beside
+/// `seen-set`, which this host does not give): refused, the cause first. It
+/// read "the component lacks an export", the import it lacks said last (a
+/// review's finding).
+#[test]
+fn a_component_of_another_world_is_refused_saying_why() {
+    let minimal = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/component/bq_dedupe_minimal.component.wasm");
+    assert!(
+        minimal.exists(),
+        "{} is built by scripts/build-component.sh (make test does)",
+        minimal.display()
+    );
+    let out = bq(
+        &[
+            "--component",
+            minimal.to_str().unwrap(),
+            "run",
+            "--store",
+            "memory",
+        ],
+        &envelope("m1"),
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("does not fit this bq-dedupe: component imports instance")
+            && said.contains("seen-set")
+            && said.contains("`dedupe-minimal`"),
+        "{said}"
+    );
+    assert!(decisions(&out).is_empty());
+}
+
 /// `run` says when it makes a new SQLite store, so a mistyped path is seen
 /// (every id of the input would run again: a trial's finding); not again once
 /// the file exists.
