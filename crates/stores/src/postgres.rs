@@ -574,17 +574,25 @@ impl PostgresStore {
         // it: `CREATE TABLE IF NOT EXISTS` looks in the first schema alone (a
         // role's own, `"$user"`), and made a second table there beside a Go
         // fleet's in `public`, each fleet then running the other's ids again.
-        match store.found_tables()? {
-            Some(found) => (store.table, store.claims) = found,
+        // Both there: nothing is created (CREATE ... IF NOT EXISTS needs the
+        // CREATE privilege even then, which a role beside a fleet's table in
+        // `public` lacks since PostgreSQL 15).
+        let both = match store.found_tables()? {
+            Some((t, c, claims_exist)) => {
+                (store.table, store.claims) = (t, c);
+                claims_exist
+            }
             None if !create => {
                 return Err(invalid(format!(
                     "postgres: no table {table} in this database (a mistyped ?table=? \
                      `bq-dedupe run` creates it)"
                 )));
             }
-            None => {}
+            None => false,
+        };
+        if !both {
+            store.create_tables(table)?;
         }
-        store.create_tables(table)?;
         (store.table, store.claims) = store.qualified_tables()?;
         Ok(store)
     }
@@ -730,20 +738,22 @@ impl PostgresStore {
     }
 
     /// The ids' table, if the `search_path` finds one, and its claims table's
-    /// name in the same schema, both with that schema.
-    fn found_tables(&self) -> StoreResult<Option<(String, String)>> {
+    /// name in the same schema, both with that schema, and whether that one
+    /// exists.
+    fn found_tables(&self) -> StoreResult<Option<(String, String, bool)>> {
         let table = self.table.as_str();
         let rows = self.run(|conn| {
             conn.query(
-                "SELECT pg_catalog.format('%I.%I', n.nspname, c.relname),
-                        pg_catalog.format('%I.%I', n.nspname, c.relname || '_claims')
-                 FROM pg_catalog.pg_class c
-                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-                 WHERE c.oid = pg_catalog.to_regclass($1)",
+                "SELECT t, c, pg_catalog.to_regclass(c) IS NOT NULL FROM (
+                   SELECT pg_catalog.format('%I.%I', n.nspname, r.relname) AS t,
+                          pg_catalog.format('%I.%I', n.nspname, r.relname || '_claims') AS c
+                   FROM pg_catalog.pg_class r
+                   JOIN pg_catalog.pg_namespace n ON n.oid = r.relnamespace
+                   WHERE r.oid = pg_catalog.to_regclass($1)) found",
                 &[(&table, Type::TEXT)],
             )
         })?;
-        Ok(rows.first().map(|r| (r.get(0), r.get(1))))
+        Ok(rows.first().map(|r| (r.get(0), r.get(1), r.get(2))))
     }
 
     /// Creates what is missing of the two tables; `given` is the table's name
@@ -786,6 +796,17 @@ impl PostgresStore {
                             .is_some_and(|c| matches!(c.code(), "23505" | "42P07" | "42710")) =>
                 {
                     attempts += 1;
+                }
+                // Not ours to make there: say which, and who can.
+                Err(e) if e.code() == Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) => {
+                    let mut refused = error(e);
+                    refused.message = format!(
+                        "{}: making {t} or {c} (whichever is missing) needs CREATE on their \
+                         schema; have a role that may make it once (a run as {t}'s owner), \
+                         or grant CREATE",
+                        refused.message
+                    );
+                    return Err(refused);
                 }
                 Err(e) => return Err(error(e)),
             }
