@@ -86,7 +86,8 @@ fn cached(dir: &Path, engine: &Engine, wasm: &[u8]) -> wasmtime::Result<Componen
     let mut entry = Sha256::digest(&compiled).to_vec();
     entry.extend_from_slice(&compiled);
     let partial = path.with_extension(format!("{}.partial", std::process::id()));
-    if std::fs::write(&partial, &entry).is_ok() && std::fs::rename(&partial, &path).is_err() {
+    let written = std::fs::write(&partial, &entry).and_then(|()| std::fs::rename(&partial, &path));
+    if written.is_err() {
         let _ = std::fs::remove_file(&partial);
     }
     Ok(component)

@@ -4,8 +4,8 @@
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
-#[cfg(unix)]
 pub mod compile_cache;
+#[cfg(unix)]
 mod deadman;
 pub mod engine;
 pub mod exec;

@@ -1043,7 +1043,9 @@ fn a_closed_stdout_says_which_lines_were_decided_without_a_verdict() {
     let finished = child.wait_with_output().unwrap();
     assert_eq!(finished.status.code(), Some(2), "{finished:?}");
     let said = String::from_utf8_lossy(&finished.stderr);
-    // "... printed up to line P; lines decided and recorded up to line D ..."
+    // "... written to stdout up to line P; decided up to line D ...; feed them
+    // again from line P+1" (not D+1: a failure among them is not recorded: a
+    // review's finding).
     let number_after = |text: &str| -> u64 {
         let at = said
             .find(text)
@@ -1056,7 +1058,8 @@ fn a_closed_stdout_says_which_lines_were_decided_without_a_verdict() {
             .unwrap_or_else(|e| panic!("a line number after {text:?} in {said}: {e}"))
     };
     let printed = number_after("stdout up to line ");
-    let decided = number_after("recorded up to line ");
+    let decided = number_after("decided up to line ");
+    assert_eq!(number_after("again from line "), printed + 1, "{said}");
     assert!(
         1 <= printed && printed <= decided && decided < 20_000,
         "{said}"

@@ -74,8 +74,8 @@ impl Printer {
 
     /// Waits until everything queued is printed and flushed, and hands back the
     /// counts, or the error that stopped the printing thread with what it left
-    /// unprinted: those lines were decided and recorded, and their rerun skips
-    /// them (`run | head`).
+    /// unprinted (`run | head`): those lines were decided, their successes
+    /// recorded (a rerun skips them) and their failures not (a rerun runs them).
     pub fn finish(mut self) -> Result<Counts> {
         drop(self.send.take());
         let Failed { error, printed_to } = match self.thread.take().map(JoinHandle::join) {
@@ -91,17 +91,18 @@ impl Printer {
         };
         let unprinted = if decided_to > printed_to {
             format!(
-                " (the verdicts of lines {} to {decided_to} are lost; `bq-dedupe show` \
-                 reads what the store holds for an id)",
+                " (the verdicts of lines {} to {decided_to} are lost: their successes were \
+                 recorded, their failures not)",
                 printed_to + 1
             )
         } else {
             String::new()
         };
         Err(anyhow!(
-            "writing the verdicts failed: {error}. Stopped: {printed}; lines decided and \
-             recorded up to line {decided_to}{unprinted}; the lines after line {decided_to} \
-             were not decided (feed them again)"
+            "writing the verdicts failed: {error}. Stopped: {printed}; decided up to line \
+             {decided_to}{unprinted}; feed them again from line {} (a rerun skips what was \
+             recorded and runs the rest)",
+            printed_to + 1
         ))
     }
 }
