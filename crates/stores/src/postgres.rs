@@ -574,13 +574,13 @@ impl PostgresStore {
         // it: `CREATE TABLE IF NOT EXISTS` looks in the first schema alone (a
         // role's own, `"$user"`), and made a second table there beside a Go
         // fleet's in `public`, each fleet then running the other's ids again.
-        // Both there: nothing is created (CREATE ... IF NOT EXISTS needs the
+        // Both there: no table is created (CREATE ... IF NOT EXISTS needs the
         // CREATE privilege even then, which a role beside a fleet's table in
         // `public` lacks since PostgreSQL 15).
-        let both = match store.found_tables()? {
+        let missing = match store.found_tables()? {
             Some((t, c, claims_exist)) => {
                 (store.table, store.claims) = (t, c);
-                claims_exist
+                (!claims_exist).then(|| store.claims.clone())
             }
             None if !create => {
                 return Err(invalid(format!(
@@ -588,11 +588,9 @@ impl PostgresStore {
                      `bq-dedupe run` creates it)"
                 )));
             }
-            None => false,
+            None => Some(format!("{} and {}", store.table, store.claims)),
         };
-        if !both {
-            store.create_tables(table)?;
-        }
+        store.create_tables(table, missing.as_deref())?;
         (store.table, store.claims) = store.qualified_tables()?;
         Ok(store)
     }
@@ -756,16 +754,28 @@ impl PostgresStore {
         Ok(rows.first().map(|r| (r.get(0), r.get(1), r.get(2))))
     }
 
-    /// Creates what is missing of the two tables; `given` is the table's name
-    /// as the spec gave it (its index is named after it).
-    fn create_tables(&self, given: &str) -> StoreResult<()> {
+    /// Creates the tables when one is `missing` (its name, or both, for the
+    /// error a role without CREATE gets), then the `expires_at` index if `T`
+    /// has none and this role owns it; `given` is the table's name as the spec
+    /// gave it (the index is named after it).
+    fn create_tables(&self, given: &str, missing: Option<&str>) -> StoreResult<()> {
         let (t, c) = (&self.table, &self.claims);
         let index = given.replace('.', "_");
+        let tables = match missing {
+            Some(_) => format!(
+                "CREATE TABLE IF NOT EXISTS {t} (
+                    message_id TEXT NOT NULL PRIMARY KEY,
+                    created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+                    expires_at TIMESTAMPTZ NULL);
+                 CREATE TABLE IF NOT EXISTS {c} (
+                    message_id TEXT NOT NULL PRIMARY KEY,
+                    token      TEXT NOT NULL,
+                    expires_at TIMESTAMPTZ NOT NULL);"
+            ),
+            None => String::new(),
+        };
         let ddl = format!(
-            "CREATE TABLE IF NOT EXISTS {t} (
-                message_id TEXT NOT NULL PRIMARY KEY,
-                created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-                expires_at TIMESTAMPTZ NULL);
+            "{tables}
              DO $$ BEGIN
                -- Go's index on expires_at, whatever it is named; ours only if none.
                -- Left to the table's owner: another role may use a fleet's table.
@@ -775,11 +785,7 @@ impl PostgresStore {
                   AND pg_has_role((SELECT relowner FROM pg_class WHERE oid = '{t}'::regclass), 'USAGE') THEN
                  CREATE INDEX IF NOT EXISTS {index}_expires_at_idx ON {t} (expires_at);
                END IF;
-             END $$;
-             CREATE TABLE IF NOT EXISTS {c} (
-                message_id TEXT NOT NULL PRIMARY KEY,
-                token      TEXT NOT NULL,
-                expires_at TIMESTAMPTZ NOT NULL);"
+             END $$;"
         );
         let mut conn = self.conn()?;
         // Processes creating the tables at once: one wins, and another's
@@ -801,10 +807,10 @@ impl PostgresStore {
                 Err(e) if e.code() == Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) => {
                     let mut refused = error(e);
                     refused.message = format!(
-                        "{}: making {t} or {c} (whichever is missing) needs CREATE on their \
-                         schema; have a role that may make it once (a run as {t}'s owner), \
-                         or grant CREATE",
-                        refused.message
+                        "{}: making {} needs CREATE on the schema it goes in: have a role \
+                         that may make it once (`bq-dedupe run` as that role), or grant CREATE",
+                        refused.message,
+                        missing.unwrap_or(t)
                     );
                     return Err(refused);
                 }

@@ -74,8 +74,9 @@ impl Printer {
 
     /// Waits until everything queued is printed and flushed, and hands back the
     /// counts, or the error that stopped the printing thread with what it left
-    /// unprinted (`run | head`): those lines were decided, their successes
-    /// recorded (a rerun skips them) and their failures not (a rerun runs them).
+    /// unprinted (`run | head`): those lines were decided, what they recorded
+    /// is skipped by a rerun, and the rest runs again (a failure, a fail-open
+    /// line, a success the store did not record).
     pub fn finish(mut self) -> Result<Counts> {
         drop(self.send.take());
         let Failed { error, printed_to } = match self.thread.take().map(JoinHandle::join) {
@@ -91,8 +92,8 @@ impl Printer {
         };
         let unprinted = if decided_to > printed_to {
             format!(
-                " (the verdicts of lines {} to {decided_to} are lost: their successes were \
-                 recorded, their failures not)",
+                " (the verdicts of lines {} to {decided_to} are lost; `show` tells which \
+                 of their ids were recorded)",
                 printed_to + 1
             )
         } else {
@@ -100,8 +101,9 @@ impl Printer {
         };
         Err(anyhow!(
             "writing the verdicts failed: {error}. Stopped: {printed}; decided up to line \
-             {decided_to}{unprinted}; feed them again from line {} (a rerun skips what was \
-             recorded and runs the rest)",
+             {decided_to}{unprinted}; feed them again from line {}: a rerun skips the ids \
+             recorded and runs the rest again (a failure, a fail-open line, a success the \
+             store did not record)",
             printed_to + 1
         ))
     }
