@@ -618,20 +618,25 @@ describe("dedupeQueueD1: the handler's D1 statements and the id in one batch", (
 describe("dedupeQueueD1: a statement D1 refuses, fingerprints (issue #25, finding 4; failed on 78431e6)", () => {
   const d1 = async (sql, ...args) => (await (await mf.getD1Database("DEDUPE_D1", "d1")).prepare(sql).bind(...args).all()).results;
   const marked = async (id) => (await d1("SELECT state FROM bq_dedupe WHERE key = ?1", id))[0]?.state;
+  const queueD1 = async (messages) => (await mf.getWorker("d1")).queue("orders", messages);
+  // The dead letter of meta.id `id`, as the DLQ consumer stored it (waited for).
+  const deadLetterOf = async (id) => {
+    const kv = await mf.getKVNamespace("EFFECTS", "dlq");
+    for (let i = 0; i < 100; i++) {
+      for (const { name } of (await kv.list({ prefix: "dead:" })).keys) {
+        const letter = JSON.parse(await kv.get(name));
+        if (letter.meta?.id === id) return letter;
+      }
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    return undefined;
+  };
 
   test("refused on the last attempt: dead-lettered as the run's failure with D1's message, not dropped", async () => {
     const body = envelope("d1ts-refused-always", { bad_statement_attempts: 99 });
-    const result = await (await mf.getWorker("d1")).queue("orders", [msg(body, 2, "r-2")]);
+    const result = await queueD1([msg(body, 2, "r-2")]);
     assert.deepEqual(result.explicitAcks, ["r-2"], `dead-lettered, then acked: ${JSON.stringify(result)}`);
-    const kv = await mf.getKVNamespace("EFFECTS", "dlq");
-    let dead;
-    for (let i = 0; i < 100 && !dead; i++) {
-      for (const { name } of (await kv.list({ prefix: "dead:" })).keys) {
-        const letter = JSON.parse(await kv.get(name));
-        if (letter.meta?.id === "d1ts-refused-always") dead = letter;
-      }
-      if (!dead) await new Promise((r) => setTimeout(r, 50));
-    }
+    const dead = await deadLetterOf("d1ts-refused-always");
     assert.ok(dead, "a dead letter arrived");
     assert.equal(dead.dead_letter.reason, "failed");
     assert.equal(dead.dead_letter.exception, "transaction-aborted", JSON.stringify(dead.dead_letter));
@@ -642,22 +647,13 @@ describe("dedupeQueueD1: a statement D1 refuses, fingerprints (issue #25, findin
   });
 
   test("a statement that deletes the id's own row: the batch is refused, not run-ok with the id unrecorded (its effect ran again on every delivery)", async () => {
-    const queueD1 = async (messages) => (await mf.getWorker("d1")).queue("orders", messages);
     const body = envelope("d1ts-own-row", { delete_own_row: true });
     const first = await queueD1([msg(body, 1, "d-1")]);
     assert.deepEqual(first.retryMessages.map((m) => m.msgId), ["d-1"], JSON.stringify(first));
     // The last attempt: dead-lettered as the run's failure, saying why.
     const last = await queueD1([msg(body, 2, "d-2")]);
     assert.deepEqual(last.explicitAcks, ["d-2"], JSON.stringify(last));
-    const kv = await mf.getKVNamespace("EFFECTS", "dlq");
-    let dead;
-    for (let i = 0; i < 100 && !dead; i++) {
-      for (const { name } of (await kv.list({ prefix: "dead:" })).keys) {
-        const letter = JSON.parse(await kv.get(name));
-        if (letter.meta?.id === "d1ts-own-row") dead = letter;
-      }
-      if (!dead) await new Promise((r) => setTimeout(r, 50));
-    }
+    const dead = await deadLetterOf("d1ts-own-row");
     assert.equal(dead?.dead_letter.reason, "failed", JSON.stringify(dead));
     assert.match(dead.dead_letter.error, /deleted or changed this id's row/);
     assert.deepEqual(await d1("SELECT attempt FROM effects WHERE id = ?1", "d1ts-own-row"), [], "no effect committed");
