@@ -168,7 +168,7 @@ impl Plugin {
             .babelqueue_idempotency_handler()
             .call_handle(&mut self.store, envelope)
         {
-            Ok(result) => result,
+            Ok(result) => result.map_err(cut),
             Err(trap) => {
                 // A trapped instance (and its whole store) cannot be entered again:
                 // a fresh store and instance; the message is retried.
@@ -189,6 +189,23 @@ impl Plugin {
             }
         }
     }
+}
+
+/// How much of a plugin's error message a reason keeps.
+const REASON_BYTES: usize = 4096;
+
+/// A plugin's error message, its start kept: the whole of a huge one went into
+/// the dedupe component, which trapped copying it (the batch's every line a
+/// `failed` trap), or into each verdict line.
+fn cut(message: String) -> String {
+    if message.len() <= REASON_BYTES {
+        return message;
+    }
+    let end = (0..=REASON_BYTES)
+        .rev()
+        .find(|&i| message.is_char_boundary(i))
+        .unwrap_or(0);
+    format!("{}... (cut: {} bytes)", &message[..end], message.len())
 }
 
 /// Epoch ticks in `timeout`, plus one: the deadline counts from the current

@@ -158,3 +158,30 @@ fn a_plugin_that_never_returns_is_stopped_at_the_handler_timeout() {
     assert!(elapsed < std::time::Duration::from_secs(30), "{elapsed:?}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A plugin failing with a 64 MiB message: its delivery is `run-failed` with
+/// the message's start, and the rest of the batch is decided. The whole string
+/// went into the dedupe component, which trapped copying it, and every line
+/// of the batch was a `failed` trap (a review's finding).
+#[test]
+fn a_huge_error_message_is_cut_not_a_trap_of_the_batch() {
+    let dir = scratch("plugin-huge-error");
+    let store = format!("sqlite:{}", dir.join("seen.db").display());
+    const HUGE: &str = "(drop (memory.grow (i32.const 1088))) (i32.store8 (i32.const 16) (i32.const 1)) \
+        (i32.store (i32.const 20) (i32.const 2097152)) (i32.store (i32.const 24) (i32.const 67108864)) \
+        (i32.const 16)";
+    let huge = write_plugin(&dir, "huge", HUGE);
+    let verdicts = run(&store, &huge, &format!("{}\n", envelope("h-1")));
+    assert_eq!(verdicts.len(), 1);
+    assert_eq!(
+        verdicts[0]["outcome"], "run-failed",
+        "{:?}",
+        verdicts[0]["reason"]
+    );
+    let reason = verdicts[0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.len() < 10_000, "a reason of {} bytes", reason.len());
+    assert!(
+        reason.contains("67108864 bytes"),
+        "it says how long it was: {reason:.200}"
+    );
+}
