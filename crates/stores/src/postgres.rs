@@ -577,7 +577,9 @@ impl PostgresStore {
         // Both there: no table is created (CREATE ... IF NOT EXISTS needs the
         // CREATE privilege even then, which a role beside a fleet's table in
         // `public` lacks since PostgreSQL 15).
-        let missing = match store.found_tables()? {
+        let found = store.found_tables()?;
+        let qualified = found.is_some();
+        let missing = match found {
             Some((t, c, claims_exist)) => {
                 (store.table, store.claims) = (t, c);
                 (!claims_exist).then(|| store.claims.clone())
@@ -591,7 +593,10 @@ impl PostgresStore {
             None => Some(format!("{} and {}", store.table, store.claims)),
         };
         store.create_tables(table, missing.as_deref())?;
-        (store.table, store.claims) = store.qualified_tables()?;
+        // Found, the names came with their schema; made here, they are read now.
+        if !qualified {
+            (store.table, store.claims) = store.qualified_tables()?;
+        }
         Ok(store)
     }
 

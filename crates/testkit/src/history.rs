@@ -307,10 +307,14 @@ pub fn check_histories<C: Store + Send + 'static>(runs: u32, make: impl Fn() -> 
         } else {
             first.wrapping_add(u64::from(run).wrapping_mul(0x9e37_79b9_7f4a_7c15))
         };
-        let mut fleet = make();
-        if let Some(clients) = clients {
-            fleet.plan = fleet.plan.with_clients(clients as usize);
-        }
+        let fresh = || {
+            let mut fleet = make();
+            if let Some(clients) = clients {
+                fleet.plan = fleet.plan.with_clients(clients as usize);
+            }
+            fleet
+        };
+        let mut fleet = fresh();
         let mut checked = check_history(&fleet, seed);
         if let Err(e) = &checked {
             // A server keeping wall-clock time (Redis expiries, PostgreSQL's
@@ -320,10 +324,7 @@ pub fn check_histories<C: Store + Send + 'static>(runs: u32, make: impl Fn() -> 
             // once on a fresh fleet (two unexplained early expiries, stops 46-47).
             if e.contains(CLOCK_STEPPED) {
                 eprintln!("history checker (BQ_TESTKIT_SEED={seed}): {e}\nrunning it again");
-                fleet = make();
-                if let Some(clients) = clients {
-                    fleet.plan = fleet.plan.with_clients(clients as usize);
-                }
+                fleet = fresh();
                 checked = check_history(&fleet, seed);
             }
         }
