@@ -100,13 +100,14 @@ pub const TX_CLEAR_EXPIRED: &str =
 pub const TX_INSERT_DONE: &str =
     "INSERT INTO bq_dedupe (key, state, token, expires_at) VALUES (?1, 1, ?2, ?3)";
 
-/// ...and after the handler's statements, the key must still be done by `?2`:
-/// a statement that deleted or changed its row would commit the effects with
-/// the id unrecorded (run again on every delivery). Otherwise a row with no key
-/// fails the batch ([`TX_UNRECORDED`]; the table is WITHOUT ROWID, so its key
-/// is NOT NULL).
+/// ...and after the handler's statements, the key must still be done by `?2`
+/// and live at `?3` (now): a statement that deleted, changed or expired its row
+/// would commit the effects with the id unrecorded (run again on every
+/// delivery). Otherwise a row with no key fails the batch ([`TX_UNRECORDED`];
+/// the table is WITHOUT ROWID, so its key is NOT NULL).
 pub const TX_CHECK_RECORDED: &str = "INSERT INTO bq_dedupe (key, state) SELECT NULL, 1
-    WHERE NOT EXISTS (SELECT 1 FROM bq_dedupe WHERE key = ?1 AND state = 1 AND token = ?2)";
+    WHERE NOT EXISTS (SELECT 1 FROM bq_dedupe WHERE key = ?1 AND state = 1 AND token = ?2
+                      AND (expires_at IS NULL OR expires_at > ?3))";
 
 /// How SQLite refuses [`TX_CHECK_RECORDED`]'s row.
 pub const TX_UNRECORDED: &str = "NOT NULL constraint failed: bq_dedupe.key";

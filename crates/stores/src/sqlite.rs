@@ -445,12 +445,12 @@ fn no_shadow(tx: &rusqlite::Transaction<'_>) -> Result<(), StoreError> {
     }
 }
 
-/// Whether `key` is recorded done (the store just wrote it; a handler's own
-/// writes to the id table may have taken it away).
-fn recorded(tx: &rusqlite::Transaction<'_>, key: &str) -> StoreResult<bool> {
-    let state: Option<i64> =
-        (tx.query_row(STATE, [key], |row| row.get(0)).optional()).map_err(error)?;
-    Ok(state == Some(1))
+/// Whether `key` is recorded done and live at `now` (the store just wrote it;
+/// a handler's own writes to the id table may have deleted or expired it).
+fn recorded(tx: &rusqlite::Transaction<'_>, key: &str, now: i64) -> StoreResult<bool> {
+    (tx.prepare_cached(SEEN)
+        .and_then(|mut seen| seen.exists(params![key, now])))
+    .map_err(error)
 }
 
 /// An id the store recorded and then found gone before the commit.
@@ -526,7 +526,7 @@ impl TransactionalStore for SqliteStore {
                 }
                 if let Some(key) = key {
                     remember_in(&tx, &[key], self.until(ttl)).map_err(error)?;
-                    if !recorded(&tx, key)? {
+                    if !recorded(&tx, key, self.now())? {
                         return Ok(TxRun::Aborted(unrecorded()));
                     }
                 }
@@ -610,7 +610,7 @@ impl TransactionalStore for SqliteStore {
                 .iter()
                 .filter(|(_, run)| matches!(run, TxRun::Committed(())));
             for key in committed.filter_map(|(i, _)| keys[*i]) {
-                if !recorded(&tx, key)? {
+                if !recorded(&tx, key, self.now())? {
                     return Err(unrecorded());
                 }
             }

@@ -1165,6 +1165,36 @@ fn sqlite_a_batch_handler_that_deletes_recorded_ids_commits_nothing() {
     }
 }
 
+/// A batch handler that expires an id the batch recorded before it
+/// (`expires_at` in the past): the row was still there, done, so the check
+/// passed and the batch committed with that id reading as free, run again on
+/// the redelivery (a review's finding, on D1's twin check). As a delete:
+/// nothing of the batch commits.
+#[test]
+fn sqlite_a_batch_handler_that_expires_recorded_ids_commits_nothing() {
+    let db = TempDb::new("tx-batch-expire-ids");
+    let guard = open(db.path());
+    let bodies = [envelope("exp-1"), envelope("exp-2")];
+    let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+        let id = msg.id().unwrap();
+        tx.execute("INSERT INTO effects (id) VALUES (?1)", [id])
+            .map_err(|e| e.to_string())?;
+        if id == "exp-2" {
+            tx.execute_batch("UPDATE bq_dedupe SET expires_at = 1 WHERE key = 'exp-1'")
+                .map_err(|e| e.to_string())?;
+        }
+        Ok::<(), String>(())
+    });
+    let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
+    assert!(
+        kinds.iter().all(|k| *k == OutcomeKind::StoreUnavailable),
+        "{outcomes:?}"
+    );
+    for id in ["exp-1", "exp-2"] {
+        assert_eq!(effects_of(db.path(), id), 0, "{id}");
+    }
+}
+
 #[test]
 fn sqlite_a_batch_rolls_back_only_the_failing_delivery() {
     let db = TempDb::new("tx-batch");

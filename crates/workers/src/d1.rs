@@ -72,7 +72,7 @@ fn error(e: impl std::fmt::Display) -> StoreError {
 /// A D1 call's failure in D1's words (`no such table: t: SQLITE_ERROR`):
 /// workers-rs writes it as a debug dump with a JS stack, which went into dead
 /// letters and logs.
-fn failed(e: worker::Error) -> StoreError {
+fn said(e: worker::Error) -> StoreError {
     match e {
         worker::Error::D1(d1) => {
             let inner: &js_sys::Error = d1.as_ref();
@@ -110,7 +110,7 @@ fn number(n: i64) -> JsValue {
 fn changes(result: &D1Result) -> StoreResult<usize> {
     Ok(result
         .meta()
-        .map_err(failed)?
+        .map_err(said)?
         .and_then(|m| m.changes)
         .unwrap_or(0))
 }
@@ -142,7 +142,7 @@ impl D1Store {
     }
 
     fn statement(&self, sql: &str, args: &[JsValue]) -> StoreResult<D1PreparedStatement> {
-        self.db.prepare(sql).bind(args).map_err(failed)
+        self.db.prepare(sql).bind(args).map_err(said)
     }
 
     /// One round trip: `statements` as one transaction, their results in order.
@@ -173,9 +173,9 @@ impl D1Store {
             statements.insert(1, self.statement(EXPIRY_INDEX, &[])?);
         }
         self.round_trips.add(1);
-        let mut results = self.db.batch(statements).await.map_err(failed)?;
+        let mut results = self.db.batch(statements).await.map_err(said)?;
         for result in &results {
-            if let Some(meta) = result.meta().map_err(failed)? {
+            if let Some(meta) = result.meta().map_err(said)? {
                 let rows = |n: Option<usize>| n.unwrap_or(0) as u64;
                 self.round_trips
                     .add_rows(rows(meta.rows_read), rows(meta.rows_written));
@@ -210,7 +210,7 @@ impl D1Store {
     async fn live_row(&self, key: &str, now: i64) -> StoreResult<Option<LiveRow>> {
         let read = self.statement(LIVE_ROW, &[text(key), number(now)])?;
         let results = self.batch(vec![read]).await?;
-        let rows: Vec<LiveRow> = results[0].results().map_err(failed)?;
+        let rows: Vec<LiveRow> = results[0].results().map_err(said)?;
         Ok(rows.into_iter().next())
     }
 }
@@ -236,7 +236,7 @@ impl Store for D1Store {
         let results = self.batch(reads).await?;
         results
             .iter()
-            .map(|r| Ok(!r.results::<serde_json::Value>().map_err(failed)?.is_empty()))
+            .map(|r| Ok(!r.results::<serde_json::Value>().map_err(said)?.is_empty()))
             .collect()
     }
 
@@ -272,7 +272,7 @@ impl Store for D1Store {
         results
             .iter()
             .map(|r| {
-                let rows: Vec<LiveRow> = r.results().map_err(failed)?;
+                let rows: Vec<LiveRow> = r.results().map_err(said)?;
                 Ok(record_of(rows.into_iter().next()).peeked(Some(now as u64)))
             })
             .collect()
@@ -300,7 +300,7 @@ impl Store for D1Store {
                 claims.push(Claim::Acquired(token));
                 continue;
             }
-            let state: Vec<StateRow> = pair[1].results().map_err(failed)?;
+            let state: Vec<StateRow> = pair[1].results().map_err(said)?;
             claims.push(match state.first() {
                 Some(row) if row.state == 1 => Claim::Seen,
                 _ => Claim::Held,
@@ -400,7 +400,9 @@ impl StatementStore for D1Store {
                 &[text(key), text(&token.0), until(now, ttl)],
             )?);
             batch.extend(statements.iter().cloned());
-            batch.push(self.statement(TX_CHECK_RECORDED, &[text(key), text(&token.0)])?);
+            batch.push(
+                self.statement(TX_CHECK_RECORDED, &[text(key), text(&token.0), number(now)])?,
+            );
             batch.extend(self.maybe_sweep(now)?);
             let failed = match self.batch(batch).await {
                 Ok(_) => return Ok(TxRun::Committed(())),

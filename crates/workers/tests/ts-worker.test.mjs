@@ -157,7 +157,7 @@ export default { async fetch(request: Request, env: object): Promise<Response> {
   // dedupeQueueD1: the handler's D1 statements committed with the id.
   writeFileSync(path.join(scratch, "d1.ts"), `import { dedupeQueueD1 } from "@babelqueue/dedupe/workers";
 interface Env { DEDUPE_D1: D1Database }
-interface Directives { fail?: boolean; bad_statement_attempts?: number; odd_error?: boolean; trap_array?: boolean; delete_own_row?: boolean }
+interface Directives { fail?: boolean; bad_statement_attempts?: number; odd_error?: boolean; trap_array?: boolean; delete_own_row?: boolean; expire_own_row?: boolean }
 export default {
   async queue(batch: MessageBatch, env: Env): Promise<void> {
     await env.DEDUPE_D1.prepare("CREATE TABLE IF NOT EXISTS effects (id TEXT NOT NULL, attempt INTEGER NOT NULL)").run();
@@ -184,6 +184,8 @@ export default {
       }
       // A statement that deletes the id's own row (a clean-up of the dedupe table).
       if (data.delete_own_row) statements.push(db.prepare("DELETE FROM bq_dedupe WHERE key = ?1").bind(envelope.meta.id));
+      // ...or expires it (the row is still there, done by this run).
+      if (data.expire_own_row) statements.push(db.prepare("UPDATE bq_dedupe SET expires_at = 1 WHERE key = ?1").bind(envelope.meta.id));
       return statements;
     });
   },
@@ -658,6 +660,11 @@ describe("dedupeQueueD1: a statement D1 refuses, fingerprints (issue #25, findin
     assert.match(dead.dead_letter.error, /deleted or changed this id's row/);
     assert.deepEqual(await d1("SELECT attempt FROM effects WHERE id = ?1", "d1ts-own-row"), [], "no effect committed");
     assert.equal(await marked("d1ts-own-row"), undefined);
+    // Expiring the row is refused the same way (it committed, the id read as
+    // free: a review's finding).
+    const expired = await queueD1([msg(envelope("d1ts-own-expired", { expire_own_row: true }), 1, "e-1")]);
+    assert.deepEqual(expired.retryMessages.map((m) => m.msgId), ["e-1"], JSON.stringify(expired));
+    assert.deepEqual(await d1("SELECT attempt FROM effects WHERE id = ?1", "d1ts-own-expired"), [], "no effect committed");
   });
 
   test("DEDUPE_FINGERPRINT on: the batch is refused before any handler runs, not each message after", async () => {
