@@ -40,6 +40,9 @@ export function serveWww({ port = 0, root = ROOT, host = '127.0.0.1' } = {}) {
     } catch {
       return send(400, 'bad path');
     }
+    // The page probes `stats` for the fixture worker; "no worker" here, without
+    // the 404 a browser logs as a console error on every load.
+    if (path === '/stats') return send(204, '');
     const file = normalize(join(root, path.endsWith('/') ? path + 'index.html' : path));
     if (file !== root && !file.startsWith(root + sep)) return send(403, 'forbidden');
     try {

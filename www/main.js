@@ -228,7 +228,7 @@ async function main() {
       return el('tr', { dataset: { decision: row.decision, kind: row.kind ?? '', action: row.action } },
         el('td', {}, String(row.n)),
         el('td', {}, row.action),
-        el('td', { class: 'id' }, row.id ?? ''),
+        el('td', { class: 'id' }, shownId(row)),
         el('td', {}, row.handler ?? ''),
         el('td', {}, el('span', { class: `badge ${row.decision}` }, row.decision), expect),
         el('td', {}, row.kind ?? '', row.reason ? el('div', { class: 'note' }, row.reason) : null),
@@ -245,6 +245,18 @@ async function main() {
     await renderStore(row.snapshot);
   }
 
+  /**
+   * An id as the timeline shows it: plain when it reads as itself, else its JSON
+   * string (a blank, padded or control-character id); a long one is cut.
+   */
+  function shownId(row) {
+    if (row.metaId === null || row.metaId === undefined || row.metaId === '') return row.id ?? '';
+    const id = row.metaId;
+    const plain = id.trim() === id && !/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/.test(id);
+    const shown = plain ? id : JSON.stringify(id);
+    return shown.length > 80 ? `${shown.slice(0, 60)}\u2026 (${id.length} characters)` : shown;
+  }
+
   function rowOf(outcome, v, throws, expect, action = 'deliver') {
     return {
       action,
@@ -256,7 +268,8 @@ async function main() {
       kind: outcome.kind,
       effect: outcome.ran ? 'run' : outcome.kind,
       expect,
-      reason: outcome.kind === 'run-ok' || outcome.kind === 'skip' ? null : (outcome.rejection?.message ?? outcome.reason ?? null),
+      reason: outcome.kind === 'skip' && throws ? 'the handler (set to throw) was not run'
+        : outcome.kind === 'run-ok' || outcome.kind === 'skip' ? null : (outcome.rejection?.message ?? outcome.reason ?? null),
     };
   }
 
@@ -353,10 +366,20 @@ async function main() {
     const deliveries = [];
     let pendingForget = new Set();
     const notes = [];
+    // The ids this timeline's exported rows record: a replay on a fresh store
+    // skips those and runs the rest, so a row that went otherwise (an id the
+    // store held before the timeline, a TTL run out) cannot be replayed.
+    const recorded = new Set();
     for (const row of timeline) {
-      if (row.action === 'forget') { pendingForget.add(row.id); continue; }
-      if (row.action !== 'deliver') { notes.push(`${row.action} is not expressible and was left out`); continue; }
+      if (row.action === 'forget') { pendingForget.add(row.id); recorded.delete(row.id); continue; }
+      if (row.action !== 'deliver') { notes.push(`row ${row.n} (${row.action}) is not expressible and was left out`); continue; }
       if (row.metaId === null) { notes.push(`delivery ${row.n} (invalid envelope) was left out`); continue; }
+      const replayed = row.metaId !== '' && recorded.has(row.metaId) ? 'skip' : 'run';
+      if (row.effect !== replayed) {
+        notes.push(`delivery ${row.n} (${row.effect}) follows the store's state from before this timeline or a clock move, and was left out`);
+        continue;
+      }
+      if (row.effect === 'run' && !row.threw && row.metaId !== '') recorded.add(row.metaId);
       const d = { meta_id: row.metaId, expect_effect: row.effect };
       if (pendingForget.has(row.metaId)) { d.forget_before = true; pendingForget.delete(row.metaId); }
       if (row.effect === 'run') d.outcome = row.threw ? 'throw' : 'ok';
@@ -376,7 +399,7 @@ async function main() {
     URL.revokeObjectURL(link.href);
     link.href = URL.createObjectURL(new Blob([text + '\n'], { type: 'application/json' }));
     $('sequence-details').open = true;
-    if (notes.length) showError(`Exported; ${notes.join('; ')}.`);
+    $('sequence-note').textContent = notes.length ? `Exported; ${notes.join('; ')}.` : '';
     return sequence;
   }
 

@@ -40,6 +40,8 @@ async function openPlayground({ clear = true, viewport } = {}) {
   if (viewport) await page.setViewportSize(viewport);
   const errors = [];
   page.on('pageerror', (e) => errors.push(e.message));
+  const consoleErrors = [];
+  page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(m.text()); });
   await page.goto(server.url);
   if (clear) {
     await page.evaluate(() => localStorage.clear());
@@ -47,6 +49,7 @@ async function openPlayground({ clear = true, viewport } = {}) {
   }
   await page.waitForSelector('body[data-state=ready]');
   page.errors = errors;
+  page.consoleErrors = consoleErrors;
   return page;
 }
 
@@ -76,6 +79,7 @@ test('the page loads the wasm and validates the editor live: derived key, fail-o
   assert.equal(await page.getAttribute('#validation', 'data-state'), 'valid');
   assert.match(await page.textContent('#validation'), /dedupe key\s*"order-1042"/);
   assert.equal(await page.isVisible('#error-banner'), false);
+  assert.deepEqual(page.consoleErrors, [], 'the page loads with no console error (the worker probe too)');
   assert.equal(await page.$eval('#store-select option[value=worker]', (o) => o.disabled), true,
     'the worker store is offered only when the page is served by the fixture worker');
   await page.screenshot({ path: join(ARTIFACTS, '01-loaded.png'), fullPage: true });
@@ -243,6 +247,61 @@ test('with the persistent store a delivered id is skipped after a page reload', 
   const got = await rows(page);
   assert.deepEqual(got.map((r) => [r.decision, r.id]), [['skip', 'persist-1']]);
   await page.screenshot({ path: join(ARTIFACTS, '09-persistent-after-reload.png'), fullPage: true });
+  await page.close();
+});
+
+test('an export after a reload leaves out what a fresh store cannot replay (an id remembered before the timeline, a clock move), says so beside the sequence, and replays as expected', async () => {
+  const page = await openPlayground();
+  await page.selectOption('#store-select', 'persistent');
+  await idle(page);
+  await setEditor(page, envelope('before-reload'));
+  await page.click('#deliver');
+  await page.reload();
+  await page.waitForSelector('body[data-state=ready]');
+  await page.fill('#ttl-ms', '5000');
+  await page.click('#deliver'); // skip: remembered before this timeline began
+  await setEditor(page, envelope('fresh'));
+  await page.click('#deliver');
+  await page.click('#deliver-throw'); // skip: the handler, set to throw, is not run
+  await page.click('#advance-1m');
+  await page.click('#deliver'); // run again: its TTL ran out
+  await page.click('#deliver');
+  const got = await rows(page);
+  assert.deepEqual(got.map((r) => r.decision), ['skip', 'run', 'skip', 'clock', 'run', 'skip']);
+  const throwRow = await page.$eval('#timeline tbody tr:nth-child(3)', (tr) => tr.children[5].textContent);
+  assert.match(throwRow, /not run/, 'a skip says the throwing handler was not run');
+
+  await page.click('#export-sequence');
+  const exported = JSON.parse(await page.inputValue('#sequence-json'));
+  assert.deepEqual(exported.deliveries, [
+    { meta_id: 'fresh', expect_effect: 'run', outcome: 'ok' },
+    { meta_id: 'fresh', expect_effect: 'skip' },
+    { meta_id: 'fresh', expect_effect: 'skip' },
+  ]);
+  assert.equal(exported.expected_effects, 1);
+  assert.equal(await page.isVisible('#error-banner'), false, 'an export that leaves rows out is not an error');
+  assert.match(await page.textContent('#sequence-note'), /delivery 1 .*left out/);
+  assert.match(await page.textContent('#sequence-note'), /delivery 5 .*left out/);
+
+  await page.click('#sequence-from-text');
+  await page.selectOption('#store-select', 'memory');
+  await idle(page);
+  await page.click('#replay-sequence');
+  await idle(page);
+  assert.match(await page.textContent('#store-note'), /as expected \(1 effects, expected 1\)/);
+  await page.close();
+});
+
+test('an id shows as its JSON string when blank or padded, and a long one is cut', async () => {
+  const page = await openPlayground();
+  await setEditor(page, envelope(' '));
+  await page.click('#deliver');
+  await setEditor(page, envelope('x'.repeat(5000)));
+  await page.click('#deliver');
+  const got = await rows(page);
+  assert.equal(got[0].id, '" "');
+  assert.ok(got[1].id.length < 200, `a 5000-character id is cut (${got[1].id.length})`);
+  assert.match(got[1].id, /5000 characters/);
   await page.close();
 });
 
