@@ -319,12 +319,18 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             .await;
         spans.close(&processed);
         // How long each parked message waits: the claim it parked behind (an
-        // in-batch duplicate, its leader's), else the configured park delay.
+        // in-batch duplicate, its leader's), else the configured park delay. A
+        // duplicate whose leader failed waits a second: the id is free again.
         let outcomes: Vec<Ended<'_, E>> = processed
             .iter()
             .map(|p| {
                 let park_for = match p.decision.verdict {
-                    Verdict::Duplicate(of) => processed.get(of).and_then(|l| l.decision.park_for),
+                    Verdict::Duplicate(of) => {
+                        processed.get(of).and_then(|l| match l.outcome.kind() {
+                            OutcomeKind::Parked => l.decision.park_for,
+                            _ => Some(Duration::ZERO),
+                        })
+                    }
                     _ => p.decision.park_for,
                 };
                 (&p.outcome, park_for, p.decision.key.as_deref())

@@ -129,6 +129,16 @@ describe("handler failures", () => {
       assert.equal(after.skips, 1);
     }));
 
+  test("an in-batch duplicate of a failed delivery is retried with it, not parked for DEDUPE_PARK_DELAY_SECONDS (a trial's finding)", () =>
+    withWorker({}, async (worker) => {
+      const copy = (msgId) => ({ id: msgId, timestamp: new Date(), attempts: 1, body: envelope("twin", { fail_attempts: 1 }) });
+      const result = await worker.dispatchQueue([copy("twin-a"), copy("twin-b")]);
+      const retried = Object.fromEntries(result.retryMessages.map((m) => [m.msgId, m.delaySeconds ?? 0]));
+      assert.deepEqual(Object.keys(retried).sort(), ["twin-a", "twin-b"], JSON.stringify(result));
+      assert.ok(retried["twin-b"] <= 1, `the copy waits at most a second, as its leader: ${JSON.stringify(result)}`);
+      assert.deepEqual((await worker.effects()).effects, {}, "nothing ran to success");
+    }));
+
   test("fails until max_retries: dead-lettered with reason failed and the error, id never remembered", () =>
     withWorker({ vars: { DEDUPE_MAX_RETRIES: "2" }, consumer: { maxRetries: 2 } }, async (worker) => {
       await worker.publish([envelope("doomed", { always_fail: true }), envelope("fine")]);
