@@ -6,6 +6,7 @@
 
 mod common;
 
+use bq_dedupe::Store;
 use bq_dedupe::store::StoreErrorKind;
 use bq_dedupe_stores::{AnyStore, Dialect, PostgresStore, RedisStore};
 use bq_dedupe_testkit::{self as testkit, OnServer};
@@ -87,7 +88,15 @@ fn a_redis_cluster_over_tls_follows_the_record_model_and_refuses_a_wrong_ca() {
         })
     });
     let spec = format!("{spec}?ca={ca}&prefix={}", redis_prefix("tls-cluster-spec"));
-    check_batches(&AnyStore::from_spec(&spec).expect("connect over TLS"));
+    let store = AnyStore::from_spec(&spec).expect("connect over TLS");
+    check_batches(&store);
+    // `stats` reaches every master on its own connection: over TLS too, with
+    // the spec's CA (it once connected in plain TCP, the password in clear).
+    let keys: Vec<String> = (0..20).map(|i| format!("stats-{i}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    ready(store.remember_many(&keys, None)).unwrap();
+    let stats = store.stats().expect("stats over TLS on every master");
+    assert!(stats.remembered >= 20, "{stats:?}");
 }
 
 /// How many of the server's sessions named `app` are encrypted, and how many

@@ -10,9 +10,10 @@ use super::TIMEOUT;
 /// Where the store's connection goes: one server, or a Redis Cluster.
 pub(super) enum Target {
     Single(Client),
-    /// The client, and the node URLs it was given (their credentials reach the
-    /// other nodes too, for [`RedisStore::stats`]).
-    Cluster(ClusterClient, Vec<String>),
+    /// The client, the node URLs it was given, and a client of the first
+    /// node: its credentials and TLS settings (the CA too) reach every master
+    /// [`RedisStore::stats`](super::RedisStore::stats) scans.
+    Cluster(ClusterClient, Vec<String>, Box<Client>),
 }
 
 impl Target {
@@ -20,7 +21,7 @@ impl Target {
     pub(super) fn location(&self) -> String {
         match self {
             Target::Single(client) => client.get_connection_info().addr().to_string(),
-            Target::Cluster(_, nodes) => nodes
+            Target::Cluster(_, nodes, _) => nodes
                 .iter()
                 .map(|n| {
                     let rest = n.split_once("://").map_or(n.as_str(), |(_, r)| r);
@@ -82,7 +83,7 @@ pub(super) fn open(target: &Target) -> RedisResult<Conn> {
             }
             Ok(Conn::Single(conn))
         }
-        Target::Cluster(client, _) => Ok(Conn::Cluster(Box::new(client.get_connection()?))),
+        Target::Cluster(client, _, _) => Ok(Conn::Cluster(Box::new(client.get_connection()?))),
     }
 }
 

@@ -171,13 +171,23 @@ impl RedisStore {
         if let Some(pem) = ca {
             builder = builder.certs(certificates(pem));
         }
-        let client = builder.build().map_err(|e| {
+        let bad = |e: redis::RedisError| {
             StoreError::new(
                 StoreErrorKind::Invalid,
                 format!("redis cluster: bad node list: {e}"),
             )
-        })?;
-        Self::open_target(Target::Cluster(client, nodes.to_vec()), prefix, dialect)
+        };
+        let client = builder.build().map_err(bad)?;
+        let first = match ca {
+            None => Client::open(nodes[0].as_str()),
+            Some(pem) => Client::build_with_tls(nodes[0].as_str(), certificates(pem)),
+        }
+        .map_err(bad)?;
+        Self::open_target(
+            Target::Cluster(client, nodes.to_vec(), Box::new(first)),
+            prefix,
+            dialect,
+        )
     }
 
     fn open_target(target: Target, prefix: String, dialect: Dialect) -> StoreResult<Self> {
@@ -219,7 +229,7 @@ impl RedisStore {
     pub fn stats(&self) -> StoreResult<StoreStats> {
         let pattern = format!("{}*", glob_escape(&self.prefix));
         let dialect = self.dialect;
-        let Target::Cluster(_, nodes) = &self.target else {
+        let Target::Cluster(_, _, first) = &self.target else {
             return self.run(|conn| match conn {
                 Conn::Single(conn) => scan_stats(conn, &pattern, dialect),
                 Conn::Cluster(_) => unreachable!("a single server's connection"),
@@ -229,8 +239,7 @@ impl RedisStore {
             Conn::Cluster(conn) => redis::cmd("CLUSTER").arg("NODES").query(&mut **conn),
             Conn::Single(conn) => redis::cmd("CLUSTER").arg("NODES").query(conn),
         })?;
-        let base =
-            redis::IntoConnectionInfo::into_connection_info(nodes[0].as_str()).map_err(error)?;
+        let base = first.get_connection_info();
         let mut total = StoreStats::default();
         for line in text.lines() {
             let fields: Vec<&str> = line.split_whitespace().collect();
@@ -248,15 +257,28 @@ impl RedisStore {
             let port: u16 = port
                 .parse()
                 .map_err(|_| StoreError::internal(format!("redis cluster: bad node {addr}")))?;
-            let info = base
-                .clone()
-                .set_addr(redis::ConnectionAddr::Tcp(host.to_owned(), port));
-            let client = Client::open(info).map_err(error)?;
-            let mut conn = match open(&Target::Single(client)).map_err(error)? {
+            // The node's address, over TLS as the first node is, with its CA.
+            let host = host.to_owned();
+            let addr = match base.addr() {
+                redis::ConnectionAddr::TcpTls {
+                    insecure,
+                    tls_params,
+                    ..
+                } => redis::ConnectionAddr::TcpTls {
+                    host,
+                    port,
+                    insecure: *insecure,
+                    tls_params: tls_params.clone(),
+                },
+                _ => redis::ConnectionAddr::Tcp(host, port),
+            };
+            let at = addr.to_string();
+            let client = Client::open(base.clone().set_addr(addr)).map_err(error)?;
+            let mut conn = match open(&Target::Single(client)).map_err(|e| error_at(e, &at))? {
                 Conn::Single(conn) => conn,
                 Conn::Cluster(_) => unreachable!("a single server's connection"),
             };
-            let node = scan_stats(&mut conn, &pattern, dialect).map_err(error)?;
+            let node = scan_stats(&mut conn, &pattern, dialect).map_err(|e| error_at(e, &at))?;
             total.remembered += node.remembered;
             total.claimed += node.claimed;
         }
