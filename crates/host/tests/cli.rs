@@ -1242,3 +1242,55 @@ fn a_slow_stream_from_a_file_prints_as_it_goes() {
     let again = decisions(&again);
     assert_skipped_on_rerun(&printed, &again);
 }
+
+/// What a docs trial found in the messages: a directory given as the input is
+/// named; an id's control characters reach no terminal raw; a run refused for
+/// its options announces nothing before the refusal; a plain run on the PHP
+/// SDK's format says it runs beside PHP's claims.
+#[test]
+fn messages_name_the_input_escape_ids_and_refuse_before_announcing() {
+    let dir = scratch("messages");
+    let spec = format!("sqlite:{}", dir.join("seen.db").display());
+
+    let out = bq(&["check", dir.to_str().unwrap()], "");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(dir.to_str().unwrap()) && said.contains("directory"),
+        "names the directory: {said}"
+    );
+
+    let hostile = "\u{1b}]0;pwned\u{7}\u{1b}[31mRED";
+    bq(&["run", "--store", &spec], &envelope(hostile));
+    for args in [
+        vec!["forget", "--store", &spec, hostile],
+        vec!["forget", "--store", &spec, hostile],
+    ] {
+        let out = bq(&args, "");
+        let all = [out.stdout, out.stderr].concat();
+        assert!(
+            !all.contains(&0x1b) && !all.contains(&0x07),
+            "the id's escapes are printed escaped: {:?}",
+            String::from_utf8_lossy(&all)
+        );
+    }
+
+    let url = redis_url().unwrap();
+    let go = format!("{}&dialect=go", redis_spec(&url, "refused"));
+    let out = bq(&["run", "--claim", "--store", &go], &envelope("r1"));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("cannot claim"), "{said}");
+    assert!(!said.contains("a mark run"), "no run announced: {said}");
+
+    let php = format!("{}&dialect=php", redis_spec(&url, "php-plain"));
+    let out = bq(&["run", "--store", &php], &envelope("p1"));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("--claim"),
+        "a plain run on PHP's format says so: {said}"
+    );
+    let out = bq(&["run", "--claim", "--store", &php], &envelope("p2"));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!said.contains("without --claim"), "{said}");
+}

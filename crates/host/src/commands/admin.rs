@@ -37,7 +37,8 @@ pub fn forget(
         );
     }
     let mut failed = false;
-    for ((id, key), peeked) in before {
+    for ((raw_id, key), peeked) in before {
+        let id = shown_id(raw_id);
         if let Some(left) = claim_left(peeked).filter(|_| !even_if_claimed) {
             failed = true;
             say(&format!(
@@ -55,7 +56,7 @@ pub fn forget(
         let free = state_of(peeked) == "free";
         let forgotten = match free && !fingerprint {
             true => Ok(()),
-            false => runtime.guard_forget(id)?,
+            false => runtime.guard_forget(raw_id)?,
         };
         match forgotten {
             // Only what was there is said forgotten (a script reading stdout
@@ -152,4 +153,17 @@ pub fn purge(store: &str) -> Result<ExitCode> {
     let purged = bq_dedupe_host::open_existing_store(store)?.purge_expired()?;
     tell(&serde_json::json!({ "purged": purged }).to_string());
     Ok(ExitCode::SUCCESS)
+}
+
+/// An id as a message line shows it: as it is, or quoted and escaped when it
+/// holds a control or bidirectional character (a terminal would act on them).
+fn shown_id(id: &str) -> std::borrow::Cow<'_, str> {
+    let hostile = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    match id.chars().any(hostile) {
+        true => format!("{id:?}").into(),
+        false => id.into(),
+    }
 }

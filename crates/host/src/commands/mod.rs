@@ -46,10 +46,15 @@ impl Lines {
             "-" => Box::new(std::io::stdin()),
             // Shown as a spec is: a store spec given as the input (`--store`
             // forgotten) must not print its password.
-            path => Box::new(
-                std::fs::File::open(path)
-                    .with_context(|| format!("opening {}", bq_dedupe_host::shown_spec(path)))?,
-            ),
+            path => {
+                let shown = bq_dedupe_host::shown_spec(path);
+                let file = std::fs::File::open(path).with_context(|| format!("opening {shown}"))?;
+                // A directory opens; only its first read fails, naming no path.
+                if file.metadata().is_ok_and(|m| m.is_dir()) {
+                    anyhow::bail!("opening {shown}: it is a directory, not a file of envelopes");
+                }
+                Box::new(file)
+            }
         };
         Ok(Lines {
             reader: BufReader::with_capacity(1 << 20, reader),

@@ -92,12 +92,6 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
             "bq-dedupe: no store was at {path}{folder}: a new, empty one is made there"
         ));
     }
-    if matches!(handler, Handler::Mark) {
-        bq_dedupe_host::say(
-            "bq-dedupe: no --exec or --handler: each new id is recorded as done without \
-             running anything (a mark run)",
-        );
-    }
     if args.claim && !bq_dedupe::Store::capabilities(&store).claim {
         bail!(
             "store {} cannot claim",
@@ -118,6 +112,23 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
         bail!(
             "--fingerprint needs our own record format; store {} keeps {format} records",
             bq_dedupe_host::shown_spec(&args.store)
+        );
+    }
+    let caps = bq_dedupe::Store::capabilities(&store);
+    if !args.claim && caps.claim && !caps.renew {
+        // The PHP SDK's format: its consumers' in-flight claims (`1`) are not
+        // done, so a plain run runs beside them, as PHP's plain dispatch does.
+        bq_dedupe_host::say(&format!(
+            "bq-dedupe: store {} keeps the PHP SDK's records: without --claim an id another \
+             consumer has claimed (in flight) runs here too; pass --claim to park it",
+            bq_dedupe_host::shown_spec(&args.store)
+        ));
+    }
+    // Said once the options are known to be accepted: a refused run announces nothing.
+    if matches!(handler, Handler::Mark) {
+        bq_dedupe_host::say(
+            "bq-dedupe: no --exec or --handler: each new id is recorded as done without \
+             running anything (a mark run)",
         );
     }
     let mut runtime = Runtime::load(component, store, handler)?;

@@ -88,7 +88,11 @@ impl Printer {
         let decided_to = self.decided_to.get();
         let printed = match printed_to {
             0 => "no verdict printed".to_owned(),
-            line => format!("verdicts written to stdout up to line {line}"),
+            // Written into the pipe: a reader that stopped early read fewer.
+            line => format!(
+                "verdicts handed to stdout up to line {line} (a reader that stopped early \
+                 read fewer)"
+            ),
         };
         let unprinted = if decided_to > printed_to {
             format!(
