@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bq_dedupe::store::StatementStore;
 use bq_dedupe::{
-    Disposition, Guard, Message, Observer, Outcome, OutcomeKind, Store, guard::Mode,
+    Disposition, Guard, Message, Observer, Outcome, OutcomeKind, Processed, Store, guard::Mode,
     guard::Verdict, lease::NoTimer, lease::Timer,
 };
 use wasm_bindgen::JsValue;
@@ -307,16 +307,38 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             None => Mode::SeenSet,
         };
         let mut spans = BatchSpans::open(&bodies, mode);
-        let processed = self
-            .guard
-            .process_each(&bodies, async |i, message| {
-                let delivery = Delivery {
-                    message,
-                    queue_message: &messages[i],
-                };
-                handler(&delivery).await
-            })
-            .await;
+        // A Rust panic aborts the instance, and Cloudflare delivers the whole
+        // batch again: a handler that panics every time would re-run the
+        // batch's unrecorded successes on every attempt. So the messages of a
+        // first attempt run first, as a batch (recorded when it ends), and those
+        // delivered again (a crasher among them) one at a time, each success
+        // recorded before the next handler runs: one more run at most.
+        let (fresh, again): (Vec<usize>, Vec<usize>) =
+            (0..messages.len()).partition(|&i| messages[i].attempts() <= 1);
+        let mut processed: Vec<Option<Processed<E>>> = Vec::new();
+        processed.resize_with(messages.len(), || None);
+        let parts = std::iter::once(fresh).chain(again.into_iter().map(|i| vec![i]));
+        for part in parts.filter(|p| !p.is_empty()) {
+            let part_bodies: Vec<&[u8]> = part.iter().map(|&i| bodies[i].as_slice()).collect();
+            let done = self
+                .guard
+                .process_each(&part_bodies, async |j, message| {
+                    let delivery = Delivery {
+                        message,
+                        queue_message: &messages[part[j]],
+                    };
+                    handler(&delivery).await
+                })
+                .await;
+            for (j, mut one) in done.into_iter().enumerate() {
+                // An in-batch duplicate names its leader by its place in `part`.
+                if let Verdict::Duplicate(of) = one.decision.verdict {
+                    one.decision.verdict = Verdict::Duplicate(part[of]);
+                }
+                processed[part[j]] = Some(one);
+            }
+        }
+        let processed: Vec<Processed<E>> = processed.into_iter().flatten().collect();
         spans.close(&processed);
         // How long each parked message waits: the claim it parked behind (an
         // in-batch duplicate, its leader's), else the configured park delay. A
@@ -486,8 +508,10 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             Outcome::Parked => (
                 "failed",
                 format!(
-                    "parked on every attempt ({}): another consumer held the id's claim, \
-                     so this delivery never ran; check whether that consumer finished it",
+                    "parked on every attempt ({}): the id's claim was held each time, by \
+                     another consumer or by an invocation of this worker that died (where this \
+                     delivery may have run); check whether the id was done before sending it \
+                     again",
                     message.attempts()
                 ),
                 "claim-held",

@@ -171,6 +171,27 @@ describe("handler failures", () => {
       assert.deepEqual((await worker.seen(["doomed-raw"])).seen, [false]);
     }));
 
+  test("a handler that panics on every attempt: a delivered-again batch records each success before the next handler, so one runs at most once more; a first attempt's messages run before the retried (a trial's finding)", () =>
+    withWorker({ vars: { DEDUPE_CLAIMING: "off" } }, async (worker) => {
+      const msg = (id, body, attempts) => ({ id, timestamp: new Date(), attempts, body });
+      const batch = (attempts) => [
+        msg(`ok-${attempts}`, envelope("ran-before-the-crash"), attempts),
+        msg(`panic-${attempts}`, envelope("crashes-always", { panic: true }), attempts),
+      ];
+      await worker.dispatchQueue(batch(1)); // the instance aborts: nothing recorded
+      await worker.dispatchQueue(batch(2)); // delivered again: the success recorded first
+      await worker.dispatchQueue(batch(3));
+      await worker.dispatchQueue(batch(4));
+      const { invocations } = await worker.effects();
+      assert.equal(invocations["ran-before-the-crash"], 2, `at most once more, not on every attempt: ${JSON.stringify(invocations)}`);
+      // A first attempt beside a retried crasher: the fresh one is recorded before the crasher runs.
+      await worker.dispatchQueue([
+        msg("crasher-5", envelope("crashes-always", { panic: true }), 5),
+        msg("fresh-1", envelope("fresh-beside-a-crasher"), 1),
+      ]);
+      assert.deepEqual((await worker.seen(["fresh-beside-a-crasher"])).seen, [true]);
+    }));
+
   test("a panicking handler: nothing acked or remembered; its claims block until the lease ends", () =>
     withWorker({ vars: { DEDUPE_CLAIM_LEASE_SECONDS: "1" } }, async (worker) => {
       const msg = (id, body) => ({ id, timestamp: new Date(), attempts: 1, body });
