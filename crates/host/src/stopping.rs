@@ -75,7 +75,7 @@ pub fn install(wake: impl Fn() + Send + 'static) -> std::io::Result<()> {
                 crate::exec::kill_group(group);
             }
             crate::say(&format!(
-                "bq-dedupe: {} again: stopped at once{}; the delivery in progress was not recorded (its claim lapses), nor were the successes of its batch before it, which run again when fed again (every line after the last one printed)",
+                "bq-dedupe: {} again: stopped at once{}; the delivery in progress was not recorded (its claim lapses), and the successes of its batch before it may not have been (those a checkpoint did not write run again when fed again; every line after the last one printed; `show` tells which)",
                 name(signal),
                 if group != 0 {
                     ", its handler killed"
