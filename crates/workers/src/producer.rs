@@ -12,34 +12,68 @@ use serde::Serialize;
 use wasm_bindgen::JsValue;
 use worker::{BatchMessageBuilder, Queue, QueueContentType, RawMessageBuilder, SendMessage};
 
-/// `sendBatch` takes at most 100 messages.
+/// `sendBatch` takes at most 100 messages,
 const SEND_BATCH_MAX: usize = 100;
+/// of at most 256 KB together,
+const SEND_BATCH_MAX_BYTES: usize = 256_000;
+/// each at most 128 KB (Cloudflare Queues' limits; its own count of a message
+/// differs a little from its JSON text's, so a message just under may still be
+/// refused, in Cloudflare's words).
+const MESSAGE_MAX_BYTES: usize = 128_000;
 
-fn message<T: Serialize + ?Sized>(body: &T) -> worker::Result<SendMessage<JsValue>> {
+/// An envelope's JSON text, refused here when over the message limit: the
+/// queue's own refusal says only "Unknown Internal Error".
+fn text<T: Serialize + ?Sized>(body: &T, which: &str) -> worker::Result<String> {
     let text = serde_json::to_string(body)?;
-    let value = js_sys::JSON::parse(&text)?;
+    if text.len() > MESSAGE_MAX_BYTES {
+        return Err(worker::Error::RustError(format!(
+            "{which} is {} bytes of JSON, over Cloudflare Queues' 128 KB message limit: \
+             not sent (carry the payload elsewhere, e.g. R2, and its key in `data`)",
+            text.len()
+        )));
+    }
+    Ok(text)
+}
+
+fn message(text: &str) -> worker::Result<SendMessage<JsValue>> {
+    let value = js_sys::JSON::parse(text)?;
     Ok(RawMessageBuilder::new(value).build_with_content_type(QueueContentType::Json))
 }
 
 /// Publishes one envelope (a `serde_json::Value`, your own struct, ...) to `queue`.
 pub async fn send_envelope<T: Serialize + ?Sized>(queue: &Queue, body: &T) -> worker::Result<()> {
-    queue.send_raw(message(body)?).await
+    queue.send_raw(message(&text(body, "the envelope")?)?).await
 }
 
-/// Publishes envelopes in `sendBatch` calls of up to 100; returns how many were sent.
+/// Publishes envelopes in `sendBatch` calls (up to 100 messages and 256 KB
+/// each); returns how many were sent. An envelope over the 128 KB message
+/// limit fails the call before anything is sent, naming its place in the list.
 pub async fn send_envelopes<T: Serialize>(
     queue: &Queue,
     bodies: impl IntoIterator<Item = T>,
 ) -> worker::Result<usize> {
-    let bodies: Vec<T> = bodies.into_iter().collect();
-    for chunk in bodies.chunks(SEND_BATCH_MAX) {
-        let messages = chunk
-            .iter()
-            .map(message)
-            .collect::<worker::Result<Vec<_>>>()?;
+    let texts = bodies
+        .into_iter()
+        .enumerate()
+        .map(|(i, body)| text(&body, &format!("envelope {i} (from 0)")))
+        .collect::<worker::Result<Vec<String>>>()?;
+    let mut chunk: Vec<SendMessage<JsValue>> = Vec::new();
+    let mut bytes = 0;
+    for text in &texts {
+        if chunk.len() == SEND_BATCH_MAX || bytes + text.len() > SEND_BATCH_MAX_BYTES {
+            let full = std::mem::take(&mut chunk);
+            queue
+                .send_raw_batch(BatchMessageBuilder::new().messages(full).build())
+                .await?;
+            bytes = 0;
+        }
+        bytes += text.len();
+        chunk.push(message(text)?);
+    }
+    if !chunk.is_empty() {
         queue
-            .send_raw_batch(BatchMessageBuilder::new().messages(messages).build())
+            .send_raw_batch(BatchMessageBuilder::new().messages(chunk).build())
             .await?;
     }
-    Ok(bodies.len())
+    Ok(texts.len())
 }
