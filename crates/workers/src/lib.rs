@@ -130,11 +130,13 @@ macro_rules! queue_consumer {
             $crate::__private::wasm_bindgen::JsValue,
             $crate::__private::wasm_bindgen::JsValue,
         > {
-            match $handler(
+            // Unwind safe for `worker-build --panic-unwind`, whose entry points
+            // catch a panic (the handler's own are caught by the guard).
+            match ::std::panic::AssertUnwindSafe($handler(
                 $crate::QueueBatch::from(batch),
                 env,
                 $crate::__private::worker::Context::new(ctx),
-            )
+            ))
             .await
             {
                 Ok(()) => Ok($crate::__private::wasm_bindgen::JsValue::UNDEFINED),

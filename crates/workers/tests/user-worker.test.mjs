@@ -72,7 +72,7 @@ function consumed() {
   return sum;
 }
 
-/** `charge:<meta.id>:<message id>` keys per meta.id: the handler's effects. */
+/** `charge:<meta.id>:<message id>:<attempt>` keys per meta.id: the handler's runs. */
 async function charges() {
   const kv = await mf.getKVNamespace("CHARGES");
   const counts = {};
@@ -80,7 +80,8 @@ async function charges() {
   do {
     const page = await kv.list({ prefix: "charge:", cursor });
     for (const { name } of page.keys) {
-      const id = name.slice("charge:".length, name.lastIndexOf(":"));
+      const rest = name.slice("charge:".length, name.lastIndexOf(":"));
+      const id = rest.slice(0, rest.lastIndexOf(":"));
       counts[id] = (counts[id] ?? 0) + 1;
     }
     cursor = page.list_complete ? undefined : page.cursor;
@@ -177,4 +178,20 @@ test("a serde map sent with workers-rs Queue::send (a JS Map as json) arrives as
   assert.ok(warning, output.join("\n"));
   assert.match(warning, /the body is \{\}/);
   assert.equal((await charges())["user-json-map"], undefined);
+});
+
+test("send_envelopes refuses an envelope over Cloudflare's 128 KB message limit before sending, naming its place (a trial's finding)", async () => {
+  const big = envelope("user-too-large");
+  big.data.blob = "x".repeat(200_000);
+  const res = await mf.dispatchFetch("http://worker/publish", {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify([envelope("user-small-beside"), big]),
+  });
+  const text = await res.text();
+  assert.equal(res.status, 500, text);
+  const said = `${text}\n${output.join("\n")}`;
+  assert.match(said, /envelope 1 \(from 0\) .*128 KB/, "names the envelope and the limit, not 'Unknown Internal Error'");
+  const counts = await charges();
+  assert.equal(counts["user-small-beside"], undefined, "nothing of the refused list was sent");
 });

@@ -45,11 +45,13 @@ async fn consume(batch: QueueBatch, env: Env, _ctx: Context) -> Result<()> {
 }
 
 /// Your side effect; `Err` means retry (the id is not remembered). This one
-/// writes one KV key per run: `charge:<meta.id>:<Cloudflare message id>`.
+/// writes one KV key per run: `charge:<meta.id>:<Cloudflare message id>:<attempt>`
+/// (the attempt too, so that a message run again is seen, not overwritten).
 async fn charge(env: &Env, delivery: &Delivery<'_, '_>) -> std::result::Result<(), String> {
     let order = delivery.message().envelope().map_err(|e| e.to_string())?;
     let id = delivery.message().id().unwrap_or("no-id");
-    let key = format!("charge:{id}:{}", delivery.queue_message().id());
+    let attempt = delivery.queue_message().attempts();
+    let key = format!("charge:{id}:{}:{attempt}", delivery.queue_message().id());
     let kv = env.kv("CHARGES").map_err(|e| e.to_string())?;
     kv.put(&key, Value::Object(order.data).to_string())
         .map_err(|e| e.to_string())?

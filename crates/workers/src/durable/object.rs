@@ -40,6 +40,14 @@ pub struct DedupeShard {
     alarm_at: Cell<Option<i64>>,
 }
 
+// Built with `worker-build --panic-unwind`, workers-rs and wasm-bindgen catch a
+// panic at each entry point, which asks the object (its `Cell`s) to be unwind
+// safe. Its cells hold a cache (the schema made, the alarm set): a panic
+// halfway through a request leaves at worst one more `CREATE ... IF NOT EXISTS`
+// or alarm write, and the table's writes run in a transaction a throw rolls back.
+impl std::panic::RefUnwindSafe for DedupeShard {}
+impl std::panic::UnwindSafe for DedupeShard {}
+
 impl DedupeShard {
     /// The choices the shard's rows make in the core's record model (a lapsed
     /// claim stays its owner's until taken over; a done row keeps the token
@@ -107,16 +115,20 @@ impl DedupeShard {
         let now = now_ms();
         let outcome: Rc<RefCell<Option<Result<Applied>>>> = Rc::default();
         let slot = Rc::clone(&outcome);
-        let body = Closure::once_into_js(move || -> std::result::Result<(), JsValue> {
-            let result = table.apply(request, now);
-            // Throwing is what rolls the transaction back.
-            let thrown = result
-                .as_ref()
-                .err()
-                .map(|e| JsValue::from_str(&e.to_string()));
-            *slot.borrow_mut() = Some(result);
-            thrown.map_or(Ok(()), Err)
-        });
+        // Unwind safe (for `--panic-unwind`): a panic inside leaves `slot`
+        // empty, which reads as the transaction failing.
+        let body = Closure::once_into_js(std::panic::AssertUnwindSafe(
+            move || -> std::result::Result<(), JsValue> {
+                let result = table.apply(request, now);
+                // Throwing is what rolls the transaction back.
+                let thrown = result
+                    .as_ref()
+                    .err()
+                    .map(|e| JsValue::from_str(&e.to_string()));
+                *slot.borrow_mut() = Some(result);
+                thrown.map_or(Ok(()), Err)
+            },
+        ));
         let storage = self.state.storage();
         let storage: &TransactionalStorage = storage.as_raw().unchecked_ref();
         let committed = storage.transaction_sync(body.unchecked_ref());
