@@ -193,6 +193,9 @@ pub struct QueueConsumer<S, O = (), T = NoTimer> {
     park_delay_seconds: u32,
     max_retries: Option<u32>,
     on_message: Option<MessageObserver>,
+    /// Whether a handler can abort the instance (a Rust panic without unwinding):
+    /// then messages delivered again run one at a time (see `consume`).
+    handlers_can_abort: bool,
 }
 
 impl<S, O, T> std::fmt::Debug for QueueConsumer<S, O, T> {
@@ -204,6 +207,7 @@ impl<S, O, T> std::fmt::Debug for QueueConsumer<S, O, T> {
             .field("park_delay_seconds", &self.park_delay_seconds)
             .field("max_retries", &self.max_retries)
             .field("on_message", &self.on_message.is_some())
+            .field("handlers_can_abort", &self.handlers_can_abort)
             .finish()
     }
 }
@@ -227,6 +231,8 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             park_delay_seconds: DEFAULT_PARK_DELAY_SECONDS,
             max_retries: None,
             on_message: None,
+            // With unwinding, the guard catches a panic as `run-panicked`.
+            handlers_can_abort: !cfg!(panic = "unwind"),
         }
     }
 
@@ -242,6 +248,7 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             park_delay_seconds: self.park_delay_seconds,
             max_retries: self.max_retries,
             on_message: self.on_message,
+            handlers_can_abort: self.handlers_can_abort,
         }
     }
 
@@ -250,6 +257,14 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
     /// publish, Cloudflare's attempts).
     pub fn on_message(mut self, f: impl Fn(&MessageReport) + 'static) -> Self {
         self.on_message = Some(Box::new(f));
+        self
+    }
+
+    /// The handlers cannot abort the instance (JavaScript ones, whose throws are
+    /// caught): messages delivered again are decided and recorded in one batch
+    /// with the others, not one at a time (see [`QueueConsumer::consume`]).
+    pub fn with_handlers_that_cannot_abort(mut self) -> Self {
+        self.handlers_can_abort = false;
         self
     }
 
@@ -295,6 +310,13 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
     ///
     /// A handler error affects only its own message. `Err` when the batch cannot
     /// be read or a retry cannot be recorded (see [`ConsumeError`]): return it.
+    ///
+    /// A Rust panic aborts the instance (without `worker-build --panic-unwind`)
+    /// and the batch comes again: so the messages of a first attempt run first,
+    /// as above, and those delivered again one at a time, each recorded before
+    /// the next runs (two store calls each), so a handler that panics every time
+    /// re-runs a success at most once more (docs/workers.md). Not so with
+    /// [`QueueConsumer::with_handlers_that_cannot_abort`].
     pub async fn consume<E: Display>(
         &self,
         batch: &QueueBatch,
@@ -312,9 +334,9 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         // batch's unrecorded successes on every attempt. So the messages of a
         // first attempt run first, as a batch (recorded when it ends), and those
         // delivered again (a crasher among them) one at a time, each success
-        // recorded before the next handler runs: one more run at most.
-        let (fresh, again): (Vec<usize>, Vec<usize>) =
-            (0..messages.len()).partition(|&i| messages[i].attempts() <= 1);
+        // recorded before the next handler runs: one more run at most. That
+        // costs two store calls per message delivered again.
+        let (fresh, again) = self.parts(&messages, &bodies);
         let mut processed: Vec<Option<Processed<E>>> = Vec::new();
         processed.resize_with(messages.len(), || None);
         let parts = std::iter::once(fresh).chain(again.into_iter().map(|i| vec![i]));
@@ -342,7 +364,10 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         spans.close(&processed);
         // How long each parked message waits: the claim it parked behind (an
         // in-batch duplicate, its leader's), else the configured park delay. A
-        // duplicate whose leader failed waits a second: the id is free again.
+        // duplicate whose leader failed waits a second where claims keep the
+        // two copies apart (the id is free again); without claiming, the park
+        // delay, so that it does not run beside its leader's retry.
+        let claiming = self.guard.options().claim_lease.is_some();
         let outcomes: Vec<Ended<'_, E>> = processed
             .iter()
             .map(|p| {
@@ -350,7 +375,8 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
                     Verdict::Duplicate(of) => {
                         processed.get(of).and_then(|l| match l.outcome.kind() {
                             OutcomeKind::Parked => l.decision.park_for,
-                            _ => Some(Duration::ZERO),
+                            _ if claiming => Some(Duration::ZERO),
+                            _ => None,
                         })
                     }
                     _ => p.decision.park_for,
@@ -360,6 +386,32 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             .collect();
         self.apply_actions(batch, &messages, &bodies, &outcomes)
             .await
+    }
+
+    /// The batch's first part (run as one batch) and the messages run alone
+    /// after it: those delivered again, where a handler can abort the instance.
+    /// Copies of one id stay in the first part, so one runs and the others
+    /// follow it as in any batch (alone, a copy would ask the store, which a
+    /// failed record leaves saying the id is free: run twice).
+    fn parts(&self, messages: &[QueueMessage], bodies: &[Vec<u8>]) -> (Vec<usize>, Vec<usize>) {
+        let again = |i: usize| self.handlers_can_abort && messages[i].attempts() > 1;
+        if !(0..messages.len()).any(again) {
+            return ((0..messages.len()).collect(), Vec::new());
+        }
+        let limits = &self.guard.options().limits;
+        let ids: Vec<Option<String>> = bodies
+            .iter()
+            .map(|b| Message::parse(b, limits).ok()?.id().map(str::to_owned))
+            .collect();
+        let shared = |i: usize| {
+            ids[i].as_ref().is_some_and(|id| {
+                ids.iter()
+                    .filter(|other| other.as_ref() == Some(id))
+                    .count()
+                    > 1
+            })
+        };
+        (0..messages.len()).partition(|&i| !again(i) || shared(i))
     }
 
     /// Acks, retries or dead-letters each message by its outcome (and the park
@@ -504,14 +556,14 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             ),
             Outcome::StoreUnavailable(e) => ("failed", e.to_string(), "store-unavailable"),
             // The schema's reasons are failed / unknown_urn / poison: a delivery
-            // that parked on every attempt failed, and `exception` says how.
+            // that parked on its last attempt failed, and `exception` says how.
             Outcome::Parked => (
                 "failed",
                 format!(
-                    "parked on every attempt ({}): the id's claim was held each time, by \
-                     another consumer or by an invocation of this worker that died (where this \
-                     delivery may have run); check whether the id was done before sending it \
-                     again",
+                    "parked on its last attempt ({}): the id's claim was held, by another \
+                     consumer or by an invocation of this worker that died (where this delivery \
+                     may have run, or crashed it); check whether the id was done before sending \
+                     it again",
                     message.attempts()
                 ),
                 "claim-held",

@@ -183,7 +183,7 @@ describe("parking (hole 1 of the store-contract issue; failed on 6ddd708)", () =
         assert.equal(letter.meta.id, "orphan-held");
         assert.equal(letter.dead_letter.reason, "failed");
         assert.equal(letter.dead_letter.exception, "claim-held");
-        assert.match(letter.dead_letter.error, /parked on every attempt/);
+        assert.match(letter.dead_letter.error, /parked on its last attempt/);
         assert.deepEqual((await worker.effects()).effects, {});
       }),
   );

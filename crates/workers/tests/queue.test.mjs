@@ -192,6 +192,19 @@ describe("handler failures", () => {
       assert.deepEqual((await worker.seen(["fresh-beside-a-crasher"])).seen, [true]);
     }));
 
+  test("copies of one id in a batch stay one batch when some were delivered again: the first runs, the others follow it (a review's finding)", () =>
+    withWorker({}, async (worker) => {
+      const msg = (id, body, attempts) => ({ id, timestamp: new Date(), attempts, body });
+      await worker.dispatchQueue([
+        msg("copy-again", envelope("copied"), 2),
+        msg("copy-fresh", envelope("copied"), 1),
+        msg("other-again", envelope("alone-again"), 2),
+      ]);
+      const stats = await worker.stats();
+      assert.deepEqual((await worker.effects()).effects, { copied: 1, "alone-again": 1 });
+      assert.equal(stats.duplicate_publishes, 1, `the fresh copy followed the first: ${JSON.stringify(stats)}`);
+    }));
+
   test("a panicking handler: nothing acked or remembered; its claims block until the lease ends", () =>
     withWorker({ vars: { DEDUPE_CLAIM_LEASE_SECONDS: "1" } }, async (worker) => {
       const msg = (id, body) => ({ id, timestamp: new Date(), attempts: 1, body });
