@@ -16,10 +16,10 @@ use worker::{BatchMessageBuilder, Queue, QueueContentType, RawMessageBuilder, Se
 const SEND_BATCH_MAX: usize = 100;
 /// of at most 256 KB together,
 const SEND_BATCH_MAX_BYTES: usize = 256_000;
-/// each at most 128 KB (Cloudflare Queues' limits; its own count of a message
-/// differs a little from its JSON text's, so a message just under may still be
-/// refused, in Cloudflare's words).
-const MESSAGE_MAX_BYTES: usize = 128_000;
+/// each at most 128 KB (Cloudflare Queues' limits), counting about 100 bytes of
+/// the queue's own per message: this much is kept for them.
+const MESSAGE_OVERHEAD: usize = 128;
+const MESSAGE_MAX_BYTES: usize = 128_000 - MESSAGE_OVERHEAD;
 
 /// An envelope's JSON text, refused here when over the message limit: the
 /// queue's own refusal says only "Unknown Internal Error".
@@ -27,8 +27,9 @@ fn text<T: Serialize + ?Sized>(body: &T, which: &str) -> worker::Result<String> 
     let text = serde_json::to_string(body)?;
     if text.len() > MESSAGE_MAX_BYTES {
         return Err(worker::Error::RustError(format!(
-            "{which} is {} bytes of JSON, over Cloudflare Queues' 128 KB message limit: \
-             not sent (carry the payload elsewhere, e.g. R2, and its key in `data`)",
+            "{which} is {} bytes of JSON, over Cloudflare Queues' 128 KB message limit \
+             (with the queue's own ~100 bytes): not sent (carry the payload elsewhere, \
+             e.g. R2, and its key in `data`)",
             text.len()
         )));
     }
@@ -47,7 +48,9 @@ pub async fn send_envelope<T: Serialize + ?Sized>(queue: &Queue, body: &T) -> wo
 
 /// Publishes envelopes in `sendBatch` calls (up to 100 messages and 256 KB
 /// each); returns how many were sent. An envelope over the 128 KB message
-/// limit fails the call before anything is sent, naming its place in the list.
+/// limit fails the call before anything is sent, naming its place in the list;
+/// a `sendBatch` that fails says how many were sent before it (sending the
+/// whole list again publishes those twice: consumers skip them, as duplicates).
 pub async fn send_envelopes<T: Serialize>(
     queue: &Queue,
     bodies: impl IntoIterator<Item = T>,
@@ -57,23 +60,38 @@ pub async fn send_envelopes<T: Serialize>(
         .enumerate()
         .map(|(i, body)| text(&body, &format!("envelope {i} (from 0)")))
         .collect::<worker::Result<Vec<String>>>()?;
-    let mut chunk: Vec<SendMessage<JsValue>> = Vec::new();
-    let mut bytes = 0;
+    let (mut chunk, mut bytes, mut sent) = (Vec::new(), 0, 0);
+    let total = texts.len();
     for text in &texts {
-        if chunk.len() == SEND_BATCH_MAX || bytes + text.len() > SEND_BATCH_MAX_BYTES {
-            let full = std::mem::take(&mut chunk);
-            queue
-                .send_raw_batch(BatchMessageBuilder::new().messages(full).build())
-                .await?;
+        let size = text.len() + MESSAGE_OVERHEAD;
+        if chunk.len() == SEND_BATCH_MAX || bytes + size > SEND_BATCH_MAX_BYTES {
+            sent += send_batch(queue, std::mem::take(&mut chunk), sent, total).await?;
             bytes = 0;
         }
-        bytes += text.len();
+        bytes += size;
         chunk.push(message(text)?);
     }
     if !chunk.is_empty() {
-        queue
-            .send_raw_batch(BatchMessageBuilder::new().messages(chunk).build())
-            .await?;
+        sent += send_batch(queue, chunk, sent, total).await?;
     }
-    Ok(texts.len())
+    Ok(sent)
+}
+
+/// One `sendBatch`; its failure says how many of the list went before it.
+async fn send_batch(
+    queue: &Queue,
+    messages: Vec<SendMessage<JsValue>>,
+    sent: usize,
+    total: usize,
+) -> worker::Result<usize> {
+    let n = messages.len();
+    queue
+        .send_raw_batch(BatchMessageBuilder::new().messages(messages).build())
+        .await
+        .map_err(|e| {
+            worker::Error::RustError(format!(
+                "sendBatch failed: {e} ({sent} of the {total} envelopes were sent before it)"
+            ))
+        })?;
+    Ok(n)
 }
