@@ -1260,7 +1260,7 @@ fn messages_name_the_input_escape_ids_and_refuse_before_announcing() {
         "names the directory: {said}"
     );
 
-    let hostile = "\u{1b}]0;pwned\u{7}\u{1b}[31mRED";
+    let hostile = "\u{1b}]0;pwned\u{7}\u{1b}[31mRED\u{2028}\u{202e}";
     bq(&["run", "--store", &spec], &envelope(hostile));
     for args in [
         vec!["forget", "--store", &spec, hostile],
@@ -1269,7 +1269,9 @@ fn messages_name_the_input_escape_ids_and_refuse_before_announcing() {
         let out = bq(&args, "");
         let all = [out.stdout, out.stderr].concat();
         assert!(
-            !all.contains(&0x1b) && !all.contains(&0x07),
+            !all.contains(&0x1b)
+                && !all.contains(&0x07)
+                && !String::from_utf8_lossy(&all).contains(['\u{2028}', '\u{202e}']),
             "the id's escapes are printed escaped: {:?}",
             String::from_utf8_lossy(&all)
         );

@@ -160,7 +160,11 @@ pub fn purge(store: &str) -> Result<ExitCode> {
 fn shown_id(id: &str) -> std::borrow::Cow<'_, str> {
     let hostile = |c: char| {
         c.is_control()
-            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+            || matches!(
+                c,
+                '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{2028}' | '\u{2029}'
+            )
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
     };
     match id.chars().any(hostile) {
         true => format!("{id:?}").into(),

@@ -124,13 +124,7 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
             bq_dedupe_host::shown_spec(&args.store)
         ));
     }
-    // Said once the options are known to be accepted: a refused run announces nothing.
-    if matches!(handler, Handler::Mark) {
-        bq_dedupe_host::say(
-            "bq-dedupe: no --exec or --handler: each new id is recorded as done without \
-             running anything (a mark run)",
-        );
-    }
+    let mark_run = matches!(handler, Handler::Mark);
     let mut runtime = Runtime::load(component, store, handler)?;
     // One guard for the whole run: options checked, capabilities read, once.
     let mut opts = guard_options(&args.prefix);
@@ -141,6 +135,13 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
         bail!(
             "the dedupe component refused the options: {}",
             refused.message
+        );
+    }
+    // Said once the options are accepted: a refused run announces nothing.
+    if mark_run {
+        bq_dedupe_host::say(
+            "bq-dedupe: no --exec or --handler: each new id is recorded as done without \
+             running anything (a mark run)",
         );
     }
     if let Some(otlp) = &otlp {
