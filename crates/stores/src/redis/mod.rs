@@ -249,10 +249,15 @@ impl RedisStore {
             if !flags.split(',').any(|f| f == "master") || flags.contains("fail") {
                 continue;
             }
-            // ip:port@cport[,hostname]
+            // ip:port@cport[,hostname]: the hostname where the node announces
+            // one (a certificate may name it alone).
             let hostport = addr.split(['@', ',']).next().unwrap_or_default();
-            let Some((host, port)) = hostport.rsplit_once(':') else {
+            let Some((ip, port)) = hostport.rsplit_once(':') else {
                 continue;
+            };
+            let host = match addr.split_once(',') {
+                Some((_, name)) if !name.is_empty() => name,
+                _ => ip,
             };
             let port: u16 = port
                 .parse()
