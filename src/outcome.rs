@@ -131,9 +131,9 @@ impl OutcomeKind {
                 "its id is held: by another consumer's claim, or by an earlier delivery of it \
                  in this batch that failed or did not run; redeliver later",
             ),
-            OutcomeKind::RanLeaseLost => {
-                Some("ran, but its claim was lost first: the id may have run elsewhere too")
-            }
+            OutcomeKind::RanLeaseLost => Some(
+                "ran, but lost its claim before it was recorded: the id may have run elsewhere too",
+            ),
             OutcomeKind::PayloadMismatch => {
                 Some("the id was already processed with a different payload")
             }

@@ -522,8 +522,8 @@ pub fn wrap(
 
 /// Puts one delivery through the guard: decode, decide, run `handler` if needed,
 /// record. Resolves to an `Outcome`; rejects only for a bad argument (not a
-/// store, not a function, bad options). The core's `Guard::process`: single-key
-/// store calls.
+/// store, not a function, bad options). The core's `Guard::process`: the
+/// store's batch methods with one key where it has them, else its single-key ones.
 #[wasm_bindgen(unchecked_return_type = "Promise<Outcome>")]
 pub fn dedupe(
     #[wasm_bindgen(unchecked_param_type = "EnvelopeInput")] envelope: JsValue,

@@ -87,7 +87,7 @@ test('forgetting the id while its handler runs gives run-ok-lease-lost (ack), an
   assert.equal(outcome.disposition, 'ack');
   assert.equal(outcome.ran, true);
   assert.equal(outcome.key, 'lost-1');
-  assert.match(outcome.reason, /claim was lost/);
+  assert.match(outcome.reason, /lost its claim before it was recorded/);
   assert.equal(store.seen('lost-1'), true, 'the effect happened: the free key is remembered');
 });
 

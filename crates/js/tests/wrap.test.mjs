@@ -120,7 +120,7 @@ test('a success the store could not record resolves (acked: a retry would run th
 // A run whose claim was taken over while it ran resolved as a plain success:
 // two runs, both silent (a review's finding). It resolves (it did run) and
 // says so, as `dedupe` reports run-ok-lease-lost.
-test('a run whose claim was lost first resolves and says so on console.warn', async () => {
+test('a run whose claim was lost before its success was recorded resolves and says so on console.warn', async () => {
   const store = new bq.InMemoryStore({ manualClock: true, now: 1_000_000 });
   let effects = 0;
   const options = { claimLeaseMs: 1000 };
@@ -133,7 +133,7 @@ test('a run whose claim was lost first resolves and says so on console.warn', as
   const said = await warned(() => first(envelope('order-7')));
   assert.equal(effects, 2);
   assert.equal(said.length, 1, `${said}`);
-  assert.match(said[0], /run-ok-lease-lost order-7: .*claim was lost/);
+  assert.match(said[0], /run-ok-lease-lost order-7: .*lost its claim before it was recorded/);
 });
 
 test('bad arguments are a TypeError when wrapping, not at the first delivery', () => {
