@@ -188,11 +188,7 @@ fn consumer_for(
         store,
         observer,
     } = configured(env, options, fixed)?;
-    // Its handlers are JavaScript: a throw is caught, never an aborted instance.
-    let mut consumer = config
-        .consumer(&env, store)
-        .map_err(|e| type_error(&e.0))?
-        .with_handlers_that_cannot_abort();
+    let mut consumer = config.consumer(&env, store).map_err(|e| type_error(&e.0))?;
     if let Some(observer) = observer {
         consumer = consumer.on_message(move |m| {
             let _ = observer.call1(&JsValue::NULL, &message_to_js(m));

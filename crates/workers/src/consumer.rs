@@ -193,9 +193,6 @@ pub struct QueueConsumer<S, O = (), T = NoTimer> {
     park_delay_seconds: u32,
     max_retries: Option<u32>,
     on_message: Option<MessageObserver>,
-    /// Whether a handler can abort the instance (a Rust panic without unwinding):
-    /// then messages delivered again run one at a time (see `consume`).
-    handlers_can_abort: bool,
 }
 
 impl<S, O, T> std::fmt::Debug for QueueConsumer<S, O, T> {
@@ -207,7 +204,6 @@ impl<S, O, T> std::fmt::Debug for QueueConsumer<S, O, T> {
             .field("park_delay_seconds", &self.park_delay_seconds)
             .field("max_retries", &self.max_retries)
             .field("on_message", &self.on_message.is_some())
-            .field("handlers_can_abort", &self.handlers_can_abort)
             .finish()
     }
 }
@@ -231,8 +227,6 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             park_delay_seconds: DEFAULT_PARK_DELAY_SECONDS,
             max_retries: None,
             on_message: None,
-            // With unwinding, the guard catches a panic as `run-panicked`.
-            handlers_can_abort: !cfg!(panic = "unwind"),
         }
     }
 
@@ -248,7 +242,6 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             park_delay_seconds: self.park_delay_seconds,
             max_retries: self.max_retries,
             on_message: self.on_message,
-            handlers_can_abort: self.handlers_can_abort,
         }
     }
 
@@ -257,14 +250,6 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
     /// publish, Cloudflare's attempts).
     pub fn on_message(mut self, f: impl Fn(&MessageReport) + 'static) -> Self {
         self.on_message = Some(Box::new(f));
-        self
-    }
-
-    /// The handlers cannot abort the instance (JavaScript ones, whose throws are
-    /// caught): messages delivered again are decided and recorded in one batch
-    /// with the others, not one at a time (see [`QueueConsumer::consume`]).
-    pub fn with_handlers_that_cannot_abort(mut self) -> Self {
-        self.handlers_can_abort = false;
         self
     }
 
@@ -311,12 +296,12 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
     /// A handler error affects only its own message. `Err` when the batch cannot
     /// be read or a retry cannot be recorded (see [`ConsumeError`]): return it.
     ///
-    /// A Rust panic aborts the instance (without `worker-build --panic-unwind`)
-    /// and the batch comes again: so the messages of a first attempt run first,
-    /// as above, and those delivered again one at a time, each recorded before
-    /// the next runs (two store calls each), so a handler that panics every time
-    /// re-runs a success at most once more (docs/workers.md). Not so with
-    /// [`QueueConsumer::with_handlers_that_cannot_abort`].
+    /// A Rust panic aborts the instance (without `worker-build --panic-unwind`),
+    /// as do a CPU or memory limit and a trap, and the batch comes again: so the
+    /// messages of a first attempt run first, as above, and those delivered
+    /// again one at a time (with the copies of their id), each recorded before
+    /// the next runs (two store calls each), so a handler that aborts every time
+    /// re-runs a success at most once more (docs/workers.md).
     pub async fn consume<E: Display>(
         &self,
         batch: &QueueBatch,
@@ -329,18 +314,17 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             None => Mode::SeenSet,
         };
         let mut spans = BatchSpans::open(&bodies, mode);
-        // A Rust panic aborts the instance, and Cloudflare delivers the whole
-        // batch again: a handler that panics every time would re-run the
-        // batch's unrecorded successes on every attempt. So the messages of a
-        // first attempt run first, as a batch (recorded when it ends), and those
-        // delivered again (a crasher among them) one at a time, each success
-        // recorded before the next handler runs: one more run at most. That
-        // costs two store calls per message delivered again.
-        let (fresh, again) = self.parts(&messages, &bodies);
+        // A Rust panic (or a CPU or memory limit) aborts the instance, and
+        // Cloudflare delivers the whole batch again: a handler that aborts every
+        // time would re-run the batch's unrecorded successes on every attempt.
+        // So the messages of a first attempt run first, as a batch (recorded
+        // when it ends), and those delivered again (a crasher among them) one
+        // at a time, each success recorded before the next handler runs: one
+        // more run at most. That costs two store calls per message delivered again.
         let mut processed: Vec<Option<Processed<E>>> = Vec::new();
         processed.resize_with(messages.len(), || None);
-        let parts = std::iter::once(fresh).chain(again.into_iter().map(|i| vec![i]));
-        for part in parts.filter(|p| !p.is_empty()) {
+        let parts = self.parts(&messages, &bodies);
+        for part in parts.iter().filter(|p| !p.is_empty()) {
             let part_bodies: Vec<&[u8]> = part.iter().map(|&i| bodies[i].as_slice()).collect();
             let done = self
                 .guard
@@ -388,30 +372,41 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             .await
     }
 
-    /// The batch's first part (run as one batch) and the messages run alone
-    /// after it: those delivered again, where a handler can abort the instance.
-    /// Copies of one id stay in the first part, so one runs and the others
-    /// follow it as in any batch (alone, a copy would ask the store, which a
-    /// failed record leaves saying the id is free: run twice).
-    fn parts(&self, messages: &[QueueMessage], bodies: &[Vec<u8>]) -> (Vec<usize>, Vec<usize>) {
-        let again = |i: usize| self.handlers_can_abort && messages[i].attempts() > 1;
-        if !(0..messages.len()).any(again) {
-            return ((0..messages.len()).collect(), Vec::new());
+    /// The batch's parts, run in turn: the first attempts whose id no message
+    /// delivered again shares, as one batch; then each message delivered again
+    /// with the copies of its id, in batch order. Copies stay in one part, so
+    /// one runs and the others follow it as in any batch (alone, a copy would
+    /// ask the store, which a failed record leaves saying the id is free: run
+    /// twice), and a crasher's copy does not run before the others.
+    fn parts(&self, messages: &[QueueMessage], bodies: &[Vec<u8>]) -> Vec<Vec<usize>> {
+        let n = messages.len();
+        let again = |i: usize| messages[i].attempts() > 1;
+        if !(0..n).any(again) {
+            return vec![(0..n).collect()];
         }
         let limits = &self.guard.options().limits;
         let ids: Vec<Option<String>> = bodies
             .iter()
             .map(|b| Message::parse(b, limits).ok()?.id().map(str::to_owned))
             .collect();
-        let shared = |i: usize| {
-            ids[i].as_ref().is_some_and(|id| {
-                ids.iter()
-                    .filter(|other| other.as_ref() == Some(id))
-                    .count()
-                    > 1
-            })
+        let id_again = |i: usize| {
+            again(i)
+                || ids[i]
+                    .as_ref()
+                    .is_some_and(|id| (0..n).any(|j| again(j) && ids[j].as_ref() == Some(id)))
         };
-        (0..messages.len()).partition(|&i| !again(i) || shared(i))
+        let mut parts = vec![(0..n).filter(|&i| !id_again(i)).collect::<Vec<_>>()];
+        for i in (0..n).filter(|&i| id_again(i)) {
+            let id = ids[i].as_ref();
+            match parts[1..]
+                .iter_mut()
+                .find(|p| id.is_some() && ids[p[0]].as_ref() == id)
+            {
+                Some(part) => part.push(i),
+                None => parts.push(vec![i]),
+            }
+        }
+        parts
     }
 
     /// Acks, retries or dead-letters each message by its outcome (and the park
@@ -560,10 +555,10 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             Outcome::Parked => (
                 "failed",
                 format!(
-                    "parked on its last attempt ({}): the id's claim was held, by another \
-                     consumer or by an invocation of this worker that died (where this delivery \
-                     may have run, or crashed it); check whether the id was done before sending \
-                     it again",
+                    "parked on its last attempt ({}): its id was held, by a claim (another \
+                     consumer's, or an invocation of this worker that died, where this delivery \
+                     may have run or crashed it) or by a copy of it earlier in its batch that \
+                     failed; check whether the id was done before sending it again",
                     message.attempts()
                 ),
                 "claim-held",

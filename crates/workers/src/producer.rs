@@ -21,29 +21,30 @@ const SEND_BATCH_MAX_BYTES: usize = 256_000;
 const MESSAGE_OVERHEAD: usize = 128;
 const MESSAGE_MAX_BYTES: usize = 128_000 - MESSAGE_OVERHEAD;
 
-/// An envelope's JSON text, refused here when over the message limit: the
-/// queue's own refusal says only "Unknown Internal Error".
-fn text<T: Serialize + ?Sized>(body: &T, which: &str) -> worker::Result<String> {
-    let text = serde_json::to_string(body)?;
-    if text.len() > MESSAGE_MAX_BYTES {
+/// An envelope as the queue takes it, and its size as the runtime writes it
+/// (JS writes some numbers longer than serde_json: `1e20` as 21 digits);
+/// refused here when over the message limit: the queue's own refusal says only
+/// "Unknown Internal Error".
+fn message<T: Serialize + ?Sized>(
+    body: &T,
+    which: &str,
+) -> worker::Result<(SendMessage<JsValue>, usize)> {
+    let value = js_sys::JSON::parse(&serde_json::to_string(body)?)?;
+    let size = js_sys::JSON::stringify(&value)?.length() as usize;
+    if size > MESSAGE_MAX_BYTES {
         return Err(worker::Error::RustError(format!(
-            "{which} is {} bytes of JSON, over Cloudflare Queues' 128 KB message limit \
+            "{which} is {size} bytes of JSON, over Cloudflare Queues' 128 KB message limit \
              (with the queue's own ~100 bytes): not sent (carry the payload elsewhere, \
-             e.g. R2, and its key in `data`)",
-            text.len()
+             e.g. R2, and its key in `data`)"
         )));
     }
-    Ok(text)
-}
-
-fn message(text: &str) -> worker::Result<SendMessage<JsValue>> {
-    let value = js_sys::JSON::parse(text)?;
-    Ok(RawMessageBuilder::new(value).build_with_content_type(QueueContentType::Json))
+    let message = RawMessageBuilder::new(value).build_with_content_type(QueueContentType::Json);
+    Ok((message, size))
 }
 
 /// Publishes one envelope (a `serde_json::Value`, your own struct, ...) to `queue`.
 pub async fn send_envelope<T: Serialize + ?Sized>(queue: &Queue, body: &T) -> worker::Result<()> {
-    queue.send_raw(message(&text(body, "the envelope")?)?).await
+    queue.send_raw(message(body, "the envelope")?.0).await
 }
 
 /// Publishes envelopes in `sendBatch` calls (up to 100 messages and 256 KB
@@ -55,21 +56,22 @@ pub async fn send_envelopes<T: Serialize>(
     queue: &Queue,
     bodies: impl IntoIterator<Item = T>,
 ) -> worker::Result<usize> {
-    let texts = bodies
+    // Every message made (and measured) before the first is sent.
+    let messages = bodies
         .into_iter()
         .enumerate()
-        .map(|(i, body)| text(&body, &format!("envelope {i} (from 0)")))
-        .collect::<worker::Result<Vec<String>>>()?;
+        .map(|(i, body)| message(&body, &format!("envelope {i} (from 0)")))
+        .collect::<worker::Result<Vec<_>>>()?;
     let (mut chunk, mut bytes, mut sent) = (Vec::new(), 0, 0);
-    let total = texts.len();
-    for text in &texts {
-        let size = text.len() + MESSAGE_OVERHEAD;
+    let total = messages.len();
+    for (message, size) in messages {
+        let size = size + MESSAGE_OVERHEAD;
         if chunk.len() == SEND_BATCH_MAX || bytes + size > SEND_BATCH_MAX_BYTES {
             sent += send_batch(queue, std::mem::take(&mut chunk), sent, total).await?;
             bytes = 0;
         }
         bytes += size;
-        chunk.push(message(text)?);
+        chunk.push(message);
     }
     if !chunk.is_empty() {
         sent += send_batch(queue, chunk, sent, total).await?;

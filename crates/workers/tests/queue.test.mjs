@@ -205,6 +205,17 @@ describe("handler failures", () => {
       assert.equal(stats.duplicate_publishes, 1, `the fresh copy followed the first: ${JSON.stringify(stats)}`);
     }));
 
+  test("a crasher with a copy in its batch runs after the other messages delivered again, not before them (a review's finding)", () =>
+    withWorker({ vars: { DEDUPE_CLAIMING: "off" } }, async (worker) => {
+      const msg = (id, body, attempts) => ({ id, timestamp: new Date(), attempts, body });
+      await worker.dispatchQueue([
+        msg("before-again", envelope("recorded-before-the-crash"), 2),
+        msg("crasher-a", envelope("crashes-with-a-copy", { panic: true }), 2),
+        msg("crasher-b", envelope("crashes-with-a-copy", { panic: true }), 2),
+      ]);
+      assert.deepEqual((await worker.seen(["recorded-before-the-crash"])).seen, [true]);
+    }));
+
   test("a panicking handler: nothing acked or remembered; its claims block until the lease ends", () =>
     withWorker({ vars: { DEDUPE_CLAIM_LEASE_SECONDS: "1" } }, async (worker) => {
       const msg = (id, body) => ({ id, timestamp: new Date(), attempts: 1, body });

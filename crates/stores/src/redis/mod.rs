@@ -249,14 +249,16 @@ impl RedisStore {
             if !flags.split(',').any(|f| f == "master") || flags.contains("fail") {
                 continue;
             }
-            // ip:port@cport[,hostname]: the hostname where the node announces
-            // one (a certificate may name it alone).
+            // ip:port@cport[,hostname]: over TLS, the hostname where the node
+            // announces one (a certificate may name it alone); else the IP (a
+            // name announced may not resolve here).
             let hostport = addr.split(['@', ',']).next().unwrap_or_default();
             let Some((ip, port)) = hostport.rsplit_once(':') else {
                 continue;
             };
+            let tls = matches!(base.addr(), redis::ConnectionAddr::TcpTls { .. });
             let host = match addr.split_once(',') {
-                Some((_, name)) if !name.is_empty() => name,
+                Some((_, name)) if tls && !name.is_empty() => name,
                 _ => ip,
             };
             let port: u16 = port
