@@ -27,6 +27,10 @@ use serde_json::Value;
 /// fingerprint records (documented in `docs/stores.md`).
 const TAG: &str = "\u{1f}fp:";
 
+/// How every companion key (marker and record) begins. No id's key does: the
+/// key space gives a key that would begin with U+001F one more.
+pub const COMPANION_PREFIX: &str = TAG;
+
 /// A delivery's payload fingerprint and the companion keys it is stored under.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fingerprint {

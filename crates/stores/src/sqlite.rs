@@ -107,12 +107,13 @@ impl SqliteStore {
         let conn = self.lock()?;
         let (remembered, claimed, expired): (i64, i64, i64) = conn
             .query_row(
+                // An id's fingerprint companions are rows too: not ids.
                 "SELECT
                     COALESCE(SUM(state = 1 AND (expires_at IS NULL OR expires_at > ?1)), 0),
                     COALESCE(SUM(state = 0 AND (expires_at IS NULL OR expires_at > ?1)), 0),
                     COALESCE(SUM(expires_at IS NOT NULL AND expires_at <= ?1), 0)
-                 FROM bq_dedupe",
-                [now],
+                 FROM bq_dedupe WHERE substr(key, 1, length(?2)) <> ?2",
+                rusqlite::params![now, bq_dedupe::fingerprint::COMPANION_PREFIX],
                 |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
             )
             .map_err(error)?;

@@ -85,6 +85,32 @@ fn every_backend_shares_fingerprints_or_refuses_them() {
     });
 }
 
+/// `stats` counts ids: an id's fingerprint marker and record are rows or keys
+/// of the store too, not counted (a docs trial read 8 for two ids).
+#[test]
+fn stats_count_ids_not_their_fingerprint_companions() {
+    on_every_backend("fp-stats", |subject| {
+        if subject.name() == "postgres" || subject.name() == "memory" {
+            return; // PostgreSQL refuses fingerprints; a memory store lives per process
+        }
+        let store = subject.open();
+        let guard = Guard::new(std::sync::Arc::clone(&store)).with_fingerprint();
+        for id in ["stats-a", "stats-b"] {
+            assert_eq!(
+                deliver(&guard, &order(id, r#"{"n":1}"#)).0,
+                OutcomeKind::Ran
+            );
+        }
+        let stats = store.stats().unwrap();
+        assert_eq!(
+            (stats.remembered, stats.claimed),
+            (2, 0),
+            "{}",
+            subject.name()
+        );
+    });
+}
+
 #[test]
 fn redis_two_connections_share_fingerprints_under_our_prefix() {
     let url = redis_url();

@@ -25,7 +25,7 @@ use conn::{Conn, Target, error, error_at, open};
 pub use dialect::Dialect;
 use dialect::Record;
 use scripts::{eval, load_scripts, scripts};
-use stats::{glob_escape, scan_stats};
+use stats::scan_stats;
 
 /// Connect, read and write timeout: a dead server fails the call instead of
 /// hanging the consumer.
@@ -227,11 +227,11 @@ impl RedisStore {
     /// counted. `expired` is always 0: Redis deletes expired keys itself. On a
     /// cluster every master is scanned (found with `CLUSTER NODES`).
     pub fn stats(&self) -> StoreResult<StoreStats> {
-        let pattern = format!("{}*", glob_escape(&self.prefix));
+        let prefix = self.prefix.as_str();
         let dialect = self.dialect;
         let Target::Cluster(_, _, first) = &self.target else {
             return self.run(|conn| match conn {
-                Conn::Single(conn) => scan_stats(conn, &pattern, dialect),
+                Conn::Single(conn) => scan_stats(conn, prefix, dialect),
                 Conn::Cluster(_) => unreachable!("a single server's connection"),
             });
         };
@@ -285,7 +285,7 @@ impl RedisStore {
                 Conn::Single(conn) => conn,
                 Conn::Cluster(_) => unreachable!("a single server's connection"),
             };
-            let node = scan_stats(&mut conn, &pattern, dialect).map_err(|e| error_at(e, &at))?;
+            let node = scan_stats(&mut conn, prefix, dialect).map_err(|e| error_at(e, &at))?;
             total.remembered += node.remembered;
             total.claimed += node.claimed;
         }

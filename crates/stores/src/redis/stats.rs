@@ -5,20 +5,22 @@ use redis::{Connection, RedisResult};
 use super::dialect::{Dialect, Record};
 use crate::StoreStats;
 
-/// The store's records on one server: `SCAN MATCH pattern`, then the values of
-/// each page in one pipeline.
+/// The store's records on one server: `SCAN MATCH` the prefix, then the values
+/// of each page in one pipeline. An id's fingerprint companions are not ids.
 pub(super) fn scan_stats(
     conn: &mut Connection,
-    pattern: &str,
+    prefix: &str,
     dialect: Dialect,
 ) -> RedisResult<StoreStats> {
+    let pattern = format!("{}*", glob_escape(prefix));
+    let companion = bq_dedupe::fingerprint::COMPANION_PREFIX.as_bytes();
     let mut stats = StoreStats::default();
     let mut cursor = 0u64;
     loop {
         let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
-            .arg(pattern)
+            .arg(&pattern)
             .arg("COUNT")
             .arg(1000)
             .query(conn)?;
@@ -30,7 +32,11 @@ pub(super) fn scan_stats(
                 pipe.cmd("GET").arg(key);
             }
             let values: Vec<Option<Vec<u8>>> = pipe.query(conn)?;
-            for value in values.into_iter().flatten() {
+            let ids = keys.iter().zip(values).filter(|(key, _)| {
+                !key.get(prefix.len()..)
+                    .is_some_and(|k| k.starts_with(companion))
+            });
+            for value in ids.filter_map(|(_, value)| value) {
                 match dialect.read(&value) {
                     Record::Done => stats.remembered += 1,
                     Record::Claimed => stats.claimed += 1,
@@ -46,7 +52,7 @@ pub(super) fn scan_stats(
 }
 
 /// Escapes glob metacharacters so the prefix matches only itself in `SCAN MATCH`.
-pub(super) fn glob_escape(s: &str) -> String {
+fn glob_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 1);
     for c in s.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {
