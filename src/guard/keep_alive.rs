@@ -100,11 +100,13 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             Err(_) => return,
         };
         for ((j, _), renewed) in renew.iter().zip(renewed) {
-            // The running delivery's claim is settled by its fenced commit.
-            match (renewed, running && *j == from) {
-                (true, _) => {}
-                (false, false) => progress.lost[*j] = true,
-                (false, true) => self.observe_lease_lost_early(&decisions[*j]),
+            if !renewed {
+                // Gone: not renewed again. The running delivery's claim is
+                // settled by its fenced commit; one yet to run is parked.
+                progress.lost[*j] = true;
+                if running && *j == from {
+                    self.observe_lease_lost_early(&decisions[*j]);
+                }
             }
         }
     }
