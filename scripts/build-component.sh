@@ -103,9 +103,12 @@ build_component bq_dedupe_minimal component-minimal "$CARGO_TARGET_DIR-minimal" 
 if [[ "$MODE" == js || "$MODE" == test ]]; then
     "$ROOT/scripts/ensure-tools.sh" npm "$JS_TOOLS" >/dev/null # jco
     t=$(now)
-    rm -rf "$JS_OUT"
+    rm -rf "$JS_OUT" "$JS_OUT-minimal"
     (cd "$JS_TOOLS" && npx @bytecodealliance/jco transpile "$OUT" \
         --instantiation async --name bq_dedupe -o "$JS_OUT" --quiet)
+    # The minimal world's, for examples/jco-minimal.mjs.
+    (cd "$JS_TOOLS" && npx @bytecodealliance/jco transpile "$OUT_DIR/bq_dedupe_minimal.component.wasm" \
+        --instantiation async --name bq_dedupe_minimal -o "$JS_OUT-minimal" --quiet)
     echo "jco transpile: $(since "$t") -> ${JS_OUT#"$ROOT"/}/"
 fi
 if [[ "$MODE" == test ]]; then

@@ -488,3 +488,34 @@ test('consumer.Guard: payload fingerprints, an id reused with other data is payl
   // Off, the same body is a redelivery.
   assert.deepEqual(new consumer.Guard(guardOptions()).process(withData({ order: 1, sku: 'b' })), { tag: 'skip' });
 });
+
+test('examples/jco-minimal.mjs (docs/component.md\'s jco example) runs as written: run-ok, then skip,skip, one effect', async () => {
+  const { execFileSync } = await import('node:child_process');
+  const out = execFileSync(process.execPath, [path.join(root, 'examples/jco-minimal.mjs')], {
+    env: { ...process.env, BQ_JCO_DIR: `${jsDir}-minimal` },
+    encoding: 'utf8',
+  });
+  assert.equal(out, 'run-ok\nskip,skip\n1\n');
+});
+
+test('jco reads a Promise from an import as a value: an async seen would skip every message unrun, which the example\'s check refuses', async () => {
+  const { instantiate: minimal } = await import(pathToFileURL(path.join(`${jsDir}-minimal`, 'bq_dedupe_minimal.js')).href);
+  const dir = `${jsDir}-minimal`;
+  const load = (file) => WebAssembly.compile(readFileSync(path.join(dir, file)));
+  const body = readFileSync(path.join(root, 'examples/minimal-envelope.json'), 'utf8');
+  const ran = [];
+  const make = (seen) => minimal(load, {
+    'babelqueue:idempotency/seen-set': { seen, remember: () => {}, forget: () => {} },
+    'babelqueue:idempotency/handler': { handle: () => { ran.push(1); } },
+  });
+  // Unchecked, as jco takes it: the message is acked as a skip and never runs.
+  const loose = await make(async () => false);
+  assert.deepEqual(new loose.consumer.Guard({ keyPrefix: '', fingerprint: false }).process(body), { tag: 'skip' });
+  assert.equal(ran.length, 0);
+  // Checked as the example does: a store error, retried, nothing acked.
+  const strict = await make(() => {
+    throw { kind: 'internal', message: 'seen returned a Promise: imports are synchronous' };
+  });
+  const outcome = new strict.consumer.Guard({ keyPrefix: '', fingerprint: false }).process(body);
+  assert.equal(outcome.tag, 'store-unavailable', JSON.stringify(outcome));
+});
