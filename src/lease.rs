@@ -86,8 +86,9 @@ pub(crate) struct Progress<E> {
     /// `written[i]`: `Some(kept)` once delivery `i`'s success was remembered at a
     /// checkpoint (`kept` false: its claim had been lost).
     pub written: Vec<Option<bool>>,
-    /// `lost[i]`: delivery `i`'s claim was found lost at a renewal before its
-    /// handler ran, so it must not run.
+    /// `lost[i]`: delivery `i`'s claim was found lost at a renewal: before its
+    /// handler ran, so it must not run; or while it ran, so it is not renewed
+    /// again (its commit, fenced, says `run-ok-lease-lost`).
     pub lost: Vec<bool>,
     /// Successes waiting to be remembered, in order.
     pub waiting: Vec<usize>,

@@ -82,7 +82,9 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             renew: &renew_keys,
             lease: lease.unwrap_or_default(),
         };
-        let renewed = match self.apply_step(&step, commit::ran(decisions)).await {
+        // `answered`: the store said so (not a failed call read as every
+        // claim gone once our own clock says a whole lease has passed).
+        let (renewed, answered) = match self.apply_step(&step, commit::ran(decisions)).await {
             Ok(settled) => {
                 for (&i, kept) in progress.waiting.iter().zip(&settled.kept) {
                     progress.written[i] = Some(*kept);
@@ -90,21 +92,25 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
                 progress.waiting.clear();
                 progress.waiting_since = None;
                 progress.renewed_at = self.now();
-                settled.renewed
+                (settled.renewed, true)
             }
             // Unknown: the successes stay waiting and are written at the commit.
             // But once our own clock says a whole lease has passed since the
             // claims were last confirmed, they may have been taken over: they are
             // lost, and nothing more of the batch runs.
-            Err(_) if progress.lease_passed(lease, self.now()) => vec![false; renew.len()],
+            Err(_) if progress.lease_passed(lease, self.now()) => (vec![false; renew.len()], false),
             Err(_) => return,
         };
         for ((j, _), renewed) in renew.iter().zip(renewed) {
-            if !renewed {
-                // Gone: not renewed again. The running delivery's claim is
-                // settled by its fenced commit; one yet to run is parked.
-                progress.lost[*j] = true;
-                if running && *j == from {
+            match (renewed, running && *j == from) {
+                (true, _) => {}
+                // One yet to run: parked.
+                (false, false) => progress.lost[*j] = true,
+                // The running one: settled by its fenced commit. Said gone by
+                // the store, it is not renewed again; after a failed call it
+                // is (a lapsed claim nobody took is still ours).
+                (false, true) => {
+                    progress.lost[*j] |= answered;
                     self.observe_lease_lost_early(&decisions[*j]);
                 }
             }

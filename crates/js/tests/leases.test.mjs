@@ -162,3 +162,20 @@ test('a renewal that finds the running handler\'s claim gone is not sent again w
   assert.equal(outcome.kind, 'run-ok-lease-lost');
   assert.equal(store.calls.filter((c) => c === 'renew').length, 1, store.calls.join(','));
 });
+
+test('renewals that fail (the store unreachable past a lease) do not end the running claim\'s renewals: once the store answers, it is renewed again and the run is recorded (a review)', async () => {
+  const store = expiringStore('fenced');
+  const renew = store.renew;
+  const down = Date.now() + 600; // twice the lease
+  let renewedAfter = 0;
+  store.renew = (...args) => {
+    if (Date.now() < down) return Promise.reject(Object.assign(new Error('down'), { kind: 'unavailable' }));
+    renewedAfter += 1;
+    return renew(...args);
+  };
+  const outcome = await bq.dedupe(envelope('store-down-mid-run'), store, async () => {
+    await sleep(1200);
+  }, LEASE);
+  assert.ok(renewedAfter > 0, 'renewed again once the store answered');
+  assert.equal(outcome.kind, 'run-ok');
+});
