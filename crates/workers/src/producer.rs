@@ -30,7 +30,10 @@ fn message<T: Serialize + ?Sized>(
     which: &str,
 ) -> worker::Result<(SendMessage<JsValue>, usize)> {
     let value = js_sys::JSON::parse(&serde_json::to_string(body)?)?;
-    let size = js_sys::JSON::stringify(&value)?.length() as usize;
+    // UTF-8 bytes (a JS string's length counts UTF-16 units).
+    let size = js_sys::JSON::stringify(&value)?
+        .as_string()
+        .map_or(usize::MAX, |text| text.len());
     if size > MESSAGE_MAX_BYTES {
         return Err(worker::Error::RustError(format!(
             "{which} is {size} bytes of JSON, over Cloudflare Queues' 128 KB message limit \
