@@ -8,29 +8,40 @@ const dir = process.env.BQ_JCO_DIR ?? new URL('../target/component/js-minimal/',
 const { instantiate } = await import(`${dir}/bq_dedupe_minimal.js`);
 const getCoreModule = async (file) => WebAssembly.compile(await readFile(`${dir}/${file}`));
 
-// jco calls imports synchronously and reads what they return loosely: a Promise
-// from `seen` reads as true (a skip: the message acked, never run), a handler
-// whose promise rejects as a success. So imports are synchronous, and checked:
-// an import fails by throwing a plain value (a store-error `{ kind, message }`,
-// a handler's reason string); a thrown Error traps the instance (make a new one).
-const checked = (name, f) => (...args) => {
-  const answer = f(...args);
-  if (answer instanceof Promise) {
-    throw { kind: 'internal', message: `${name} returned a Promise: imports are synchronous` };
-  }
-  return answer;
+// jco calls imports synchronously and reads their answers loosely: a Promise, or
+// "0", from `seen` reads as true (a skip: the message acked, never run); a handler
+// whose promise rejects reads as a success. So imports are synchronous functions
+// (an async one is refused here, before its work could start) whose answers are
+// checked. An import fails by throwing a plain value: a store error `{ kind,
+// message }`, a handler's reason string; a thrown Error traps the instance.
+const synchronous = (name, f) => {
+  if (f.constructor.name === 'AsyncFunction') throw new TypeError(`${name}: jco calls imports synchronously`);
+  return f;
+};
+const storeImport = (name, f, check = () => true) => {
+  synchronous(name, f);
+  return (...args) => {
+    const answer = f(...args);
+    if (answer instanceof Promise || !check(answer)) {
+      throw { kind: 'internal', message: `${name} answered ${typeof answer}: imports are synchronous` };
+    }
+    return answer;
+  };
 };
 const ids = new Set(); // your store: a Set here, a database in production
 const seenSet = {
-  seen: checked('seen', (key) => ids.has(key)),
-  remember: checked('remember', (key) => { ids.add(key); }),
-  forget: checked('forget', (key) => { ids.delete(key); }),
+  seen: storeImport('seen', (key) => ids.has(key), (answer) => typeof answer === 'boolean'),
+  remember: storeImport('remember', (key) => { ids.add(key); }),
+  forget: storeImport('forget', (key) => { ids.delete(key); }),
 };
 const effects = [];
+const handle = synchronous('handle', (envelope) => {
+  effects.push(JSON.parse(envelope).meta.id); // your side effect, done when this returns
+});
 const handler = {
-  handle: checked('handle', (envelope) => {
-    effects.push(JSON.parse(envelope).meta.id); // your side effect; throw a string to fail
-  }),
+  handle: (envelope) => {
+    if (handle(envelope) instanceof Promise) throw 'the handler returned a Promise: handlers are synchronous';
+  },
 };
 
 const { consumer } = await instantiate(getCoreModule, {

@@ -514,8 +514,26 @@ test('jco reads a Promise from an import as a value: an async seen would skip ev
   assert.equal(ran.length, 0);
   // Checked as the example does: a store error, retried, nothing acked.
   const strict = await make(() => {
-    throw { kind: 'internal', message: 'seen returned a Promise: imports are synchronous' };
+    throw { kind: 'internal', message: 'seen answered object: imports are synchronous' };
   });
   const outcome = new strict.consumer.Guard({ keyPrefix: '', fingerprint: false }).process(body);
   assert.equal(outcome.tag, 'store-unavailable', JSON.stringify(outcome));
+});
+
+test('a minimal-world handler fails by throwing a string (run-failed, retried); an object thrown from handle traps the call', async () => {
+  const { instantiate: minimal } = await import(pathToFileURL(path.join(`${jsDir}-minimal`, 'bq_dedupe_minimal.js')).href);
+  const load = (file) => WebAssembly.compile(readFileSync(path.join(`${jsDir}-minimal`, file)));
+  const body = readFileSync(path.join(root, 'examples/minimal-envelope.json'), 'utf8');
+  const ids = new Set();
+  const make = (handle) => minimal(load, {
+    'babelqueue:idempotency/seen-set': { seen: (k) => ids.has(k), remember: (k) => { ids.add(k); }, forget: () => {} },
+    'babelqueue:idempotency/handler': { handle },
+  });
+  const failing = await make(() => { throw 'the handler returned a Promise: handlers are synchronous'; });
+  const outcome = new failing.consumer.Guard({ keyPrefix: '', fingerprint: false }).process(body);
+  assert.equal(outcome.tag, 'run-failed', JSON.stringify(outcome));
+  assert.equal(ids.size, 0, 'nothing recorded');
+  const trapping = await make(() => { throw { kind: 'internal', message: 'an object' }; });
+  assert.throws(() => new trapping.consumer.Guard({ keyPrefix: '', fingerprint: false }).process(body));
+  assert.equal(ids.size, 0);
 });
