@@ -246,7 +246,10 @@ impl RedisStore {
             let (Some(addr), Some(flags)) = (fields.get(1), fields.get(2)) else {
                 continue;
             };
-            if !flags.split(',').any(|f| f == "master") || flags.contains("fail") {
+            // A master only suspected (`fail?`) is asked too: left out, its ids
+            // would go uncounted with no word; one that is down fails the call,
+            // naming it.
+            if !flags.split(',').any(|f| f == "master") || flags.split(',').any(|f| f == "fail") {
                 continue;
             }
             // ip:port@cport[,hostname]: over TLS, the hostname where the node
