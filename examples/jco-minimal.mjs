@@ -22,7 +22,7 @@ const storeImport = (name, f, check = () => true) => {
   synchronous(name, f);
   return (...args) => {
     const answer = f(...args);
-    if (answer instanceof Promise || !check(answer)) {
+    if (typeof answer?.then === 'function' || !check(answer)) {
       throw { kind: 'internal', message: `${name} answered ${typeof answer}: imports are synchronous` };
     }
     return answer;
@@ -38,9 +38,12 @@ const effects = [];
 const handle = synchronous('handle', (envelope) => {
   effects.push(JSON.parse(envelope).meta.id); // your side effect, done when this returns
 });
+// The wrapper jco calls (your code is `handle` above): a handler that returns a
+// promise has started work it cannot wait for, so it fails (and runs again).
 const handler = {
   handle: (envelope) => {
-    if (handle(envelope) instanceof Promise) throw 'the handler returned a Promise: handlers are synchronous';
+    const answer = handle(envelope);
+    if (typeof answer?.then === 'function') throw 'the handler returned a promise: handlers are synchronous';
   },
 };
 
