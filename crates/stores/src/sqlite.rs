@@ -562,6 +562,8 @@ impl TransactionalStore for SqliteStore {
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(error)?;
             let mut runs = Vec::with_capacity(keys.len());
+            // The ids recorded in this transaction, and when (ms).
+            let mut recorded_at: Vec<(&str, i64)> = Vec::new();
             for (i, key) in keys.iter().enumerate() {
                 if ended[i].is_some() {
                     continue;
@@ -598,6 +600,7 @@ impl TransactionalStore for SqliteStore {
                 match result {
                     Ok(()) => {
                         if let Some(key) = key {
+                            recorded_at.push((key, self.now()));
                             remember_in(&tx, &[key], self.until(ttl)).map_err(error)?;
                         }
                         runs.push((i, TxRun::Committed(())));
@@ -605,13 +608,12 @@ impl TransactionalStore for SqliteStore {
                     Err(e) => runs.push((i, TxRun::RolledBack(e))),
                 }
             }
-            // A later handler may have deleted ids recorded before it (its own
-            // writes to `bq_dedupe`): they would commit unrecorded and run again.
-            let committed = runs
-                .iter()
-                .filter(|(_, run)| matches!(run, TxRun::Committed(())));
-            for key in committed.filter_map(|(i, _)| keys[*i]) {
-                if !recorded(&tx, key, self.now())? {
+            // A later handler may have deleted or expired ids recorded before
+            // it (its own writes to `bq_dedupe`): they would commit unrecorded
+            // and run again. Each is read as of when it was recorded: a batch
+            // slower than the TTL lets its first rows expire on schedule.
+            for &(key, at) in &recorded_at {
+                if !recorded(&tx, key, at)? {
                     return Err(unrecorded());
                 }
             }

@@ -1136,22 +1136,19 @@ fn sqlite_a_batch_delivery_that_ends_the_transaction_is_left_out() {
     }
 }
 
-/// A batch handler that deletes ids the batch recorded before it (`DELETE FROM
-/// bq_dedupe`): they were committed unrecorded and ran again on the
-/// redelivery, each reported run-ok (an adversarial trial's finding). Checked
-/// before the commit, as on PostgreSQL: nothing of the batch commits.
-#[test]
-fn sqlite_a_batch_handler_that_deletes_recorded_ids_commits_nothing() {
-    let db = TempDb::new("tx-batch-delete-ids");
+/// A batch of `ids`, each handler inserting its effect, `at`'s then running
+/// `sql` on `bq_dedupe`: the check before the commit refuses the batch, each
+/// delivery `store-unavailable`, and no effect commits.
+fn assert_batch_commits_nothing_after(tag: &str, ids: &[&str], at: &str, sql: &str) {
+    let db = TempDb::new(tag);
     let guard = open(db.path());
-    let bodies = [envelope("del-1"), envelope("del-2"), envelope("del-3")];
+    let bodies: Vec<String> = ids.iter().map(|id| envelope(id)).collect();
     let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
         let id = msg.id().unwrap();
         tx.execute("INSERT INTO effects (id) VALUES (?1)", [id])
             .map_err(|e| e.to_string())?;
-        if id == "del-2" {
-            tx.execute_batch("DELETE FROM bq_dedupe")
-                .map_err(|e| e.to_string())?;
+        if id == at {
+            tx.execute_batch(sql).map_err(|e| e.to_string())?;
         }
         Ok::<(), String>(())
     });
@@ -1160,9 +1157,23 @@ fn sqlite_a_batch_handler_that_deletes_recorded_ids_commits_nothing() {
         kinds.iter().all(|k| *k == OutcomeKind::StoreUnavailable),
         "{outcomes:?}"
     );
-    for id in ["del-1", "del-2", "del-3"] {
+    for id in ids {
         assert_eq!(effects_of(db.path(), id), 0, "{id}");
     }
+}
+
+/// A batch handler that deletes ids the batch recorded before it (`DELETE FROM
+/// bq_dedupe`): they were committed unrecorded and ran again on the
+/// redelivery, each reported run-ok (an adversarial trial's finding). Checked
+/// before the commit, as on PostgreSQL: nothing of the batch commits.
+#[test]
+fn sqlite_a_batch_handler_that_deletes_recorded_ids_commits_nothing() {
+    assert_batch_commits_nothing_after(
+        "tx-batch-delete-ids",
+        &["del-1", "del-2", "del-3"],
+        "del-2",
+        "DELETE FROM bq_dedupe",
+    );
 }
 
 /// A batch handler that expires an id the batch recorded before it
@@ -1172,26 +1183,34 @@ fn sqlite_a_batch_handler_that_deletes_recorded_ids_commits_nothing() {
 /// nothing of the batch commits.
 #[test]
 fn sqlite_a_batch_handler_that_expires_recorded_ids_commits_nothing() {
-    let db = TempDb::new("tx-batch-expire-ids");
-    let guard = open(db.path());
-    let bodies = [envelope("exp-1"), envelope("exp-2")];
+    assert_batch_commits_nothing_after(
+        "tx-batch-expire-ids",
+        &["exp-1", "exp-2"],
+        "exp-2",
+        "UPDATE bq_dedupe SET expires_at = 1 WHERE key = 'exp-1'",
+    );
+}
+
+/// A batch whose handlers together run longer than the TTL: the first id's row
+/// expires, on schedule, before the last handler ends. The check before the
+/// commit reads each id as of when it was recorded, so the batch commits (it
+/// read them as of the end, and failed the whole batch on every redelivery: a
+/// review's finding).
+#[test]
+fn sqlite_a_batch_slower_than_its_ttl_commits() {
+    let db = TempDb::new("tx-batch-slower-than-ttl");
+    let guard = open(db.path()).with_ttl(Duration::from_millis(60));
+    let bodies = [envelope("slow-1"), envelope("slow-2")];
     let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
-        let id = msg.id().unwrap();
-        tx.execute("INSERT INTO effects (id) VALUES (?1)", [id])
+        tx.execute("INSERT INTO effects (id) VALUES (?1)", [msg.id().unwrap()])
             .map_err(|e| e.to_string())?;
-        if id == "exp-2" {
-            tx.execute_batch("UPDATE bq_dedupe SET expires_at = 1 WHERE key = 'exp-1'")
-                .map_err(|e| e.to_string())?;
-        }
+        std::thread::sleep(Duration::from_millis(120));
         Ok::<(), String>(())
     });
     let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
-    assert!(
-        kinds.iter().all(|k| *k == OutcomeKind::StoreUnavailable),
-        "{outcomes:?}"
-    );
-    for id in ["exp-1", "exp-2"] {
-        assert_eq!(effects_of(db.path(), id), 0, "{id}");
+    assert_eq!(kinds, [OutcomeKind::Ran, OutcomeKind::Ran], "{outcomes:?}");
+    for id in ["slow-1", "slow-2"] {
+        assert_eq!(effects_of(db.path(), id), 1, "{id}");
     }
 }
 
