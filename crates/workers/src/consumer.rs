@@ -314,13 +314,8 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             None => Mode::SeenSet,
         };
         let mut spans = BatchSpans::open(&bodies, mode);
-        // A Rust panic (or a CPU or memory limit) aborts the instance, and
-        // Cloudflare delivers the whole batch again: a handler that aborts every
-        // time would re-run the batch's unrecorded successes on every attempt.
-        // So the messages of a first attempt run first, as a batch (recorded
-        // when it ends), and those delivered again (a crasher among them) one
-        // at a time, each success recorded before the next handler runs: one
-        // more run at most. That costs two store calls per message delivered again.
+        // In parts, so that a handler aborting the instance re-runs little (see
+        // the doc above and `parts`).
         let mut processed: Vec<Option<Processed<E>>> = Vec::new();
         processed.resize_with(messages.len(), || None);
         let parts = self.parts(&messages, &bodies);

@@ -25,9 +25,10 @@ const MESSAGE_MAX_BYTES: usize = 128_000 - MESSAGE_OVERHEAD;
 /// (JS writes some numbers longer than serde_json: `1e20` as 21 digits);
 /// refused here when over the message limit: the queue's own refusal says only
 /// "Unknown Internal Error".
+/// `at`: its place in a list (named in the refusal).
 fn message<T: Serialize + ?Sized>(
     body: &T,
-    which: &str,
+    at: Option<usize>,
 ) -> worker::Result<(SendMessage<JsValue>, usize)> {
     let value = js_sys::JSON::parse(&serde_json::to_string(body)?)?;
     // UTF-8 bytes (a JS string's length counts UTF-16 units).
@@ -35,6 +36,7 @@ fn message<T: Serialize + ?Sized>(
         .as_string()
         .map_or(usize::MAX, |text| text.len());
     if size > MESSAGE_MAX_BYTES {
+        let which = at.map_or("the envelope".into(), |i| format!("envelope {i} (from 0)"));
         return Err(worker::Error::RustError(format!(
             "{which} is {size} bytes of JSON, over Cloudflare Queues' 128 KB message limit \
              (with the queue's own ~100 bytes): not sent (carry the payload elsewhere, \
@@ -47,7 +49,7 @@ fn message<T: Serialize + ?Sized>(
 
 /// Publishes one envelope (a `serde_json::Value`, your own struct, ...) to `queue`.
 pub async fn send_envelope<T: Serialize + ?Sized>(queue: &Queue, body: &T) -> worker::Result<()> {
-    queue.send_raw(message(body, "the envelope")?.0).await
+    queue.send_raw(message(body, None)?.0).await
 }
 
 /// Publishes envelopes in `sendBatch` calls (up to 100 messages and 256 KB
@@ -63,7 +65,7 @@ pub async fn send_envelopes<T: Serialize>(
     let messages = bodies
         .into_iter()
         .enumerate()
-        .map(|(i, body)| message(&body, &format!("envelope {i} (from 0)")))
+        .map(|(i, body)| message(&body, Some(i)))
         .collect::<worker::Result<Vec<_>>>()?;
     let (mut chunk, mut bytes, mut sent) = (Vec::new(), 0, 0);
     let total = messages.len();
