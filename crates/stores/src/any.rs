@@ -17,31 +17,70 @@ use crate::backends::{BACKENDS, Backend, Open};
 pub const DEFAULT_REDIS_PREFIX: &str = "bq:dedupe:";
 
 /// The enum, one variant per store type (a backend's behind its feature), with
-/// what only forwards to the variant: `From` each store, `Debug` and `Store`.
+/// what only forwards to the variant: `From` each store, `Debug`, `Store`,
+/// `stats` and `purge_expired` (each backend has its own of those two; the
+/// memory store's are [`memory_stats`] and its own purge).
 macro_rules! any_store {
-    ($($(#[doc = $doc:literal])* $(#[cfg($cfg:meta)])? $variant:ident($store:ty),)+) => {
+    (
+        $(#[doc = $mdoc:literal])* Memory($memory:ty),
+        $($(#[doc = $doc:literal])* #[cfg($cfg:meta)] $variant:ident($store:ty),)+
+    ) => {
         /// One of the stores, chosen at run time (see the crate docs for the spec syntax).
         #[allow(clippy::large_enum_variant)] // one per process, never copied in a hot path
         pub enum AnyStore {
-            $($(#[doc = $doc])* $(#[cfg($cfg)])? $variant($store),)+
+            $(#[doc = $mdoc])* Memory($memory),
+            $($(#[doc = $doc])* #[cfg($cfg)] $variant($store),)+
         }
-        $($(#[cfg($cfg)])? impl From<$store> for AnyStore {
+        impl From<$memory> for AnyStore {
+            fn from(s: $memory) -> Self {
+                AnyStore::Memory(s)
+            }
+        }
+        $(#[cfg($cfg)] impl From<$store> for AnyStore {
             fn from(s: $store) -> Self {
                 AnyStore::$variant(s)
             }
         })+
         impl std::fmt::Debug for AnyStore {
-            #[allow(unreachable_patterns)] // the memory store's contents are not shown
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 match self {
+                    // The memory store's contents are not shown.
                     AnyStore::Memory(_) => f.write_str("AnyStore::Memory"),
-                    $($(#[cfg($cfg)])? AnyStore::$variant(s) => write!(f, "AnyStore::{}({s:?})", stringify!($variant)),)+
+                    $(#[cfg($cfg)] AnyStore::$variant(s) => write!(f, "AnyStore::{}({s:?})", stringify!($variant)),)+
                 }
             }
         }
         // Calls the same method on whichever store this is.
-        bq_dedupe::delegate_store!(AnyStore { $($(#[cfg($cfg)])? $variant),+ });
+        bq_dedupe::delegate_store!(AnyStore { Memory, $(#[cfg($cfg)] $variant),+ });
+        impl AnyStore {
+            /// What the store holds now (see [`StoreStats`]).
+            pub fn stats(&self) -> StoreResult<StoreStats> {
+                match self {
+                    AnyStore::Memory(s) => Ok(memory_stats(s)),
+                    $(#[cfg($cfg)] AnyStore::$variant(s) => s.stats(),)+
+                }
+            }
+
+            /// Deletes expired entries where the backend keeps them; says how
+            /// many went.
+            pub fn purge_expired(&self) -> StoreResult<u64> {
+                match self {
+                    AnyStore::Memory(s) => Ok(s.purge_expired() as u64),
+                    $(#[cfg($cfg)] AnyStore::$variant(s) => s.purge_expired(),)+
+                }
+            }
+        }
     };
+}
+
+/// The memory store's [`StoreStats`].
+fn memory_stats(s: &InMemoryStore) -> StoreStats {
+    let live = s.entries().len() as u64;
+    StoreStats {
+        remembered: live,
+        claimed: s.claimed().len() as u64,
+        expired: (s.len() as u64).saturating_sub(live),
+    }
 }
 
 any_store! {
@@ -115,39 +154,6 @@ impl AnyStore {
                 last.usage
             ),
         ))
-    }
-
-    /// What the store holds now (see [`StoreStats`]).
-    pub fn stats(&self) -> StoreResult<StoreStats> {
-        match self {
-            AnyStore::Memory(s) => {
-                let live = s.entries().len() as u64;
-                Ok(StoreStats {
-                    remembered: live,
-                    claimed: s.claimed().len() as u64,
-                    expired: (s.len() as u64).saturating_sub(live),
-                })
-            }
-            #[cfg(feature = "sqlite")]
-            AnyStore::Sqlite(s) => s.stats(),
-            #[cfg(feature = "redis")]
-            AnyStore::Redis(s) => s.stats(),
-            #[cfg(feature = "postgres")]
-            AnyStore::Postgres(s) => s.stats(),
-        }
-    }
-
-    /// Deletes expired entries where the backend keeps them; says how many went.
-    pub fn purge_expired(&self) -> StoreResult<u64> {
-        match self {
-            AnyStore::Memory(s) => Ok(s.purge_expired() as u64),
-            #[cfg(feature = "sqlite")]
-            AnyStore::Sqlite(s) => s.purge_expired(),
-            #[cfg(feature = "redis")]
-            AnyStore::Redis(s) => s.purge_expired(),
-            #[cfg(feature = "postgres")]
-            AnyStore::Postgres(s) => s.purge_expired(),
-        }
     }
 }
 
