@@ -194,12 +194,43 @@ class Spans {
     return span == null ? undefined : this.parents[i].setValue(SPAN_KEY, span);
   }
 
-  /** Runs `f` (a handler) with delivery `i`'s span current, where a context manager is registered. */
+  /**
+   * Runs `f` (a handler) once with delivery `i`'s span current, where a
+   * context manager is registered. The manager is telemetry and cannot change
+   * an outcome: if it throws or never calls `f`, `f` runs without it; if it
+   * calls `f` again, the first run's answer stands; what `f` returned or
+   * threw is the answer, whatever the manager made of it.
+   */
   run(i, f) {
     const cx = this.context(i);
     const manager = this.manager;
     if (cx === undefined || typeof manager?.with !== 'function') return f();
-    return manager.with(cx, f);
+    let ran = false;
+    let threw = false;
+    let answer;
+    const once = () => {
+      if (!ran) {
+        ran = true;
+        try {
+          answer = f();
+        } catch (e) {
+          threw = true;
+          answer = e;
+        }
+      }
+      if (threw) throw answer;
+      return answer;
+    };
+    try {
+      const other = manager.with(cx, once);
+      // Not the handler's answer: a rejection of it is the manager's, not unhandled.
+      if (other !== answer && typeof other?.then === 'function') Promise.resolve(other).catch(() => {});
+    } catch {
+      // the manager's own failure, or the handler's (below)
+    }
+    if (!ran) return f();
+    if (threw) throw answer;
+    return answer;
   }
 
   /**

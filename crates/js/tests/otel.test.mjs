@@ -320,3 +320,46 @@ test('the handler keeps the caller\'s context (its baggage) under the delivery\'
   }, { tracer }));
   assert.deepEqual(seen, ['tenant-7', 'process urn:babel:orders:created']);
 });
+
+test('a context manager that throws, skips or repeats the handler: each handler runs once, its own outcome kept', async () => {
+  const handlerError = new Error('card declined');
+  const managers = {
+    'throws before': (cx, fn) => {
+      throw new Error('context manager broken');
+    },
+    'throws after': (cx, fn, thisArg, ...args) => {
+      fn.call(thisArg, ...args);
+      throw new Error('context manager broken after the handler');
+    },
+    'never calls it': () => undefined,
+    'calls it twice': (cx, fn, thisArg, ...args) => {
+      fn.call(thisArg, ...args);
+      return fn.call(thisArg, ...args);
+    },
+    'returns another value': (cx, fn, thisArg, ...args) => {
+      fn.call(thisArg, ...args);
+      return Promise.reject(new Error('not the handler\'s answer'));
+    },
+  };
+  try {
+    for (const [name, withFn] of Object.entries(managers)) {
+      context.disable();
+      context.setGlobalContextManager({ active: () => context.active(), with: withFn, bind: (_, t) => t, enable() { return this; }, disable() { return this; } });
+      const store = mapStore('sync', { batch: true });
+      let runs = 0;
+      const one = await bq.dedupe(envelope(`cm-${name}`), store, () => { runs++; }, { tracer });
+      assert.equal(one.kind, 'run-ok', name);
+      const batch = await bq.dedupeBatch([envelope(`cm-${name}-a`), envelope(`cm-${name}-b`)], store, async () => { runs++; }, { tracer });
+      assert.deepEqual(batch.map((o) => o.kind), ['run-ok', 'run-ok'], name);
+      assert.equal(runs, 3, `${name}: each handler once`);
+      const again = await bq.dedupe(envelope(`cm-${name}`), store, () => { runs++; }, { tracer });
+      assert.equal(again.kind, 'skip', name);
+      const failed = await bq.dedupeBatch([envelope(`cm-${name}-f`)], store, () => { runs++; throw handlerError; }, { tracer });
+      assert.equal(failed[0].kind, 'run-failed', name);
+      assert.equal(runs, 4, `${name}: the failing handler once`);
+    }
+  } finally {
+    context.disable();
+    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+  }
+});
