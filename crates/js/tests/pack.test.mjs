@@ -163,6 +163,17 @@ test("the README's Node example runs as written (ten lines)", () => {
     ['charging order 7', 'run-ok ack', 'skip ack']);
 });
 
+test("the README's OpenTelemetry example runs as written: the consumer span under trace_id's parent", () => {
+  // The API, SDK and context manager as the root package.json pins them (npm ci).
+  symlinkSync(join(ROOT, 'node_modules/@opentelemetry'), join(scratch, 'node_modules/@opentelemetry'));
+  writeFileSync(join(scratch, 'readme-otel.mjs'), readmeBlock('OpenTelemetry', 'js'));
+  const out = run('node', ['readme-otel.mjs'], { cwd: scratch });
+  assert.match(out, /name: 'process urn:babel:orders:created'/);
+  assert.match(out, /traceId: '7b3f9c2ae41d4f889b2a1c0d5e6f7a8b'/);
+  assert.match(out, /spanId: '980c512d6f4a8fba'/, "the parent the Node SDK derives");
+  assert.match(out, /'messaging\.babelqueue\.dedupe\.outcome': 'run-ok'/);
+});
+
 test("the README's browser example runs as written (headless Chromium)", async () => {
   run(join(ROOT, 'scripts/ensure-tools.sh'), ['chromium']);
   run(join(ROOT, 'scripts/ensure-tools.sh'), ['npm', ROOT]); // playwright-core
