@@ -310,7 +310,7 @@ class Spans {
         [names.claimed]: (flags & 2) !== 0,
       });
       if (flags & 4) {
-        if (flags & 8) span.recordException(error instanceof Error ? error : { name: 'Error', message: reason ?? kind });
+        if (flags & 8) span.recordException(exceptionOf(error, reason ?? kind));
         span.setStatus({ code: STATUS_ERROR, message: reason ?? kind });
       }
     });
@@ -330,6 +330,17 @@ function keysOf(args) {
     }
   }
   return keys;
+}
+
+/**
+ * What a handler threw, as `recordException` takes it: an error (of any realm:
+ * `instanceof` fails across them) or a string as it is, as the Node SDK
+ * records them; anything else an `Error` with the outcome's reason.
+ */
+function exceptionOf(e, reason) {
+  if (typeof e === 'string') return e;
+  if (e !== null && typeof e === 'object' && typeof e.message === 'string') return e;
+  return { name: 'Error', message: reason };
 }
 
 function messageOf(e) {

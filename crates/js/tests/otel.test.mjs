@@ -101,6 +101,21 @@ test('a failing handler: status ERROR with the reason, the exception event from 
   assert.equal(event.attributes['exception.message'], 'card declined');
 });
 
+test('an error from another realm keeps its type and stack; a thrown string is the message, as the Node SDK records it', async () => {
+  const { runInNewContext } = await import('node:vm');
+  const foreign = runInNewContext('new TypeError("from a vm")');
+  assert.equal(foreign instanceof Error, false, 'another realm\'s Error');
+  const store = new bq.InMemoryStore();
+  await bq.dedupe(envelope('realm-1'), store, () => { throw foreign; }, { tracer });
+  await bq.dedupe(envelope('realm-2'), store, () => { throw 'out of stock'; }, { tracer });
+  const [vm, text] = ['realm-1', 'realm-2'].map((id) => consumers().find((s) => s.attributes['messaging.message.id'] === id).events[0]);
+  assert.equal(vm.attributes['exception.type'], 'TypeError');
+  assert.equal(vm.attributes['exception.message'], 'from a vm');
+  assert.ok(vm.attributes['exception.stacktrace'], 'its stack');
+  assert.equal(text.attributes['exception.message'], 'out of stock');
+  assert.equal(text.attributes['exception.type'], undefined);
+});
+
 test('the handler runs inside its delivery\'s span: its own spans are children, across an await', async () => {
   const store = mapStore('async', { batch: true });
   const seen = [];
