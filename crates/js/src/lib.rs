@@ -174,6 +174,7 @@ const OPTIONS: &[&str] = &[
     "scope",
     "maxBytes",
     "tracer",
+    "headers",
 ];
 
 /// The core's options from the JS options object (`undefined`: the defaults).

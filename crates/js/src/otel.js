@@ -81,6 +81,70 @@ export async function parentOf(traceId) {
   };
 }
 
+// A W3C `traceparent` as the Node SDK reads it (its regex, @opentelemetry/core's):
+// version not ff, non-zero ids, lowercase hex, a trailing part only after a
+// version other than 00.
+const TRACEPARENT = /^\s?((?!ff)[\da-f]{2})-((?![0]{32})[\da-f]{32})-((?![0]{16})[\da-f]{16})-([\da-f]{2})(-.*)?\s?$/;
+const STATE_KEY = /^(?:[a-z][_0-9a-z*/-]{0,255}|[a-z0-9][_0-9a-z*/-]{0,240}@[a-z][_0-9a-z*/-]{0,13})$/;
+const STATE_VALUE = /^[ -~]{0,255}[!-~]$/;
+
+/** A `tracestate`'s valid members, in order, at most 32 (as the core's `telemetry::parent`). */
+class TraceState {
+  constructor(members) {
+    this.members = members;
+  }
+  static parse(header) {
+    const members = [];
+    for (const part of header.split(',')) {
+      const member = part.trim();
+      const at = member.indexOf('=');
+      const [key, value] = [member.slice(0, at), member.slice(at + 1)];
+      if (at > 0 && members.length < 32 && STATE_KEY.test(key) && STATE_VALUE.test(value) && !/[,=]/.test(value)) members.push([key, value]);
+    }
+    return new TraceState(members);
+  }
+  get(key) {
+    return this.members.find(([k]) => k === key)?.[1];
+  }
+  set(key, value) {
+    return new TraceState([[key, value], ...this.members.filter(([k]) => k !== key)]);
+  }
+  unset(key) {
+    return new TraceState(this.members.filter(([k]) => k !== key));
+  }
+  serialize() {
+    return this.members.map(([k, v]) => `${k}=${v}`).join(',');
+  }
+}
+
+/**
+ * The remote parent a transport's headers name (`traceparent`, and its
+ * `tracestate`, keys in lowercase as the Node SDK reads them), or undefined
+ * where there is no valid one (the parent is then the one `trace_id` names).
+ */
+export function headerParent(carrier) {
+  const m = typeof carrier?.traceparent === 'string' ? TRACEPARENT.exec(carrier.traceparent) : null;
+  if (m === null || (m[1] === '00' && m[5] !== undefined)) return undefined;
+  const parent = { traceId: m[2], spanId: m[3], traceFlags: parseInt(m[4], 16), isRemote: true };
+  if (typeof carrier.tracestate === 'string' && carrier.tracestate !== '') parent.traceState = TraceState.parse(carrier.tracestate);
+  return parent;
+}
+
+/**
+ * Delivery `i`'s headers from the `headers` option: one carrier for every
+ * delivery, an array of them by index, or a function of the index (its
+ * answer awaited). A getter that throws is no headers: telemetry never fails
+ * a delivery.
+ */
+async function carrierOf(headers, i) {
+  try {
+    if (typeof headers === 'function') return await headers(i);
+    return Array.isArray(headers) ? headers[i] : headers;
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * The context a delivery's span starts in: `base` under the parent its
  * `trace_id` names, else (none, or no `crypto.subtle` to derive it with) with
@@ -135,12 +199,16 @@ function quietly(f) {
  * The spans of one call's deliveries (`list`: the attribute names, from the
  * core's `telemetry::attr`; `deliveries`: the envelopes as
  * `Deliveries` holds them; `keys`: each one's store key or null), started
- * under their parents; `deliveries.spans` is set so its handlers run inside
+ * under their parents (the `headers` option's `traceparent`, else the one
+ * `trace_id` names); `deliveries.spans` is set so its handlers run inside
  * them. Resolves to the store the guard is to call: `store` with each call
  * traced, unless it is the in-memory store (`memory`: no round trip, no JS
  * call to trace).
  */
-export async function startSpans(list, tracer, deliveries, keys, mode, store, memory) {
+export async function startSpans(list, tracer, deliveries, keys, mode, store, memory, headers) {
+  if (headers !== undefined && headers !== null && typeof headers !== 'object' && typeof headers !== 'function') {
+    throw new TypeError('options.headers must be { traceparent, tracestate }, an array of them (one per envelope) or a function of the envelope\'s index');
+  }
   names ??= namesOf(list);
   const items = deliveries.items;
   const fields = items.map((item) => (item === undefined ? fieldsOf('') : fieldsOf(item)));
@@ -148,7 +216,10 @@ export async function startSpans(list, tracer, deliveries, keys, mode, store, me
   // in place of its span: read now, in the caller's call.
   const manager = globalThis[API]?.context;
   const base = quietly(() => manager?.active()) ?? ROOT;
-  const parents = await Promise.all(fields.map((f) => parentContext(base, f.traceId)));
+  const parents = await Promise.all(fields.map(async (f, i) => {
+    const remote = headerParent(headers == null ? undefined : await carrierOf(headers, i));
+    return (remote && quietly(() => base.setValue(SPAN_KEY, new Remote(remote)))) ?? parentContext(base, f.traceId);
+  }));
   const spans = new Spans(tracer, mode, parents, manager);
   // Not an object: no store at all, which the guard refuses with its own message.
   const object = store !== null && (typeof store === 'object' || typeof store === 'function');

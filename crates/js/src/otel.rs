@@ -23,6 +23,7 @@ extern "C" {
         mode: &str,
         store: &JsValue,
         memory: bool,
+        headers: &JsValue,
     ) -> Promise;
     #[wasm_bindgen(js_name = endSpan)]
     fn end_span(
@@ -77,6 +78,8 @@ pub(crate) fn start(
     };
     let memory = crate::memory::lookup(store).ok().flatten().is_some();
     let names = NAMES.iter().map(|n| JsValue::from_str(n)).collect();
+    // The transport's `traceparent` / `tracestate`, read by `otel.js`.
+    let headers = options.as_ref().and_then(|o| crate::opt_prop(o, "headers"));
     Ok(start_spans(
         names,
         tracer,
@@ -85,6 +88,7 @@ pub(crate) fn start(
         mode.code(),
         store,
         memory,
+        &headers.unwrap_or_default(),
     ))
 }
 

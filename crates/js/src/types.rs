@@ -133,6 +133,21 @@ export interface DedupeOptions {
    * store as a CLIENT span (docs/observability.md). Needs `crypto.subtle`.
    */
   tracer?: OtelTracer;
+  /**
+   * With `tracer`: the W3C trace headers the transport carried beside the envelope
+   * (never inside it), so a delivery's span is the child of the producer's span, as
+   * the BabelQueue SDKs' `traceparent` (a malformed or absent one: the parent
+   * `trace_id` names). One carrier, an array of them (one per envelope of a
+   * `dedupeBatch`), or a function of the envelope's index returning one (or a
+   * promise of one); a function that throws counts as no headers.
+   */
+  headers?: TraceHeaders | readonly (TraceHeaders | undefined)[] | ((index: number) => TraceHeaders | undefined | Promise<TraceHeaders | undefined>);
+}
+
+/** W3C trace headers, keys in lowercase. */
+export interface TraceHeaders {
+  traceparent?: string;
+  tracestate?: string;
 }
 
 /** The part of an `@opentelemetry/api` `Tracer` the `tracer` option uses. */

@@ -378,3 +378,57 @@ test('a context manager that throws, skips or repeats the handler: each handler 
     context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
   }
 });
+
+test('every traceparent vector: the parent the Node SDK takes from the transport\'s headers, else the one trace_id names', async () => {
+  const store = new bq.InMemoryStore();
+  for (const [n, v] of VECTORS.traceparents.entries()) {
+    const id = `tp-${n}`;
+    const env = envelope(id, { trace_id: v.envelope_trace_id });
+    const outcome = await bq.dedupe(env, store, () => {}, { tracer, headers: v.headers ?? undefined });
+    assert.equal(outcome.kind, 'run-ok', v.note);
+    const span = consumers().find((s) => s.attributes['messaging.message.id'] === id);
+    if (v.result === 'traceparent' && (v.parent_trace_flags & 1) === 0) {
+      assert.equal(span, undefined, `${v.note}: the producer did not sample it, nor does the default sampler`);
+      continue;
+    }
+    const parent = span.parentSpanContext;
+    if (v.result === 'traceparent') {
+      assert.equal(parent.traceId, v.parent_trace_id, v.note);
+      assert.equal(parent.spanId, v.parent_span_id, v.note);
+      assert.equal(parent.traceFlags, v.parent_trace_flags, v.note);
+      assert.equal(parent.isRemote, true, v.note);
+      assert.equal(parent.traceState?.serialize() ?? null, v.tracestate, v.note);
+      assert.equal(span.spanContext().traceState?.serialize() ?? null, v.tracestate, `${v.note}: the span carries it`);
+    } else {
+      const derived = VECTORS.trace_ids.find((t) => t.trace_id === v.envelope_trace_id);
+      assert.equal(parent.spanId, derived.parent_span_id, `${v.note}: the trace_id's parent`);
+    }
+  }
+});
+
+test('headers for a batch: an array by index or a function of the index; a getter that throws, or none, is the trace_id parent', async () => {
+  const tp = (span) => ({ traceparent: `00-4bf92f3577b34da6a3ce929d0e0e4736-${span}-01` });
+  const store = mapStore('sync', { batch: true });
+  const ids = ['h-0', 'h-1', 'h-2'];
+  await bq.dedupeBatch(ids.map((id) => envelope(id, { trace_id: UUID })), store, () => {}, {
+    tracer, headers: [tp('00000000000000a0'), undefined, tp('00000000000000a2')],
+  });
+  const byFunction = async (i) => {
+    if (i === 1) throw new Error('transport lost its headers');
+    return tp(`00000000000000b${i}`);
+  };
+  const more = await bq.dedupeBatch(['g-0', 'g-1', 'g-2'].map((id) => envelope(id, { trace_id: UUID })), store, () => {}, { tracer, headers: byFunction });
+  assert.deepEqual(more.map((o) => o.kind), ['run-ok', 'run-ok', 'run-ok']);
+  const derived = VECTORS.trace_ids.find((t) => t.trace_id === UUID).parent_span_id;
+  const parentOfId = (id) => parentOf(consumers().find((s) => s.attributes['messaging.message.id'] === id));
+  assert.deepEqual(['h-0', 'h-1', 'h-2', 'g-0', 'g-1', 'g-2'].map(parentOfId),
+    ['00000000000000a0', derived, '00000000000000a2', '00000000000000b0', derived, '00000000000000b2']);
+  // wrap: a getter, read for each delivery, as the Node SDK's wrapHandler takes one.
+  let calls = 0;
+  const wrapped = bq.wrap(store, () => {}, { tracer, headers: () => { calls++; return tp('00000000000000c0'); } });
+  await wrapped(envelope('w-0', { trace_id: UUID }));
+  assert.equal(calls, 1);
+  assert.equal(parentOfId('w-0'), '00000000000000c0');
+  await assert.rejects(bq.dedupe(envelope('x-h'), store, () => {}, { tracer, headers: 'traceparent' }), /options\.headers must be/);
+  assert.equal((await bq.dedupe(envelope('x-h'), store, () => {}, { tracer })).kind, 'run-ok', 'the refused call ran nothing');
+});
