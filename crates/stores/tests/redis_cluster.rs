@@ -154,3 +154,123 @@ fn cluster_scripts_are_reloaded_after_script_flush() {
     .unwrap();
     assert_eq!(settled.kept, vec![true; 20]);
 }
+
+/// A slot moved to another master while a consumer runs (a reshard; a
+/// failover moves slots the same way): the cluster client follows a MOVED
+/// for one command but not in a pipeline's replies, and the store kept its
+/// stale slot map, so every later call on the moved slot failed "Moved"
+/// until the process ended, and a running handler's renewals failed until
+/// its claim lapsed and another consumer ran the id beside it (a trial).
+/// The store now reads the map again and sends the call once more.
+#[test]
+fn a_slot_moved_to_another_master_is_followed() {
+    let spec = redis_cluster_spec();
+    // One hash tag: every key of this test in one slot, moved below.
+    let prefix = format!("{{{}}}:", redis_prefix("moved"));
+    let clean = ClusterCleanup {
+        spec: spec.clone(),
+        prefix: prefix.clone(),
+    };
+    let store = RedisStore::connect_cluster(&cluster_nodes(&spec), prefix.clone(), Dialect::Native)
+        .unwrap();
+    let lease = Duration::from_secs(60);
+    let guard = Guard::new(&store).with_claiming(lease);
+    let ids = ["moved-1", "moved-2", "moved-3"];
+    let bodies: Vec<String> = ids.iter().map(|id| common::envelope(id)).collect();
+    let first = ready(guard.process_batch(&bodies[..2], async |_| Ok::<(), String>(())));
+    assert!(
+        first.iter().all(|o| o.kind() == OutcomeKind::Ran),
+        "{first:?}"
+    );
+    let held = ready(store.claim_many(&["moved-held"], lease)).unwrap();
+    let Claim::Acquired(token) = &held[0] else {
+        panic!("{held:?}")
+    };
+
+    move_slot_of(&clean, &format!("{prefix}x"));
+
+    // The store's connection still holds the old map: each kind of call.
+    let again = ready(guard.process_batch(&bodies, async |_| Ok::<(), String>(())));
+    let kinds: Vec<_> = again.iter().map(|o| o.kind()).collect();
+    assert_eq!(
+        kinds,
+        [OutcomeKind::Skipped, OutcomeKind::Skipped, OutcomeKind::Ran],
+        "{again:?}"
+    );
+    assert!(
+        ready(store.renew("moved-held", token, lease)).unwrap(),
+        "the claim is still ours"
+    );
+    assert_eq!(
+        deliver(&guard, "moved-held", true).kind(),
+        OutcomeKind::Parked
+    );
+}
+
+/// Moves the slot of `key` from its master to another, keys and all, as
+/// `redis-cli --cluster reshard` does.
+fn move_slot_of(clean: &ClusterCleanup, key: &str) {
+    let connect = |url: &str| redis::Client::open(url).unwrap().get_connection().unwrap();
+    let nodes = cluster_nodes(&clean.spec);
+    let mut any = connect(&nodes[0]);
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query(&mut any)
+        .unwrap();
+    // "<id> <ip:port@cport> <flags> <master> <ping> <pong> <epoch> <link> <slots...>"
+    let table: String = redis::cmd("CLUSTER").arg("NODES").query(&mut any).unwrap();
+    let masters: Vec<(String, String, bool)> = table
+        .lines()
+        .map(|line| line.split(' ').collect::<Vec<_>>())
+        .filter(|f| f[2].contains("master"))
+        .map(|f| {
+            let addr = f[1].split('@').next().unwrap().to_string();
+            let owns = f[8..].iter().any(|range| {
+                let (lo, hi) = range.split_once('-').unwrap_or((range, range));
+                matches!((lo.parse::<u16>(), hi.parse::<u16>()), (Ok(lo), Ok(hi)) if (lo..=hi).contains(&slot))
+            });
+            (f[0].to_string(), addr, owns)
+        })
+        .collect();
+    let (from_id, from_addr, _) = masters.iter().find(|m| m.2).expect("an owner").clone();
+    let (to_id, to_addr, _) = masters
+        .iter()
+        .find(|m| !m.2)
+        .expect("another master")
+        .clone();
+    let mut from = connect(&format!("redis://{from_addr}"));
+    let mut to = connect(&format!("redis://{to_addr}"));
+    let setslot = |conn: &mut redis::Connection, how: &str, id: &str| {
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg(how)
+            .arg(id)
+            .query(conn)
+            .unwrap();
+    };
+    setslot(&mut to, "IMPORTING", &from_id);
+    setslot(&mut from, "MIGRATING", &to_id);
+    let keys: Vec<String> = redis::cmd("CLUSTER")
+        .arg("GETKEYSINSLOT")
+        .arg(slot)
+        .arg(1000)
+        .query(&mut from)
+        .unwrap();
+    assert!(!keys.is_empty(), "the test's keys are in the slot");
+    let (host, port) = to_addr.rsplit_once(':').unwrap();
+    let _: () = redis::cmd("MIGRATE")
+        .arg(host)
+        .arg(port)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS")
+        .arg(&keys)
+        .query(&mut from)
+        .unwrap();
+    for (_, addr, _) in &masters {
+        setslot(&mut connect(&format!("redis://{addr}")), "NODE", &to_id);
+    }
+}

@@ -129,6 +129,8 @@ fn transient(e: &RedisError) -> bool {
                     | ServerErrorKind::MasterDown
                     | ServerErrorKind::ClusterDown
                     | ServerErrorKind::ReadOnly
+                    | ServerErrorKind::Moved
+                    | ServerErrorKind::Ask
             )
         )
 }

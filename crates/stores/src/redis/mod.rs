@@ -18,7 +18,9 @@ use bq_dedupe::{
     store::Peeked, store::Settled, store::Settlement, store::StoreErrorKind,
 };
 use redis::cluster::ClusterClient;
-use redis::{Client, Cmd, ErrorKind, RedisResult, ServerErrorKind, TlsCertificates, Value};
+use redis::{
+    Client, Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, TlsCertificates, Value,
+};
 
 use crate::{StoreStats, new_token, ttl_ms};
 use conn::{Conn, Target, error, error_at, open};
@@ -344,7 +346,7 @@ impl RedisStore {
                     *slot = None;
                     return Err(error(e));
                 }
-                Err(e) if e.is_io_error() || e.is_unrecoverable_error() => {
+                Err(e) if e.is_io_error() || e.is_unrecoverable_error() || stale_slots(&e) => {
                     *slot = None;
                     if sent >= sendings {
                         return Err(error(e));
@@ -701,4 +703,19 @@ fn certificates(ca_pem: &[u8]) -> TlsCertificates {
         client_tls: None,
         root_cert: Some(ca_pem.to_vec()),
     }
+}
+
+/// A cluster node answered MOVED or ASK to a command: the slot map the
+/// connection holds is out of date (a reshard, a failover). The cluster
+/// client follows a redirect for one command but not in a pipeline's replies,
+/// so a connection kept after one failed every later call on the moved slots
+/// (and a running handler's renewals, until its claim lapsed). A new
+/// connection reads the map again; `run` sends the call once more (safe to
+/// repeat, as after an I/O error). An ASK, a slot caught mid-move, may be
+/// answered again: `Unavailable`, tried later.
+fn stale_slots(e: &RedisError) -> bool {
+    let redirect = |kind| matches!(kind, Some(ServerErrorKind::Moved | ServerErrorKind::Ask));
+    e.clone()
+        .into_server_errors()
+        .is_some_and(|errors| errors.iter().any(|(_, e)| redirect(e.kind())))
 }
