@@ -315,3 +315,27 @@ fn redis_a_bad_url_says_how_to_write_a_password() {
     assert!(e.message.contains("percent-encoded"), "{e}");
     assert!(!e.message.contains("pa?ss"), "{e}");
 }
+
+/// A pipeline whose every command fails (here a list under each key; a
+/// cluster that is down answers each key of a `stats` page alike) is said as
+/// its first failure and a count, not one line per command (a trial saw 20 KB).
+#[test]
+fn a_pipeline_of_failures_is_said_once() {
+    let (store, clean) = store("wrongtype");
+    let ids: Vec<String> = (0..50).map(|i| format!("list-{i}")).collect();
+    let mut conn = redis::Client::open(clean.url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    for id in &ids {
+        let _: () = redis::cmd("RPUSH")
+            .arg(format!("{}{id}", clean.prefix))
+            .arg("x")
+            .query(&mut conn)
+            .unwrap();
+    }
+    let keys: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let e = ready(store.seen_many(&keys)).unwrap_err();
+    assert!(e.message.contains("and 49 other commands failed"), "{e}");
+    assert!(e.message.len() < 300, "{} bytes: {e}", e.message.len());
+}

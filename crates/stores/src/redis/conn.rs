@@ -95,7 +95,21 @@ pub(super) fn error(e: RedisError) -> StoreError {
         let secs = super::TIMEOUT.as_secs();
         return StoreError::unavailable(format!("redis: no answer within {secs} s ({e})"));
     }
-    StoreError::backend(transient(&e), format!("redis: {e}"))
+    StoreError::backend(transient(&e), format!("redis: {}", shown(&e)))
+}
+
+/// `e` as said in an error: a pipeline's failures, one per command (a
+/// cluster down answers each of a page's keys: 20 KB), as the first of them
+/// and how many more.
+fn shown(e: &RedisError) -> String {
+    match e.clone().into_server_errors() {
+        Some(errors) if errors.len() > 2 => {
+            let (index, first) = &errors[0];
+            let more = errors.len() - 1;
+            format!("command {index} of a pipeline: {first} (and {more} other commands failed)")
+        }
+        _ => e.to_string(),
+    }
 }
 
 /// [`error`], saying which server it came from (`host:port`).
@@ -113,7 +127,10 @@ pub(super) fn error_at(e: RedisError, location: &str) -> StoreError {
         Some("WRONGPASS") => " (the user or password in the spec is not the server's)",
         _ => "",
     };
-    StoreError::backend(transient(&e), format!("redis {location}: {e}{hint}"))
+    StoreError::backend(
+        transient(&e),
+        format!("redis {location}: {}{hint}", shown(&e)),
+    )
 }
 
 fn transient(e: &RedisError) -> bool {
