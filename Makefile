@@ -87,9 +87,10 @@ lint:
 	cargo clippy $(TEST_CRATES) --all-targets -- -D warnings
 	cargo clippy -p babelqueue-dedupe-workerd-testkit --all-targets -- -D warnings
 	cargo clippy -p babelqueue-dedupe --features tracing,exact-json,otel --all-targets -- -D warnings
-	# The stores crate with each backend alone, and with none (memory only),
-	# its tests and benches too (a test naming a backend needs its feature).
-	for f in sqlite redis postgres ''; do \
+	# The stores crate with each backend alone (the features its table names),
+	# and with none (memory only), its tests and benches too (a test naming a
+	# backend needs its feature).
+	for f in $$(grep -o 'built_with!("[a-z]*"' crates/stores/src/backends.rs | cut -d'"' -f2 | sort -u) ''; do \
 	  cargo clippy -q -p babelqueue-dedupe-stores --no-default-features --features "$$f" --all-targets -- -D warnings; \
 	done
 	cargo clippy -p babelqueue-dedupe-component --target wasm32-unknown-unknown -- -D warnings

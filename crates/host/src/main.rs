@@ -28,9 +28,8 @@ struct Cli {
 enum Command {
     /// Run a BabelQueue conformance manifest through the component.
     Conformance {
-        /// memory | sqlite:PATH | redis://... | redis+cluster://... | postgres://... (see
-        /// `run --help`). A persistent store keeps the run's records, under
-        /// `bq-conformance:` prefixes.
+        /// The store (as `run --store`). A persistent store keeps the run's
+        /// records, under `bq-conformance:` prefixes.
         #[arg(long, default_value = "memory")]
         store: String,
         /// The manifest (default: the vendored tests/conformance/manifest.json).

@@ -97,15 +97,10 @@ pub const BACKENDS: &[Backend] = &[
         name: "sqlite",
         schemes: &["sqlite:"],
         usage: "sqlite:PATH",
-        open: built_with!("sqlite", |spec| {
-            crate::SqliteStore::open(sqlite_path(spec)?).map(AnyStore::Sqlite)
-        }),
-        open_existing: built_with!("sqlite", |spec| match sqlite_path(spec)? {
-            path if !std::path::Path::new(path).exists() => Err(invalid(format!(
-                "no store at {path}: no such SQLite file (`bq-dedupe run` creates one)"
-            ))),
-            path => crate::SqliteStore::open(path).map(AnyStore::Sqlite),
-        }),
+        open: built_with!("sqlite", |spec| crate::sqlite::open_spec(spec, false)
+            .map(AnyStore::Sqlite)),
+        open_existing: built_with!("sqlite", |spec| crate::sqlite::open_spec(spec, true)
+            .map(AnyStore::Sqlite)),
         // A path has no user info: an `@` in it is kept.
         shown: mask_parameters,
         test: TestPlace::File,
@@ -183,6 +178,12 @@ impl Backend {
         self.schemes.iter().any(|s| s.ends_with("://"))
     }
 
+    /// Every backend's spec form, as a command's help lists them.
+    pub fn forms() -> String {
+        let forms: Vec<&str> = BACKENDS.iter().map(|b| b.usage).collect();
+        forms.join(" | ")
+    }
+
     /// The row whose scheme `spec` has.
     pub fn of(spec: &str) -> Option<&'static Backend> {
         BACKENDS.iter().find(|b| b.takes(spec))
@@ -191,22 +192,6 @@ impl Backend {
 
 fn invalid(message: impl Into<String>) -> StoreError {
     StoreError::new(StoreErrorKind::Invalid, message)
-}
-
-/// The path of `sqlite:PATH`. A URL form (`sqlite://...`) is refused: other
-/// tools read it otherwise (`sqlite:///a.db` is relative to SQLAlchemy,
-/// `sqlite://data/a.db` was `/data/a.db` here), and another file is another
-/// store, whose ids run again.
-fn sqlite_path(spec: &str) -> Result<&str, StoreError> {
-    match &spec["sqlite:".len()..] {
-        "" => Err(invalid("store spec sqlite:PATH needs a path")),
-        path if path.starts_with("//") => Err(invalid(format!(
-            "store spec {spec:?}: write sqlite:PATH (sqlite:/abs/seen.db or \
-             sqlite:rel/seen.db), not a URL: sqlite:// forms are read differently by \
-             other tools"
-        ))),
-        path => Ok(path),
-    }
 }
 
 /// The error for a spec whose backend this build left out.

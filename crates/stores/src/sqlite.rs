@@ -10,7 +10,7 @@ use bq_dedupe::store::record::Rules;
 use bq_dedupe::store::{TransactionalStore, TxRun};
 use bq_dedupe::{
     Store, StoreError, StoreResult, clock::Clock, clock::SystemClock, store::Capabilities,
-    store::Claim, store::ClaimToken, store::Settled, store::Settlement,
+    store::Claim, store::ClaimToken, store::Settled, store::Settlement, store::StoreErrorKind,
 };
 use rusqlite::{
     Connection, DropBehavior, ErrorCode, OptionalExtension, TransactionBehavior, params,
@@ -626,5 +626,26 @@ impl TransactionalStore for SqliteStore {
                 .map(|run| run.unwrap_or_else(|| TxRun::Aborted(StoreError::internal("no run"))))
                 .collect());
         }
+    }
+}
+
+/// Opens `sqlite:PATH` (for a command that only reads or deletes, `existing`:
+/// a missing file is an error, not a new empty store). A URL form
+/// (`sqlite://...`) is refused: other tools read it otherwise
+/// (`sqlite:///a.db` is relative to SQLAlchemy, `sqlite://data/a.db` was
+/// `/data/a.db` here), and another file is another store, whose ids run again.
+pub(crate) fn open_spec(spec: &str, existing: bool) -> Result<SqliteStore, StoreError> {
+    let invalid = |message: String| StoreError::new(StoreErrorKind::Invalid, message);
+    match &spec["sqlite:".len()..] {
+        "" => Err(invalid("store spec sqlite:PATH needs a path".into())),
+        path if path.starts_with("//") => Err(invalid(format!(
+            "store spec {spec:?}: write sqlite:PATH (sqlite:/abs/seen.db or \
+             sqlite:rel/seen.db), not a URL: sqlite:// forms are read differently by \
+             other tools"
+        ))),
+        path if existing && !Path::new(path).exists() => Err(invalid(format!(
+            "no store at {path}: no such SQLite file (`bq-dedupe run` creates one)"
+        ))),
+        path => SqliteStore::open(path),
     }
 }

@@ -7,9 +7,8 @@ use clap::Args;
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// memory | sqlite:PATH | redis://HOST:PORT[/DB][?dialect=D&prefix=P] |
-    /// redis+cluster://HOST:PORT[,HOST:PORT...] | postgres://USER@HOST:PORT/DB[?table=T]
-    #[arg(long, default_value = bq_dedupe_host::DEFAULT_STORE)]
+    // The stores' table lists the forms (one place for a new store).
+    #[arg(long, default_value = bq_dedupe_host::DEFAULT_STORE, help = bq_dedupe_stores::Backend::forms())]
     pub(super) store: String,
     /// Remember ids for this long (e.g. 90s, 15m, 24h, 7d; default: forever).
     #[arg(long, value_parser = parse_positive_duration)]
