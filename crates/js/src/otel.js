@@ -88,32 +88,44 @@ const TRACEPARENT = /^\s?((?!ff)[\da-f]{2})-((?![0]{32})[\da-f]{32})-((?![0]{16}
 const STATE_KEY = /^(?:[a-z][_0-9a-z*/-]{0,255}|[a-z0-9][_0-9a-z*/-]{0,240}@[a-z][_0-9a-z*/-]{0,13})$/;
 const STATE_VALUE = /^[ -~]{0,255}[!-~]$/;
 
-/** A `tracestate`'s valid members, in order, at most 32 (as the core's `telemetry::parent`). */
+/**
+ * A `tracestate`, read and kept as @opentelemetry/api's own (the Node SDK's
+ * `createTraceState`): over 512 characters, none; each member checked; a
+ * repeated key once; at most 32; the members kept newest first in a Map.
+ */
 class TraceState {
-  constructor(members) {
+  constructor(members = new Map()) {
     this.members = members;
   }
   static parse(header) {
-    const members = [];
-    for (const part of header.split(',')) {
+    if (header.length > 512) return new TraceState();
+    let members = header.split(',').reduceRight((agg, part) => {
       const member = part.trim();
       const at = member.indexOf('=');
-      const [key, value] = [member.slice(0, at), member.slice(at + 1)];
-      if (at > 0 && members.length < 32 && STATE_KEY.test(key) && STATE_VALUE.test(value) && !/[,=]/.test(value)) members.push([key, value]);
-    }
+      if (at !== -1) {
+        const [key, value] = [member.slice(0, at), member.slice(at + 1)];
+        if (STATE_KEY.test(key) && STATE_VALUE.test(value) && !/[,=]/.test(value)) agg.set(key, value);
+      }
+      return agg;
+    }, new Map());
+    if (members.size > 32) members = new Map([...members.entries()].reverse().slice(0, 32));
     return new TraceState(members);
   }
   get(key) {
-    return this.members.find(([k]) => k === key)?.[1];
+    return this.members.get(key);
   }
   set(key, value) {
-    return new TraceState([[key, value], ...this.members.filter(([k]) => k !== key)]);
+    const members = new Map(this.members);
+    members.delete(key);
+    return new TraceState(members.set(key, value));
   }
   unset(key) {
-    return new TraceState(this.members.filter(([k]) => k !== key));
+    const members = new Map(this.members);
+    members.delete(key);
+    return new TraceState(members);
   }
   serialize() {
-    return this.members.map(([k, v]) => `${k}=${v}`).join(',');
+    return [...this.members.keys()].reverse().map((k) => `${k}=${this.members.get(k)}`).join(',');
   }
 }
 
@@ -123,27 +135,45 @@ class TraceState {
  * where there is no valid one (the parent is then the one `trace_id` names).
  */
 export function headerParent(carrier) {
-  const m = typeof carrier?.traceparent === 'string' ? TRACEPARENT.exec(carrier.traceparent) : null;
-  if (m === null || (m[1] === '00' && m[5] !== undefined)) return undefined;
-  const parent = { traceId: m[2], spanId: m[3], traceFlags: parseInt(m[4], 16), isRemote: true };
-  if (typeof carrier.tracestate === 'string' && carrier.tracestate !== '') parent.traceState = TraceState.parse(carrier.tracestate);
-  return parent;
+  // Values as the SDK's regex reads them (a Buffer as its text); a getter
+  // that throws, or a Proxy, is no header (telemetry never fails a delivery).
+  return quietly(() => {
+    const header = carrier?.traceparent;
+    const m = header ? TRACEPARENT.exec(String(header)) : null;
+    if (m === null || (m[1] === '00' && m[5] !== undefined)) return undefined;
+    const parent = { traceId: m[2], spanId: m[3], traceFlags: parseInt(m[4], 16), isRemote: true };
+    const state = carrier.tracestate;
+    if (state) parent.traceState = TraceState.parse(String(state));
+    return parent;
+  });
 }
 
 /**
- * Delivery `i`'s headers from the `headers` option: one carrier for every
- * delivery, an array of them by index, or a function of the index (its
- * answer awaited). A getter that throws is no headers: telemetry never fails
- * a delivery.
+ * Delivery `i`'s headers from the `headers` option, as `{ carrier }` (never
+ * awaited as it is: a carrier may be a Proxy that throws on `then`): one
+ * carrier for every delivery, an array of them by index, or a function of
+ * the index (a promise of its answer). A getter that throws, or does not
+ * answer within a second, is no headers: telemetry never fails a delivery.
  */
-async function carrierOf(headers, i) {
-  try {
-    if (typeof headers === 'function') return await headers(i);
-    return Array.isArray(headers) ? headers[i] : headers;
-  } catch {
-    return undefined;
-  }
+function carrierOf(headers, i) {
+  if (typeof headers !== 'function') return { carrier: quietly(() => (Array.isArray(headers) ? headers[i] : headers)) };
+  return (async () => {
+    let timer;
+    try {
+      const late = new Promise((resolve) => {
+        timer = setTimeout(resolve, HEADERS_WAIT_MS);
+      });
+      return { carrier: await Promise.race([headers(i), late]) };
+    } catch {
+      return {};
+    } finally {
+      clearTimeout(timer);
+    }
+  })();
 }
+
+/** How long a `headers` function may take before its delivery goes on without it. */
+const HEADERS_WAIT_MS = 1000;
 
 /**
  * The context a delivery's span starts in: `base` under the parent its
@@ -217,7 +247,8 @@ export async function startSpans(list, tracer, deliveries, keys, mode, store, me
   const manager = globalThis[API]?.context;
   const base = quietly(() => manager?.active()) ?? ROOT;
   const parents = await Promise.all(fields.map(async (f, i) => {
-    const remote = headerParent(headers == null ? undefined : await carrierOf(headers, i));
+    const got = headers == null ? {} : carrierOf(headers, i);
+    const remote = headerParent((got instanceof Promise ? await got : got).carrier);
     return (remote && quietly(() => base.setValue(SPAN_KEY, new Remote(remote)))) ?? parentContext(base, f.traceId);
   }));
   const spans = new Spans(tracer, mode, parents, manager);
@@ -280,17 +311,17 @@ class Spans {
     let threw = false;
     let answer;
     const once = () => {
-      if (!ran) {
-        ran = true;
-        try {
-          answer = f();
-        } catch (e) {
-          threw = true;
-          answer = e;
-        }
+      // A second call (a repeat, or the manager's own after we ran `f`
+      // without it) gets the answer, and never a throw to its caller.
+      if (ran) return threw ? undefined : answer;
+      ran = true;
+      try {
+        return (answer = f());
+      } catch (e) {
+        threw = true;
+        answer = e;
+        throw e;
       }
-      if (threw) throw answer;
-      return answer;
     };
     try {
       const other = manager.with(cx, once);
@@ -299,7 +330,8 @@ class Spans {
     } catch {
       // the manager's own failure, or the handler's (below)
     }
-    if (!ran) return f();
+    // Not called (yet: a manager may call it later, which then runs nothing).
+    if (!ran) return once();
     if (threw) throw answer;
     return answer;
   }

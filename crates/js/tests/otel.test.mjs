@@ -5,7 +5,7 @@
 import { test, beforeEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { context, trace, SpanKind, SpanStatusCode } from '@opentelemetry/api';
+import { context, createTraceState, trace, SpanKind, SpanStatusCode } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { bq, envelope, mapStore } from './helpers.mjs';
@@ -355,6 +355,13 @@ test('a context manager that throws, skips or repeats the handler: each handler 
       fn.call(thisArg, ...args);
       return Promise.reject(new Error('not the handler\'s answer'));
     },
+    'calls it in a microtask': (cx, fn, thisArg, ...args) => {
+      queueMicrotask(() => fn.call(thisArg, ...args));
+    },
+    'calls it on a timer, then throws': (cx, fn, thisArg, ...args) => {
+      setTimeout(() => fn.call(thisArg, ...args), 0);
+      throw new Error('context manager broken');
+    },
   };
   try {
     for (const [name, withFn] of Object.entries(managers)) {
@@ -371,6 +378,7 @@ test('a context manager that throws, skips or repeats the handler: each handler 
       assert.equal(again.kind, 'skip', name);
       const failed = await bq.dedupeBatch([envelope(`cm-${name}-f`)], store, () => { runs++; throw handlerError; }, { tracer });
       assert.equal(failed[0].kind, 'run-failed', name);
+      await new Promise((r) => setTimeout(r, 20)); // a deferred call of the manager's, if any
       assert.equal(runs, 4, `${name}: the failing handler once`);
     }
   } finally {
@@ -431,4 +439,39 @@ test('headers for a batch: an array by index or a function of the index; a gette
   assert.equal(parentOfId('w-0'), '00000000000000c0');
   await assert.rejects(bq.dedupe(envelope('x-h'), store, () => {}, { tracer, headers: 'traceparent' }), /options\.headers must be/);
   assert.equal((await bq.dedupe(envelope('x-h'), store, () => {}, { tracer })).kind, 'run-ok', 'the refused call ran nothing');
+});
+
+test('hostile headers lose the header, never the delivery: throwing getters, a Proxy, a getter that never settles; a Buffer is read as text', async () => {
+  const throwing = { get traceparent() { throw new Error('boom'); } };
+  const throwingState = { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01', get tracestate() { throw new Error('boom'); } };
+  const proxy = new Proxy({}, { get() { throw new Error('trap'); } });
+  const store = mapStore('sync', { batch: true });
+  let runs = 0;
+  for (const [name, headers] of Object.entries({ throwing, throwingState, proxy, inArray: [throwing, proxy], fromFunction: () => proxy })) {
+    const outcomes = await bq.dedupeBatch([envelope(`hh-${name}-a`), envelope(`hh-${name}-b`)], store, () => { runs++; }, { tracer, headers });
+    assert.deepEqual(outcomes.map((o) => o.kind), ['run-ok', 'run-ok'], name);
+  }
+  assert.equal(runs, 10);
+  const started = Date.now();
+  const slow = await bq.dedupe(envelope('hh-never'), store, () => { runs++; }, { tracer, headers: () => new Promise(() => {}) });
+  assert.equal(slow.kind, 'run-ok', 'a getter that never settles: no headers after a while');
+  assert.ok(Date.now() - started < 3000, `waited ${Date.now() - started} ms`);
+  const buffer = Buffer.from('00-4bf92f3577b34da6a3ce929d0e0e4736-00000000000000d1-01');
+  await bq.dedupe(envelope('hh-buffer', { trace_id: UUID }), store, () => {}, { tracer, headers: { traceparent: buffer } });
+  const span = consumers().find((s) => s.attributes['messaging.message.id'] === 'hh-buffer');
+  assert.equal(parentOf(span), '00000000000000d1', 'as the Node SDK reads it (the regex makes it a string)');
+});
+
+test('tracestate as @opentelemetry/api reads it (the Node SDK\'s createTraceState): a repeated key once, over 512 characters none, at most 32 keys', async () => {
+  const tp = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+  const many = Array.from({ length: 40 }, (_, i) => `k${i}=v${i}`).join(',');
+  const headers = ['a=1,b=2,a=3', `a=${'x'.repeat(250)},b=${'y'.repeat(250)},c=${'z'.repeat(20)}`, many, ' ok=2 , Bad Key=1', 'a=1,a=2,b=3',
+    'x@y=1,=2,k=,k2=v 2 ,tenant1@sys=ok', 'k=a=b,m=c'];
+  const store = new bq.InMemoryStore();
+  for (const [n, header] of headers.entries()) {
+    const expected = createTraceState(header).serialize();
+    await bq.dedupe(envelope(`ts-${n}`), store, () => {}, { tracer, headers: { traceparent: tp, tracestate: header } });
+    const span = consumers().find((s) => s.attributes['messaging.message.id'] === `ts-${n}`);
+    assert.equal(span.parentSpanContext.traceState.serialize(), expected, header.slice(0, 40));
+  }
 });
