@@ -38,6 +38,19 @@ pub fn open_store(spec: &str) -> anyhow::Result<bq_dedupe_stores::AnyStore> {
     opened(spec, bq_dedupe_stores::AnyStore::from_spec(spec))
 }
 
+/// [`open_store`], and whether the store was made by it (a SQLite file or a
+/// PostgreSQL table that was not there: a mistyped spec would make every id
+/// run again, so the caller says so). A store with no such notion (memory,
+/// Redis) is never "made".
+pub fn open_or_make_store(spec: &str) -> anyhow::Result<(bq_dedupe_stores::AnyStore, bool)> {
+    use bq_dedupe::store::StoreErrorKind;
+    match bq_dedupe_stores::AnyStore::from_existing_spec(spec) {
+        // Not there (or a bad spec, which the next open refuses as well).
+        Err(e) if e.kind == StoreErrorKind::Invalid => Ok((open_store(spec)?, true)),
+        existing => Ok((opened(spec, existing)?, false)),
+    }
+}
+
 fn opened(
     spec: &str,
     store: Result<bq_dedupe_stores::AnyStore, bq_dedupe::StoreError>,

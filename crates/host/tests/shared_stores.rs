@@ -315,7 +315,7 @@ fn cli_skips_ids_the_php_and_go_sdks_recorded() {
 /// or delete: `show`, `stats`, `forget` and `purge` said `free`, zeros and
 /// "nothing to forget", and created the two tables (a first user's trial).
 /// They now fail (exit 2) naming the table, and create nothing; `run` still
-/// creates its tables.
+/// creates its tables, saying so.
 #[test]
 fn a_mistyped_postgres_table_is_not_an_empty_store() {
     let table = format!("bqh_{}", unique("typo_tabel"));
@@ -340,8 +340,17 @@ fn a_mistyped_postgres_table_is_not_an_empty_store() {
         assert!(said.contains(&format!("no table {table}")), "{said}");
         assert_eq!(exists(), "0", "{args:?} created a table");
     }
-    succeeded(&bq(&["run", "--store", &spec], ""));
+    // `run` creates them, and says so (as for a new SQLite file): with a
+    // mistyped table every id of the input runs again.
+    let first = bq(&["run", "--store", &spec], "");
+    succeeded(&first);
     assert_eq!(exists(), "2", "run creates its two tables");
+    let said = String::from_utf8_lossy(&first.stderr);
+    assert!(said.contains("a new, empty one is made"), "{said}");
+    assert!(said.contains(&table), "{said}");
+    let again = bq(&["run", "--store", &spec], "");
+    succeeded(&again);
+    assert!(!String::from_utf8_lossy(&again.stderr).contains("a new, empty one"));
     succeeded(&bq(&["stats", "--store", &spec], ""));
     drop_tables(&table);
 }

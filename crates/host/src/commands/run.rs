@@ -79,17 +79,19 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
     let source = super::Lines::open(&args.input)?;
     // Installed first, so every error path below drops it (and so flushes).
     let otlp = bq_dedupe_host::telemetry::Otlp::from_env(args.otlp_endpoint.as_deref())?;
-    let new_file = (args.store.strip_prefix("sqlite:")).filter(|p| !Path::new(p).exists());
-    // Whether its folder is made too (the store makes missing folders).
-    let new_folder = new_file
+    let sqlite_path = args.store.strip_prefix("sqlite:");
+    // Whether a SQLite file's folder is made too (the store makes missing folders).
+    let new_folder = sqlite_path
         .and_then(|p| Path::new(p).parent())
         .is_some_and(|dir| !dir.as_os_str().is_empty() && !dir.exists());
-    let store = bq_dedupe_host::open_store(&args.store)?;
-    if let Some(path) = new_file {
-        // Said, so that a mistyped path is seen: every id of the input runs.
+    let (store, made) = bq_dedupe_host::open_or_make_store(&args.store)?;
+    if made {
+        // Said, so that a mistyped path or table is seen: every id of the input runs.
+        let place =
+            sqlite_path.map_or_else(|| bq_dedupe_host::shown_spec(&args.store), str::to_owned);
         let folder = if new_folder { ", nor its folder" } else { "" };
         bq_dedupe_host::say(&format!(
-            "bq-dedupe: no store was at {path}{folder}: a new, empty one is made there"
+            "bq-dedupe: no store was at {place}{folder}: a new, empty one is made there"
         ));
     }
     if args.claim && !bq_dedupe::Store::capabilities(&store).claim {
