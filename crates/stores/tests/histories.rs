@@ -136,6 +136,60 @@ fn redis_cluster_histories_are_linearizable() {
             .with_backend_errors()
             .with_cleanup((killer, cleanup))
     });
+    // And with the fleet's slot moved from master to master every few
+    // milliseconds (a reshard under load): calls meet MOVED, and ASK while
+    // the keys move, and are sent again on a new slot map.
+    testkit::check_histories(4, || {
+        let prefix = format!("{{{}}}:", common::redis_prefix("histories-moves"));
+        let (open, cleanup) = common::cluster_backend_under(prefix.clone());
+        let mover = SlotMover::start(format!("{prefix}x"));
+        Fleet::new(RedisStore::rules(Dialect::Native), open)
+            .with_resends(RedisStore::resent_calls)
+            .with_backend_errors()
+            .with_cleanup((mover, cleanup))
+    });
+}
+
+/// Moves one slot from master to master every 5 to 25 ms until dropped.
+struct SlotMover {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl SlotMover {
+    fn start(key: String) -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let running = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let (mut n, mut moved) = (0u64, 0u64);
+            while !running.load(Ordering::Relaxed) {
+                n += 1;
+                std::thread::sleep(Duration::from_millis(5 + n * 7 % 21));
+                match common::move_slot_of(&redis_cluster_spec(), &key) {
+                    Ok(()) => moved += 1,
+                    Err(e) => panic!("moving the slot of {key}: {e}"),
+                }
+            }
+            moved
+        });
+        SlotMover {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for SlotMover {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            match thread.join() {
+                Ok(moved) => assert!(moved > 0, "the slot never moved"),
+                Err(panic) if !std::thread::panicking() => std::panic::resume_unwind(panic),
+                Err(_) => {}
+            }
+        }
+    }
 }
 
 /// Held by a test while it uses the test cluster: the kills of

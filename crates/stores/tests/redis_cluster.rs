@@ -187,7 +187,7 @@ fn a_slot_moved_to_another_master_is_followed() {
         panic!("{held:?}")
     };
 
-    move_slot_of(&clean, &format!("{prefix}x"));
+    common::move_slot_of(&clean.spec, &format!("{prefix}x")).unwrap();
 
     // The store's connection still holds the old map: each kind of call.
     let again = ready(guard.process_batch(&bodies, async |_| Ok::<(), String>(())));
@@ -205,72 +205,4 @@ fn a_slot_moved_to_another_master_is_followed() {
         deliver(&guard, "moved-held", true).kind(),
         OutcomeKind::Parked
     );
-}
-
-/// Moves the slot of `key` from its master to another, keys and all, as
-/// `redis-cli --cluster reshard` does.
-fn move_slot_of(clean: &ClusterCleanup, key: &str) {
-    let connect = |url: &str| redis::Client::open(url).unwrap().get_connection().unwrap();
-    let nodes = cluster_nodes(&clean.spec);
-    let mut any = connect(&nodes[0]);
-    let slot: u16 = redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg(key)
-        .query(&mut any)
-        .unwrap();
-    // "<id> <ip:port@cport> <flags> <master> <ping> <pong> <epoch> <link> <slots...>"
-    let table: String = redis::cmd("CLUSTER").arg("NODES").query(&mut any).unwrap();
-    let masters: Vec<(String, String, bool)> = table
-        .lines()
-        .map(|line| line.split(' ').collect::<Vec<_>>())
-        .filter(|f| f[2].contains("master"))
-        .map(|f| {
-            let addr = f[1].split('@').next().unwrap().to_string();
-            let owns = f[8..].iter().any(|range| {
-                let (lo, hi) = range.split_once('-').unwrap_or((range, range));
-                matches!((lo.parse::<u16>(), hi.parse::<u16>()), (Ok(lo), Ok(hi)) if (lo..=hi).contains(&slot))
-            });
-            (f[0].to_string(), addr, owns)
-        })
-        .collect();
-    let (from_id, from_addr, _) = masters.iter().find(|m| m.2).expect("an owner").clone();
-    let (to_id, to_addr, _) = masters
-        .iter()
-        .find(|m| !m.2)
-        .expect("another master")
-        .clone();
-    let mut from = connect(&format!("redis://{from_addr}"));
-    let mut to = connect(&format!("redis://{to_addr}"));
-    let setslot = |conn: &mut redis::Connection, how: &str, id: &str| {
-        let _: () = redis::cmd("CLUSTER")
-            .arg("SETSLOT")
-            .arg(slot)
-            .arg(how)
-            .arg(id)
-            .query(conn)
-            .unwrap();
-    };
-    setslot(&mut to, "IMPORTING", &from_id);
-    setslot(&mut from, "MIGRATING", &to_id);
-    let keys: Vec<String> = redis::cmd("CLUSTER")
-        .arg("GETKEYSINSLOT")
-        .arg(slot)
-        .arg(1000)
-        .query(&mut from)
-        .unwrap();
-    assert!(!keys.is_empty(), "the test's keys are in the slot");
-    let (host, port) = to_addr.rsplit_once(':').unwrap();
-    let _: () = redis::cmd("MIGRATE")
-        .arg(host)
-        .arg(port)
-        .arg("")
-        .arg(0)
-        .arg(5000)
-        .arg("KEYS")
-        .arg(&keys)
-        .query(&mut from)
-        .unwrap();
-    for (_, addr, _) in &masters {
-        setslot(&mut connect(&format!("redis://{addr}")), "NODE", &to_id);
-    }
 }

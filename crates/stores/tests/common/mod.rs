@@ -581,9 +581,20 @@ pub fn cluster_backend(
     impl Fn() -> bq_dedupe_stores::RedisStore + Send + Sync + 'static,
     ClusterCleanup,
 ) {
+    cluster_backend_under(redis_prefix(tag))
+}
+
+/// [`cluster_backend`] under `prefix` (one with a hash tag keeps every key of
+/// the fleet in one slot).
+#[cfg(feature = "redis")]
+pub fn cluster_backend_under(
+    prefix: String,
+) -> (
+    impl Fn() -> bq_dedupe_stores::RedisStore + Send + Sync + 'static,
+    ClusterCleanup,
+) {
     let spec = redis_cluster_spec();
     let nodes = cluster_nodes(&spec);
-    let prefix = redis_prefix(tag);
     let cleanup = ClusterCleanup {
         spec,
         prefix: prefix.clone(),
@@ -597,6 +608,115 @@ pub fn cluster_backend(
         .expect("connect to the cluster")
     };
     (open, cleanup)
+}
+
+/// The id of the master a `CLUSTER NODES` view gives `slot` to.
+#[cfg(feature = "redis")]
+fn owner_in(view: &str, slot: u16) -> Option<String> {
+    view.lines().find_map(|line| {
+        // "<id> <ip:port@cport> <flags> <master> <ping> <pong> <epoch> <link> <slots...>"
+        let f: Vec<&str> = line.split(' ').collect();
+        let owns = f.iter().skip(8).any(|range| {
+            let (lo, hi) = range.split_once('-').unwrap_or((range, range));
+            matches!((lo.parse::<u16>(), hi.parse::<u16>()), (Ok(lo), Ok(hi)) if (lo..=hi).contains(&slot))
+        });
+        (f.len() > 8 && f[2].contains("master") && owns).then(|| f[0].to_string())
+    })
+}
+
+/// Moves the slot of `key` from its master to another, keys and all, as
+/// `redis-cli --cluster reshard` does: once every node agrees on its owner
+/// (the last move's news has spread), its keys are moved until none is left,
+/// then the slot is given to the new master, told first (it bumps its epoch).
+#[cfg(feature = "redis")]
+pub fn move_slot_of(spec: &str, key: &str) -> redis::RedisResult<()> {
+    let connect = |url: &str| redis::Client::open(url)?.get_connection();
+    let nodes = cluster_nodes(spec);
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query(&mut connect(&nodes[0])?)?;
+    let mut table = String::new();
+    for _ in 0..500 {
+        let views = nodes
+            .iter()
+            .map(|node| {
+                redis::cmd("CLUSTER")
+                    .arg("NODES")
+                    .query::<String>(&mut connect(node)?)
+            })
+            .collect::<redis::RedisResult<Vec<String>>>()?;
+        let owners: std::collections::BTreeSet<_> =
+            views.iter().map(|view| owner_in(view, slot)).collect();
+        if owners.len() == 1 && !owners.contains(&None) {
+            table = views.into_iter().next().unwrap_or_default();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let owner = owner_in(&table, slot).expect("the nodes agree on an owner within 5 s");
+    let masters: Vec<(String, String)> = table
+        .lines()
+        .map(|line| line.split(' ').collect::<Vec<_>>())
+        .filter(|f| f.len() > 2 && f[2].contains("master"))
+        .map(|f| {
+            (
+                f[0].to_string(),
+                f[1].split('@').next().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let (from_id, from_addr) = masters
+        .iter()
+        .find(|m| m.0 == owner)
+        .expect("its address")
+        .clone();
+    let (to_id, to_addr) = masters
+        .iter()
+        .find(|m| m.0 != owner)
+        .expect("another master")
+        .clone();
+    let mut from = connect(&format!("redis://{from_addr}"))?;
+    let mut to = connect(&format!("redis://{to_addr}"))?;
+    let setslot = |conn: &mut redis::Connection, how: &str, id: &str| {
+        redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg(how)
+            .arg(id)
+            .query::<()>(conn)
+    };
+    setslot(&mut to, "IMPORTING", &from_id)?;
+    setslot(&mut from, "MIGRATING", &to_id)?;
+    let (host, port) = to_addr.rsplit_once(':').expect("host:port");
+    loop {
+        let keys: Vec<String> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(1000)
+            .query(&mut from)?;
+        if keys.is_empty() {
+            break;
+        }
+        redis::cmd("MIGRATE")
+            .arg(host)
+            .arg(port)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(&keys)
+            .query::<()>(&mut from)?;
+    }
+    setslot(&mut to, "NODE", &to_id)?;
+    setslot(&mut from, "NODE", &to_id)?;
+    for (_, addr) in masters
+        .iter()
+        .filter(|m| m.1 != to_addr && m.1 != from_addr)
+    {
+        setslot(&mut connect(&format!("redis://{addr}"))?, "NODE", &to_id)?;
+    }
+    Ok(())
 }
 
 /// How a call met the test's own kill of a server connection behind PgBouncer
