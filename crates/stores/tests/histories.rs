@@ -119,7 +119,7 @@ fn redis_cluster_histories_are_linearizable() {
     });
     testkit::check_histories(4, || {
         let (open, cleanup) = cluster_backend("histories-cluster-kills");
-        let killer = NodeKiller::start(cluster_nodes(&redis_cluster_spec()));
+        let killer = node_killer(cluster_nodes(&redis_cluster_spec()));
         // A client reopened after a crash may meet a kill while it connects.
         let reopen = move || {
             let mut tries = 0;
@@ -142,54 +142,12 @@ fn redis_cluster_histories_are_linearizable() {
     testkit::check_histories(4, || {
         let prefix = format!("{{{}}}:", common::redis_prefix("histories-moves"));
         let (open, cleanup) = common::cluster_backend_under(prefix.clone());
-        let mover = SlotMover::start(format!("{prefix}x"));
+        let mover = slot_mover(format!("{prefix}x"));
         Fleet::new(RedisStore::rules(Dialect::Native), open)
             .with_resends(RedisStore::resent_calls)
             .with_backend_errors()
             .with_cleanup((mover, cleanup))
     });
-}
-
-/// Moves one slot from master to master every 5 to 25 ms until dropped.
-struct SlotMover {
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<u64>>,
-}
-
-impl SlotMover {
-    fn start(key: String) -> Self {
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let running = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let (mut n, mut moved) = (0u64, 0u64);
-            while !running.load(Ordering::Relaxed) {
-                n += 1;
-                std::thread::sleep(Duration::from_millis(5 + n * 7 % 21));
-                match common::move_slot_of(&redis_cluster_spec(), &key) {
-                    Ok(()) => moved += 1,
-                    Err(e) => panic!("moving the slot of {key}: {e}"),
-                }
-            }
-            moved
-        });
-        SlotMover {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for SlotMover {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            match thread.join() {
-                Ok(moved) => assert!(moved > 0, "the slot never moved"),
-                Err(panic) if !std::thread::panicking() => std::panic::resume_unwind(panic),
-                Err(_) => {}
-            }
-        }
-    }
 }
 
 /// Held by a test while it uses the test cluster: the kills of
@@ -198,45 +156,68 @@ impl Drop for SlotMover {
 /// own.
 static CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Kills the normal clients of one cluster node at a time until dropped.
-struct NodeKiller {
+/// A fault run in a thread of its own, step `n` after 10 to 30 ms (from 5
+/// with `sooner`, which must also strike at least once), until dropped; a
+/// step that panics fails the test at the drop.
+struct Repeating {
     stop: Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+    sooner: bool,
 }
 
-impl NodeKiller {
-    fn start(nodes: Vec<String>) -> Self {
+impl Repeating {
+    fn start(sooner: bool, mut step: impl FnMut(u64) + Send + 'static) -> Self {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let running = stop.clone();
         let thread = std::thread::spawn(move || {
             let mut n: u64 = 0;
             while !running.load(Ordering::Relaxed) {
                 n += 1;
-                std::thread::sleep(Duration::from_millis(10 + n * 7 % 21));
-                let node = &nodes[(n as usize) % nodes.len()];
-                if let Ok(mut conn) =
-                    redis::Client::open(node.as_str()).and_then(|c| c.get_connection())
-                {
-                    let _: redis::RedisResult<i64> = redis::cmd("CLIENT")
-                        .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"][..])
-                        .query(&mut conn);
-                }
+                let base = if sooner { 5 } else { 10 };
+                std::thread::sleep(Duration::from_millis(base + n * 7 % 21));
+                step(n);
             }
+            n
         });
-        NodeKiller {
+        Repeating {
             stop,
             thread: Some(thread),
+            sooner,
         }
     }
 }
 
-impl Drop for NodeKiller {
+impl Drop for Repeating {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+        match self.thread.take().map(|t| t.join()) {
+            _ if std::thread::panicking() => {}
+            Some(Err(panic)) => std::panic::resume_unwind(panic),
+            Some(Ok(steps)) => assert!(steps > 0 || !self.sooner, "the fault never struck"),
+            None => {}
         }
     }
+}
+
+/// Kills the normal clients of one cluster node at a time.
+fn node_killer(nodes: Vec<String>) -> Repeating {
+    Repeating::start(false, move |n| {
+        let node = &nodes[(n as usize) % nodes.len()];
+        if let Ok(mut conn) = redis::Client::open(node.as_str()).and_then(|c| c.get_connection()) {
+            let _: redis::RedisResult<i64> = redis::cmd("CLIENT")
+                .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"][..])
+                .query(&mut conn);
+        }
+    })
+}
+
+/// Moves the slot of `key` from master to master.
+fn slot_mover(key: String) -> Repeating {
+    Repeating::start(true, move |_| {
+        if let Err(e) = common::move_slot_of(&redis_cluster_spec(), &key) {
+            panic!("moving the slot of {key}: {e}");
+        }
+    })
 }
 
 /// Through `AnyStore`'s dispatch, on every backend of the table with a server.
