@@ -290,10 +290,10 @@ class Spans {
     this.store = undefined;
   }
 
-  /** Delivery `i`'s span in its parent's context. */
+  /** Delivery `i`'s span in its parent's context (undefined: none to give). */
   context(i) {
     const span = this.spans[i];
-    return span == null ? undefined : this.parents[i].setValue(SPAN_KEY, span);
+    return span == null ? undefined : quietly(() => this.parents[i].setValue(SPAN_KEY, span));
   }
 
   /**
@@ -304,9 +304,10 @@ class Spans {
    * threw is the answer, whatever the manager made of it.
    */
   run(i, f) {
-    const cx = this.context(i);
     const manager = this.manager;
-    if (cx === undefined || typeof manager?.with !== 'function') return f();
+    const cx = this.context(i);
+    const withFn = quietly(() => manager?.with);
+    if (cx == null || typeof withFn !== 'function') return f();
     let ran = false;
     let threw = false;
     let answer;
@@ -316,7 +317,7 @@ class Spans {
       if (ran) return threw ? undefined : answer;
       ran = true;
       try {
-        return (answer = f());
+        return (answer = oneSettlement(f()));
       } catch (e) {
         threw = true;
         answer = e;
@@ -324,9 +325,10 @@ class Spans {
       }
     };
     try {
-      const other = manager.with(cx, once);
-      // Not the handler's answer: a rejection of it is the manager's, not unhandled.
-      if (other !== answer && typeof other?.then === 'function') Promise.resolve(other).catch(() => {});
+      const other = withFn.call(manager, cx, once);
+      // Not the handler's answer: a rejection of it is the manager's, not
+      // unhandled (a native promise only: a foreign `then` may run work).
+      if (other !== answer && other instanceof Promise) other.catch(() => {});
     } catch {
       // the manager's own failure, or the handler's (below)
     }
@@ -418,6 +420,20 @@ class Spans {
       }
     });
     quietly(() => span.end());
+  }
+}
+
+/**
+ * A handler's answer as one native promise where it is a foreign thenable:
+ * its `then` called once, here. A lazy one (a query builder) runs its work
+ * on each call, and a context manager may hand it on to be called again.
+ */
+function oneSettlement(answer) {
+  try {
+    const thenable = answer !== null && (typeof answer === 'object' || typeof answer === 'function') && typeof answer.then === 'function';
+    return thenable && !(answer instanceof Promise) ? Promise.resolve(answer) : answer;
+  } catch (e) {
+    return Promise.reject(e);
   }
 }
 

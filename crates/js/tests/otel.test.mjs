@@ -362,7 +362,14 @@ test('a context manager that throws, skips or repeats the handler: each handler 
       setTimeout(() => fn.call(thisArg, ...args), 0);
       throw new Error('context manager broken');
     },
+    'calls it later and returns that': (cx, fn, thisArg, ...args) => Promise.resolve().then(() => fn.call(thisArg, ...args)),
+    'wraps its answer in a thenable': (cx, fn, thisArg, ...args) => {
+      const r = fn.call(thisArg, ...args);
+      return r && typeof r.then === 'function' ? { then: (ok, ko) => r.then(ok, ko) } : r;
+    },
   };
+  // A handler's answer may be lazy: a query builder runs its work on each then() (knex, Mongoose).
+  const lazy = (work) => ({ then(ok, ko) { work(); return Promise.resolve().then(ok, ko); } });
   try {
     for (const [name, withFn] of Object.entries(managers)) {
       context.disable();
@@ -371,7 +378,7 @@ test('a context manager that throws, skips or repeats the handler: each handler 
       let runs = 0;
       const one = await bq.dedupe(envelope(`cm-${name}`), store, () => { runs++; }, { tracer });
       assert.equal(one.kind, 'run-ok', name);
-      const batch = await bq.dedupeBatch([envelope(`cm-${name}-a`), envelope(`cm-${name}-b`)], store, async () => { runs++; }, { tracer });
+      const batch = await bq.dedupeBatch([envelope(`cm-${name}-a`), envelope(`cm-${name}-b`)], store, () => lazy(() => runs++), { tracer });
       assert.deepEqual(batch.map((o) => o.kind), ['run-ok', 'run-ok'], name);
       assert.equal(runs, 3, `${name}: each handler once`);
       const again = await bq.dedupe(envelope(`cm-${name}`), store, () => { runs++; }, { tracer });
@@ -380,6 +387,27 @@ test('a context manager that throws, skips or repeats the handler: each handler 
       assert.equal(failed[0].kind, 'run-failed', name);
       await new Promise((r) => setTimeout(r, 20)); // a deferred call of the manager's, if any
       assert.equal(runs, 4, `${name}: the failing handler once`);
+    }
+  } finally {
+    context.disable();
+    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+  }
+});
+
+test('a context manager whose with() getter throws, or whose contexts answer setValue with undefined: the handler runs once without it', async () => {
+  const brokenGetter = { active: () => context.active(), get with() { throw new Error('with getter broken'); }, bind: (_, t) => t, enable() { return this; }, disable() { return this; } };
+  const mutable = { values: new Map(), getValue(k) { return this.values.get(k); }, setValue(k, v) { this.values.set(k, v); }, deleteValue(k) { this.values.delete(k); } };
+  const mockManager = { active: () => mutable, with: (cx, fn, t, ...a) => fn.call(t, ...a), bind: (_, t) => t, enable() { return this; }, disable() { return this; } };
+  try {
+    for (const [name, manager] of Object.entries({ brokenGetter, mockManager })) {
+      context.disable();
+      context.setGlobalContextManager(manager);
+      const store = mapStore('sync', { batch: true });
+      let runs = 0;
+      const one = await bq.dedupe(envelope(`cg-${name}`), store, () => { runs++; }, { tracer });
+      const batch = await bq.dedupeBatch([envelope(`cg-${name}-a`), envelope(`cg-${name}-b`)], store, () => { runs++; }, { tracer });
+      assert.deepEqual([one, ...batch].map((o) => o.kind), ['run-ok', 'run-ok', 'run-ok'], name);
+      assert.equal(runs, 3, name);
     }
   } finally {
     context.disable();
