@@ -224,7 +224,11 @@ mod tests {
         AnyStore::from_spec(&format!("sqlite:{}", path.display())).unwrap();
         assert!(path.exists());
         // A URL form, read otherwise by other tools, is refused.
-        for spec in ["sqlite://data/seen.db", "sqlite:///data/seen.db"] {
+        for spec in [
+            "sqlite://data/seen.db",
+            "sqlite:///data/seen.db",
+            "sqlite:file:/data/seen.db?cache=private",
+        ] {
             let e = AnyStore::from_spec(spec).unwrap_err();
             assert!(e.message.contains("not a URL"), "{e}");
         }

@@ -631,17 +631,18 @@ impl TransactionalStore for SqliteStore {
 
 /// Opens `sqlite:PATH` (for a command that only reads or deletes, `existing`:
 /// a missing file is an error, not a new empty store). A URL form
-/// (`sqlite://...`) is refused: other tools read it otherwise
+/// (`sqlite://...`, or SQLite's own `file:` URI, whose file was not the one
+/// checked for) is refused: other tools read it otherwise
 /// (`sqlite:///a.db` is relative to SQLAlchemy, `sqlite://data/a.db` was
 /// `/data/a.db` here), and another file is another store, whose ids run again.
 pub(crate) fn open_spec(spec: &str, existing: bool) -> Result<SqliteStore, StoreError> {
     let invalid = |message: String| StoreError::new(StoreErrorKind::Invalid, message);
     match &spec["sqlite:".len()..] {
         "" => Err(invalid("store spec sqlite:PATH needs a path".into())),
-        path if path.starts_with("//") => Err(invalid(format!(
+        path if path.starts_with("//") || path.starts_with("file:") => Err(invalid(format!(
             "store spec {spec:?}: write sqlite:PATH (sqlite:/abs/seen.db or \
-             sqlite:rel/seen.db), not a URL: sqlite:// forms are read differently by \
-             other tools"
+             sqlite:rel/seen.db), not a URL: sqlite:// and file: forms are read \
+             differently by other tools"
         ))),
         path if existing && !Path::new(path).exists() => Err(invalid(format!(
             "no store at {path}: no such SQLite file (`bq-dedupe run` creates one)"
