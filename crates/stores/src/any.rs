@@ -18,8 +18,8 @@ pub const DEFAULT_REDIS_PREFIX: &str = "bq:dedupe:";
 
 /// The enum, one variant per store type (a backend's behind its feature), with
 /// what only forwards to the variant: `From` each store, `Debug`, `Store`,
-/// `stats` and `purge_expired` (each backend has its own of those two; the
-/// memory store's are [`memory_stats`] and its own purge).
+/// `stats`, `record_rules` and `purge_expired` (each backend has its own of
+/// those; the memory store's are [`memory_stats`], its `RULES` and its purge).
 macro_rules! any_store {
     (
         $(#[doc = $mdoc:literal])* Memory($memory:ty),
@@ -58,6 +58,15 @@ macro_rules! any_store {
                 match self {
                     AnyStore::Memory(s) => Ok(memory_stats(s)),
                     $(#[cfg($cfg)] AnyStore::$variant(s) => s.stats(),)+
+                }
+            }
+
+            /// How the store's records follow the record model (the testkit's
+            /// model of it).
+            pub fn record_rules(&self) -> bq_dedupe::store::record::Rules {
+                match self {
+                    AnyStore::Memory(_) => InMemoryStore::RULES,
+                    $(#[cfg($cfg)] AnyStore::$variant(s) => s.record_rules(),)+
                 }
             }
 

@@ -463,6 +463,11 @@ impl PostgresStore {
         claim_given_back: true,
     };
 
+    /// [`Self::RULES`], as every store answers them ([`AnyStore::record_rules`](crate::AnyStore::record_rules)).
+    pub fn record_rules(&self) -> Rules {
+        Self::RULES
+    }
+
     /// Connects to `url` (`postgres://[USER[:PASSWORD]@]HOST[:PORT]/DB[?...]`, any
     /// parameter libpq-style URLs take) and creates the tables if missing.
     ///

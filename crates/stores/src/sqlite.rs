@@ -53,6 +53,11 @@ impl SqliteStore {
     /// stays its owner's until another consumer takes it over.
     pub const RULES: Rules = bq_dedupe::store::sql::RULES;
 
+    /// [`Self::RULES`], as every store answers them ([`AnyStore::record_rules`](crate::AnyStore::record_rules)).
+    pub fn record_rules(&self) -> Rules {
+        Self::RULES
+    }
+
     /// Opens (or creates) the store at `path`, creating missing parent folders.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref();

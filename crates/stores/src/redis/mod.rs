@@ -84,6 +84,12 @@ impl RedisStore {
         }
     }
 
+    /// [`Self::rules`] of this store's dialect, as every store answers them
+    /// ([`AnyStore::record_rules`](crate::AnyStore::record_rules)).
+    pub fn record_rules(&self) -> Rules {
+        Self::rules(self.dialect())
+    }
+
     /// Connects to `url` (`redis://[:PASSWORD@]HOST[:PORT][/DB]`) in our own
     /// format; every key is stored as `key_prefix + key`.
     pub fn connect(url: &str, key_prefix: impl Into<String>) -> Result<Self, StoreError> {

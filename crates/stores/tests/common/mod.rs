@@ -919,15 +919,7 @@ impl Subject {
 
     /// The record rules its store follows (the testkit's model of it).
     pub fn rules(&self) -> bq_dedupe::store::record::Rules {
-        match &*self.open() {
-            AnyStore::Memory(_) => bq_dedupe::InMemoryStore::RULES,
-            #[cfg(feature = "sqlite")]
-            AnyStore::Sqlite(_) => bq_dedupe_stores::SqliteStore::RULES,
-            #[cfg(feature = "redis")]
-            AnyStore::Redis(redis) => bq_dedupe_stores::RedisStore::rules(redis.dialect()),
-            #[cfg(feature = "postgres")]
-            AnyStore::Postgres(_) => bq_dedupe_stores::PostgresStore::RULES,
-        }
+        self.open().record_rules()
     }
 
     /// `spec` opened, naming this backend if it fails.
