@@ -94,3 +94,34 @@ fn traceparent_headers_are_read_as_the_node_sdk_reads_them() {
         "{taken} taken, {fell_back} fell back"
     );
 }
+
+/// `tracestate` as `@opentelemetry/api`'s `createTraceState` (the Node SDK's)
+/// reads it, beyond the vectors' two cases (the answers below are its own):
+/// a repeated key once, over 512 characters nothing, at most 32 members.
+#[test]
+fn tracestate_is_read_as_the_opentelemetry_api_reads_it() {
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let many: Vec<String> = (0..40).map(|i| format!("k{i}=v{i}")).collect();
+    let long = format!(
+        "a={},b={},c={}",
+        "x".repeat(250),
+        "y".repeat(250),
+        "z".repeat(20)
+    );
+    let first_32_newest_first: Vec<String> = (0..32).rev().map(|i| format!("k{i}=v{i}")).collect();
+    for (header, expected) in [
+        ("a=1,b=2,a=3", "b=2,a=1".to_string()),
+        (long.as_str(), String::new()),
+        (" ok=2 , Bad Key=1", "ok=2".to_string()),
+        ("a=1,a=2,b=3", "a=1,b=3".to_string()),
+        (
+            "x@y=1,=2,k=,k2=v 2 ,tenant1@sys=ok",
+            "x@y=1,k2=v 2,tenant1@sys=ok".to_string(),
+        ),
+        ("k=a=b,m=c", "m=c".to_string()),
+        (many.join(",").as_str(), first_32_newest_first.join(",")),
+    ] {
+        let parent = Parent::of("t", Some(tp), Some(header));
+        assert_eq!(parent.trace_state, expected, "{header:.40}");
+    }
+}

@@ -136,20 +136,38 @@ fn strip_one_space(s: &str) -> &str {
     }
 }
 
-/// The valid members of a `tracestate` header, in order (W3C keys and values;
-/// an invalid member is dropped on its own; at most 32 members).
+/// The valid members of a `tracestate` header, as `@opentelemetry/api`'s
+/// `createTraceState` (the Node SDK's) keeps them: none over 512 bytes; an
+/// invalid member dropped on its own; read right to left, a repeated key
+/// keeps its leftmost value at its rightmost place; past 32, the first 32.
 fn valid_members(header: &str) -> String {
-    header
-        .split(',')
-        .map(str::trim)
-        .filter(|member| {
-            member
-                .split_once('=')
-                .is_some_and(|(key, value)| valid_key(key) && valid_value(value))
-        })
-        .take(32)
-        .collect::<Vec<_>>()
-        .join(",")
+    if header.len() > 512 {
+        return String::new();
+    }
+    // Right to left, as the API's Map is filled (its serialization reverses it).
+    let mut members: Vec<(&str, &str)> = Vec::new();
+    for member in header.split(',').rev().map(str::trim) {
+        let Some((key, value)) = member.split_once('=') else {
+            continue;
+        };
+        if !(valid_key(key) && valid_value(value)) {
+            continue;
+        }
+        match members.iter_mut().find(|(k, _)| *k == key) {
+            Some(kept) => kept.1 = value,
+            None => members.push((key, value)),
+        }
+    }
+    if members.len() > 32 {
+        members.reverse();
+        members.truncate(32);
+    }
+    let members: Vec<String> = members
+        .iter()
+        .rev()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    members.join(",")
 }
 
 fn valid_key(key: &str) -> bool {
