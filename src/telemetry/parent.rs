@@ -137,11 +137,12 @@ fn strip_one_space(s: &str) -> &str {
 }
 
 /// The valid members of a `tracestate` header, as `@opentelemetry/api`'s
-/// `createTraceState` (the Node SDK's) keeps them: none over 512 bytes; an
+/// `createTraceState` (the Node SDK's) keeps them: none over 512 characters; an
 /// invalid member dropped on its own; read right to left, a repeated key
 /// keeps its leftmost value at its rightmost place; past 32, the first 32.
 fn valid_members(header: &str) -> String {
-    if header.len() > 512 {
+    // Its length as JS counts it (UTF-16 units).
+    if header.len() > 512 && header.encode_utf16().count() > 512 {
         return String::new();
     }
     // Right to left, as the API's Map is filled (its serialization reverses it).
