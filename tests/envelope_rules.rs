@@ -67,7 +67,7 @@ fn schema_version_must_be_the_integer_one() {
     assert_eq!(
         verdict(&absent),
         Err(Rejection::UnsupportedSchemaVersion {
-            found: "absent".into()
+            found: "nothing".into()
         })
     );
     assert_eq!(

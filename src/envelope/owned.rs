@@ -64,7 +64,7 @@ impl Envelope {
             Some(Value::Object(d)) => d,
             other => {
                 return Err(Rejection::DataNotObject {
-                    found: other.map_or_else(|| "absent".into(), |v| v.to_string()),
+                    found: other.map_or_else(|| "nothing".into(), |v| v.to_string()),
                 });
             }
         };

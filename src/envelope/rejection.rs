@@ -34,15 +34,17 @@ pub enum Rejection {
     #[error("'meta' is missing or not an object")]
     MetaNotObject,
     /// `meta.schema_version` is not the integer 1.
-    #[error("meta.schema_version {found} is not a version this consumer supports (only 1)")]
+    #[error(
+        "meta.schema_version must be 1, the only version this consumer supports; found {found}"
+    )]
     UnsupportedSchemaVersion {
-        /// What `schema_version` held, as JSON.
+        /// What `schema_version` held, as JSON (`nothing`: absent).
         found: String,
     },
     /// `data` is absent or not an object.
     #[error("'data' must be an object, found {found}")]
     DataNotObject {
-        /// What `data` was (its JSON type, or absent).
+        /// What `data` was (its JSON, or `nothing`: absent).
         found: String,
     },
     /// `trace_id` is absent, not a string, or blank.

@@ -24,10 +24,10 @@ pub(crate) enum Loose<'a> {
 }
 
 impl Loose<'_> {
-    /// A short description for error messages (`"2"`, `"a string"`, `"absent"`).
+    /// A short description for error messages (`"2"`, `"a string"`, `"nothing"`).
     pub(crate) fn describe(&self) -> String {
         match self {
-            Loose::Absent => "absent".into(),
+            Loose::Absent => "nothing".into(),
             Loose::Null => "null".into(),
             Loose::Bool(b) => b.to_string(),
             Loose::Unsigned(n) => n.to_string(),
