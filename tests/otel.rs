@@ -119,6 +119,9 @@ fn tracestate_is_read_as_the_opentelemetry_api_reads_it() {
             "x@y=1,k2=v 2,tenant1@sys=ok".to_string(),
         ),
         ("k=a=b,m=c", "m=c".to_string()),
+        // Trimmed as JS trims: U+FEFF is space there, U+0085 is not.
+        ("x=1,\u{feff}a=b", "x=1,a=b".to_string()),
+        ("x=1, a=b\u{85} ,y=2", "x=1,y=2".to_string()),
         (many.join(",").as_str(), first_32_newest_first.join(",")),
     ] {
         let parent = Parent::of("t", Some(tp), Some(header));

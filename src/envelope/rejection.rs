@@ -44,7 +44,8 @@ pub enum Rejection {
     /// `data` is absent or not an object.
     #[error("'data' must be an object, found {found}")]
     DataNotObject {
-        /// What `data` was (its JSON, or `nothing`: absent).
+        /// What `data` was, in short (`an array`, a string cut to 40
+        /// characters, `null`...; `nothing`: absent).
         found: String,
     },
     /// `trace_id` is absent, not a string, or blank.

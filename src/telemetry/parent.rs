@@ -119,13 +119,7 @@ fn has_line_terminator(bytes: &[u8]) -> bool {
 
 /// Drops one leading and one trailing whitespace character (JS `\s`).
 fn strip_one_space(s: &str) -> &str {
-    let is_space = |c: char| {
-        matches!(c, '\t'..='\r' | ' ' | '\u{a0}' | '\u{1680}' | '\u{2000}'..='\u{200a}')
-            || matches!(
-                c,
-                '\u{2028}' | '\u{2029}' | '\u{202f}' | '\u{205f}' | '\u{3000}' | '\u{feff}'
-            )
-    };
+    let is_space = is_js_space;
     let s = match s.chars().next() {
         Some(c) if is_space(c) => &s[c.len_utf8()..],
         _ => s,
@@ -134,6 +128,15 @@ fn strip_one_space(s: &str) -> &str {
         Some(c) if is_space(c) => &s[..s.len() - c.len_utf8()],
         _ => s,
     }
+}
+
+/// Whitespace as JS's `\s` and `trim()` read it (U+FEFF is, U+0085 is not).
+fn is_js_space(c: char) -> bool {
+    matches!(c, '\t'..='\r' | ' ' | '\u{a0}' | '\u{1680}' | '\u{2000}'..='\u{200a}')
+        || matches!(
+            c,
+            '\u{2028}' | '\u{2029}' | '\u{202f}' | '\u{205f}' | '\u{3000}' | '\u{feff}'
+        )
 }
 
 /// The valid members of a `tracestate` header, as `@opentelemetry/api`'s
@@ -147,7 +150,7 @@ fn valid_members(header: &str) -> String {
     }
     // Right to left, as the API's Map is filled (its serialization reverses it).
     let mut members: Vec<(&str, &str)> = Vec::new();
-    for member in header.split(',').rev().map(str::trim) {
+    for member in header.split(',').rev().map(|m| m.trim_matches(is_js_space)) {
         let Some((key, value)) = member.split_once('=') else {
             continue;
         };
