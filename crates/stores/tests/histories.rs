@@ -121,17 +121,7 @@ fn redis_cluster_histories_are_linearizable() {
         let (open, cleanup) = cluster_backend("histories-cluster-kills");
         let killer = node_killer(cluster_nodes(&redis_cluster_spec()));
         // A client reopened after a crash may meet a kill while it connects.
-        let reopen = move || {
-            let mut tries = 0;
-            loop {
-                match std::panic::catch_unwind(&open) {
-                    Ok(store) => return store,
-                    Err(_) if tries < 10 => tries += 1,
-                    Err(panic) => std::panic::resume_unwind(panic),
-                }
-            }
-        };
-        Fleet::new(RedisStore::rules(Dialect::Native), reopen)
+        Fleet::new(RedisStore::rules(Dialect::Native), retrying(open))
             .with_resends(RedisStore::resent_calls)
             .with_backend_errors()
             .with_cleanup((killer, cleanup))
@@ -143,7 +133,8 @@ fn redis_cluster_histories_are_linearizable() {
         let prefix = format!("{{{}}}:", common::redis_prefix("histories-moves"));
         let (open, cleanup) = common::cluster_backend_under(prefix.clone());
         let mover = slot_mover(format!("{prefix}x"));
-        Fleet::new(RedisStore::rules(Dialect::Native), open)
+        // A client reopened after a crash may read the slot map mid-move.
+        Fleet::new(RedisStore::rules(Dialect::Native), retrying(open))
             .with_resends(RedisStore::resent_calls)
             .with_backend_errors()
             .with_cleanup((mover, cleanup))
@@ -211,13 +202,33 @@ fn node_killer(nodes: Vec<String>) -> Repeating {
     })
 }
 
-/// Moves the slot of `key` from master to master.
+/// Moves the slot of `key` from master to master (a move waits, or is
+/// skipped, while the nodes still disagree on its owner after the last).
 fn slot_mover(key: String) -> Repeating {
     Repeating::start(true, move |_| {
         if let Err(e) = common::move_slot_of(&redis_cluster_spec(), &key) {
             panic!("moving the slot of {key}: {e}");
         }
     })
+}
+
+/// `open`, tried again (up to 10 times) where connecting panics.
+fn retrying<S>(
+    open: impl Fn() -> S + Send + Sync + 'static,
+) -> impl Fn() -> S + Send + Sync + 'static {
+    move || {
+        let mut tries = 0;
+        loop {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(&open)) {
+                Ok(store) => return store,
+                Err(_) if tries < 10 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+    }
 }
 
 /// Through `AnyStore`'s dispatch, on every backend of the table with a server.

@@ -187,7 +187,10 @@ fn a_slot_moved_to_another_master_is_followed() {
         panic!("{held:?}")
     };
 
-    common::move_slot_of(&clean.spec, &format!("{prefix}x")).unwrap();
+    assert!(
+        common::move_slot_of(&clean.spec, &format!("{prefix}x")).unwrap(),
+        "moved"
+    );
 
     // The store's connection still holds the old map: each kind of call.
     let again = ready(guard.process_batch(&bodies, async |_| Ok::<(), String>(())));

@@ -628,8 +628,9 @@ fn owner_in(view: &str, slot: u16) -> Option<String> {
 /// `redis-cli --cluster reshard` does: once every node agrees on its owner
 /// (the last move's news has spread), its keys are moved until none is left,
 /// then the slot is given to the new master, told first (it bumps its epoch).
+/// `false`: not moved, the nodes still disagreeing on its owner after 3 s.
 #[cfg(feature = "redis")]
-pub fn move_slot_of(spec: &str, key: &str) -> redis::RedisResult<()> {
+pub fn move_slot_of(spec: &str, key: &str) -> redis::RedisResult<bool> {
     let connect = |url: &str| redis::Client::open(url)?.get_connection();
     let nodes = cluster_nodes(spec);
     let slot: u16 = redis::cmd("CLUSTER")
@@ -637,7 +638,7 @@ pub fn move_slot_of(spec: &str, key: &str) -> redis::RedisResult<()> {
         .arg(key)
         .query(&mut connect(&nodes[0])?)?;
     let mut table = String::new();
-    for _ in 0..500 {
+    for _ in 0..300 {
         let views = nodes
             .iter()
             .map(|node| {
@@ -654,7 +655,11 @@ pub fn move_slot_of(spec: &str, key: &str) -> redis::RedisResult<()> {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let owner = owner_in(&table, slot).expect("the nodes agree on an owner within 5 s");
+    // Still split (the cluster's gossip settles an epoch race later): no move
+    // this time.
+    let Some(owner) = owner_in(&table, slot) else {
+        return Ok(false);
+    };
     let masters: Vec<(String, String)> = table
         .lines()
         .map(|line| line.split(' ').collect::<Vec<_>>())
@@ -716,7 +721,7 @@ pub fn move_slot_of(spec: &str, key: &str) -> redis::RedisResult<()> {
     {
         setslot(&mut connect(&format!("redis://{addr}"))?, "NODE", &to_id)?;
     }
-    Ok(())
+    Ok(true)
 }
 
 /// How a call met the test's own kill of a server connection behind PgBouncer
