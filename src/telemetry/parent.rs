@@ -119,13 +119,12 @@ fn has_line_terminator(bytes: &[u8]) -> bool {
 
 /// Drops one leading and one trailing whitespace character (JS `\s`).
 fn strip_one_space(s: &str) -> &str {
-    let is_space = is_js_space;
     let s = match s.chars().next() {
-        Some(c) if is_space(c) => &s[c.len_utf8()..],
+        Some(c) if is_js_space(c) => &s[c.len_utf8()..],
         _ => s,
     };
     match s.chars().next_back() {
-        Some(c) if is_space(c) => &s[..s.len() - c.len_utf8()],
+        Some(c) if is_js_space(c) => &s[..s.len() - c.len_utf8()],
         _ => s,
     }
 }

@@ -5,9 +5,10 @@
 //! is its module (its spec's parsing in it), its cargo feature, its `AnyStore`
 //! variant and one row here.
 
-use bq_dedupe::{InMemoryStore, StoreError, store::StoreErrorKind};
+use bq_dedupe::{InMemoryStore, StoreError};
 
 use crate::AnyStore;
+use crate::invalid;
 use crate::shown::{mask_parameters, masked};
 
 /// How a backend opens a spec.
@@ -188,10 +189,6 @@ impl Backend {
     pub fn of(spec: &str) -> Option<&'static Backend> {
         BACKENDS.iter().find(|b| b.takes(spec))
     }
-}
-
-fn invalid(message: impl Into<String>) -> StoreError {
-    StoreError::new(StoreErrorKind::Invalid, message)
 }
 
 /// The error for a spec whose backend this build left out.

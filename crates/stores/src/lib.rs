@@ -112,6 +112,11 @@ const MAX_TTL_MS: u64 = 1 << 50;
 /// claim lapsed this long is a crashed consumer's.
 pub const STALE_CLAIM: Duration = Duration::from_secs(3600);
 
+/// A spec or argument the store refuses (`Invalid`).
+pub(crate) fn invalid(message: impl Into<String>) -> StoreError {
+    StoreError::new(bq_dedupe::store::StoreErrorKind::Invalid, message)
+}
+
 /// A TTL or lease in whole milliseconds, at least 1 (Redis rejects `PX 0`, and a
 /// zero TTL should not mean something different per backend).
 fn ttl_ms(d: Duration) -> u64 {

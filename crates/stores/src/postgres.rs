@@ -25,6 +25,7 @@ use session::{
     optional_array_literal, optional_literal,
 };
 
+use crate::invalid;
 use crate::tls::{client_config, postgres_tls};
 use crate::{StoreStats, new_token, take_params, ttl_ms};
 
@@ -113,10 +114,6 @@ impl Drop for PostgresStore {
             off_runtime(move || drop(pool));
         }
     }
-}
-
-fn invalid(message: impl Into<String>) -> StoreError {
-    StoreError::new(StoreErrorKind::Invalid, message)
 }
 
 /// A table name Go would accept and PostgreSQL folds the same way for both

@@ -10,7 +10,7 @@ use bq_dedupe::store::record::Rules;
 use bq_dedupe::store::{TransactionalStore, TxRun};
 use bq_dedupe::{
     Store, StoreError, StoreResult, clock::Clock, clock::SystemClock, store::Capabilities,
-    store::Claim, store::ClaimToken, store::Settled, store::Settlement, store::StoreErrorKind,
+    store::Claim, store::ClaimToken, store::Settled, store::Settlement,
 };
 use rusqlite::{
     Connection, DropBehavior, ErrorCode, OptionalExtension, TransactionBehavior, params,
@@ -641,15 +641,16 @@ impl TransactionalStore for SqliteStore {
 /// (`sqlite:///a.db` is relative to SQLAlchemy, `sqlite://data/a.db` was
 /// `/data/a.db` here), and another file is another store, whose ids run again.
 pub(crate) fn open_spec(spec: &str, existing: bool) -> Result<SqliteStore, StoreError> {
-    let invalid = |message: String| StoreError::new(StoreErrorKind::Invalid, message);
     match &spec["sqlite:".len()..] {
-        "" => Err(invalid("store spec sqlite:PATH needs a path".into())),
-        path if path.starts_with("//") || path.starts_with("file:") => Err(invalid(format!(
-            "store spec {spec:?}: write sqlite:PATH (sqlite:/abs/seen.db or \
+        "" => Err(crate::invalid("store spec sqlite:PATH needs a path")),
+        path if path.starts_with("//") || path.starts_with("file:") => {
+            Err(crate::invalid(format!(
+                "store spec {spec:?}: write sqlite:PATH (sqlite:/abs/seen.db or \
              sqlite:rel/seen.db), not a URL: sqlite:// and file: forms are read \
              differently by other tools"
-        ))),
-        path if existing && !Path::new(path).exists() => Err(invalid(format!(
+            )))
+        }
+        path if existing && !Path::new(path).exists() => Err(crate::invalid(format!(
             "no store at {path}: no such SQLite file (`bq-dedupe run` creates one)"
         ))),
         path => SqliteStore::open(path),

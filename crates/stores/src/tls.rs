@@ -2,16 +2,14 @@
 //! place. Redis hands a CA file's PEM to its client; PostgreSQL gets a rustls
 //! configuration for its `sslmode` (libpq's meanings).
 
-use bq_dedupe::{StoreError, StoreResult, store::StoreErrorKind};
+use bq_dedupe::StoreResult;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
+use crate::invalid;
+
 #[cfg(feature = "postgres")]
 pub(crate) use sslmode::{client_config, postgres_tls};
-
-fn invalid(message: impl Into<String>) -> StoreError {
-    StoreError::new(StoreErrorKind::Invalid, message)
-}
 
 /// The PEM file of the CA certificates to trust, read whole and checked to hold
 /// at least one certificate (a wrong path is an error now, not a handshake

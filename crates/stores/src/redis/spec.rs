@@ -3,15 +3,12 @@
 //! a cluster's nodes. Its row in [`crate::BACKENDS`] opens with [`open`] and
 //! [`open_cluster`].
 
-use bq_dedupe::{StoreError, store::StoreErrorKind};
+use bq_dedupe::StoreError;
 
 use super::{Dialect, RedisStore};
+use crate::invalid;
 use crate::tls::read_ca_file;
 use crate::{AnyStore, take_params};
-
-fn invalid(message: impl Into<String>) -> StoreError {
-    StoreError::new(StoreErrorKind::Invalid, message)
-}
 
 /// `redis://` or `rediss://`: one server.
 pub(crate) fn open(spec: &str) -> Result<AnyStore, StoreError> {
@@ -187,6 +184,7 @@ fn cluster_nodes(url: &str, tls: bool) -> Result<Vec<String>, StoreError> {
 mod tests {
     use super::*;
     use crate::DEFAULT_REDIS_PREFIX;
+    use bq_dedupe::store::StoreErrorKind;
 
     #[test]
     fn prefix_is_taken_out_of_the_redis_url() {
