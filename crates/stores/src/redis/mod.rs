@@ -322,9 +322,13 @@ impl RedisStore {
     }
 
     /// Runs `op` on the connection, reconnecting and retrying once after an I/O
-    /// error other than a timeout. Every operation sent through it is safe to repeat: a claim that
-    /// landed before the connection broke is recognised by its token (see
-    /// [`decide`]). `forget` is not, and is sent once ([`Self::run_sending`]).
+    /// error other than a timeout, or a cluster redirect. In our format every
+    /// operation sent through it is safe to repeat: a claim that landed before
+    /// the connection broke is recognised by its token (see [`decide`]), a
+    /// commit by its `d:<token>`. In PHP's format, which has no token, a repeat
+    /// may park its own claim, read its own commit as lost, or release another
+    /// consumer's claim (docs/stores.md). `forget` is sent once
+    /// ([`Self::run_sending`]).
     fn run<T>(&self, op: impl Fn(&mut Conn) -> RedisResult<T>) -> StoreResult<T> {
         self.run_sending(2, op)
     }
