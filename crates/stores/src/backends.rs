@@ -46,6 +46,10 @@ pub struct Backend {
     pub shown: fn(&str) -> String,
     /// How a test gets one of its own.
     pub test: TestPlace,
+    /// Its spec's other record formats, each a query parameter (another SDK's
+    /// records): the store tests run on each beside the native one, every
+    /// check as far as the format's `capabilities()` reach.
+    pub formats: &'static [&'static str],
     /// Whether this build has it (its cargo feature is on); a row left out
     /// still knows its specs, to refuse them by name.
     pub built: bool,
@@ -92,6 +96,7 @@ pub const BACKENDS: &[Backend] = &[
         open_existing: |_| Ok(AnyStore::Memory(InMemoryStore::new())),
         shown: str::to_owned,
         test: TestPlace::Fresh,
+        formats: &[],
         built: true,
     },
     Backend {
@@ -105,6 +110,7 @@ pub const BACKENDS: &[Backend] = &[
         // A path has no user info: an `@` in it is kept.
         shown: mask_parameters,
         test: TestPlace::File,
+        formats: &[],
         built: cfg!(feature = "sqlite"),
     },
     Backend {
@@ -119,6 +125,7 @@ pub const BACKENDS: &[Backend] = &[
             tls: Some(server("scripts/with-redis-tls.sh", "BQ_TEST_REDIS_TLS_URL")),
             isolate: "prefix",
         },
+        formats: REDIS_FORMATS,
         built: cfg!(feature = "redis"),
     },
     Backend {
@@ -136,6 +143,7 @@ pub const BACKENDS: &[Backend] = &[
             )),
             isolate: "prefix",
         },
+        formats: REDIS_FORMATS,
         built: cfg!(feature = "redis"),
     },
     Backend {
@@ -157,9 +165,14 @@ pub const BACKENDS: &[Backend] = &[
             tls: None,
             isolate: "table",
         },
+        formats: &[],
         built: cfg!(feature = "postgres"),
     },
 ];
+
+/// The PHP SDK's Redis records (claims without owners) and the Go SDK's (no
+/// claims): docs/stores.md.
+const REDIS_FORMATS: &[&str] = &["dialect=php", "dialect=go"];
 
 const fn server(script: &'static str, var: &'static str) -> TestServer {
     TestServer { script, var }

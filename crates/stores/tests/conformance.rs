@@ -10,12 +10,8 @@ use bq_dedupe::Store;
 use bq_dedupe::conformance::{self, GuardSubject};
 use common::{on_every_backend, unique};
 
-/// Runs the manifest on a fresh guard per mode and prints `NAME: N passed, N failed`.
-fn run_manifest<S: Store>(name: &str, open: impl Fn() -> S) {
-    run_manifest_modes(name, &[false, true], open);
-}
-
-/// [`run_manifest`] in the given modes (`true`: claiming).
+/// Runs the manifest on a fresh guard per mode (`true`: claiming) and prints
+/// `NAME: N passed, N failed`.
 fn run_manifest_modes<S: Store>(name: &str, modes: &[bool], open: impl Fn() -> S) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/conformance");
     let manifest = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
@@ -39,27 +35,16 @@ fn run_manifest_modes<S: Store>(name: &str, modes: &[bool], open: impl Fn() -> S
     }
 }
 
-/// Every backend of the table, through its spec, in both modes.
+/// Every backend of the table in each record format, through its spec, in
+/// both modes (plain only where the format cannot claim).
 #[test]
 fn conformance_on_every_backend() {
     on_every_backend("conformance", |subject| {
-        run_manifest(subject.name(), || subject.open());
+        let modes: &[bool] = if subject.caps.claim {
+            &[false, true]
+        } else {
+            &[false]
+        };
+        run_manifest_modes(subject.name(), modes, || subject.open());
     });
-}
-
-/// The Redis row's other dialects: PHP's in both modes, Go's (no claims) plain.
-#[cfg(feature = "redis")]
-#[test]
-fn conformance_redis_php_and_go_dialects() {
-    let redis = bq_dedupe_stores::BACKENDS
-        .iter()
-        .find(|b| b.name == "redis")
-        .unwrap();
-    for (dialect, modes) in [("php", &[false, true][..]), ("go", &[false][..])] {
-        let subject = common::Subject::new(redis, &format!("conformance-{dialect}"));
-        let spec = common::with_query(&subject.spec, &format!("dialect={dialect}"));
-        run_manifest_modes(&format!("redis-{dialect}"), modes, || {
-            subject.open_spec(&spec)
-        });
-    }
 }

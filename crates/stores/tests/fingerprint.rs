@@ -12,8 +12,10 @@ mod common;
 use std::time::Duration;
 
 use bq_dedupe::{Guard, Message, Outcome, OutcomeKind, Store, store::StoreErrorKind};
-use bq_dedupe_stores::{AnyStore, Dialect, RedisStore};
-use common::{RedisCleanup, Subject, on_every_backend, ready, redis_prefix, redis_url};
+use bq_dedupe_stores::{RedisStore, TestPlace};
+use common::{
+    RedisCleanup, Subject, on_backends, on_every_backend, ready, redis_prefix, redis_url,
+};
 
 fn order(id: &str, data: &str) -> String {
     format!(
@@ -76,11 +78,12 @@ fn two_consumers<S: Store>(first: S, second: S, claiming: bool) {
 #[test]
 fn every_backend_shares_fingerprints_or_refuses_them() {
     on_every_backend("fp", |subject| {
-        if subject.name() == "postgres" {
-            return refused(subject.open(), "PostgreSQL");
+        let store = subject.open();
+        if let Some(format) = store.shared_format() {
+            return refused(store, format);
         }
         two_consumers(subject.open(), subject.open(), false);
-        let claiming = Subject::new(subject.backend, "fp-claim");
+        let claiming = subject.fresh("fp-claim");
         two_consumers(claiming.open(), claiming.open(), true);
     });
 }
@@ -89,10 +92,12 @@ fn every_backend_shares_fingerprints_or_refuses_them() {
 /// of the store too, not counted (a docs trial read 8 for two ids).
 #[test]
 fn stats_count_ids_not_their_fingerprint_companions() {
-    on_every_backend("fp-stats", |subject| {
-        if subject.name() == "postgres" || subject.name() == "memory" {
-            return; // PostgreSQL refuses fingerprints; a memory store lives per process
-        }
+    // Formats of other SDKs refuse fingerprints; a memory store lives per process.
+    let counted = |subject: &Subject| {
+        subject.open().shared_format().is_none()
+            && !matches!(subject.backend.test, TestPlace::Fresh)
+    };
+    on_backends("fp-stats", counted, |subject| {
         let store = subject.open();
         let guard = Guard::new(std::sync::Arc::clone(&store)).with_fingerprint();
         for id in ["stats-a", "stats-b"] {
@@ -193,30 +198,5 @@ fn refused<S: Store>(store: S, names: &str) {
     assert!(
         !ready(guard.store().seen("o-1")).unwrap(),
         "nothing written"
-    );
-}
-
-#[test]
-fn other_sdks_formats_refuse_fingerprints() {
-    let url = redis_url();
-    let prefix = redis_prefix("fp-dialects");
-    let _clean = RedisCleanup {
-        url: url.clone(),
-        prefix: prefix.clone(),
-    };
-    refused(
-        RedisStore::connect_dialect(&url, prefix.clone(), Dialect::Php).unwrap(),
-        "PHP SDK",
-    );
-    refused(
-        RedisStore::connect_dialect(&url, prefix.clone(), Dialect::Go).unwrap(),
-        "Go SDK",
-    );
-    // Through a spec, as the CLI opens it: `AnyStore` forwards the refusal.
-    let redis = redis_url();
-    let sep = if redis.contains('?') { '&' } else { '?' };
-    refused(
-        AnyStore::from_spec(&format!("{redis}{sep}dialect=go&prefix={prefix}")).unwrap(),
-        "Go SDK",
     );
 }

@@ -241,7 +241,7 @@ fn every_backend_from_a_spec_has_linearizable_histories() {
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
         });
         testkit::check_histories(3, || {
-            let fresh = Subject::new(subject.backend, "histories-any");
+            let fresh = subject.fresh("histories-any");
             Fleet::new(fresh.rules(), fresh.opener())
                 .with_resends(|store| match &**store {
                     AnyStore::Redis(redis) => redis.resent_calls(),

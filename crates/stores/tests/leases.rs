@@ -8,14 +8,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bq_dedupe::{Counters, Guard, Outcome, OutcomeKind, Store, store::Claim};
-use common::{check_leases, envelope, on_every_backend, ready};
+use common::{check_leases, envelope, fenced, on_backends, ready};
 
 const SHORT: Duration = Duration::from_millis(200);
 
 /// Renewals and fenced commits, leases run out in real time.
 #[test]
 fn every_backend_renews_and_fences_only_for_the_owner() {
-    on_every_backend("leases", |subject| {
+    on_backends("leases", fenced, |subject| {
         check_leases(&*subject.open(), SHORT, || {
             std::thread::sleep(Duration::from_millis(350))
         })
@@ -26,7 +26,7 @@ fn every_backend_renews_and_fences_only_for_the_owner() {
 /// and the stale token releases nothing.
 #[test]
 fn every_backend_reclaims_a_lapsed_claim() {
-    on_every_backend("lease", |subject| {
+    on_backends("lease", fenced, |subject| {
         let store = subject.open();
         let Claim::Acquired(crashed) = ready(store.claim("l", SHORT)).unwrap() else {
             panic!("free key");
@@ -154,7 +154,7 @@ fn lost_lease_is_reported<S: Store + Send + Sync>(open: impl Fn() -> S + Sync, t
 
 #[test]
 fn two_consumers_over_a_batch_slower_than_its_lease_run_each_id_once_on_every_backend() {
-    on_every_backend("slow-batch", |subject| {
+    on_backends("slow-batch", fenced, |subject| {
         two_consumers_over_a_slow_batch(
             || subject.open(),
             subject.name(),
@@ -167,7 +167,7 @@ fn two_consumers_over_a_batch_slower_than_its_lease_run_each_id_once_on_every_ba
 
 #[test]
 fn a_lost_lease_is_run_ok_lease_lost_on_every_backend() {
-    on_every_backend("lost-lease", |subject| {
+    on_backends("lost-lease", fenced, |subject| {
         lost_lease_is_reported(|| subject.open(), subject.name())
     });
 }
@@ -176,7 +176,7 @@ fn a_lost_lease_is_run_ok_lease_lost_on_every_backend() {
 /// is remembered (the effect did happen).
 #[test]
 fn a_forget_during_the_handler_is_run_ok_lease_lost_on_every_backend() {
-    on_every_backend("forget-lease", |subject| {
+    on_backends("forget-lease", fenced, |subject| {
         let id = common::unique("forget");
         let guard = Guard::new(subject.open()).with_claiming(Duration::from_secs(30));
         let other = subject.open();

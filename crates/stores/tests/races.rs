@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use bq_dedupe::{Guard, OutcomeKind, Store, store::Claim};
-use common::{envelope, on_a_server, on_backends, on_every_backend, ready};
+use common::{claiming, envelope, on_a_server, on_backends, ready};
 
 const THREADS: usize = 16;
 const ROUNDS: usize = 5;
@@ -95,12 +95,14 @@ fn guard_race<S: Store>(open: impl Fn() -> S + Sync) {
 
 #[test]
 fn claim_race_16_connections_one_acquired_on_every_backend() {
-    on_every_backend("race", |subject| claim_race(|| subject.open()));
+    on_backends("race", claiming, |subject| claim_race(|| subject.open()));
 }
 
 #[test]
 fn guard_race_16_connections_runs_handler_once_on_every_backend() {
-    on_every_backend("guard-race", |subject| guard_race(|| subject.open()));
+    on_backends("guard-race", claiming, |subject| {
+        guard_race(|| subject.open())
+    });
 }
 
 /// 16 consumers each deliver the same batch of 20 ids at once; each id runs
@@ -108,7 +110,9 @@ fn guard_race_16_connections_runs_handler_once_on_every_backend() {
 /// claims it, the others skip or park).
 #[test]
 fn batch_race_16_connections_runs_each_id_once_on_every_backend() {
-    on_every_backend("batch-race", |subject| batch_race(|| subject.open()));
+    on_backends("batch-race", claiming, |subject| {
+        batch_race(|| subject.open())
+    });
 }
 
 fn batch_race<S: Store>(open: impl Fn() -> S + Sync) {
@@ -147,19 +151,6 @@ fn batch_race<S: Store>(open: impl Fn() -> S + Sync) {
     for id in &ids {
         assert_eq!(runs.get(id), Some(&1), "{id}: {runs:?}");
     }
-}
-
-#[cfg(feature = "redis")]
-#[test]
-fn redis_php_dialect_claim_race_16_connections_one_acquired() {
-    let redis = bq_dedupe_stores::BACKENDS
-        .iter()
-        .find(|b| b.name == "redis")
-        .unwrap();
-    let subject = common::Subject::new(redis, "php-race");
-    let spec = common::with_query(&subject.spec, "dialect=php");
-    claim_race(|| subject.open_spec(&spec));
-    guard_race(|| subject.open_spec(&spec));
 }
 
 #[test]

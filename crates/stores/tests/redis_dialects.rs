@@ -11,9 +11,7 @@ use bq_dedupe::{
     store::Peeked, store::StoreErrorKind,
 };
 use bq_dedupe_stores::{Dialect, RedisStore};
-use common::{
-    RedisCleanup, check_batches, check_hostile_keys, deliver, ready, redis_prefix, redis_url,
-};
+use common::{RedisCleanup, deliver, ready, redis_prefix, redis_url};
 
 fn url() -> String {
     redis_url()
@@ -41,13 +39,6 @@ fn php_dialect_capabilities_say_no_lease() {
             renew: false
         }
     );
-}
-
-#[test]
-fn php_dialect_batches_and_hostile_keys() {
-    let (store, _clean) = store("php-batches", Dialect::Php);
-    check_batches(&store);
-    check_hostile_keys(&store);
 }
 
 /// What PHP's format cannot give: a release or renewal by value alone, so a

@@ -88,7 +88,7 @@ fn sqlite_follows_the_record_model() {
 fn every_backend_from_a_spec_follows_the_record_model() {
     on_backends("testkit-any", on_a_server, |subject| {
         testkit::check(8, || {
-            let fresh = Subject::new(subject.backend, "testkit-any");
+            let fresh = subject.fresh("testkit-any");
             OnServer::new(fresh.rules(), fresh.opener()).with_cleanup(fresh)
         })
     });

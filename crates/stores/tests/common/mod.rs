@@ -294,18 +294,23 @@ pub fn near_misses() -> Vec<String> {
 pub fn check_hostile_keys<S: Store>(store: &S) {
     let keys = hostile_keys();
     let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let claims = store.capabilities().claim;
     for key in &refs {
         assert!(!ready(store.seen(key)).unwrap(), "{key:?} seen before");
-        assert!(matches!(
-            ready(store.claim(key, Duration::from_secs(60))).unwrap(),
-            Claim::Acquired(_)
-        ));
+        if claims {
+            assert!(matches!(
+                ready(store.claim(key, Duration::from_secs(60))).unwrap(),
+                Claim::Acquired(_)
+            ));
+        }
         ready(store.remember(key, None)).unwrap();
         assert!(ready(store.seen(key)).unwrap(), "{key:?} not found");
-        assert_eq!(
-            ready(store.claim(key, Duration::from_secs(60))).unwrap(),
-            Claim::Seen
-        );
+        if claims {
+            assert_eq!(
+                ready(store.claim(key, Duration::from_secs(60))).unwrap(),
+                Claim::Seen
+            );
+        }
     }
     assert!(ready(store.seen_many(&refs)).unwrap().iter().all(|s| *s));
     let misses = near_misses();
@@ -346,19 +351,42 @@ pub fn check_basics<S: Store>(store: &S) {
     ready(store.forget("id-1")).unwrap();
     assert!(!ready(store.seen("id-1")).unwrap());
     ready(store.forget("never-there")).unwrap();
-    let caps = store.capabilities();
-    assert!(caps.claim && caps.ttl, "{caps:?}");
+}
+
+/// A store that cannot claim says so, typed, for every claiming call.
+fn check_refuses_claims<S: Store>(store: &S) {
+    let lease = Duration::from_secs(60);
+    let refused =
+        |e: bq_dedupe::StoreError| e.kind == bq_dedupe::store::StoreErrorKind::Unsupported;
+    assert!(ready(store.claim("c-1", lease)).is_err_and(refused));
+    assert!(ready(store.claim_many(&["c-1", "c-2"], lease)).is_err_and(refused));
+    let token = ClaimToken("t".into());
+    assert!(ready(store.release("c-1", &token)).is_err_and(refused));
+    assert!(ready(store.renew("c-1", &token, lease)).is_err_and(refused));
+    assert!(
+        !ready(store.seen("c-1")).unwrap(),
+        "a refused claim left a record"
+    );
 }
 
 /// Claims: Acquired, then Held for others; remember ends the claim (Seen after);
-/// a wrong token releases nothing, the right one frees the key.
+/// forget drops it. Where claims have owners (`renew`: PHP's format has none),
+/// a wrong token releases nothing, the right one frees the key. A store that
+/// cannot claim refuses every claiming call.
 pub fn check_claims<S: Store>(store: &S) {
+    let caps = store.capabilities();
+    if !caps.claim {
+        return check_refuses_claims(store);
+    }
     let lease = Duration::from_secs(60);
     let Claim::Acquired(token) = ready(store.claim("c-1", lease)).unwrap() else {
         panic!("a free key must be acquired");
     };
     assert_eq!(ready(store.claim("c-1", lease)).unwrap(), Claim::Held);
     assert!(!ready(store.seen("c-1")).unwrap(), "a claim is not seen");
+    if !caps.renew {
+        return check_claims_without_owners(store, &token);
+    }
 
     let wrong = ClaimToken(format!("{}x", token.0));
     ready(store.release("c-1", &wrong)).unwrap();
@@ -386,7 +414,26 @@ pub fn check_claims<S: Store>(store: &S) {
     ready(store.release("c-1", &second)).unwrap();
     assert!(ready(store.seen("c-1")).unwrap());
 
-    // Forget drops a claim too.
+    check_forget_drops_a_claim(store);
+}
+
+/// [`check_claims`] where any token releases a claim (the key is the owner).
+fn check_claims_without_owners<S: Store>(store: &S, token: &ClaimToken) {
+    let lease = Duration::from_secs(60);
+    ready(store.release("c-1", token)).unwrap();
+    let Claim::Acquired(second) = ready(store.claim("c-1", lease)).unwrap() else {
+        panic!("a released key must be claimable");
+    };
+    ready(store.remember("c-1", None)).unwrap();
+    assert_eq!(ready(store.claim("c-1", lease)).unwrap(), Claim::Seen);
+    // Releasing after remembering leaves the id remembered.
+    ready(store.release("c-1", &second)).unwrap();
+    assert!(ready(store.seen("c-1")).unwrap());
+    check_forget_drops_a_claim(store);
+}
+
+fn check_forget_drops_a_claim<S: Store>(store: &S) {
+    let lease = Duration::from_secs(60);
     let Claim::Acquired(_) = ready(store.claim("c-2", lease)).unwrap() else {
         panic!("free key");
     };
@@ -403,7 +450,6 @@ pub fn check_batches<S: Store>(store: &S) {
     let lease = Duration::from_secs(60);
     assert_eq!(ready(store.seen_many(&[])).unwrap(), Vec::<bool>::new());
     ready(store.remember_many(&[], None)).unwrap();
-    assert_eq!(ready(store.claim_many(&[], lease)).unwrap(), vec![]);
     ready(store.settle(&Settlement::default())).unwrap();
 
     ready(store.remember_many(&["b-1", "b-3"], None)).unwrap();
@@ -411,6 +457,19 @@ pub fn check_batches<S: Store>(store: &S) {
         ready(store.seen_many(&["b-1", "b-2", "b-3", "b-1"])).unwrap(),
         vec![true, false, true, true]
     );
+    let plain = Settlement {
+        remember: &[("b-7", None), ("b-8", None)],
+        ..Settlement::default()
+    };
+    assert_eq!(ready(store.settle(&plain)).unwrap().kept, vec![true, true]);
+    assert_eq!(
+        ready(store.seen_many(&["b-7", "b-8"])).unwrap(),
+        vec![true, true]
+    );
+    if !store.capabilities().claim {
+        return;
+    }
+    assert_eq!(ready(store.claim_many(&[], lease)).unwrap(), vec![]);
     ready(store.claim("b-4", lease)).unwrap();
     let claims = ready(store.claim_many(&["b-1", "b-2", "b-4", "b-5"], lease)).unwrap();
     assert_eq!(claims[0], Claim::Seen);
@@ -808,6 +867,7 @@ impl PgBackend {
 
 // ---- the matrix: every backend of the stores' table (`BACKENDS`) --------------------
 
+use bq_dedupe::store::Capabilities;
 use bq_dedupe_stores::{AnyStore, BACKENDS, Backend, TestPlace, TestServer};
 
 /// The spec a test server's variable holds. Unset, the test fails naming the
@@ -839,22 +899,47 @@ pub fn with_query(spec: &str, query: &str) -> String {
     format!("{spec}{sep}{query}")
 }
 
-/// One backend of the table at a place of its own (a new SQLite file, Redis
-/// key prefix or PostgreSQL table), its records dropped with it.
+/// One backend of the table, in one of its record formats, at a place of its
+/// own (a new SQLite file, Redis key prefix or PostgreSQL table), its records
+/// dropped with it.
 pub struct Subject {
     pub backend: &'static Backend,
+    /// The record format's query parameter (a row's `formats`); `None`: ours.
+    pub format: Option<&'static str>,
+    /// What its store offers: a check reaches as far as these go.
+    pub caps: Capabilities,
     pub spec: String,
     /// What keeps its records apart: the file, key prefix or table.
     pub place: String,
+    name: String,
     /// The memory store: one per process, so every open shares this one.
     memory: Option<std::sync::Arc<AnyStore>>,
     _cleanup: Box<dyn std::any::Any + Send + Sync>,
 }
 
 impl Subject {
-    /// At a place named by `tag`; the store opened once (tables created).
+    /// At a place named by `tag`, in our record format; the store opened once
+    /// (tables created).
     pub fn new(backend: &'static Backend, tag: &str) -> Subject {
-        let tag = format!("{tag}-{}", backend.name);
+        Subject::in_format(backend, None, tag)
+    }
+
+    /// Another subject of the same backend and format, at a place of its own.
+    pub fn fresh(&self, tag: &str) -> Subject {
+        Subject::in_format(self.backend, self.format, tag)
+    }
+
+    /// [`Subject::new`] in `format` (one of the row's `formats`).
+    pub fn in_format(
+        backend: &'static Backend,
+        format: Option<&'static str>,
+        tag: &str,
+    ) -> Subject {
+        let name = match format {
+            Some(format) => format!("{} {format}", backend.name),
+            None => backend.name.to_owned(),
+        };
+        let tag = format!("{tag}-{}", name.replace([' ', '='], "-"));
         let mut place = String::new();
         let (spec, cleanup): (String, Box<dyn std::any::Any + Send + Sync>) = match &backend.test {
             TestPlace::Fresh => (backend.schemes[0].to_owned(), Box::new(())),
@@ -889,21 +974,30 @@ impl Subject {
                 (with_query(&url, &format!("{isolate}={value}")), cleanup)
             }
         };
+        let spec = match format {
+            Some(format) => with_query(&spec, format),
+            None => spec,
+        };
         let memory = matches!(backend.test, TestPlace::Fresh)
             .then(|| std::sync::Arc::new(AnyStore::from_spec(&spec).unwrap()));
-        let subject = Subject {
+        let mut subject = Subject {
             backend,
+            format,
+            caps: Capabilities::default(),
             spec,
             place,
+            name,
             memory,
             _cleanup: cleanup,
         };
-        drop(subject.open());
+        subject.caps = subject.open().capabilities();
         subject
     }
 
-    pub fn name(&self) -> &'static str {
-        self.backend.name
+    /// The backend's name, and its format's parameter if not ours
+    /// (`redis dialect=go`).
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// A new client of the subject's records (a new connection or pool).
@@ -913,7 +1007,7 @@ impl Subject {
 
     /// What [`Subject::open`] does, owning what it needs (for the testkit).
     pub fn opener(&self) -> impl Fn() -> std::sync::Arc<AnyStore> + Send + Sync + 'static {
-        let (name, spec, memory) = (self.name(), self.spec.clone(), self.memory.clone());
+        let (name, spec, memory) = (self.name.clone(), self.spec.clone(), self.memory.clone());
         move || {
             memory.clone().unwrap_or_else(|| {
                 let opened = AnyStore::from_spec(&spec);
@@ -927,48 +1021,91 @@ impl Subject {
         self.open().record_rules()
     }
 
-    /// `spec` opened, naming this backend if it fails.
+    /// `spec` opened, naming this subject if it fails.
     pub fn open_spec(&self, spec: &str) -> AnyStore {
         AnyStore::from_spec(spec).unwrap_or_else(|e| panic!("{}: opening {spec}: {e}", self.name()))
     }
 }
 
-/// Runs `check` on every backend of the table whose row `pick` accepts, each
-/// at a place of its own (`tag`) and in its own thread (named for it), all at
-/// once; then fails naming every backend whose check failed.
-pub fn on_backends(tag: &str, pick: impl Fn(&Backend) -> bool, check: impl Fn(&Subject) + Sync) {
-    let picked: Vec<&'static Backend> = BACKENDS.iter().filter(|b| pick(b)).collect();
-    assert!(!picked.is_empty(), "{tag}: no backend picked");
+/// Runs `check` on every backend of the table, in each of its record formats,
+/// whose subject `pick` accepts, each at a place of its own (`tag`) and in its
+/// own thread (named for it), all at once; then fails naming every subject
+/// whose check failed. A subject left out is named in the output.
+pub fn on_backends(
+    tag: &str,
+    pick: impl Fn(&Subject) -> bool + Sync,
+    check: impl Fn(&Subject) + Sync,
+) {
     // A build with some backends' features off checks the ones it has.
-    let built: Vec<_> = picked.into_iter().filter(|b| b.built).collect();
-    let failed: Vec<&str> = std::thread::scope(|s| {
-        let runs: Vec<_> = built
+    let subjects: Vec<(&'static Backend, Option<&'static str>)> = BACKENDS
+        .iter()
+        .filter(|b| b.built)
+        .flat_map(|b| {
+            std::iter::once(None)
+                .chain(b.formats.iter().copied().map(Some))
+                .map(move |f| (b, f))
+        })
+        .collect();
+    let (failed, picked): (Vec<String>, Vec<bool>) = std::thread::scope(|s| {
+        let runs: Vec<_> = subjects
             .into_iter()
-            .map(|backend| {
-                let check = &check;
+            .map(|(backend, format)| {
+                let (check, pick) = (&check, &pick);
+                let name =
+                    format.map_or(backend.name.to_owned(), |f| format!("{} {f}", backend.name));
                 let run = std::thread::Builder::new()
-                    .name(backend.name.into())
-                    .spawn_scoped(s, move || check(&Subject::new(backend, tag)))
+                    .name(name.clone())
+                    .spawn_scoped(s, move || {
+                        let subject = Subject::in_format(backend, format, tag);
+                        let picked = pick(&subject);
+                        match picked {
+                            true => check(&subject),
+                            false => {
+                                println!("{tag}: {} left out ({:?})", subject.name(), subject.caps)
+                            }
+                        }
+                        picked
+                    })
                     .unwrap();
-                (backend.name, run)
+                (name, run)
             })
             .collect();
         runs.into_iter()
-            .filter_map(|(name, run)| run.join().is_err().then_some(name))
-            .collect()
+            .map(|(name, run)| match run.join() {
+                Ok(picked) => (String::new(), picked),
+                Err(_) => (name, true),
+            })
+            .unzip()
     });
+    assert!(picked.contains(&true), "{tag}: no backend picked");
+    let failed: Vec<String> = failed.into_iter().filter(|n| !n.is_empty()).collect();
     assert!(
         failed.is_empty(),
         "{tag} failed on {failed:?} (their panics are above)"
     );
 }
 
-/// Every backend whose test store is on a server (on the server's clock).
-pub fn on_a_server(backend: &Backend) -> bool {
-    matches!(backend.test, TestPlace::Server { .. })
+/// Every subject whose test store is on a server (on the server's clock).
+pub fn on_a_server(subject: &Subject) -> bool {
+    matches!(subject.backend.test, TestPlace::Server { .. })
 }
 
-/// [`on_backends`] on every backend of the table.
+/// Every subject whose store claims (claiming mode).
+pub fn claiming(subject: &Subject) -> bool {
+    subject.caps.claim
+}
+
+/// Every subject whose store renews claims and fences commits (leases kept).
+pub fn fenced(subject: &Subject) -> bool {
+    subject.caps.renew
+}
+
+/// Every subject in our own record format.
+pub fn ours(subject: &Subject) -> bool {
+    subject.format.is_none()
+}
+
+/// [`on_backends`] on every backend of the table, in every format.
 pub fn on_every_backend(tag: &str, check: impl Fn(&Subject) + Sync) {
     on_backends(tag, |_| true, check);
 }
