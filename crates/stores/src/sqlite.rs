@@ -567,8 +567,8 @@ impl TransactionalStore for SqliteStore {
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(error)?;
             let mut runs = Vec::with_capacity(keys.len());
-            // The ids recorded in this transaction, and when (ms).
-            let mut recorded_at: Vec<(&str, i64)> = Vec::new();
+            // The ids whose runs succeeded, recorded after the last handler.
+            let mut succeeded: Vec<&str> = Vec::new();
             for (i, key) in keys.iter().enumerate() {
                 if ended[i].is_some() {
                     continue;
@@ -604,21 +604,26 @@ impl TransactionalStore for SqliteStore {
                 }
                 match result {
                     Ok(()) => {
-                        if let Some(key) = key {
-                            recorded_at.push((key, self.now()));
-                            remember_in(&tx, &[key], self.until(ttl)).map_err(error)?;
-                        }
+                        succeeded.extend(key);
                         runs.push((i, TxRun::Committed(())));
                     }
                     Err(e) => runs.push((i, TxRun::RolledBack(e))),
                 }
             }
-            // A later handler may have deleted or expired ids recorded before
-            // it (its own writes to `bq_dedupe`): they would commit unrecorded
-            // and run again. Each is read as of when it was recorded: a batch
-            // slower than the TTL lets its first rows expire on schedule.
-            for &(key, at) in &recorded_at {
-                if !recorded(&tx, key, at)? {
+            // Recorded after the last handler, as PostgreSQL counts its
+            // expiry: no handler can delete or expire one before the commit,
+            // and each TTL counts from the commit (a batch slower than its
+            // TTL would commit its first ids expired, to run again). A
+            // trigger's undoing is still found.
+            let now = self.now();
+            remember_in(
+                &tx,
+                &succeeded,
+                ttl.map(|d| now.saturating_add(ttl_ms(d) as i64)),
+            )
+            .map_err(error)?;
+            for key in &succeeded {
+                if !recorded(&tx, key, now)? {
                     return Err(unrecorded());
                 }
             }

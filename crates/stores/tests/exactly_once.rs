@@ -1137,38 +1137,38 @@ fn sqlite_a_batch_delivery_that_ends_the_transaction_is_left_out() {
 }
 
 /// A batch of `ids`, each handler inserting its effect, `at`'s then running
-/// `sql` on `bq_dedupe`: the check before the commit refuses the batch, each
-/// delivery `store-unavailable`, and no effect commits.
-fn assert_batch_commits_nothing_after(tag: &str, ids: &[&str], at: &str, sql: &str) {
+/// `sql` on `bq_dedupe` from the handler of `at`: the batch's ids are
+/// recorded after its last handler, so the handler's write cannot delete or
+/// expire one (it did once, and they committed unrecorded, each run again on
+/// the redelivery and reported run-ok: an adversarial trial's finding; then a
+/// check before the commit failed the batch). Every delivery runs once, and a
+/// redelivery of the batch skips every one.
+fn assert_batch_keeps_its_ids_after(tag: &str, ids: &[&str], at: &str, sql: &str) {
     let db = TempDb::new(tag);
     let guard = open(db.path());
     let bodies: Vec<String> = ids.iter().map(|id| envelope(id)).collect();
-    let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
-        let id = msg.id().unwrap();
-        tx.execute("INSERT INTO effects (id) VALUES (?1)", [id])
-            .map_err(|e| e.to_string())?;
-        if id == at {
-            tx.execute_batch(sql).map_err(|e| e.to_string())?;
-        }
-        Ok::<(), String>(())
-    });
-    let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
-    assert!(
-        kinds.iter().all(|k| *k == OutcomeKind::StoreUnavailable),
-        "{outcomes:?}"
-    );
+    for expected in [OutcomeKind::Ran, OutcomeKind::Skipped] {
+        let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+            let id = msg.id().unwrap();
+            tx.execute("INSERT INTO effects (id) VALUES (?1)", [id])
+                .map_err(|e| e.to_string())?;
+            if id == at {
+                tx.execute_batch(sql).map_err(|e| e.to_string())?;
+            }
+            Ok::<(), String>(())
+        });
+        let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
+        assert!(kinds.iter().all(|k| *k == expected), "{outcomes:?}");
+    }
     for id in ids {
-        assert_eq!(effects_of(db.path(), id), 0, "{id}");
+        assert_eq!(effects_of(db.path(), id), 1, "{id}");
     }
 }
 
-/// A batch handler that deletes ids the batch recorded before it (`DELETE FROM
-/// bq_dedupe`): they were committed unrecorded and ran again on the
-/// redelivery, each reported run-ok (an adversarial trial's finding). Checked
-/// before the commit, as on PostgreSQL: nothing of the batch commits.
+/// A batch handler that deletes the id table's rows (`DELETE FROM bq_dedupe`).
 #[test]
-fn sqlite_a_batch_handler_that_deletes_recorded_ids_commits_nothing() {
-    assert_batch_commits_nothing_after(
+fn sqlite_a_batch_handler_that_deletes_the_id_table_keeps_the_batch_ids() {
+    assert_batch_keeps_its_ids_after(
         "tx-batch-delete-ids",
         &["del-1", "del-2", "del-3"],
         "del-2",
@@ -1176,26 +1176,24 @@ fn sqlite_a_batch_handler_that_deletes_recorded_ids_commits_nothing() {
     );
 }
 
-/// A batch handler that expires an id the batch recorded before it
-/// (`expires_at` in the past): the row was still there, done, so the check
-/// passed and the batch committed with that id reading as free, run again on
-/// the redelivery (a review's finding, on D1's twin check). As a delete:
-/// nothing of the batch commits.
+/// A batch handler that expires rows of the id table (`expires_at` in the
+/// past; found on D1's twin check by a review).
 #[test]
-fn sqlite_a_batch_handler_that_expires_recorded_ids_commits_nothing() {
-    assert_batch_commits_nothing_after(
+fn sqlite_a_batch_handler_that_expires_the_id_table_keeps_the_batch_ids() {
+    assert_batch_keeps_its_ids_after(
         "tx-batch-expire-ids",
         &["exp-1", "exp-2"],
         "exp-2",
-        "UPDATE bq_dedupe SET expires_at = 1 WHERE key = 'exp-1'",
+        "UPDATE bq_dedupe SET expires_at = 1",
     );
 }
 
-/// A batch whose handlers together run longer than the TTL: the first id's row
-/// expires, on schedule, before the last handler ends. The check before the
-/// commit reads each id as of when it was recorded, so the batch commits (it
-/// read them as of the end, and failed the whole batch on every redelivery: a
-/// review's finding).
+/// A batch whose handlers together run longer than the TTL: the batch commits
+/// (a check that read the first id expired failed the whole batch on every
+/// redelivery: a review's finding), and every id's TTL counts from the commit,
+/// so a redelivery right after it is skipped (the first id's row, written when
+/// its handler ended, committed already expired and ran again unreported: a
+/// later review's finding).
 #[test]
 fn sqlite_a_batch_slower_than_its_ttl_commits() {
     let db = TempDb::new("tx-batch-slower-than-ttl");
@@ -1209,6 +1207,13 @@ fn sqlite_a_batch_slower_than_its_ttl_commits() {
     });
     let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
     assert_eq!(kinds, [OutcomeKind::Ran, OutcomeKind::Ran], "{outcomes:?}");
+    let again = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+        tx.execute("INSERT INTO effects (id) VALUES (?1)", [msg.id().unwrap()])
+            .map_err(|e| e.to_string())
+            .map(drop)
+    });
+    let kinds: Vec<OutcomeKind> = again.iter().map(Outcome::kind).collect();
+    assert_eq!(kinds, [OutcomeKind::Skipped; 2], "{again:?}");
     for id in ["slow-1", "slow-2"] {
         assert_eq!(effects_of(db.path(), id), 1, "{id}");
     }
