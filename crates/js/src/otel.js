@@ -142,8 +142,9 @@ export function headerParent(carrier) {
     const m = header ? TRACEPARENT.exec(String(header)) : null;
     if (m === null || (m[1] === '00' && m[5] !== undefined)) return undefined;
     const parent = { traceId: m[2], spanId: m[3], traceFlags: parseInt(m[4], 16), isRemote: true };
-    const state = carrier.tracestate;
-    if (state) parent.traceState = TraceState.parse(String(state));
+    // Its own guard: a tracestate that throws loses only itself.
+    const state = quietly(() => carrier.tracestate && TraceState.parse(String(carrier.tracestate)));
+    if (state) parent.traceState = state;
     return parent;
   });
 }

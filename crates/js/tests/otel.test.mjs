@@ -484,6 +484,9 @@ test('hostile headers lose the header, never the delivery: throwing getters, a P
   const slow = await bq.dedupe(envelope('hh-never'), store, () => { runs++; }, { tracer, headers: () => new Promise(() => {}) });
   assert.equal(slow.kind, 'run-ok', 'a getter that never settles: no headers after a while');
   assert.ok(Date.now() - started < 3000, `waited ${Date.now() - started} ms`);
+  // A tracestate getter that throws loses the tracestate only, not its traceparent.
+  const stateless = consumers().find((s) => s.attributes['messaging.message.id'] === 'hh-throwingState-a');
+  assert.equal(parentOf(stateless), '00f067aa0ba902b7', 'the traceparent kept beside a throwing tracestate');
   const buffer = Buffer.from('00-4bf92f3577b34da6a3ce929d0e0e4736-00000000000000d1-01');
   await bq.dedupe(envelope('hh-buffer', { trace_id: UUID }), store, () => {}, { tracer, headers: { traceparent: buffer } });
   const span = consumers().find((s) => s.attributes['messaging.message.id'] === 'hh-buffer');
