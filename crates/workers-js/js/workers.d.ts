@@ -40,7 +40,8 @@ export interface BabelQueueEnvelope {
   [field: string]: unknown;
 }
 
-/** Runs once per id; throw (or reject) to fail the delivery: it is retried and its id stays unmarked. */
+/** Runs once per id; throw (or reject) to fail the delivery: it is retried and its id stays unmarked.
+ * The message's own `ack()` and `retry()` throw: the consumer calls them, by the outcome. */
 export type QueueHandler<M extends QueueMessage = QueueMessage> = (
   envelope: BabelQueueEnvelope,
   message: M,

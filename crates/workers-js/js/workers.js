@@ -67,6 +67,49 @@ function lazy(f, answersPromise = false) {
 
 const ASYNC = true;
 
+/** What a handler's `message.ack()` / `retry()` throws. */
+function settledByTheConsumer(method) {
+  return function () {
+    throw new TypeError(
+      `message.${method}() in a dedupe handler: the consumer acks or retries each message by its outcome ` +
+        "(Cloudflare keeps a message's first call: an ack() before a failure would lose it, a retry() " +
+        "before a success would be recorded done); throw to have it retried",
+    );
+  };
+}
+
+/** Cloudflare's message as the handler sees it: itself (its getters and
+ * methods on the real message), but `ack()` and `retry()` throw. */
+function handlerView(message) {
+  if (message === null || typeof message !== "object") return message;
+  return new Proxy(message, {
+    get(target, key) {
+      if (key === "ack" || key === "retry") return settledByTheConsumer(key);
+      const value = Reflect.get(target, key, target);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+}
+
+/** A queue consumer export whose handler (its third argument) gets
+ * [`handlerView`]s of the messages. */
+function guardingHandler(consume) {
+  return like(
+    {
+      [consume.name]: function (batch, env, handler, ...rest) {
+        const guarded =
+          typeof handler === "function"
+            ? function (envelope, message, ...more) {
+                return handler.call(this, envelope, handlerView(message), ...more);
+              }
+            : handler;
+        return consume.call(this, batch, env, guarded, ...rest);
+      },
+    }[consume.name],
+    consume,
+  );
+}
+
 /** A subclass of `C` whose constructor instantiates the module first. */
 function lazyClass(C) {
   return like(
@@ -86,8 +129,8 @@ export const DedupeShard = /* @__PURE__ */ lazyClass(DedupeShardGlue);
 export const DurableObjectStore = /* @__PURE__ */ lazyClass(DurableObjectStoreGlue);
 export const KvStore = /* @__PURE__ */ lazyClass(KvStoreGlue);
 export const InMemoryStore = /* @__PURE__ */ lazyClass(InMemoryStoreGlue);
-export const dedupeQueue = /* @__PURE__ */ lazy(dedupeQueueGlue, ASYNC);
-export const dedupeQueueD1 = /* @__PURE__ */ lazy(dedupeQueueD1Glue, ASYNC);
+export const dedupeQueue = /* @__PURE__ */ lazy(guardingHandler(dedupeQueueGlue), ASYNC);
+export const dedupeQueueD1 = /* @__PURE__ */ lazy(guardingHandler(dedupeQueueD1Glue), ASYNC);
 export const dedupe = /* @__PURE__ */ lazy(dedupeGlue, ASYNC);
 export const dedupeBatch = /* @__PURE__ */ lazy(dedupeBatchGlue, ASYNC);
 export const dedupeKey = /* @__PURE__ */ lazy(dedupeKeyGlue);

@@ -97,6 +97,36 @@ impl QueueMessage {
     }
 }
 
+/// A queue message as a handler sees it: what it carries, without `ack` and
+/// `retry`, which are the consumer's, by the delivery's outcome (Cloudflare
+/// keeps a message's first call: a handler's `ack` before a failure would
+/// lose the message, its `retry` before a success would be recorded done).
+#[derive(Debug, Clone, Copy)]
+pub struct HandlerMessage<'m>(pub(crate) &'m QueueMessage);
+
+impl HandlerMessage<'_> {
+    /// Cloudflare's id for this send (not `meta.id`: each publish gets a new one).
+    pub fn id(&self) -> String {
+        self.0.id()
+    }
+
+    /// The body as sent (a string, bytes or a JSON value).
+    pub fn body(&self) -> JsValue {
+        self.0.body()
+    }
+
+    /// Cloudflare's delivery count: 1 on the first delivery.
+    pub fn attempts(&self) -> u32 {
+        self.0.attempts()
+    }
+
+    /// The JS `Message` object (for a JS handler; the package's glue gives it
+    /// one whose `ack` and `retry` throw).
+    pub fn as_js(&self) -> &JsValue {
+        self.0.as_js()
+    }
+}
+
 /// A JS exception as text.
 pub(crate) fn describe(error: JsValue) -> String {
     // `message` read as a property that may be anything (an Error's set to

@@ -12,7 +12,7 @@ use bq_dedupe::{
 use wasm_bindgen::JsValue;
 use worker::{Queue, QueueContentType, RawMessageBuilder};
 
-use crate::batch::{QueueBatch, QueueMessage, describe};
+use crate::batch::{HandlerMessage, QueueBatch, QueueMessage, describe};
 use crate::body::is_whole_text;
 use crate::dead_letter::{
     DeadDelivery, MAX_DEAD_LETTER_BYTES, NOT_TEXT, TOO_LARGE, wrap, wrap_block_only, wrap_truncated,
@@ -40,9 +40,10 @@ impl<'m> Delivery<'_, 'm> {
         self.message.attempts().saturating_add(redeliveries)
     }
 
-    /// The queue message itself (Cloudflare's id, raw body, attempts).
-    pub fn queue_message(&self) -> &QueueMessage {
-        self.queue_message
+    /// The queue message (Cloudflare's id, raw body, attempts); not its
+    /// `ack` or `retry`: the consumer's, by the outcome.
+    pub fn queue_message(&self) -> HandlerMessage<'_> {
+        HandlerMessage(self.queue_message)
     }
 }
 

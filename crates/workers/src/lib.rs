@@ -81,7 +81,7 @@ mod spans;
 mod store;
 mod time;
 
-pub use batch::{QueueBatch, QueueMessage};
+pub use batch::{HandlerMessage, QueueBatch, QueueMessage};
 pub use config::{ConfigError, DedupeConfig, StoreKind};
 pub use consumer::{Action, BatchReport, ConsumeError, Delivery, MessageReport, QueueConsumer};
 pub use producer::{send_envelope, send_envelopes};

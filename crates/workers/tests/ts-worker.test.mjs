@@ -436,6 +436,20 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
     assert.equal((await effects())["ts-retry"], 1);
   });
 
+  // A trial's finding: Cloudflare keeps a message's first ack() or retry(), so a
+  // handler's own ack() then a throw lost the message (the consumer's retry
+  // ignored), and its retry() then a return was recorded done (its redelivery
+  // skipped). The handler's message refuses both: a failed run, retried.
+  test("a handler that calls the message's own ack() or retry() fails, retried, its effect never recorded", async () => {
+    for (const settle of ["ack", "retry"]) {
+      const id = `ts-settle-${settle}`;
+      const result = await queue("ts", [msg(envelope(id, { settle }), 1, `s-${settle}`)]);
+      assert.deepEqual(result.retryMessages.map((r) => r.msgId), [`s-${settle}`], JSON.stringify(result));
+      assert.deepEqual(result.explicitAcks, [], JSON.stringify(result));
+      assert.equal((await effects())[id], undefined, settle);
+    }
+  });
+
   test("poison goes to the dead-letter queue with the BabelQueue dead_letter block", async () => {
     const poison = { meta: { id: "ts-poison", schema_version: 1 } }; // no job
     const result = await queue("ts", [msg(poison, 1, "p-1")]);

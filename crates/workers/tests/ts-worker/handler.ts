@@ -13,11 +13,15 @@ export interface Env {
 interface Directives {
   fail_attempts?: number;
   sleep_ms?: number;
+  /** Call the message's own `ack()` or `retry()`, then go on (the consumer's to call: refused). */
+  settle?: "ack" | "retry";
 }
 
 export async function handle(envelope: BabelQueueEnvelope, message: Message, env: Env): Promise<void> {
   const directives = envelope.data as Directives;
   if (directives.sleep_ms) await new Promise((resolve) => setTimeout(resolve, directives.sleep_ms));
+  if (directives.settle === "ack") message.ack();
+  if (directives.settle === "retry") message.retry();
   if (message.attempts <= (directives.fail_attempts ?? 0)) {
     throw new Error(`told to fail (attempt ${message.attempts})`);
   }
