@@ -60,7 +60,8 @@ pub struct Backend {
 pub enum TestPlace {
     /// Its spec alone: a new store per process (`memory`).
     Fresh,
-    /// Its first scheme and a new file's path.
+    /// Its first scheme and a new path of its own (a file, or a folder the
+    /// store makes), deleted with whatever begins with its name.
     File,
     /// A server a wrapper script starts, the test's records kept apart by a
     /// query parameter (`isolate`: a key prefix, a table).

@@ -573,11 +573,16 @@ impl TransactionalStore for SqliteStore {
                 if ended[i].is_some() {
                     continue;
                 }
-                if let Some(key) = key
-                    && let Some(taken) = taken(&tx, key, self.now()).map_err(error)?
-                {
-                    runs.push((i, taken));
-                    continue;
+                if let Some(key) = key {
+                    // A repeat of an id this batch ran: done, its record to come.
+                    let found = match succeeded.contains(key) {
+                        true => Some(TxRun::AlreadyDone),
+                        false => taken(&tx, key, self.now()).map_err(error)?,
+                    };
+                    if let Some(found) = found {
+                        runs.push((i, found));
+                        continue;
+                    }
                 }
                 tx.execute_batch(&format!("SAVEPOINT {savepoint}"))
                     .map_err(error)?;

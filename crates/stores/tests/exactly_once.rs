@@ -1311,3 +1311,59 @@ fn postgres_a_handler_plans_its_statements_as_the_connection_says() {
         );
     }
 }
+
+/// The trait's promise, called directly (the guard leaves in-batch repeats
+/// out): a key repeated in a batch finds the first entry's record,
+/// `AlreadyDone`, its work not run. On SQLite since its ids are recorded after
+/// the last handler, both ran and committed (a trial's finding; failed first);
+/// PostgreSQL alike, on the same trait.
+#[test]
+fn a_key_repeated_in_a_transactional_batch_runs_once_on_sqlite_and_postgres() {
+    use bq_dedupe::store::{TransactionalStore, TxRun};
+    let db = TempDb::new("tx-repeat");
+    open(db.path());
+    let sqlite = SqliteStore::open(db.path()).unwrap();
+    let keys = [Some("rep-1"), Some("rep-2"), Some("rep-1")];
+    let runs = sqlite
+        .transaction_batch(&keys, None, |i, tx: &mut rusqlite::Transaction<'_>| {
+            tx.execute("INSERT INTO effects (id) VALUES (?1)", [keys[i].unwrap()])
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })
+        .unwrap();
+    assert!(
+        matches!(
+            runs.as_slice(),
+            [
+                TxRun::Committed(()),
+                TxRun::Committed(()),
+                TxRun::AlreadyDone
+            ]
+        ),
+        "sqlite: {runs:?}"
+    );
+    assert_eq!(effects_of(db.path(), "rep-1"), 1);
+
+    let pg = PgBackend::new("tx-repeat");
+    let store = pg.opener()();
+    let insert = pg.insert();
+    let runs = store
+        .transaction_batch(&keys, None, |i, tx: &mut postgres::Transaction<'_>| {
+            tx.execute(&insert, &[&keys[i].unwrap()])
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })
+        .unwrap();
+    assert!(
+        matches!(
+            runs.as_slice(),
+            [
+                TxRun::Committed(()),
+                TxRun::Committed(()),
+                TxRun::AlreadyDone
+            ]
+        ),
+        "postgres: {runs:?}"
+    );
+    assert_eq!(pg.counter()("rep-1"), 1);
+}

@@ -28,7 +28,9 @@ pub fn unique(tag: &str) -> String {
     format!("{tag}-{}-{nanos:x}-{n}", std::process::id())
 }
 
-/// A fresh SQLite path under `target/`, deleted (with its WAL files) on drop.
+/// A fresh path under `target/` (a SQLite file, or a file store's folder),
+/// deleted on drop with everything beside it whose name begins with its own
+/// (SQLite's `-wal` and `-shm`).
 pub struct TempDb(pub PathBuf);
 
 impl TempDb {
@@ -43,10 +45,15 @@ impl TempDb {
 
 impl Drop for TempDb {
     fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm"] {
-            let mut p = self.0.clone().into_os_string();
-            p.push(suffix);
-            let _ = std::fs::remove_file(p);
+        let (Some(dir), Some(name)) = (self.0.parent(), self.0.file_name()) else {
+            return;
+        };
+        let name = name.to_string_lossy().into_owned();
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().starts_with(&name) {
+                let path = entry.path();
+                let _ = std::fs::remove_file(&path).or_else(|_| std::fs::remove_dir_all(&path));
+            }
         }
     }
 }
