@@ -45,6 +45,25 @@ fn every_backend_through_its_spec_delegates_every_method() {
         if subject.format.is_none() {
             assert_eq!(store.capabilities(), Capabilities::ALL);
         }
+        // Whose records these are (the guard refuses fingerprints on another
+        // SDK's): PostgreSQL's table is the Go SDK's; a dialect, its SDK's.
+        let shared = store.shared_format();
+        match (subject.backend.name, subject.format) {
+            ("postgres", None) => assert_eq!(shared, Some("the Go SDK's PostgreSQL")),
+            (_, None) => assert_eq!(shared, None, "{}", subject.name()),
+            (_, Some(format)) => {
+                let sdk = if format.ends_with("php") {
+                    "PHP SDK"
+                } else {
+                    "Go SDK"
+                };
+                assert!(
+                    shared.is_some_and(|s| s.contains(sdk)),
+                    "{}: {shared:?}",
+                    subject.name()
+                );
+            }
+        }
     });
 }
 
