@@ -599,7 +599,44 @@ impl PostgresStore {
         if !qualified {
             (store.table, store.claims) = store.qualified_tables()?;
         }
+        store.check_id_columns()?;
         Ok(store)
+    }
+
+    /// The tables' `message_id` columns keep every id as given: `text`, or
+    /// `varchar` without a length, in a deterministic collation. A table made
+    /// by hand otherwise is refused, naming the column: `char(n)` pads (an id
+    /// `"a "` would read as `"a"`'s record and be skipped), `varchar(n)` fails
+    /// every batch holding a longer id, a case-insensitive collation merges
+    /// `A` and `a`.
+    fn check_id_columns(&self) -> StoreResult<()> {
+        let sql = "SELECT pg_catalog.format('%s.message_id is %s%s', c.oid::regclass,
+                       pg_catalog.format_type(a.atttypid, a.atttypmod),
+                       ' COLLATE ' || pg_catalog.quote_ident(co.collname))
+                   FROM pg_catalog.pg_attribute a
+                   JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+                   LEFT JOIN pg_catalog.pg_collation co ON co.oid = a.attcollation
+                   WHERE a.attrelid IN (pg_catalog.to_regclass($1), pg_catalog.to_regclass($2))
+                     AND a.attname = 'message_id' AND NOT a.attisdropped
+                     AND NOT ((a.atttypid = 'text'::regtype
+                               OR (a.atttypid = 'varchar'::regtype AND a.atttypmod = -1))
+                              -- Before PostgreSQL 12 every collation is deterministic.
+                              AND coalesce(pg_catalog.to_jsonb(co) ->> 'collisdeterministic',
+                                           'true') = 'true')";
+        let (t, c) = (self.table.as_str(), self.claims.as_str());
+        let rows = self.run(|conn| {
+            conn.client()
+                .query_typed(sql, &[(&t, Type::TEXT), (&c, Type::TEXT)])
+        })?;
+        match rows.first() {
+            None => Ok(()),
+            Some(row) => Err(invalid(format!(
+                "postgres: {}: ids would not be kept as given (padded, cut short or \
+                 compared loosely, some skipped as another's duplicate); make the column \
+                 TEXT in the default collation, as the Go SDK and this store create it",
+                row.get::<_, String>(0)
+            ))),
+        }
     }
 
     /// The two tables' names with their schemas, as they resolve now: a

@@ -334,6 +334,62 @@ fn postgres_uses_a_table_the_go_store_created() {
     drop(PostgresStore::connect(&url, &table).unwrap());
 }
 
+/// An id table made by hand in another shape is refused at connect, naming
+/// the column: `char(12)` pads, so `"order-1 "` read as `"order-1"`'s record
+/// and was skipped, its effect never run; `varchar(36)` failed every batch
+/// holding a longer id, forever; a collation that is not deterministic (a
+/// case-insensitive ICU one) would merge `A` and `a` (a trial's findings).
+/// Go's `TEXT`, and `varchar` without a length, are used.
+#[test]
+fn postgres_an_id_table_whose_ids_would_not_be_kept_as_given_is_refused() {
+    let url = postgres_url();
+    let mut db = sql(&url);
+    db.batch_execute(
+        "DO $$ BEGIN CREATE COLLATION IF NOT EXISTS bq_test_ci
+           (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+         EXCEPTION WHEN unique_violation OR duplicate_object THEN NULL; END $$;",
+    )
+    .unwrap();
+    for (column, refused) in [
+        ("char(12)", true),
+        ("varchar(36)", true),
+        ("TEXT COLLATE bq_test_ci", true),
+        ("varchar", false),
+        ("TEXT", false),
+    ] {
+        for claims in [false, true] {
+            let table = postgres_table("shape");
+            let _clean = PgCleanup {
+                url: url.clone(),
+                table: table.clone(),
+            };
+            let (ids, claim_ids) = if claims {
+                ("TEXT", column)
+            } else {
+                (column, "TEXT")
+            };
+            db.batch_execute(&format!(
+                "CREATE TABLE {table} (message_id {ids} NOT NULL PRIMARY KEY,
+                     created_at TIMESTAMPTZ NOT NULL DEFAULT now(), expires_at TIMESTAMPTZ NULL);
+                 CREATE TABLE {table}_claims (message_id {claim_ids} NOT NULL PRIMARY KEY,
+                     token TEXT NOT NULL, expires_at TIMESTAMPTZ NOT NULL);"
+            ))
+            .unwrap();
+            match PostgresStore::connect(&url, &table) {
+                Err(e) if refused => {
+                    assert_eq!(e.kind, StoreErrorKind::Invalid, "{column}: {e}");
+                    assert!(e.message.contains("message_id"), "{column}: {e}");
+                }
+                Ok(store) if !refused => {
+                    ready(store.remember("order-1", None)).unwrap();
+                    assert!(!ready(store.seen("order-1 ")).unwrap(), "{column}");
+                }
+                other => panic!("{column} (claims table: {claims}): {other:?}"),
+            }
+        }
+    }
+}
+
 /// A call blocked on a lock another session holds ends within the store's
 /// `lock_timeout` as `Unavailable` (issue #29: it blocked indefinitely, still
 /// waiting when killed at 15 s). The spec sets it (`?lock_timeout=1s`); the
