@@ -25,7 +25,8 @@ pub enum TxRun<T, E> {
     /// says what was found. Also a work that ended the transaction itself
     /// (its own `COMMIT` or `ROLLBACK`, where the database cannot refuse them)
     /// and then failed: the key is left unmarked, and the error says that what
-    /// it wrote outside the store's transaction stays.
+    /// it wrote outside the store's transaction stays. Also a commit the
+    /// database refused for the work's writes (a deferred constraint).
     Aborted(StoreError),
 }
 

@@ -117,6 +117,17 @@ pub(crate) fn invalid(message: impl Into<String>) -> StoreError {
     StoreError::new(bq_dedupe::store::StoreErrorKind::Invalid, message)
 }
 
+/// A commit the database refused for the work's writes (a deferred
+/// constraint): the transactional run's failure, not the store's.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn refused_at_commit(e: StoreError) -> StoreError {
+    StoreError::internal(format!(
+        "{}: the commit was refused for the handler's writes (a deferred constraint); \
+         nothing of this run is committed",
+        e.message
+    ))
+}
+
 /// A TTL or lease in whole milliseconds, at least 1 (Redis rejects `PX 0`, and a
 /// zero TTL should not mean something different per backend).
 fn ttl_ms(d: Duration) -> u64 {

@@ -1547,7 +1547,12 @@ impl TransactionalStore for PostgresStore {
                                 if refused {
                                     let _undone = self.undo_takes_elsewhere(&keys, &mark, &writer);
                                 }
-                                Err(error(e))
+                                // A deferred constraint the work's writes
+                                // broke (class 23): the work's failure.
+                                match e.code().is_some_and(|c| c.code().starts_with("23")) {
+                                    true => Ok(TxRun::Aborted(crate::refused_at_commit(error(e)))),
+                                    false => Err(error(e)),
+                                }
                             }
                         };
                     }

@@ -536,8 +536,15 @@ impl TransactionalStore for SqliteStore {
                         return Ok(TxRun::Aborted(unrecorded()));
                     }
                 }
-                tx.commit().map_err(error)?;
-                Ok(TxRun::Committed(value))
+                match tx.commit() {
+                    Ok(()) => Ok(TxRun::Committed(value)),
+                    // A deferred constraint the work's writes broke: refused,
+                    // rolled back (on drop), the work's failure.
+                    Err(e) if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {
+                        Ok(TxRun::Aborted(crate::refused_at_commit(error(e))))
+                    }
+                    Err(e) => Err(error(e)),
+                }
             }
             // Dropping the transaction rolls it back.
             Err(e) => Ok(TxRun::RolledBack(e)),
