@@ -230,12 +230,23 @@ fn remember_in(conn: &Connection, keys: &[&str], until: Option<i64>) -> rusqlite
 /// WAL, `synchronous=NORMAL` and the table: what every connection needs before its
 /// first call. Answers the journal mode; a file that cannot use WAL is left
 /// untouched. The table is created under `BEGIN IMMEDIATE`, so a concurrent creator
-/// is waited for (the busy handler) instead of deadlocking a read-then-write upgrade.
+/// is waited for (the busy handler) instead of deadlocking a read-then-write upgrade;
+/// found with its index, it is used as it is, without the write lock (another
+/// consumer's long transaction would hold a restart up past the busy timeout).
 fn set_up(conn: &Connection) -> rusqlite::Result<String> {
     let mode: String =
         conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
     if mode.eq_ignore_ascii_case("wal") {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
+        let made: i64 = conn.query_row(
+            "SELECT count(*) FROM main.sqlite_master WHERE type = 'table' AND name = 'bq_dedupe'
+                OR type = 'index' AND name = 'bq_dedupe_expires_at'",
+            [],
+            |row| row.get(0),
+        )?;
+        if made == 2 {
+            return Ok(mode);
+        }
         conn.execute_batch(&format!(
             "BEGIN IMMEDIATE; {SCHEMA} {EXPIRY_INDEX}; COMMIT;"
         ))

@@ -285,3 +285,29 @@ fn sqlite_table_dropped_under_the_store_is_an_error() {
         Outcome::StoreUnavailable(_)
     ));
 }
+
+/// A consumer (re)starting while another holds a write transaction longer than
+/// the busy timeout (a slow transactional batch): its store opens, reading
+/// that the table is there, and answers reads (`open` took the write lock to
+/// make the table even when it existed, and failed "database is locked"
+/// after 5 s: a trial's finding; failed first).
+#[test]
+fn a_store_opens_beside_a_long_write_transaction() {
+    let db = TempDb::new("open-beside-writer");
+    let first = SqliteStore::open(db.path()).unwrap();
+    ready(first.remember("before", None)).unwrap();
+    let writer = rusqlite::Connection::open(db.path()).unwrap();
+    writer
+        .execute_batch("BEGIN IMMEDIATE; INSERT INTO bq_dedupe (key, state) VALUES ('held', 1);")
+        .unwrap();
+    let started = std::time::Instant::now();
+    let second = SqliteStore::open(db.path())
+        .unwrap_or_else(|e| panic!("opened after {:?}: {e}", started.elapsed()));
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(ready(second.seen("before")).unwrap());
+    writer.execute_batch("ROLLBACK").unwrap();
+}
