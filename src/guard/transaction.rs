@@ -6,7 +6,7 @@
 use super::commit::outcome_of;
 use super::decide::mark_followers;
 use super::*;
-use crate::store::{StatementStore, StoreErrorKind, TransactionalStore, TxRun};
+use crate::store::{StatementStore, TransactionalStore, TxRun};
 
 impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     /// [`Guard::classify`] for the exactly-once modes, which keep no payload
@@ -103,10 +103,9 @@ impl<S: Store + TransactionalStore, O: Observer, T: Timer> Guard<S, O, T> {
 
     /// [`Guard::process_in_transaction`] for a batch: one transaction, a
     /// savepoint per delivery, so a failing delivery rolls back only its own
-    /// writes (and leaves its id unmarked) while the others commit. A batch
-    /// whose commit fails (one delivery's writes refused at COMMIT by a
-    /// deferred constraint, say), the store reachable, runs again at once, a
-    /// transaction per delivery. Deliveries
+    /// writes (and leaves its id unmarked) while the others commit. A COMMIT
+    /// refused for one delivery's writes (a deferred constraint) runs the
+    /// batch again at once, a transaction per delivery: that one fails alone. Deliveries
     /// sharing an id run at most once: a later one skips after its leader ran,
     /// parks after its leader failed. Invalid ones are rejected and run nothing.
     pub fn process_batch_in_transaction<B: Body, E>(
@@ -148,22 +147,6 @@ impl<S: Store + TransactionalStore, O: Observer, T: Timer> Guard<S, O, T> {
             Ok(results) => {
                 for (&(i, ..), result) in runs.iter().zip(results) {
                     outcomes[i] = Some(outcome_of_run(&decisions[i].verdict, Ok(result)));
-                }
-            }
-            // One delivery's writes can refuse the whole commit (a deferred
-            // constraint, an id the database cannot hold): nothing committed,
-            // so the batch runs again at once, a transaction per delivery, and
-            // that one fails alone (not for a store that is unreachable).
-            Err(e) if runs.len() > 1 && e.kind != StoreErrorKind::Unavailable => {
-                for &(i, message, key) in &runs {
-                    let span = &decisions[i].span;
-                    let run = self.store_call_sync("transaction", key.iter().len(), [span], || {
-                        self.store.transaction(key, self.options.ttl, |tx| {
-                            guarded(|| span::in_span_sync(span, || handler(message, tx)))
-                        })
-                    });
-                    self.report_store_error(StoreOp::Remember, &run);
-                    outcomes[i] = Some(outcome_of_run(&decisions[i].verdict, run));
                 }
             }
             Err(e) => {

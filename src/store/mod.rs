@@ -28,7 +28,7 @@ pub use foreign::{Batch, Foreign, ForeignStore};
 pub use memory::{InMemoryStore, StoreEntry};
 pub use per_key::{KeyStore, PerKey, Unbatched};
 pub use settle::{Settled, Settlement};
-pub use transactional::{StatementStore, TransactionalStore, TxRun};
+pub use transactional::{StatementStore, TransactionalStore, TxRun, each_alone};
 
 /// What a store offers beyond the three spec operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -26,7 +26,8 @@ pub enum TxRun<T, E> {
     /// (its own `COMMIT` or `ROLLBACK`, where the database cannot refuse them)
     /// and then failed: the key is left unmarked, and the error says that what
     /// it wrote outside the store's transaction stays. Also a commit the
-    /// database refused for the work's writes (a deferred constraint).
+    /// database refused for the work's writes (a deferred constraint): a
+    /// batch's entries then run again alone ([`each_alone`]).
     Aborted(StoreError),
 }
 
@@ -64,6 +65,31 @@ pub trait TransactionalStore {
         ttl: Option<Duration>,
         work: impl FnMut(usize, &mut Self::Tx<'_>) -> Result<(), E>,
     ) -> StoreResult<Vec<TxRun<(), E>>>;
+}
+
+/// For a [`TransactionalStore::transaction_batch`] whose one COMMIT the
+/// database refused for an entry's writes (a deferred constraint: nothing
+/// committed): the entries not yet `settled` run again, a transaction each,
+/// so that entry fails alone (its own commit refused: [`TxRun::Aborted`]) and
+/// the others commit. A run the store fails is `Aborted` too (nothing of it
+/// committed, or its redelivery finds it done).
+pub fn each_alone<S: TransactionalStore + ?Sized, E>(
+    store: &S,
+    keys: &[Option<&str>],
+    ttl: Option<Duration>,
+    settled: Vec<Option<TxRun<(), E>>>,
+    mut work: impl FnMut(usize, &mut S::Tx<'_>) -> Result<(), E>,
+) -> Vec<TxRun<(), E>> {
+    settled
+        .into_iter()
+        .enumerate()
+        .map(|(i, settled)| match settled {
+            Some(run) => run,
+            None => {
+                (store.transaction(keys[i], ttl, |tx| work(i, tx))).unwrap_or_else(TxRun::Aborted)
+            }
+        })
+        .collect()
 }
 
 /// A store whose transactions are batches of statements rather than an open

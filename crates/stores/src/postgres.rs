@@ -2,7 +2,7 @@
 //! their own. The record formats are in `docs/stores.md`.
 
 use bq_dedupe::store::record::Rules;
-use bq_dedupe::store::{TransactionalStore, TxRun};
+use bq_dedupe::store::{TransactionalStore, TxRun, each_alone};
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -1549,7 +1549,7 @@ impl TransactionalStore for PostgresStore {
                                 }
                                 // A deferred constraint the work's writes
                                 // broke (class 23): the work's failure.
-                                match e.code().is_some_and(|c| c.code().starts_with("23")) {
+                                match broke_a_constraint(&e) {
                                     true => Ok(TxRun::Aborted(crate::refused_at_commit(error(e)))),
                                     false => Err(error(e)),
                                 }
@@ -1586,6 +1586,8 @@ impl TransactionalStore for PostgresStore {
     ) -> StoreResult<Vec<TxRun<(), E>>> {
         let names: Vec<Option<std::borrow::Cow<'_, str>>> =
             keys.iter().map(|k| k.map(stored)).collect();
+        // (`ttl` in ms below; the runs alone take it as given.)
+        let given_ttl = ttl;
         let (take, ttl) = (self.take_sql(), ms(ttl));
         let token = new_token();
         let mark = format!("{MARK_PREFIX}{}", token.0);
@@ -1600,7 +1602,7 @@ impl TransactionalStore for PostgresStore {
         let next =
             format!("RELEASE {savepoint}; SET client_encoding TO 'UTF8'; SAVEPOINT {savepoint}");
         let undo = format!("ROLLBACK TO {savepoint}");
-        self.in_transaction(|mut tx, prepared| {
+        let batch = self.in_transaction(|mut tx, prepared| {
             let mut statements = TxStatements {
                 prepared,
                 undo: Some(&undo),
@@ -1667,12 +1669,15 @@ impl TransactionalStore for PostgresStore {
                 Ok(runs)
             };
             let failed = match body(&mut tx, &mut statements) {
-                Ok(runs) => {
-                    // A failed COMMIT committed nothing (a handler's own COMMIT
-                    // would have failed the RELEASE before): nothing to undo.
-                    tx.commit().map_err(error)?;
-                    return Ok(runs);
-                }
+                // A failed COMMIT committed nothing (a handler's own COMMIT
+                // would have failed the RELEASE before): nothing to undo.
+                Ok(runs) => match tx.commit() {
+                    Ok(()) => return Ok(Some(runs)),
+                    // An entry's writes broke a deferred constraint: each
+                    // runs again alone, below, that one refused.
+                    Err(e) if broke_a_constraint(&e) => return Ok(None),
+                    Err(e) => return Err(error(e)),
+                },
                 Err(e) => e,
             };
             // A handler that ended the transaction (its savepoint then gone)
@@ -1684,8 +1689,21 @@ impl TransactionalStore for PostgresStore {
                 let _undone = self.roll_back_and_undo(tx, &[key], &mark, &writer);
             }
             Err(failed)
-        })
+        })?;
+        match batch {
+            Some(runs) => Ok(runs),
+            None => {
+                let settled = keys.iter().map(|_| None).collect();
+                Ok(each_alone(self, keys, given_ttl, settled, work))
+            }
+        }
     }
+}
+
+/// An ERROR of class 23 (integrity constraint violation): at COMMIT, a
+/// deferred constraint the transaction's writes broke.
+fn broke_a_constraint(e: &postgres::Error) -> bool {
+    e.code().is_some_and(|c| c.code().starts_with("23"))
 }
 
 /// The transaction that wrote a take's row (its `xmin`, as text; `None`: no

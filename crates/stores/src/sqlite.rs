@@ -10,7 +10,7 @@ use bq_dedupe::store::record::Rules;
 use bq_dedupe::store::{TransactionalStore, TxRun};
 use bq_dedupe::{
     Store, StoreError, StoreResult, clock::Clock, clock::SystemClock, store::Capabilities,
-    store::Claim, store::ClaimToken, store::Settled, store::Settlement,
+    store::Claim, store::ClaimToken, store::Settled, store::Settlement, store::each_alone,
 };
 use rusqlite::{
     Connection, DropBehavior, ErrorCode, OptionalExtension, TransactionBehavior, params,
@@ -153,7 +153,7 @@ impl SqliteStore {
     }
 
     fn until(&self, ttl: Option<Duration>) -> Option<i64> {
-        ttl.map(|d| self.now().saturating_add(ttl_ms(d) as i64))
+        until(self.now(), ttl)
     }
 
     fn lock(&self) -> StoreResult<MutexGuard<'_, Connection>> {
@@ -255,6 +255,17 @@ fn set_up(conn: &Connection) -> rusqlite::Result<String> {
         })?;
     }
     Ok(mode)
+}
+
+/// When a record written at `now` (ms) for `ttl` expires.
+fn until(now: i64, ttl: Option<Duration>) -> Option<i64> {
+    ttl.map(|d| now.saturating_add(ttl_ms(d) as i64))
+}
+
+/// A COMMIT refused for a constraint the transaction's writes broke (a
+/// deferred foreign key).
+fn broke_a_constraint(e: &rusqlite::Error) -> bool {
+    e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation)
 }
 
 fn is_busy(e: &rusqlite::Error) -> bool {
@@ -542,8 +553,10 @@ impl TransactionalStore for SqliteStore {
                     return Ok(TxRun::Aborted(began_another()));
                 }
                 if let Some(key) = key {
-                    remember_in(&tx, &[key], self.until(ttl)).map_err(error)?;
-                    if !recorded(&tx, key, self.now())? {
+                    // One reading of the time for its expiry and the check.
+                    let now = self.now();
+                    remember_in(&tx, &[key], until(now, ttl)).map_err(error)?;
+                    if !recorded(&tx, key, now)? {
                         return Ok(TxRun::Aborted(unrecorded()));
                     }
                 }
@@ -551,7 +564,7 @@ impl TransactionalStore for SqliteStore {
                     Ok(()) => Ok(TxRun::Committed(value)),
                     // A deferred constraint the work's writes broke: refused,
                     // rolled back (on drop), the work's failure.
-                    Err(e) if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => {
+                    Err(e) if broke_a_constraint(&e) => {
                         Ok(TxRun::Aborted(crate::refused_at_commit(error(e))))
                     }
                     Err(e) => Err(error(e)),
@@ -639,18 +652,22 @@ impl TransactionalStore for SqliteStore {
             // TTL would commit its first ids expired, to run again). A
             // trigger's undoing is still found.
             let now = self.now();
-            remember_in(
-                &tx,
-                &succeeded,
-                ttl.map(|d| now.saturating_add(ttl_ms(d) as i64)),
-            )
-            .map_err(error)?;
+            remember_in(&tx, &succeeded, until(now, ttl)).map_err(error)?;
             for key in &succeeded {
                 if !recorded(&tx, key, now)? {
                     return Err(unrecorded());
                 }
             }
-            tx.commit().map_err(error)?;
+            match tx.commit() {
+                Ok(()) => {}
+                // An entry's writes broke a deferred constraint: nothing
+                // committed; each runs again alone, that one refused.
+                Err(e) if broke_a_constraint(&e) => {
+                    drop(conn);
+                    return Ok(each_alone(self, keys, ttl, ended, work));
+                }
+                Err(e) => return Err(error(e)),
+            }
             for (i, run) in runs {
                 ended[i] = Some(run);
             }

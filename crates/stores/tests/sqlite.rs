@@ -311,3 +311,43 @@ fn a_store_opens_beside_a_long_write_transaction() {
     assert!(ready(second.seen("before")).unwrap());
     writer.execute_batch("ROLLBACK").unwrap();
 }
+
+/// A clock that moves a second on every read (another client advancing a
+/// shared manual clock, or a real clock read twice across a TTL).
+struct Ticking(std::sync::atomic::AtomicU64);
+
+impl bq_dedupe::clock::Clock for Ticking {
+    fn now_ms(&self) -> u64 {
+        self.0.fetch_add(1000, std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A transactional run reads the time once for its id's expiry and for the
+/// check that the id is recorded: read twice, a TTL the clock passed in
+/// between made the check find the id expired, and a run that succeeded was
+/// aborted, nothing committed (the history checker's find, 150 runs x 14
+/// clients on a shared manual clock; failed first).
+#[test]
+fn a_transactional_run_reads_its_time_once() {
+    use bq_dedupe::store::{TransactionalStore, TxRun};
+    let db = TempDb::new("tx-ticking");
+    let store = SqliteStore::open(db.path())
+        .unwrap()
+        .with_clock(Arc::new(Ticking(1_000_000.into())));
+    let run = store.transaction(Some("tick"), Some(Duration::from_secs(1)), |_| {
+        Ok::<(), ()>(())
+    });
+    assert!(matches!(run, Ok(TxRun::Committed(()))), "{run:?}");
+    let runs = store.transaction_batch(
+        &[Some("tick-a"), Some("tick-b")],
+        Some(Duration::from_secs(1)),
+        |_, _| Ok::<(), ()>(()),
+    );
+    assert!(
+        matches!(
+            runs.as_deref(),
+            Ok([TxRun::Committed(()), TxRun::Committed(())])
+        ),
+        "{runs:?}"
+    );
+}
