@@ -615,11 +615,16 @@ impl PostgresStore {
                        ' COLLATE ' || pg_catalog.quote_ident(co.collname))
                    FROM pg_catalog.pg_attribute a
                    JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+                   -- A domain is read as the type it is over.
+                   JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid
+                   CROSS JOIN LATERAL (SELECT
+                       CASE ty.typtype WHEN 'd' THEN ty.typbasetype ELSE a.atttypid END AS base,
+                       CASE ty.typtype WHEN 'd' THEN ty.typtypmod ELSE a.atttypmod END AS typmod) b
                    LEFT JOIN pg_catalog.pg_collation co ON co.oid = a.attcollation
                    WHERE a.attrelid IN (pg_catalog.to_regclass($1), pg_catalog.to_regclass($2))
                      AND a.attname = 'message_id' AND NOT a.attisdropped
-                     AND NOT ((a.atttypid = 'text'::regtype
-                               OR (a.atttypid = 'varchar'::regtype AND a.atttypmod = -1))
+                     AND NOT ((b.base = 'text'::regtype
+                               OR (b.base = 'varchar'::regtype AND b.typmod = -1))
                               -- Before PostgreSQL 12 every collation is deterministic.
                               AND coalesce(pg_catalog.to_jsonb(co) ->> 'collisdeterministic',
                                            'true') = 'true')";

@@ -339,7 +339,7 @@ fn postgres_uses_a_table_the_go_store_created() {
 /// and was skipped, its effect never run; `varchar(36)` failed every batch
 /// holding a longer id, forever; a collation that is not deterministic (a
 /// case-insensitive ICU one) would merge `A` and `a` (a trial's findings).
-/// Go's `TEXT`, and `varchar` without a length, are used.
+/// Go's `TEXT`, `varchar` without a length, and a domain over them, are used.
 #[test]
 fn postgres_an_id_table_whose_ids_would_not_be_kept_as_given_is_refused() {
     let url = postgres_url();
@@ -347,15 +347,21 @@ fn postgres_an_id_table_whose_ids_would_not_be_kept_as_given_is_refused() {
     db.batch_execute(
         "DO $$ BEGIN CREATE COLLATION IF NOT EXISTS bq_test_ci
            (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
-         EXCEPTION WHEN unique_violation OR duplicate_object THEN NULL; END $$;",
+         EXCEPTION WHEN unique_violation OR duplicate_object THEN NULL; END $$;
+         DO $$ BEGIN CREATE DOMAIN bq_test_text AS text;
+         EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+         DO $$ BEGIN CREATE DOMAIN bq_test_short AS varchar(8);
+         EXCEPTION WHEN duplicate_object THEN NULL; END $$;",
     )
     .unwrap();
     for (column, refused) in [
         ("char(12)", true),
         ("varchar(36)", true),
         ("TEXT COLLATE bq_test_ci", true),
+        ("bq_test_short", true),
         ("varchar", false),
         ("TEXT", false),
+        ("bq_test_text", false),
     ] {
         for claims in [false, true] {
             let table = postgres_table("shape");
