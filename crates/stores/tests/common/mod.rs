@@ -105,7 +105,11 @@ pub struct LossyProxy {
 /// PostgreSQL `COMMIT\0`, the query and its end) is not passed on; the client's connection is closed
 /// instead, and `drops` goes down by one. The request itself reached the
 /// server: a call that took effect, its reply lost. The bytes must be in the
-/// clear (a PostgreSQL client with `sslmode=disable`).
+/// clear (a PostgreSQL client with `sslmode=disable`). A needle the reply
+/// repeats (PostgreSQL's command tag, `COMMIT\0`) marks the reply to lose: the
+/// last bytes of an earlier reply, read after the request went out, are not
+/// it (under load that loss closed the connection before the server read the
+/// request).
 pub fn lossy_proxy(upstream: String, needle: &'static [u8], drops: usize) -> LossyProxy {
     use std::io::{Read, Write};
     use std::net::{Shutdown, TcpListener, TcpStream};
@@ -125,12 +129,14 @@ pub fn lossy_proxy(upstream: String, needle: &'static [u8], drops: usize) -> Los
             std::thread::spawn(move || {
                 let mut buf = [0u8; 65536];
                 while let Ok(n @ 1..) = c_in.read(&mut buf) {
-                    if buf[..n].windows(needle.len()).any(|w| w == needle) {
-                        counted.fetch_add(1, Ordering::SeqCst);
-                        seen.store(true, Ordering::SeqCst);
-                    }
+                    let carries = contains(&buf[..n], needle);
                     if s_out.write_all(&buf[..n]).is_err() {
                         break;
+                    }
+                    // Once it went out: a reply before it is not its reply.
+                    if carries {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        seen.store(true, Ordering::SeqCst);
                     }
                 }
                 let _ = s_out.shutdown(Shutdown::Both);
@@ -139,8 +145,10 @@ pub fn lossy_proxy(upstream: String, needle: &'static [u8], drops: usize) -> Los
             let drops = drops.clone();
             std::thread::spawn(move || {
                 let mut buf = [0u8; 65536];
+                let echoed = needle == b"COMMIT\0";
                 while let Ok(n @ 1..) = s_in.read(&mut buf) {
                     let lose = claimed.load(Ordering::SeqCst)
+                        && (!echoed || contains(&buf[..n], needle))
                         && drops
                             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |d| d.checked_sub(1))
                             .is_ok();
@@ -154,6 +162,10 @@ pub fn lossy_proxy(upstream: String, needle: &'static [u8], drops: usize) -> Los
         }
     });
     LossyProxy { address, sendings }
+}
+
+fn contains(bytes: &[u8], needle: &[u8]) -> bool {
+    bytes.windows(needle.len()).any(|w| w == needle)
 }
 
 /// The test PostgreSQL's spec (`postgres` row); unset, the test fails.
