@@ -107,8 +107,8 @@ pub struct LossyProxy {
 /// server: a call that took effect, its reply lost. The bytes must be in the
 /// clear (a PostgreSQL client with `sslmode=disable`). A needle the reply
 /// repeats (PostgreSQL's command tag, `COMMIT\0`) marks the reply to lose: the
-/// last bytes of an earlier reply, read after the request went out, are not
-/// it (under load that loss closed the connection before the server read the
+/// last bytes of an earlier reply, read once the request was seen, are not it
+/// (under load that loss closed the connection before the server read the
 /// request).
 pub fn lossy_proxy(upstream: String, needle: &'static [u8], drops: usize) -> LossyProxy {
     use std::io::{Read, Write};
@@ -129,14 +129,13 @@ pub fn lossy_proxy(upstream: String, needle: &'static [u8], drops: usize) -> Los
             std::thread::spawn(move || {
                 let mut buf = [0u8; 65536];
                 while let Ok(n @ 1..) = c_in.read(&mut buf) {
-                    let carries = contains(&buf[..n], needle);
-                    if s_out.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                    // Once it went out: a reply before it is not its reply.
-                    if carries {
+                    // Marked before it goes out: its reply may come back first.
+                    if contains(&buf[..n], needle) {
                         counted.fetch_add(1, Ordering::SeqCst);
                         seen.store(true, Ordering::SeqCst);
+                    }
+                    if s_out.write_all(&buf[..n]).is_err() {
+                        break;
                     }
                 }
                 let _ = s_out.shutdown(Shutdown::Both);
