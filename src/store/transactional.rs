@@ -71,25 +71,32 @@ pub trait TransactionalStore {
 /// database refused for an entry's writes (a deferred constraint: nothing
 /// committed): the entries not yet `settled` run again, a transaction each,
 /// so that entry fails alone (its own commit refused: [`TxRun::Aborted`]) and
-/// the others commit. A run the store fails is `Aborted` too (nothing of it
-/// committed, or its redelivery finds it done).
+/// the others commit. The store failing before a rerun committed fails the
+/// batch (`Err`, nothing of it committed); after, the runs it fails are
+/// `Aborted` (nothing of them committed, or their redelivery finds them done).
 pub fn each_alone<S: TransactionalStore + ?Sized, E>(
     store: &S,
     keys: &[Option<&str>],
     ttl: Option<Duration>,
     settled: Vec<Option<TxRun<(), E>>>,
     mut work: impl FnMut(usize, &mut S::Tx<'_>) -> Result<(), E>,
-) -> Vec<TxRun<(), E>> {
-    settled
-        .into_iter()
-        .enumerate()
-        .map(|(i, settled)| match settled {
+) -> StoreResult<Vec<TxRun<(), E>>> {
+    let mut runs = Vec::with_capacity(settled.len());
+    let mut committed = false;
+    for (i, settled) in settled.into_iter().enumerate() {
+        runs.push(match settled {
             Some(run) => run,
-            None => {
-                (store.transaction(keys[i], ttl, |tx| work(i, tx))).unwrap_or_else(TxRun::Aborted)
-            }
-        })
-        .collect()
+            None => match store.transaction(keys[i], ttl, |tx| work(i, tx)) {
+                Ok(run) => {
+                    committed |= matches!(run, TxRun::Committed(()));
+                    run
+                }
+                Err(e) if !committed => return Err(e),
+                Err(e) => TxRun::Aborted(e),
+            },
+        });
+    }
+    Ok(runs)
 }
 
 /// A store whose transactions are batches of statements rather than an open
@@ -124,4 +131,76 @@ pub trait StatementStore {
         ttl: Option<Duration>,
         statements: Vec<Self::Statement>,
     ) -> StoreResult<TxRun<(), StoreError>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// Runs each work at once and commits, until its `fails_from`-th
+    /// transaction, from which the store fails.
+    struct Failing {
+        fails_from: usize,
+        calls: Cell<usize>,
+    }
+
+    impl TransactionalStore for Failing {
+        type Tx<'t> = ();
+
+        fn transaction<T, E>(
+            &self,
+            _key: Option<&str>,
+            _ttl: Option<Duration>,
+            work: impl FnOnce(&mut ()) -> Result<T, E>,
+        ) -> StoreResult<TxRun<T, E>> {
+            self.calls.set(self.calls.get() + 1);
+            if self.calls.get() > self.fails_from {
+                return Err(StoreError::unavailable("down"));
+            }
+            Ok(match work(&mut ()) {
+                Ok(value) => TxRun::Committed(value),
+                Err(e) => TxRun::RolledBack(e),
+            })
+        }
+
+        fn transaction_batch<E>(
+            &self,
+            _keys: &[Option<&str>],
+            _ttl: Option<Duration>,
+            _work: impl FnMut(usize, &mut ()) -> Result<(), E>,
+        ) -> StoreResult<Vec<TxRun<(), E>>> {
+            unreachable!("each_alone runs entries one by one")
+        }
+    }
+
+    fn rerun(fails_from: usize) -> StoreResult<Vec<TxRun<(), ()>>> {
+        let store = Failing {
+            fails_from,
+            calls: Cell::new(0),
+        };
+        let keys = [Some("a"), Some("b"), Some("c")];
+        let settled = vec![None, Some(TxRun::Held), None];
+        each_alone(&store, &keys, None, settled, |_, _| Ok(()))
+    }
+
+    /// A store down before any rerun committed fails the batch as one (the
+    /// guard says store-unavailable); after one committed, the rest are
+    /// aborted runs; settled entries are kept and not run.
+    #[test]
+    fn the_store_failing_during_the_reruns() {
+        assert!(rerun(0).is_err());
+        let runs = rerun(1).unwrap();
+        assert!(
+            matches!(
+                runs.as_slice(),
+                [TxRun::Committed(()), TxRun::Held, TxRun::Aborted(_)]
+            ),
+            "{runs:?}"
+        );
+        assert!(matches!(
+            rerun(5).unwrap().as_slice(),
+            [TxRun::Committed(()), TxRun::Held, TxRun::Committed(())]
+        ));
+    }
 }

@@ -1699,7 +1699,7 @@ impl TransactionalStore for PostgresStore {
             Some(runs) => Ok(runs),
             None => {
                 let settled = keys.iter().map(|_| None).collect();
-                Ok(each_alone(self, keys, given_ttl, settled, work))
+                each_alone(self, keys, given_ttl, settled, work)
             }
         }
     }

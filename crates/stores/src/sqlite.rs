@@ -664,7 +664,7 @@ impl TransactionalStore for SqliteStore {
                 // committed; each runs again alone, that one refused.
                 Err(e) if broke_a_constraint(&e) => {
                     drop(conn);
-                    return Ok(each_alone(self, keys, ttl, ended, work));
+                    return each_alone(self, keys, ttl, ended, work);
                 }
                 Err(e) => return Err(error(e)),
             }
