@@ -143,7 +143,10 @@ export function headerParent(carrier) {
     if (m === null || (m[1] === '00' && m[5] !== undefined)) return undefined;
     const parent = { traceId: m[2], spanId: m[3], traceFlags: parseInt(m[4], 16), isRemote: true };
     // Its own guard: a tracestate that throws loses only itself.
-    const state = quietly(() => carrier.tracestate && TraceState.parse(String(carrier.tracestate)));
+    const state = quietly(() => {
+      const value = carrier.tracestate;
+      return value ? TraceState.parse(String(value)) : undefined;
+    });
     if (state) parent.traceState = state;
     return parent;
   });
