@@ -71,9 +71,10 @@ pub trait TransactionalStore {
 /// database refused for an entry's writes (a deferred constraint: nothing
 /// committed): the entries not yet `settled` run again, a transaction each,
 /// so that entry fails alone (its own commit refused: [`TxRun::Aborted`]) and
-/// the others commit. The store failing before a rerun committed fails the
-/// batch (`Err`, nothing of it committed); after, the runs it fails are
-/// `Aborted` (nothing of them committed, or their redelivery finds them done).
+/// the others commit. The store failing before a rerun committed (or was
+/// aborted: a handler's own COMMIT may have kept its writes) fails the batch
+/// (`Err`, nothing of it committed); after, the runs it fails are `Aborted`
+/// (nothing of them committed, or their redelivery finds them done).
 pub fn each_alone<S: TransactionalStore + ?Sized, E>(
     store: &S,
     keys: &[Option<&str>],
@@ -88,7 +89,8 @@ pub fn each_alone<S: TransactionalStore + ?Sized, E>(
             Some(run) => run,
             None => match store.transaction(keys[i], ttl, |tx| work(i, tx)) {
                 Ok(run) => {
-                    committed |= matches!(run, TxRun::Committed(()));
+                    // Aborted may have committed what a handler's own COMMIT did.
+                    committed |= matches!(run, TxRun::Committed(()) | TxRun::Aborted(_));
                     run
                 }
                 Err(e) if !committed => return Err(e),
@@ -143,6 +145,8 @@ mod tests {
     struct Failing {
         fails_from: usize,
         calls: Cell<usize>,
+        /// A work that succeeds is aborted (its handler's own COMMIT).
+        aborts: bool,
     }
 
     impl TransactionalStore for Failing {
@@ -159,6 +163,7 @@ mod tests {
                 return Err(StoreError::unavailable("down"));
             }
             Ok(match work(&mut ()) {
+                Ok(_) if self.aborts => TxRun::Aborted(StoreError::internal("its own COMMIT")),
                 Ok(value) => TxRun::Committed(value),
                 Err(e) => TxRun::RolledBack(e),
             })
@@ -174,10 +179,11 @@ mod tests {
         }
     }
 
-    fn rerun(fails_from: usize) -> StoreResult<Vec<TxRun<(), ()>>> {
+    fn rerun(fails_from: usize, aborts: bool) -> StoreResult<Vec<TxRun<(), ()>>> {
         let store = Failing {
             fails_from,
             calls: Cell::new(0),
+            aborts,
         };
         let keys = [Some("a"), Some("b"), Some("c")];
         let settled = vec![None, Some(TxRun::Held), None];
@@ -189,8 +195,8 @@ mod tests {
     /// aborted runs; settled entries are kept and not run.
     #[test]
     fn the_store_failing_during_the_reruns() {
-        assert!(rerun(0).is_err());
-        let runs = rerun(1).unwrap();
+        assert!(rerun(0, false).is_err());
+        let runs = rerun(1, false).unwrap();
         assert!(
             matches!(
                 runs.as_slice(),
@@ -199,8 +205,18 @@ mod tests {
             "{runs:?}"
         );
         assert!(matches!(
-            rerun(5).unwrap().as_slice(),
+            rerun(5, false).unwrap().as_slice(),
             [TxRun::Committed(()), TxRun::Held, TxRun::Committed(())]
         ));
+        // An aborted rerun may have kept what its handler committed itself:
+        // the batch is not failed as one after it (its report would be lost).
+        let runs = rerun(1, true).unwrap();
+        assert!(
+            matches!(
+                runs.as_slice(),
+                [TxRun::Aborted(_), TxRun::Held, TxRun::Aborted(_)]
+            ),
+            "{runs:?}"
+        );
     }
 }

@@ -1549,12 +1549,18 @@ impl TransactionalStore for PostgresStore {
                                         |s| s == postgres::error::Severity::Error,
                                     )
                                 });
-                                if refused {
-                                    let _undone = self.undo_takes_elsewhere(&keys, &mark, &writer);
-                                }
+                                // A take found committed elsewhere: the
+                                // handler's own COMMIT, its writes before it kept.
+                                let own_commit = refused
+                                    && self
+                                        .undo_takes_elsewhere(&keys, &mark, &writer)
+                                        .unwrap_or(false);
                                 // A deferred constraint the work's writes
                                 // broke (class 23): the work's failure.
                                 match broke_a_constraint(&e) {
+                                    true if own_commit => {
+                                        Ok(TxRun::Aborted(ended_by_handler_error()))
+                                    }
                                     true => Ok(TxRun::Aborted(crate::refused_at_commit(error(e)))),
                                     false => Err(error(e)),
                                 }
