@@ -627,7 +627,21 @@ impl PostgresStore {
                                OR (b.base = 'varchar'::regtype AND b.typmod = -1))
                               -- Before PostgreSQL 12 every collation is deterministic.
                               AND coalesce(pg_catalog.to_jsonb(co) ->> 'collisdeterministic',
-                                           'true') = 'true')";
+                                           'true') = 'true')
+                   -- A unique index in another collation decides ON CONFLICT.
+                   UNION ALL
+                   SELECT pg_catalog.format('%s has a unique index %s on message_id COLLATE %s',
+                       i.indrelid::regclass, i.indexrelid::regclass,
+                       pg_catalog.quote_ident(co.collname))
+                   FROM pg_catalog.pg_index i
+                   JOIN pg_catalog.pg_attribute a
+                     ON a.attrelid = i.indrelid AND a.attname = 'message_id'
+                   CROSS JOIN LATERAL ROWS FROM (pg_catalog.unnest(i.indkey::int2[]),
+                       pg_catalog.unnest(i.indcollation::oid[])) AS k(attnum, coll)
+                   JOIN pg_catalog.pg_collation co ON co.oid = k.coll
+                   WHERE i.indrelid IN (pg_catalog.to_regclass($1), pg_catalog.to_regclass($2))
+                     AND i.indisunique AND k.attnum = a.attnum
+                     AND pg_catalog.to_jsonb(co) ->> 'collisdeterministic' = 'false'";
         let (t, c) = (self.table.as_str(), self.claims.as_str());
         let rows = self.run(|conn| {
             conn.client()

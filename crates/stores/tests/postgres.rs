@@ -381,6 +381,19 @@ fn postgres_an_id_table_whose_ids_would_not_be_kept_as_given_is_refused() {
                      token TEXT NOT NULL, expires_at TIMESTAMPTZ NOT NULL);"
             ))
             .unwrap();
+            if column == "TEXT" && claims {
+                // The column as Go makes it, but a unique index that merges
+                // ids (ON CONFLICT (message_id) takes it: the last review
+                // saw ORDER-A skipped as order-a's record).
+                db.batch_execute(&format!(
+                    "CREATE UNIQUE INDEX {table}_ci ON {table} (message_id COLLATE bq_test_ci)"
+                ))
+                .unwrap();
+                let e = PostgresStore::connect(&url, &table).unwrap_err();
+                assert_eq!(e.kind, StoreErrorKind::Invalid, "{e}");
+                assert!(e.message.contains("unique index"), "{e}");
+                continue;
+            }
             match PostgresStore::connect(&url, &table) {
                 Err(e) if refused => {
                     assert_eq!(e.kind, StoreErrorKind::Invalid, "{column}: {e}");
