@@ -72,9 +72,10 @@ pub trait TransactionalStore {
 /// committed): the entries not yet `settled` run again, a transaction each,
 /// so that entry fails alone (its own commit refused: [`TxRun::Aborted`]) and
 /// the others commit. The store failing before a rerun committed (or was
-/// aborted: a handler's own COMMIT may have kept its writes) fails the batch
-/// (`Err`, nothing of it committed); after, the runs it fails are `Aborted`
-/// (nothing of them committed, or their redelivery finds them done).
+/// aborted: a handler's own COMMIT may have kept its writes), and with no such
+/// run among the `settled`, fails the batch (`Err`, nothing of it committed);
+/// after, the runs it fails are `Aborted` (nothing of them committed, or their
+/// redelivery finds them done), and the settled keep their reports.
 pub fn each_alone<S: TransactionalStore + ?Sized, E>(
     store: &S,
     keys: &[Option<&str>],
@@ -83,7 +84,10 @@ pub fn each_alone<S: TransactionalStore + ?Sized, E>(
     mut work: impl FnMut(usize, &mut S::Tx<'_>) -> Result<(), E>,
 ) -> StoreResult<Vec<TxRun<(), E>>> {
     let mut runs = Vec::with_capacity(settled.len());
-    let mut committed = false;
+    // A settled run that may have committed (a handler's own COMMIT, before)
+    // keeps its report: the batch does not fail as one.
+    let mut committed = (settled.iter().flatten())
+        .any(|run| matches!(run, TxRun::Committed(()) | TxRun::Aborted(_)));
     for (i, settled) in settled.into_iter().enumerate() {
         runs.push(match settled {
             Some(run) => run,

@@ -96,6 +96,39 @@ pub struct PostgresStore {
     table: String,
     claims: String,
     security_note: Option<String>,
+    /// Which ids the database's encoding holds as text.
+    holds: Holds,
+}
+
+/// Which ids a database can hold as text, by its `server_encoding`: the
+/// server converts a bound id from UTF-8 and refuses (22P05) one its encoding
+/// has no character for, which would fail every call holding it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holds {
+    /// UTF8, or SQL_ASCII (bytes kept as sent).
+    Any,
+    /// LATIN1: up to U+00FF, each one byte.
+    Latin1,
+    /// Any other encoding: ASCII (what it holds beyond is not known here).
+    Ascii,
+}
+
+impl Holds {
+    fn of(server_encoding: &str) -> Self {
+        match server_encoding {
+            "UTF8" | "SQL_ASCII" => Holds::Any,
+            "LATIN1" => Holds::Latin1,
+            _ => Holds::Ascii,
+        }
+    }
+
+    fn holds(self, key: &str) -> bool {
+        match self {
+            Holds::Any => true,
+            Holds::Latin1 => key.chars().all(|c| u32::from(c) <= 0xff),
+            Holds::Ascii => key.is_ascii(),
+        }
+    }
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -346,13 +379,13 @@ const HASHED_PREFIX: &str = "bq-dedupe:sha256:";
 const MAX_KEY_BYTES: usize = 2692;
 
 /// The `message_id` an id is stored under. An id PostgreSQL cannot hold as text
-/// (with U+0000) or index (longer than [`MAX_KEY_BYTES`]), or one that looks
-/// like a hashed name, is named by its SHA-256 (as the Workers KV store does),
-/// so it is that delivery's own record and never fails a statement holding
-/// its neighbours. (A Go consumer stores some of these as themselves: see
-/// docs/stores.md.)
-fn stored(key: &str) -> std::borrow::Cow<'_, str> {
-    let refused = key.len() > MAX_KEY_BYTES || key.contains('\0');
+/// (with U+0000, or beyond what the database's encoding `holds`) or index
+/// (longer than [`MAX_KEY_BYTES`]), or one that looks like a hashed name, is
+/// named by its SHA-256 (as the Workers KV store does), so it is that
+/// delivery's own record and never fails a statement holding its neighbours.
+/// (A Go consumer stores some of these as themselves: see docs/stores.md.)
+fn stored(key: &str, holds: Holds) -> std::borrow::Cow<'_, str> {
+    let refused = key.len() > MAX_KEY_BYTES || key.contains('\0') || !holds.holds(key);
     if !refused && !key.starts_with(HASHED_PREFIX) {
         return std::borrow::Cow::Borrowed(key);
     }
@@ -367,8 +400,11 @@ fn stored(key: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// [`stored`] for a list, kept beside the borrowed form the statements bind.
-fn stored_all<'a>(keys: impl IntoIterator<Item = &'a str>) -> Vec<std::borrow::Cow<'a, str>> {
-    keys.into_iter().map(stored).collect()
+fn stored_all<'a>(
+    keys: impl IntoIterator<Item = &'a str>,
+    holds: Holds,
+) -> Vec<std::borrow::Cow<'a, str>> {
+    keys.into_iter().map(|key| stored(key, holds)).collect()
 }
 
 /// A settlement's `(id, token)` pairs under their stored names (`names`, made
@@ -571,7 +607,9 @@ impl PostgresStore {
             table: table.to_owned(),
             claims,
             security_note: tls.note,
+            holds: Holds::Any,
         };
+        store.holds = store.read_encoding()?;
         // The ids' table wherever the `search_path` finds it, its claims beside
         // it: `CREATE TABLE IF NOT EXISTS` looks in the first schema alone (a
         // role's own, `"$user"`), and made a second table there beside a Go
@@ -656,6 +694,14 @@ impl PostgresStore {
                 row.get::<_, String>(0)
             ))),
         }
+    }
+
+    /// What the database's encoding holds ([`Holds`]).
+    fn read_encoding(&self) -> StoreResult<Holds> {
+        let row = self.run(|conn| {
+            (conn.client()).query_typed_one("SELECT current_setting('server_encoding')", &[])
+        })?;
+        Ok(Holds::of(row.get(0)))
     }
 
     /// The two tables' names with their schemas, as they resolve now: a
@@ -948,7 +994,7 @@ impl PostgresStore {
     /// order of every other statement here; `own` is read before the insert
     /// so it is).
     fn remember_one(&self, key: &str, ttl: Option<Duration>) -> StoreResult<Settled> {
-        let key = literal(&stored(key));
+        let key = literal(&stored(key, self.holds));
         let ttl = ms(ttl).map_or_else(|| "NULL".to_string(), |ms| ms.to_string());
         let (t, c) = (&self.table, &self.claims);
         let remember = format!(
@@ -1038,9 +1084,9 @@ impl PostgresStore {
                 ..settled
             });
         }
-        let rem_names = stored_all(step.remember.iter().map(|(k, _)| *k));
-        let rel_names = stored_all(step.release.iter().map(|(k, _)| *k));
-        let ren_names = stored_all(step.renew.iter().map(|(k, _)| *k));
+        let rem_names = stored_all(step.remember.iter().map(|(k, _)| *k), self.holds);
+        let rel_names = stored_all(step.release.iter().map(|(k, _)| *k), self.holds);
+        let ren_names = stored_all(step.renew.iter().map(|(k, _)| *k), self.holds);
         let step = &Settlement {
             remember: &renamed(&rem_names, step.remember),
             release: &renamed(&rel_names, step.release),
@@ -1252,7 +1298,7 @@ impl Store for PostgresStore {
     /// have landed, and sent again it would also delete a claim another
     /// consumer took in between.
     async fn forget(&self, key: &str) -> StoreResult<()> {
-        let key = stored(key);
+        let key = stored(key, self.holds);
         let key = key.as_ref();
         let (t, c) = (&self.table, &self.claims);
         let (claim, row) = (
@@ -1278,7 +1324,7 @@ impl Store for PostgresStore {
     /// One key, one scalar parameter: the server plans `= $1` once and keeps
     /// the plan, where an array of one it plans again on every call.
     async fn seen(&self, key: &str) -> StoreResult<bool> {
-        let key = stored(key);
+        let key = stored(key, self.holds);
         let key = key.as_ref();
         let sql = format!(
             "SELECT EXISTS (SELECT 1 FROM {} WHERE message_id = $1 AND {LIVE_KEY})",
@@ -1293,7 +1339,7 @@ impl Store for PostgresStore {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let names = stored_all(keys.iter().copied());
+        let names = stored_all(keys.iter().copied(), self.holds);
         let keys: Vec<&str> = names.iter().map(|k| k.as_ref()).collect();
         let sql = format!(
             "SELECT message_id FROM {} WHERE message_id = ANY($1::text[]) AND {LIVE_KEY}",
@@ -1311,7 +1357,7 @@ impl Store for PostgresStore {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let names = stored_all(keys.iter().copied());
+        let names = stored_all(keys.iter().copied(), self.holds);
         let names: Vec<&str> = names.iter().map(|k| k.as_ref()).collect();
         let (t, c) = (&self.table, &self.claims);
         let sql = format!(
@@ -1362,7 +1408,7 @@ impl Store for PostgresStore {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let names = stored_all(keys.iter().copied());
+        let names = stored_all(keys.iter().copied(), self.holds);
         let keys: &[&str] = &names.iter().map(|k| k.as_ref()).collect::<Vec<_>>();
         // A key repeated in one batch is claimed once; its repeats find the claim.
         let mut firsts: Vec<&str> = Vec::new();
@@ -1514,7 +1560,7 @@ impl TransactionalStore for PostgresStore {
         ttl: Option<Duration>,
         work: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<T, E>,
     ) -> StoreResult<TxRun<T, E>> {
-        let name = key.map(stored);
+        let name = key.map(|key| stored(key, self.holds));
         let key = name.as_deref();
         let mark = format!("{MARK_PREFIX}{}", new_token().0);
         let keys: Vec<&str> = key.into_iter().collect();
@@ -1609,8 +1655,10 @@ impl TransactionalStore for PostgresStore {
         ttl: Option<Duration>,
         mut work: impl FnMut(usize, &mut postgres::Transaction<'_>) -> Result<(), E>,
     ) -> StoreResult<Vec<TxRun<(), E>>> {
-        let names: Vec<Option<std::borrow::Cow<'_, str>>> =
-            keys.iter().map(|k| k.map(stored)).collect();
+        let names: Vec<Option<std::borrow::Cow<'_, str>>> = keys
+            .iter()
+            .map(|k| k.map(|k| stored(k, self.holds)))
+            .collect();
         // (`ttl` in ms below; the runs alone take it as given.)
         let given_ttl = ttl;
         let (take, ttl) = (self.take_sql(), ms(ttl));
@@ -1656,22 +1704,20 @@ impl TransactionalStore for PostgresStore {
                     let result = work(i, tx);
                     // In a transaction a swallowed error aborted, RELEASE fails
                     // (25P02) and the SAVEPOINT after it is not run.
-                    let released = match &result {
-                        Ok(()) => match tx.batch_execute(&next) {
+                    let released = match result.is_ok() {
+                        true => match tx.batch_execute(&next) {
                             Ok(()) => Ok(()),
-                            Err(e) => {
-                                // No transaction at all: the handler's own COMMIT
-                                // committed its delivery whole (and the ones
-                                // before it), take and effects alike: kept.
-                                if e.code()
-                                    == Some(&postgres::error::SqlState::NO_ACTIVE_SQL_TRANSACTION)
-                                {
-                                    at_risk = None;
+                            Err(e) => match ended_by_handler(&e) {
+                                // No transaction at all: its own COMMIT (or
+                                // ROLLBACK), no BEGIN after.
+                                Some(began_again) => {
+                                    let kept = !began_again;
+                                    return Ok(Batch::Ended(Ended { result, kept, runs }));
                                 }
-                                aborted_or(e)?
-                            }
+                                None => aborted_or(e)?,
+                            },
                         },
-                        Err(_) => Err(()),
+                        false => Err(()),
                     };
                     match (result, released) {
                         (Ok(()), Ok(())) => {
@@ -1680,7 +1726,16 @@ impl TransactionalStore for PostgresStore {
                             runs.push(TxRun::Committed(()));
                         }
                         (result, _) => {
-                            tx.batch_execute(&undo).map_err(error)?;
+                            if let Err(e) = tx.batch_execute(&undo) {
+                                return match ended_by_handler(&e) {
+                                    Some(_) => Ok(Batch::Ended(Ended {
+                                        result,
+                                        kept: false,
+                                        runs,
+                                    })),
+                                    None => Err(error(e)),
+                                };
+                            }
                             at_risk = None;
                             runs.push(match result {
                                 Err(e) => TxRun::RolledBack(e),
@@ -1691,18 +1746,26 @@ impl TransactionalStore for PostgresStore {
                 }
                 // The handlers left the transaction unusable after all: nothing commits.
                 self.finish_in(tx, statements, &committed, ttl, &mark)??;
-                Ok(runs)
+                Ok(Batch::Ran(runs))
             };
             let failed = match body(&mut tx, &mut statements) {
                 // A failed COMMIT committed nothing (a handler's own COMMIT
                 // would have failed the RELEASE before): nothing to undo.
-                Ok(runs) => match tx.commit() {
-                    Ok(()) => return Ok(Some(runs)),
+                Ok(Batch::Ran(runs)) => match tx.commit() {
+                    Ok(()) => return Ok(Ok(runs)),
                     // An entry's writes broke a deferred constraint: each
                     // runs again alone, below, that one refused.
-                    Err(e) if broke_a_constraint(&e) => return Ok(None),
+                    Err(e) if broke_a_constraint(&e) => {
+                        return Ok(Err(keys.iter().map(|_| None).collect()));
+                    }
                     Err(e) => return Err(error(e)),
                 },
+                Ok(Batch::Ended(ended)) => {
+                    // What it did to the session is unknown: not lent again.
+                    statements.prepared.retire();
+                    let settled = self.settle_ended(tx, &names, ended, at_risk, ttl, &mark)?;
+                    return Ok(Err(settled));
+                }
                 Err(e) => e,
             };
             // A handler that ended the transaction (its savepoint then gone)
@@ -1716,12 +1779,40 @@ impl TransactionalStore for PostgresStore {
             Err(failed)
         })?;
         match batch {
-            Some(runs) => Ok(runs),
-            None => {
-                let settled = keys.iter().map(|_| None).collect();
-                each_alone(self, keys, given_ttl, settled, work)
-            }
+            Ok(runs) => Ok(runs),
+            // The entries not settled run again, a transaction each.
+            Err(settled) => each_alone(self, keys, given_ttl, settled, work),
         }
+    }
+}
+
+/// How the deliveries of a transactional batch went in its transaction.
+enum Batch<E> {
+    /// Every one ran: the transaction is to commit.
+    Ran(Vec<TxRun<(), E>>),
+    /// The last one's handler ended the store's transaction itself.
+    Ended(Ended<E>),
+}
+
+/// A batch delivery whose handler ended the store's transaction itself (its
+/// own `ROLLBACK` or `COMMIT`): what its handler returned; whether its own
+/// `COMMIT`, no `BEGIN` after, may have committed it whole (the handler
+/// returned Ok and no transaction was open after it); the runs before it.
+struct Ended<E> {
+    result: Result<(), E>,
+    kept: bool,
+    runs: Vec<TxRun<(), E>>,
+}
+
+/// `Some` when a savepoint statement failed because the handler had ended the
+/// store's transaction: no transaction open (25P01: `Some(false)`), or the
+/// savepoint gone with the one it ended, another begun (3B001: `Some(true)`).
+fn ended_by_handler(e: &postgres::Error) -> Option<bool> {
+    use postgres::error::SqlState;
+    match e.code() {
+        Some(c) if c == &SqlState::NO_ACTIVE_SQL_TRANSACTION => Some(false),
+        Some(c) if c == &SqlState::S_E_INVALID_SPECIFICATION => Some(true),
+        _ => None,
     }
 }
 
@@ -1905,6 +1996,96 @@ impl PostgresStore {
         Ok(undone? || ended)
     }
 
+    /// After a batch delivery whose handler ended the store's transaction
+    /// itself ([`Ended`]; `culprit`: its id and take, if it has one): which
+    /// entries are settled; the others run again alone.
+    ///
+    /// What the handler ended is rolled back (and what it began after), and
+    /// the session reset (a role or a read-only mode it committed would fail
+    /// what follows). Then, in autocommit, its take is undone unless its own
+    /// `COMMIT` (no `BEGIN` after, Ok) may have committed it whole, and the
+    /// takes of the deliveries before it, and its own if kept, are finished.
+    /// A take found standing proves the batch's transaction committed (its
+    /// `COMMIT`): the deliveries before it ran, kept (with an id or not), and
+    /// so did it if kept. Else (its `ROLLBACK`, or no id to tell by) they run
+    /// again, which for a delivery without an id may run it twice, as its
+    /// every redelivery does. It is failed unless kept, a take undone.
+    fn settle_ended<E>(
+        &self,
+        mut tx: postgres::Transaction<'_>,
+        names: &[Option<std::borrow::Cow<'_, str>>],
+        ended: Ended<E>,
+        culprit: Option<(&str, Writer)>,
+        ttl: Option<i64>,
+        mark: &str,
+    ) -> StoreResult<Vec<Option<TxRun<(), E>>>> {
+        let Ended { result, kept, runs } = ended;
+        let at = runs.len();
+        let kept = kept && result.is_ok();
+        let ran: Vec<&str> = (runs.iter().enumerate())
+            .filter(|(_, run)| matches!(run, TxRun::Committed(())))
+            .map(|(j, _)| j)
+            .chain(kept.then_some(at))
+            .filter_map(|j| names[j].as_deref())
+            .collect();
+        let undo = culprit.as_ref().filter(|_| !kept);
+        let reset = tx.batch_execute("ROLLBACK; RESET ROLE; RESET ALL");
+        let here = match reset {
+            Ok(()) => self.follow_up(&mut tx, undo, &ran, ttl, mark),
+            Err(e) => Err(error(e)),
+        };
+        // Its transaction has ended (as in `roll_back_and_undo`).
+        std::mem::forget(tx);
+        // Where this session cannot (gone, or still the handler's), on
+        // another: both statements find only what is still to do.
+        let committed = match here {
+            Ok(committed) => committed,
+            Err(_) => self.follow_up(self.conn()?.client(), undo, &ran, ttl, mark)?,
+        };
+        let own = match kept && committed {
+            true => TxRun::Committed(()),
+            false => TxRun::Aborted(ended_by_handler_error()),
+        };
+        let mut settled: Vec<Option<TxRun<(), E>>> = (runs.into_iter())
+            .map(|run| match run {
+                TxRun::Committed(()) => committed.then_some(TxRun::Committed(())),
+                other => Some(other),
+            })
+            .collect();
+        settled.push(Some(own));
+        settled.resize_with(names.len(), || None);
+        Ok(settled)
+    }
+
+    /// [`Self::settle_ended`]'s statements, in autocommit on `client`: the
+    /// culprit's take undone (`undo`), the takes of `ran` finished. Whether
+    /// either found a take standing (the batch's transaction committed).
+    fn follow_up(
+        &self,
+        client: &mut impl postgres::GenericClient,
+        undo: Option<&(&str, Writer)>,
+        ran: &[&str],
+        ttl: Option<i64>,
+        mark: &str,
+    ) -> StoreResult<bool> {
+        let undone = match undo {
+            Some((key, writer)) => self.undo_takes(client, &[*key], mark, writer)?,
+            None => false,
+        };
+        if ran.is_empty() {
+            return Ok(undone);
+        }
+        let params: &Params<'_> = &[
+            (&ran, Type::TEXT_ARRAY),
+            (&ttl, Type::INT8),
+            (&mark, Type::TEXT),
+        ];
+        let finished = client
+            .query_typed(&self.finish_sql(), params)
+            .map_err(error)?;
+        Ok(undone || !finished.is_empty())
+    }
+
     /// [`Self::roll_back_and_undo`]'s undo on a connection of its own, for a
     /// run whose transaction is gone (its COMMIT refused). Best effort.
     fn undo_takes_elsewhere(
@@ -1982,7 +2163,7 @@ impl PostgresStore {
     /// The last statement before the commit, for the ids `$1` this run took
     /// (TTL `$2` ms, its mark `$3`): their marks removed and their expiry
     /// counted from now (`clock_timestamp()`, not the transaction's start).
-    /// Answers how many it found.
+    /// Answers the ids it found.
     ///
     /// It also gives the session back its `client_encoding` (a one-time
     /// filter, run once whatever the rows): a handler's `SET client_encoding`,
@@ -1997,7 +2178,7 @@ impl PostgresStore {
                  ELSE clock_timestamp() + $2::bigint * interval '1 millisecond' END
              WHERE message_id IN (SELECT message_id FROM unmark)
                AND (SELECT {UTF8_AGAIN}) IS NOT NULL
-             RETURNING 1"
+             RETURNING message_id"
         )
     }
 

@@ -816,17 +816,14 @@ fn postgres_a_forget_whose_commit_lost_its_reply_is_not_sent_again() {
     );
 }
 
-/// A database whose encoding is `SQL_ASCII` (what `initdb` makes with the C
-/// locale) claims, stores and forgets ids beyond ASCII. A `\U` escape above
-/// U+007F, which the claims wrote into their text, it refuses (0A000): such an
-/// id's every delivery failed in claiming mode, and its forget failed.
-#[test]
-fn postgres_an_sql_ascii_database_claims_stores_and_forgets_any_id() {
-    let name = postgres_table("ascii");
+/// A database of its own in `encoding` on the test server (its URL), dropped
+/// with the guard.
+fn database(tag: &str, encoding: &str) -> (String, impl Drop) {
+    let name = postgres_table(tag);
     let mut admin = pg();
     admin
         .batch_execute(&format!(
-            "CREATE DATABASE {name} ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' \
+            "CREATE DATABASE {name} ENCODING '{encoding}' LC_COLLATE 'C' LC_CTYPE 'C' \
              TEMPLATE template0"
         ))
         .unwrap();
@@ -838,11 +835,80 @@ fn postgres_an_sql_ascii_database_claims_stores_and_forgets_any_id() {
                 .batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.1));
         }
     }
-    let _dropped = Dropped(admin, name.clone());
     let url = postgres_url();
     let (base, query) = url.split_once('?').unwrap_or((&url, ""));
     let (server, _) = base.rsplit_once('/').unwrap();
     let url = format!("{server}/{name}?{query}");
+    (url, Dropped(admin, name))
+}
+
+/// A database in LATIN1 cannot hold an id beyond it: the server refused the
+/// bound id (22P05) and every call holding it failed, a whole batch on every
+/// redelivery, one hostile id blocking its neighbours (a review's finding,
+/// carried; failed first). Such an id is now stored under its digest, each
+/// its own; one LATIN1 holds (`café`) as itself, as the Go SDK stores it; in
+/// another encoding than UTF8, SQL_ASCII or LATIN1, every id beyond ASCII is
+/// digested.
+#[test]
+fn postgres_a_latin1_or_other_encoded_database_stores_every_id_each_its_own() {
+    let ids = [
+        "plain-1",
+        "caf\u{e9}",
+        "\u{65e5}\u{672c}",
+        "\u{65e5}\u{672d}",
+        "\u{1f600}",
+    ];
+    for (encoding, as_itself) in [("LATIN1", 2), ("WIN1251", 1)] {
+        let (url, _dropped) = database("enc", encoding);
+        let guard = Guard::new(PostgresStore::connect(&url, "bq_dedupe").unwrap());
+        let bodies: Vec<String> = ids.iter().map(|id| envelope(id)).collect();
+        for expected in [OutcomeKind::Ran, OutcomeKind::Skipped] {
+            let outcomes = ready(guard.process_batch(&bodies, async |_| Ok::<(), String>(())));
+            let kinds: Vec<OutcomeKind> = outcomes.iter().map(|o| o.kind()).collect();
+            assert_eq!(kinds, [expected; 5], "{encoding}: {outcomes:?}");
+        }
+        let store = guard.store();
+        for id in ids {
+            let claimed = ready(store.claim(id, Duration::from_secs(30)));
+            assert!(
+                matches!(claimed, Ok(Claim::Seen)),
+                "{encoding} {id}: {claimed:?}"
+            );
+            ready(store.forget(id)).unwrap();
+            assert!(!ready(store.seen(id)).unwrap(), "{encoding} {id} forgotten");
+        }
+        ready(store.remember_many(&ids, None)).unwrap();
+        let mut client = sql(&url);
+        // (Read back, not bound: an id it cannot hold fails the statement.)
+        let rows: Vec<String> = (client.query("SELECT message_id FROM bq_dedupe", &[]))
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        let kept = rows
+            .iter()
+            .filter(|row| ids.contains(&row.as_str()))
+            .count();
+        assert_eq!(
+            kept, as_itself,
+            "{encoding}: stored as themselves: {rows:?}"
+        );
+        assert_eq!(rows.len(), 5, "{encoding}: each its own row: {rows:?}");
+        // Transactional, in one batch.
+        let fresh: Vec<String> = ids.iter().map(|id| envelope(&format!("tx-{id}"))).collect();
+        let outcomes = guard.process_batch_in_transaction(&fresh, |_, _| Ok::<(), String>(()));
+        let kinds: Vec<OutcomeKind> = outcomes.iter().map(|o| o.kind()).collect();
+        assert_eq!(kinds, [OutcomeKind::Ran; 5], "{encoding}: {outcomes:?}");
+    }
+}
+
+/// A database whose encoding is `SQL_ASCII` (what `initdb` makes with the C
+/// locale) claims, stores and forgets ids beyond ASCII. A `\U` escape above
+/// U+007F, which the claims wrote into their text, it refuses (0A000): such an
+/// id's every delivery failed in claiming mode, and its forget failed.
+#[test]
+fn postgres_an_sql_ascii_database_claims_stores_and_forgets_any_id() {
+    let (url, _dropped) = database("ascii", "SQL_ASCII");
     let store = PostgresStore::connect(&url, "bq_dedupe").unwrap();
     for key in ["caf\u{e9}", "\u{43a}\u{43b}\u{44e}\u{447}"] {
         let claimed = ready(store.claim(key, Duration::from_secs(30)));
