@@ -88,17 +88,24 @@ pub fn each_alone<S: TransactionalStore + ?Sized, E>(
     // keeps its report: the batch does not fail as one.
     let mut committed = (settled.iter().flatten())
         .any(|run| matches!(run, TxRun::Committed(()) | TxRun::Aborted(_)));
+    // Once the store failed, the rest are not tried (each could wait out a
+    // connect): aborted with its error, retried.
+    let mut down: Option<StoreError> = None;
     for (i, settled) in settled.into_iter().enumerate() {
-        runs.push(match settled {
-            Some(run) => run,
-            None => match store.transaction(keys[i], ttl, |tx| work(i, tx)) {
+        runs.push(match (settled, &down) {
+            (Some(run), _) => run,
+            (None, Some(e)) => TxRun::Aborted(e.clone()),
+            (None, None) => match store.transaction(keys[i], ttl, |tx| work(i, tx)) {
                 Ok(run) => {
                     // Aborted may have committed what a handler's own COMMIT did.
                     committed |= matches!(run, TxRun::Committed(()) | TxRun::Aborted(_));
                     run
                 }
                 Err(e) if !committed => return Err(e),
-                Err(e) => TxRun::Aborted(e),
+                Err(e) => {
+                    down = Some(e.clone());
+                    TxRun::Aborted(e)
+                }
             },
         });
     }
@@ -184,13 +191,21 @@ mod tests {
     }
 
     fn rerun(fails_from: usize, aborts: bool) -> StoreResult<Vec<TxRun<(), ()>>> {
+        rerun_after(fails_from, aborts, TxRun::Held)
+    }
+
+    fn rerun_after(
+        fails_from: usize,
+        aborts: bool,
+        second: TxRun<(), ()>,
+    ) -> StoreResult<Vec<TxRun<(), ()>>> {
         let store = Failing {
             fails_from,
             calls: Cell::new(0),
             aborts,
         };
         let keys = [Some("a"), Some("b"), Some("c")];
-        let settled = vec![None, Some(TxRun::Held), None];
+        let settled = vec![None, Some(second), None];
         each_alone(&store, &keys, None, settled, |_, _| Ok(()))
     }
 
@@ -222,5 +237,26 @@ mod tests {
             ),
             "{runs:?}"
         );
+        // So may a settled one (a batch delivery whose handler committed
+        // itself): the store down for every rerun keeps its report, which
+        // says what it committed (a review's finding: the batch failed as
+        // one, and the redelivery wrote it again unreported).
+        for settled in [
+            TxRun::Aborted(StoreError::internal("its own COMMIT")),
+            TxRun::Committed(()),
+        ] {
+            let runs = rerun_after(0, false, settled).unwrap();
+            assert!(
+                matches!(
+                    runs.as_slice(),
+                    [
+                        TxRun::Aborted(_),
+                        TxRun::Aborted(_) | TxRun::Committed(()),
+                        TxRun::Aborted(_)
+                    ]
+                ),
+                "{runs:?}"
+            );
+        }
     }
 }

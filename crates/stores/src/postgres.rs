@@ -18,6 +18,7 @@ use r2d2_postgres::r2d2::{ManageConnection, Pool, PooledConnection};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 mod blocking;
+mod charset;
 mod session;
 use blocking::{off_multi_thread_runtime, off_runtime};
 use session::{
@@ -28,6 +29,7 @@ use session::{
 use crate::invalid;
 use crate::tls::{client_config, postgres_tls};
 use crate::{StoreStats, new_token, take_params, ttl_ms};
+use charset::Charset;
 
 /// The Go SDK's table name, the default of `?table=`.
 pub const DEFAULT_POSTGRES_TABLE: &str = "babelqueue_idempotency";
@@ -97,38 +99,7 @@ pub struct PostgresStore {
     claims: String,
     security_note: Option<String>,
     /// Which ids the database's encoding holds as text.
-    holds: Holds,
-}
-
-/// Which ids a database can hold as text, by its `server_encoding`: the
-/// server converts a bound id from UTF-8 and refuses (22P05) one its encoding
-/// has no character for, which would fail every call holding it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Holds {
-    /// UTF8, or SQL_ASCII (bytes kept as sent).
-    Any,
-    /// LATIN1: up to U+00FF, each one byte.
-    Latin1,
-    /// Any other encoding: ASCII (what it holds beyond is not known here).
-    Ascii,
-}
-
-impl Holds {
-    fn of(server_encoding: &str) -> Self {
-        match server_encoding {
-            "UTF8" | "SQL_ASCII" => Holds::Any,
-            "LATIN1" => Holds::Latin1,
-            _ => Holds::Ascii,
-        }
-    }
-
-    fn holds(self, key: &str) -> bool {
-        match self {
-            Holds::Any => true,
-            Holds::Latin1 => key.chars().all(|c| u32::from(c) <= 0xff),
-            Holds::Ascii => key.is_ascii(),
-        }
-    }
+    charset: Charset,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -379,14 +350,14 @@ const HASHED_PREFIX: &str = "bq-dedupe:sha256:";
 const MAX_KEY_BYTES: usize = 2692;
 
 /// The `message_id` an id is stored under. An id PostgreSQL cannot hold as text
-/// (with U+0000, or beyond what the database's encoding `holds`) or index
+/// (with U+0000, or beyond what the database's encoding holds: `held`) or index
 /// (longer than [`MAX_KEY_BYTES`]), or one that looks like a hashed name, is
 /// named by its SHA-256 (as the Workers KV store does), so it is that
 /// delivery's own record and never fails a statement holding its neighbours.
 /// (A Go consumer stores some of these as themselves: see docs/stores.md.)
-fn stored(key: &str, holds: Holds) -> std::borrow::Cow<'_, str> {
-    let refused = key.len() > MAX_KEY_BYTES || key.contains('\0') || !holds.holds(key);
-    if !refused && !key.starts_with(HASHED_PREFIX) {
+fn stored(key: &str, held: impl FnOnce(&str) -> bool) -> std::borrow::Cow<'_, str> {
+    let fits = key.len() <= MAX_KEY_BYTES && !key.contains('\0') && !key.starts_with(HASHED_PREFIX);
+    if fits && held(key) {
         return std::borrow::Cow::Borrowed(key);
     }
     use sha2::{Digest, Sha256};
@@ -399,16 +370,8 @@ fn stored(key: &str, holds: Holds) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(name)
 }
 
-/// [`stored`] for a list, kept beside the borrowed form the statements bind.
-fn stored_all<'a>(
-    keys: impl IntoIterator<Item = &'a str>,
-    holds: Holds,
-) -> Vec<std::borrow::Cow<'a, str>> {
-    keys.into_iter().map(|key| stored(key, holds)).collect()
-}
-
 /// A settlement's `(id, token)` pairs under their stored names (`names`, made
-/// by [`stored_all`] from the same pairs).
+/// by [`PostgresStore::names`] from the same pairs).
 fn renamed<'a, T: Copy>(
     names: &'a [std::borrow::Cow<'_, str>],
     pairs: &[(&str, T)],
@@ -607,9 +570,9 @@ impl PostgresStore {
             table: table.to_owned(),
             claims,
             security_note: tls.note,
-            holds: Holds::Any,
+            charset: Charset::of("UTF8"),
         };
-        store.holds = store.read_encoding()?;
+        store.charset = store.read_encoding()?;
         // The ids' table wherever the `search_path` finds it, its claims beside
         // it: `CREATE TABLE IF NOT EXISTS` looks in the first schema alone (a
         // role's own, `"$user"`), and made a second table there beside a Go
@@ -696,12 +659,61 @@ impl PostgresStore {
         }
     }
 
-    /// What the database's encoding holds ([`Holds`]).
-    fn read_encoding(&self) -> StoreResult<Holds> {
+    /// The database's encoding ([`Charset`]).
+    fn read_encoding(&self) -> StoreResult<Charset> {
         let row = self.run(|conn| {
             (conn.client()).query_typed_one("SELECT current_setting('server_encoding')", &[])
         })?;
-        Ok(Holds::of(row.get(0)))
+        Ok(Charset::of(row.get(0)))
+    }
+
+    /// The name `key` is stored under ([`stored`]). An id beyond ASCII with a
+    /// character the database's encoding is not known to hold is bound once,
+    /// alone, to see whether the server takes it: a round trip for an id with
+    /// a character not seen before, in a database neither UTF8 nor LATIN1.
+    fn name<'k>(&self, key: &'k str) -> StoreResult<std::borrow::Cow<'k, str>> {
+        let mut asked = Ok(());
+        let name = stored(key, |key| match self.charset.holds(key) {
+            Some(held) => held,
+            None => match self.takes(key) {
+                Ok(taken) => {
+                    self.charset.learn(key, taken);
+                    taken
+                }
+                Err(e) => {
+                    asked = Err(e);
+                    false
+                }
+            },
+        });
+        asked.map(|()| name)
+    }
+
+    /// [`Self::name`] for each of `keys`, in order.
+    fn names<'k>(
+        &self,
+        keys: impl IntoIterator<Item = &'k str>,
+    ) -> StoreResult<Vec<std::borrow::Cow<'k, str>>> {
+        keys.into_iter().map(|key| self.name(key)).collect()
+    }
+
+    /// Whether the server takes `key` as text (refused: 22P05, or 22021).
+    fn takes(&self, key: &str) -> StoreResult<bool> {
+        use postgres::error::SqlState;
+        self.run(|conn| {
+            let asked =
+                (conn.client()).query_typed("SELECT $1::text IS NULL", &[(&key, Type::TEXT)]);
+            match asked {
+                Ok(_) => Ok(true),
+                Err(e)
+                    if e.code() == Some(&SqlState::UNTRANSLATABLE_CHARACTER)
+                        || e.code() == Some(&SqlState::CHARACTER_NOT_IN_REPERTOIRE) =>
+                {
+                    Ok(false)
+                }
+                Err(e) => Err(e),
+            }
+        })
     }
 
     /// The two tables' names with their schemas, as they resolve now: a
@@ -994,7 +1006,7 @@ impl PostgresStore {
     /// order of every other statement here; `own` is read before the insert
     /// so it is).
     fn remember_one(&self, key: &str, ttl: Option<Duration>) -> StoreResult<Settled> {
-        let key = literal(&stored(key, self.holds));
+        let key = literal(&self.name(key)?);
         let ttl = ms(ttl).map_or_else(|| "NULL".to_string(), |ms| ms.to_string());
         let (t, c) = (&self.table, &self.claims);
         let remember = format!(
@@ -1084,9 +1096,9 @@ impl PostgresStore {
                 ..settled
             });
         }
-        let rem_names = stored_all(step.remember.iter().map(|(k, _)| *k), self.holds);
-        let rel_names = stored_all(step.release.iter().map(|(k, _)| *k), self.holds);
-        let ren_names = stored_all(step.renew.iter().map(|(k, _)| *k), self.holds);
+        let rem_names = self.names(step.remember.iter().map(|(k, _)| *k))?;
+        let rel_names = self.names(step.release.iter().map(|(k, _)| *k))?;
+        let ren_names = self.names(step.renew.iter().map(|(k, _)| *k))?;
         let step = &Settlement {
             remember: &renamed(&rem_names, step.remember),
             release: &renamed(&rel_names, step.release),
@@ -1298,7 +1310,7 @@ impl Store for PostgresStore {
     /// have landed, and sent again it would also delete a claim another
     /// consumer took in between.
     async fn forget(&self, key: &str) -> StoreResult<()> {
-        let key = stored(key, self.holds);
+        let key = self.name(key)?;
         let key = key.as_ref();
         let (t, c) = (&self.table, &self.claims);
         let (claim, row) = (
@@ -1324,7 +1336,7 @@ impl Store for PostgresStore {
     /// One key, one scalar parameter: the server plans `= $1` once and keeps
     /// the plan, where an array of one it plans again on every call.
     async fn seen(&self, key: &str) -> StoreResult<bool> {
-        let key = stored(key, self.holds);
+        let key = self.name(key)?;
         let key = key.as_ref();
         let sql = format!(
             "SELECT EXISTS (SELECT 1 FROM {} WHERE message_id = $1 AND {LIVE_KEY})",
@@ -1339,7 +1351,7 @@ impl Store for PostgresStore {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let names = stored_all(keys.iter().copied(), self.holds);
+        let names = self.names(keys.iter().copied())?;
         let keys: Vec<&str> = names.iter().map(|k| k.as_ref()).collect();
         let sql = format!(
             "SELECT message_id FROM {} WHERE message_id = ANY($1::text[]) AND {LIVE_KEY}",
@@ -1357,7 +1369,7 @@ impl Store for PostgresStore {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let names = stored_all(keys.iter().copied(), self.holds);
+        let names = self.names(keys.iter().copied())?;
         let names: Vec<&str> = names.iter().map(|k| k.as_ref()).collect();
         let (t, c) = (&self.table, &self.claims);
         let sql = format!(
@@ -1408,7 +1420,7 @@ impl Store for PostgresStore {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let names = stored_all(keys.iter().copied(), self.holds);
+        let names = self.names(keys.iter().copied())?;
         let keys: &[&str] = &names.iter().map(|k| k.as_ref()).collect::<Vec<_>>();
         // A key repeated in one batch is claimed once; its repeats find the claim.
         let mut firsts: Vec<&str> = Vec::new();
@@ -1560,7 +1572,7 @@ impl TransactionalStore for PostgresStore {
         ttl: Option<Duration>,
         work: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<T, E>,
     ) -> StoreResult<TxRun<T, E>> {
-        let name = key.map(|key| stored(key, self.holds));
+        let name = key.map(|key| self.name(key)).transpose()?;
         let key = name.as_deref();
         let mark = format!("{MARK_PREFIX}{}", new_token().0);
         let keys: Vec<&str> = key.into_iter().collect();
@@ -1657,8 +1669,8 @@ impl TransactionalStore for PostgresStore {
     ) -> StoreResult<Vec<TxRun<(), E>>> {
         let names: Vec<Option<std::borrow::Cow<'_, str>>> = keys
             .iter()
-            .map(|k| k.map(|k| stored(k, self.holds)))
-            .collect();
+            .map(|k| k.map(|k| self.name(k)).transpose())
+            .collect::<StoreResult<_>>()?;
         // (`ttl` in ms below; the runs alone take it as given.)
         let given_ttl = ttl;
         let (take, ttl) = (self.take_sql(), ms(ttl));
@@ -2037,18 +2049,39 @@ impl PostgresStore {
         // Its transaction has ended (as in `roll_back_and_undo`).
         std::mem::forget(tx);
         // Where this session cannot (gone, or still the handler's), on
-        // another: both statements find only what is still to do.
-        let committed = match here {
-            Ok(committed) => committed,
-            Err(_) => self.follow_up(self.conn()?.client(), undo, &ran, ttl, mark)?,
-        };
+        // another, as `run` tries them (an idle one may be one the server
+        // dropped): both statements find only what is still to do. Failing,
+        // the batch fails as one, the take its COMMIT kept standing.
+        let mut committed = here;
+        for _ in 0..POOL_SIZE {
+            match committed {
+                Err(e)
+                    if e.kind == StoreErrorKind::Unavailable
+                        || e.kind == StoreErrorKind::Internal =>
+                {
+                    committed = (self.conn())
+                        .and_then(|mut conn| self.follow_up(conn.client(), undo, &ran, ttl, mark));
+                }
+                _ => break,
+            }
+        }
+        let committed = committed?;
         let own = match kept && committed {
             true => TxRun::Committed(()),
             false => TxRun::Aborted(ended_by_handler_error()),
         };
-        let mut settled: Vec<Option<TxRun<(), E>>> = (runs.into_iter())
-            .map(|run| match run {
+        // Rolled back, a repeat of an id this batch had run is no longer
+        // done: it runs again too.
+        let ran_before = |j: usize| {
+            (0..j).any(|k| names[k] == names[j] && matches!(runs[k], TxRun::Committed(())))
+        };
+        let repeats: Vec<bool> = (0..at)
+            .map(|j| !committed && matches!(runs[j], TxRun::AlreadyDone) && ran_before(j))
+            .collect();
+        let mut settled: Vec<Option<TxRun<(), E>>> = (runs.into_iter().zip(repeats))
+            .map(|(run, repeat)| match run {
                 TxRun::Committed(()) => committed.then_some(TxRun::Committed(())),
+                _ if repeat => None,
                 other => Some(other),
             })
             .collect();
