@@ -1699,6 +1699,8 @@ impl TransactionalStore for PostgresStore {
                             statements: &mut TxStatements<'_>| {
                 let mut runs = Vec::with_capacity(keys.len());
                 let mut committed: Vec<&str> = Vec::new();
+                // The takes released so far: (id, the row's writer).
+                let mut taken: Vec<(&str, String)> = Vec::new();
                 tx.batch_execute(&begin).map_err(error)?;
                 for (i, key) in names.iter().enumerate() {
                     let key = key.as_deref();
@@ -1724,7 +1726,12 @@ impl TransactionalStore for PostgresStore {
                                 // ROLLBACK), no BEGIN after.
                                 Some(began_again) => {
                                     let kept = !began_again;
-                                    return Ok(Batch::Ended(Ended { result, kept, runs }));
+                                    return Ok(Batch::Ended(Ended {
+                                        result,
+                                        kept,
+                                        runs,
+                                        taken,
+                                    }));
                                 }
                                 None => aborted_or(e)?,
                             },
@@ -1733,7 +1740,9 @@ impl TransactionalStore for PostgresStore {
                     };
                     match (result, released) {
                         (Ok(()), Ok(())) => {
-                            at_risk = None;
+                            if let Some((key, Writer(Some(writer)))) = at_risk.take() {
+                                taken.push((key, writer));
+                            }
                             committed.extend(key);
                             runs.push(TxRun::Committed(()));
                         }
@@ -1744,6 +1753,7 @@ impl TransactionalStore for PostgresStore {
                                         result,
                                         kept: false,
                                         runs,
+                                        taken,
                                     })),
                                     None => Err(error(e)),
                                 };
@@ -1799,21 +1809,23 @@ impl TransactionalStore for PostgresStore {
 }
 
 /// How the deliveries of a transactional batch went in its transaction.
-enum Batch<E> {
+enum Batch<'k, E> {
     /// Every one ran: the transaction is to commit.
     Ran(Vec<TxRun<(), E>>),
     /// The last one's handler ended the store's transaction itself.
-    Ended(Ended<E>),
+    Ended(Ended<'k, E>),
 }
 
 /// A batch delivery whose handler ended the store's transaction itself (its
 /// own `ROLLBACK` or `COMMIT`): what its handler returned; whether its own
 /// `COMMIT`, no `BEGIN` after, may have committed it whole (the handler
-/// returned Ok and no transaction was open after it); the runs before it.
-struct Ended<E> {
+/// returned Ok and no transaction was open after it); the runs before it, and
+/// the ids they took with each take's row writer.
+struct Ended<'k, E> {
     result: Result<(), E>,
     kept: bool,
     runs: Vec<TxRun<(), E>>,
+    taken: Vec<(&'k str, String)>,
 }
 
 /// `Some` when a savepoint statement failed because the handler had ended the
@@ -2026,12 +2038,17 @@ impl PostgresStore {
         &self,
         mut tx: postgres::Transaction<'_>,
         names: &[Option<std::borrow::Cow<'_, str>>],
-        ended: Ended<E>,
+        ended: Ended<'_, E>,
         culprit: Option<(&str, Writer)>,
         ttl: Option<i64>,
         mark: &str,
     ) -> StoreResult<Vec<Option<TxRun<(), E>>>> {
-        let Ended { result, kept, runs } = ended;
+        let Ended {
+            result,
+            kept,
+            runs,
+            taken,
+        } = ended;
         let at = runs.len();
         let kept = kept && result.is_ok();
         let ran: Vec<&str> = (runs.iter().enumerate())
@@ -2041,9 +2058,13 @@ impl PostgresStore {
             .filter_map(|j| names[j].as_deref())
             .collect();
         let undo = culprit.as_ref().filter(|_| !kept);
+        let mut taken: Vec<(&str, &str)> = (taken.iter()).map(|(k, w)| (*k, w.as_str())).collect();
+        if let Some((key, Writer(Some(writer)))) = culprit.as_ref().filter(|_| kept) {
+            taken.push((*key, writer.as_str()));
+        }
         let reset = tx.batch_execute("ROLLBACK; RESET ROLE; RESET ALL");
         let here = match reset {
-            Ok(()) => self.follow_up(&mut tx, undo, &ran, ttl, mark),
+            Ok(()) => self.follow_up(&mut tx, undo, &ran, &taken, ttl, mark),
             Err(e) => Err(error(e)),
         };
         // Its transaction has ended (as in `roll_back_and_undo`).
@@ -2059,8 +2080,9 @@ impl PostgresStore {
                     if e.kind == StoreErrorKind::Unavailable
                         || e.kind == StoreErrorKind::Internal =>
                 {
-                    committed = (self.conn())
-                        .and_then(|mut conn| self.follow_up(conn.client(), undo, &ran, ttl, mark));
+                    committed = (self.conn()).and_then(|mut conn| {
+                        self.follow_up(conn.client(), undo, &ran, &taken, ttl, mark)
+                    });
                 }
                 _ => break,
             }
@@ -2092,12 +2114,15 @@ impl PostgresStore {
 
     /// [`Self::settle_ended`]'s statements, in autocommit on `client`: the
     /// culprit's take undone (`undo`), the takes of `ran` finished. Whether
-    /// either found a take standing (the batch's transaction committed).
+    /// the batch's transaction committed: a take found standing, its mark
+    /// (another claim may have taken over a mark made visible lapsed) or else
+    /// the row version a take in `taken` wrote (id, writer).
     fn follow_up(
         &self,
         client: &mut impl postgres::GenericClient,
         undo: Option<&(&str, Writer)>,
         ran: &[&str],
+        taken: &[(&str, &str)],
         ttl: Option<i64>,
         mark: &str,
     ) -> StoreResult<bool> {
@@ -2105,18 +2130,29 @@ impl PostgresStore {
             Some((key, writer)) => self.undo_takes(client, &[*key], mark, writer)?,
             None => false,
         };
-        if ran.is_empty() {
-            return Ok(undone);
-        }
         let params: &Params<'_> = &[
             (&ran, Type::TEXT_ARRAY),
             (&ttl, Type::INT8),
             (&mark, Type::TEXT),
         ];
-        let finished = client
-            .query_typed(&self.finish_sql(), params)
-            .map_err(error)?;
-        Ok(undone || !finished.is_empty())
+        let finished = match ran.is_empty() {
+            true => false,
+            false => !(client.query_typed(&self.finish_sql(), params))
+                .map_err(error)?
+                .is_empty(),
+        };
+        if undone || finished || taken.is_empty() {
+            return Ok(undone || finished);
+        }
+        let (ids, writers): (Vec<&str>, Vec<&str>) = taken.iter().copied().unzip();
+        let sql = format!(
+            "SELECT EXISTS (SELECT 1 FROM {} AS t, unnest($1::text[], $2::text[]) AS w(id, x)
+                            WHERE t.message_id = w.id AND t.xmin::text = w.x)",
+            self.table
+        );
+        let params: &Params<'_> = &[(&ids, Type::TEXT_ARRAY), (&writers, Type::TEXT_ARRAY)];
+        let row = client.query_typed_one(&sql, params).map_err(error)?;
+        Ok(row.get(0))
     }
 
     /// [`Self::roll_back_and_undo`]'s undo on a connection of its own, for a

@@ -1526,3 +1526,53 @@ fn postgres_a_batch_delivery_that_ends_the_transaction_is_left_out() {
     }
     pg_drop(&table);
 }
+
+/// A batch delivery whose handler commits the store's transaction itself and
+/// returns Ok committed whole, but a claim of its id, waiting on its mark, took
+/// the mark over (written lapsed) once the COMMIT landed: the store, finding
+/// no mark, took the batch for rolled back, ran the delivery before it (one
+/// without an id) again, its effect twice, and reported the committed one
+/// failed (a review's finding; failed first). The take's own row version now
+/// tells.
+#[test]
+fn postgres_a_handler_commit_whose_mark_a_claim_took_over_is_still_run_ok() {
+    let (guard, table, _clean) = pg_guard("tx-pg-commit-claimed");
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    let no_id = r#"{"job":"urn:babel:orders:created","trace_id":"t","data":{},"meta":{"schema_version":1}}"#;
+    let bodies = [no_id.to_string(), envelope("cc-b")];
+    let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+        let id = msg.id().unwrap_or("cc-no-id");
+        tx.execute(&insert, &[&id]).map_err(|e| e.to_string())?;
+        if id == "cc-b" {
+            // The claim waits on the mark's row until the COMMIT.
+            std::thread::scope(|scope| {
+                let claim = scope.spawn(|| {
+                    ready(bq_dedupe::Store::claim(
+                        guard.store(),
+                        id,
+                        Duration::from_secs(30),
+                    ))
+                });
+                std::thread::sleep(Duration::from_millis(300));
+                tx.batch_execute("COMMIT").map_err(|e| e.to_string())?;
+                let claimed = claim.join().unwrap();
+                assert!(
+                    matches!(claimed, Ok(bq_dedupe::store::Claim::Seen)),
+                    "{claimed:?}"
+                );
+                Ok::<(), String>(())
+            })?;
+        }
+        Ok::<(), String>(())
+    });
+    let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
+    assert_eq!(
+        kinds,
+        [OutcomeKind::FailOpen, OutcomeKind::Ran],
+        "{outcomes:?}"
+    );
+    for id in ["cc-no-id", "cc-b"] {
+        assert_eq!(pg_effects(&table, id), 1, "{id}");
+    }
+    pg_drop(&table);
+}
