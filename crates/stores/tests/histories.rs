@@ -353,6 +353,78 @@ fn postgres_histories_are_linearizable() {
     testkit::check_histories(30, postgres);
 }
 
+/// The transactions as batches of one (`transaction_batch`), whose handlers
+/// now and then end the store's transaction themselves: a success by its
+/// own `COMMIT` (committed whole, kept), a failure by its own `ROLLBACK`
+/// (returning Err, or Ok). Such a delivery is settled after its transaction
+/// ended, in autocommit, beside the other clients' claims and runs.
+fn postgres_batches() -> Fleet<PostgresStore> {
+    let backend = PgBackend::new("histories-batch");
+    let insert = backend.insert();
+    let counter = Mutex::new(backend.counter());
+    static N: AtomicU64 = AtomicU64::new(0);
+    Fleet::new(PostgresStore::RULES, backend.opener())
+        .with_transactions(
+            move |store, key, ttl, ok| {
+                let n = N.fetch_add(1, Ordering::Relaxed);
+                let (mut killer, mut lost) = (None, None);
+                let mut runs = store.transaction_batch(&[Some(key)], ttl, |_, tx| {
+                    if let Err(e) = tx.execute(&insert, &[&effect_id(key)]) {
+                        let killed = e.code() == Some(&postgres::error::SqlState::ADMIN_SHUTDOWN)
+                            || e.is_closed();
+                        assert!(killed, "the effect row: {e}");
+                        lost = Some(e);
+                        return Err(());
+                    }
+                    let mut ended = |sql: &str, tx: &mut postgres::Transaction<'_>| {
+                        if let Err(e) = tx.batch_execute(sql) {
+                            lost = Some(e);
+                        }
+                    };
+                    match (ok, n % 4) {
+                        (true, 0) => {
+                            ended("COMMIT", tx);
+                            Ok(())
+                        }
+                        (true, _) => {
+                            killer = kill_sometimes(tx);
+                            std::thread::sleep(Duration::from_millis(15));
+                            Ok(())
+                        }
+                        (false, 0) => {
+                            ended("ROLLBACK", tx);
+                            Err(())
+                        }
+                        (false, 1) => {
+                            ended("ROLLBACK", tx);
+                            Ok(())
+                        }
+                        (false, 2) => {
+                            let _ = tx.execute("SELECT 1/0", &[]);
+                            Ok(())
+                        }
+                        (false, _) => Err(()),
+                    }
+                });
+                if let Some(e) = lost {
+                    return Err(testkit::outcome_unknown(e));
+                }
+                if let Some(killer) = killer {
+                    let _ = killer.join();
+                    runs = runs.map_err(testkit::outcome_unknown);
+                }
+                runs.map(|mut runs| runs.pop().expect("one run"))
+            },
+            move |key| (counter.lock().unwrap())(&effect_id(key)),
+        )
+        .with_cleanup(backend.cleanup)
+}
+
+#[test]
+fn postgres_batch_histories_are_linearizable() {
+    testkit::check_histories(20, postgres_batches);
+}
+
 #[test]
 fn postgres_behind_pgbouncer_histories_are_linearizable() {
     testkit::check_histories(30, postgres_behind_pgbouncer);
