@@ -2008,16 +2008,25 @@ impl PostgresStore {
         // PostgreSQL warns when the ROLLBACK finds no transaction: the
         // handler ended it (a ROLLBACK, or a COMMIT without a BEGIN after it).
         NO_TRANSACTION_WARNED.with(|warned| warned.set(false));
-        tx.batch_execute("ROLLBACK; SET client_encoding TO 'UTF8'")
-            .map_err(error)?;
+        let rolled_back = tx.batch_execute("ROLLBACK; SET client_encoding TO 'UTF8'");
         let ended = NO_TRANSACTION_WARNED.with(std::cell::Cell::take);
-        let undone = self.undo_takes(&mut tx, keys, mark, writer);
+        let undone = match rolled_back {
+            Ok(()) => self.undo_takes(&mut tx, keys, mark, writer),
+            Err(e) => Err(error(e)),
+        };
         // Its transaction has ended: the drop's own ROLLBACK would cost a
         // round trip more and log "there is no transaction in progress" on
         // the server for every failed run. (Forgotten, it holds nothing:
         // a borrow of the connection and no savepoint.)
         std::mem::forget(tx);
-        Ok(undone? || ended)
+        // This session may be gone, or the handler's (a read-only mode or a
+        // role its COMMIT kept, which refuses the undo): on another, or the
+        // take its COMMIT kept would skip the redelivery.
+        let undone = match undone {
+            Ok(undone) => undone,
+            Err(_) => self.undo_takes_elsewhere(keys, mark, writer)?,
+        };
+        Ok(undone || ended)
     }
 
     /// After a batch delivery whose handler ended the store's transaction
@@ -2073,21 +2082,12 @@ impl PostgresStore {
         // another, as `run` tries them (an idle one may be one the server
         // dropped): both statements find only what is still to do. Failing,
         // the batch fails as one, the take its COMMIT kept standing.
-        let mut committed = here;
-        for _ in 0..POOL_SIZE {
-            match committed {
-                Err(e)
-                    if e.kind == StoreErrorKind::Unavailable
-                        || e.kind == StoreErrorKind::Internal =>
-                {
-                    committed = (self.conn()).and_then(|mut conn| {
-                        self.follow_up(conn.client(), undo, &ran, &taken, ttl, mark)
-                    });
-                }
-                _ => break,
+        let committed = match here {
+            Ok(committed) => committed,
+            Err(_) => {
+                self.on_another(|client| self.follow_up(client, undo, &ran, &taken, ttl, mark))?
             }
-        }
-        let committed = committed?;
+        };
         let own = match kept && committed {
             true => TxRun::Committed(()),
             false => TxRun::Aborted(ended_by_handler_error()),
@@ -2156,15 +2156,35 @@ impl PostgresStore {
     }
 
     /// [`Self::roll_back_and_undo`]'s undo on a connection of its own, for a
-    /// run whose transaction is gone (its COMMIT refused). Best effort.
+    /// run whose transaction is gone (its COMMIT refused), or whose session
+    /// cannot run it.
     fn undo_takes_elsewhere(
         &self,
         keys: &[&str],
         mark: &str,
         writer: &Writer,
     ) -> StoreResult<bool> {
-        let mut conn = self.conn()?;
-        self.undo_takes(conn.client(), keys, mark, writer)
+        self.on_another(|client| self.undo_takes(client, keys, mark, writer))
+    }
+
+    /// `op` on a pooled connection, not the one a handler had: tried on
+    /// another while it fails (an idle one may be one the server dropped),
+    /// as [`Self::run`] tries them. For the undo of what a handler's own
+    /// COMMIT kept, which must not be left undone for want of a session.
+    fn on_another<T>(
+        &self,
+        op: impl Fn(&mut postgres::Client) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        let mut tried = self.conn().and_then(|mut conn| op(conn.client()));
+        for _ in 0..POOL_SIZE {
+            match tried {
+                Err(e) if e.kind != StoreErrorKind::Invalid => {
+                    tried = self.conn().and_then(|mut conn| op(conn.client()));
+                }
+                _ => break,
+            }
+        }
+        tried
     }
 
     /// Deletes the marks this run (`mark`) put on `keys`, if a COMMIT made

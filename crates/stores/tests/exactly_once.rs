@@ -1576,3 +1576,53 @@ fn postgres_a_handler_commit_whose_mark_a_claim_took_over_is_still_run_ok() {
     }
     pg_drop(&table);
 }
+
+/// A handler that commits the store's transaction with its session made
+/// read-only (or a role without DELETE), begins again, writes and fails: the
+/// store's undo of the take its COMMIT committed ran on that session and was
+/// refused, the call failed, and the take stayed, so the redelivery skipped a
+/// message whose writes after its COMMIT were rolled back (a review's
+/// finding; failed first). The undo now goes to another connection when this
+/// session cannot run it.
+#[test]
+fn postgres_a_handler_that_leaves_its_session_read_only_loses_nothing() {
+    let (guard, table, _clean) = pg_guard("tx-pg-read-only");
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    let plain = |msg: &bq_dedupe::Message<'_>, tx: &mut postgres::Transaction<'_>| {
+        tx.execute(&insert, &[&msg.id().unwrap()])
+            .map(drop)
+            .map_err(|e| e.to_string())
+    };
+    let outcome = guard.process_in_transaction(envelope("ro-1").as_str(), |msg, tx| {
+        (tx.batch_execute("SET default_transaction_read_only = on; COMMIT; BEGIN READ WRITE"))
+            .map_err(|e| e.to_string())?;
+        tx.execute(&insert, &[&msg.id().unwrap()])
+            .map_err(|e| e.to_string())?;
+        Err::<(), String>("fails after its own COMMIT".into())
+    });
+    assert_eq!(outcome.kind(), OutcomeKind::Failed, "{outcome:?}");
+    assert_eq!(pg_effects(&table, "ro-1"), 0, "rolled back");
+    let again = guard.process_in_transaction(envelope("ro-1").as_str(), plain);
+    assert_eq!(again.kind(), OutcomeKind::Ran, "run again: {again:?}");
+    assert_eq!(pg_effects(&table, "ro-1"), 1);
+    // In a batch.
+    let bodies = [envelope("ro-a"), envelope("ro-b")];
+    let first = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+        if msg.id() == Some("ro-b") {
+            (tx.batch_execute("SET default_transaction_read_only = on; COMMIT; BEGIN READ WRITE"))
+                .map_err(|e| e.to_string())?;
+            plain(msg, tx)?;
+            return Err("fails after its own COMMIT".into());
+        }
+        plain(msg, tx)
+    });
+    let kinds: Vec<OutcomeKind> = first.iter().map(Outcome::kind).collect();
+    assert_eq!(kinds, [OutcomeKind::Ran, OutcomeKind::Failed], "{first:?}");
+    let again = guard.process_batch_in_transaction(&bodies, plain);
+    let kinds: Vec<OutcomeKind> = again.iter().map(Outcome::kind).collect();
+    assert_eq!(kinds, [OutcomeKind::Skipped, OutcomeKind::Ran], "{again:?}");
+    for id in ["ro-a", "ro-b"] {
+        assert_eq!(pg_effects(&table, id), 1, "{id}");
+    }
+    pg_drop(&table);
+}
