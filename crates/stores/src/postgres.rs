@@ -95,6 +95,8 @@ fn expiry(param: &str) -> String {
 pub struct PostgresStore {
     /// Taken only by `drop`.
     pool: Option<Pool<Manager>>,
+    /// Makes a connection outside the pool ([`PostgresStore::on_another`]).
+    direct: std::sync::Arc<PostgresConnectionManager<MakeRustlsConnect>>,
     table: String,
     claims: String,
     security_note: Option<String>,
@@ -534,7 +536,7 @@ impl PostgresStore {
         }
         let host = where_to(&config);
         let connector = MakeRustlsConnect::new(client_config(tls.verify, tls.ca.as_deref())?);
-        let manager = PostgresConnectionManager::new(config, connector);
+        let manager = std::sync::Arc::new(PostgresConnectionManager::new(config, connector));
         // One connection first, to report why it fails (a certificate, a
         // password) at once and whole; the pool would retry until its timeout
         // and keep only the outermost message.
@@ -557,7 +559,7 @@ impl PostgresStore {
             .test_on_check_out(false)
             .connection_timeout(TIMEOUT)
             .build(Manager {
-                manager,
+                manager: manager.clone(),
                 cache,
                 salt: new_token().0,
             })
@@ -567,6 +569,7 @@ impl PostgresStore {
         let claims = format!("{table}_claims");
         let mut store = PostgresStore {
             pool: Some(pool),
+            direct: manager,
             table: table.to_owned(),
             claims,
             security_note: tls.note,
@@ -667,24 +670,25 @@ impl PostgresStore {
         Ok(Charset::of(row.get(0)))
     }
 
-    /// The name `key` is stored under ([`stored`]). An id beyond ASCII with a
-    /// character the database's encoding is not known to hold is bound once,
-    /// alone, to see whether the server takes it: a round trip for an id with
-    /// a character not seen before, in a database neither UTF8 nor LATIN1.
+    /// The name `key` is stored under ([`stored`]). In a database neither
+    /// UTF8 nor LATIN1, a character beyond ASCII not seen before is bound
+    /// alone to see whether the server takes it, once (a round trip each).
     fn name<'k>(&self, key: &'k str) -> StoreResult<std::borrow::Cow<'k, str>> {
         let mut asked = Ok(());
         let name = stored(key, |key| match self.charset.holds(key) {
-            Some(held) => held,
-            None => match self.takes(key) {
-                Ok(taken) => {
-                    self.charset.learn(key, taken);
-                    taken
+            Ok(held) => held,
+            Err(unknown) => {
+                for c in unknown {
+                    match self.takes(c.encode_utf8(&mut [0; 4])) {
+                        Ok(held) => self.charset.learn(c, held),
+                        Err(e) => {
+                            asked = Err(e);
+                            return false;
+                        }
+                    }
                 }
-                Err(e) => {
-                    asked = Err(e);
-                    false
-                }
-            },
+                self.charset.holds(key) == Ok(true)
+            }
         });
         asked.map(|()| name)
     }
@@ -697,12 +701,12 @@ impl PostgresStore {
         keys.into_iter().map(|key| self.name(key)).collect()
     }
 
-    /// Whether the server takes `key` as text (refused: 22P05, or 22021).
-    fn takes(&self, key: &str) -> StoreResult<bool> {
+    /// Whether the server takes `text` (refused: 22P05, or 22021).
+    fn takes(&self, text: &str) -> StoreResult<bool> {
         use postgres::error::SqlState;
         self.run(|conn| {
             let asked =
-                (conn.client()).query_typed("SELECT $1::text IS NULL", &[(&key, Type::TEXT)]);
+                (conn.client()).query_typed("SELECT $1::text IS NULL", &[(&text, Type::TEXT)]);
             match asked {
                 Ok(_) => Ok(true),
                 Err(e)
@@ -1863,6 +1867,13 @@ struct TxStatements<'a> {
 /// begun again on the same connection.
 const RESTART: &str = "ROLLBACK; BEGIN";
 
+/// A failed run's transaction rolled back, and its session given back what a
+/// handler's own COMMIT may have kept on it (a role, a read-only mode, a
+/// `search_path`, a `client_encoding`): the settings as the connection began
+/// (its startup `options` too), the ids then bound in UTF-8 (a pooler's
+/// server connection may have begun in the database's encoding).
+const RESET: &str = "ROLLBACK; RESET ROLE; RESET ALL; SET client_encoding TO 'UTF8'";
+
 impl TxStatements<'_> {
     /// A statement a handler's `DEALLOCATE` dropped (in this delivery or an
     /// earlier one on the connection) is undone and sent again, prepared
@@ -2008,7 +2019,7 @@ impl PostgresStore {
         // PostgreSQL warns when the ROLLBACK finds no transaction: the
         // handler ended it (a ROLLBACK, or a COMMIT without a BEGIN after it).
         NO_TRANSACTION_WARNED.with(|warned| warned.set(false));
-        let rolled_back = tx.batch_execute("ROLLBACK; SET client_encoding TO 'UTF8'");
+        let rolled_back = tx.batch_execute(RESET);
         let ended = NO_TRANSACTION_WARNED.with(std::cell::Cell::take);
         let undone = match rolled_back {
             Ok(()) => self.undo_takes(&mut tx, keys, mark, writer),
@@ -2071,7 +2082,7 @@ impl PostgresStore {
         if let Some((key, Writer(Some(writer)))) = culprit.as_ref().filter(|_| kept) {
             taken.push((*key, writer.as_str()));
         }
-        let reset = tx.batch_execute("ROLLBACK; RESET ROLE; RESET ALL");
+        let reset = tx.batch_execute(RESET);
         let here = match reset {
             Ok(()) => self.follow_up(&mut tx, undo, &ran, &taken, ttl, mark),
             Err(e) => Err(error(e)),
@@ -2167,20 +2178,27 @@ impl PostgresStore {
         self.on_another(|client| self.undo_takes(client, keys, mark, writer))
     }
 
-    /// `op` on a pooled connection, not the one a handler had: tried on
-    /// another while it fails (an idle one may be one the server dropped),
-    /// as [`Self::run`] tries them. For the undo of what a handler's own
-    /// COMMIT kept, which must not be left undone for want of a session.
+    /// `op` on another connection than the one a handler had: an idle one of
+    /// the pool, else one of its own (never waiting on the pool, which other
+    /// runs in the same plight may hold); tried again while it fails (an
+    /// idle one may be one the server dropped), as [`Self::run`] tries them.
+    /// For the undo of what a handler's own COMMIT kept, which must not be
+    /// left undone for want of a session.
     fn on_another<T>(
         &self,
         op: impl Fn(&mut postgres::Client) -> StoreResult<T>,
     ) -> StoreResult<T> {
-        let mut tried = self.conn().and_then(|mut conn| op(conn.client()));
+        let once = || match self.pool.as_ref().and_then(Pool::try_get) {
+            Some(mut conn) => op(conn.client()),
+            None => match self.direct.connect() {
+                Ok(mut client) => op(&mut client),
+                Err(e) => Err(error(e)),
+            },
+        };
+        let mut tried = once();
         for _ in 0..POOL_SIZE {
             match tried {
-                Err(e) if e.kind != StoreErrorKind::Invalid => {
-                    tried = self.conn().and_then(|mut conn| op(conn.client()));
-                }
+                Err(e) if e.kind != StoreErrorKind::Invalid => tried = once(),
                 _ => break,
             }
         }

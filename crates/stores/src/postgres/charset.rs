@@ -5,7 +5,7 @@
 //! ([`super::stored`]). An id the encoding holds is stored as itself, as the
 //! Go SDK stores it.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 /// What the encoding holds, as far as known here.
@@ -19,12 +19,14 @@ enum Holds {
     Asked,
 }
 
-/// A database's encoding, and (for an [`Holds::Asked`] one) the characters
-/// beyond ASCII the server has taken in an id.
+/// A database's encoding, and (for an [`Holds::Asked`] one) what the server
+/// answered for each character beyond ASCII it was asked about, alone (not in
+/// an id: EUC_JIS_2004 takes `か` + U+309A as one character and refuses
+/// U+309A alone, so an id it took says nothing of each of its characters).
 #[derive(Debug)]
 pub(super) struct Charset {
     holds: Holds,
-    taken: Mutex<HashSet<char>>,
+    answered: Mutex<HashMap<char, bool>>,
 }
 
 impl Charset {
@@ -37,33 +39,42 @@ impl Charset {
         };
         Charset {
             holds,
-            taken: Mutex::new(HashSet::new()),
+            answered: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Whether the database holds `key` as text; `None` when only the server
-    /// can say (then [`Self::learn`] what it answers). Whether it does
-    /// depends on the key alone, so every call names an id alike.
-    pub(super) fn holds(&self, key: &str) -> Option<bool> {
+    /// Whether the database holds `key` as text: each of its characters,
+    /// alone (so it depends on the key alone, and every call names an id
+    /// alike). `Err` with the characters only the server can tell of (then
+    /// [`Self::learn`] what it answers for each).
+    pub(super) fn holds(&self, key: &str) -> Result<bool, Vec<char>> {
         match self.holds {
-            Holds::Any => Some(true),
-            Holds::Latin1 => Some(key.chars().all(|c| u32::from(c) <= 0xff)),
-            Holds::Asked if key.is_ascii() => Some(true),
+            Holds::Any => Ok(true),
+            Holds::Latin1 => Ok(key.chars().all(|c| u32::from(c) <= 0xff)),
+            Holds::Asked if key.is_ascii() => Ok(true),
             Holds::Asked => {
-                let taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
-                let known = key.chars().all(|c| c.is_ascii() || taken.contains(&c));
-                known.then_some(true)
+                let answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
+                let mut unknown = Vec::new();
+                for c in key.chars().filter(|c| !c.is_ascii()) {
+                    match answered.get(&c) {
+                        Some(false) => return Ok(false),
+                        Some(true) => {}
+                        None if unknown.contains(&c) => {}
+                        None => unknown.push(c),
+                    }
+                }
+                match unknown.is_empty() {
+                    true => Ok(true),
+                    false => Err(unknown),
+                }
             }
         }
     }
 
-    /// What the server answered for `key`: taken, its characters are held
-    /// (the conversion is character by character).
-    pub(super) fn learn(&self, key: &str, taken: bool) {
-        if taken {
-            let mut known = self.taken.lock().unwrap_or_else(|e| e.into_inner());
-            known.extend(key.chars().filter(|c| !c.is_ascii()));
-        }
+    /// What the server answered for the character `c`, alone.
+    pub(super) fn learn(&self, c: char, held: bool) {
+        let mut answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
+        answered.insert(c, held);
     }
 }
 
@@ -79,16 +90,25 @@ mod tests {
             Charset::of("WIN1251"),
         );
         for key in ["a", "caf\u{e9}", "\u{65e5}"] {
-            assert_eq!(utf8.holds(key), Some(true));
-            assert_eq!(Charset::of("SQL_ASCII").holds(key), Some(true));
+            assert_eq!(utf8.holds(key), Ok(true));
+            assert_eq!(Charset::of("SQL_ASCII").holds(key), Ok(true));
         }
-        assert_eq!(latin1.holds("caf\u{e9}\u{ff}"), Some(true));
-        assert_eq!(latin1.holds("\u{100}"), Some(false));
-        assert_eq!(win.holds("plain"), Some(true));
-        assert_eq!(win.holds("\u{43a}\u{43b}"), None);
-        win.learn("\u{43a}\u{43b}x", true);
-        assert_eq!(win.holds("\u{43b}\u{43a}"), Some(true));
-        win.learn("\u{43a}\u{65e5}", false);
-        assert_eq!(win.holds("\u{43a}\u{65e5}"), None, "asked again");
+        assert_eq!(latin1.holds("caf\u{e9}\u{ff}"), Ok(true));
+        assert_eq!(latin1.holds("\u{100}"), Ok(false));
+        assert_eq!(win.holds("plain"), Ok(true));
+        assert_eq!(
+            win.holds("\u{43a}\u{43b}\u{43a}"),
+            Err(vec!['\u{43a}', '\u{43b}'])
+        );
+        win.learn('\u{43a}', true);
+        assert_eq!(win.holds("\u{43b}\u{43a}"), Err(vec!['\u{43b}']));
+        win.learn('\u{43b}', true);
+        assert_eq!(win.holds("\u{43b}\u{43a}x"), Ok(true));
+        win.learn('\u{65e5}', false);
+        assert_eq!(
+            win.holds("\u{43a}\u{65e5}\u{1f600}"),
+            Ok(false),
+            "one refused is enough"
+        );
     }
 }

@@ -35,7 +35,7 @@ pub(super) type Params<'a> = [(&'a (dyn ToSql + Sync), Type)];
 
 /// The pool's connections: a client and its prepared statements.
 pub(super) struct Manager {
-    pub manager: PostgresConnectionManager<MakeRustlsConnect>,
+    pub manager: std::sync::Arc<PostgresConnectionManager<MakeRustlsConnect>>,
     /// The URL's `statement_cache`.
     pub cache: StatementCache,
     /// This pool's part of its `PREPARE`d statements' names ([`Named`]).
