@@ -352,14 +352,15 @@ const HASHED_PREFIX: &str = "bq-dedupe:sha256:";
 const MAX_KEY_BYTES: usize = 2692;
 
 /// The `message_id` an id is stored under. An id PostgreSQL cannot hold as text
-/// (with U+0000, or beyond what the database's encoding holds: `held`) or index
-/// (longer than [`MAX_KEY_BYTES`]), or one that looks like a hashed name, is
+/// (with U+0000, or beyond what the database's encoding holds: `size` is its
+/// bytes there, `None` if not held) or index (longer than [`MAX_KEY_BYTES`],
+/// in UTF-8 or there), or one that looks like a hashed name, is
 /// named by its SHA-256 (as the Workers KV store does), so it is that
 /// delivery's own record and never fails a statement holding its neighbours.
 /// (A Go consumer stores some of these as themselves: see docs/stores.md.)
-fn stored(key: &str, held: impl FnOnce(&str) -> bool) -> std::borrow::Cow<'_, str> {
+fn stored(key: &str, size: impl FnOnce(&str) -> Option<usize>) -> std::borrow::Cow<'_, str> {
     let fits = key.len() <= MAX_KEY_BYTES && !key.contains('\0') && !key.starts_with(HASHED_PREFIX);
-    if fits && held(key) {
+    if fits && size(key).is_some_and(|bytes| bytes <= MAX_KEY_BYTES) {
         return std::borrow::Cow::Borrowed(key);
     }
     use sha2::{Digest, Sha256};
@@ -676,18 +677,18 @@ impl PostgresStore {
     fn name<'k>(&self, key: &'k str) -> StoreResult<std::borrow::Cow<'k, str>> {
         let mut asked = Ok(());
         let name = stored(key, |key| match self.charset.holds(key) {
-            Ok(held) => held,
+            Ok(size) => size,
             Err(unknown) => {
                 for c in unknown {
                     match self.takes(c.encode_utf8(&mut [0; 4])) {
                         Ok(held) => self.charset.learn(c, held),
                         Err(e) => {
                             asked = Err(e);
-                            return false;
+                            return None;
                         }
                     }
                 }
-                self.charset.holds(key) == Ok(true)
+                self.charset.holds(key).ok().flatten()
             }
         });
         asked.map(|()| name)
@@ -701,19 +702,20 @@ impl PostgresStore {
         keys.into_iter().map(|key| self.name(key)).collect()
     }
 
-    /// Whether the server takes `text` (refused: 22P05, or 22021).
-    fn takes(&self, text: &str) -> StoreResult<bool> {
+    /// Whether the database holds `text` as itself: taken in, and given back
+    /// the same (refused either way: 22P05, or 22021), and in how many bytes.
+    fn takes(&self, text: &str) -> StoreResult<Option<usize>> {
         use postgres::error::SqlState;
         self.run(|conn| {
-            let asked =
-                (conn.client()).query_typed("SELECT $1::text IS NULL", &[(&text, Type::TEXT)]);
-            match asked {
-                Ok(_) => Ok(true),
+            let sql = "SELECT $1::text, octet_length($1::text)";
+            match (conn.client()).query_typed_one(sql, &[(&text, Type::TEXT)]) {
+                Ok(row) => Ok((row.get::<_, String>(0) == text)
+                    .then(|| usize::try_from(row.get::<_, i32>(1)).unwrap_or(usize::MAX))),
                 Err(e)
                     if e.code() == Some(&SqlState::UNTRANSLATABLE_CHARACTER)
                         || e.code() == Some(&SqlState::CHARACTER_NOT_IN_REPERTOIRE) =>
                 {
-                    Ok(false)
+                    Ok(None)
                 }
                 Err(e) => Err(e),
             }
@@ -2188,17 +2190,19 @@ impl PostgresStore {
         &self,
         op: impl Fn(&mut postgres::Client) -> StoreResult<T>,
     ) -> StoreResult<T> {
-        let once = || match self.pool.as_ref().and_then(Pool::try_get) {
-            Some(mut conn) => op(conn.client()),
-            None => match self.direct.connect() {
-                Ok(mut client) => op(&mut client),
-                Err(e) => Err(error(e)),
-            },
+        let direct = || match self.direct.connect() {
+            Ok(mut client) => op(&mut client),
+            Err(e) => Err(error(e)),
         };
-        let mut tried = once();
+        let mut tried = match self.pool.as_ref().and_then(Pool::try_get) {
+            Some(mut conn) => op(conn.client()),
+            None => direct(),
+        };
+        // After a failure, one of its own: a pooled one that failed without
+        // breaking (a session a handler left read-only) would come back.
         for _ in 0..POOL_SIZE {
             match tried {
-                Err(e) if e.kind != StoreErrorKind::Invalid => tried = once(),
+                Err(e) if e.kind != StoreErrorKind::Invalid => tried = direct(),
                 _ => break,
             }
         }
