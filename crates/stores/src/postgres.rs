@@ -2081,7 +2081,7 @@ impl PostgresStore {
             .collect();
         let undo = culprit.as_ref().filter(|_| !kept);
         let mut taken: Vec<(&str, &str)> = (taken.iter()).map(|(k, w)| (*k, w.as_str())).collect();
-        if let Some((key, Writer(Some(writer)))) = culprit.as_ref().filter(|_| kept) {
+        if let Some((key, Writer(Some(writer)))) = culprit.as_ref() {
             taken.push((*key, writer.as_str()));
         }
         let reset = tx.batch_execute(RESET);
@@ -2127,9 +2127,11 @@ impl PostgresStore {
 
     /// [`Self::settle_ended`]'s statements, in autocommit on `client`: the
     /// culprit's take undone (`undo`), the takes of `ran` finished. Whether
-    /// the batch's transaction committed: a take found standing, its mark
-    /// (another claim may have taken over a mark made visible lapsed) or else
-    /// the row version a take in `taken` wrote (id, writer).
+    /// the batch's transaction committed: a take found standing, or else the
+    /// status of the transaction that wrote a take in `taken` (id, writer),
+    /// which nothing another client does can hide (a claim taking over a mark
+    /// made visible lapsed, a forget of the id); before PostgreSQL 10, the
+    /// row version that take wrote.
     fn follow_up(
         &self,
         client: &mut impl postgres::GenericClient,
@@ -2156,6 +2158,14 @@ impl PostgresStore {
         };
         if undone || finished || taken.is_empty() {
             return Ok(undone || finished);
+        }
+        // A take's writer is a 32-bit xid: its epoch is the current one's,
+        // or the one before if it is past the current xid's low bits.
+        let status = "SELECT txid_status((s.x >> 32 << 32 | $1::text::bigint)
+                        - CASE WHEN $1::text::bigint > (s.x & 4294967295) THEN 4294967296 ELSE 0 END)
+                      FROM (SELECT txid_snapshot_xmax(txid_current_snapshot()) AS x) s";
+        if let Ok(row) = client.query_typed_one(status, &[(&taken[0].1, Type::TEXT)]) {
+            return Ok(row.get::<_, Option<String>>(0).as_deref() == Some("committed"));
         }
         let (ids, writers): (Vec<&str>, Vec<&str>) = taken.iter().copied().unzip();
         let sql = format!(

@@ -1574,6 +1574,28 @@ fn postgres_a_handler_commit_whose_mark_a_claim_took_over_is_still_run_ok() {
     for id in ["cc-no-id", "cc-b"] {
         assert_eq!(pg_effects(&table, id), 1, "{id}");
     }
+    // The same when a forget of the id comes between the handler's COMMIT
+    // and the store's finish (the history checker's find): the take's row is
+    // gone too, and the transaction's own status tells.
+    let bodies = [no_id.to_string(), envelope("cf-b")];
+    let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+        let id = msg.id().unwrap_or("cf-no-id");
+        tx.execute(&insert, &[&id]).map_err(|e| e.to_string())?;
+        if id == "cf-b" {
+            tx.batch_execute("COMMIT").map_err(|e| e.to_string())?;
+            ready(bq_dedupe::Store::forget(guard.store(), id)).map_err(|e| e.to_string())?;
+        }
+        Ok::<(), String>(())
+    });
+    let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
+    assert_eq!(
+        kinds,
+        [OutcomeKind::FailOpen, OutcomeKind::Ran],
+        "{outcomes:?}"
+    );
+    for id in ["cf-no-id", "cf-b"] {
+        assert_eq!(pg_effects(&table, id), 1, "{id}");
+    }
     pg_drop(&table);
 }
 
