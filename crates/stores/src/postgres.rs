@@ -2164,8 +2164,22 @@ impl PostgresStore {
         let status = "SELECT txid_status((s.x >> 32 << 32 | $1::text::bigint)
                         - CASE WHEN $1::text::bigint > (s.x & 4294967295) THEN 4294967296 ELSE 0 END)
                       FROM (SELECT txid_snapshot_xmax(txid_current_snapshot()) AS x) s";
-        if let Ok(row) = client.query_typed_one(status, &[(&taken[0].1, Type::TEXT)]) {
-            return Ok(row.get::<_, Option<String>>(0).as_deref() == Some("committed"));
+        match client.query_typed_one(status, &[(&taken[0].1, Type::TEXT)]) {
+            Ok(row) => {
+                return match row.get::<_, Option<String>>(0).as_deref() {
+                    Some("committed") => Ok(true),
+                    Some("aborted") => Ok(false),
+                    // Still in progress (a handler's PREPARE TRANSACTION):
+                    // not known yet, retried.
+                    other => Err(StoreError::unavailable(format!(
+                        "postgres: the batch's transaction is {} (did the handler prepare it?)",
+                        other.unwrap_or("of unknown status")
+                    ))),
+                };
+            }
+            // No txid_status (before PostgreSQL 10): the row version below.
+            Err(e) if e.code() == Some(&postgres::error::SqlState::UNDEFINED_FUNCTION) => {}
+            Err(e) => return Err(error(e)),
         }
         let (ids, writers): (Vec<&str>, Vec<&str>) = taken.iter().copied().unzip();
         let sql = format!(
