@@ -1022,6 +1022,31 @@ fn a_lease_without_claim_is_refused_and_records_nothing() {
     assert!(!db.exists(), "nothing was recorded");
 }
 
+/// `--claim --lease 30s --ttl 1s` was accepted without a word: an id's
+/// record lapsed before a claim on it would, and its redelivery after the
+/// TTL ran again, run-ok both times (an operator trial's finding). Said at
+/// start; a TTL at least the lease is not.
+#[test]
+fn a_ttl_shorter_than_the_lease_is_said() {
+    let dir = scratch("ttl-under-lease");
+    let spec = format!("sqlite:{}", dir.join("seen.db").display());
+    let said = |ttl: &str| {
+        let args = [
+            "run", "--store", &spec, "--claim", "--lease", "30s", "--ttl", ttl,
+        ];
+        let out = bq(&args, &envelope(&format!("t-{ttl}")));
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let short = said("1s");
+    assert!(
+        short.contains("--ttl 1s is shorter than --lease 30s"),
+        "{short}"
+    );
+    let long = said("30s");
+    assert!(!long.contains("shorter than --lease"), "{long}");
+}
+
 /// `run | head`: stdout closed while lines were being decided. The run said
 /// only "Broken pipe", though lines whose verdicts nobody saw were recorded
 /// (their rerun skips them: a trial's finding). It now says up to which line

@@ -126,6 +126,15 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
             bq_dedupe_host::shown_spec(&args.store)
         ));
     }
+    // A record that lapses before a claim would: an id delivered again after
+    // the TTL runs again, run-ok both times (a trial's finding).
+    if let Some(ttl) = args.ttl.filter(|ttl| args.claim && *ttl < args.lease) {
+        bq_dedupe_host::say(&format!(
+            "bq-dedupe: --ttl {} is shorter than --lease {}: an id's record lapses before a              claim on it would, and an id delivered again after the TTL runs again, reported              run-ok both times; give a TTL longer than the redelivery window",
+            bq_dedupe_host::exec::shown(ttl),
+            bq_dedupe_host::exec::shown(args.lease)
+        ));
+    }
     let mark_run = matches!(handler, Handler::Mark);
     let mut runtime = Runtime::load(component, store, handler)?;
     // One guard for the whole run: options checked, capabilities read, once.
