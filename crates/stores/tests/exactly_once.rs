@@ -1539,63 +1539,58 @@ fn postgres_a_handler_commit_whose_mark_a_claim_took_over_is_still_run_ok() {
     let (guard, table, _clean) = pg_guard("tx-pg-commit-claimed");
     let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
     let no_id = r#"{"job":"urn:babel:orders:created","trace_id":"t","data":{},"meta":{"schema_version":1}}"#;
-    let bodies = [no_id.to_string(), envelope("cc-b")];
-    let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
-        let id = msg.id().unwrap_or("cc-no-id");
-        tx.execute(&insert, &[&id]).map_err(|e| e.to_string())?;
-        if id == "cc-b" {
-            // The claim waits on the mark's row until the COMMIT.
-            std::thread::scope(|scope| {
-                let claim = scope.spawn(|| {
-                    ready(bq_dedupe::Store::claim(
-                        guard.store(),
-                        id,
-                        Duration::from_secs(30),
-                    ))
-                });
-                std::thread::sleep(Duration::from_millis(300));
-                tx.batch_execute("COMMIT").map_err(|e| e.to_string())?;
-                let claimed = claim.join().unwrap();
-                assert!(
-                    matches!(claimed, Ok(bq_dedupe::store::Claim::Seen)),
-                    "{claimed:?}"
-                );
-                Ok::<(), String>(())
-            })?;
-        }
-        Ok::<(), String>(())
+    // A batch of one delivery without an id, then `id`, whose handler runs
+    // `commit` (its own COMMIT, and what comes between it and the finish):
+    // both run once and are said so.
+    let run_once =
+        |id: &str, commit: &dyn Fn(&str, &mut postgres::Transaction<'_>) -> Result<(), String>| {
+            let bodies = [no_id.to_string(), envelope(id)];
+            let unnamed = format!("{id}-no-id");
+            let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+                let this = msg.id().unwrap_or(&unnamed);
+                tx.execute(&insert, &[&this]).map_err(|e| e.to_string())?;
+                match this == id {
+                    true => commit(id, tx),
+                    false => Ok(()),
+                }
+            });
+            let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
+            assert_eq!(
+                kinds,
+                [OutcomeKind::FailOpen, OutcomeKind::Ran],
+                "{id}: {outcomes:?}"
+            );
+            for effect in [unnamed.as_str(), id] {
+                assert_eq!(pg_effects(&table, effect), 1, "{effect}");
+            }
+        };
+    run_once("cc-b", &|id, tx| {
+        // The claim waits on the mark's row until the COMMIT.
+        std::thread::scope(|scope| {
+            let claim = scope.spawn(|| {
+                ready(bq_dedupe::Store::claim(
+                    guard.store(),
+                    id,
+                    Duration::from_secs(30),
+                ))
+            });
+            std::thread::sleep(Duration::from_millis(300));
+            tx.batch_execute("COMMIT").map_err(|e| e.to_string())?;
+            let claimed = claim.join().unwrap();
+            assert!(
+                matches!(claimed, Ok(bq_dedupe::store::Claim::Seen)),
+                "{claimed:?}"
+            );
+            Ok(())
+        })
     });
-    let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
-    assert_eq!(
-        kinds,
-        [OutcomeKind::FailOpen, OutcomeKind::Ran],
-        "{outcomes:?}"
-    );
-    for id in ["cc-no-id", "cc-b"] {
-        assert_eq!(pg_effects(&table, id), 1, "{id}");
-    }
     // The same when a forget of the id comes between the handler's COMMIT
     // and the store's finish (the history checker's find): the take's row is
     // gone too, and the transaction's own status tells.
-    let bodies = [no_id.to_string(), envelope("cf-b")];
-    let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
-        let id = msg.id().unwrap_or("cf-no-id");
-        tx.execute(&insert, &[&id]).map_err(|e| e.to_string())?;
-        if id == "cf-b" {
-            tx.batch_execute("COMMIT").map_err(|e| e.to_string())?;
-            ready(bq_dedupe::Store::forget(guard.store(), id)).map_err(|e| e.to_string())?;
-        }
-        Ok::<(), String>(())
+    run_once("cf-b", &|id, tx| {
+        tx.batch_execute("COMMIT").map_err(|e| e.to_string())?;
+        ready(bq_dedupe::Store::forget(guard.store(), id)).map_err(|e| e.to_string())
     });
-    let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
-    assert_eq!(
-        kinds,
-        [OutcomeKind::FailOpen, OutcomeKind::Ran],
-        "{outcomes:?}"
-    );
-    for id in ["cf-no-id", "cf-b"] {
-        assert_eq!(pg_effects(&table, id), 1, "{id}");
-    }
     pg_drop(&table);
 }
 

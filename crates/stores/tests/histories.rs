@@ -284,12 +284,7 @@ fn postgres_at(backend: PgBackend) -> Fleet<PostgresStore> {
             move |store, key, ttl, ok| {
                 let (mut killer, mut lost) = (None, None);
                 let run = store.transaction(Some(key), ttl, |tx| {
-                    if let Err(e) = tx.execute(&insert, &[&effect_id(key)]) {
-                        // Behind PgBouncer, another client's kill can end this
-                        // server connection under the handler: unknown.
-                        let killed = e.code() == Some(&postgres::error::SqlState::ADMIN_SHUTDOWN)
-                            || e.is_closed();
-                        assert!(killed, "the effect row: {e}");
+                    if let Err(e) = write_effect(tx, &insert, key) {
                         lost = Some(e);
                         return Err(());
                     }
@@ -340,6 +335,22 @@ fn kill_sometimes(tx: &mut postgres::Transaction<'_>) -> Option<std::thread::Joi
     }))
 }
 
+/// A transaction's effect row for `key`. It fails only where another
+/// client's kill ended this server connection under the handler (behind
+/// PgBouncer): its outcome is then unknown.
+fn write_effect(
+    tx: &mut postgres::Transaction<'_>,
+    insert: &str,
+    key: &str,
+) -> Result<(), postgres::Error> {
+    let written = tx.execute(insert, &[&effect_id(key)]).map(drop);
+    if let Err(e) = &written {
+        let killed = e.code() == Some(&postgres::error::SqlState::ADMIN_SHUTDOWN) || e.is_closed();
+        assert!(killed, "the effect row: {e}");
+    }
+    written
+}
+
 /// The effect table's name for a key (`text` cannot hold U+0000).
 fn effect_id(key: &str) -> String {
     use std::hash::{DefaultHasher, Hash, Hasher};
@@ -369,10 +380,7 @@ fn postgres_batches() -> Fleet<PostgresStore> {
                 let n = N.fetch_add(1, Ordering::Relaxed);
                 let (mut killer, mut lost) = (None, None);
                 let mut runs = store.transaction_batch(&[Some(key)], ttl, |_, tx| {
-                    if let Err(e) = tx.execute(&insert, &[&effect_id(key)]) {
-                        let killed = e.code() == Some(&postgres::error::SqlState::ADMIN_SHUTDOWN)
-                            || e.is_closed();
-                        assert!(killed, "the effect row: {e}");
+                    if let Err(e) = write_effect(tx, &insert, key) {
                         lost = Some(e);
                         return Err(());
                     }
