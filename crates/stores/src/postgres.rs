@@ -358,10 +358,13 @@ const MAX_KEY_BYTES: usize = 2692;
 /// named by its SHA-256 (as the Workers KV store does), so it is that
 /// delivery's own record and never fails a statement holding its neighbours.
 /// (A Go consumer stores some of these as themselves: see docs/stores.md.)
-fn stored(key: &str, size: impl FnOnce(&str) -> Option<usize>) -> std::borrow::Cow<'_, str> {
+fn stored(
+    key: &str,
+    size: impl FnOnce(&str) -> StoreResult<Option<usize>>,
+) -> StoreResult<std::borrow::Cow<'_, str>> {
     let fits = key.len() <= MAX_KEY_BYTES && !key.contains('\0') && !key.starts_with(HASHED_PREFIX);
-    if fits && size(key).is_some_and(|bytes| bytes <= MAX_KEY_BYTES) {
-        return std::borrow::Cow::Borrowed(key);
+    if fits && size(key)?.is_some_and(|bytes| bytes <= MAX_KEY_BYTES) {
+        return Ok(std::borrow::Cow::Borrowed(key));
     }
     use sha2::{Digest, Sha256};
     use std::fmt::Write;
@@ -370,7 +373,7 @@ fn stored(key: &str, size: impl FnOnce(&str) -> Option<usize>) -> std::borrow::C
     for byte in Sha256::digest(key.as_bytes()) {
         let _ = write!(name, "{byte:02x}");
     }
-    std::borrow::Cow::Owned(name)
+    Ok(std::borrow::Cow::Owned(name))
 }
 
 /// A settlement's `(id, token)` pairs under their stored names (`names`, made
@@ -675,23 +678,15 @@ impl PostgresStore {
     /// UTF8 nor LATIN1, a character beyond ASCII not seen before is bound
     /// alone to see whether the server takes it, once (a round trip each).
     fn name<'k>(&self, key: &'k str) -> StoreResult<std::borrow::Cow<'k, str>> {
-        let mut asked = Ok(());
-        let name = stored(key, |key| match self.charset.holds(key) {
-            Ok(size) => size,
-            Err(unknown) => {
+        stored(key, |key| {
+            if let Err(unknown) = self.charset.holds(key) {
                 for c in unknown {
-                    match self.takes(c.encode_utf8(&mut [0; 4])) {
-                        Ok(held) => self.charset.learn(c, held),
-                        Err(e) => {
-                            asked = Err(e);
-                            return None;
-                        }
-                    }
+                    self.charset
+                        .learn(c, self.takes(c.encode_utf8(&mut [0; 4]))?);
                 }
-                self.charset.holds(key).ok().flatten()
             }
-        });
-        asked.map(|()| name)
+            Ok(self.charset.holds(key).ok().flatten())
+        })
     }
 
     /// [`Self::name`] for each of `keys`, in order.
@@ -1704,7 +1699,6 @@ impl TransactionalStore for PostgresStore {
             let mut body = |tx: &mut postgres::Transaction<'_>,
                             statements: &mut TxStatements<'_>| {
                 let mut runs = Vec::with_capacity(keys.len());
-                let mut committed: Vec<&str> = Vec::new();
                 // The takes released so far: (id, the row's writer).
                 let mut taken: Vec<(&str, String)> = Vec::new();
                 tx.batch_execute(&begin).map_err(error)?;
@@ -1749,7 +1743,6 @@ impl TransactionalStore for PostgresStore {
                             if let Some((key, Writer(Some(writer)))) = at_risk.take() {
                                 taken.push((key, writer));
                             }
-                            committed.extend(key);
                             runs.push(TxRun::Committed(()));
                         }
                         (result, _) => {
@@ -1773,6 +1766,7 @@ impl TransactionalStore for PostgresStore {
                     }
                 }
                 // The handlers left the transaction unusable after all: nothing commits.
+                let committed: Vec<&str> = taken.iter().map(|(key, _)| *key).collect();
                 self.finish_in(tx, statements, &committed, ttl, &mark)??;
                 Ok(Batch::Ran(runs))
             };
@@ -2073,16 +2067,13 @@ impl PostgresStore {
         } = ended;
         let at = runs.len();
         let kept = kept && result.is_ok();
-        let ran: Vec<&str> = (runs.iter().enumerate())
-            .filter(|(_, run)| matches!(run, TxRun::Committed(())))
-            .map(|(j, _)| j)
-            .chain(kept.then_some(at))
-            .filter_map(|j| names[j].as_deref())
-            .collect();
         let undo = culprit.as_ref().filter(|_| !kept);
         let mut taken: Vec<(&str, &str)> = (taken.iter()).map(|(k, w)| (*k, w.as_str())).collect();
+        // The takes to finish: those released, and its own if kept.
+        let mut ran: Vec<&str> = taken.iter().map(|(key, _)| *key).collect();
         if let Some((key, Writer(Some(writer)))) = culprit.as_ref() {
             taken.push((*key, writer.as_str()));
+            ran.extend(kept.then_some(*key));
         }
         let reset = tx.batch_execute(RESET);
         let here = match reset {
@@ -2170,9 +2161,10 @@ impl PostgresStore {
                     Some("committed") => Ok(true),
                     Some("aborted") => Ok(false),
                     // Still in progress (a handler's PREPARE TRANSACTION):
-                    // not known yet, retried.
+                    // not known; the batch fails as one, and its redeliveries
+                    // wait on the prepared transaction's rows until it ends.
                     other => Err(StoreError::unavailable(format!(
-                        "postgres: the batch's transaction is {} (did the handler prepare it?)",
+                        "postgres: the batch's transaction is {} (did the handler run PREPARE                          TRANSACTION? its rows stay locked until COMMIT PREPARED or ROLLBACK                          PREPARED)",
                         other.unwrap_or("of unknown status")
                     ))),
                 };
@@ -2298,7 +2290,7 @@ impl PostgresStore {
     /// The last statement before the commit, for the ids `$1` this run took
     /// (TTL `$2` ms, its mark `$3`): their marks removed and their expiry
     /// counted from now (`clock_timestamp()`, not the transaction's start).
-    /// Answers the ids it found.
+    /// Answers how many it found.
     ///
     /// It also gives the session back its `client_encoding` (a one-time
     /// filter, run once whatever the rows): a handler's `SET client_encoding`,
@@ -2313,7 +2305,7 @@ impl PostgresStore {
                  ELSE clock_timestamp() + $2::bigint * interval '1 millisecond' END
              WHERE message_id IN (SELECT message_id FROM unmark)
                AND (SELECT {UTF8_AGAIN}) IS NOT NULL
-             RETURNING message_id"
+             RETURNING 1"
         )
     }
 
