@@ -1684,7 +1684,10 @@ impl TransactionalStore for PostgresStore {
         // with the take, not four). A success's handler may have moved
         // client_encoding: set back in the same query, before the next take
         // binds its id (a failure's rollback undoes the handler's SET).
-        let begin = format!("SAVEPOINT {savepoint}");
+        // With the first, the batch's own transaction id: whether a handler's
+        // own COMMIT committed the batch is its status when no take tells
+        // (deliveries without an id before it).
+        let begin = format!("SAVEPOINT {savepoint}; SELECT txid_current()");
         let next =
             format!("RELEASE {savepoint}; SET client_encoding TO 'UTF8'; SAVEPOINT {savepoint}");
         let undo = format!("ROLLBACK TO {savepoint}");
@@ -1701,7 +1704,7 @@ impl TransactionalStore for PostgresStore {
                 let mut runs = Vec::with_capacity(keys.len());
                 // The takes released so far: (id, the row's writer).
                 let mut taken: Vec<(&str, String)> = Vec::new();
-                tx.batch_execute(&begin).map_err(error)?;
+                let xid = first_number(tx.simple_query(&begin).map_err(error)?)?;
                 for (i, key) in names.iter().enumerate() {
                     let key = key.as_deref();
                     if let Some(key) = key {
@@ -1731,6 +1734,7 @@ impl TransactionalStore for PostgresStore {
                                         kept,
                                         runs,
                                         taken,
+                                        xid,
                                     }));
                                 }
                                 None => aborted_or(e)?,
@@ -1753,6 +1757,7 @@ impl TransactionalStore for PostgresStore {
                                         kept: false,
                                         runs,
                                         taken,
+                                        xid,
                                     })),
                                     None => Err(error(e)),
                                 };
@@ -1820,12 +1825,23 @@ enum Batch<'k, E> {
 /// own `ROLLBACK` or `COMMIT`): what its handler returned; whether its own
 /// `COMMIT`, no `BEGIN` after, may have committed it whole (the handler
 /// returned Ok and no transaction was open after it); the runs before it, and
-/// the ids they took with each take's row writer.
+/// the ids they took with each take's row writer; the batch's transaction id.
 struct Ended<'k, E> {
     result: Result<(), E>,
     kept: bool,
     runs: Vec<TxRun<(), E>>,
     taken: Vec<(&'k str, String)>,
+    xid: i64,
+}
+
+/// The first column of the first row `messages` hold, a number.
+fn first_number(messages: Vec<postgres::SimpleQueryMessage>) -> StoreResult<i64> {
+    let row = messages.into_iter().find_map(|m| match m {
+        postgres::SimpleQueryMessage::Row(row) => Some(row),
+        _ => None,
+    });
+    row.and_then(|row| row.get(0).and_then(|v| v.parse().ok()))
+        .ok_or_else(|| StoreError::internal("postgres: txid_current() gave no number"))
 }
 
 /// `Some` when a savepoint statement failed because the handler had ended the
@@ -2064,6 +2080,7 @@ impl PostgresStore {
             kept,
             runs,
             taken,
+            xid,
         } = ended;
         let at = runs.len();
         let kept = kept && result.is_ok();
@@ -2077,7 +2094,7 @@ impl PostgresStore {
         }
         let reset = tx.batch_execute(RESET);
         let here = match reset {
-            Ok(()) => self.follow_up(&mut tx, undo, &ran, &taken, ttl, mark),
+            Ok(()) => self.follow_up(&mut tx, undo, &ran, (xid, &taken), ttl, mark),
             Err(e) => Err(error(e)),
         };
         // Its transaction has ended (as in `roll_back_and_undo`).
@@ -2089,7 +2106,10 @@ impl PostgresStore {
         let committed = match here {
             Ok(committed) => committed,
             Err(_) => {
-                self.on_another(|client| self.follow_up(client, undo, &ran, &taken, ttl, mark))?
+                let follow_up = |client: &mut postgres::Client| {
+                    self.follow_up(client, undo, &ran, (xid, &taken), ttl, mark)
+                };
+                self.on_another(follow_up)?
             }
         };
         let own = match kept && committed {
@@ -2119,16 +2139,17 @@ impl PostgresStore {
     /// [`Self::settle_ended`]'s statements, in autocommit on `client`: the
     /// culprit's take undone (`undo`), the takes of `ran` finished. Whether
     /// the batch's transaction committed: a take found standing, or else the
-    /// status of the transaction that wrote a take in `taken` (id, writer),
-    /// which nothing another client does can hide (a claim taking over a mark
-    /// made visible lapsed, a forget of the id); before PostgreSQL 10, the
-    /// row version that take wrote.
+    /// status of the batch's transaction (`xid`), which nothing another
+    /// client does can hide (a claim taking over a mark made visible lapsed,
+    /// a forget of the id) and which holds for deliveries without an id too;
+    /// before PostgreSQL 10, the row version a take in `taken` (id, writer)
+    /// wrote, and with none: not committed.
     fn follow_up(
         &self,
         client: &mut impl postgres::GenericClient,
         undo: Option<&(&str, Writer)>,
         ran: &[&str],
-        taken: &[(&str, &str)],
+        (xid, taken): (i64, &[(&str, &str)]),
         ttl: Option<i64>,
         mark: &str,
     ) -> StoreResult<bool> {
@@ -2147,15 +2168,10 @@ impl PostgresStore {
                 .map_err(error)?
                 .is_empty(),
         };
-        if undone || finished || taken.is_empty() {
-            return Ok(undone || finished);
+        if undone || finished {
+            return Ok(true);
         }
-        // A take's writer is a 32-bit xid: its epoch is the current one's,
-        // or the one before if it is past the current xid's low bits.
-        let status = "SELECT txid_status((s.x >> 32 << 32 | $1::text::bigint)
-                        - CASE WHEN $1::text::bigint > (s.x & 4294967295) THEN 4294967296 ELSE 0 END)
-                      FROM (SELECT txid_snapshot_xmax(txid_current_snapshot()) AS x) s";
-        match client.query_typed_one(status, &[(&taken[0].1, Type::TEXT)]) {
+        match client.query_typed_one("SELECT txid_status($1)", &[(&xid, Type::INT8)]) {
             Ok(row) => {
                 return match row.get::<_, Option<String>>(0).as_deref() {
                     Some("committed") => Ok(true),
@@ -2164,7 +2180,9 @@ impl PostgresStore {
                     // not known; the batch fails as one, and its redeliveries
                     // wait on the prepared transaction's rows until it ends.
                     other => Err(StoreError::unavailable(format!(
-                        "postgres: the batch's transaction is {} (did the handler run PREPARE                          TRANSACTION? its rows stay locked until COMMIT PREPARED or ROLLBACK                          PREPARED)",
+                        "postgres: the batch's transaction is {} (did the handler run PREPARE \
+                         TRANSACTION? its rows stay locked until COMMIT PREPARED or ROLLBACK \
+                         PREPARED)",
                         other.unwrap_or("of unknown status")
                     ))),
                 };
@@ -2172,6 +2190,9 @@ impl PostgresStore {
             // No txid_status (before PostgreSQL 10): the row version below.
             Err(e) if e.code() == Some(&postgres::error::SqlState::UNDEFINED_FUNCTION) => {}
             Err(e) => return Err(error(e)),
+        }
+        if taken.is_empty() {
+            return Ok(false);
         }
         let (ids, writers): (Vec<&str>, Vec<&str>) = taken.iter().copied().unzip();
         let sql = format!(

@@ -1594,6 +1594,59 @@ fn postgres_a_handler_commit_whose_mark_a_claim_took_over_is_still_run_ok() {
     pg_drop(&table);
 }
 
+/// A batch whose deliveries before a handler's own COMMIT have no id (no
+/// take to tell whether the batch's transaction committed): the store took
+/// it for rolled back, ran them again, each effect twice, and said the one
+/// whose COMMIT committed it whole failed (carried from a review; failed
+/// first). The batch's own transaction's status now tells.
+#[test]
+fn postgres_a_handler_commit_after_deliveries_without_an_id_runs_each_once() {
+    let (guard, table, _clean) = pg_guard("tx-pg-commit-no-ids");
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    let no_id = |trace: &str| {
+        format!(
+            r#"{{"job":"urn:babel:orders:created","trace_id":"{trace}","data":{{}},"meta":{{"schema_version":1}}}}"#
+        )
+    };
+    // `sql` is the last handler's own end of the transaction; `fails`, its
+    // answer after it; what it is then.
+    let cases = [
+        ("nc-ok", "COMMIT", false, Ok(())),
+        ("nc-err", "COMMIT", true, Err(())),
+        ("nr-ok", "ROLLBACK", false, Err(())),
+    ];
+    for (tag, sql, fails, last) in cases {
+        let traces = [format!("{tag}-1"), format!("{tag}-2"), format!("{tag}-3")];
+        let bodies: Vec<String> = traces.iter().map(|t| no_id(t)).collect();
+        let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+            let this = msg.trace_id();
+            tx.execute(&insert, &[&this]).map_err(|e| e.to_string())?;
+            if this == traces[2] {
+                tx.batch_execute(sql).map_err(|e| e.to_string())?;
+                if fails {
+                    return Err(format!("{tag} fails"));
+                }
+            }
+            Ok(())
+        });
+        let answers: Vec<Result<(), ()>> = (outcomes.iter())
+            .map(|o| match o {
+                Outcome::FailOpen(r) => r.as_ref().map(drop).map_err(drop),
+                Outcome::TransactionAborted(_) => Err(()),
+                other => panic!("{tag}: {other:?}"),
+            })
+            .collect();
+        assert_eq!(answers, [Ok(()), Ok(()), last], "{tag}: {outcomes:?}");
+        // Its own COMMIT kept what it wrote before, whatever it answered;
+        // its ROLLBACK took the others' first runs with it: they ran again.
+        let last_effects = if sql == "COMMIT" { 1 } else { 0 };
+        for (trace, n) in [(&traces[0], 1), (&traces[1], 1), (&traces[2], last_effects)] {
+            assert_eq!(pg_effects(&table, trace), n, "{tag}: {trace}");
+        }
+    }
+    pg_drop(&table);
+}
+
 /// A handler that commits the store's transaction with its session made
 /// read-only (or a role without DELETE), begins again, writes and fails: the
 /// store's undo of the take its COMMIT committed ran on that session and was
