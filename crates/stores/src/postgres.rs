@@ -1599,7 +1599,7 @@ impl TransactionalStore for PostgresStore {
             let not_committed = match work(&mut tx) {
                 Ok(value) => match self.finish_run(&mut tx, &mut statements, &keys, ttl, &mark) {
                     Ok(Ok(())) => {
-                        return match tx.commit() {
+                        return match commit_as_found(tx) {
                             Ok(()) => Ok(TxRun::Committed(value)),
                             Err(e) => {
                                 // The server refused the COMMIT with an ERROR
@@ -1778,7 +1778,7 @@ impl TransactionalStore for PostgresStore {
             let failed = match body(&mut tx, &mut statements) {
                 // A failed COMMIT committed nothing (a handler's own COMMIT
                 // would have failed the RELEASE before): nothing to undo.
-                Ok(Batch::Ran(runs)) => match tx.commit() {
+                Ok(Batch::Ran(runs)) => match commit_as_found(tx) {
                     Ok(()) => return Ok(Ok(runs)),
                     // An entry's writes broke a deferred constraint: each
                     // runs again alone, below, that one refused.
@@ -1879,12 +1879,31 @@ struct TxStatements<'a> {
 /// begun again on the same connection.
 const RESTART: &str = "ROLLBACK; BEGIN";
 
+/// A session given back what a handler's `SET` put on it (a role, a
+/// read-only mode, a `search_path`, a `client_encoding`, a timeout): the
+/// settings as the connection began (its startup `options` too), the ids then
+/// bound in UTF-8 (a pooler's server connection may have begun in the
+/// database's encoding).
+macro_rules! session_as_found {
+    () => {
+        "RESET SESSION AUTHORIZATION; RESET ROLE; RESET ALL; SET client_encoding TO 'UTF8'"
+    };
+}
+
 /// A failed run's transaction rolled back, and its session given back what a
-/// handler's own COMMIT may have kept on it (a role, a read-only mode, a
-/// `search_path`, a `client_encoding`): the settings as the connection began
-/// (its startup `options` too), the ids then bound in UTF-8 (a pooler's
-/// server connection may have begun in the database's encoding).
-const RESET: &str = "ROLLBACK; RESET ROLE; RESET ALL; SET client_encoding TO 'UTF8'";
+/// handler's own COMMIT may have kept on it.
+const RESET: &str = concat!("ROLLBACK; ", session_as_found!());
+
+/// A run's transaction committed with its session put back first, in the
+/// transaction (one round trip, and undone with it if it does not commit): a
+/// successful handler's session-level `SET` outlived its run on the pooled
+/// connection, and the next calls ran under it (read-only, they failed).
+fn commit_as_found(mut tx: postgres::Transaction<'_>) -> Result<(), postgres::Error> {
+    // Failing, `tx` is dropped: rolled back (after a refused COMMIT, a no-op).
+    tx.batch_execute(concat!(session_as_found!(), "; COMMIT"))?;
+    std::mem::forget(tx);
+    Ok(())
+}
 
 impl TxStatements<'_> {
     /// A statement a handler's `DEALLOCATE` dropped (in this delivery or an

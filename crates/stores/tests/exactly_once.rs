@@ -1647,6 +1647,35 @@ fn postgres_a_handler_commit_after_deliveries_without_an_id_runs_each_once() {
     pg_drop(&table);
 }
 
+/// A handler that succeeds after a session-level `SET` (here the next
+/// transactions read-only) left it on the pooled connection: the next calls
+/// on it failed, store-unavailable (a review's finding, carried since; failed
+/// first). The session is put back in the commit's round trip.
+#[test]
+fn postgres_a_successful_handlers_session_settings_end_with_its_run() {
+    let (guard, table, _clean) = pg_guard("tx-pg-session-set");
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    let read_only = "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY";
+    let handler = |msg: &bq_dedupe::Message<'_>, tx: &mut postgres::Transaction<'_>| {
+        let id = msg.id().unwrap();
+        tx.execute(&insert, &[&id])?;
+        if id.ends_with("-set") {
+            tx.batch_execute(read_only)?;
+        }
+        Ok::<(), postgres::Error>(())
+    };
+    let single = ["one-set", "one-2", "one-3"]
+        .map(|id| guard.process_in_transaction(&envelope(id), handler).kind());
+    assert_eq!(single, [OutcomeKind::Ran; 3]);
+    for batch in [["b-1", "b-2-set", "b-3"], ["b-4", "b-5", "b-6"]] {
+        let bodies = batch.map(envelope);
+        let outcomes = guard.process_batch_in_transaction(&bodies, handler);
+        let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
+        assert_eq!(kinds, [OutcomeKind::Ran; 3], "{batch:?}: {outcomes:?}");
+    }
+    pg_drop(&table);
+}
+
 /// A handler that commits the store's transaction with its session made
 /// read-only (or a role without DELETE), begins again, writes and fails: the
 /// store's undo of the take its COMMIT committed ran on that session and was
