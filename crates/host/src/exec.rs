@@ -60,6 +60,8 @@ impl ExecHandler {
         command
             .arg("-c")
             .arg(exec_form(&self.cmd).as_ref())
+            // The store's spec (its password) is ours, not the handler's.
+            .env_remove(crate::STORE_ENV)
             .stdin(Stdio::piped())
             .stdout(match self.show_output {
                 true => Stdio::from(std::io::stderr()),

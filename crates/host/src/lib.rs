@@ -20,6 +20,11 @@ pub mod wit;
 /// The embedded default store when `--store` is absent.
 pub const DEFAULT_STORE: &str = "sqlite:.bq-dedupe/seen.db";
 
+/// Where `--store` is read from when it is not given: a spec with a password
+/// kept off the command line, which `ps` shows to every user of the machine.
+/// An `--exec` handler does not inherit it.
+pub const STORE_ENV: &str = "BQ_DEDUPE_STORE";
+
 /// A store spec as it may be printed, every password masked (one function for
 /// every command and error: the stores crate's).
 pub use bq_dedupe_stores::shown_spec;

@@ -3,7 +3,7 @@
 
 mod commands;
 
-use bq_dedupe_host::{DEFAULT_STORE, runtime};
+use bq_dedupe_host::{DEFAULT_STORE, STORE_ENV, runtime};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,7 +46,7 @@ enum Command {
     /// Forget ids so their next delivery runs again.
     Forget {
         /// The store (as `run --store`); a SQLite file must exist.
-        #[arg(long, default_value = DEFAULT_STORE)]
+        #[arg(long, env = STORE_ENV, hide_env_values = true, default_value = DEFAULT_STORE)]
         store: String,
         /// Key prefix the ids were remembered under.
         #[arg(long, default_value = "")]
@@ -65,7 +65,7 @@ enum Command {
     /// Print, per id, its key and what the store holds for it (done, claimed, free).
     Show {
         /// The store (as `run --store`); a SQLite file must exist.
-        #[arg(long, default_value = DEFAULT_STORE)]
+        #[arg(long, env = STORE_ENV, hide_env_values = true, default_value = DEFAULT_STORE)]
         store: String,
         /// Key prefix the ids were remembered under.
         #[arg(long, default_value = "")]
@@ -76,14 +76,14 @@ enum Command {
     /// Print how many ids and claims the store holds.
     Stats {
         /// The store (as `run --store`); a SQLite file must exist.
-        #[arg(long, default_value = DEFAULT_STORE)]
+        #[arg(long, env = STORE_ENV, hide_env_values = true, default_value = DEFAULT_STORE)]
         store: String,
     },
     /// Delete expired ids (and claims lapsed long ago) from the store; live
     /// claims stay. `run` does the same every `--purge-every`.
     Purge {
         /// The store (as `run --store`); a SQLite file must exist.
-        #[arg(long, default_value = DEFAULT_STORE)]
+        #[arg(long, env = STORE_ENV, hide_env_values = true, default_value = DEFAULT_STORE)]
         store: String,
     },
 }
@@ -140,7 +140,29 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             bq_dedupe_host::say(&format!("bq-dedupe: {e:#}"));
-            ExitCode::from(2)
+            ExitCode::from(error_status(&e))
         }
     }
 }
+
+/// The exit status of a command that failed: a store that could not be
+/// reached (or answered that it is unavailable) exits
+/// [`EXIT_STORE_UNAVAILABLE`], worth running again later; anything else
+/// (bad arguments, a spec or login the store refused) exits 2, for a person
+/// to fix. Both were 2, and a supervisor could not tell them apart (an
+/// operator trial's finding).
+fn error_status(e: &anyhow::Error) -> u8 {
+    use bq_dedupe::store::{StoreError, StoreErrorKind};
+    let unavailable = e.chain().any(|cause| {
+        cause
+            .downcast_ref::<StoreError>()
+            .is_some_and(|s| s.kind == StoreErrorKind::Unavailable)
+    });
+    match unavailable {
+        true => EXIT_STORE_UNAVAILABLE,
+        false => 2,
+    }
+}
+
+/// Any command's exit status when its store could not be reached.
+const EXIT_STORE_UNAVAILABLE: u8 = 6;

@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use serde_json::Value;
 
 /// Every form a password can take in a spec; each password contains `SECRET`.
 const SPECS: &[&str] = &[
@@ -77,4 +78,71 @@ fn no_command_prints_a_specs_password() {
         leaks.len(),
         leaks.join("\n")
     );
+}
+
+/// A spec in `$BQ_DEDUPE_STORE` stands for `--store` on every command but
+/// `conformance`: a password there is off the command line, which `ps` shows
+/// every user of the machine (an operator trial's finding: `--store` was the
+/// only way). `--store` still wins; neither `--help` nor an error prints it;
+/// an `--exec` handler does not inherit it.
+#[test]
+fn the_store_spec_may_come_from_the_environment() {
+    let dir = scratch("store-env");
+    let spec = format!("sqlite:{}", dir.join("seen.db").display());
+    let env = [("BQ_DEDUPE_STORE", spec.as_str())];
+    let handler_env = dir.join("handler-env");
+    let envelope = r#"{"job":"urn:babel:orders:created","trace_id":"t","data":{},"meta":{"id":"env-1","schema_version":1}}"#;
+    let exec = format!("env > {}", handler_env.display());
+    let run = bq_with_env(&env, &["run", "--exec", &exec], &format!("{envelope}\n"));
+    assert!(run.status.success(), "{run:?}");
+    let inherited = std::fs::read_to_string(&handler_env).unwrap();
+    assert!(inherited.contains("PATH="), "{inherited}");
+    assert!(!inherited.contains("BQ_DEDUPE_STORE"), "{inherited}");
+    let state = |vars: &[(&str, &str)], args: &[&str]| {
+        let out = bq_with_env(vars, args, "");
+        let shown: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        shown["state"].as_str().map(str::to_owned)
+    };
+    assert_eq!(state(&env, &["show", "env-1"]).as_deref(), Some("done"));
+    let given = ["show", "--store", "memory", "env-1"];
+    assert_eq!(state(&env, &given).as_deref(), Some("free"));
+    // With a password, on a closed port.
+    let secret = [("BQ_DEDUPE_STORE", "postgres://bob:SECRETpw@127.0.0.1:1/app")];
+    for args in [
+        vec!["stats"],
+        vec!["run"],
+        vec!["forget", "x"],
+        vec!["run", "--help"],
+        vec!["stats", "--help"],
+    ] {
+        let out = bq_with_env(&secret, &args, "");
+        let printed = format!("{out:?}");
+        assert!(!printed.contains("SECRET"), "{args:?}: {printed}");
+        if args.last() != Some(&"--help") {
+            assert!(printed.contains("127.0.0.1"), "{args:?} used it: {printed}");
+        }
+    }
+}
+
+/// A store that cannot be reached exits 6, any command, so a supervisor can
+/// run it again later; a spec the store refuses (a login, a database that is
+/// not there) or a bad argument exits 2, for a person to fix (both exited 2:
+/// an operator trial's finding).
+#[test]
+fn an_unreachable_store_exits_apart_from_a_bad_argument() {
+    for spec in ["postgres://bob:pw@127.0.0.1:1/app", "redis://127.0.0.1:1/0"] {
+        for args in [vec!["stats", "--store", spec], vec!["run", "--store", spec]] {
+            let line = r#"{"job":"urn:babel:orders:created","trace_id":"t","data":{},"meta":{"id":"u-1","schema_version":1}}"#;
+            let out = bq(&args, &format!("{line}\n"));
+            assert_eq!(out.status.code(), Some(6), "{args:?}: {out:?}");
+        }
+    }
+    for args in [
+        vec!["stats", "--store", "nosuch:x"],
+        vec!["stats", "--bogus"],
+        vec!["run", "--ttl", "0s"],
+    ] {
+        let out = bq(&args, "");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+    }
 }

@@ -370,3 +370,23 @@ fn drop_tables(table: &str) {
         &format!("DROP TABLE {table}; DROP TABLE {table}_claims"),
     ]);
 }
+
+/// A login or a database the server refuses is the spec's to fix: exit 2,
+/// not the 6 of a server that cannot be reached, on which a supervisor would
+/// wait for ever (both were "unavailable").
+#[test]
+fn postgres_refusing_the_login_or_database_exits_2() {
+    let url = var("BQ_TEST_POSTGRES_URL");
+    let (server, _database) = url.rsplit_once('/').unwrap();
+    let no_database = format!("{server}/no_such_database");
+    let no_role = url.replacen("postgres@", "no_such_role@", 1);
+    for spec in [no_database, no_role] {
+        let out = bq(&["stats", "--store", &spec], "");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{spec}: {stderr}");
+        assert!(
+            stderr.contains("refused the connection"),
+            "{spec}: {stderr}"
+        );
+    }
+}

@@ -203,14 +203,22 @@ impl Timeouts {
 
 /// Why the first connection failed. A pooler that refuses the startup
 /// packet's `options` (PgBouncer does, unless its `ignore_startup_parameters`
-/// lists it) is a configuration to change, and the error says how; anything
-/// else may pass (`Unavailable`).
+/// lists it) is a configuration to change, and the error says how; so is a
+/// login the server refused or a database it does not have (`Invalid`: a
+/// supervisor must not wait for them to pass); anything else may pass
+/// (`Unavailable`).
 fn connect_error(host: &str, e: &postgres::Error) -> StoreError {
     let refused_options = e.as_db_error().is_some_and(|db| {
         let message = db.message();
         message.contains("startup parameter") && message.contains("options")
     });
     let cause = causes(e);
+    // 28xxx: the role, its password or pg_hba.conf; 3D000: no such database.
+    let refused_login =
+        (e.code()).is_some_and(|c| c.code().starts_with("28") || c.code() == "3D000");
+    if refused_login {
+        return invalid(format!("postgres: {host} refused the connection: {cause}"));
+    }
     if !refused_options {
         return StoreError::unavailable(format!("postgres: cannot connect to {host}: {cause}"));
     }

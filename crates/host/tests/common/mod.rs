@@ -33,7 +33,12 @@ pub fn test_cache_dir() -> PathBuf {
 /// Runs `bq-dedupe ARGS` with `stdin` written from a thread (so a large input
 /// cannot deadlock against a full stdout pipe) and waits for it.
 pub fn bq(args: &[&str], stdin: &str) -> Output {
-    let mut child = spawn(args);
+    bq_with_env(&[], args, stdin)
+}
+
+/// [`bq`] with these environment variables set.
+pub fn bq_with_env(vars: &[(&str, &str)], args: &[&str], stdin: &str) -> Output {
+    let mut child = piped(command().envs(vars.iter().copied()).args(args));
     let mut input = child.stdin.take().unwrap();
     let stdin = stdin.to_owned();
     let writer = std::thread::spawn(move || {
@@ -49,13 +54,18 @@ pub fn bq(args: &[&str], stdin: &str) -> Output {
 pub fn command() -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env("BQ_DEDUPE_CACHE_DIR", test_cache_dir());
+    // Each test names its store (or the default's); none from the environment.
+    cmd.env_remove("BQ_DEDUPE_STORE");
     cmd
 }
 
 /// `bq-dedupe ARGS` started now, every stream piped.
 pub fn spawn(args: &[&str]) -> Child {
-    command()
-        .args(args)
+    piped(command().args(args))
+}
+
+fn piped(command: &mut Command) -> Child {
+    command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -8,7 +8,14 @@ use clap::Args;
 #[derive(Args)]
 pub struct RunArgs {
     // The stores' table lists the forms (one place for a new store).
-    #[arg(long, default_value = bq_dedupe_host::DEFAULT_STORE, help = bq_dedupe_stores::Backend::forms())]
+    // Its value from the environment is never shown (`--help` included).
+    #[arg(
+        long,
+        env = bq_dedupe_host::STORE_ENV,
+        hide_env_values = true,
+        default_value = bq_dedupe_host::DEFAULT_STORE,
+        help = bq_dedupe_stores::Backend::forms()
+    )]
     pub(super) store: String,
     /// Remember ids for this long (e.g. 90s, 15m, 24h, 7d; default: forever).
     #[arg(long, value_parser = parse_positive_duration)]
