@@ -62,7 +62,7 @@ fn opened(
 ) -> anyhow::Result<bq_dedupe_stores::AnyStore> {
     use anyhow::Context;
     let store = store.with_context(|| format!("opening store {}", shown_spec(spec)))?;
-    if let Some(note) = store.security_note() {
+    for note in store.notes() {
         eprintln!("bq-dedupe: note: store {}: {note}", shown_spec(spec));
     }
     Ok(store)

@@ -107,14 +107,14 @@ any_store! {
 }
 
 impl AnyStore {
-    /// What the connection leaves unchecked, where it does not authenticate
-    /// its server (PostgreSQL's `prefer`, `allow`, `require` without a CA,
-    /// `disable`: [`PostgresStore::security_note`]), for a host to say once.
-    pub fn security_note(&self) -> Option<&str> {
+    /// What a host should say once on start-up ([`PostgresStore::notes`]:
+    /// a connection that does not authenticate its server, a timeout left to
+    /// a server that sets none).
+    pub fn notes(&self) -> &[String] {
         match self {
             #[cfg(feature = "postgres")]
-            AnyStore::Postgres(store) => store.security_note(),
-            _ => None,
+            AnyStore::Postgres(store) => store.notes(),
+            _ => &[],
         }
     }
 

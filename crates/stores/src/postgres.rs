@@ -99,7 +99,7 @@ pub struct PostgresStore {
     direct: std::sync::Arc<PostgresConnectionManager<MakeRustlsConnect>>,
     table: String,
     claims: String,
-    security_note: Option<String>,
+    notes: Vec<String>,
     /// Which ids the database's encoding holds as text.
     charset: Charset,
 }
@@ -239,32 +239,76 @@ const POOLER_ADVICE: &str = "Behind a transaction-mode pooler set the timeouts f
      add statement_cache=off&lock_timeout=server&statement_timeout=server to the URL \
      (docs/stores.md)";
 
+/// What the store reads of its first session, in one round trip.
+struct FirstSession {
+    /// The database's encoding ([`Charset`]).
+    encoding: String,
+    /// Said once on start-up: a timeout left to the server that it does not set.
+    notes: Vec<String>,
+}
+
 /// The first session runs with the `options` the store sent (its timeouts,
 /// the URL's own): a pooler told to ignore `options` (PgBouncer's
 /// `ignore_startup_parameters`) drops them without a word, and a call would
-/// then wait on a lock as long as the role lets it.
-fn check_options(client: &mut postgres::Client, sent: bool) -> StoreResult<()> {
-    if !sent {
-        return Ok(());
-    }
+/// then wait on a lock as long as the role lets it. A timeout the URL leaves
+/// to the server (`server`) that the server leaves off is said: a call then
+/// waits as long as another session holds the id's row (an operator trial's
+/// finding, behind PgBouncer).
+fn first_session(
+    client: &mut postgres::Client,
+    sent: bool,
+    limits: Timeouts,
+) -> StoreResult<FirstSession> {
     // A simple query: a transaction-mode pooler may send a prepared
     // statement's execution to another server connection.
     let messages = client
         .simple_query(&format!(
-            "SELECT current_setting('{OPTIONS_MARKER}', true) IS NOT DISTINCT FROM 'on'"
+            "SELECT current_setting('{OPTIONS_MARKER}', true) IS NOT DISTINCT FROM 'on', \
+             current_setting('server_encoding'), current_setting('lock_timeout'), \
+             current_setting('statement_timeout')"
         ))
         .map_err(error)?;
-    let took = messages.iter().any(|message| {
-        matches!(message, postgres::SimpleQueryMessage::Row(row) if row.get(0) == Some("t"))
+    let row = messages.iter().find_map(|message| match message {
+        postgres::SimpleQueryMessage::Row(row) => Some(row),
+        _ => None,
     });
-    if took {
-        return Ok(());
+    let column = |i: usize| row.and_then(|row| row.get(i)).unwrap_or_default();
+    if sent && column(0) != "t" {
+        return Err(invalid(format!(
+            "postgres: the session does not have the startup packet's `options` (the store's \
+             lock_timeout and statement_timeout, the URL's own): a pooler, such as PgBouncer \
+             with `options` in ignore_startup_parameters, dropped them. {POOLER_ADVICE}"
+        )));
     }
-    Err(invalid(format!(
-        "postgres: the session does not have the startup packet's `options` (the store's \
-         lock_timeout and statement_timeout, the URL's own): a pooler, such as PgBouncer with \
-         `options` in ignore_startup_parameters, dropped them. {POOLER_ADVICE}"
-    )))
+    let unbounded = [
+        (
+            limits.lock,
+            column(2),
+            "lock_timeout",
+            "a call waits on another session's lock as long as it is held",
+            "5s",
+        ),
+        (
+            limits.statement,
+            column(3),
+            "statement_timeout",
+            "a statement (a handler's too) runs as long as it takes",
+            "15s",
+        ),
+    ];
+    let notes = (unbounded.into_iter())
+        .filter(|(ours, server, ..)| ours.is_none() && *server == "0")
+        .map(|(_, _, name, then, advised)| {
+            format!(
+                "{name}=server, and the server's {name} is 0 (none): {then} \
+                 (ALTER ROLE ... SET {name} = '{advised}')"
+            )
+        })
+        .collect();
+    Ok(FirstSession {
+        encoding: column(1).to_owned(),
+        notes,
+    })
 }
 
 /// What `statement_cache=` asks of the store's statements.
@@ -554,13 +598,13 @@ impl PostgresStore {
         // and keep only the outermost message.
         let connect = || manager.connect().map_err(|e| connect_error(&host, &e));
         let mut first = connect()?;
-        let checked = match check_options(&mut first, sends_options) {
+        let checked = match first_session(&mut first, sends_options, limits) {
             // The session ended under the check (behind a pooler, the server
             // connection it was lent went away): once more, on a new one.
-            Err(_) if first.is_closed() => check_options(&mut connect()?, sends_options),
+            Err(_) if first.is_closed() => first_session(&mut connect()?, sends_options, limits),
             checked => checked,
         };
-        checked?;
+        let FirstSession { encoding, notes } = checked?;
         drop(first);
         let pool = Pool::builder()
             .max_size(POOL_SIZE)
@@ -584,10 +628,9 @@ impl PostgresStore {
             direct: manager,
             table: table.to_owned(),
             claims,
-            security_note: tls.note,
-            charset: Charset::of("UTF8"),
+            notes: tls.note.into_iter().chain(notes).collect(),
+            charset: Charset::of(&encoding),
         };
-        store.charset = store.read_encoding()?;
         // The ids' table wherever the `search_path` finds it, its claims beside
         // it: `CREATE TABLE IF NOT EXISTS` looks in the first schema alone (a
         // role's own, `"$user"`), and made a second table there beside a Go
@@ -674,14 +717,6 @@ impl PostgresStore {
         }
     }
 
-    /// The database's encoding ([`Charset`]).
-    fn read_encoding(&self) -> StoreResult<Charset> {
-        let row = self.run(|conn| {
-            (conn.client()).query_typed_one("SELECT current_setting('server_encoding')", &[])
-        })?;
-        Ok(Charset::of(row.get(0)))
-    }
-
     /// The name `key` is stored under ([`stored`]). In a database neither
     /// UTF8 nor LATIN1, a character beyond ASCII not seen before is bound
     /// alone to see whether the server takes it, once (a round trip each).
@@ -749,11 +784,12 @@ impl PostgresStore {
         }
     }
 
-    /// What the connection's TLS mode leaves unchecked, when it does not
-    /// authenticate the server (`prefer`, the default; `allow`; `require`
-    /// without `sslrootcert`; `disable`): for a host to say once on start-up.
-    pub fn security_note(&self) -> Option<&str> {
-        self.security_note.as_deref()
+    /// What a host should say once on start-up: what the connection's TLS
+    /// mode leaves unchecked, when it does not authenticate the server
+    /// (`prefer`, the default; `allow`; `require` without `sslrootcert`;
+    /// `disable`), and a timeout left to a server that sets none.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
     }
 
     /// The table of remembered ids (Go's), with its schema; claims are in

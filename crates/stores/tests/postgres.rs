@@ -1171,8 +1171,24 @@ fn postgres_behind_pgbouncer_a_refused_options_says_what_to_do() {
     let store = PostgresStore::connect(&url, &table).unwrap();
     let _clean = PgCleanup {
         url: postgres_url(),
-        table,
+        table: table.clone(),
     };
+    // The role sets neither: said once, for a host to print (an operator
+    // trial's store waited on a lock as long as it was held, unsaid).
+    let timeouts = |store: &PostgresStore| -> Vec<String> {
+        let notes = store.notes().iter().filter(|n| n.contains("timeout"));
+        notes.cloned().collect()
+    };
+    let notes = timeouts(&store);
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    for (note, name) in notes.iter().zip(["lock_timeout", "statement_timeout"]) {
+        assert!(
+            note.contains(&format!("{name}=server, and the server's {name} is 0")),
+            "{note}"
+        );
+    }
+    let ours = PostgresStore::connect(&postgres_url(), &table).unwrap();
+    assert_eq!(timeouts(&ours), Vec::<String>::new());
     assert!(!ready(store.seen("via-bouncer")).unwrap());
     ready(store.remember("via-bouncer", None)).unwrap();
     assert!(ready(store.seen("via-bouncer")).unwrap());

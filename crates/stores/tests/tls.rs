@@ -253,10 +253,10 @@ fn postgres_unauthenticated_modes_are_named() {
         (format!("{url}?sslmode=verify-full&sslrootcert={ca}"), None),
     ] {
         let store = PostgresStore::connect(&spec, &table).unwrap_or_else(|e| panic!("{spec}: {e}"));
-        match (store.security_note(), named) {
-            (Some(note), Some(mode)) => assert!(note.contains(mode), "{spec}: {note}"),
-            (None, None) => {}
-            (note, _) => panic!("{spec}: {note:?}"),
+        match (store.notes(), named) {
+            ([note], Some(mode)) => assert!(note.contains(mode), "{spec}: {note}"),
+            ([], None) => {}
+            (notes, _) => panic!("{spec}: {notes:?}"),
         }
     }
 }
