@@ -24,8 +24,9 @@ pub enum TxRun<T, E> {
     /// not. Nothing of it is committed and the key stays unmarked; the error
     /// says what was found. Also a work that ended the transaction itself
     /// (its own `COMMIT` or `ROLLBACK`, where the database cannot refuse them)
-    /// and then failed: the key is left unmarked, and the error says that what
-    /// it wrote outside the store's transaction stays. Also a commit the
+    /// and then failed, or rolled it back, or (in a batch) began another: the
+    /// key is left unmarked, and the error says that what it wrote outside the
+    /// store's transaction stays. Also a commit the
     /// database refused for the work's writes (a deferred constraint): a
     /// batch's entries then run again alone ([`each_alone`]).
     Aborted(StoreError),

@@ -1638,57 +1638,74 @@ impl TransactionalStore for PostgresStore {
                 }
                 None => Writer(None),
             };
+            // Without an id no take tells a handler's own ROLLBACK from its
+            // COMMIT: the transaction's id does (a round trip more, for a
+            // delivery without an id alone).
+            let xid = match key {
+                None => Some(first_number(tx.simple_query(XID).map_err(error)?)?),
+                Some(_) => None,
+            };
             // From here the handler's work is in the transaction: nothing to go back to.
             statements.undo = None;
             let not_committed = match work(&mut tx) {
-                Ok(value) => match self.finish_run(&mut tx, &mut statements, &keys, ttl, &mark) {
-                    Ok(Ok(())) => {
-                        return match commit_as_found(tx) {
-                            Ok(()) => Ok(TxRun::Committed(value)),
-                            Err(e) => {
-                                // The server refused the COMMIT with an ERROR
-                                // (a deferred constraint or trigger, a
-                                // serialization failure, a deadlock): nothing
-                                // of it committed, but a handler's own COMMIT
-                                // before may have committed the take. Anything
-                                // else (a lost reply, a FATAL that ended the
-                                // session) is left alone: that COMMIT may have
-                                // landed.
-                                // (A server before 9.6 sends no unlocalized
-                                // severity: then the classes known to refuse.)
-                                let refused = e.as_db_error().is_some_and(|db| {
-                                    db.parsed_severity().map_or_else(
-                                        || {
-                                            ["23", "40"]
-                                                .iter()
-                                                .any(|c| db.code().code().starts_with(c))
-                                        },
-                                        |s| s == postgres::error::Severity::Error,
-                                    )
-                                });
-                                // A take found committed elsewhere: the
-                                // handler's own COMMIT, its writes before it kept.
-                                let own_commit = refused
-                                    && self
-                                        .undo_takes_elsewhere(&keys, &mark, &writer)
-                                        .unwrap_or(false);
-                                // A deferred constraint the work's writes
-                                // broke (class 23): the work's failure.
-                                match broke_a_constraint(&e) {
-                                    true if own_commit => {
-                                        Ok(TxRun::Aborted(ended_by_handler_error()))
+                Ok(value) => match xid.map(|xid| self.still_ours(&mut tx, xid)).transpose()? {
+                    // Its own ROLLBACK (a BEGIN after or not), or an error it
+                    // swallowed: what it began since is rolled back too.
+                    Some(Err(run)) => {
+                        statements.prepared.retire();
+                        return Ok(run);
+                    }
+                    _ => match self.finish_run(&mut tx, &mut statements, &keys, ttl, &mark) {
+                        Ok(Ok(())) => {
+                            return match commit_as_found(tx) {
+                                Ok(()) => Ok(TxRun::Committed(value)),
+                                Err(e) => {
+                                    // The server refused the COMMIT with an ERROR
+                                    // (a deferred constraint or trigger, a
+                                    // serialization failure, a deadlock): nothing
+                                    // of it committed, but a handler's own COMMIT
+                                    // before may have committed the take. Anything
+                                    // else (a lost reply, a FATAL that ended the
+                                    // session) is left alone: that COMMIT may have
+                                    // landed.
+                                    // (A server before 9.6 sends no unlocalized
+                                    // severity: then the classes known to refuse.)
+                                    let refused = e.as_db_error().is_some_and(|db| {
+                                        db.parsed_severity().map_or_else(
+                                            || {
+                                                ["23", "40"]
+                                                    .iter()
+                                                    .any(|c| db.code().code().starts_with(c))
+                                            },
+                                            |s| s == postgres::error::Severity::Error,
+                                        )
+                                    });
+                                    // A take found committed elsewhere: the
+                                    // handler's own COMMIT, its writes before it kept.
+                                    let own_commit = refused
+                                        && self
+                                            .undo_takes_elsewhere(&keys, &mark, &writer)
+                                            .unwrap_or(false);
+                                    // A deferred constraint the work's writes
+                                    // broke (class 23): the work's failure.
+                                    match broke_a_constraint(&e) {
+                                        true if own_commit => {
+                                            Ok(TxRun::Aborted(ended_by_handler_error()))
+                                        }
+                                        true => {
+                                            Ok(TxRun::Aborted(crate::refused_at_commit(error(e))))
+                                        }
+                                        false => Err(error(e)),
                                     }
-                                    true => Ok(TxRun::Aborted(crate::refused_at_commit(error(e)))),
-                                    false => Err(error(e)),
                                 }
-                            }
-                        };
-                    }
-                    Ok(Err(aborted)) => TxRun::Aborted(aborted),
-                    Err(e) => {
-                        let _undone = self.roll_back_and_undo(tx, &keys, &mark, &writer);
-                        return Err(e);
-                    }
+                            };
+                        }
+                        Ok(Err(aborted)) => TxRun::Aborted(aborted),
+                        Err(e) => {
+                            let _undone = self.roll_back_and_undo(tx, &keys, &mark, &writer);
+                            return Err(e);
+                        }
+                    },
                 },
                 Err(e) => TxRun::RolledBack(e),
             };
@@ -1771,11 +1788,13 @@ impl TransactionalStore for PostgresStore {
                             Err(e) => match ended_by_handler(&e) {
                                 // No transaction at all: its own COMMIT (or
                                 // ROLLBACK), no BEGIN after.
+                                // (A transaction it began after its
+                                // COMMIT holds the rest of its work, but
+                                // the failed RELEASE has aborted it.)
                                 Some(began_again) => {
-                                    let kept = !began_again;
                                     return Ok(Batch::Ended(Ended {
                                         result,
-                                        kept,
+                                        kept: !began_again,
                                         runs,
                                         taken,
                                         xid,
@@ -1867,9 +1886,9 @@ enum Batch<'k, E> {
 
 /// A batch delivery whose handler ended the store's transaction itself (its
 /// own `ROLLBACK` or `COMMIT`): what its handler returned; whether its own
-/// `COMMIT`, no `BEGIN` after, may have committed it whole (the handler
-/// returned Ok and no transaction was open after it); the runs before it, and
-/// the ids they took with each take's row writer; the batch's transaction id.
+/// `COMMIT` may have committed it whole (the handler returned Ok and no
+/// transaction was open after it); the runs before it, and the ids they took
+/// with each take's row writer; the batch's transaction id.
 struct Ended<'k, E> {
     result: Result<(), E>,
     kept: bool,
@@ -1880,12 +1899,17 @@ struct Ended<'k, E> {
 
 /// The first column of the first row `messages` hold, a number.
 fn first_number(messages: Vec<postgres::SimpleQueryMessage>) -> StoreResult<i64> {
+    (first_text(messages).and_then(|v| v.parse().ok()))
+        .ok_or_else(|| StoreError::internal("postgres: txid_current() gave no number"))
+}
+
+/// The first column of the first row `messages` hold.
+fn first_text(messages: Vec<postgres::SimpleQueryMessage>) -> Option<String> {
     let row = messages.into_iter().find_map(|m| match m {
         postgres::SimpleQueryMessage::Row(row) => Some(row),
         _ => None,
     });
-    row.and_then(|row| row.get(0).and_then(|v| v.parse().ok()))
-        .ok_or_else(|| StoreError::internal("postgres: txid_current() gave no number"))
+    row.and_then(|row| row.get(0).map(str::to_owned))
 }
 
 /// `Some` when a savepoint statement failed because the handler had ended the
@@ -1995,11 +2019,14 @@ fn on_notice(notice: postgres::error::DbError) {
 fn ended_by_handler_error() -> StoreError {
     StoreError::internal(
         "postgres: the handler ended the store's transaction itself (its own COMMIT or \
-         ROLLBACK) and then failed: what it wrote outside the store's transaction is \
-         committed and a redelivery writes it again; the id is left unrecorded, so the \
-         delivery is retried (leave the transaction to the store)",
+         ROLLBACK), and this run cannot be recorded as done: what it wrote outside the \
+         store's transaction is committed and a redelivery writes it again; the id is left \
+         unrecorded, so the delivery is retried (leave the transaction to the store)",
     )
 }
+
+/// The current transaction's id, epoch-qualified.
+const XID: &str = "SELECT txid_current()";
 
 /// What a transaction a swallowed error aborted is reported with.
 fn aborted_error() -> StoreError {
@@ -2059,6 +2086,35 @@ impl PostgresStore {
     /// may have moved it, and the finish's bound id would be read in it; a
     /// round trip more for those ids only; a batch does it in the query after
     /// each delivery). `Ok(Err(_))`: roll the run back.
+    /// Whether a run without an id is still in its transaction `xid` after
+    /// its handler: `Ok(Ok(()))` when it is, or when the handler's own
+    /// `COMMIT` committed it (what it began after is its own, committed as a
+    /// single run's is); `Ok(Err(run))` when its own `ROLLBACK` rolled it back
+    /// or an error it swallowed aborted it.
+    fn still_ours<T, E>(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        xid: i64,
+    ) -> StoreResult<Result<(), TxRun<T, E>>> {
+        let now = match tx.simple_query(XID) {
+            Ok(messages) => first_number(messages)?,
+            Err(e) => {
+                let _aborted = aborted_or(e)?;
+                return Ok(Err(TxRun::Aborted(aborted_error())));
+            }
+        };
+        if now == xid {
+            return Ok(Ok(()));
+        }
+        // In autocommit now, or in a transaction the handler began. (Before
+        // PostgreSQL 10, no txid_status: taken for rolled back.)
+        let status = tx.simple_query(&format!("SELECT txid_status({xid})"));
+        Ok(match status.ok().and_then(first_text).as_deref() {
+            Some("committed") => Ok(()),
+            _ => Err(TxRun::Aborted(ended_by_handler_error())),
+        })
+    }
+
     fn finish_run(
         &self,
         tx: &mut postgres::Transaction<'_>,

@@ -1474,6 +1474,8 @@ fn postgres_a_batch_delivery_that_ends_the_transaction_is_left_out() {
         ("rb-begin", "ROLLBACK; BEGIN", false, OutcomeKind::Failed, 1),
         ("cm-ok", "COMMIT", false, OutcomeKind::Ran, 1),
         ("cm-err", "COMMIT", true, OutcomeKind::Failed, 2),
+        // Unlike a single run's, its new transaction cannot be committed:
+        // the savepoint's RELEASE that finds it has aborted it.
         ("cmb-ok", "COMMIT; BEGIN", false, OutcomeKind::Failed, 2),
     ];
     for (tag, sql, fails, middle, effects) in cases {
@@ -1643,6 +1645,59 @@ fn postgres_a_handler_commit_after_deliveries_without_an_id_runs_each_once() {
         for (trace, n) in [(&traces[0], 1), (&traces[1], 1), (&traces[2], last_effects)] {
             assert_eq!(pg_effects(&table, trace), n, "{tag}: {trace}");
         }
+    }
+    pg_drop(&table);
+}
+
+/// A delivery without an id whose handler ends the store's transaction and
+/// returns Ok: after its `ROLLBACK` (a `BEGIN` after or not) it was
+/// `fail-open` and acked, its writes rolled back: lost (a user's trial; failed
+/// first). Its transaction's own id now tells a `ROLLBACK` from a `COMMIT`:
+/// rolled back, it is failed, retried, and what it began after is rolled back
+/// too; committed, it is done with what it did after (as with an id).
+#[test]
+fn postgres_a_delivery_without_an_id_whose_handler_rolls_back_is_retried() {
+    let (guard, table, _clean) = pg_guard("tx-pg-no-id-end");
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    let cases = [
+        ("ni-rb", "ROLLBACK", None, 0),
+        ("ni-rbb", "ROLLBACK; BEGIN", None, 0),
+        ("ni-swallow", "SELECT 1/0", None, 0),
+        ("ni-cm", "COMMIT", Some(()), 2),
+        ("ni-cmb", "COMMIT; BEGIN", Some(()), 2),
+    ];
+    for (tag, sql, done, effects) in cases {
+        let body = format!(
+            r#"{{"job":"urn:babel:orders:created","trace_id":"{tag}","data":{{}},"meta":{{"schema_version":1}}}}"#
+        );
+        let outcome = guard.process_in_transaction(body.as_str(), |_, tx| {
+            tx.execute(&insert, &[&tag])?;
+            let _swallowed = tx.batch_execute(sql);
+            tx.execute(&insert, &[&tag]).map(drop).or_else(|e| {
+                // Nothing open after its ROLLBACK: written in autocommit, or
+                // refused in the transaction its error aborted.
+                match e.code() == Some(&postgres::error::SqlState::IN_FAILED_SQL_TRANSACTION) {
+                    true => Ok(()),
+                    false => Err(e),
+                }
+            })
+        });
+        match done {
+            Some(()) => assert!(
+                matches!(outcome, Outcome::FailOpen(Ok(()))),
+                "{tag}: {outcome:?}"
+            ),
+            None => assert!(
+                matches!(
+                    outcome.kind(),
+                    OutcomeKind::Failed | OutcomeKind::FailOpenFailed
+                ),
+                "{tag}: {outcome:?}"
+            ),
+        }
+        // After a ROLLBACK and no BEGIN, its second write was in autocommit.
+        let expected = if sql == "ROLLBACK" { 1 } else { effects };
+        assert_eq!(pg_effects(&table, tag), expected, "{tag}: {outcome:?}");
     }
     pg_drop(&table);
 }
