@@ -1749,8 +1749,15 @@ impl TransactionalStore for PostgresStore {
         // own COMMIT committed the batch is its status when no take tells
         // (deliveries without an id before it).
         let begin = format!("SAVEPOINT {savepoint}; SELECT txid_current()");
-        let next =
-            format!("RELEASE {savepoint}; SET client_encoding TO 'UTF8'; SAVEPOINT {savepoint}");
+        // Before the RELEASE, what a handler may have done to the rest of the
+        // transaction: a role (`SET [LOCAL] ROLE`) the next statements would
+        // run as, set back; a read-only mode, which cannot be, fails this
+        // delivery alone (either failed the whole batch on every redelivery,
+        // at the finish: a user's trial).
+        let next = format!(
+            "SET LOCAL transaction_read_only = off; RESET ROLE; RELEASE {savepoint}; \
+             SET client_encoding TO 'UTF8'; SAVEPOINT {savepoint}"
+        );
         let undo = format!("ROLLBACK TO {savepoint}");
         let batch = self.in_transaction(|mut tx, prepared| {
             let mut statements = TxStatements {
@@ -1786,11 +1793,9 @@ impl TransactionalStore for PostgresStore {
                         true => match tx.batch_execute(&next) {
                             Ok(()) => Ok(()),
                             Err(e) => match ended_by_handler(&e) {
-                                // No transaction at all: its own COMMIT (or
-                                // ROLLBACK), no BEGIN after.
-                                // (A transaction it began after its
-                                // COMMIT holds the rest of its work, but
-                                // the failed RELEASE has aborted it.)
+                                // Its own COMMIT (or ROLLBACK); a BEGIN after
+                                // it, if any, the failed RELEASE has aborted
+                                // (the rest of its work with it).
                                 Some(began_again) => {
                                     return Ok(Batch::Ended(Ended {
                                         result,
@@ -1800,10 +1805,11 @@ impl TransactionalStore for PostgresStore {
                                         xid,
                                     }));
                                 }
-                                None => aborted_or(e)?,
+                                None if made_read_only(&e) => Err(read_only_error()),
+                                None => aborted_or(e)?.map_err(|()| aborted_error()),
                             },
                         },
-                        false => Err(()),
+                        false => Err(aborted_error()),
                     };
                     match (result, released) {
                         (Ok(()), Ok(())) => {
@@ -1812,7 +1818,7 @@ impl TransactionalStore for PostgresStore {
                             }
                             runs.push(TxRun::Committed(()));
                         }
-                        (result, _) => {
+                        (result, released) => {
                             if let Err(e) = tx.batch_execute(&undo) {
                                 return match ended_by_handler(&e) {
                                     Some(_) => Ok(Batch::Ended(Ended {
@@ -1826,9 +1832,10 @@ impl TransactionalStore for PostgresStore {
                                 };
                             }
                             at_risk = None;
-                            runs.push(match result {
-                                Err(e) => TxRun::RolledBack(e),
-                                Ok(()) => TxRun::Aborted(aborted_error()),
+                            runs.push(match (result, released) {
+                                (Err(e), _) => TxRun::RolledBack(e),
+                                (Ok(()), Err(why)) => TxRun::Aborted(why),
+                                (Ok(()), Ok(())) => TxRun::Aborted(aborted_error()),
                             });
                         }
                     }
@@ -2022,6 +2029,21 @@ fn ended_by_handler_error() -> StoreError {
          ROLLBACK), and this run cannot be recorded as done: what it wrote outside the \
          store's transaction is committed and a redelivery writes it again; the id is left \
          unrecorded, so the delivery is retried (leave the transaction to the store)",
+    )
+}
+
+/// A handler made the store's transaction read-only (`SET TRANSACTION READ
+/// ONLY`), found by setting it back (25001), or by a write of the store (25006).
+fn made_read_only(e: &postgres::Error) -> bool {
+    e.code()
+        .is_some_and(|c| ["25001", "25006"].contains(&c.code()))
+}
+
+fn read_only_error() -> StoreError {
+    StoreError::internal(
+        "postgres: the handler made the store's transaction read-only (SET TRANSACTION READ \
+         ONLY): the id cannot be recorded, so this run is rolled back and retried (leave the \
+         transaction's mode to the store)",
     )
 }
 
@@ -2475,6 +2497,17 @@ impl PostgresStore {
                 keys.len() - rows.len(),
                 keys.len()
             ))),
+            // The take wrote these rows in this transaction: refused now,
+            // the handler changed what it may do.
+            Err(e) if made_read_only(&e) => Err(read_only_error()),
+            Err(e) if e.code() == Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) => {
+                Err(StoreError::internal(format!(
+                    "postgres: the handler set a role that may not write the store's tables (SET \
+                     ROLE), and the id cannot be recorded: this run is rolled back and retried \
+                     (set the role back before returning): {}",
+                    causes(&e)
+                )))
+            }
             Err(e) => aborted_or(e)?.map_err(|()| aborted_error()),
         })
     }

@@ -1702,6 +1702,63 @@ fn postgres_a_delivery_without_an_id_whose_handler_rolls_back_is_retried() {
     pg_drop(&table);
 }
 
+/// A handler that changes what the rest of the store's transaction may do
+/// (a role without rights on the id tables, `SET [LOCAL] ROLE`; a read-only
+/// mode) and returns Ok: the finish was refused, and the run, or its whole
+/// batch on every redelivery, was `store-unavailable` ("the handler did not
+/// run"; a user's trial, failed first). A batch sets the role back after each
+/// handler; a read-only delivery fails alone, rolled back, and a single run
+/// says it was the handler.
+#[test]
+fn postgres_a_handler_that_changes_the_role_or_read_only_mode_fails_alone() {
+    let (guard, table, _clean) = pg_guard("tx-pg-role");
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    pg().batch_execute(
+        "DO $$ BEGIN CREATE ROLE bq_test_no_rights NOLOGIN; \
+         EXCEPTION WHEN duplicate_object THEN NULL; END $$",
+    )
+    .unwrap();
+    let changes = [
+        ("ro-role", "SET ROLE bq_test_no_rights"),
+        ("ro-local", "SET LOCAL ROLE bq_test_no_rights"),
+        ("ro-only", "SET TRANSACTION READ ONLY"),
+    ];
+    let handler = |msg: &bq_dedupe::Message<'_>, tx: &mut postgres::Transaction<'_>| {
+        let id = msg.id().unwrap();
+        tx.execute(&insert, &[&id])?;
+        if let Some((_, sql)) = changes
+            .iter()
+            .find(|(tag, _)| id.starts_with(&format!("{tag}-b")))
+        {
+            tx.batch_execute(sql)?;
+        }
+        Ok::<(), postgres::Error>(())
+    };
+    for (tag, sql) in changes {
+        let read_only = sql.contains("READ ONLY");
+        let ids = [format!("{tag}-a"), format!("{tag}-b"), format!("{tag}-c")];
+        let bodies = ids.each_ref().map(|id| envelope(id));
+        let outcomes = guard.process_batch_in_transaction(&bodies, handler);
+        let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
+        let middle = match read_only {
+            true => OutcomeKind::Failed,
+            false => OutcomeKind::Ran,
+        };
+        let expected = [OutcomeKind::Ran, middle, OutcomeKind::Ran];
+        assert_eq!(kinds, expected, "{tag}: {outcomes:?}");
+        for (id, n) in [(&ids[0], 1), (&ids[1], i64::from(!read_only)), (&ids[2], 1)] {
+            assert_eq!(pg_effects(&table, id), n, "{tag}: {id}");
+        }
+        // Alone.
+        let alone = format!("{tag}-b-alone");
+        let outcome = guard.process_in_transaction(&envelope(&alone), handler);
+        assert_eq!(outcome.kind(), OutcomeKind::Failed, "{tag}: {outcome:?}");
+        assert!(format!("{outcome:?}").contains("handler"), "{outcome:?}");
+        assert_eq!(pg_effects(&table, &alone), 0, "{tag}");
+    }
+    pg_drop(&table);
+}
+
 /// A handler that succeeds after a session-level `SET` (here the next
 /// transactions read-only) left it on the pooled connection: the next calls
 /// on it failed, store-unavailable (a review's finding, carried since; failed
