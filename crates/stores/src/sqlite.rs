@@ -446,6 +446,15 @@ fn still_open(tx: &rusqlite::Transaction<'_>) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The connection writable again after a handler, which may have set
+/// `PRAGMA query_only` for its own reads: the store's record, and every later
+/// call of the store's one connection, failed "attempt to write a readonly
+/// database" (`store-unavailable`) until the process restarted (a user's
+/// trial).
+fn writable_again(tx: &rusqlite::Transaction<'_>) -> StoreResult<()> {
+    tx.pragma_update(None, "query_only", false).map_err(error)
+}
+
 /// Whether the work made something on its connection that changes what the
 /// store's statements do to its id table: a TEMP table or view named as it
 /// (names match without case), which hides `bq_dedupe` from every statement
@@ -544,6 +553,7 @@ impl TransactionalStore for SqliteStore {
         let result = no_commits(&self.refuse_commits, &mut tx, work);
         // Whatever the handler set: a run not committed below is rolled back.
         tx.set_drop_behavior(DropBehavior::Rollback);
+        writable_again(&tx)?;
         match result {
             Ok(value) => {
                 if let Err(e) = still_open(&tx).and_then(|()| no_shadow(&tx)) {
@@ -620,6 +630,7 @@ impl TransactionalStore for SqliteStore {
                 let result = no_commits(&self.refuse_commits, &mut tx, |tx| work(i, tx));
                 // Whatever the handler set: a batch not committed below is rolled back.
                 tx.set_drop_behavior(DropBehavior::Rollback);
+                writable_again(&tx)?;
                 let ended_with = |result: Result<(), E>, why: StoreError| match result {
                     Ok(()) => TxRun::Aborted(why),
                     Err(e) => TxRun::RolledBack(e),

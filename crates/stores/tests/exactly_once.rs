@@ -1104,6 +1104,43 @@ fn a_lasting_trigger_that_keeps_the_ids_leaves_runs_alone() {
     assert_eq!(effects_of(db.path(), "ct-1"), 1);
 }
 
+/// A handler that sets `PRAGMA query_only` (for its own reads, say): the
+/// store's record and every later call of its one connection failed ("attempt
+/// to write a readonly database", `store-unavailable`) until the process
+/// restarted (a user's trial; failed first). The connection is writable again
+/// after each handler, whatever it answered.
+#[test]
+fn sqlite_a_handler_that_sets_query_only_leaves_the_store_writable() {
+    let db = TempDb::new("tx-query-only");
+    let guard = open(db.path());
+    let handler = |msg: &bq_dedupe::Message<'_>, tx: &mut rusqlite::Transaction<'_>| {
+        let id = msg.id().unwrap();
+        tx.execute("INSERT INTO effects (id) VALUES (?1)", [id])?;
+        if id.contains("-q") {
+            tx.execute_batch("PRAGMA query_only = 1")?;
+        }
+        match id.ends_with("-fails") {
+            true => Err(rusqlite::Error::InvalidQuery),
+            false => Ok(()),
+        }
+    };
+    let single = ["s-q", "s-2", "s-q-fails", "s-3"].map(|id| {
+        let outcome = guard.process_in_transaction(&envelope(id), handler);
+        outcome.kind()
+    });
+    use OutcomeKind::{Failed, Ran};
+    assert_eq!(single, [Ran, Ran, Failed, Ran]);
+    let bodies = ["b-1", "b-q", "b-3"].map(envelope);
+    let outcomes = guard.process_batch_in_transaction(&bodies, handler);
+    let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
+    assert_eq!(kinds, [Ran; 3], "{outcomes:?}");
+    let after = guard.process_in_transaction(&envelope("after"), handler);
+    assert_eq!(after.kind(), Ran, "{after:?}");
+    for (id, n) in [("s-q", 1), ("s-q-fails", 0), ("b-q", 1), ("after", 1)] {
+        assert_eq!(effects_of(db.path(), id), n, "{id}");
+    }
+}
+
 /// A batch delivery whose handler ends the transaction and begins another
 /// (`ROLLBACK; BEGIN`) is left out, and its neighbours commit; every
 /// delivery was store-unavailable ("no such savepoint"), on every
