@@ -43,7 +43,10 @@ pub enum Outcome<E> {
     /// rejected: not a valid envelope (a poison message). The handler did not run.
     Rejected(Rejection),
     /// The store could not say whether the id was processed, so the handler did
-    /// not run (fail-closed). Retry.
+    /// not run (fail-closed). Retry. In the transactional mode also a store
+    /// failing after the handler ran (its batch's record or commit): its
+    /// transaction was rolled back, nothing of it committed, but what it did
+    /// outside the database (a call it made) was done.
     StoreUnavailable(StoreError),
     /// payload-mismatch: the id was already processed with a different `data`
     /// ([`crate::Options::fingerprint`]). The handler did not run; dead-letter the
@@ -185,6 +188,9 @@ impl OutcomeKind {
     }
 
     /// Did the handler run (its side effect fire) for this delivery?
+    /// `StoreUnavailable` says no, though in the transactional mode the
+    /// handler may have run with its transaction rolled back
+    /// ([`Outcome::StoreUnavailable`]).
     pub fn handler_ran(self) -> bool {
         matches!(
             self,
