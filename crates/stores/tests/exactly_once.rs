@@ -36,6 +36,13 @@ fn open(path: &Path) -> Guard<SqliteStore> {
     Guard::new(store)
 }
 
+/// An envelope without an id (`fail-open`), told apart by its `trace_id`.
+fn no_id_envelope(trace: &str) -> String {
+    format!(
+        r#"{{"job":"urn:babel:orders:created","trace_id":"{trace}","data":{{}},"meta":{{"schema_version":1}}}}"#
+    )
+}
+
 #[test]
 fn a_success_commits_the_effect_and_the_id_together_and_a_redelivery_skips() {
     let db = TempDb::new("tx-ok");
@@ -137,7 +144,7 @@ fn a_failing_handler_leaves_neither_its_effect_rows_nor_the_id() {
 fn no_usable_id_runs_in_a_transaction_and_records_nothing_and_invalid_input_runs_nothing() {
     let db = TempDb::new("tx-open");
     let guard = open(db.path());
-    let no_id = r#"{"job":"urn:babel:orders:created","trace_id":"t","data":{},"meta":{"schema_version":1}}"#;
+    let no_id = &no_id_envelope("t");
     for _ in 0..2 {
         let outcome = guard.process_in_transaction(no_id, |_, tx| {
             tx.execute("INSERT INTO effects (id) VALUES ('no-id')", [])
@@ -952,7 +959,7 @@ fn postgres_four_consumers_killed_at_random_leave_exactly_one_effect_per_id() {
 /// A batch of [a, b (fails), a again, c, no id, not json]: a, c and the fail-open
 /// delivery commit, b rolls back alone, a's duplicate skips; then the batch again.
 fn batch_bodies() -> Vec<String> {
-    let no_id = r#"{"job":"urn:babel:orders:created","trace_id":"t","data":{},"meta":{"schema_version":1}}"#;
+    let no_id = &no_id_envelope("t");
     vec![
         envelope("bt-a"),
         envelope("bt-b"),
@@ -1577,7 +1584,7 @@ fn postgres_a_batch_delivery_that_ends_the_transaction_is_left_out() {
 fn postgres_a_handler_commit_whose_mark_a_claim_took_over_is_still_run_ok() {
     let (guard, table, _clean) = pg_guard("tx-pg-commit-claimed");
     let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
-    let no_id = r#"{"job":"urn:babel:orders:created","trace_id":"t","data":{},"meta":{"schema_version":1}}"#;
+    let no_id = &no_id_envelope("t");
     // A batch of one delivery without an id, then `id`, whose handler runs
     // `commit` (its own COMMIT, and what comes between it and the finish):
     // both run once and are said so.
@@ -1642,11 +1649,6 @@ fn postgres_a_handler_commit_whose_mark_a_claim_took_over_is_still_run_ok() {
 fn postgres_a_handler_commit_after_deliveries_without_an_id_runs_each_once() {
     let (guard, table, _clean) = pg_guard("tx-pg-commit-no-ids");
     let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
-    let no_id = |trace: &str| {
-        format!(
-            r#"{{"job":"urn:babel:orders:created","trace_id":"{trace}","data":{{}},"meta":{{"schema_version":1}}}}"#
-        )
-    };
     // `sql` is the last handler's own end of the transaction; `fails`, its
     // answer after it; what it is then.
     let cases = [
@@ -1656,7 +1658,7 @@ fn postgres_a_handler_commit_after_deliveries_without_an_id_runs_each_once() {
     ];
     for (tag, sql, fails, last) in cases {
         let traces = [format!("{tag}-1"), format!("{tag}-2"), format!("{tag}-3")];
-        let bodies: Vec<String> = traces.iter().map(|t| no_id(t)).collect();
+        let bodies: Vec<String> = traces.iter().map(|t| no_id_envelope(t)).collect();
         let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
             let this = msg.trace_id();
             tx.execute(&insert, &[&this]).map_err(|e| e.to_string())?;
@@ -1704,9 +1706,7 @@ fn postgres_a_delivery_without_an_id_whose_handler_rolls_back_is_retried() {
         ("ni-cmb", "COMMIT; BEGIN", Some(()), 2),
     ];
     for (tag, sql, done, effects) in cases {
-        let body = format!(
-            r#"{{"job":"urn:babel:orders:created","trace_id":"{tag}","data":{{}},"meta":{{"schema_version":1}}}}"#
-        );
+        let body = no_id_envelope(tag);
         let outcome = guard.process_in_transaction(body.as_str(), |_, tx| {
             tx.execute(&insert, &[&tag])?;
             let _swallowed = tx.batch_execute(sql);
