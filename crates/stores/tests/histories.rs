@@ -367,8 +367,9 @@ fn postgres_histories_are_linearizable() {
 /// The transactions as batches of one (`transaction_batch`), whose handlers
 /// now and then end the store's transaction themselves: a success by its
 /// own `COMMIT` (committed whole, kept), a failure by its own `ROLLBACK`
-/// (returning Err, or Ok). Such a delivery is settled after its transaction
-/// ended, in autocommit, beside the other clients' claims and runs.
+/// (returning Err, or Ok), or by making the transaction read-only. Such a
+/// delivery is settled after its transaction ended, in autocommit, beside
+/// the other clients' claims and runs.
 fn postgres_batches() -> Fleet<PostgresStore> {
     let backend = PgBackend::new("histories-batch");
     let insert = backend.insert();
@@ -389,7 +390,7 @@ fn postgres_batches() -> Fleet<PostgresStore> {
                             lost = Some(e);
                         }
                     };
-                    match (ok, n % 4) {
+                    match (ok, n % 5) {
                         (true, 0) => {
                             ended("COMMIT", tx);
                             Ok(())
@@ -409,6 +410,10 @@ fn postgres_batches() -> Fleet<PostgresStore> {
                         }
                         (false, 2) => {
                             let _ = tx.execute("SELECT 1/0", &[]);
+                            Ok(())
+                        }
+                        (false, 3) => {
+                            ended("SET TRANSACTION READ ONLY", tx);
                             Ok(())
                         }
                         (false, _) => Err(()),
