@@ -380,7 +380,13 @@ fn postgres_refusing_the_login_or_database_exits_2() {
     let (server, _database) = url.rsplit_once('/').unwrap();
     let no_database = format!("{server}/no_such_database");
     let no_role = url.replacen("postgres@", "no_such_role@", 1);
-    for spec in [no_database, no_role] {
+    // PgBouncer says so in its own words.
+    let bouncer = var("BQ_TEST_PGBOUNCER_URL");
+    let (bouncer_server, _) = bouncer.rsplit_once('/').unwrap();
+    let no_bouncer_database = format!(
+        "{bouncer_server}/no_such_database?statement_cache=off&lock_timeout=server&statement_timeout=server"
+    );
+    for spec in [no_database, no_role, no_bouncer_database] {
         let out = bq(&["stats", "--store", &spec], "");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{spec}: {stderr}");

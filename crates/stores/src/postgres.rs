@@ -213,9 +213,15 @@ fn connect_error(host: &str, e: &postgres::Error) -> StoreError {
         message.contains("startup parameter") && message.contains("options")
     });
     let cause = causes(e);
-    // 28xxx: the role, its password or pg_hba.conf; 3D000: no such database.
-    let refused_login =
-        (e.code()).is_some_and(|c| c.code().starts_with("28") || c.code() == "3D000");
+    // 28xxx: the role, its password or pg_hba.conf; 3D000: no such database;
+    // PgBouncer says the last two in its own words (08P01); a password the
+    // server asks for and the URL lacks is the client's "invalid configuration".
+    let said = cause.to_ascii_lowercase();
+    let refused_login = (e.code())
+        .is_some_and(|c| c.code().starts_with("28") || c.code() == "3D000")
+        || ["no such database", "no such user", "invalid configuration"]
+            .iter()
+            .any(|words| said.contains(words));
     if refused_login {
         return invalid(format!("postgres: {host} refused the connection: {cause}"));
     }
@@ -1690,7 +1696,7 @@ impl TransactionalStore for PostgresStore {
                                     // broke (class 23): the work's failure.
                                     match broke_a_constraint(&e) {
                                         true if own_commit => {
-                                            Ok(TxRun::Aborted(ended_by_handler_error()))
+                                            Ok(TxRun::Aborted(ended_by_handler_error(true)))
                                         }
                                         true => {
                                             Ok(TxRun::Aborted(crate::refused_at_commit(error(e))))
@@ -1712,9 +1718,9 @@ impl TransactionalStore for PostgresStore {
             // A handler that ended the store's transaction (its own COMMIT,
             // then perhaps a BEGIN) committed the id's take with it: undone,
             // or the redelivery would skip a message that never ran.
-            if self.roll_back_and_undo(tx, &keys, &mark, &writer)? {
+            if let Some(committed) = self.roll_back_and_undo(tx, &keys, &mark, &writer)? {
                 statements.prepared.retire();
-                return Ok(TxRun::Aborted(ended_by_handler_error()));
+                return Ok(TxRun::Aborted(ended_by_handler_error(committed)));
             }
             Ok(not_committed)
         })
@@ -1745,17 +1751,25 @@ impl TransactionalStore for PostgresStore {
         // with the take, not four). A success's handler may have moved
         // client_encoding: set back in the same query, before the next take
         // binds its id (a failure's rollback undoes the handler's SET).
-        // With the first, the batch's own transaction id: whether a handler's
-        // own COMMIT committed the batch is its status when no take tells
-        // (deliveries without an id before it).
-        let begin = format!("SAVEPOINT {savepoint}; SELECT txid_current()");
+        // With the first, where the batch has deliveries without an id, its
+        // own transaction id: whether a handler's own COMMIT committed the
+        // batch is its status when no take tells. (Only there: it gives the
+        // transaction an id, and a batch of duplicates, which wrote nothing,
+        // would then wait for its commit to be flushed.)
+        let no_ids = names.iter().any(Option::is_none);
+        let begin = match no_ids {
+            true => format!("SAVEPOINT {savepoint}; SELECT txid_current()"),
+            false => format!("SAVEPOINT {savepoint}"),
+        };
         // Before the RELEASE, what a handler may have done to the rest of the
-        // transaction: a role (`SET [LOCAL] ROLE`) the next statements would
-        // run as, set back; a read-only mode, which cannot be, fails this
-        // delivery alone (either failed the whole batch on every redelivery,
-        // at the finish: a user's trial).
+        // transaction: a role (`SET [LOCAL] ROLE`, `SET SESSION
+        // AUTHORIZATION`) the next statements would run as, set back; a
+        // read-only mode, which cannot be, fails this delivery alone (either
+        // failed the whole batch on every redelivery, at the finish: a
+        // user's trial).
         let next = format!(
-            "SET LOCAL transaction_read_only = off; RESET ROLE; RELEASE {savepoint}; \
+            "SET LOCAL transaction_read_only = off; RESET SESSION AUTHORIZATION; RESET ROLE; \
+             RELEASE {savepoint}; \
              SET client_encoding TO 'UTF8'; SAVEPOINT {savepoint}"
         );
         let undo = format!("ROLLBACK TO {savepoint}");
@@ -1772,7 +1786,8 @@ impl TransactionalStore for PostgresStore {
                 let mut runs = Vec::with_capacity(keys.len());
                 // The takes released so far: (id, the row's writer).
                 let mut taken: Vec<(&str, String)> = Vec::new();
-                let xid = first_number(tx.simple_query(&begin).map_err(error)?)?;
+                let began = tx.simple_query(&begin).map_err(error)?;
+                let xid = no_ids.then(|| first_number(began)).transpose()?;
                 for (i, key) in names.iter().enumerate() {
                     let key = key.as_deref();
                     if let Some(key) = key {
@@ -1901,7 +1916,7 @@ struct Ended<'k, E> {
     kept: bool,
     runs: Vec<TxRun<(), E>>,
     taken: Vec<(&'k str, String)>,
-    xid: i64,
+    xid: Option<i64>,
 }
 
 /// The first column of the first row `messages` hold, a number.
@@ -1969,13 +1984,16 @@ macro_rules! session_as_found {
 /// handler's own COMMIT may have kept on it.
 const RESET: &str = concat!("ROLLBACK; ", session_as_found!());
 
-/// A run's transaction committed with its session put back first, in the
-/// transaction (one round trip, and undone with it if it does not commit): a
-/// successful handler's session-level `SET` outlived its run on the pooled
-/// connection, and the next calls ran under it (read-only, they failed).
+/// A run's transaction committed, then its session put back, in one round
+/// trip: a successful handler's session-level `SET` outlived its run on the
+/// pooled connection, and the next calls ran under it (read-only, they
+/// failed). After the COMMIT, so that deferred triggers still fire under the
+/// handler's `SET LOCAL`s (a review: reset before, one wrote its audit row
+/// elsewhere). A COMMIT that fails skips the rest (the error is the
+/// COMMIT's); the resets cannot fail once it landed.
 fn commit_as_found(mut tx: postgres::Transaction<'_>) -> Result<(), postgres::Error> {
     // Failing, `tx` is dropped: rolled back (after a refused COMMIT, a no-op).
-    tx.batch_execute(concat!(session_as_found!(), "; COMMIT"))?;
+    tx.batch_execute(concat!("COMMIT; ", session_as_found!()))?;
     std::mem::forget(tx);
     Ok(())
 }
@@ -2022,14 +2040,24 @@ fn on_notice(notice: postgres::error::DbError) {
 }
 
 /// A transactional run whose handler ended the store's transaction itself and
-/// then failed, the id's take (committed by the handler) undone.
-fn ended_by_handler_error() -> StoreError {
-    StoreError::internal(
-        "postgres: the handler ended the store's transaction itself (its own COMMIT or \
-         ROLLBACK), and this run cannot be recorded as done: what it wrote outside the \
-         store's transaction is committed and a redelivery writes it again; the id is left \
-         unrecorded, so the delivery is retried (leave the transaction to the store)",
-    )
+/// cannot be recorded done, the id's take (if its COMMIT kept it) undone:
+/// whether that transaction was `committed` (its own COMMIT) or rolled back.
+fn ended_by_handler_error(committed: bool) -> StoreError {
+    StoreError::internal(match committed {
+        true => {
+            "postgres: the handler ended the store's transaction itself (its own COMMIT), and \
+             this run cannot be recorded as done: what it wrote up to that COMMIT (and after \
+             it, outside a transaction) is committed and a redelivery writes it again; the id, \
+             if any, is left unrecorded, so the delivery is retried (leave the transaction to \
+             the store)"
+        }
+        false => {
+            "postgres: the handler rolled back the store's transaction itself (its own \
+             ROLLBACK): nothing it wrote in it is committed (what it wrote after, outside a \
+             transaction, is, and a redelivery writes that again); the delivery is retried \
+             (leave the transaction to the store)"
+        }
+    })
 }
 
 /// A handler made the store's transaction read-only (`SET TRANSACTION READ
@@ -2103,11 +2131,6 @@ impl PostgresStore {
         )
     }
 
-    /// Before the commit of one run: the finish ([`Self::finish_in`]),
-    /// `client_encoding` set back first when the id is not ASCII (the handler
-    /// may have moved it, and the finish's bound id would be read in it; a
-    /// round trip more for those ids only; a batch does it in the query after
-    /// each delivery). `Ok(Err(_))`: roll the run back.
     /// Whether a run without an id is still in its transaction `xid` after
     /// its handler: `Ok(Ok(()))` when it is, or when the handler's own
     /// `COMMIT` committed it (what it began after is its own, committed as a
@@ -2121,8 +2144,17 @@ impl PostgresStore {
         let now = match tx.simple_query(XID) {
             Ok(messages) => first_number(messages)?,
             Err(e) => {
+                // An error it swallowed aborted the transaction: ours, or one
+                // it began after its own COMMIT, which kept what came before.
                 let _aborted = aborted_or(e)?;
-                return Ok(Err(TxRun::Aborted(aborted_error())));
+                let _ = tx.batch_execute("ROLLBACK");
+                let status = tx.simple_query(&format!("SELECT txid_status({xid})"));
+                return Ok(Err(TxRun::Aborted(
+                    match status.ok().and_then(first_text).as_deref() {
+                        Some("committed") => ended_by_handler_error(true),
+                        _ => aborted_error(),
+                    },
+                )));
             }
         };
         if now == xid {
@@ -2133,10 +2165,15 @@ impl PostgresStore {
         let status = tx.simple_query(&format!("SELECT txid_status({xid})"));
         Ok(match status.ok().and_then(first_text).as_deref() {
             Some("committed") => Ok(()),
-            _ => Err(TxRun::Aborted(ended_by_handler_error())),
+            _ => Err(TxRun::Aborted(ended_by_handler_error(false))),
         })
     }
 
+    /// Before the commit of one run: the finish ([`Self::finish_in`]),
+    /// `client_encoding` set back first when the id is not ASCII (the handler
+    /// may have moved it, and the finish's bound id would be read in it; a
+    /// round trip more for those ids only; a batch does it in the query after
+    /// each delivery). `Ok(Err(_))`: roll the run back.
     fn finish_run(
         &self,
         tx: &mut postgres::Transaction<'_>,
@@ -2145,6 +2182,11 @@ impl PostgresStore {
         ttl: Option<Duration>,
         mark: &str,
     ) -> StoreResult<Result<(), StoreError>> {
+        // No id, nothing to finish (and nothing on the id tables for a role
+        // the handler set to refuse).
+        if keys.is_empty() {
+            return Ok(Ok(()));
+        }
         if !keys.iter().all(|k| k.is_ascii())
             && let Err(e) = tx.batch_execute("SET client_encoding TO 'UTF8'")
         {
@@ -2158,9 +2200,11 @@ impl PostgresStore {
     /// autocommit), undoes the takes of `keys` that a handler's own `COMMIT`
     /// committed: their marks, and their rows while still the versions the
     /// takes wrote (a row a later writer made, a Go consumer's remember after
-    /// the TTL, stays; see [`Self::undo_takes`]). True when there
-    /// were some: the handler ended the store's transaction, and whatever it
-    /// `SET` is committed on the session. Two round trips, on failures only;
+    /// the TTL, stays; see [`Self::undo_takes`]). `Some` when the handler
+    /// had ended the store's transaction (whatever it `SET` is then committed
+    /// on the session): `Some(true)` when its COMMIT had kept a take (undone
+    /// now), `Some(false)` when its ROLLBACK left none. Two round trips, on
+    /// failures only;
     /// `client_encoding` is set back first, so the ids are read as sent.
     fn roll_back_and_undo(
         &self,
@@ -2168,7 +2212,7 @@ impl PostgresStore {
         keys: &[&str],
         mark: &str,
         writer: &Writer,
-    ) -> StoreResult<bool> {
+    ) -> StoreResult<Option<bool>> {
         // PostgreSQL warns when the ROLLBACK finds no transaction: the
         // handler ended it (a ROLLBACK, or a COMMIT without a BEGIN after it).
         NO_TRANSACTION_WARNED.with(|warned| warned.set(false));
@@ -2190,7 +2234,7 @@ impl PostgresStore {
             Ok(undone) => undone,
             Err(_) => self.undo_takes_elsewhere(keys, mark, writer)?,
         };
-        Ok(undone || ended)
+        Ok((undone || ended).then_some(undone))
     }
 
     /// After a batch delivery whose handler ended the store's transaction
@@ -2255,7 +2299,7 @@ impl PostgresStore {
         };
         let own = match kept && committed {
             true => TxRun::Committed(()),
-            false => TxRun::Aborted(ended_by_handler_error()),
+            false => TxRun::Aborted(ended_by_handler_error(committed)),
         };
         // Rolled back, a repeat of an id this batch had run is no longer
         // done: it runs again too.
@@ -2280,17 +2324,18 @@ impl PostgresStore {
     /// [`Self::settle_ended`]'s statements, in autocommit on `client`: the
     /// culprit's take undone (`undo`), the takes of `ran` finished. Whether
     /// the batch's transaction committed: a take found standing, or else the
-    /// status of the batch's transaction (`xid`), which nothing another
-    /// client does can hide (a claim taking over a mark made visible lapsed,
-    /// a forget of the id) and which holds for deliveries without an id too;
-    /// before PostgreSQL 10, the row version a take in `taken` (id, writer)
-    /// wrote, and with none: not committed.
+    /// status of the batch's transaction (`xid`, read where it has
+    /// deliveries without an id), else of the (sub)transaction that wrote a
+    /// take in `taken` (id, writer), which nothing another client does can
+    /// hide (a claim taking over a mark made visible lapsed, a forget of the
+    /// id); before PostgreSQL 10, the row version that take wrote, and with
+    /// none: not committed.
     fn follow_up(
         &self,
         client: &mut impl postgres::GenericClient,
         undo: Option<&(&str, Writer)>,
         ran: &[&str],
-        (xid, taken): (i64, &[(&str, &str)]),
+        (xid, taken): (Option<i64>, &[(&str, &str)]),
         ttl: Option<i64>,
         mark: &str,
     ) -> StoreResult<bool> {
@@ -2312,7 +2357,22 @@ impl PostgresStore {
         if undone || finished {
             return Ok(true);
         }
-        match client.query_typed_one("SELECT txid_status($1)", &[(&xid, Type::INT8)]) {
+        // A take's writer is a 32-bit xid: its epoch is the current one's,
+        // or the one before if it is past the current xid's low bits.
+        let xid = xid.map(|xid| xid.to_string());
+        let (status, of): (&str, &(dyn postgres::types::ToSql + Sync)) = match (&xid, taken.first())
+        {
+            (Some(xid), _) => ("SELECT txid_status($1::text::bigint)", xid),
+            (None, Some((_, writer))) => (
+                "SELECT txid_status((s.x >> 32 << 32 | $1::text::bigint)
+                   - CASE WHEN $1::text::bigint > (s.x & 4294967295) THEN 4294967296 ELSE 0 END)
+                 FROM (SELECT txid_snapshot_xmax(txid_current_snapshot()) AS x) s",
+                writer,
+            ),
+            // Nothing written before it: nothing of the batch to keep.
+            (None, None) => return Ok(false),
+        };
+        match client.query_typed_one(status, &[(of, Type::TEXT)]) {
             Ok(row) => {
                 return match row.get::<_, Option<String>>(0).as_deref() {
                     Some("committed") => Ok(true),
@@ -2487,7 +2547,17 @@ impl PostgresStore {
             (&ttl, Type::INT8),
             (&mark, Type::TEXT),
         ];
-        let found = statements.query(tx, &self.finish_sql(), params);
+        let mut found = statements.query(tx, &self.finish_sql(), params);
+        // After a handler's own COMMIT the finish runs in autocommit, under
+        // what it left on the session (a read-only mode, a role): set back,
+        // once more (it failed, a single run's COMMIT kept, every redelivery
+        // wrote that again). In a transaction the failure aborted it: as found.
+        if let Err(e) = &found
+            && (made_read_only(e) || denied(e))
+            && tx.batch_execute(session_as_found!()).is_ok()
+        {
+            found = statements.query(tx, &self.finish_sql(), params);
+        }
         Ok(match found {
             Ok(rows) if rows.len() == keys.len() => Ok(()),
             Ok(rows) => Err(StoreError::internal(format!(
@@ -2500,17 +2570,28 @@ impl PostgresStore {
             // The take wrote these rows in this transaction: refused now,
             // the handler changed what it may do.
             Err(e) if made_read_only(&e) => Err(read_only_error()),
-            Err(e) if e.code() == Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) => {
-                Err(StoreError::internal(format!(
-                    "postgres: the handler set a role that may not write the store's tables (SET \
-                     ROLE), and the id cannot be recorded: this run is rolled back and retried \
+            Err(e) if denied(&e) => Err(StoreError::internal(format!(
+                "postgres: the handler set a role that may not write the store's tables (SET \
+                     ROLE, SET SESSION AUTHORIZATION), and the id cannot be recorded: this run is rolled back and retried \
                      (set the role back before returning): {}",
-                    causes(&e)
-                )))
+                causes(&e)
+            ))),
+            Err(e) if e.code() == Some(&postgres::error::SqlState::INVALID_SQL_STATEMENT_NAME) => {
+                Err(StoreError::internal(
+                    "postgres: the handler dropped the store's prepared statements on its \
+                     connection (DEALLOCATE), and the id cannot be recorded: this run is rolled \
+                     back and retried (leave them to the store, or add statement_cache=off to \
+                     the URL)",
+                ))
             }
             Err(e) => aborted_or(e)?.map_err(|()| aborted_error()),
         })
     }
+}
+
+/// A statement of the store's refused for the role the handler set.
+fn denied(e: &postgres::Error) -> bool {
+    e.code() == Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
 }
 
 /// Takes `table=` out of a PostgreSQL URL's query.

@@ -608,7 +608,7 @@ fn postgres_a_handler_that_commits_and_begins_again_loses_nothing() {
     ] {
         assert_eq!(first.kind(), OutcomeKind::Failed, "{id}: {first:?}");
         assert!(
-            format!("{first:?}").contains("ended the store's transaction"),
+            format!("{first:?}").contains("the store's transaction itself"),
             "{first:?}"
         );
         assert_eq!(pg_effects(&table, id), 0, "{id}");
@@ -1544,7 +1544,7 @@ fn postgres_a_batch_delivery_that_ends_the_transaction_is_left_out() {
         );
         if middle == OutcomeKind::Failed && !fails {
             assert!(
-                format!("{:?}", first[1]).contains("ended the store's transaction"),
+                format!("{:?}", first[1]).contains("the store's transaction itself"),
                 "{tag}: {first:?}"
             );
         }
@@ -1758,6 +1758,8 @@ fn postgres_a_handler_that_changes_the_role_or_read_only_mode_fails_alone() {
     let changes = [
         ("ro-role", "SET ROLE bq_test_no_rights"),
         ("ro-local", "SET LOCAL ROLE bq_test_no_rights"),
+        // (The tests connect as a superuser, who may.)
+        ("ro-auth", "SET SESSION AUTHORIZATION bq_test_no_rights"),
         ("ro-only", "SET TRANSACTION READ ONLY"),
     ];
     let handler = |msg: &bq_dedupe::Message<'_>, tx: &mut postgres::Transaction<'_>| {
@@ -1793,6 +1795,109 @@ fn postgres_a_handler_that_changes_the_role_or_read_only_mode_fails_alone() {
         assert!(format!("{outcome:?}").contains("handler"), "{outcome:?}");
         assert_eq!(pg_effects(&table, &alone), 0, "{tag}");
     }
+    pg_drop(&table);
+}
+
+/// What a handler leaves on the session after its own COMMIT, or sets for
+/// a run without an id, is the handler's business, not the store's: a single
+/// run whose handler committed, then made the session read-only (or kept a
+/// role without rights on the id tables) and returned Ok failed its finish,
+/// every redelivery writing its effect once more; a run without an id under
+/// such a role failed on every delivery (nothing of the id tables to write);
+/// a keyed ROLLBACK said its writes were committed; a DEALLOCATE was
+/// `store-unavailable` (a user's trial; failed first).
+#[test]
+fn postgres_what_a_handler_leaves_on_the_session_is_told_apart() {
+    let (guard, table, _clean) = pg_guard("tx-pg-after-commit");
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    pg().batch_execute(&format!(
+        "DO $$ BEGIN CREATE ROLE bq_test_effects_only NOLOGIN; \
+         EXCEPTION WHEN duplicate_object THEN NULL; END $$; \
+         GRANT INSERT ON {table}_effects TO bq_test_effects_only"
+    ))
+    .unwrap();
+    // `sql` then, if it says so, an error swallowed.
+    let run = |body: &str, sql: &str| {
+        guard.process_in_transaction(body, |msg, tx| {
+            let this = msg.id().unwrap_or(msg.trace_id());
+            tx.execute(&insert, &[&this])?;
+            let (sql, swallowed) = sql.split_once(" + ").unwrap_or((sql, ""));
+            tx.batch_execute(sql)?;
+            let _ = tx.batch_execute(swallowed);
+            Ok::<(), postgres::Error>(())
+        })
+    };
+    let after_commit = "COMMIT; SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY";
+    for _ in 0..2 {
+        let outcome = run(&envelope("ac-ro"), after_commit);
+        assert!(
+            matches!(outcome.kind(), OutcomeKind::Ran | OutcomeKind::Skipped),
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(pg_effects(&table, "ac-ro"), 1);
+    let outcome = run(
+        &no_id_envelope("ni-role"),
+        "SET LOCAL ROLE bq_test_effects_only",
+    );
+    assert!(matches!(outcome, Outcome::FailOpen(Ok(()))), "{outcome:?}");
+    assert_eq!(pg_effects(&table, "ni-role"), 1);
+    let outcome = run(&envelope("k-rb"), "ROLLBACK");
+    assert_eq!(outcome.kind(), OutcomeKind::Failed, "{outcome:?}");
+    assert!(
+        format!("{outcome:?}").contains("rolled back the store's transaction"),
+        "{outcome:?}"
+    );
+    // Its COMMIT kept what came before; the error it swallowed after its BEGIN says so.
+    let outcome = run(&no_id_envelope("ni-cbs"), "COMMIT; BEGIN + SELECT 1/0");
+    let said = format!("{outcome:?}");
+    assert!(
+        said.contains("COMMIT") && said.contains("is committed"),
+        "{said}"
+    );
+    // Its statements are prepared again when the store can; when it cannot
+    // (its finish's, after the handler), the run fails, saying why.
+    for n in 0..4 {
+        let id = format!("k-dealloc-{n}");
+        let outcome = run(&envelope(&id), "DEALLOCATE ALL");
+        let said = format!("{outcome:?}");
+        match outcome.kind() {
+            OutcomeKind::Ran => assert_eq!(pg_effects(&table, &id), 1),
+            OutcomeKind::Failed => assert!(said.contains("DEALLOCATE"), "{said}"),
+            _ => panic!("{said}"),
+        }
+    }
+    pg_drop(&table);
+}
+
+/// A deferred trigger fires at the COMMIT under the handler's `SET LOCAL`s
+/// (its `search_path`, its own settings): the session's reset before the
+/// COMMIT had it write elsewhere, or fail, the run `store-unavailable` on
+/// every redelivery (a review's finding; failed first).
+#[test]
+fn postgres_a_deferred_trigger_sees_the_handlers_settings() {
+    let (guard, table, _clean) = pg_guard("tx-pg-deferred");
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    pg().batch_execute(&format!(
+        "CREATE SCHEMA {table}_s; CREATE TABLE {table}_s.ledger (id text);
+         CREATE FUNCTION {table}_s.log() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN INSERT INTO ledger VALUES (NEW.id); RETURN NULL; END $$;
+         CREATE CONSTRAINT TRIGGER {table}_log AFTER INSERT ON {table}_effects
+           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {table}_s.log()"
+    ))
+    .unwrap();
+    let search_path = format!("SET LOCAL search_path = {table}_s, public");
+    let outcome = guard.process_in_transaction(&envelope("dt-1"), |msg, tx| {
+        tx.batch_execute(&search_path)?;
+        tx.execute(&insert, &[&msg.id().unwrap()]).map(drop)
+    });
+    assert_eq!(outcome.kind(), OutcomeKind::Ran, "{outcome:?}");
+    let logged: i64 = (pg().query_one(&format!("SELECT count(*) FROM {table}_s.ledger"), &[]))
+        .unwrap()
+        .get(0);
+    assert_eq!(logged, 1);
+    pg().batch_execute(&format!("DROP SCHEMA {table}_s CASCADE"))
+        .unwrap();
     pg_drop(&table);
 }
 

@@ -665,7 +665,7 @@ fn postgres_a_handler_that_commits_the_stores_transaction_then_fails_is_reported
     });
     assert_eq!(outcome.kind(), OutcomeKind::Failed, "{outcome:?}");
     let reason = outcome.reason().unwrap();
-    assert!(reason.contains("its own COMMIT or ROLLBACK"), "{reason}");
+    assert!(reason.contains("its own COMMIT"), "{reason}");
     assert!(reason.contains("writes it again"), "{reason}");
     assert_eq!(pg_effects(&pg_.table, "hc-1"), 1);
     let plain = |msg: &bq_dedupe::Message<'_>, tx: &mut postgres::Transaction<'_>| {
@@ -697,10 +697,7 @@ fn postgres_a_handler_that_rolls_back_the_stores_transaction_then_fails_is_repor
     });
     assert_eq!(outcome.kind(), OutcomeKind::Failed, "{outcome:?}");
     assert!(
-        outcome
-            .reason()
-            .unwrap()
-            .contains("its own COMMIT or ROLLBACK"),
+        outcome.reason().unwrap().contains("its own ROLLBACK"),
         "{outcome:?}"
     );
     let again = guard.process_in_transaction(body.as_str(), |msg, tx| {
