@@ -1661,57 +1661,68 @@ impl TransactionalStore for PostgresStore {
                         statements.prepared.retire();
                         return Ok(run);
                     }
-                    _ => match self.finish_run(&mut tx, &mut statements, &keys, ttl, &mark) {
-                        Ok(Ok(())) => {
-                            return match commit_as_found(tx) {
-                                Ok(()) => Ok(TxRun::Committed(value)),
-                                Err(e) => {
-                                    // The server refused the COMMIT with an ERROR
-                                    // (a deferred constraint or trigger, a
-                                    // serialization failure, a deadlock): nothing
-                                    // of it committed, but a handler's own COMMIT
-                                    // before may have committed the take. Anything
-                                    // else (a lost reply, a FATAL that ended the
-                                    // session) is left alone: that COMMIT may have
-                                    // landed.
-                                    // (A server before 9.6 sends no unlocalized
-                                    // severity: then the classes known to refuse.)
-                                    let refused = e.as_db_error().is_some_and(|db| {
-                                        db.parsed_severity().map_or_else(
-                                            || {
-                                                ["23", "40"]
-                                                    .iter()
-                                                    .any(|c| db.code().code().starts_with(c))
-                                            },
-                                            |s| s == postgres::error::Severity::Error,
-                                        )
-                                    });
-                                    // A take found committed elsewhere: the
-                                    // handler's own COMMIT, its writes before it kept.
-                                    let own_commit = refused
-                                        && self
-                                            .undo_takes_elsewhere(&keys, &mark, &writer)
-                                            .unwrap_or(false);
-                                    // A deferred constraint the work's writes
-                                    // broke (class 23): the work's failure.
-                                    match broke_a_constraint(&e) {
-                                        true if own_commit => {
-                                            Ok(TxRun::Aborted(ended_by_handler_error(true)))
-                                        }
-                                        true => {
-                                            Ok(TxRun::Aborted(crate::refused_at_commit(error(e))))
-                                        }
-                                        false => Err(error(e)),
-                                    }
+                    handler_committed => {
+                        match self.finish_run(&mut tx, &mut statements, &keys, ttl, &mark) {
+                            Ok(Ok(())) => {
+                                let handler_committed =
+                                    handler_committed.unwrap_or(Ok(false)).unwrap_or(false);
+                                let committed = commit_as_found(tx);
+                                if committed.is_err() {
+                                    // Its session may still be what the handler
+                                    // left (the resets not reached): not lent again.
+                                    statements.prepared.retire();
                                 }
-                            };
+                                return match committed {
+                                    Ok(()) => Ok(TxRun::Committed(value)),
+                                    Err(e) => {
+                                        // The server refused the COMMIT with an ERROR
+                                        // (a deferred constraint or trigger, a
+                                        // serialization failure, a deadlock): nothing
+                                        // of it committed, but a handler's own COMMIT
+                                        // before may have committed the take. Anything
+                                        // else (a lost reply, a FATAL that ended the
+                                        // session) is left alone: that COMMIT may have
+                                        // landed.
+                                        // (A server before 9.6 sends no unlocalized
+                                        // severity: then the classes known to refuse.)
+                                        let refused = e.as_db_error().is_some_and(|db| {
+                                            db.parsed_severity().map_or_else(
+                                                || {
+                                                    ["23", "40"]
+                                                        .iter()
+                                                        .any(|c| db.code().code().starts_with(c))
+                                                },
+                                                |s| s == postgres::error::Severity::Error,
+                                            )
+                                        });
+                                        // A take found committed elsewhere: the
+                                        // handler's own COMMIT, its writes before it kept.
+                                        let own_commit = refused
+                                            && (handler_committed
+                                                || self
+                                                    .undo_takes_elsewhere(&keys, &mark, &writer)
+                                                    .unwrap_or(false));
+                                        // A deferred constraint the work's writes
+                                        // broke (class 23): the work's failure.
+                                        match broke_a_constraint(&e) {
+                                            true if own_commit => {
+                                                Ok(TxRun::Aborted(ended_by_handler_error(true)))
+                                            }
+                                            true => Ok(TxRun::Aborted(crate::refused_at_commit(
+                                                error(e),
+                                            ))),
+                                            false => Err(error(e)),
+                                        }
+                                    }
+                                };
+                            }
+                            Ok(Err(aborted)) => TxRun::Aborted(aborted),
+                            Err(e) => {
+                                let _undone = self.roll_back_and_undo(tx, &keys, &mark, &writer);
+                                return Err(e);
+                            }
                         }
-                        Ok(Err(aborted)) => TxRun::Aborted(aborted),
-                        Err(e) => {
-                            let _undone = self.roll_back_and_undo(tx, &keys, &mark, &writer);
-                            return Err(e);
-                        }
-                    },
+                    }
                 },
                 Err(e) => TxRun::RolledBack(e),
             };
@@ -1866,8 +1877,10 @@ impl TransactionalStore for PostgresStore {
                 Ok(Batch::Ran(runs)) => match commit_as_found(tx) {
                     Ok(()) => return Ok(Ok(runs)),
                     // An entry's writes broke a deferred constraint: each
-                    // runs again alone, below, that one refused.
+                    // runs again alone, below, that one refused. (Its session
+                    // as the handlers left it: not lent again.)
                     Err(e) if broke_a_constraint(&e) => {
+                        statements.prepared.retire();
                         return Ok(Err(keys.iter().map(|_| None).collect()));
                     }
                     Err(e) => return Err(error(e)),
@@ -1984,16 +1997,22 @@ macro_rules! session_as_found {
 /// handler's own COMMIT may have kept on it.
 const RESET: &str = concat!("ROLLBACK; ", session_as_found!());
 
-/// A run's transaction committed, then its session put back, in one round
-/// trip: a successful handler's session-level `SET` outlived its run on the
-/// pooled connection, and the next calls ran under it (read-only, they
-/// failed). After the COMMIT, so that deferred triggers still fire under the
-/// handler's `SET LOCAL`s (a review: reset before, one wrote its audit row
-/// elsewhere). A COMMIT that fails skips the rest (the error is the
-/// COMMIT's); the resets cannot fail once it landed.
+/// A run's transaction committed with its session put back first, in one
+/// round trip: a successful handler's session-level `SET` outlived its run
+/// on the pooled connection, and the next calls ran under it (read-only,
+/// they failed). Its deferred triggers and constraints are fired first, under
+/// the handler's `SET LOCAL`s, as its COMMIT would have (a review: reset
+/// before them, one wrote its audit row elsewhere); the COMMIT last, so an
+/// error is never a later statement's after a COMMIT that landed (reset
+/// after it, a cancel arriving during its flush failed the reset, and the
+/// store undid a committed id: a review's finding).
 fn commit_as_found(mut tx: postgres::Transaction<'_>) -> Result<(), postgres::Error> {
     // Failing, `tx` is dropped: rolled back (after a refused COMMIT, a no-op).
-    tx.batch_execute(concat!("COMMIT; ", session_as_found!()))?;
+    tx.batch_execute(concat!(
+        "SET CONSTRAINTS ALL IMMEDIATE; ",
+        session_as_found!(),
+        "; COMMIT"
+    ))?;
     std::mem::forget(tx);
     Ok(())
 }
@@ -2132,15 +2151,15 @@ impl PostgresStore {
     }
 
     /// Whether a run without an id is still in its transaction `xid` after
-    /// its handler: `Ok(Ok(()))` when it is, or when the handler's own
-    /// `COMMIT` committed it (what it began after is its own, committed as a
-    /// single run's is); `Ok(Err(run))` when its own `ROLLBACK` rolled it back
-    /// or an error it swallowed aborted it.
+    /// its handler: `Ok(Ok(false))` when it is, `Ok(Ok(true))` when the
+    /// handler's own `COMMIT` committed it (what it began after is its own,
+    /// committed as a single run's is); `Ok(Err(run))` when its own
+    /// `ROLLBACK` rolled it back or an error it swallowed aborted it.
     fn still_ours<T, E>(
         &self,
         tx: &mut postgres::Transaction<'_>,
         xid: i64,
-    ) -> StoreResult<Result<(), TxRun<T, E>>> {
+    ) -> StoreResult<Result<bool, TxRun<T, E>>> {
         let now = match tx.simple_query(XID) {
             Ok(messages) => first_number(messages)?,
             Err(e) => {
@@ -2158,13 +2177,13 @@ impl PostgresStore {
             }
         };
         if now == xid {
-            return Ok(Ok(()));
+            return Ok(Ok(false));
         }
         // In autocommit now, or in a transaction the handler began. (Before
         // PostgreSQL 10, no txid_status: taken for rolled back.)
         let status = tx.simple_query(&format!("SELECT txid_status({xid})"));
         Ok(match status.ok().and_then(first_text).as_deref() {
-            Some("committed") => Ok(()),
+            Some("committed") => Ok(true),
             _ => Err(TxRun::Aborted(ended_by_handler_error(false))),
         })
     }
@@ -2358,7 +2377,10 @@ impl PostgresStore {
             return Ok(true);
         }
         // A take's writer is a 32-bit xid: its epoch is the current one's,
-        // or the one before if it is past the current xid's low bits.
+        // or the one before if it is past the current xid's low bits (the
+        // current one assigned now: a snapshot's xmax may be at or below a
+        // writer still in progress, which put it an epoch back, "in the
+        // future" before the first wraparound: a review).
         let xid = xid.map(|xid| xid.to_string());
         let (status, of): (&str, &(dyn postgres::types::ToSql + Sync)) = match (&xid, taken.first())
         {
@@ -2366,7 +2388,7 @@ impl PostgresStore {
             (None, Some((_, writer))) => (
                 "SELECT txid_status((s.x >> 32 << 32 | $1::text::bigint)
                    - CASE WHEN $1::text::bigint > (s.x & 4294967295) THEN 4294967296 ELSE 0 END)
-                 FROM (SELECT txid_snapshot_xmax(txid_current_snapshot()) AS x) s",
+                 FROM (SELECT txid_current() AS x) s",
                 writer,
             ),
             // Nothing written before it: nothing of the batch to keep.

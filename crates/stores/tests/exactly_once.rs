@@ -1870,6 +1870,45 @@ fn postgres_what_a_handler_leaves_on_the_session_is_told_apart() {
     pg_drop(&table);
 }
 
+/// A handler that moves the session (its `client_encoding`, a lock timeout),
+/// commits the store's transaction itself, begins another and breaks a
+/// deferred constraint in it: the store's COMMIT is refused, the resets
+/// after it were never reached, and the connection went back to the pool as
+/// the handler left it, the next ids read in LATIN1 (a review's finding;
+/// failed first). It is not lent again.
+#[test]
+fn postgres_a_refused_commit_after_a_handlers_own_commit_lends_no_moved_session() {
+    let (guard, table, _clean) = pg_guard("tx-pg-refused-moved");
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    pg().batch_execute(&format!(
+        "ALTER TABLE {table}_effects ADD CONSTRAINT {table}_once UNIQUE (id) \
+         DEFERRABLE INITIALLY DEFERRED"
+    ))
+    .unwrap();
+    let outcome = guard.process_in_transaction(&envelope("rm-1"), |msg, tx| {
+        tx.execute(&insert, &[&msg.id().unwrap()])?;
+        tx.batch_execute(&format!(
+            "SET client_encoding TO 'LATIN1'; SET lock_timeout = '1ms'; COMMIT; BEGIN; \
+             INSERT INTO {table}_effects (id) VALUES ('rm-twice'), ('rm-twice')"
+        ))
+    });
+    assert_eq!(outcome.kind(), OutcomeKind::Failed, "{outcome:?}");
+    for id in ["ü-after-1", "ü-after-2", "ü-after-3"] {
+        let outcome = guard.process_in_transaction(&envelope(id), |msg, tx| {
+            tx.execute(&insert, &[&msg.id().unwrap()]).map(drop)
+        });
+        assert_eq!(outcome.kind(), OutcomeKind::Ran, "{id}: {outcome:?}");
+        let stored: i64 = (pg().query_one(
+            &format!("SELECT count(*) FROM {table} WHERE message_id = $1"),
+            &[&id],
+        ))
+        .unwrap()
+        .get(0);
+        assert_eq!(stored, 1, "{id} as sent");
+    }
+    pg_drop(&table);
+}
+
 /// A deferred trigger fires at the COMMIT under the handler's `SET LOCAL`s
 /// (its `search_path`, its own settings): the session's reset before the
 /// COMMIT had it write elsewhere, or fail, the run `store-unavailable` on
