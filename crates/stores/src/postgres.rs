@@ -219,9 +219,14 @@ fn connect_error(host: &str, e: &postgres::Error) -> StoreError {
     let said = cause.to_ascii_lowercase();
     let refused_login = (e.code())
         .is_some_and(|c| c.code().starts_with("28") || c.code() == "3D000")
-        || ["no such database", "no such user", "invalid configuration"]
-            .iter()
-            .any(|words| said.contains(words));
+        || [
+            "no such database",
+            "no such user",
+            "authentication failed",
+            "invalid configuration",
+        ]
+        .iter()
+        .any(|words| said.contains(words));
     if refused_login {
         return invalid(format!("postgres: {host} refused the connection: {cause}"));
     }
@@ -1718,7 +1723,8 @@ impl TransactionalStore for PostgresStore {
                             }
                             Ok(Err(aborted)) => TxRun::Aborted(aborted),
                             Err(e) => {
-                                let _undone = self.roll_back_and_undo(tx, &keys, &mark, &writer);
+                                let _undone =
+                                    self.roll_back_and_undo(tx, &keys, &mark, &writer, xid);
                                 return Err(e);
                             }
                         }
@@ -1729,7 +1735,7 @@ impl TransactionalStore for PostgresStore {
             // A handler that ended the store's transaction (its own COMMIT,
             // then perhaps a BEGIN) committed the id's take with it: undone,
             // or the redelivery would skip a message that never ran.
-            if let Some(committed) = self.roll_back_and_undo(tx, &keys, &mark, &writer)? {
+            if let Some(committed) = self.roll_back_and_undo(tx, &keys, &mark, &writer, xid)? {
                 statements.prepared.retire();
                 return Ok(TxRun::Aborted(ended_by_handler_error(committed)));
             }
@@ -1899,7 +1905,7 @@ impl TransactionalStore for PostgresStore {
             // what is reported (and, an error, it retires the connection:
             // `in_transaction`).
             if let Some((key, writer)) = at_risk {
-                let _undone = self.roll_back_and_undo(tx, &[key], &mark, &writer);
+                let _undone = self.roll_back_and_undo(tx, &[key], &mark, &writer, None);
             }
             Err(failed)
         })?;
@@ -2222,7 +2228,8 @@ impl PostgresStore {
     /// the TTL, stays; see [`Self::undo_takes`]). `Some` when the handler
     /// had ended the store's transaction (whatever it `SET` is then committed
     /// on the session): `Some(true)` when its COMMIT had kept a take (undone
-    /// now), `Some(false)` when its ROLLBACK left none. Two round trips, on
+    /// now), or for a run without an id when its transaction `xid` committed;
+    /// `Some(false)` when its ROLLBACK left none. Two round trips, on
     /// failures only;
     /// `client_encoding` is set back first, so the ids are read as sent.
     fn roll_back_and_undo(
@@ -2231,15 +2238,22 @@ impl PostgresStore {
         keys: &[&str],
         mark: &str,
         writer: &Writer,
+        xid: Option<i64>,
     ) -> StoreResult<Option<bool>> {
         // PostgreSQL warns when the ROLLBACK finds no transaction: the
         // handler ended it (a ROLLBACK, or a COMMIT without a BEGIN after it).
         NO_TRANSACTION_WARNED.with(|warned| warned.set(false));
         let rolled_back = tx.batch_execute(RESET);
         let ended = NO_TRANSACTION_WARNED.with(std::cell::Cell::take);
-        let undone = match rolled_back {
-            Ok(()) => self.undo_takes(&mut tx, keys, mark, writer),
-            Err(e) => Err(error(e)),
+        let undone = match (rolled_back, xid) {
+            // Without an id, no take tells its COMMIT from its ROLLBACK: the
+            // transaction's status does.
+            (Ok(()), Some(xid)) if ended => {
+                let status = tx.simple_query(&format!("SELECT txid_status({xid})"));
+                Ok(status.ok().and_then(first_text).as_deref() == Some("committed"))
+            }
+            (Ok(()), _) => self.undo_takes(&mut tx, keys, mark, writer),
+            (Err(e), _) => Err(error(e)),
         };
         // Its transaction has ended: the drop's own ROLLBACK would cost a
         // round trip more and log "there is no transaction in progress" on

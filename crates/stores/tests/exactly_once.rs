@@ -1848,6 +1848,19 @@ fn postgres_what_a_handler_leaves_on_the_session_is_told_apart() {
         format!("{outcome:?}").contains("rolled back the store's transaction"),
         "{outcome:?}"
     );
+    // Without an id, its own COMMIT then a failure: said committed (it said
+    // rolled back: a user's trial).
+    let outcome = guard.process_in_transaction(&no_id_envelope("ni-ce"), |msg, tx| {
+        tx.execute(&insert, &[&msg.trace_id()])
+            .map_err(|e| e.to_string())?;
+        tx.batch_execute("COMMIT").map_err(|e| e.to_string())?;
+        Err::<(), _>("fails after its own COMMIT".to_string())
+    });
+    assert!(
+        format!("{outcome:?}").contains("its own COMMIT"),
+        "{outcome:?}"
+    );
+    assert_eq!(pg_effects(&table, "ni-ce"), 1);
     // Its COMMIT kept what came before; the error it swallowed after its BEGIN says so.
     let outcome = run(&no_id_envelope("ni-cbs"), "COMMIT; BEGIN + SELECT 1/0");
     let said = format!("{outcome:?}");
