@@ -2100,6 +2100,13 @@ fn read_only_error() -> StoreError {
     )
 }
 
+/// Whether the transaction `xid` (epoch-qualified) is known committed.
+/// (Before PostgreSQL 10, no txid_status: taken for not.)
+fn committed(client: &mut impl postgres::GenericClient, xid: i64) -> bool {
+    let status = client.simple_query(&format!("SELECT txid_status({xid})"));
+    status.ok().and_then(first_text).as_deref() == Some("committed")
+}
+
 /// The current transaction's id, epoch-qualified.
 const XID: &str = "SELECT txid_current()";
 
@@ -2173,24 +2180,19 @@ impl PostgresStore {
                 // it began after its own COMMIT, which kept what came before.
                 let _aborted = aborted_or(e)?;
                 let _ = tx.batch_execute("ROLLBACK");
-                let status = tx.simple_query(&format!("SELECT txid_status({xid})"));
-                return Ok(Err(TxRun::Aborted(
-                    match status.ok().and_then(first_text).as_deref() {
-                        Some("committed") => ended_by_handler_error(true),
-                        _ => aborted_error(),
-                    },
-                )));
+                return Ok(Err(TxRun::Aborted(match committed(tx, xid) {
+                    true => ended_by_handler_error(true),
+                    false => aborted_error(),
+                })));
             }
         };
         if now == xid {
             return Ok(Ok(false));
         }
-        // In autocommit now, or in a transaction the handler began. (Before
-        // PostgreSQL 10, no txid_status: taken for rolled back.)
-        let status = tx.simple_query(&format!("SELECT txid_status({xid})"));
-        Ok(match status.ok().and_then(first_text).as_deref() {
-            Some("committed") => Ok(true),
-            _ => Err(TxRun::Aborted(ended_by_handler_error(false))),
+        // In autocommit now, or in a transaction the handler began.
+        Ok(match committed(tx, xid) {
+            true => Ok(true),
+            false => Err(TxRun::Aborted(ended_by_handler_error(false))),
         })
     }
 
@@ -2248,10 +2250,7 @@ impl PostgresStore {
         let undone = match (rolled_back, xid) {
             // Without an id, no take tells its COMMIT from its ROLLBACK: the
             // transaction's status does.
-            (Ok(()), Some(xid)) if ended => {
-                let status = tx.simple_query(&format!("SELECT txid_status({xid})"));
-                Ok(status.ok().and_then(first_text).as_deref() == Some("committed"))
-            }
+            (Ok(()), Some(xid)) if ended => Ok(committed(&mut tx, xid)),
             (Ok(()), _) => self.undo_takes(&mut tx, keys, mark, writer),
             (Err(e), _) => Err(error(e)),
         };
