@@ -1663,6 +1663,8 @@ impl TransactionalStore for PostgresStore {
                     // Its own ROLLBACK (a BEGIN after or not), or an error it
                     // swallowed: what it began since is rolled back too.
                     Some(Err(run)) => {
+                        // (Its session reset: behind a pooler it goes on.)
+                        let _ = tx.batch_execute(RESET);
                         statements.prepared.retire();
                         return Ok(run);
                     }
@@ -2012,15 +2014,24 @@ const RESET: &str = concat!("ROLLBACK; ", session_as_found!());
 /// error is never a later statement's after a COMMIT that landed (reset
 /// after it, a cancel arriving during its flush failed the reset, and the
 /// store undid a committed id: a review's finding).
+///
+/// `RESET ALL` would also drop a handler's `SET LOCAL synchronous_commit`,
+/// which the COMMIT reads (raised above the server's `off`, a crash lost a
+/// run reported committed: a review): kept across it. Failing, the session
+/// is reset on the way out (behind a transaction-mode pooler a retired
+/// connection's server session goes on to other clients as it is).
 fn commit_as_found(mut tx: postgres::Transaction<'_>) -> Result<(), postgres::Error> {
-    // Failing, `tx` is dropped: rolled back (after a refused COMMIT, a no-op).
-    tx.batch_execute(concat!(
-        "SET CONSTRAINTS ALL IMMEDIATE; ",
-        session_as_found!(),
-        "; COMMIT"
-    ))?;
+    let committed = tx.batch_execute(
+        "SET CONSTRAINTS ALL IMMEDIATE; RESET SESSION AUTHORIZATION; RESET ROLE; \
+         DO $$ DECLARE s text := current_setting('synchronous_commit'); \
+               BEGIN RESET ALL; PERFORM set_config('synchronous_commit', s, true); END $$; \
+         SET client_encoding TO 'UTF8'; COMMIT",
+    );
+    if committed.is_err() {
+        let _ = tx.batch_execute(RESET);
+    }
     std::mem::forget(tx);
-    Ok(())
+    committed
 }
 
 impl TxStatements<'_> {
@@ -2179,7 +2190,7 @@ impl PostgresStore {
                 // An error it swallowed aborted the transaction: ours, or one
                 // it began after its own COMMIT, which kept what came before.
                 let _aborted = aborted_or(e)?;
-                let _ = tx.batch_execute("ROLLBACK");
+                let _ = tx.batch_execute(RESET);
                 return Ok(Err(TxRun::Aborted(match committed(tx, xid) {
                     true => ended_by_handler_error(true),
                     false => aborted_error(),

@@ -1922,6 +1922,44 @@ fn postgres_a_refused_commit_after_a_handlers_own_commit_lends_no_moved_session(
     pg_drop(&table);
 }
 
+/// The same behind PgBouncer in transaction mode, where a retired
+/// connection's server session goes on to the next client as the handler
+/// left it: read-only there, the store's next takes failed, and kept
+/// failing (a review's finding; failed first). It is reset on the way out.
+#[test]
+fn postgres_behind_pgbouncer_a_refused_commit_leaves_no_moved_server_session() {
+    let table = postgres_table("tx-bouncer-moved");
+    let bouncer = std::env::var("BQ_TEST_PGBOUNCER_URL")
+        .expect("BQ_TEST_PGBOUNCER_URL: run under scripts/with-postgres.sh");
+    let url = format!("{bouncer}?statement_cache=off&lock_timeout=server&statement_timeout=server");
+    let guard = Guard::new(PostgresStore::connect(&url, &table).unwrap());
+    let _clean = PgCleanup {
+        url: postgres_url(),
+        table: table.clone(),
+    };
+    pg().batch_execute(&format!(
+        "CREATE TABLE {table}_effects (id TEXT NOT NULL UNIQUE DEFERRABLE INITIALLY DEFERRED)"
+    ))
+    .unwrap();
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    let outcome = guard.process_in_transaction(&envelope("bm-1"), |msg, tx| {
+        tx.execute(&insert, &[&msg.id().unwrap()])?;
+        tx.batch_execute(&format!(
+            "SET default_transaction_read_only = on; COMMIT; BEGIN READ WRITE; \
+             INSERT INTO {table}_effects (id) VALUES ('bm-twice'), ('bm-twice')"
+        ))
+    });
+    assert_eq!(outcome.kind(), OutcomeKind::Failed, "{outcome:?}");
+    for n in 0..6 {
+        let id = format!("bm-after-{n}");
+        let outcome = guard.process_in_transaction(&envelope(&id), |msg, tx| {
+            tx.execute(&insert, &[&msg.id().unwrap()]).map(drop)
+        });
+        assert_eq!(outcome.kind(), OutcomeKind::Ran, "{id}: {outcome:?}");
+    }
+    pg_drop(&table);
+}
+
 /// A deferred trigger fires at the COMMIT under the handler's `SET LOCAL`s
 /// (its `search_path`, its own settings): the session's reset before the
 /// COMMIT had it write elsewhere, or fail, the run `store-unavailable` on
