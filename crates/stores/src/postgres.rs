@@ -2001,6 +2001,16 @@ macro_rules! session_as_found {
     };
 }
 
+/// [`commit_as_found`]'s statements before its COMMIT.
+macro_rules! before_commit {
+    () => {
+        "SET CONSTRAINTS ALL IMMEDIATE; RESET SESSION AUTHORIZATION; RESET ROLE; \
+         DO $$ DECLARE s text := current_setting('synchronous_commit'); \
+               BEGIN RESET ALL; PERFORM set_config('synchronous_commit', s, true); END $$; \
+         SET client_encoding TO 'UTF8'"
+    };
+}
+
 /// A failed run's transaction rolled back, and its session given back what a
 /// handler's own COMMIT may have kept on it.
 const RESET: &str = concat!("ROLLBACK; ", session_as_found!());
@@ -2021,12 +2031,7 @@ const RESET: &str = concat!("ROLLBACK; ", session_as_found!());
 /// is reset on the way out (behind a transaction-mode pooler a retired
 /// connection's server session goes on to other clients as it is).
 fn commit_as_found(mut tx: postgres::Transaction<'_>) -> Result<(), postgres::Error> {
-    let committed = tx.batch_execute(
-        "SET CONSTRAINTS ALL IMMEDIATE; RESET SESSION AUTHORIZATION; RESET ROLE; \
-         DO $$ DECLARE s text := current_setting('synchronous_commit'); \
-               BEGIN RESET ALL; PERFORM set_config('synchronous_commit', s, true); END $$; \
-         SET client_encoding TO 'UTF8'; COMMIT",
-    );
+    let committed = tx.batch_execute(concat!(before_commit!(), "; COMMIT"));
     if committed.is_err() {
         let _ = tx.batch_execute(RESET);
     }
@@ -2653,6 +2658,28 @@ pub(crate) fn split_table(spec: &str) -> Result<(String, String), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The reset before a run's COMMIT keeps a handler's `SET LOCAL
+    /// synchronous_commit`, which the COMMIT reads (a review: `RESET ALL`
+    /// dropped it, and a crash lost a run reported committed), and drops the
+    /// rest of what it set. (A server: `make test` starts one.)
+    #[test]
+    fn the_reset_before_a_commit_keeps_the_handlers_synchronous_commit() {
+        let url = std::env::var("BQ_TEST_POSTGRES_URL")
+            .expect("BQ_TEST_POSTGRES_URL: run under scripts/with-postgres.sh");
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let mut tx = client.transaction().unwrap();
+        let set = "SET LOCAL synchronous_commit = remote_write; SET search_path = nowhere; \
+                   SET default_transaction_read_only = on";
+        tx.batch_execute(set).unwrap();
+        tx.batch_execute(before_commit!()).unwrap();
+        let show = |tx: &mut postgres::Transaction<'_>, name: &str| -> String {
+            tx.query_one(&format!("SHOW {name}"), &[]).unwrap().get(0)
+        };
+        assert_eq!(show(&mut tx, "synchronous_commit"), "remote_write");
+        assert_eq!(show(&mut tx, "search_path"), "\"$user\", public");
+        assert_eq!(show(&mut tx, "default_transaction_read_only"), "off");
+    }
 
     #[test]
     fn table_is_taken_out_of_the_postgres_url() {
