@@ -1782,13 +1782,15 @@ impl TransactionalStore for PostgresStore {
         };
         // Before the RELEASE, what a handler may have done to the rest of the
         // transaction: a role (`SET [LOCAL] ROLE`, `SET SESSION
-        // AUTHORIZATION`) the next statements would run as, set back; a
+        // AUTHORIZATION`) the next statements would run as, set back, and the
+        // `search_path` they would find functions on (a function of its own
+        // before the catalog's would run as the session's user); a
         // read-only mode, which cannot be, fails this delivery alone (either
         // failed the whole batch on every redelivery, at the finish: a
         // user's trial).
         let next = format!(
             "SET LOCAL transaction_read_only = off; RESET SESSION AUTHORIZATION; RESET ROLE; \
-             RELEASE {savepoint}; \
+             RESET search_path; RELEASE {savepoint}; \
              SET client_encoding TO 'UTF8'; SAVEPOINT {savepoint}"
         );
         let undo = format!("ROLLBACK TO {savepoint}");
@@ -2001,12 +2003,32 @@ macro_rules! session_as_found {
     };
 }
 
-/// [`commit_as_found`]'s statements before its COMMIT.
+/// [`commit_as_found`]'s statements before its COMMIT. The `DO` block keeps
+/// a handler's `synchronous_commit` where it is stronger than the session's
+/// own (off < local < remote_write < on < remote_apply), never weaker: one
+/// delivery's `SET LOCAL synchronous_commit = off` would have made its whole
+/// batch's commit asynchronous (a review). Everything in it is named with
+/// its schema: it runs as the session's user under the handler's
+/// `search_path`, which could otherwise put a function of its own in its
+/// place (a review ran `ALTER ROLE ... SUPERUSER` that way). Its statement
+/// timeout is lifted for it (a handler's 1 ms failed every commit while
+/// PL/pgSQL loaded); `RESET ALL` gives the session's back for the COMMIT.
 macro_rules! before_commit {
     () => {
         "SET CONSTRAINTS ALL IMMEDIATE; RESET SESSION AUTHORIZATION; RESET ROLE; \
-         DO $$ DECLARE s text := current_setting('synchronous_commit'); \
-               BEGIN RESET ALL; PERFORM set_config('synchronous_commit', s, true); END $$; \
+         SET LOCAL statement_timeout = 0; \
+         DO $$ DECLARE \
+           levels pg_catalog.text[] := \
+             '{off,local,remote_write,on,remote_apply}'::pg_catalog.text[]; \
+           handlers pg_catalog.text := pg_catalog.current_setting('synchronous_commit'); \
+         BEGIN \
+           RESET ALL; \
+           IF pg_catalog.array_position(levels, handlers) OPERATOR(pg_catalog.>) \
+              pg_catalog.array_position(levels, pg_catalog.current_setting('synchronous_commit')) \
+           THEN \
+             PERFORM pg_catalog.set_config('synchronous_commit', handlers, true); \
+           END IF; \
+         END $$; \
          SET client_encoding TO 'UTF8'"
     };
 }
@@ -2660,25 +2682,47 @@ mod tests {
     use super::*;
 
     /// The reset before a run's COMMIT keeps a handler's `SET LOCAL
-    /// synchronous_commit`, which the COMMIT reads (a review: `RESET ALL`
-    /// dropped it, and a crash lost a run reported committed), and drops the
-    /// rest of what it set. (A server: `make test` starts one.)
+    /// synchronous_commit` stronger than the session's, which the COMMIT
+    /// reads (a review: `RESET ALL` dropped it, and a crash lost a run
+    /// reported committed), never a weaker one, and drops the rest of what it
+    /// set; a function of the handler's search_path does not stand in for
+    /// the catalog's, and its 1 ms statement timeout does not fail it.
+    /// (A server: `make test` starts one.)
     #[test]
-    fn the_reset_before_a_commit_keeps_the_handlers_synchronous_commit() {
+    fn the_reset_before_a_commit_keeps_only_a_stronger_synchronous_commit() {
         let url = std::env::var("BQ_TEST_POSTGRES_URL")
             .expect("BQ_TEST_POSTGRES_URL: run under scripts/with-postgres.sh");
         let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-        let mut tx = client.transaction().unwrap();
-        let set = "SET LOCAL synchronous_commit = remote_write; SET search_path = nowhere; \
-                   SET default_transaction_read_only = on";
-        tx.batch_execute(set).unwrap();
-        tx.batch_execute(before_commit!()).unwrap();
-        let show = |tx: &mut postgres::Transaction<'_>, name: &str| -> String {
-            tx.query_one(&format!("SHOW {name}"), &[]).unwrap().get(0)
-        };
-        assert_eq!(show(&mut tx, "synchronous_commit"), "remote_write");
-        assert_eq!(show(&mut tx, "search_path"), "\"$user\", public");
-        assert_eq!(show(&mut tx, "default_transaction_read_only"), "off");
+        let schema = format!("bq_hijack_{}", std::process::id());
+        client
+            .batch_execute(&format!(
+                "CREATE SCHEMA {schema}; \
+                 CREATE FUNCTION {schema}.current_setting(pg_catalog.text) RETURNS pg_catalog.text \
+                   LANGUAGE plpgsql AS $$ BEGIN RAISE 'hijacked'; END $$"
+            ))
+            .unwrap();
+        for (given, at_commit) in [
+            ("remote_apply", "remote_apply"),
+            ("off", "on"),
+            ("local", "on"),
+        ] {
+            let mut tx = client.transaction().unwrap();
+            let set = format!(
+                "SET LOCAL synchronous_commit = {given}; SET search_path = {schema}, pg_catalog; \
+                 SET default_transaction_read_only = on; SET LOCAL statement_timeout = 1"
+            );
+            tx.batch_execute(&set).unwrap();
+            tx.batch_execute(before_commit!()).unwrap();
+            let show = |tx: &mut postgres::Transaction<'_>, name: &str| -> String {
+                tx.query_one(&format!("SHOW {name}"), &[]).unwrap().get(0)
+            };
+            assert_eq!(show(&mut tx, "synchronous_commit"), at_commit, "{given}");
+            assert_eq!(show(&mut tx, "search_path"), "\"$user\", public");
+            assert_eq!(show(&mut tx, "default_transaction_read_only"), "off");
+        }
+        client
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .unwrap();
     }
 
     #[test]
