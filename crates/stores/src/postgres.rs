@@ -1789,8 +1789,8 @@ impl TransactionalStore for PostgresStore {
         // failed the whole batch on every redelivery, at the finish: a
         // user's trial).
         let next = format!(
-            "SET LOCAL transaction_read_only = off; RESET SESSION AUTHORIZATION; RESET ROLE; \
-             RESET search_path; RELEASE {savepoint}; \
+            "SET LOCAL transaction_read_only = off; CLOSE ALL; RESET SESSION AUTHORIZATION; \
+             RESET ROLE; RESET search_path; RELEASE {savepoint}; \
              SET client_encoding TO 'UTF8'; SAVEPOINT {savepoint}"
         );
         let undo = format!("ROLLBACK TO {savepoint}");
@@ -2013,9 +2013,12 @@ macro_rules! session_as_found {
 /// place (a review ran `ALTER ROLE ... SUPERUSER` that way). Its statement
 /// timeout is lifted for it (a handler's 1 ms failed every commit while
 /// PL/pgSQL loaded); `RESET ALL` gives the session's back for the COMMIT.
+/// A handler's cursors are closed before its role is reset: the COMMIT reads
+/// the rest of a `WITH HOLD` cursor's rows, its functions then run as the
+/// session's user (a review).
 macro_rules! before_commit {
     () => {
-        "SET CONSTRAINTS ALL IMMEDIATE; RESET SESSION AUTHORIZATION; RESET ROLE; \
+        "SET CONSTRAINTS ALL IMMEDIATE; CLOSE ALL; RESET SESSION AUTHORIZATION; RESET ROLE; \
          SET LOCAL statement_timeout = 0; \
          DO $$ DECLARE \
            levels pg_catalog.text[] := \
@@ -2709,10 +2712,16 @@ mod tests {
             let mut tx = client.transaction().unwrap();
             let set = format!(
                 "SET LOCAL synchronous_commit = {given}; SET search_path = {schema}, pg_catalog; \
-                 SET default_transaction_read_only = on; SET LOCAL statement_timeout = 1"
+                 SET default_transaction_read_only = on; SET LOCAL statement_timeout = 1; \
+                 DECLARE held CURSOR WITH HOLD FOR SELECT 1"
             );
             tx.batch_execute(&set).unwrap();
             tx.batch_execute(before_commit!()).unwrap();
+            let cursors: i64 = tx
+                .query_one("SELECT count(*) FROM pg_cursors WHERE name = 'held'", &[])
+                .unwrap()
+                .get(0);
+            assert_eq!(cursors, 0, "a cursor left to the COMMIT");
             let show = |tx: &mut postgres::Transaction<'_>, name: &str| -> String {
                 tx.query_one(&format!("SHOW {name}"), &[]).unwrap().get(0)
             };
