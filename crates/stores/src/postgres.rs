@@ -1784,13 +1784,16 @@ impl TransactionalStore for PostgresStore {
         // transaction: a role (`SET [LOCAL] ROLE`, `SET SESSION
         // AUTHORIZATION`) the next statements would run as, set back, and the
         // `search_path` they would find functions on (a function of its own
-        // before the catalog's would run as the session's user); a
+        // before the catalog's would run as the session's user), and the
+        // timeouts they would run under (a handler's 1 ms failed the batch's
+        // next takes); a
         // read-only mode, which cannot be, fails this delivery alone (either
         // failed the whole batch on every redelivery, at the finish: a
         // user's trial).
         let next = format!(
             "SET LOCAL transaction_read_only = off; CLOSE ALL; RESET SESSION AUTHORIZATION; \
-             RESET ROLE; RESET search_path; RELEASE {savepoint}; \
+             RESET ROLE; RESET search_path; RESET statement_timeout; RESET lock_timeout; \
+             RELEASE {savepoint}; \
              SET client_encoding TO 'UTF8'; SAVEPOINT {savepoint}"
         );
         let undo = format!("ROLLBACK TO {savepoint}");

@@ -1991,6 +1991,40 @@ fn postgres_a_deferred_trigger_sees_the_handlers_settings() {
     pg_drop(&table);
 }
 
+/// A batch delivery's handler that sets its transaction's timeouts (`SET
+/// LOCAL statement_timeout`) set them for the store's next takes and every
+/// later handler of the batch (1 ms failed the batch on every redelivery: a
+/// review's finding; failed first). Each delivery starts with the session's.
+#[test]
+fn postgres_a_batch_handlers_timeouts_end_with_its_delivery() {
+    let (guard, table, _clean) = pg_guard("tx-pg-batch-timeouts");
+    let insert = format!("INSERT INTO {table}_effects (id, attempt) VALUES ($1, $2)");
+    let bodies = ["bt-1", "bt-2", "bt-3"].map(envelope);
+    let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+        let id = msg.id().unwrap();
+        let shown: String = tx.query_one("SHOW statement_timeout", &[])?.get(0);
+        let ms: i64 = match shown.as_str() {
+            "123ms" => 123,
+            _ => 0,
+        };
+        tx.execute(&insert, &[&id, &ms])?;
+        tx.batch_execute("SET LOCAL statement_timeout = '123ms'; SET LOCAL lock_timeout = '7ms'")
+    });
+    let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
+    assert_eq!(kinds, [OutcomeKind::Ran; 3], "{outcomes:?}");
+    let inherited: i64 = (pg().query_one(
+        &format!("SELECT count(*) FROM {table}_effects WHERE attempt = 123"),
+        &[],
+    ))
+    .unwrap()
+    .get(0);
+    assert_eq!(
+        inherited, 0,
+        "a delivery ran under the one before's timeout"
+    );
+    pg_drop(&table);
+}
+
 /// A handler that succeeds after a session-level `SET` (here the next
 /// transactions read-only) left it on the pooled connection: the next calls
 /// on it failed, store-unavailable (a review's finding, carried since; failed
