@@ -1781,15 +1781,14 @@ impl TransactionalStore for PostgresStore {
             false => format!("SAVEPOINT {savepoint}"),
         };
         // Before the RELEASE, what a handler may have done to the rest of the
-        // transaction: a role (`SET [LOCAL] ROLE`, `SET SESSION
-        // AUTHORIZATION`) the next statements would run as, set back, and the
+        // transaction is set back: the role the next statements would run as
+        // (`SET [LOCAL] ROLE`, `SET SESSION AUTHORIZATION`), the
         // `search_path` they would find functions on (a function of its own
-        // before the catalog's would run as the session's user), and the
+        // before the catalog's would run as the session's user), the
         // timeouts they would run under (a handler's 1 ms failed the batch's
-        // next takes); a
-        // read-only mode, which cannot be, fails this delivery alone (either
-        // failed the whole batch on every redelivery, at the finish: a
-        // user's trial).
+        // next takes). A read-only mode, which cannot be, fails this delivery
+        // alone (either failed the whole batch on every redelivery, at the
+        // finish: a user's trial).
         let next = format!(
             "SET LOCAL transaction_read_only = off; CLOSE ALL; RESET SESSION AUTHORIZATION; \
              RESET ROLE; RESET search_path; RESET statement_timeout; RESET lock_timeout; \
