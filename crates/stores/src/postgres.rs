@@ -279,11 +279,8 @@ fn first_session(
              current_setting('statement_timeout')"
         ))
         .map_err(error)?;
-    let row = messages.iter().find_map(|message| match message {
-        postgres::SimpleQueryMessage::Row(row) => Some(row),
-        _ => None,
-    });
-    let column = |i: usize| row.and_then(|row| row.get(i)).unwrap_or_default();
+    let row = first_row(messages);
+    let column = |i: usize| row.as_ref().and_then(|row| row.get(i)).unwrap_or_default();
     if sent && column(0) != "t" {
         return Err(invalid(format!(
             "postgres: the session does not have the startup packet's `options` (the store's \
@@ -1671,8 +1668,8 @@ impl TransactionalStore for PostgresStore {
                     handler_committed => {
                         match self.finish_run(&mut tx, &mut statements, &keys, ttl, &mark) {
                             Ok(Ok(())) => {
-                                let handler_committed =
-                                    handler_committed.unwrap_or(Ok(false)).unwrap_or(false);
+                                // (Its own COMMIT, for a run without an id.)
+                                let handler_committed = matches!(handler_committed, Some(Ok(true)));
                                 let committed = commit_as_found(tx);
                                 if committed.is_err() {
                                     // Its session may still be what the handler
@@ -1952,11 +1949,15 @@ fn first_number(messages: Vec<postgres::SimpleQueryMessage>) -> StoreResult<i64>
 
 /// The first column of the first row `messages` hold.
 fn first_text(messages: Vec<postgres::SimpleQueryMessage>) -> Option<String> {
-    let row = messages.into_iter().find_map(|m| match m {
+    first_row(messages).and_then(|row| row.get(0).map(str::to_owned))
+}
+
+/// The first row `messages` hold.
+fn first_row(messages: Vec<postgres::SimpleQueryMessage>) -> Option<postgres::SimpleQueryRow> {
+    messages.into_iter().find_map(|m| match m {
         postgres::SimpleQueryMessage::Row(row) => Some(row),
         _ => None,
-    });
-    row.and_then(|row| row.get(0).map(str::to_owned))
+    })
 }
 
 /// `Some` when a savepoint statement failed because the handler had ended the
