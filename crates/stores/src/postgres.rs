@@ -68,9 +68,18 @@ const MARK_PREFIX: &str = "tx:";
 /// A remembered row's expiry from the TTL parameter `param` (ms; `NULL`: never).
 fn expiry(param: &str) -> String {
     format!(
-        "CASE WHEN {param}::bigint IS NULL THEN NULL \
-         ELSE now() + {param}::bigint * interval '1 millisecond' END"
+        "CASE WHEN {param}::bigint IS NULL THEN NULL ELSE now() + {} END",
+        interval_ms(param)
     )
+}
+
+/// The interval of `param` milliseconds. pg_catalog's operator is named: it
+/// has `float8 * interval`, so a `bigint * interval` another role made in a
+/// schema on the `search_path` would be the better match and run as the
+/// store's user (the CVE-2018-1058 class). Every operator or function in the
+/// store's SQL whose arguments pg_catalog matches only by a cast is named so.
+fn interval_ms(param: &str) -> String {
+    format!("({param}::bigint OPERATOR(pg_catalog.*) interval '1 millisecond')")
 }
 
 /// A [`Store`] on PostgreSQL, sharing its seen-set with the Go SDK's Postgres store.
@@ -918,7 +927,7 @@ impl PostgresStore {
             conn.query(
                 "SELECT t, c, pg_catalog.to_regclass(c) IS NOT NULL FROM (
                    SELECT pg_catalog.format('%I.%I', n.nspname, r.relname) AS t,
-                          pg_catalog.format('%I.%I', n.nspname, r.relname || '_claims') AS c
+                          pg_catalog.format('%I.%I', n.nspname, pg_catalog.concat(r.relname, '_claims')) AS c
                    FROM pg_catalog.pg_class r
                    JOIN pg_catalog.pg_namespace n ON n.oid = r.relnamespace
                    WHERE r.oid = pg_catalog.to_regclass($1)) found",
@@ -1017,9 +1026,10 @@ impl PostgresStore {
     /// recently stays its owner's, as the rules of SQL rows say.
     pub fn purge_expired(&self) -> StoreResult<u64> {
         let (t, c) = (&self.table, &self.claims);
+        let ms1 = interval_ms("$1");
         let sql = format!(
             "WITH a AS (DELETE FROM {t} WHERE NOT {LIVE} RETURNING 1),
-                  b AS (DELETE FROM {c} WHERE expires_at <= now() - $1::bigint * interval '1 millisecond'
+                  b AS (DELETE FROM {c} WHERE expires_at <= now() - {ms1}
                         RETURNING 1)
              SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM b)"
         );
@@ -1204,11 +1214,12 @@ impl PostgresStore {
                 "$6::text[]",
             ),
         };
+        let ms8 = interval_ms("$8");
         let sql = format!(
             "WITH
              rel AS (DELETE FROM {c} USING {rel_src} r(k, tok)
                      WHERE {c}.message_id = r.k AND {c}.token = r.tok),
-             ren AS (UPDATE {c} SET expires_at = now() + $8::bigint * interval '1 millisecond'
+             ren AS (UPDATE {c} SET expires_at = now() + {ms8}
                      FROM {ren_src} n(k, tok)
                      WHERE {c}.message_id = n.k AND {c}.token = n.tok
                        AND NOT EXISTS (SELECT 1 FROM {t}
@@ -1427,7 +1438,8 @@ impl Store for PostgresStore {
         let (t, c) = (&self.table, &self.claims);
         let sql = format!(
             "SELECT EXISTS (SELECT 1 FROM {t} WHERE message_id = k.id AND {LIVE_KEY}),
-                    (SELECT greatest(1, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint
+                    (SELECT greatest(1, pg_catalog.ceil(extract(epoch FROM expires_at - now())
+                                 OPERATOR(pg_catalog.*) 1000))::bigint
                      FROM {c} WHERE message_id = k.id AND expires_at > now())
              FROM unnest($1::text[]) WITH ORDINALITY k(id, n) ORDER BY k.n"
         );
@@ -1506,11 +1518,12 @@ impl Store for PostgresStore {
         };
         // Statement one: the keys already remembered, and a claim on every other
         // free key, answered as (seen?, key).
+        let ms3 = interval_ms("$3");
         let claim = format!(
             "WITH done AS (SELECT message_id FROM {t}
                            WHERE message_id {is_key} AND {LIVE_KEY}),
                   ins AS (INSERT INTO {c} (message_id, token, expires_at)
-                          SELECT u.k, u.tok, now() + $3::bigint * interval '1 millisecond'
+                          SELECT u.k, u.tok, now() + {ms3}
                           FROM {pairs} u(k, tok)
                           WHERE u.k NOT IN (SELECT message_id FROM done)
                           ON CONFLICT (message_id) DO UPDATE
@@ -1774,7 +1787,7 @@ impl TransactionalStore for PostgresStore {
         // would then wait for its commit to be flushed.)
         let no_ids = names.iter().any(Option::is_none);
         let begin = match no_ids {
-            true => format!("SAVEPOINT {savepoint}; SELECT txid_current()"),
+            true => format!("SAVEPOINT {savepoint}; SELECT pg_catalog.txid_current()"),
             false => format!("SAVEPOINT {savepoint}"),
         };
         // Before the RELEASE, what a handler may have done to the rest of the
@@ -2147,12 +2160,12 @@ fn read_only_error() -> StoreError {
 /// Whether the transaction `xid` (epoch-qualified) is known committed.
 /// (Before PostgreSQL 10, no txid_status: taken for not.)
 fn committed(client: &mut impl postgres::GenericClient, xid: i64) -> bool {
-    let status = client.simple_query(&format!("SELECT txid_status({xid})"));
+    let status = client.simple_query(&format!("SELECT pg_catalog.txid_status({xid})"));
     status.ok().and_then(first_text).as_deref() == Some("committed")
 }
 
 /// The current transaction's id, epoch-qualified.
-const XID: &str = "SELECT txid_current()";
+const XID: &str = "SELECT pg_catalog.txid_current()";
 
 /// What a transaction a swallowed error aborted is reported with.
 fn aborted_error() -> StoreError {
@@ -2187,6 +2200,7 @@ impl PostgresStore {
     /// undo's name for the take).
     fn take_sql(&self) -> String {
         let (t, c) = (&self.table, &self.claims);
+        let ms2 = interval_ms("$2");
         format!(
             "WITH done AS (SELECT 1 FROM {t} WHERE message_id = $1 AND {LIVE_KEY}),
              mark AS (
@@ -2198,7 +2212,7 @@ impl PostgresStore {
                RETURNING 1),
              taken AS (
                INSERT INTO {t} AS cur (message_id, expires_at)
-               SELECT $1, now() + $2::bigint * interval '1 millisecond'
+               SELECT $1, now() + {ms2}
                WHERE EXISTS (SELECT 1 FROM mark)
                {GO_UPSERT}
                RETURNING xmin::text AS writer)
@@ -2599,11 +2613,12 @@ impl PostgresStore {
     /// this pooled connection read in that encoding.
     fn finish_sql(&self) -> String {
         let (t, c) = (&self.table, &self.claims);
+        let ms2 = interval_ms("$2");
         format!(
             "WITH unmark AS (DELETE FROM {c} WHERE message_id = ANY($1::text[]) AND token = $3
                              RETURNING message_id)
              UPDATE {t} SET expires_at = CASE WHEN $2::bigint IS NULL THEN NULL
-                 ELSE clock_timestamp() + $2::bigint * interval '1 millisecond' END
+                 ELSE clock_timestamp() + {ms2} END
              WHERE message_id IN (SELECT message_id FROM unmark)
                AND (SELECT {UTF8_AGAIN}) IS NOT NULL
              RETURNING 1"

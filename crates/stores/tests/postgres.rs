@@ -1433,3 +1433,95 @@ fn postgres_a_failed_run_is_undone_when_a_claim_took_its_mark() {
         );
     }
 }
+
+/// The store's own SQL names no operator or function another role can put
+/// in its way: where others may create in a schema on the `search_path`
+/// (`public`, before PostgreSQL 15), an operator that matches the argument
+/// types better than pg_catalog's (`bigint * interval`, where pg_catalog has
+/// `float8 * interval`) was picked and ran as the store's user (the
+/// CVE-2018-1058 class; a review's finding). Here such operators and
+/// functions wait in a schema first on the role's `search_path`, and write
+/// down every call, over every call the store makes.
+#[test]
+fn postgres_the_stores_sql_runs_no_operator_or_function_from_the_search_path() {
+    let url = postgres_url();
+    let table = postgres_table("search-path-trap");
+    let (role, trap) = (format!("{table}_role"), format!("{table}_trap"));
+    let mut admin = pg();
+    let body = |op: &str, result: &str| {
+        format!("$$ INSERT INTO {trap}.calls VALUES ('{op}'); SELECT {result} $$")
+    };
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN SUPERUSER;
+             CREATE SCHEMA {trap};
+             CREATE TABLE {trap}.calls (op TEXT);
+             ALTER ROLE {role} SET search_path = {trap}, public;
+             CREATE FUNCTION {trap}.mul(bigint, interval) RETURNS interval LANGUAGE sql AS {};
+             CREATE OPERATOR {trap}.* (LEFTARG = bigint, RIGHTARG = interval, FUNCTION = {trap}.mul);
+             CREATE FUNCTION {trap}.mul(numeric, integer) RETURNS numeric LANGUAGE sql AS {};
+             CREATE OPERATOR {trap}.* (LEFTARG = numeric, RIGHTARG = integer, FUNCTION = {trap}.mul);
+             CREATE FUNCTION {trap}.cat(name, text) RETURNS text LANGUAGE sql AS {};
+             CREATE OPERATOR {trap}.|| (LEFTARG = name, RIGHTARG = text, FUNCTION = {trap}.cat);
+             CREATE FUNCTION {trap}.txid_status(integer) RETURNS text LANGUAGE sql AS {};",
+            body("bigint * interval", "$2 OPERATOR(pg_catalog.*) $1::float8"),
+            body("numeric * integer", "$1 OPERATOR(pg_catalog.*) $2::numeric"),
+            body("name || text", "$1::text OPERATOR(pg_catalog.||) $2"),
+            body("txid_status(integer)", "pg_catalog.txid_status($1::bigint)"),
+        ))
+        .unwrap();
+    let store = PostgresStore::connect(&with_user(&url, &role), &table).unwrap();
+    let _clean = PgCleanup {
+        url: url.clone(),
+        table: table.clone(),
+    };
+    common::check_basics(&store);
+    common::check_claims(&store);
+    common::check_batches(&store);
+    let short = Duration::from_millis(200);
+    common::check_leases(&store, short, || std::thread::sleep(short * 2));
+    ready(store.remember("ttl-1", Some(Duration::from_millis(1)))).unwrap();
+    ready(store.remember("ttl-2", Some(Duration::from_secs(60)))).unwrap();
+    ready(store.claim("held", Duration::from_secs(60))).unwrap();
+    ready(store.peek_many(&["ttl-2", "ttl-1", "held"])).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    store.stats().unwrap();
+    store.purge_expired().unwrap();
+    pg().batch_execute(&format!("CREATE TABLE {table}_effects (id TEXT)"))
+        .unwrap();
+    let guard = Guard::new(store);
+    let insert = format!("INSERT INTO {table}_effects VALUES ('x')");
+    let keyless = r#"{"job":"urn:babel:orders:created","trace_id":"t-1","data":{},"meta":{"schema_version":1}}"#;
+    let one =
+        guard.process_in_transaction(envelope("tx-1").as_str(), |_, tx| tx.batch_execute(&insert));
+    let none = guard.process_in_transaction(keyless, |_, tx| tx.batch_execute(&insert));
+    let rolled_back = guard.process_in_transaction(keyless, |_, tx| tx.batch_execute("ROLLBACK"));
+    let bodies = [envelope("tx-2"), keyless.to_string()];
+    let batch = guard.process_batch_in_transaction(&bodies, |_, tx| tx.batch_execute(&insert));
+    drop(guard);
+    let calls: Vec<String> = admin
+        .query(&format!("SELECT DISTINCT op FROM {trap}.calls"), &[])
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    admin
+        .batch_execute(&format!(
+            "DROP TABLE IF EXISTS {table}_effects; DROP SCHEMA {trap} CASCADE; DROP ROLE {role};"
+        ))
+        .unwrap();
+    assert_eq!(one.kind(), OutcomeKind::Ran, "{one:?}");
+    assert_eq!(none.kind(), OutcomeKind::FailOpen, "{none:?}");
+    assert_eq!(rolled_back.kind(), OutcomeKind::Failed, "{rolled_back:?}");
+    let kinds: Vec<OutcomeKind> = batch.iter().map(|o| o.kind()).collect();
+    assert_eq!(
+        kinds,
+        [OutcomeKind::Ran, OutcomeKind::FailOpen],
+        "{batch:?}"
+    );
+    assert_eq!(
+        calls,
+        Vec::<String>::new(),
+        "the store's SQL ran these as its user"
+    );
+}
