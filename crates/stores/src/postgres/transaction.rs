@@ -1,0 +1,1116 @@
+//! The transactional mode ([`TransactionalStore`]) on PostgreSQL: the
+//! handler's writes and the id in the store's transaction, and what a handler
+//! may do to that transaction and its session.
+
+use super::*;
+
+/// The transactional mode on PostgreSQL: the handler gets the transaction
+/// (`READ COMMITTED` is enough) and writes its own tables in it.
+///
+/// The run's first statement ([`PostgresStore::take_sql`]) marks the id in
+/// `TABLE_claims` (a claim row of its own that never commits) and inserts its
+/// row in Go's table: a second transactional run, or a claiming consumer's
+/// claim, of the same id waits on the mark until this run ends, then finds the
+/// id done (or, rolled back, free). A live claim of a claiming consumer parks
+/// the run. After the work, one statement ([`PostgresStore::finish_sql`])
+/// removes the mark and sets the id's expiry from that moment; it fails in a
+/// transaction a swallowed error aborted, which is then rolled back
+/// ([`TxRun::Aborted`]) instead of committed.
+impl TransactionalStore for PostgresStore {
+    type Tx<'t> = postgres::Transaction<'t>;
+
+    fn transaction<T, E>(
+        &self,
+        key: Option<&str>,
+        ttl: Option<Duration>,
+        work: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<T, E>,
+    ) -> StoreResult<TxRun<T, E>> {
+        let name = key.map(|key| self.name(key)).transpose()?;
+        let key = name.as_deref();
+        let mark = format!("{MARK_PREFIX}{}", new_token().0);
+        let keys: Vec<&str> = key.into_iter().collect();
+        self.in_transaction(|mut tx, prepared| {
+            // Nothing has run before the take: a stale take starts afresh.
+            let mut statements = TxStatements {
+                prepared,
+                undo: Some(RESTART),
+            };
+            let writer = match key {
+                Some(key) => {
+                    let take = self.take_sql();
+                    match self.take_in(&mut tx, &mut statements, &take, key, ms(ttl), &mark)? {
+                        Ok(writer) => writer,
+                        // Dropping the transaction rolls it back.
+                        Err(run) => return Ok(run),
+                    }
+                }
+                None => Writer(None),
+            };
+            // Without an id no take tells a handler's own ROLLBACK from its
+            // COMMIT: the transaction's id does (a round trip more, for a
+            // delivery without an id alone).
+            let xid = match key {
+                None => Some(first_number(tx.simple_query(XID).map_err(error)?)?),
+                Some(_) => None,
+            };
+            // From here the handler's work is in the transaction: nothing to go back to.
+            statements.undo = None;
+            let not_committed = match work(&mut tx) {
+                Ok(value) => match xid.map(|xid| self.still_ours(&mut tx, xid)).transpose()? {
+                    // Its own ROLLBACK (a BEGIN after or not), or an error it
+                    // swallowed: what it began since is rolled back too.
+                    Some(Err(run)) => {
+                        // (Its session reset: behind a pooler it goes on.)
+                        let _ = tx.batch_execute(RESET);
+                        statements.prepared.retire();
+                        return Ok(run);
+                    }
+                    handler_committed => {
+                        match self.finish_run(&mut tx, &mut statements, &keys, ttl, &mark) {
+                            Ok(Ok(())) => {
+                                // (Its own COMMIT, for a run without an id.)
+                                let handler_committed = matches!(handler_committed, Some(Ok(true)));
+                                let committed = commit_as_found(tx);
+                                if committed.is_err() {
+                                    // Its session may still be what the handler
+                                    // left (the resets not reached): not lent again.
+                                    statements.prepared.retire();
+                                }
+                                return match committed {
+                                    Ok(()) => Ok(TxRun::Committed(value)),
+                                    Err(e) => {
+                                        // The server refused the COMMIT with an ERROR
+                                        // (a deferred constraint or trigger, a
+                                        // serialization failure, a deadlock): nothing
+                                        // of it committed, but a handler's own COMMIT
+                                        // before may have committed the take. Anything
+                                        // else (a lost reply, a FATAL that ended the
+                                        // session) is left alone: that COMMIT may have
+                                        // landed.
+                                        // (A server before 9.6 sends no unlocalized
+                                        // severity: then the classes known to refuse.)
+                                        let refused = e.as_db_error().is_some_and(|db| {
+                                            db.parsed_severity().map_or_else(
+                                                || {
+                                                    ["23", "40"]
+                                                        .iter()
+                                                        .any(|c| db.code().code().starts_with(c))
+                                                },
+                                                |s| s == postgres::error::Severity::Error,
+                                            )
+                                        });
+                                        // A take found committed elsewhere: the
+                                        // handler's own COMMIT, its writes before it kept.
+                                        let own_commit = refused
+                                            && (handler_committed
+                                                || self
+                                                    .undo_takes_elsewhere(&keys, &mark, &writer)
+                                                    .unwrap_or(false));
+                                        // A deferred constraint the work's writes
+                                        // broke (class 23): the work's failure.
+                                        match broke_a_constraint(&e) {
+                                            true if own_commit => {
+                                                Ok(TxRun::Aborted(ended_by_handler_error(true)))
+                                            }
+                                            true => Ok(TxRun::Aborted(crate::refused_at_commit(
+                                                error(e),
+                                            ))),
+                                            false => Err(error(e)),
+                                        }
+                                    }
+                                };
+                            }
+                            Ok(Err(aborted)) => TxRun::Aborted(aborted),
+                            Err(e) => {
+                                let _undone =
+                                    self.roll_back_and_undo(tx, &keys, &mark, &writer, xid);
+                                return Err(e);
+                            }
+                        }
+                    }
+                },
+                Err(e) => TxRun::RolledBack(e),
+            };
+            // A handler that ended the store's transaction (its own COMMIT,
+            // then perhaps a BEGIN) committed the id's take with it: undone,
+            // or the redelivery would skip a message that never ran.
+            if let Some(committed) = self.roll_back_and_undo(tx, &keys, &mark, &writer, xid)? {
+                statements.prepared.retire();
+                return Ok(TxRun::Aborted(ended_by_handler_error(committed)));
+            }
+            Ok(not_committed)
+        })
+    }
+
+    /// A work that swallowed an error (its transaction aborted) is rolled back
+    /// to its own savepoint, which PostgreSQL allows: that entry is
+    /// [`TxRun::Aborted`] and the others go on.
+    fn transaction_batch<E>(
+        &self,
+        keys: &[Option<&str>],
+        ttl: Option<Duration>,
+        mut work: impl FnMut(usize, &mut postgres::Transaction<'_>) -> Result<(), E>,
+    ) -> StoreResult<Vec<TxRun<(), E>>> {
+        let names: Vec<Option<std::borrow::Cow<'_, str>>> = keys
+            .iter()
+            .map(|k| k.map(|k| self.name(k)).transpose())
+            .collect::<StoreResult<_>>()?;
+        // (`ttl` in ms below; the runs alone take it as given.)
+        let given_ttl = ttl;
+        let (take, ttl) = (self.take_sql(), ms(ttl));
+        let token = new_token();
+        let mark = format!("{MARK_PREFIX}{}", token.0);
+        let savepoint = crate::savepoint_for(&token);
+        // One savepoint open before each delivery: a success releases it and
+        // opens the next in the same round trip; anything else rolls back to
+        // it, which keeps it open for the next (two round trips a delivery
+        // with the take, not four). A success's handler may have moved
+        // client_encoding: set back in the same query, before the next take
+        // binds its id (a failure's rollback undoes the handler's SET).
+        // With the first, where the batch has deliveries without an id, its
+        // own transaction id: whether a handler's own COMMIT committed the
+        // batch is its status when no take tells. (Only there: it gives the
+        // transaction an id, and a batch of duplicates, which wrote nothing,
+        // would then wait for its commit to be flushed.)
+        let no_ids = names.iter().any(Option::is_none);
+        let begin = match no_ids {
+            true => format!("SAVEPOINT {savepoint}; SELECT pg_catalog.txid_current()"),
+            false => format!("SAVEPOINT {savepoint}"),
+        };
+        // Before the RELEASE, what a handler may have done to the rest of the
+        // transaction is set back: the role the next statements would run as
+        // (`SET [LOCAL] ROLE`, `SET SESSION AUTHORIZATION`), the
+        // `search_path` they would find functions on (a function of its own
+        // before the catalog's would run as the session's user), the
+        // timeouts they would run under (a handler's 1 ms failed the batch's
+        // next takes). A read-only mode, which cannot be, fails this delivery
+        // alone (either failed the whole batch on every redelivery, at the
+        // finish: a user's trial).
+        let next = format!(
+            "SET LOCAL transaction_read_only = off; CLOSE ALL; RESET SESSION AUTHORIZATION; \
+             RESET ROLE; RESET search_path; RESET statement_timeout; RESET lock_timeout; \
+             RELEASE {savepoint}; \
+             SET client_encoding TO 'UTF8'; SAVEPOINT {savepoint}"
+        );
+        let undo = format!("ROLLBACK TO {savepoint}");
+        let batch = self.in_transaction(|mut tx, prepared| {
+            let mut statements = TxStatements {
+                prepared,
+                undo: Some(&undo),
+            };
+            // The delivery whose handler may have committed its take by
+            // itself, if the batch fails before its savepoint is settled.
+            let mut at_risk: Option<(&str, Writer)> = None;
+            let mut body = |tx: &mut postgres::Transaction<'_>,
+                            statements: &mut TxStatements<'_>| {
+                let mut runs = Vec::with_capacity(keys.len());
+                // The takes released so far: (id, the row's writer).
+                let mut taken: Vec<(&str, String)> = Vec::new();
+                let began = tx.simple_query(&begin).map_err(error)?;
+                let xid = no_ids.then(|| first_number(began)).transpose()?;
+                for (i, key) in names.iter().enumerate() {
+                    let key = key.as_deref();
+                    if let Some(key) = key {
+                        match self.take_in(tx, statements, &take, key, ttl, &mark)? {
+                            Ok(writer) => at_risk = Some((key, writer)),
+                            Err(run) => {
+                                // Undone: a mark put after waiting for another run of the id.
+                                tx.batch_execute(&undo).map_err(error)?;
+                                runs.push(run);
+                                continue;
+                            }
+                        }
+                    }
+                    let result = work(i, tx);
+                    // In a transaction a swallowed error aborted, RELEASE fails
+                    // (25P02) and the SAVEPOINT after it is not run.
+                    let released = match result.is_ok() {
+                        true => match tx.batch_execute(&next) {
+                            Ok(()) => Ok(()),
+                            Err(e) => match ended_by_handler(&e) {
+                                // Its own COMMIT (or ROLLBACK); a BEGIN after
+                                // it, if any, the failed RELEASE has aborted
+                                // (the rest of its work with it).
+                                Some(began_again) => {
+                                    return Ok(Batch::Ended(Ended {
+                                        result,
+                                        kept: !began_again,
+                                        runs,
+                                        taken,
+                                        xid,
+                                    }));
+                                }
+                                None if made_read_only(&e) => Err(read_only_error()),
+                                None => aborted_or(e)?.map_err(|()| aborted_error()),
+                            },
+                        },
+                        false => Err(aborted_error()),
+                    };
+                    match (result, released) {
+                        (Ok(()), Ok(())) => {
+                            if let Some((key, Writer(Some(writer)))) = at_risk.take() {
+                                taken.push((key, writer));
+                            }
+                            runs.push(TxRun::Committed(()));
+                        }
+                        (result, released) => {
+                            if let Err(e) = tx.batch_execute(&undo) {
+                                return match ended_by_handler(&e) {
+                                    Some(_) => Ok(Batch::Ended(Ended {
+                                        result,
+                                        kept: false,
+                                        runs,
+                                        taken,
+                                        xid,
+                                    })),
+                                    None => Err(error(e)),
+                                };
+                            }
+                            at_risk = None;
+                            runs.push(match (result, released) {
+                                (Err(e), _) => TxRun::RolledBack(e),
+                                (Ok(()), Err(why)) => TxRun::Aborted(why),
+                                (Ok(()), Ok(())) => TxRun::Aborted(aborted_error()),
+                            });
+                        }
+                    }
+                }
+                // The handlers left the transaction unusable after all: nothing commits.
+                let committed: Vec<&str> = taken.iter().map(|(key, _)| *key).collect();
+                self.finish_in(tx, statements, &committed, ttl, &mark)??;
+                Ok(Batch::Ran(runs))
+            };
+            let failed = match body(&mut tx, &mut statements) {
+                // A failed COMMIT committed nothing (a handler's own COMMIT
+                // would have failed the RELEASE before): nothing to undo.
+                Ok(Batch::Ran(runs)) => match commit_as_found(tx) {
+                    Ok(()) => return Ok(Ok(runs)),
+                    // An entry's writes broke a deferred constraint: each
+                    // runs again alone, below, that one refused. (Its session
+                    // as the handlers left it: not lent again.)
+                    Err(e) if broke_a_constraint(&e) => {
+                        statements.prepared.retire();
+                        return Ok(Err(keys.iter().map(|_| None).collect()));
+                    }
+                    Err(e) => return Err(error(e)),
+                },
+                Ok(Batch::Ended(ended)) => {
+                    // What it did to the session is unknown: not lent again.
+                    statements.prepared.retire();
+                    let settled = self.settle_ended(tx, &names, ended, at_risk, ttl, &mark)?;
+                    return Ok(Err(settled));
+                }
+                Err(e) => e,
+            };
+            // A handler that ended the transaction (its savepoint then gone)
+            // may have committed its own take, its later writes rolled back:
+            // undone, or the redelivery would skip it. The batch's error stays
+            // what is reported (and, an error, it retires the connection:
+            // `in_transaction`).
+            if let Some((key, writer)) = at_risk {
+                let _undone = self.roll_back_and_undo(tx, &[key], &mark, &writer, None);
+            }
+            Err(failed)
+        })?;
+        match batch {
+            Ok(runs) => Ok(runs),
+            // The entries not settled run again, a transaction each.
+            Err(settled) => each_alone(self, keys, given_ttl, settled, work),
+        }
+    }
+}
+
+/// How the deliveries of a transactional batch went in its transaction.
+enum Batch<'k, E> {
+    /// Every one ran: the transaction is to commit.
+    Ran(Vec<TxRun<(), E>>),
+    /// The last one's handler ended the store's transaction itself.
+    Ended(Ended<'k, E>),
+}
+
+/// A batch delivery whose handler ended the store's transaction itself (its
+/// own `ROLLBACK` or `COMMIT`): what its handler returned; whether its own
+/// `COMMIT` may have committed it whole (the handler returned Ok and no
+/// transaction was open after it); the runs before it, and the ids they took
+/// with each take's row writer; the batch's transaction id.
+struct Ended<'k, E> {
+    result: Result<(), E>,
+    kept: bool,
+    runs: Vec<TxRun<(), E>>,
+    taken: Vec<(&'k str, String)>,
+    xid: Option<i64>,
+}
+
+/// The first column of the first row `messages` hold, a number.
+fn first_number(messages: Vec<postgres::SimpleQueryMessage>) -> StoreResult<i64> {
+    (first_text(messages).and_then(|v| v.parse().ok()))
+        .ok_or_else(|| StoreError::internal("postgres: txid_current() gave no number"))
+}
+
+/// `Some` when a savepoint statement failed because the handler had ended the
+/// store's transaction: no transaction open (25P01: `Some(false)`), or the
+/// savepoint gone with the one it ended, another begun (3B001: `Some(true)`).
+fn ended_by_handler(e: &postgres::Error) -> Option<bool> {
+    use postgres::error::SqlState;
+    match e.code() {
+        Some(c) if c == &SqlState::NO_ACTIVE_SQL_TRANSACTION => Some(false),
+        Some(c) if c == &SqlState::S_E_INVALID_SPECIFICATION => Some(true),
+        _ => None,
+    }
+}
+
+/// An ERROR of class 23 (integrity constraint violation): at COMMIT, a
+/// deferred constraint the transaction's writes broke.
+fn broke_a_constraint(e: &postgres::Error) -> bool {
+    e.code().is_some_and(|c| c.code().starts_with("23"))
+}
+
+/// The transaction that wrote a take's row (its `xmin`, as text; `None`: no
+/// take): how the undo of a run whose handler committed the take finds that
+/// row version and no other.
+struct Writer(Option<String>);
+
+/// The store's statements inside one transaction: the connection's prepared
+/// statements, and how to go back to just before the next statement, if one
+/// can: the savepoint open around a batch's delivery, or [`RESTART`].
+struct TxStatements<'a> {
+    prepared: &'a mut Prepared,
+    undo: Option<&'a str>,
+}
+
+/// A transaction in which nothing has run yet (an aborted one included),
+/// begun again on the same connection.
+const RESTART: &str = "ROLLBACK; BEGIN";
+
+/// A session given back what a handler's `SET` put on it (a role, a
+/// read-only mode, a `search_path`, a `client_encoding`, a timeout): the
+/// settings as the connection began (its startup `options` too), the ids then
+/// bound in UTF-8 (a pooler's server connection may have begun in the
+/// database's encoding).
+macro_rules! session_as_found {
+    () => {
+        "RESET SESSION AUTHORIZATION; RESET ROLE; RESET ALL; SET client_encoding TO 'UTF8'"
+    };
+}
+
+/// [`commit_as_found`]'s statements before its COMMIT. The `DO` block keeps
+/// a handler's `synchronous_commit` where it is stronger than the session's
+/// own (off < local < remote_write < on < remote_apply), never weaker: one
+/// delivery's `SET LOCAL synchronous_commit = off` would have made its whole
+/// batch's commit asynchronous (a review). Everything in it is named with
+/// its schema: it runs as the session's user under the handler's
+/// `search_path`, which could otherwise put a function of its own in its
+/// place (a review ran `ALTER ROLE ... SUPERUSER` that way). Its statement
+/// timeout is lifted for it (a handler's 1 ms failed every commit while
+/// PL/pgSQL loaded); `RESET ALL` gives the session's back for the COMMIT.
+/// A handler's cursors are closed before its role is reset: the COMMIT reads
+/// the rest of a `WITH HOLD` cursor's rows, its functions then run as the
+/// session's user (a review).
+macro_rules! before_commit {
+    () => {
+        "SET CONSTRAINTS ALL IMMEDIATE; CLOSE ALL; RESET SESSION AUTHORIZATION; RESET ROLE; \
+         SET LOCAL statement_timeout = 0; \
+         DO $$ DECLARE \
+           levels pg_catalog.text[] := \
+             '{off,local,remote_write,on,remote_apply}'::pg_catalog.text[]; \
+           handlers pg_catalog.text := pg_catalog.current_setting('synchronous_commit'); \
+         BEGIN \
+           RESET ALL; \
+           IF pg_catalog.array_position(levels, handlers) OPERATOR(pg_catalog.>) \
+              pg_catalog.array_position(levels, pg_catalog.current_setting('synchronous_commit')) \
+           THEN \
+             PERFORM pg_catalog.set_config('synchronous_commit', handlers, true); \
+           END IF; \
+         END $$; \
+         SET client_encoding TO 'UTF8'"
+    };
+}
+
+/// A failed run's transaction rolled back, and its session given back what a
+/// handler's own COMMIT may have kept on it.
+const RESET: &str = concat!("ROLLBACK; ", session_as_found!());
+
+/// A run's transaction committed with its session put back first, in one
+/// round trip: a successful handler's session-level `SET` outlived its run
+/// on the pooled connection, and the next calls ran under it (read-only,
+/// they failed). Its deferred triggers and constraints are fired first, under
+/// the handler's `SET LOCAL`s, as its COMMIT would have (a review: reset
+/// before them, one wrote its audit row elsewhere); the COMMIT last, so an
+/// error is never a later statement's after a COMMIT that landed (reset
+/// after it, a cancel arriving during its flush failed the reset, and the
+/// store undid a committed id: a review's finding).
+///
+/// `RESET ALL` would also drop a handler's `SET LOCAL synchronous_commit`,
+/// which the COMMIT reads (raised above the server's `off`, a crash lost a
+/// run reported committed: a review): kept across it. Failing, the session
+/// is reset on the way out (behind a transaction-mode pooler a retired
+/// connection's server session goes on to other clients as it is).
+fn commit_as_found(mut tx: postgres::Transaction<'_>) -> Result<(), postgres::Error> {
+    let committed = tx.batch_execute(concat!(before_commit!(), "; COMMIT"));
+    if committed.is_err() {
+        let _ = tx.batch_execute(RESET);
+    }
+    std::mem::forget(tx);
+    committed
+}
+
+impl TxStatements<'_> {
+    /// A statement a handler's `DEALLOCATE` dropped (in this delivery or an
+    /// earlier one on the connection) is undone and sent again, prepared
+    /// afresh: otherwise such a handler would fail the deliveries after it,
+    /// a whole batch on every redelivery. Where nothing can be undone (after
+    /// a single delivery's work) the call fails: its delivery is retried, and
+    /// the cache is emptied.
+    fn query(
+        &mut self,
+        tx: &mut postgres::Transaction<'_>,
+        sql: &str,
+        params: &Params<'_>,
+    ) -> Result<Vec<postgres::Row>, postgres::Error> {
+        match (self.prepared.query(tx, sql, params), self.undo) {
+            (Err(e), Some(undo)) if is_stale(&e) => {
+                tx.batch_execute(undo)?;
+                self.prepared.query(tx, sql, params)
+            }
+            (result, _) => result,
+        }
+    }
+}
+
+thread_local! {
+    /// Set when PostgreSQL warns that a `COMMIT` or `ROLLBACK` found no
+    /// transaction in progress (25P01). The sync client hands a connection's
+    /// notices to the thread whose call is waiting on it, so after the store's
+    /// own `ROLLBACK` this says whether the handler had ended the transaction.
+    static NO_TRANSACTION_WARNED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Every connection's notice callback: the client's default (a log line),
+/// and [`NO_TRANSACTION_WARNED`].
+pub(super) fn on_notice(notice: postgres::error::DbError) {
+    if notice.code() == &postgres::error::SqlState::NO_ACTIVE_SQL_TRANSACTION {
+        NO_TRANSACTION_WARNED.with(|warned| warned.set(true));
+    }
+    // The client's default callback logs from its `config` module.
+    log::info!(target: "postgres::config", "{}: {}", notice.severity(), notice.message());
+}
+
+/// A transactional run whose handler ended the store's transaction itself and
+/// cannot be recorded done, the id's take (if its COMMIT kept it) undone:
+/// whether that transaction was `committed` (its own COMMIT) or rolled back.
+fn ended_by_handler_error(committed: bool) -> StoreError {
+    StoreError::internal(match committed {
+        true => {
+            "postgres: the handler ended the store's transaction itself (its own COMMIT), and \
+             this run cannot be recorded as done: what it wrote up to that COMMIT (and after \
+             it, outside a transaction) is committed and a redelivery writes it again; the id, \
+             if any, is left unrecorded, so the delivery is retried (leave the transaction to \
+             the store)"
+        }
+        false => {
+            "postgres: the handler rolled back the store's transaction itself (its own \
+             ROLLBACK): nothing it wrote in it is committed (what it wrote after, outside a \
+             transaction, is, and a redelivery writes that again); the delivery is retried \
+             (leave the transaction to the store)"
+        }
+    })
+}
+
+/// A handler made the store's transaction read-only (`SET TRANSACTION READ
+/// ONLY`), found by setting it back (25001), or by a write of the store (25006).
+fn made_read_only(e: &postgres::Error) -> bool {
+    e.code()
+        .is_some_and(|c| ["25001", "25006"].contains(&c.code()))
+}
+
+fn read_only_error() -> StoreError {
+    StoreError::internal(
+        "postgres: the handler made the store's transaction read-only (SET TRANSACTION READ \
+         ONLY): the id cannot be recorded, so this run is rolled back and retried (leave the \
+         transaction's mode to the store)",
+    )
+}
+
+/// Whether the transaction `xid` (epoch-qualified) is known committed.
+/// (Before PostgreSQL 10, no txid_status: taken for not.)
+fn committed(client: &mut impl postgres::GenericClient, xid: i64) -> bool {
+    let status = client.simple_query(&format!("SELECT pg_catalog.txid_status({xid})"));
+    status.ok().and_then(first_text).as_deref() == Some("committed")
+}
+
+/// The current transaction's id, epoch-qualified.
+const XID: &str = "SELECT pg_catalog.txid_current()";
+
+/// What a transaction a swallowed error aborted is reported with.
+fn aborted_error() -> StoreError {
+    StoreError::internal(
+        "postgres: the handler returned Ok, but a statement in its transaction had failed \
+         (an error the handler ignored), so PostgreSQL had aborted the transaction; nothing \
+         was committed (to go on after \
+         an expected error, run that statement under a SAVEPOINT of your own, or use \
+         ON CONFLICT DO NOTHING)",
+    )
+}
+
+/// `Ok(Err(()))` for the error of a statement sent in an aborted transaction
+/// (SQLSTATE 25P02); `Err` for any other.
+fn aborted_or(e: postgres::Error) -> StoreResult<Result<(), ()>> {
+    match e.code().map(|c| c.code()) {
+        Some("25P02") => Ok(Err(())),
+        _ => Err(error(e)),
+    }
+}
+
+impl PostgresStore {
+    /// The first statement of a transactional run, one round trip, for `$1`
+    /// (TTL `$2` ms or NULL, the run's mark `$3`): unless the id is done and
+    /// live, the mark is put in its claims row (taking over a lapsed claim; a
+    /// live one parks the run), then Go's remember of the id (inserting, or
+    /// taking over an expired row). A concurrent run of the same id, or a claim
+    /// on it, waits on the mark's row until this transaction ends. The mark's
+    /// lease has lapsed when it is written: only its lock counts, and a mark a
+    /// handler's own `COMMIT` made visible parks nothing. Answers (done,
+    /// marked, and the transaction id that wrote the row if it was taken: the
+    /// undo's name for the take).
+    fn take_sql(&self) -> String {
+        let (t, c) = (&self.table, &self.claims);
+        let ms2 = interval_ms("$2");
+        format!(
+            "WITH done AS (SELECT 1 FROM {t} WHERE message_id = $1 AND {LIVE_KEY}),
+             mark AS (
+               INSERT INTO {c} AS cl (message_id, token, expires_at)
+               SELECT $1, $3, now() WHERE NOT EXISTS (SELECT 1 FROM done)
+               ON CONFLICT (message_id) DO UPDATE
+                 SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
+                 WHERE cl.expires_at <= now()
+               RETURNING 1),
+             taken AS (
+               INSERT INTO {t} AS cur (message_id, expires_at)
+               SELECT $1, now() + {ms2}
+               WHERE EXISTS (SELECT 1 FROM mark)
+               {GO_UPSERT}
+               RETURNING xmin::text AS writer)
+             SELECT EXISTS (SELECT 1 FROM done), EXISTS (SELECT 1 FROM mark),
+                    (SELECT writer FROM taken)"
+        )
+    }
+
+    /// Whether a run without an id is still in its transaction `xid` after
+    /// its handler: `Ok(Ok(false))` when it is, `Ok(Ok(true))` when the
+    /// handler's own `COMMIT` committed it (what it began after is its own,
+    /// committed as a single run's is); `Ok(Err(run))` when its own
+    /// `ROLLBACK` rolled it back or an error it swallowed aborted it.
+    fn still_ours<T, E>(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        xid: i64,
+    ) -> StoreResult<Result<bool, TxRun<T, E>>> {
+        let now = match tx.simple_query(XID) {
+            Ok(messages) => first_number(messages)?,
+            Err(e) => {
+                // An error it swallowed aborted the transaction: ours, or one
+                // it began after its own COMMIT, which kept what came before.
+                let _aborted = aborted_or(e)?;
+                let _ = tx.batch_execute(RESET);
+                return Ok(Err(TxRun::Aborted(match committed(tx, xid) {
+                    true => ended_by_handler_error(true),
+                    false => aborted_error(),
+                })));
+            }
+        };
+        if now == xid {
+            return Ok(Ok(false));
+        }
+        // In autocommit now, or in a transaction the handler began.
+        Ok(match committed(tx, xid) {
+            true => Ok(true),
+            false => Err(TxRun::Aborted(ended_by_handler_error(false))),
+        })
+    }
+
+    /// Before the commit of one run: the finish ([`Self::finish_in`]),
+    /// `client_encoding` set back first when the id is not ASCII (the handler
+    /// may have moved it, and the finish's bound id would be read in it; a
+    /// round trip more for those ids only; a batch does it in the query after
+    /// each delivery). `Ok(Err(_))`: roll the run back.
+    fn finish_run(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        statements: &mut TxStatements<'_>,
+        keys: &[&str],
+        ttl: Option<Duration>,
+        mark: &str,
+    ) -> StoreResult<Result<(), StoreError>> {
+        // No id, nothing to finish (and nothing on the id tables for a role
+        // the handler set to refuse).
+        if keys.is_empty() {
+            return Ok(Ok(()));
+        }
+        if !keys.iter().all(|k| k.is_ascii())
+            && let Err(e) = tx.batch_execute("SET client_encoding TO 'UTF8'")
+        {
+            // A transaction a swallowed error aborted (25P02), or an error.
+            return Ok(aborted_or(e)?.map_err(|()| aborted_error()));
+        }
+        self.finish_in(tx, statements, keys, ms(ttl), mark)
+    }
+
+    /// Rolls a run's transaction back, then, on the same connection (in
+    /// autocommit), undoes the takes of `keys` that a handler's own `COMMIT`
+    /// committed: their marks, and their rows while still the versions the
+    /// takes wrote (a row a later writer made, a Go consumer's remember after
+    /// the TTL, stays; see [`Self::undo_takes`]). `Some` when the handler
+    /// had ended the store's transaction (whatever it `SET` is then committed
+    /// on the session): `Some(true)` when its COMMIT had kept a take (undone
+    /// now), or for a run without an id when its transaction `xid` committed;
+    /// `Some(false)` when its ROLLBACK left none. Two round trips, on
+    /// failures only;
+    /// `client_encoding` is set back first, so the ids are read as sent.
+    fn roll_back_and_undo(
+        &self,
+        mut tx: postgres::Transaction<'_>,
+        keys: &[&str],
+        mark: &str,
+        writer: &Writer,
+        xid: Option<i64>,
+    ) -> StoreResult<Option<bool>> {
+        // PostgreSQL warns when the ROLLBACK finds no transaction: the
+        // handler ended it (a ROLLBACK, or a COMMIT without a BEGIN after it).
+        NO_TRANSACTION_WARNED.with(|warned| warned.set(false));
+        let rolled_back = tx.batch_execute(RESET);
+        let ended = NO_TRANSACTION_WARNED.with(std::cell::Cell::take);
+        let undone = match (rolled_back, xid) {
+            // Without an id, no take tells its COMMIT from its ROLLBACK: the
+            // transaction's status does.
+            (Ok(()), Some(xid)) if ended => Ok(committed(&mut tx, xid)),
+            (Ok(()), _) => self.undo_takes(&mut tx, keys, mark, writer),
+            (Err(e), _) => Err(error(e)),
+        };
+        // Its transaction has ended: the drop's own ROLLBACK would cost a
+        // round trip more and log "there is no transaction in progress" on
+        // the server for every failed run. (Forgotten, it holds nothing:
+        // a borrow of the connection and no savepoint.)
+        std::mem::forget(tx);
+        // This session may be gone, or the handler's (a read-only mode or a
+        // role its COMMIT kept, which refuses the undo): on another, or the
+        // take its COMMIT kept would skip the redelivery.
+        let undone = match undone {
+            Ok(undone) => undone,
+            Err(_) => self.undo_takes_elsewhere(keys, mark, writer)?,
+        };
+        Ok((undone || ended).then_some(undone))
+    }
+
+    /// After a batch delivery whose handler ended the store's transaction
+    /// itself ([`Ended`]; `culprit`: its id and take, if it has one): which
+    /// entries are settled; the others run again alone.
+    ///
+    /// What the handler ended is rolled back (and what it began after), and
+    /// the session reset (a role or a read-only mode it committed would fail
+    /// what follows). Then, in autocommit, its take is undone unless its own
+    /// `COMMIT` (no `BEGIN` after, Ok) may have committed it whole, and the
+    /// takes of the deliveries before it, and its own if kept, are finished.
+    /// A take found standing proves the batch's transaction committed (its
+    /// `COMMIT`): the deliveries before it ran, kept (with an id or not), and
+    /// so did it if kept. Else (its `ROLLBACK`, or no id to tell by) they run
+    /// again, which for a delivery without an id may run it twice, as its
+    /// every redelivery does. It is failed unless kept, a take undone.
+    fn settle_ended<E>(
+        &self,
+        mut tx: postgres::Transaction<'_>,
+        names: &[Option<std::borrow::Cow<'_, str>>],
+        ended: Ended<'_, E>,
+        culprit: Option<(&str, Writer)>,
+        ttl: Option<i64>,
+        mark: &str,
+    ) -> StoreResult<Vec<Option<TxRun<(), E>>>> {
+        let Ended {
+            result,
+            kept,
+            runs,
+            taken,
+            xid,
+        } = ended;
+        let at = runs.len();
+        let kept = kept && result.is_ok();
+        let undo = culprit.as_ref().filter(|_| !kept);
+        let mut taken: Vec<(&str, &str)> = (taken.iter()).map(|(k, w)| (*k, w.as_str())).collect();
+        // The takes to finish: those released, and its own if kept.
+        let mut ran: Vec<&str> = taken.iter().map(|(key, _)| *key).collect();
+        if let Some((key, Writer(Some(writer)))) = culprit.as_ref() {
+            taken.push((*key, writer.as_str()));
+            ran.extend(kept.then_some(*key));
+        }
+        let reset = tx.batch_execute(RESET);
+        let here = match reset {
+            Ok(()) => self.follow_up(&mut tx, undo, &ran, (xid, &taken), ttl, mark),
+            Err(e) => Err(error(e)),
+        };
+        // Its transaction has ended (as in `roll_back_and_undo`).
+        std::mem::forget(tx);
+        // Where this session cannot (gone, or still the handler's), on
+        // another, as `run` tries them (an idle one may be one the server
+        // dropped): both statements find only what is still to do. Failing,
+        // the batch fails as one, the take its COMMIT kept standing.
+        let committed = match here {
+            Ok(committed) => committed,
+            Err(_) => {
+                let follow_up = |client: &mut postgres::Client| {
+                    self.follow_up(client, undo, &ran, (xid, &taken), ttl, mark)
+                };
+                self.on_another(follow_up)?
+            }
+        };
+        let own = match kept && committed {
+            true => TxRun::Committed(()),
+            false => TxRun::Aborted(ended_by_handler_error(committed)),
+        };
+        // Rolled back, a repeat of an id this batch had run is no longer
+        // done: it runs again too.
+        let ran_before = |j: usize| {
+            (0..j).any(|k| names[k] == names[j] && matches!(runs[k], TxRun::Committed(())))
+        };
+        let repeats: Vec<bool> = (0..at)
+            .map(|j| !committed && matches!(runs[j], TxRun::AlreadyDone) && ran_before(j))
+            .collect();
+        let mut settled: Vec<Option<TxRun<(), E>>> = (runs.into_iter().zip(repeats))
+            .map(|(run, repeat)| match run {
+                TxRun::Committed(()) => committed.then_some(TxRun::Committed(())),
+                _ if repeat => None,
+                other => Some(other),
+            })
+            .collect();
+        settled.push(Some(own));
+        settled.resize_with(names.len(), || None);
+        Ok(settled)
+    }
+
+    /// [`Self::settle_ended`]'s statements, in autocommit on `client`: the
+    /// culprit's take undone (`undo`), the takes of `ran` finished. Whether
+    /// the batch's transaction committed: a take found standing, or else the
+    /// status of the batch's transaction (`xid`, read where it has
+    /// deliveries without an id), else of the (sub)transaction that wrote a
+    /// take in `taken` (id, writer), which nothing another client does can
+    /// hide (a claim taking over a mark made visible lapsed, a forget of the
+    /// id); before PostgreSQL 10, the row version that take wrote, and with
+    /// none: not committed.
+    fn follow_up(
+        &self,
+        client: &mut impl postgres::GenericClient,
+        undo: Option<&(&str, Writer)>,
+        ran: &[&str],
+        (xid, taken): (Option<i64>, &[(&str, &str)]),
+        ttl: Option<i64>,
+        mark: &str,
+    ) -> StoreResult<bool> {
+        let undone = match undo {
+            Some((key, writer)) => self.undo_takes(client, &[*key], mark, writer)?,
+            None => false,
+        };
+        let params: &Params<'_> = &[
+            (&ran, Type::TEXT_ARRAY),
+            (&ttl, Type::INT8),
+            (&mark, Type::TEXT),
+        ];
+        let finished = match ran.is_empty() {
+            true => false,
+            false => !(client.query_typed(&self.finish_sql(), params))
+                .map_err(error)?
+                .is_empty(),
+        };
+        if undone || finished {
+            return Ok(true);
+        }
+        // A take's writer is a 32-bit xid: its epoch is the current one's,
+        // or the one before if it is past the current xid's low bits (the
+        // current one assigned now: a snapshot's xmax may be at or below a
+        // writer still in progress, which put it an epoch back, "in the
+        // future" before the first wraparound: a review).
+        let xid = xid.map(|xid| xid.to_string());
+        let (status, of): (&str, &(dyn postgres::types::ToSql + Sync)) = match (&xid, taken.first())
+        {
+            (Some(xid), _) => ("SELECT txid_status($1::text::bigint)", xid),
+            (None, Some((_, writer))) => (
+                "SELECT txid_status((s.x >> 32 << 32 | $1::text::bigint)
+                   - CASE WHEN $1::text::bigint > (s.x & 4294967295) THEN 4294967296 ELSE 0 END)
+                 FROM (SELECT txid_current() AS x) s",
+                writer,
+            ),
+            // Nothing written before it: nothing of the batch to keep.
+            (None, None) => return Ok(false),
+        };
+        match client.query_typed_one(status, &[(of, Type::TEXT)]) {
+            Ok(row) => {
+                return match row.get::<_, Option<String>>(0).as_deref() {
+                    Some("committed") => Ok(true),
+                    Some("aborted") => Ok(false),
+                    // Still in progress (a handler's PREPARE TRANSACTION):
+                    // not known; the batch fails as one, and its redeliveries
+                    // wait on the prepared transaction's rows until it ends.
+                    other => Err(StoreError::unavailable(format!(
+                        "postgres: the batch's transaction is {} (did the handler run PREPARE \
+                         TRANSACTION? its rows stay locked until COMMIT PREPARED or ROLLBACK \
+                         PREPARED)",
+                        other.unwrap_or("of unknown status")
+                    ))),
+                };
+            }
+            // No txid_status (before PostgreSQL 10): the row version below.
+            Err(e) if e.code() == Some(&postgres::error::SqlState::UNDEFINED_FUNCTION) => {}
+            Err(e) => return Err(error(e)),
+        }
+        if taken.is_empty() {
+            return Ok(false);
+        }
+        let (ids, writers): (Vec<&str>, Vec<&str>) = taken.iter().copied().unzip();
+        let sql = format!(
+            "SELECT EXISTS (SELECT 1 FROM {} AS t, unnest($1::text[], $2::text[]) AS w(id, x)
+                            WHERE t.message_id = w.id AND t.xmin::text = w.x)",
+            self.table
+        );
+        let params: &Params<'_> = &[(&ids, Type::TEXT_ARRAY), (&writers, Type::TEXT_ARRAY)];
+        let row = client.query_typed_one(&sql, params).map_err(error)?;
+        Ok(row.get(0))
+    }
+
+    /// [`Self::roll_back_and_undo`]'s undo on a connection of its own, for a
+    /// run whose transaction is gone (its COMMIT refused), or whose session
+    /// cannot run it.
+    fn undo_takes_elsewhere(
+        &self,
+        keys: &[&str],
+        mark: &str,
+        writer: &Writer,
+    ) -> StoreResult<bool> {
+        self.on_another(|client| self.undo_takes(client, keys, mark, writer))
+    }
+
+    /// `op` on another connection than the one a handler had: an idle one of
+    /// the pool, else one of its own (never waiting on the pool, which other
+    /// runs in the same plight may hold); tried again while it fails (an
+    /// idle one may be one the server dropped), as [`Self::run`] tries them.
+    /// For the undo of what a handler's own COMMIT kept, which must not be
+    /// left undone for want of a session.
+    fn on_another<T>(
+        &self,
+        op: impl Fn(&mut postgres::Client) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        let direct = || match self.direct.connect() {
+            Ok(mut client) => op(&mut client),
+            Err(e) => Err(error(e)),
+        };
+        let mut tried = match self.pool.as_ref().and_then(Pool::try_get) {
+            Some(mut conn) => op(conn.client()),
+            None => direct(),
+        };
+        // After a failure, one of its own: a pooled one that failed without
+        // breaking (a session a handler left read-only) would come back.
+        for _ in 0..POOL_SIZE {
+            match tried {
+                Err(e) if e.kind != StoreErrorKind::Invalid => tried = direct(),
+                _ => break,
+            }
+        }
+        tried
+    }
+
+    /// Deletes the marks this run (`mark`) put on `keys`, if a COMMIT made
+    /// them stand, and the ids' rows while they are still the takes' (the
+    /// row version `writer` wrote: a row a later writer made stays); true
+    /// when there were some. The row is found by its writer, not through the
+    /// mark: a claim that waited on the mark takes it over once a handler's
+    /// own COMMIT made it visible (it is written lapsed), and the take's row
+    /// then stayed, the failed run's id recorded.
+    fn undo_takes(
+        &self,
+        client: &mut impl postgres::GenericClient,
+        keys: &[&str],
+        mark: &str,
+        writer: &Writer,
+    ) -> StoreResult<bool> {
+        if keys.is_empty() {
+            return Ok(false);
+        }
+        let (t, c) = (&self.table, &self.claims);
+        let sql = format!(
+            "WITH unmark AS (DELETE FROM {c} WHERE message_id = ANY($1::text[]) AND token = $2
+                             RETURNING 1),
+                  undone AS (DELETE FROM {t} WHERE message_id = ANY($1::text[])
+                               AND xmin::text = $3 RETURNING 1)
+             SELECT (SELECT count(*) FROM unmark) + (SELECT count(*) FROM undone)"
+        );
+        let params: &Params<'_> = &[
+            (&keys, Type::TEXT_ARRAY),
+            (&mark, Type::TEXT),
+            (&writer.0, Type::TEXT),
+        ];
+        let rows = client.query_typed(&sql, params).map_err(error)?;
+        Ok(rows.first().is_some_and(|row| row.get::<_, i64>(0) > 0))
+    }
+
+    /// Runs [`Self::take_sql`] in `tx`: `Ok` when the id is now this run's
+    /// (the work goes on), with the take's [`Writer`]; else why nothing runs.
+    fn take_in<T, E>(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        statements: &mut TxStatements<'_>,
+        take: &str,
+        key: &str,
+        ttl: Option<i64>,
+        mark: &str,
+    ) -> StoreResult<Result<Writer, TxRun<T, E>>> {
+        let params: &Params<'_> = &[(&key, Type::TEXT), (&ttl, Type::INT8), (&mark, Type::TEXT)];
+        let rows = statements.query(tx, take, params).map_err(error)?;
+        // One row, always (`SELECT EXISTS ...`).
+        let row = rows
+            .first()
+            .ok_or_else(|| StoreError::internal("postgres: the take statement answered no row"))?;
+        let (done, marked, writer): (bool, bool, Option<String>) =
+            (row.get(0), row.get(1), row.get(2));
+        Ok(match (done, marked, writer) {
+            (true, ..) => Err(TxRun::AlreadyDone),
+            (false, false, _) => Err(TxRun::Held),
+            (false, true, Some(writer)) => Ok(Writer(Some(writer))),
+            // Done by a run that committed while this one waited on the mark.
+            (false, true, None) => Err(TxRun::AlreadyDone),
+        })
+    }
+
+    /// The last statement before the commit, for the ids `$1` this run took
+    /// (TTL `$2` ms, its mark `$3`): their marks removed and their expiry
+    /// counted from now (`clock_timestamp()`, not the transaction's start).
+    /// Answers how many it found.
+    ///
+    /// It also gives the session back its `client_encoding` (a one-time
+    /// filter, run once whatever the rows): a handler's `SET client_encoding`,
+    /// committed with its run, would have the bound ids of the later calls on
+    /// this pooled connection read in that encoding.
+    fn finish_sql(&self) -> String {
+        let (t, c) = (&self.table, &self.claims);
+        let ms2 = interval_ms("$2");
+        format!(
+            "WITH unmark AS (DELETE FROM {c} WHERE message_id = ANY($1::text[]) AND token = $3
+                             RETURNING message_id)
+             UPDATE {t} SET expires_at = CASE WHEN $2::bigint IS NULL THEN NULL
+                 ELSE clock_timestamp() + {ms2} END
+             WHERE message_id IN (SELECT message_id FROM unmark)
+               AND (SELECT {UTF8_AGAIN}) IS NOT NULL
+             RETURNING 1"
+        )
+    }
+
+    /// Runs [`Self::finish_sql`] (even for no ids: it is what finds a
+    /// transaction a swallowed error aborted). `Ok(Err(_))`: the transaction
+    /// cannot commit this run, roll it back.
+    fn finish_in(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        statements: &mut TxStatements<'_>,
+        keys: &[&str],
+        ttl: Option<i64>,
+        mark: &str,
+    ) -> StoreResult<Result<(), StoreError>> {
+        let params: &Params<'_> = &[
+            (&keys, Type::TEXT_ARRAY),
+            (&ttl, Type::INT8),
+            (&mark, Type::TEXT),
+        ];
+        let mut found = statements.query(tx, &self.finish_sql(), params);
+        // After a handler's own COMMIT the finish runs in autocommit, under
+        // what it left on the session (a read-only mode, a role): set back,
+        // once more (it failed, a single run's COMMIT kept, every redelivery
+        // wrote that again). In a transaction the failure aborted it: as found.
+        if let Err(e) = &found
+            && (made_read_only(e) || denied(e))
+            && tx.batch_execute(session_as_found!()).is_ok()
+        {
+            found = statements.query(tx, &self.finish_sql(), params);
+        }
+        Ok(match found {
+            Ok(rows) if rows.len() == keys.len() => Ok(()),
+            Ok(rows) => Err(StoreError::internal(format!(
+                "postgres: {} of the {} ids this transaction took were no longer in it (did \
+                 the handler end the transaction, or delete them?); this transaction commits \
+                 nothing, but what a COMMIT of the handler's own wrote stays committed",
+                keys.len() - rows.len(),
+                keys.len()
+            ))),
+            // The take wrote these rows in this transaction: refused now,
+            // the handler changed what it may do.
+            Err(e) if made_read_only(&e) => Err(read_only_error()),
+            Err(e) if denied(&e) => Err(StoreError::internal(format!(
+                "postgres: the handler set a role that may not write the store's tables (SET \
+                     ROLE, SET SESSION AUTHORIZATION), and the id cannot be recorded: this run is rolled back and retried \
+                     (set the role back before returning): {}",
+                causes(&e)
+            ))),
+            Err(e) if e.code() == Some(&postgres::error::SqlState::INVALID_SQL_STATEMENT_NAME) => {
+                Err(StoreError::internal(
+                    "postgres: the handler dropped the store's prepared statements on its \
+                     connection (DEALLOCATE), and the id cannot be recorded: this run is rolled \
+                     back and retried (leave them to the store, or add statement_cache=off to \
+                     the URL)",
+                ))
+            }
+            Err(e) => aborted_or(e)?.map_err(|()| aborted_error()),
+        })
+    }
+}
+
+/// A statement of the store's refused for the role the handler set.
+fn denied(e: &postgres::Error) -> bool {
+    e.code() == Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
+}
+
+#[cfg(test)]
+mod tests {
+    /// The reset before a run's COMMIT keeps a handler's `SET LOCAL
+    /// synchronous_commit` stronger than the session's, which the COMMIT
+    /// reads (a review: `RESET ALL` dropped it, and a crash lost a run
+    /// reported committed), never a weaker one, and drops the rest of what it
+    /// set; a function of the handler's search_path does not stand in for
+    /// the catalog's, and its 1 ms statement timeout does not fail it.
+    /// (A server: `make test` starts one.)
+    #[test]
+    fn the_reset_before_a_commit_keeps_only_a_stronger_synchronous_commit() {
+        let url = std::env::var("BQ_TEST_POSTGRES_URL")
+            .expect("BQ_TEST_POSTGRES_URL: run under scripts/with-postgres.sh");
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let schema = format!("bq_hijack_{}", std::process::id());
+        client
+            .batch_execute(&format!(
+                "CREATE SCHEMA {schema}; \
+                 CREATE FUNCTION {schema}.current_setting(pg_catalog.text) RETURNS pg_catalog.text \
+                   LANGUAGE plpgsql AS $$ BEGIN RAISE 'hijacked'; END $$"
+            ))
+            .unwrap();
+        for (given, at_commit) in [
+            ("remote_apply", "remote_apply"),
+            ("off", "on"),
+            ("local", "on"),
+        ] {
+            let mut tx = client.transaction().unwrap();
+            let set = format!(
+                "SET LOCAL synchronous_commit = {given}; SET search_path = {schema}, pg_catalog; \
+                 SET default_transaction_read_only = on; SET LOCAL statement_timeout = 1; \
+                 DECLARE held CURSOR WITH HOLD FOR SELECT 1"
+            );
+            tx.batch_execute(&set).unwrap();
+            tx.batch_execute(before_commit!()).unwrap();
+            let cursors: i64 = tx
+                .query_one("SELECT count(*) FROM pg_cursors WHERE name = 'held'", &[])
+                .unwrap()
+                .get(0);
+            assert_eq!(cursors, 0, "a cursor left to the COMMIT");
+            let show = |tx: &mut postgres::Transaction<'_>, name: &str| -> String {
+                tx.query_one(&format!("SHOW {name}"), &[]).unwrap().get(0)
+            };
+            assert_eq!(show(&mut tx, "synchronous_commit"), at_commit, "{given}");
+            assert_eq!(show(&mut tx, "search_path"), "\"$user\", public");
+            assert_eq!(show(&mut tx, "default_transaction_read_only"), "off");
+        }
+        client
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .unwrap();
+    }
+}
