@@ -70,55 +70,14 @@ impl TransactionalStore for PostgresStore {
                             Ok(Ok(())) => {
                                 // (Its own COMMIT, for a run without an id.)
                                 let handler_committed = matches!(handler_committed, Some(Ok(true)));
-                                let committed = commit_as_found(tx);
-                                if committed.is_err() {
-                                    // Its session may still be what the handler
-                                    // left (the resets not reached): not lent again.
-                                    statements.prepared.retire();
-                                }
-                                return match committed {
-                                    Ok(()) => Ok(TxRun::Committed(value)),
-                                    Err(e) => {
-                                        // The server refused the COMMIT with an ERROR
-                                        // (a deferred constraint or trigger, a
-                                        // serialization failure, a deadlock): nothing
-                                        // of it committed, but a handler's own COMMIT
-                                        // before may have committed the take. Anything
-                                        // else (a lost reply, a FATAL that ended the
-                                        // session) is left alone: that COMMIT may have
-                                        // landed.
-                                        // (A server before 9.6 sends no unlocalized
-                                        // severity: then the classes known to refuse.)
-                                        let refused = e.as_db_error().is_some_and(|db| {
-                                            db.parsed_severity().map_or_else(
-                                                || {
-                                                    ["23", "40"]
-                                                        .iter()
-                                                        .any(|c| db.code().code().starts_with(c))
-                                                },
-                                                |s| s == postgres::error::Severity::Error,
-                                            )
-                                        });
-                                        // A take found committed elsewhere: the
-                                        // handler's own COMMIT, its writes before it kept.
-                                        let own_commit = refused
-                                            && (handler_committed
-                                                || self
-                                                    .undo_takes_elsewhere(&keys, &mark, &writer)
-                                                    .unwrap_or(false));
-                                        // A deferred constraint the work's writes
-                                        // broke (class 23): the work's failure.
-                                        match broke_a_constraint(&e) {
-                                            true if own_commit => {
-                                                Ok(TxRun::Aborted(ended_by_handler_error(true)))
-                                            }
-                                            true => Ok(TxRun::Aborted(crate::refused_at_commit(
-                                                error(e),
-                                            ))),
-                                            false => Err(error(e)),
-                                        }
-                                    }
-                                };
+                                let run = (keys.as_slice(), mark.as_str(), &writer);
+                                return self.commit_run(
+                                    tx,
+                                    statements.prepared,
+                                    run,
+                                    handler_committed,
+                                    value,
+                                );
                             }
                             Ok(Err(aborted)) => TxRun::Aborted(aborted),
                             Err(e) => {
@@ -316,6 +275,55 @@ impl TransactionalStore for PostgresStore {
             Ok(runs) => Ok(runs),
             // The entries not settled run again, a transaction each.
             Err(settled) => each_alone(self, keys, given_ttl, settled, work),
+        }
+    }
+}
+
+/// Whether the server refused a COMMIT with an ERROR (a deferred constraint
+/// or trigger, a serialization failure, a deadlock): nothing of it
+/// committed. Anything else (a lost reply, a FATAL that ended the session)
+/// may have landed. (A server before 9.6 sends no unlocalized severity: then
+/// the classes known to refuse.)
+fn refused(e: &postgres::Error) -> bool {
+    e.as_db_error().is_some_and(|db| {
+        db.parsed_severity().map_or_else(
+            || ["23", "40"].iter().any(|c| db.code().code().starts_with(c)),
+            |s| s == postgres::error::Severity::Error,
+        )
+    })
+}
+
+impl PostgresStore {
+    /// A single run's COMMIT ([`commit_as_found`]), and what a failed one
+    /// was: refused, a handler's own COMMIT before it may have committed the
+    /// take (`run`: the keys, the mark and the take's writer), which is then
+    /// undone; a deferred constraint the work's writes broke (class 23) is
+    /// the work's failure; anything else is left alone (it may have landed).
+    fn commit_run<T, E>(
+        &self,
+        tx: postgres::Transaction<'_>,
+        prepared: &mut Prepared,
+        (keys, mark, writer): (&[&str], &str, &Writer),
+        handler_committed: bool,
+        value: T,
+    ) -> StoreResult<TxRun<T, E>> {
+        let Err(e) = commit_as_found(tx) else {
+            return Ok(TxRun::Committed(value));
+        };
+        // Its session may still be what the handler left (the resets not
+        // reached): not lent again.
+        prepared.retire();
+        // A take found committed elsewhere: the handler's own COMMIT, its
+        // writes before it kept.
+        let own_commit = refused(&e)
+            && (handler_committed
+                || self
+                    .undo_takes_elsewhere(keys, mark, writer)
+                    .unwrap_or(false));
+        match broke_a_constraint(&e) {
+            true if own_commit => Ok(TxRun::Aborted(ended_by_handler_error(true))),
+            true => Ok(TxRun::Aborted(crate::refused_at_commit(error(e)))),
+            false => Err(error(e)),
         }
     }
 }
