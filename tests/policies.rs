@@ -702,3 +702,103 @@ fn a_failed_remember_in_a_commit_still_releases_the_failed_runs_claims() {
         "the failed run's claim is gone"
     );
 }
+
+/// A store whose `settle` writes and answers only its first `answered`
+/// remembers, and, from its `honest_from`-th call on, the whole step (a
+/// foreign store or a WIT host that answers short).
+struct ShortSettle {
+    inner: InMemoryStore,
+    answered: usize,
+    honest_from: usize,
+    calls: Cell<usize>,
+}
+
+impl Store for ShortSettle {
+    async fn seen_many(&self, keys: &[&str]) -> bq_dedupe::StoreResult<Vec<bool>> {
+        self.inner.seen_many(keys).await
+    }
+    async fn remember_many(
+        &self,
+        keys: &[&str],
+        ttl: Option<Duration>,
+    ) -> bq_dedupe::StoreResult<()> {
+        self.inner.remember_many(keys, ttl).await
+    }
+    async fn forget(&self, key: &str) -> bq_dedupe::StoreResult<()> {
+        self.inner.forget(key).await
+    }
+    fn capabilities(&self) -> bq_dedupe::store::Capabilities {
+        self.inner.capabilities()
+    }
+    async fn claim_many(
+        &self,
+        keys: &[&str],
+        lease: Duration,
+    ) -> bq_dedupe::StoreResult<Vec<bq_dedupe::store::Claim>> {
+        self.inner.claim_many(keys, lease).await
+    }
+    async fn settle(
+        &self,
+        step: &bq_dedupe::store::Settlement<'_>,
+    ) -> bq_dedupe::StoreResult<bq_dedupe::store::Settled> {
+        self.calls.set(self.calls.get() + 1);
+        if self.calls.get() >= self.honest_from {
+            return self.inner.settle(step).await;
+        }
+        let n = self.answered.min(step.remember.len());
+        let part = bq_dedupe::store::Settlement {
+            remember: &step.remember[..n],
+            ..*step
+        };
+        self.inner.settle(&part).await
+    }
+}
+
+/// A settle answered for fewer ids than it was given is a store error, never
+/// a write: the ids without an answer were reported `run-ok` though nothing
+/// recorded them, and their redeliveries ran again, reported `run-ok` too (a
+/// review's finding). Now they are `run-ok-unrecorded`; a checkpoint answered
+/// short leaves its successes waiting for the commit, which writes them.
+#[test]
+fn a_settle_answered_short_is_a_store_error_not_a_write() {
+    let short = |answered, honest_from| ShortSettle {
+        inner: InMemoryStore::new(),
+        answered,
+        honest_from,
+        calls: Cell::new(0),
+    };
+    let ok = async |_: &bq_dedupe::Message<'_>| Ok::<(), String>(());
+    let kinds = |outcomes: Vec<Outcome<String>>| -> Vec<OutcomeKind> {
+        outcomes.iter().map(Outcome::kind).collect()
+    };
+    let seen = |guard: &Guard<ShortSettle>, ids: &[&str]| -> Vec<bool> {
+        let ids = ids
+            .iter()
+            .map(|id| block_on_ready(guard.store().inner.seen(id)));
+        ids.map(|seen| seen.unwrap().unwrap()).collect()
+    };
+
+    let one = Guard::new(short(0, usize::MAX));
+    let outcome = block_on_ready(one.process(envelope("s-1").as_bytes(), ok)).unwrap();
+    assert_eq!(outcome.kind(), OutcomeKind::RanUnrecorded, "{outcome:?}");
+
+    let batch = Guard::new(short(1, usize::MAX));
+    let bodies = [envelope("b-1"), envelope("b-2"), envelope("b-3")];
+    let outcomes = kinds(block_on_ready(batch.process_batch(&bodies, ok)).unwrap());
+    assert_eq!(outcomes, [OutcomeKind::RanUnrecorded; 3]);
+    assert_eq!(seen(&batch, &["b-1", "b-2", "b-3"]), [true, false, false]);
+
+    let options = bq_dedupe::Options {
+        claim_lease: Some(Duration::from_secs(60)),
+        leases: bq_dedupe::lease::LeasePolicy {
+            checkpoint_every: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let checkpointed = Guard::new(short(0, 2)).with_options(options);
+    let bodies = [envelope("c-1"), envelope("c-2")];
+    let outcomes = kinds(block_on_ready(checkpointed.process_batch(&bodies, ok)).unwrap());
+    assert_eq!(outcomes, [OutcomeKind::Ran; 2]);
+    assert_eq!(seen(&checkpointed, &["c-1", "c-2"]), [true, true]);
+}

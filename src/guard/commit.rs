@@ -33,7 +33,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
                 };
                 self.apply_step(&step, [&decision.span])
                     .await
-                    .map(|s| s.kept.first().copied().unwrap_or(true))
+                    .map(|s| s.kept.first().copied().unwrap_or(false))
             }
             Commit::Release(key, token) => {
                 let release = [(key, token)];
@@ -164,8 +164,10 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         let result = match keys {
             0 => Ok(Settled::default()),
             _ => {
-                self.store_call("settle", keys, spans, self.store.settle(step))
+                let settled = self.store_call("settle", keys, spans, self.store.settle(step));
+                settled
                     .await
+                    .and_then(|settled| answered_in_full(settled, step))
             }
         };
         let op = if step.remember.is_empty() {
@@ -317,4 +319,20 @@ pub(super) fn ran(decisions: &[Decision]) -> impl Iterator<Item = &DeliverySpan>
         .iter()
         .filter(|d| d.should_run() && d.key.is_some())
         .map(|d| &d.span)
+}
+
+/// A settle answered with one answer per `remember` and per `renew` entry, or
+/// an error: a store (a foreign one, a WIT host) that answers fewer is broken,
+/// and an entry left without an answer was read as recorded (a review: `run-ok`
+/// for an id never written, run again on its redelivery, unreported).
+fn answered_in_full(settled: Settled, step: &Settlement<'_>) -> StoreResult<Settled> {
+    let (kept, renewed) = (settled.kept.len(), settled.renewed.len());
+    if (kept, renewed) == (step.remember.len(), step.renew.len()) {
+        return Ok(settled);
+    }
+    Err(StoreError::internal(format!(
+        "store answered {kept} of {} remembers and {renewed} of {} renewals",
+        step.remember.len(),
+        step.renew.len()
+    )))
 }
