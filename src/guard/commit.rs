@@ -326,13 +326,11 @@ pub(super) fn ran(decisions: &[Decision]) -> impl Iterator<Item = &DeliverySpan>
 /// and an entry left without an answer was read as recorded (a review: `run-ok`
 /// for an id never written, run again on its redelivery, unreported).
 fn answered_in_full(settled: Settled, step: &Settlement<'_>) -> StoreResult<Settled> {
-    let (kept, renewed) = (settled.kept.len(), settled.renewed.len());
-    if (kept, renewed) == (step.remember.len(), step.renew.len()) {
+    let answers = (settled.kept.len(), settled.renewed.len());
+    if answers == (step.remember.len(), step.renew.len()) {
         return Ok(settled);
     }
-    Err(StoreError::internal(format!(
-        "store answered {kept} of {} remembers and {renewed} of {} renewals",
-        step.remember.len(),
-        step.renew.len()
-    )))
+    Err(StoreError::internal(
+        "store answered a settle for more or fewer ids than it was given",
+    ))
 }
