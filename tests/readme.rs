@@ -56,7 +56,7 @@ fn snippets(doc: &str) -> Vec<(Mark, String, String)> {
 #[test]
 fn readme_snippets_are_the_files_they_name() {
     // The README, and the docs pages whose snippets are compiled files too.
-    let found: Vec<_> = ["README.md", "docs/component.md"]
+    let found: Vec<_> = ["README.md", "docs/component.md", "docs/workers.md"]
         .iter()
         .flat_map(|doc| snippets(&std::fs::read_to_string(root().join(doc)).unwrap()))
         .collect();

@@ -87,6 +87,14 @@ fn kv_error(op: &str, e: impl std::fmt::Display) -> StoreError {
 }
 
 impl KvStore {
+    /// Whether the entry `name` holds `expected` (one get).
+    async fn holds(&self, name: &str, expected: &str) -> StoreResult<bool> {
+        self.round_trips.add(1);
+        self.round_trips.add_rows(1, 0);
+        let value = self.kv.get(name).text().await;
+        Ok(value.map_err(|e| kv_error("get", e))?.as_deref() == Some(expected))
+    }
+
     async fn put(&self, key: &str, ttl: Option<Duration>) -> StoreResult<()> {
         let (name, value) = kv_entry(key);
         let mut put = self.kv.put(&name, value).map_err(|e| kv_error("put", e))?;
@@ -126,12 +134,7 @@ impl Store for KvStore {
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
         if let [key] = keys {
             let (name, expected) = kv_entry(key);
-            self.round_trips.add(1);
-            self.round_trips.add_rows(1, 0);
-            let value = self.kv.get(&name).text().await;
-            return Ok(vec![
-                value.map_err(|e| kv_error("get", e))?.as_deref() == Some(expected),
-            ]);
+            return Ok(vec![self.holds(&name, expected).await?]);
         }
         let entries: Vec<(String, &str)> = keys.iter().map(|key| kv_entry(key)).collect();
         let mut seen = Vec::with_capacity(keys.len());
@@ -146,8 +149,12 @@ impl Store for KvStore {
                 .await
                 .map_err(|e| kv_error("bulk get", e))?;
             for (name, expected) in chunk {
-                let value = values.get(name).and_then(Option::as_deref);
-                seen.push(value == Some(*expected));
+                seen.push(match values.get(name) {
+                    Some(value) => value.as_deref() == Some(*expected),
+                    // Left out of the answer (workerd's bulk get drops
+                    // `__proto__`: a trial's id ran twice): asked alone.
+                    None => self.holds(name, expected).await?,
+                });
             }
         }
         Ok(seen)

@@ -340,20 +340,24 @@ describe("poison (malformed or invalid envelopes)", () => {
 
 describe("ids", () => {
   for (const store of ["durable-object", "kv"]) {
-    test(`10 KB and unicode ids dedupe exactly (${store} store)`, () =>
+    test(`10 KB, unicode and __proto__ ids dedupe exactly (${store} store)`, () =>
       withWorker(
         { vars: { DEDUPE_STORE: store, DEDUPE_CLAIMING: store === "kv" ? "off" : "on" } },
         async (worker) => {
           const long = "x".repeat(10 * 1024);
           const longer = long + "y"; // differs only past 10 KB
           const unicode = "заказ-🚀-東京-\u0000-\u{10FFFF}";
-          await worker.publishAndWait([envelope(long), envelope(unicode), envelope(longer)]);
-          const stats = await worker.publishAndWait([envelope(long), envelope(unicode)]);
-          assert.equal(stats.skips, 2);
+          // (workerd's KV bulk get leaves `__proto__` out of its answer: a
+          // trial's id ran twice.)
+          const proto = "__proto__";
+          await worker.publishAndWait([envelope(long), envelope(unicode), envelope(longer), envelope(proto)]);
+          const stats = await worker.publishAndWait([envelope(long), envelope(unicode), envelope(proto)]);
+          assert.equal(stats.skips, 3);
           const effects = await worker.effects();
           assert.equal(effects.effects[long], 1);
           assert.equal(effects.effects[longer], 1);
           assert.equal(effects.effects[unicode], 1);
+          assert.equal(Object.getOwnPropertyDescriptor(effects.effects, proto)?.value, 1);
         },
       ));
   }
