@@ -6,9 +6,10 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::future::Future;
 use std::time::Duration;
 
-use bq_dedupe::store::{StatementStore, TxRun};
+use bq_dedupe::store::{ClaimToken, StatementStore, TxRun};
 use bq_dedupe::{
     Guard, InMemoryStore, OutcomeKind, Store, StoreError, StoreResult, block_on_ready,
 };
@@ -39,11 +40,17 @@ impl StatementStore for Batched {
         &self,
         key: Option<&str>,
         ttl: Option<Duration>,
+        claim: Option<&ClaimToken>,
         statements: Vec<String>,
     ) -> StoreResult<TxRun<(), StoreError>> {
         if let Some(key) = key {
             if self.seen(key).await? {
                 return Ok(TxRun::AlreadyDone);
+            }
+            // The caller's own claim is replaced (given back here: the
+            // memory store's claims carry no record to replace).
+            if let Some(token) = claim {
+                self.release(key, token).await?;
             }
             let Batched::Memory(memory) = self;
             if memory.claimed().iter().any(|k| k == key) {
@@ -198,4 +205,58 @@ fn a_handler_with_nothing_to_write_still_records_its_id_once() {
         assert_eq!(outcome.outcome.kind(), expected);
     }
     assert!(block_on_ready(guard.store().seen("s-6")).unwrap().unwrap());
+}
+
+/// In claiming mode the id is claimed before its handler runs and the batch
+/// replaces the claim: a run whose process ended inside its handler (a panic
+/// on wasm, a CPU limit: here a claim taken and never settled) leaves its
+/// claim, so the redelivery parks for the rest of the lease instead of
+/// running it again first; and on Workers the messages after it in the batch
+/// run (without a claim they went with it to the dead-letter queue unrun: a
+/// trial's finding). A failed handler gives its claim back: its retry runs.
+#[test]
+fn in_claiming_mode_the_id_is_claimed_first_and_a_crashed_run_parks_its_redelivery() {
+    let lease = Duration::from_secs(60);
+    let guard = guard().with_claiming(lease);
+    assert_eq!(deliver(&guard, "c-1"), OutcomeKind::Ran);
+    assert_eq!(effects_of("c-1"), 1);
+    let Batched::Memory(memory) = guard.store();
+    assert!(memory.claimed().is_empty(), "the batch replaced the claim");
+    assert_eq!(deliver(&guard, "c-1"), OutcomeKind::Skipped);
+
+    // A run whose process dies inside its handler: polled once, then dropped.
+    let body = envelope("c-2");
+    let crashed = guard.process_with_statements(body.as_str(), async |_| {
+        std::future::pending::<()>().await;
+        Ok::<Vec<String>, String>(Vec::new())
+    });
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(std::pin::pin!(crashed).poll(&mut cx).is_pending());
+    let mut called = false;
+    let again = block_on_ready(guard.process_with_statements(
+        envelope("c-2").as_str(),
+        async |_| {
+            called = true;
+            Ok::<Vec<String>, String>(vec!["c-2".into()])
+        },
+    ))
+    .unwrap();
+    assert_eq!(again.outcome.kind(), OutcomeKind::Parked);
+    assert!(!called, "a claimed id builds no statements");
+    assert!(again.decision.park_for.is_some_and(|left| left <= lease));
+    assert_eq!(effects_of("c-2"), 0);
+
+    let failed = block_on_ready(
+        guard.process_with_statements(envelope("c-3").as_str(), async |_| {
+            Err::<Vec<String>, _>("payment declined")
+        }),
+    )
+    .unwrap();
+    assert_eq!(failed.outcome.kind(), OutcomeKind::Failed);
+    assert_eq!(
+        deliver(&guard, "c-3"),
+        OutcomeKind::Ran,
+        "its claim was given back"
+    );
+    assert_eq!(effects_of("c-3"), 1);
 }

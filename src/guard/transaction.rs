@@ -178,18 +178,32 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
     /// nothing written; retried, the handler builds its statements again. No
     /// usable id: the statements are committed alone (`fail-open`). Payload
     /// fingerprints are refused here.
+    ///
+    /// In claiming mode the id is claimed before its handler runs, as in the
+    /// other modes, and the batch replaces the claim with the id's record; a
+    /// handler that fails (or a batch that fails whole) gives it back. A
+    /// delivery whose handler ended the process (a panic on wasm, a CPU
+    /// limit) leaves its claim, so on its redelivery it parks until the lease
+    /// ends and the deliveries after it run: without claiming they ran after
+    /// it again, and went with it to the dead-letter queue unrun (a trial).
     pub async fn process_with_statements<B: Body + ?Sized, E>(
         &self,
         body: &B,
         handler: impl AsyncFnOnce(&Message<'_>) -> Result<Vec<S::Statement>, E>,
     ) -> Processed<E> {
         let (message, mut decision) = self.classify_exactly_once(body, Mode::Statements);
+        if let (Some(lease), Verdict::Run) = (self.options.claim_lease, &decision.verdict) {
+            self.claim_all(&[0], std::slice::from_mut(&mut decision), lease)
+                .await;
+        }
         let (outcome, park_for) = match start(message.as_ref(), &decision) {
-            Err(outcome) => (outcome, None),
+            // (A park's time: what the claim it found has left.)
+            Err(outcome) => (outcome, decision.park_for),
             Ok((message, key)) => {
+                let claimed = key.zip(decision.claim.as_ref());
                 let verdict = &decision.verdict;
                 let span = &decision.span;
-                self.run_statements(message, key, verdict, span, handler)
+                self.run_statements(message, key, claimed, verdict, span, handler)
                     .await
             }
         };
@@ -198,17 +212,19 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
         Processed { decision, outcome }
     }
 
-    /// The pre-check, the handler and the batch of one delivery; a `park`
-    /// comes with the time its claim has left, where the store can tell.
+    /// The pre-check (none for an id `claimed` before), the handler and the
+    /// batch of one delivery; a `park` comes with the time its claim has left,
+    /// where the store can tell.
     async fn run_statements<E>(
         &self,
         message: &Message<'_>,
         key: Option<&str>,
+        claimed: Option<(&str, &ClaimToken)>,
         verdict: &Verdict,
         span: &DeliverySpan,
         handler: impl AsyncFnOnce(&Message<'_>) -> Result<Vec<S::Statement>, E>,
     ) -> (Outcome<E>, Option<Duration>) {
-        if let Some(key) = key {
+        if let (Some(key), None) = (key, claimed) {
             let keys = [key];
             let call = self.store.peek_many(&keys);
             let peeked = self.store_call("peek_many", 1, [span], call).await;
@@ -227,15 +243,26 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
         let statements = match catch::caught(run).await {
             Ok(Ok(statements)) => statements,
             Ok(Err(e)) => {
+                self.give_back(claimed, span).await;
                 return (
                     outcome_of(verdict, Some(HandlerResult::Err(e)), &Ok(true)),
                     None,
                 );
             }
-            Err(panic) => return (Outcome::Panicked(panic), None),
+            Err(panic) => {
+                self.give_back(claimed, span).await;
+                return (Outcome::Panicked(panic), None);
+            }
         };
-        let call = self.store.commit_with(key, self.options.ttl, statements);
+        let claim = claimed.map(|(_, token)| token);
+        let call = self
+            .store
+            .commit_with(key, self.options.ttl, claim, statements);
         let run = self.store_call("commit_with", 1, [span], call).await;
+        // Nothing written: the claim given back for the retry.
+        if let Ok(TxRun::RolledBack(_) | TxRun::Aborted(_)) = &run {
+            self.give_back(claimed, span).await;
+        }
         // A batch that failed whole is the store's error, as one that cannot tell.
         let run = run.and_then(|run| match run {
             TxRun::RolledBack(e) => Err(e),
@@ -246,5 +273,18 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
         });
         self.report_store_error(StoreOp::Remember, &run);
         (outcome_of_run(verdict, run), None)
+    }
+
+    /// A claim given back after a run that wrote nothing, so that its retry
+    /// runs without waiting out the lease (a failed release only observed).
+    async fn give_back(&self, claimed: Option<(&str, &ClaimToken)>, span: &DeliverySpan) {
+        if let Some(claimed) = claimed {
+            let release = [claimed];
+            let step = Settlement {
+                release: &release,
+                ..Settlement::default()
+            };
+            let _ = self.apply_step(&step, [span]).await;
+        }
     }
 }

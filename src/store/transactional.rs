@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{StoreError, StoreResult};
+use super::{ClaimToken, StoreError, StoreResult};
 
 /// What a transactional run did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,9 +132,10 @@ pub trait StatementStore {
     }
 
     /// Commits `statements` and `key` as done (for `ttl`, or forever) in one
-    /// atomic batch. `Committed(())`: both are written. `AlreadyDone` /
-    /// `Held`: the key was done, or a live claim held it, when the batch ran;
-    /// nothing was written. `RolledBack(e)`: the batch failed (a statement of the
+    /// atomic batch; `claim`, the caller's claim on `key` (claiming mode), is
+    /// replaced by the done record in it. `Committed(())`: both are written.
+    /// `AlreadyDone` / `Held`: the key was done, or another's live claim held
+    /// it, when the batch ran; nothing was written. `RolledBack(e)`: the batch failed (a statement of the
     /// handler, or the store) and nothing was written, the key stays unmarked.
     /// `Err`: the store cannot tell whether the batch was written (a redelivery
     /// finds out: the effect and the key are one write). `key` `None` (no usable
@@ -143,6 +144,7 @@ pub trait StatementStore {
         &self,
         key: Option<&str>,
         ttl: Option<Duration>,
+        claim: Option<&ClaimToken>,
         statements: Vec<Self::Statement>,
     ) -> StoreResult<TxRun<(), StoreError>>;
 }

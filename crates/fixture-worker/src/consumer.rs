@@ -167,6 +167,9 @@ mod d1_effects {
     ) -> std::result::Result<Vec<D1PreparedStatement>, String> {
         let message = delivery.message();
         let directives = Directives::of(delivery, directives).await;
+        if directives.panic {
+            panic!("fixture handler told to panic");
+        }
         let attempt = delivery.attempts();
         if directives.always_fail || attempt < directives.fail_attempts {
             return Err(format!("fixture handler told to fail (attempt {attempt})"));

@@ -219,7 +219,7 @@ pub async fn transact(mut req: Request, env: Env) -> Result<Response> {
     let ttl = tx.ttl_ms.map(Duration::from_millis);
     reply(
         store
-            .commit_with(Some(&tx.key), ttl, statements)
+            .commit_with(Some(&tx.key), ttl, None, statements)
             .await
             .and_then(|run| {
                 let run = match run {

@@ -148,8 +148,11 @@ export type D1QueueHandler<M extends QueueMessage = QueueMessage, S extends D1St
  * store is D1 whatever `DEDUPE_STORE` says: the `DEDUPE_D1` binding, or the one
  * `DEDUPE_D1_BINDING` names (point it at your own database, where your effect
  * tables are); the ids live in its `bq_dedupe` table (created if missing).
- * Messages run one after another (a pre-check and one batch each), take no
- * claims, and are acked, retried or dead-lettered as `dedupeQueue` does.
+ * Messages run one after another (a claim and one batch each; with
+ * `DEDUPE_CLAIMING: "off"` a read instead of the claim), and are acked,
+ * retried or dead-lettered as `dedupeQueue` does. With claiming, a message
+ * whose handler ends the isolate leaves its claim: redelivered, it parks until
+ * the lease ends and the messages after it run.
  */
 export function dedupeQueueD1<M extends QueueMessage, S extends D1Statement>(
   batch: { readonly queue: string; readonly messages: readonly M[] },

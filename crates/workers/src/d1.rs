@@ -377,6 +377,7 @@ impl StatementStore for D1Store {
         &self,
         key: Option<&str>,
         ttl: Option<Duration>,
+        claim: Option<&ClaimToken>,
         statements: Vec<D1PreparedStatement>,
     ) -> StoreResult<TxRun<(), StoreError>> {
         let Some(key) = key else {
@@ -394,7 +395,8 @@ impl StatementStore for D1Store {
             let now = now_ms();
             let token = new_token(now);
             let mut batch = Vec::with_capacity(statements.len() + 4);
-            batch.push(self.statement(TX_CLEAR_EXPIRED, &[text(key), number(now)])?);
+            let claimed = claim.map_or(JsValue::NULL, |c| text(&c.0));
+            batch.push(self.statement(TX_CLEAR_EXPIRED, &[text(key), number(now), claimed])?);
             batch.push(self.statement(
                 TX_INSERT_DONE,
                 &[text(key), text(&token.0), until(now, ttl)],
@@ -410,7 +412,11 @@ impl StatementStore for D1Store {
             };
             // What the failed batch left: read on a fresh round trip. If this read
             // fails too, nobody can tell yet: `Err`, and the redelivery finds out.
+            // (Our own claim, which the batch would have replaced, is no row.)
             let row = self.live_row(key, now_ms()).await?;
+            let row = row.filter(|r| {
+                !(r.state == 0 && claim.is_some_and(|c| r.token.as_ref() == Some(&c.0)))
+            });
             // Our insert refused by a row that expired or was forgotten before
             // the read: nothing was written and the key is free now, so the
             // batch is sent again (the history checker found the race).

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use bq_dedupe::StoreError;
-use bq_dedupe::store::{StatementStore, TxRun};
+use bq_dedupe::store::{ClaimToken, StatementStore, TxRun};
 use worker::D1PreparedStatement;
 
 use crate::d1::D1Store;
@@ -55,10 +55,11 @@ impl StatementStore for WorkersStore {
         &self,
         key: Option<&str>,
         ttl: Option<Duration>,
+        claim: Option<&ClaimToken>,
         statements: Vec<D1PreparedStatement>,
     ) -> bq_dedupe::StoreResult<TxRun<(), StoreError>> {
         match self {
-            WorkersStore::D1(d1) => d1.commit_with(key, ttl, statements).await,
+            WorkersStore::D1(d1) => d1.commit_with(key, ttl, claim, statements).await,
             _ => Err(not_d1()),
         }
     }

@@ -80,7 +80,7 @@ describe("D1: the handler's statements and the id in one batch", () => {
       assert.equal(await record(worker, "d1-refused"), undefined, "unmarked");
     }));
 
-  test("two invocations racing on one id: one effect row, the other skipped", () =>
+  test("two invocations racing on one id: one effect row, the other parked behind its claim", () =>
     withWorker(TRANSACTIONAL, async (worker) => {
       const message = (id) => ({
         id: `cf-${id}-${Math.random()}`,
@@ -101,7 +101,25 @@ describe("D1: the handler's statements and the id in one batch", () => {
       assert.deepEqual(await effects(worker), { "d1-race": 1 });
       const stats = await worker.stats();
       assert.equal(stats.runs, 1, JSON.stringify(stats));
-      assert.equal(stats.skips, 1);
+      assert.equal(stats.parked, 1);
+    }));
+
+  test("a handler that panics on every attempt: the messages after it run once, it parks behind the claim it left (a trial's finding)", () =>
+    withWorker(TRANSACTIONAL, async (worker) => {
+      const msg = (id, body, attempts) => ({ id: `${id}-${attempts}`, timestamp: new Date(), attempts, body });
+      const batch = (attempts) => [
+        msg("crash", envelope("d1-crash", { panic: true }), attempts),
+        msg("by-1", envelope("d1-by-1"), attempts),
+        msg("by-2", envelope("d1-by-2"), attempts),
+      ];
+      const first = await worker.dispatchQueue(batch(1)); // the instance aborts
+      assert.notEqual(first.outcome, "ok", JSON.stringify(first));
+      const again = await worker.dispatchQueue(batch(2));
+      assert.deepEqual(await effects(worker), { "d1-by-1": 1, "d1-by-2": 1 });
+      assert.deepEqual(again.retryMessages.map((r) => r.msgId), ["crash-2"], JSON.stringify(again));
+      assert.ok(again.retryMessages[0].delaySeconds > 60, "until its claim ends");
+      await worker.dispatchQueue(batch(3));
+      assert.deepEqual(await effects(worker), { "d1-by-1": 1, "d1-by-2": 1 });
     }));
 
   test("a handler with nothing to write: an id is still recorded once; without an id nothing is sent", () =>
