@@ -58,6 +58,8 @@ function scenarios() {
     // The handler's statements committed with the id in one D1 batch; its effect
     // (one row in example_effects per run) is counted in the rows written.
     { store: "d1", mode: "transactional", vars: { DEDUPE_CLAIMING: "off", EXAMPLE_D1_EFFECTS: "on" }, batchedOnly: true },
+    // The same with claims (the default): each id claimed before its handler.
+    { store: "d1", mode: "transactional, claiming", vars: { DEDUPE_CLAIMING: "on", EXAMPLE_D1_EFFECTS: "on" }, batchedOnly: true },
   ];
   const out = [];
   for (const m of modes) {
@@ -177,7 +179,8 @@ $${queues.toFixed(2)} per M messages, not included. Workers CPU is not included.
 - **naive, per message**: the same store behind the core's per-key wrapper (\`PerKey(Unbatched(&store))\`): seen-set \
 is a \`seen\` then a \`remember\` per message (KV: a get and a put), claiming a \`claim\` then a \`settle\` per message.
 - **transactional** (D1): the handler's own statement commits with the id in one batch; its effect row \
-(one per run) is in the rows written.
+(one per run) is in the rows written. With claiming (the default) each id is claimed first, the claim \
+replaced in that batch.
 - Not counted: the fixture's own bookkeeping (one request per batch to its EffectLog object for \`/stats\`), \
 once-per-isolate requests (the shard layout check, D1's \`CREATE TABLE IF NOT EXISTS\`: made by the warm-up), \
 and the Durable Object sweep alarm (one \`setAlarm\` per object when the first expiring row is written, one \

@@ -412,11 +412,7 @@ impl StatementStore for D1Store {
             };
             // What the failed batch left: read on a fresh round trip. If this read
             // fails too, nobody can tell yet: `Err`, and the redelivery finds out.
-            // (Our own claim, which the batch would have replaced, is no row.)
-            let row = self.live_row(key, now_ms()).await?;
-            let row = row.filter(|r| {
-                !(r.state == 0 && claim.is_some_and(|c| r.token.as_ref() == Some(&c.0)))
-            });
+            let row = not_our_claim(self.live_row(key, now_ms()).await?, claim);
             // Our insert refused by a row that expired or was forgotten before
             // the read: nothing was written and the key is free now, so the
             // batch is sent again (the history checker found the race).
@@ -428,6 +424,13 @@ impl StatementStore for D1Store {
             return Ok(after_failed_batch(row.as_ref(), &token, failed));
         }
     }
+}
+
+/// The row a failed batch left, unless it is our own claim (`claim`), which
+/// the batch would have replaced: as no row, since the batch wrote nothing.
+fn not_our_claim(row: Option<LiveRow>, claim: Option<&ClaimToken>) -> Option<LiveRow> {
+    let ours = |r: &LiveRow| r.state == 0 && claim.is_some_and(|c| r.token.as_ref() == Some(&c.0));
+    row.filter(|r| !ours(r))
 }
 
 /// A key's live row as the record model's record (no row: free).
@@ -517,6 +520,34 @@ mod tests {
             token: token.map(str::to_owned),
             expires_at: None,
         }
+    }
+
+    /// A batch that failed with our claim in place left that claim (it
+    /// wrote nothing): no row, so the failure is told by its error, not taken
+    /// for another run's claim (`Held`: a retry parked behind itself).
+    #[test]
+    fn our_own_claim_is_no_row_after_a_failed_batch() {
+        let claim = ClaimToken("claim-1".into());
+        let token = |row: Option<LiveRow>| row.map(|r| (r.state, r.token));
+        assert_eq!(
+            token(not_our_claim(Some(row(0, Some("claim-1"))), Some(&claim))),
+            None
+        );
+        let theirs = Some((0, Some("claim-2".to_owned())));
+        assert_eq!(
+            token(not_our_claim(Some(row(0, Some("claim-2"))), Some(&claim))),
+            theirs
+        );
+        let done = Some((1, Some("claim-1".to_owned())));
+        assert_eq!(
+            token(not_our_claim(Some(row(1, Some("claim-1"))), Some(&claim))),
+            done
+        );
+        let unclaimed = Some((0, Some("claim-1".to_owned())));
+        assert_eq!(
+            token(not_our_claim(Some(row(0, Some("claim-1"))), None)),
+            unclaimed
+        );
     }
 
     #[test]
