@@ -29,7 +29,7 @@ workers-bench: workers-build
 
 ## workers-cost: requests and rows (the backends' own counts) per 1,000 messages
 ## and US$ per million, per store, mode and batch size, beside the naive adapter:
-## target/bench/workers-cost.md (BQ_BENCH_TOTAL, BQ_BENCH_DONE, BQ_BENCH_BATCHES).
+## target/bench/workers-cost.md (BQ_BENCH_TOTAL, BQ_BENCH_DONE, BQ_BENCH_BATCHES, BQ_BENCH_MODES).
 workers-cost: workers-build
 	node crates/workers/bench/cost.mjs
 

@@ -90,10 +90,13 @@ pub const COMMIT_IF_FREE: &str =
 pub const FORGET: &str = "DELETE FROM bq_dedupe WHERE key = ?1";
 
 /// The transactional mode where the store runs a batch of statements in one
-/// transaction (D1): first the key's expired row, if any, is cleared, and
-/// the run's own claim (`?3`, its token; `NULL` when it took none)...
-pub const TX_CLEAR_EXPIRED: &str = "DELETE FROM bq_dedupe WHERE key = ?1
-    AND ((expires_at IS NOT NULL AND expires_at <= ?2) OR (state = 0 AND token = ?3))";
+/// transaction (D1): first the key's expired row, if any, is cleared...
+pub const TX_CLEAR_EXPIRED: &str =
+    "DELETE FROM bq_dedupe WHERE key = ?1 AND expires_at IS NOT NULL AND expires_at <= ?2";
+
+/// ...and the run's own claim (`?2`, its token), where it took one...
+pub const TX_CLEAR_OWN_CLAIM: &str =
+    "DELETE FROM bq_dedupe WHERE key = ?1 AND state = 0 AND token = ?2";
 
 /// ...then the key is inserted as done by `?2` (the run's token) with a plain
 /// INSERT: a live row (done, or claimed) fails it on the primary key, which

@@ -61,8 +61,10 @@ function scenarios() {
     // The same with claims (the default): each id claimed before its handler.
     { store: "d1", mode: "transactional, claiming", vars: { DEDUPE_CLAIMING: "on", EXAMPLE_D1_EFFECTS: "on" }, batchedOnly: true },
   ];
+  // BQ_BENCH_MODES: only the modes whose name contains one of these (comma-separated).
+  const only = (process.env.BQ_BENCH_MODES ?? "").split(",").filter(Boolean);
   const out = [];
-  for (const m of modes) {
+  for (const m of modes.filter((m) => !only.length || only.some((o) => m.mode.includes(o)))) {
     for (const batch of BATCHES) out.push({ ...m, adapter: "batch", batch });
     // The naive adapter makes one call per message whatever the batch: once.
     if (!m.batchedOnly) out.push({ ...m, adapter: "naive", batch: Math.max(...BATCHES) });
