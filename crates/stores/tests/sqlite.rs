@@ -351,3 +351,95 @@ fn a_transactional_run_reads_its_time_once() {
         "{runs:?}"
     );
 }
+
+/// D1's exactly-once batch with a claim (crates/workers/src/d1.rs), run as D1
+/// runs it (SQLite, the statements of src/store/sql.rs in one transaction):
+/// the run's own claim is replaced by its done row; another's live claim, or
+/// one that took over our lapsed claim, fails the batch whole and stays.
+#[test]
+fn d1s_exactly_once_batch_replaces_its_own_claim_and_no_other() {
+    use bq_dedupe::store::sql::{
+        CLAIM, SCHEMA, TX_CHECK_RECORDED, TX_CLEAR_EXPIRED, TX_CLEAR_OWN_CLAIM, TX_INSERT_DONE,
+    };
+    use rusqlite::params;
+    let mut db = rusqlite::Connection::open_in_memory().unwrap();
+    db.execute_batch(SCHEMA).unwrap();
+    db.execute_batch("CREATE TABLE effects (key TEXT)").unwrap();
+    let claim = |db: &rusqlite::Connection, key: &str, token: &str, now: i64| {
+        db.execute(CLAIM, params![key, token, now + 10, now])
+            .unwrap()
+    };
+    // The batch of a run holding `own` at `now`: committed or not.
+    let batch = |db: &mut rusqlite::Connection, key: &str, own: &str, now: i64| -> bool {
+        let tx = db.transaction().unwrap();
+        let done_by = format!("tx-{own}");
+        let ran = tx.execute(TX_CLEAR_EXPIRED, params![key, now]).is_ok()
+            && tx.execute(TX_CLEAR_OWN_CLAIM, params![key, own]).is_ok()
+            && tx
+                .execute(TX_INSERT_DONE, params![key, done_by, None::<i64>])
+                .is_ok()
+            && tx.execute("INSERT INTO effects VALUES (?1)", [key]).is_ok()
+            && tx
+                .execute(TX_CHECK_RECORDED, params![key, done_by, now])
+                .is_ok();
+        if ran {
+            tx.commit().unwrap();
+        }
+        ran
+    };
+    let row = |db: &rusqlite::Connection, key: &str| -> (i64, String) {
+        db.query_row(
+            "SELECT state, token FROM bq_dedupe WHERE key = ?1",
+            [key],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+    };
+    let effects = |db: &rusqlite::Connection, key: &str| -> i64 {
+        db.query_row("SELECT count(*) FROM effects WHERE key = ?1", [key], |r| {
+            r.get(0)
+        })
+        .unwrap()
+    };
+    assert_eq!(claim(&db, "mine", "c-1", 0), 1);
+    assert!(
+        batch(&mut db, "mine", "c-1", 5),
+        "our own claim is replaced"
+    );
+    assert_eq!(
+        (row(&db, "mine"), effects(&db, "mine")),
+        ((1, "tx-c-1".into()), 1)
+    );
+
+    assert_eq!(claim(&db, "theirs", "c-2", 0), 1);
+    assert!(
+        !batch(&mut db, "theirs", "c-1", 5),
+        "another's live claim fails the batch"
+    );
+    assert_eq!(
+        (row(&db, "theirs"), effects(&db, "theirs")),
+        ((0, "c-2".into()), 0)
+    );
+
+    assert_eq!(claim(&db, "taken", "c-1", 0), 1);
+    assert_eq!(
+        claim(&db, "taken", "c-3", 20),
+        1,
+        "our lapsed claim taken over"
+    );
+    assert!(
+        !batch(&mut db, "taken", "c-1", 25),
+        "the taker's claim fails ours"
+    );
+    assert_eq!(
+        (row(&db, "taken"), effects(&db, "taken")),
+        ((0, "c-3".into()), 0)
+    );
+
+    assert_eq!(claim(&db, "lapsed", "c-1", 0), 1);
+    assert!(
+        batch(&mut db, "lapsed", "c-1", 30),
+        "our lapsed claim nobody took"
+    );
+    assert_eq!(row(&db, "lapsed"), (1, "tx-c-1".into()));
+}
