@@ -140,7 +140,7 @@ pub(crate) fn opt_number(
     match v.as_f64() {
         Some(n) if n.is_finite() && n >= 0.0 => Ok(Some(n)),
         _ => Err(type_error(&format!(
-            "{what}.{key} must be a non-negative number"
+            "{what}.{key} must be a finite non-negative number"
         ))),
     }
 }

@@ -188,7 +188,11 @@ test('bad arguments reject with a TypeError that says what is wrong', async () =
   await assert.rejects(bq.dedupe(envelope('a'), null, ok), TypeError);
   await assert.rejects(bq.dedupe(envelope('a'), { seen: ok, remember: ok }, ok), /store\.forget is not a function/);
   await assert.rejects(bq.dedupe(envelope('a'), store, ok, { ttl: 5 }), /unknown option "ttl"/);
-  await assert.rejects(bq.dedupe(envelope('a'), store, ok, { ttlMs: -1 }), /ttlMs must be a non-negative number/);
+  await assert.rejects(bq.dedupe(envelope('a'), store, ok, { ttlMs: -1 }), /ttlMs must be a finite non-negative number/);
+  // NaN and Infinity are numbers: the message says what else it must be (a trial).
+  for (const ttlMs of [NaN, Infinity]) {
+    await assert.rejects(bq.dedupe(envelope('a'), store, ok, { ttlMs }), /ttlMs must be a finite non-negative number/);
+  }
   await assert.rejects(bq.dedupe(envelope('a'), store, ok, { scope: 'a:b' }), /invalid key scope/);
   await assert.rejects(bq.dedupeBatch('nope', store, ok), /envelopes must be an array/);
   // A batch over 10,000 envelopes: a RangeError before anything is copied or
