@@ -133,12 +133,16 @@ pub(crate) fn is_function(obj: &JsValue, name: &'static str) -> bool {
 
 /// Waits for a thenable; passes any other value through (a sync store stays sync,
 /// so `block_on_ready` can drive it, as the conformance runner does).
+/// A `then` getter that throws rejects, as `await` would (a trial: it was
+/// read as a plain answer, "neither a boolean nor 0/1").
 pub async fn await_value(value: Result<JsValue, JsValue>) -> Result<JsValue, JsValue> {
     let value = value?;
-    if value.is_object() && is_function(&value, "then") {
-        JsFuture::from(Promise::resolve(&value)).await
-    } else {
-        Ok(value)
+    if !value.is_object() {
+        return Ok(value);
+    }
+    match Reflect::get(&value, crate::interned("then"))?.is_function() {
+        true => JsFuture::from(Promise::resolve(&value)).await,
+        false => Ok(value),
     }
 }
 

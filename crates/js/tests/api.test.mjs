@@ -430,6 +430,11 @@ test("a store's yes or no is a boolean or 0/1: anything else is a store error, n
     assert.equal(outcome.disposition, 'retry');
     assert.match(outcome.reason, /seen: answered neither a boolean nor 0\/1/);
   }
+  // A thenable whose `then` getter throws rejects with that error, as `await` does.
+  const getter = { get then() { throw new Error('then getter broke'); } };
+  const thrown = await bq.dedupe(envelope('yn'), store(getter), run);
+  assert.equal(thrown.kind, 'store-unavailable');
+  assert.match(thrown.reason, /then getter broke/);
   const many = { seen: ok, remember: ok, forget: ok, seenMany: (keys) => keys.map(() => '0') };
   const batch = await bq.dedupeBatch([envelope('m1'), envelope('m2')], many, run);
   assert.deepEqual(batch.map((o) => o.kind), ['store-unavailable', 'store-unavailable']);
