@@ -36,12 +36,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
                     .map(|s| s.kept.first().copied().unwrap_or(false))
             }
             Commit::Release(key, token) => {
-                let release = [(key, token)];
-                let step = Settlement {
-                    release: &release,
-                    ..Settlement::default()
-                };
-                let _ = self.apply_step(&step, [&decision.span]).await;
+                self.give_back(Some((key, token)), &decision.span).await;
                 Ok(true)
             }
             Commit::Nothing => Ok(true),
@@ -150,6 +145,24 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             outcomes.push(outcome);
         }
         outcomes
+    }
+
+    /// A claim given back after a run that wrote nothing, so that its retry
+    /// runs without waiting out the lease (a failed release only observed: it
+    /// changes no outcome, the lease runs out by itself).
+    pub(super) async fn give_back(
+        &self,
+        claimed: Option<(&str, &ClaimToken)>,
+        span: &DeliverySpan,
+    ) {
+        if let Some(claimed) = claimed {
+            let release = [claimed];
+            let step = Settlement {
+                release: &release,
+                ..Settlement::default()
+            };
+            let _ = self.apply_step(&step, [span]).await;
+        }
     }
 
     /// One batch step in as few calls as the store allows; store errors are

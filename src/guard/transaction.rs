@@ -274,17 +274,4 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
         self.report_store_error(StoreOp::Remember, &run);
         (outcome_of_run(verdict, run), None)
     }
-
-    /// A claim given back after a run that wrote nothing, so that its retry
-    /// runs without waiting out the lease (a failed release only observed).
-    async fn give_back(&self, claimed: Option<(&str, &ClaimToken)>, span: &DeliverySpan) {
-        if let Some(claimed) = claimed {
-            let release = [claimed];
-            let step = Settlement {
-                release: &release,
-                ..Settlement::default()
-            };
-            let _ = self.apply_step(&step, [span]).await;
-        }
-    }
 }

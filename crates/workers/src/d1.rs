@@ -394,7 +394,7 @@ impl StatementStore for D1Store {
         loop {
             let now = now_ms();
             let token = new_token(now);
-            let mut batch = Vec::with_capacity(statements.len() + 4);
+            let mut batch = Vec::with_capacity(statements.len() + 5);
             batch.push(self.statement(TX_CLEAR_EXPIRED, &[text(key), number(now)])?);
             if let Some(claim) = claim {
                 batch.push(self.statement(TX_CLEAR_OWN_CLAIM, &[text(key), text(&claim.0)])?);
