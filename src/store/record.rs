@@ -146,7 +146,7 @@ impl<T: Clone + PartialEq> Record<T> {
     }
 
     /// Whether `token` owns this record's claim (live, or lapsed and kept).
-    fn claimed_by(&self, token: &T) -> bool {
+    pub fn claimed_by(&self, token: &T) -> bool {
         matches!(self, Record::Claimed { token: t, .. } if t == token)
     }
 

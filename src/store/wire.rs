@@ -328,13 +328,16 @@ impl Keys {
 }
 
 /// The testkit's transactional call: one effect for `key` and the key in one
-/// transaction, the work failing when `ok` is false.
+/// transaction, the work failing when `ok` is false; `claim`, the run's own
+/// claim on `key`, where it took one (the commit clears it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[allow(missing_docs)]
 pub struct Transact {
     pub key: String,
     #[serde(default)]
     pub ttl_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<ClaimToken>,
     pub ok: bool,
 }
 

@@ -185,8 +185,9 @@ pub async fn settle(mut req: Request, env: Env) -> Result<Response> {
 /// transaction of `/store/transact`.
 const TESTKIT_EFFECTS: &str = "CREATE TABLE IF NOT EXISTS testkit_effects (key TEXT NOT NULL)";
 
-/// `POST /store/transact {"key", "ttl_ms", "ok"}` (D1, test directives only):
-/// the transactional mode on one key, its work one row in `testkit_effects`,
+/// `POST /store/transact {"key", "ttl_ms", "claim", "ok"}` (D1, test
+/// directives only): the transactional mode on one key (the run's own claim
+/// on it, if `claim` names its token), its work one row in `testkit_effects`,
 /// the batch made to fail (a statement D1 refuses) when `ok` is false.
 /// Answers `{"run": "committed" | "already-done" | "held" | "rolled-back"}`.
 pub async fn transact(mut req: Request, env: Env) -> Result<Response> {
@@ -219,7 +220,7 @@ pub async fn transact(mut req: Request, env: Env) -> Result<Response> {
     let ttl = tx.ttl_ms.map(Duration::from_millis);
     reply(
         store
-            .commit_with(Some(&tx.key), ttl, None, statements)
+            .commit_with(Some(&tx.key), ttl, tx.claim.as_ref(), statements)
             .await
             .and_then(|run| {
                 let run = match run {

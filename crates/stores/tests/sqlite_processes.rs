@@ -117,6 +117,7 @@ impl Proxy {
             json!(wire::Transact {
                 key,
                 ttl_ms: ttl.map(ms),
+                claim: None,
                 ok
             }),
         )?;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bq_dedupe::StoreResult;
 use bq_dedupe::store::record::Rules;
-use bq_dedupe::store::{TransactionalStore, TxRun};
+use bq_dedupe::store::{ClaimToken, TransactionalStore, TxRun};
 use bq_dedupe::{clock::Clock, clock::ManualClock};
 use bq_dedupe_stores::{Dialect, PostgresStore, RedisStore, SqliteStore};
 use bq_dedupe_testkit::{self as testkit, Harness, OnServer};
@@ -46,6 +46,7 @@ impl Harness for Sqlite {
         client: &SqliteStore,
         key: &str,
         ttl: Option<Duration>,
+        _claim: Option<&ClaimToken>,
         ok: bool,
     ) -> StoreResult<TxRun<(), ()>> {
         client.transaction(Some(key), ttl, |tx| {
@@ -191,6 +192,7 @@ fn postgres_a_transaction_over_a_lapsed_claim_ends_that_claim() {
         Op::Transact {
             client: 1,
             key: 2,
+            claim: None,
             ttl: Some(1),
             ok: true,
         },
@@ -250,6 +252,7 @@ fn sqlite_a_transaction_over_a_lapsed_claim_ends_that_claim() {
         Op::Transact {
             client: 1,
             key: 0,
+            claim: None,
             ttl: None,
             ok: true,
         },
@@ -268,6 +271,7 @@ fn sqlite_a_transaction_over_a_lapsed_claim_ends_that_claim() {
         Op::Transact {
             client: 2,
             key: 0,
+            claim: None,
             ttl: None,
             ok: true,
         },

@@ -53,8 +53,11 @@ pub fn incompressible(seed: u64, words: usize) -> String {
 }
 
 /// A transaction of the backend's transactional mode, as [`super::Harness::transact`].
-pub type FleetTransact<C> =
-    Arc<dyn Fn(&C, &str, Option<Duration>, bool) -> StoreResult<TxRun<(), ()>> + Send + Sync>;
+pub type FleetTransact<C> = Arc<
+    dyn Fn(&C, &str, Option<Duration>, Option<&ClaimToken>, bool) -> StoreResult<TxRun<(), ()>>
+        + Send
+        + Sync,
+>;
 
 /// How many effect rows a key's committed transactions left.
 type FleetEffects = Box<dyn Fn(&str) -> u64>;
@@ -73,6 +76,11 @@ pub trait Setting<C>: Clone {
     /// [`super::Harness::transact`]).
     fn transact(&self) -> Option<&FleetTransact<C>> {
         None
+    }
+    /// The transactional mode takes the run's own claim (as
+    /// [`super::Harness::transactions_take_claims`]).
+    fn transactions_take_claims(&self) -> bool {
+        false
     }
     /// How many calls `store` has sent again on its own (after a lost
     /// connection), each of which may have taken effect twice.
@@ -131,6 +139,7 @@ struct Threaded<C> {
     now_ms: Arc<dyn Fn() -> u64 + Send + Sync>,
     advance: Arc<dyn Fn(u64) + Send + Sync>,
     transact: Option<FleetTransact<C>>,
+    transactions_take_claims: bool,
     resent: Option<FleetResent<C>>,
 }
 
@@ -144,6 +153,7 @@ impl<C> Clone for Threaded<C> {
             now_ms: self.now_ms.clone(),
             advance: self.advance.clone(),
             transact: self.transact.clone(),
+            transactions_take_claims: self.transactions_take_claims,
             resent: self.resent.clone(),
         }
     }
@@ -162,6 +172,9 @@ impl<C> Setting<C> for Threaded<C> {
     fn transact(&self) -> Option<&FleetTransact<C>> {
         self.transact.as_ref()
     }
+    fn transactions_take_claims(&self) -> bool {
+        self.transactions_take_claims
+    }
     fn resent(&self, store: &C) -> u64 {
         self.resent.as_ref().map_or(0, |resent| resent(store))
     }
@@ -179,6 +192,7 @@ impl<C: Store + Send + 'static> Fleet<C> {
                 now_ms: Arc::new(move || 1_000_000 + started.elapsed().as_millis() as u64),
                 advance: Arc::new(|ms| std::thread::sleep(Duration::from_millis(ms))),
                 transact: None,
+                transactions_take_claims: false,
                 resent: None,
             },
             plan: Plan {
@@ -227,14 +241,40 @@ impl<C: Store + Send + 'static> Fleet<C> {
     /// (`effects`) must number its committed transactions (give or take the
     /// ones whose answer was lost).
     pub fn with_transactions(
-        mut self,
+        self,
         transact: impl Fn(&C, &str, Option<Duration>, bool) -> StoreResult<TxRun<(), ()>>
         + Send
         + Sync
         + 'static,
         effects: impl Fn(&str) -> u64 + 'static,
     ) -> Self {
+        let mut fleet = self.with_claimed_transactions(
+            move |client, key, ttl, _, ok| transact(client, key, ttl, ok),
+            effects,
+        );
+        fleet.shared.transactions_take_claims = false;
+        fleet
+    }
+
+    /// As [`Self::with_transactions`], for a transactional mode that takes the
+    /// run's own claim (as [`super::Harness::transactions_take_claims`]): half
+    /// the transactions pass one of the client's tokens for the key.
+    pub fn with_claimed_transactions(
+        mut self,
+        transact: impl Fn(
+            &C,
+            &str,
+            Option<Duration>,
+            Option<&ClaimToken>,
+            bool,
+        ) -> StoreResult<TxRun<(), ()>>
+        + Send
+        + Sync
+        + 'static,
+        effects: impl Fn(&str) -> u64 + 'static,
+    ) -> Self {
         self.shared.transact = Some(Arc::new(transact));
+        self.shared.transactions_take_claims = true;
         self.effects = Some(Box::new(effects));
         self
     }
@@ -791,7 +831,9 @@ impl<C: Store, S: Setting<C>> Client<C, S> {
             }
             10 if self.setting.transact().is_some() => {
                 let ttl = self.ttl();
-                vec![(key, KeyOp::Transact(ttl, self.rng.below(4) != 0))]
+                let claimed = self.setting.transactions_take_claims() && self.rng.below(2) == 0;
+                let claim = claimed.then(|| self.token(key));
+                vec![(key, KeyOp::Transact(claim, ttl, self.rng.below(4) != 0))]
             }
             _ => vec![(key, KeyOp::Seen)],
         };
@@ -964,9 +1006,9 @@ impl<C: Store, S: Setting<C>> Client<C, S> {
                     KeyAnswer::Bool(s.kept.first().copied().unwrap_or(false))
                 ])
             }
-            KeyOp::Transact(ttl, ok) => {
+            KeyOp::Transact(claim, ttl, ok) => {
                 let transact = self.setting.transact().expect("a transactional fleet");
-                let reply = transact(store.inner(), keys[0], ttl.map(ms), *ok)
+                let reply = transact(store.inner(), keys[0], ttl.map(ms), claim.as_ref(), *ok)
                     .map(|run| vec![KeyAnswer::Tx(run)]);
                 (reply, None)
             }

@@ -82,7 +82,7 @@ use std::time::Duration;
 
 use bq_dedupe::StoreResult;
 use bq_dedupe::store::record::Rules;
-use bq_dedupe::store::{Store, TxRun};
+use bq_dedupe::store::{ClaimToken, Store, TxRun};
 
 /// A backend under test: how to reach it and how its time moves.
 pub trait Harness {
@@ -129,18 +129,27 @@ pub trait Harness {
         false
     }
 
+    /// The transactional mode takes the run's own claim on its key
+    /// ([`bq_dedupe::store::StatementStore::commit_with`]): runs then pass
+    /// [`Harness::transact`] a token of the client's claims. `false` by default.
+    fn transactions_take_claims(&self) -> bool {
+        false
+    }
+
     /// One transaction on `client` for `key` (the transactional mode, where
     /// [`Harness::transactional`]): its work writes one effect row for `key` in
-    /// the transaction, then succeeds (`ok`) or fails. Answers the store's
-    /// [`TxRun`] (its work's error as `()`). Never called otherwise.
+    /// the transaction, then succeeds (`ok`) or fails; `claim`, the run's own
+    /// claim (only where [`Harness::transactions_take_claims`]). Answers the
+    /// store's [`TxRun`] (its work's error as `()`). Never called otherwise.
     fn transact(
         &mut self,
         client: &Self::Client,
         key: &str,
         ttl: Option<Duration>,
+        claim: Option<&ClaimToken>,
         ok: bool,
     ) -> StoreResult<TxRun<(), ()>> {
-        let _ = (client, key, ttl, ok);
+        let _ = (client, key, ttl, claim, ok);
         Err(bq_dedupe::StoreError::unsupported(
             "this harness has no transactional mode",
         ))
@@ -154,7 +163,9 @@ pub trait Harness {
 }
 
 /// [`Harness::transact`] for an [`OnServer`] harness.
-type Transact<C> = Box<dyn FnMut(&C, &str, Option<Duration>, bool) -> StoreResult<TxRun<(), ()>>>;
+type Transact<C> = Box<
+    dyn FnMut(&C, &str, Option<Duration>, Option<&ClaimToken>, bool) -> StoreResult<TxRun<(), ()>>,
+>;
 /// [`Harness::effects`] for an [`OnServer`] harness.
 type Effects = Box<dyn FnMut(&str) -> u64>;
 
@@ -169,6 +180,7 @@ pub struct OnServer<C> {
     tick_ms: u64,
     slack_ms: u64,
     transactions: Option<(Transact<C>, Effects)>,
+    transactions_take_claims: bool,
     _cleanup: Box<dyn std::any::Any>,
 }
 
@@ -182,6 +194,7 @@ impl<C> OnServer<C> {
             tick_ms: 40,
             slack_ms: 8,
             transactions: None,
+            transactions_take_claims: false,
             _cleanup: Box::new(()),
         }
     }
@@ -196,11 +209,35 @@ impl<C> OnServer<C> {
     /// The backend's transactional mode: `transact` as [`Harness::transact`],
     /// `effects` as [`Harness::effects`].
     pub fn with_transactions(
+        self,
+        mut transact: impl FnMut(&C, &str, Option<Duration>, bool) -> StoreResult<TxRun<(), ()>>
+        + 'static,
+        effects: impl FnMut(&str) -> u64 + 'static,
+    ) -> Self {
+        let mut on = self.with_claimed_transactions(
+            move |client, key, ttl, _, ok| transact(client, key, ttl, ok),
+            effects,
+        );
+        on.transactions_take_claims = false;
+        on
+    }
+
+    /// As [`Self::with_transactions`], for a transactional mode that takes the
+    /// run's own claim ([`Harness::transactions_take_claims`]).
+    pub fn with_claimed_transactions(
         mut self,
-        transact: impl FnMut(&C, &str, Option<Duration>, bool) -> StoreResult<TxRun<(), ()>> + 'static,
+        transact: impl FnMut(
+            &C,
+            &str,
+            Option<Duration>,
+            Option<&ClaimToken>,
+            bool,
+        ) -> StoreResult<TxRun<(), ()>>
+        + 'static,
         effects: impl FnMut(&str) -> u64 + 'static,
     ) -> Self {
         self.transactions = Some((Box::new(transact), Box::new(effects)));
+        self.transactions_take_claims = true;
         self
     }
 
@@ -248,15 +285,19 @@ impl<C: Store> Harness for OnServer<C> {
     fn transactional(&self) -> bool {
         self.transactions.is_some()
     }
+    fn transactions_take_claims(&self) -> bool {
+        self.transactions_take_claims
+    }
     fn transact(
         &mut self,
         client: &C,
         key: &str,
         ttl: Option<Duration>,
+        claim: Option<&ClaimToken>,
         ok: bool,
     ) -> StoreResult<TxRun<(), ()>> {
         match &mut self.transactions {
-            Some((transact, _)) => transact(client, key, ttl, ok),
+            Some((transact, _)) => transact(client, key, ttl, claim, ok),
             None => Err(bq_dedupe::StoreError::unsupported(
                 "no transactional mode given",
             )),

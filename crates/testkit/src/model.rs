@@ -21,7 +21,9 @@ pub(crate) enum KeyOp {
     Renew(ClaimToken, u64),
     Release(ClaimToken),
     Commit(ClaimToken, Option<u64>),
-    Transact(Option<u64>, bool),
+    /// A transaction: the run's own claim (where it took one), TTL, whether
+    /// its work succeeds.
+    Transact(Option<ClaimToken>, Option<u64>, bool),
 }
 
 /// One key's part of a reply.
@@ -204,17 +206,21 @@ pub(crate) fn apply(
         KeyOp::Commit(token, ttl) => {
             KeyAnswer::Bool(r.remember_fenced(rules, now_, token, ttl.and_then(after)))
         }
-        // Done: nothing runs; a live claim: nothing runs; else the work's writes
-        // and the key commit together, or neither.
-        KeyOp::Transact(ttl, ok) => KeyAnswer::Tx(match r.peek(now_) {
-            Peek::Done => TxRun::AlreadyDone,
-            Peek::Claimed => TxRun::Held,
-            Peek::Free if *ok => {
-                r.remember(rules, now_, ttl.and_then(after));
-                TxRun::Committed(())
-            }
-            Peek::Free => TxRun::RolledBack(()),
-        }),
+        // Done: nothing runs; another's live claim: nothing runs; else (free, or
+        // the run's own claim, which the commit clears) the work's writes and
+        // the key commit together, or neither (a claim is then left as it was).
+        KeyOp::Transact(claim, ttl, ok) => {
+            let ours = claim.as_ref().is_some_and(|token| r.claimed_by(token));
+            KeyAnswer::Tx(match r.peek(now_) {
+                Peek::Done => TxRun::AlreadyDone,
+                Peek::Claimed if !ours => TxRun::Held,
+                _ if *ok => {
+                    r.remember(rules, now_, ttl.and_then(after));
+                    TxRun::Committed(())
+                }
+                _ => TxRun::RolledBack(()),
+            })
+        }
     }
 }
 

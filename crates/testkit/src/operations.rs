@@ -74,10 +74,13 @@ pub enum Op {
         lease: u64,
     },
     /// A transaction on one key (the transactional mode) whose work writes one
-    /// effect row, then succeeds (`ok`) or fails.
+    /// effect row, then succeeds (`ok`) or fails; `claim`, which of the
+    /// client's tokens for the key it passes as its own claim (where the mode
+    /// takes one).
     Transact {
         client: usize,
         key: usize,
+        claim: Option<usize>,
         ttl: Option<u64>,
         ok: bool,
     },
@@ -90,11 +93,13 @@ pub enum Op {
 }
 
 /// Random runs of `Op`s for a store with `caps`, over `clients` clients
-/// (transactions too, for a `transactional` one).
+/// (transactions too, for a `transactional` one; with the client's claims for
+/// one whose transactions `take_claims`).
 pub fn ops(
     caps: Capabilities,
     clients: usize,
     transactional: bool,
+    take_claims: bool,
 ) -> impl Strategy<Value = Vec<Op>> {
     let client = 0..clients.max(1);
     let key = 0..KEYS.len();
@@ -132,15 +137,21 @@ pub fn ops(
             .boxed(),
     ];
     if transactional {
+        let claim = match take_claims {
+            true => prop::option::of(token()).boxed(),
+            false => Just(None).boxed(),
+        };
         let transact = (
             client.clone(),
             key.clone(),
+            claim,
             ttl(),
             prop::bool::weighted(0.75),
         )
-            .prop_map(|(client, key, ttl, ok)| Op::Transact {
+            .prop_map(|(client, key, claim, ttl, ok)| Op::Transact {
                 client,
                 key,
+                claim,
                 ttl,
                 ok,
             })

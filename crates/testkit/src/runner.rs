@@ -44,13 +44,14 @@ pub fn check<H: Harness>(cases: u32, make: impl Fn() -> H) {
 /// host without them, as wasm32 in JS, passes its own): `Err` describes the
 /// smallest failing run and names the seed.
 pub fn check_seeded<H: Harness>(cases: u32, seed: u64, make: impl Fn() -> H) -> Result<(), String> {
-    let (caps, clients, rules, transactional) = {
+    let (caps, clients, rules, transactional, take_claims) = {
         let mut h = make();
         (
             h.open().capabilities(),
             h.clients(),
             h.rules(),
             h.transactional(),
+            h.transactions_take_claims(),
         )
     };
     if caps.renew && !rules.claims_have_owners {
@@ -72,7 +73,7 @@ pub fn check_seeded<H: Harness>(cases: u32, seed: u64, make: impl Fn() -> H) -> 
     let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
     let mut runner = TestRunner::new_with_rng(config, rng);
     runner
-        .run(&ops(caps, clients, transactional), |ops| {
+        .run(&ops(caps, clients, transactional, take_claims), |ops| {
             check_ops(&mut make(), &ops).map_err(TestCaseError::fail)
         })
         .map_err(|e| format!("store testkit (BQ_TESTKIT_SEED={seed}): {e}"))
@@ -156,9 +157,13 @@ impl<C: Store> World<C> {
             Op::Transact {
                 client,
                 key,
+                claim,
                 ttl,
                 ok,
-            } => return self.transact(h, *client, *key, *ttl, *ok),
+            } => {
+                let claim = claim.map(|pick| self.token(*client, *key, pick));
+                return self.transact(h, *client, *key, claim, *ttl, *ok);
+            }
             op => self.parts(op),
         };
         let lo = h.now_ms().saturating_sub(h.slack_ms());
@@ -183,6 +188,7 @@ impl<C: Store> World<C> {
         h: &mut H,
         client: usize,
         key: usize,
+        claim: Option<ClaimToken>,
         ttl: Option<u64>,
         ok: bool,
     ) -> Result<(), String> {
@@ -192,6 +198,7 @@ impl<C: Store> World<C> {
             self.clients[client].inner(),
             KEYS[key],
             ttl_ms.map(Duration::from_millis),
+            claim.as_ref(),
             ok,
         );
         let hi = h.now_ms() + h.slack_ms();
@@ -199,7 +206,7 @@ impl<C: Store> World<C> {
         if run == TxRun::Committed(()) {
             self.committed[key] += 1;
         }
-        let part = [(key, KeyOp::Transact(ttl_ms, ok))];
+        let part = [(key, KeyOp::Transact(claim, ttl_ms, ok))];
         self.settle_answers(client, &part, &[KeyAnswer::Tx(run)], (lo, hi), true)?;
         let effects = h.effects(KEYS[key]);
         if effects != self.committed[key] {

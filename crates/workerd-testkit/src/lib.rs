@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use bq_dedupe::store::wire::{self, ms};
-use bq_dedupe::store::{Peeked, Settled, Settlement, TxRun};
+use bq_dedupe::store::{ClaimToken, Peeked, Settled, Settlement, TxRun};
 use bq_dedupe::{
     Store, StoreError, StoreResult, store::Capabilities, store::Claim, store::StoreErrorKind,
 };
@@ -98,11 +98,13 @@ impl HttpStore {
 impl HttpStore {
     /// The transactional mode through `/store/transact` (a D1 store): one
     /// effect row for `key` and the key in one batch, the batch refused when
-    /// `ok` is false.
+    /// `ok` is false; `claim`, the run's own claim on `key`, cleared by the
+    /// batch.
     pub fn transact(
         &self,
         key: &str,
         ttl: Option<Duration>,
+        claim: Option<&ClaimToken>,
         ok: bool,
     ) -> StoreResult<TxRun<(), ()>> {
         let key = format!("{}{key}", self.prefix);
@@ -111,6 +113,7 @@ impl HttpStore {
             wire::Transact {
                 key,
                 ttl_ms: ttl.map(ms),
+                claim: claim.cloned(),
                 ok,
             },
         )?;

@@ -4,7 +4,9 @@
 //! model on workerd's own clock, with faults injected. It runs the SQLite
 //! store's statements (`bq_dedupe::store::sql`), so it follows the same rules.
 //! Runs include the transactional mode (`StatementStore::commit_with`, through
-//! the worker's `/store/transact`): each committed run leaves one effect row.
+//! the worker's `/store/transact`), half of them with one of the client's
+//! claims as the run's own (the batch clears it): each committed run leaves
+//! one effect row.
 //! `make workers-test` serves the worker with `BQ_SERVE_VARS` naming D1 and
 //! sets `BQ_TEST_WORKER_URL`; without it this test fails rather than skips.
 
@@ -21,8 +23,8 @@ fn the_d1_store_follows_the_record_model_on_workerd() {
         OnServer::new(RULES, move || HttpStore::new(&url, TOKEN, &prefix))
             .with_timing(80, 20)
             // The transactional mode: the handler's statements with the id in one batch.
-            .with_transactions(
-                |store, key, ttl, ok| store.transact(key, ttl, ok),
+            .with_claimed_transactions(
+                |store, key, ttl, claim, ok| store.transact(key, ttl, claim, ok),
                 move |key| effects.effects(key).expect("count the effect rows"),
             )
     });
@@ -39,8 +41,8 @@ fn d1_histories_are_linearizable_on_workerd() {
         let effects = HttpStore::new(&url, TOKEN, &prefix);
         Fleet::new(RULES, move || HttpStore::new(&url, TOKEN, &prefix))
             .with_timing(80, 20)
-            .with_transactions(
-                |store, key, ttl, ok| store.transact(key, ttl, ok),
+            .with_claimed_transactions(
+                |store, key, ttl, claim, ok| store.transact(key, ttl, claim, ok),
                 move |key| effects.effects(key).expect("count the effect rows"),
             )
     });
