@@ -94,15 +94,26 @@ pub const FORGET: &str = "DELETE FROM bq_dedupe WHERE key = ?1";
 pub const TX_CLEAR_EXPIRED: &str =
     "DELETE FROM bq_dedupe WHERE key = ?1 AND expires_at IS NOT NULL AND expires_at <= ?2";
 
-/// ...and the run's own claim (`?2`, its token), where it took one...
-pub const TX_CLEAR_OWN_CLAIM: &str =
-    "DELETE FROM bq_dedupe WHERE key = ?1 AND state = 0 AND token = ?2";
-
 /// ...then the key is inserted as done by `?2` (the run's token) with a plain
 /// INSERT: a live row (done, or claimed) fails it on the primary key, which
-/// aborts the batch and rolls back the handler's statements with it.
+/// aborts the batch and rolls back the handler's statements with it...
 pub const TX_INSERT_DONE: &str =
     "INSERT INTO bq_dedupe (key, state, token, expires_at) VALUES (?1, 1, ?2, ?3)";
+
+/// ...or, where the run took a claim (`?4`, its token), the key is marked done
+/// by `?2` over that claim in place (D1 counts an update as one row and its
+/// index entry, where a delete and an insert were twice that), or inserted
+/// where free...
+pub const TX_DONE_OVER_OWN_CLAIM: &str =
+    "INSERT INTO bq_dedupe (key, state, token, expires_at) VALUES (?1, 1, ?2, ?3)
+    ON CONFLICT(key) DO UPDATE SET state = 1, token = excluded.token, expires_at = excluded.expires_at
+    WHERE bq_dedupe.state = 0 AND bq_dedupe.token = ?4";
+
+/// ...and a live row that upsert left alone (done, or another's claim) fails
+/// the batch on the primary key, as [`TX_INSERT_DONE`] would have: a copy of
+/// that row's own key is inserted (so nothing is ever written by it)...
+pub const TX_REFUSE_OTHERS_ROW: &str = "INSERT INTO bq_dedupe (key, state)
+    SELECT key, 1 FROM bq_dedupe WHERE key = ?1 AND NOT (state = 1 AND token = ?2)";
 
 /// ...and after the handler's statements, the key must still be done by `?2`
 /// and live at `?3` (now): a statement that deleted, changed or expired its row

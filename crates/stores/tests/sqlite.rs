@@ -354,12 +354,15 @@ fn a_transactional_run_reads_its_time_once() {
 
 /// D1's exactly-once batch with a claim (crates/workers/src/d1.rs), run as D1
 /// runs it (SQLite, the statements of src/store/sql.rs in one transaction):
-/// the run's own claim is replaced by its done row; another's live claim, or
-/// one that took over our lapsed claim, fails the batch whole and stays.
+/// the run's own claim becomes its done row in place; a free key is inserted;
+/// another's live claim or done row, or a claim that took over our lapsed
+/// one, fails the batch whole on the key's constraint (as D1 is told apart
+/// from the handler's failures) and stays.
 #[test]
 fn d1s_exactly_once_batch_replaces_its_own_claim_and_no_other() {
     use bq_dedupe::store::sql::{
-        CLAIM, SCHEMA, TX_CHECK_RECORDED, TX_CLEAR_EXPIRED, TX_CLEAR_OWN_CLAIM, TX_INSERT_DONE,
+        CLAIM, SCHEMA, TX_CHECK_RECORDED, TX_CLEAR_EXPIRED, TX_DONE_OVER_OWN_CLAIM,
+        TX_REFUSE_OTHERS_ROW,
     };
     use rusqlite::params;
     let mut db = rusqlite::Connection::open_in_memory().unwrap();
@@ -369,23 +372,23 @@ fn d1s_exactly_once_batch_replaces_its_own_claim_and_no_other() {
         db.execute(CLAIM, params![key, token, now + 10, now])
             .unwrap()
     };
-    // The batch of a run holding `own` at `now`: committed or not.
-    let batch = |db: &mut rusqlite::Connection, key: &str, own: &str, now: i64| -> bool {
+    // The batch of a run holding `own` at `now`: committed, or the error that
+    // rolled it back.
+    let batch = |db: &mut rusqlite::Connection, key: &str, own: &str, now: i64| {
         let tx = db.transaction().unwrap();
         let done_by = format!("tx-{own}");
-        let ran = tx.execute(TX_CLEAR_EXPIRED, params![key, now]).is_ok()
-            && tx.execute(TX_CLEAR_OWN_CLAIM, params![key, own]).is_ok()
-            && tx
-                .execute(TX_INSERT_DONE, params![key, done_by, None::<i64>])
-                .is_ok()
-            && tx.execute("INSERT INTO effects VALUES (?1)", [key]).is_ok()
-            && tx
-                .execute(TX_CHECK_RECORDED, params![key, done_by, now])
-                .is_ok();
-        if ran {
-            tx.commit().unwrap();
-        }
-        ran
+        let over = params![key, done_by, None::<i64>, own];
+        let ran = tx
+            .execute(TX_CLEAR_EXPIRED, params![key, now])
+            .and_then(|_| tx.execute(TX_DONE_OVER_OWN_CLAIM, over))
+            .and_then(|_| tx.execute(TX_REFUSE_OTHERS_ROW, params![key, done_by]))
+            .and_then(|_| tx.execute("INSERT INTO effects VALUES (?1)", [key]))
+            .and_then(|_| tx.execute(TX_CHECK_RECORDED, params![key, done_by, now]));
+        ran.map(|_| tx.commit().unwrap()).map_err(|e| e.to_string())
+    };
+    let refused = |ran: Result<(), String>| match ran {
+        Err(e) => assert!(e.contains("UNIQUE constraint failed: bq_dedupe.key"), "{e}"),
+        Ok(()) => panic!("the batch committed"),
     };
     let row = |db: &rusqlite::Connection, key: &str| -> (i64, String) {
         db.query_row(
@@ -402,20 +405,14 @@ fn d1s_exactly_once_batch_replaces_its_own_claim_and_no_other() {
         .unwrap()
     };
     assert_eq!(claim(&db, "mine", "c-1", 0), 1);
-    assert!(
-        batch(&mut db, "mine", "c-1", 5),
-        "our own claim is replaced"
-    );
+    batch(&mut db, "mine", "c-1", 5).expect("our own claim is replaced");
     assert_eq!(
         (row(&db, "mine"), effects(&db, "mine")),
         ((1, "tx-c-1".into()), 1)
     );
 
     assert_eq!(claim(&db, "theirs", "c-2", 0), 1);
-    assert!(
-        !batch(&mut db, "theirs", "c-1", 5),
-        "another's live claim fails the batch"
-    );
+    refused(batch(&mut db, "theirs", "c-1", 5)); // another's live claim
     assert_eq!(
         (row(&db, "theirs"), effects(&db, "theirs")),
         ((0, "c-2".into()), 0)
@@ -427,19 +424,28 @@ fn d1s_exactly_once_batch_replaces_its_own_claim_and_no_other() {
         1,
         "our lapsed claim taken over"
     );
-    assert!(
-        !batch(&mut db, "taken", "c-1", 25),
-        "the taker's claim fails ours"
-    );
+    refused(batch(&mut db, "taken", "c-1", 25)); // the taker's claim
     assert_eq!(
         (row(&db, "taken"), effects(&db, "taken")),
         ((0, "c-3".into()), 0)
     );
 
     assert_eq!(claim(&db, "lapsed", "c-1", 0), 1);
-    assert!(
-        batch(&mut db, "lapsed", "c-1", 30),
-        "our lapsed claim nobody took"
-    );
+    batch(&mut db, "lapsed", "c-1", 30).expect("our lapsed claim nobody took");
     assert_eq!(row(&db, "lapsed"), (1, "tx-c-1".into()));
+
+    batch(&mut db, "free", "c-1", 5).expect("a free key (our claim released)");
+    assert_eq!(
+        (row(&db, "free"), effects(&db, "free")),
+        ((1, "tx-c-1".into()), 1)
+    );
+    refused(batch(&mut db, "free", "c-4", 6)); // done by another run
+    assert_eq!(
+        (row(&db, "free"), effects(&db, "free")),
+        ((1, "tx-c-1".into()), 1)
+    );
+    let rows: i64 = db
+        .query_row("SELECT count(*) FROM bq_dedupe", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, 5, "no row but the keys' own");
 }

@@ -18,8 +18,8 @@ use std::time::Duration;
 use bq_dedupe::store::record::Record;
 use bq_dedupe::store::sql::{
     CLAIM, COMMIT_IF_FREE, COMMIT_OWN, EXPIRY_INDEX, FORGET, LIVE_ROW, PURGE_EXPIRED_DONE, RELEASE,
-    REMEMBER, RENEW, SCHEMA, SEEN, STATE, TX_CHECK_RECORDED, TX_CLEAR_EXPIRED, TX_CLEAR_OWN_CLAIM,
-    TX_INSERT_DONE, TX_UNRECORDED, live_record,
+    REMEMBER, RENEW, SCHEMA, SEEN, STATE, TX_CHECK_RECORDED, TX_CLEAR_EXPIRED,
+    TX_DONE_OVER_OWN_CLAIM, TX_INSERT_DONE, TX_REFUSE_OTHERS_ROW, TX_UNRECORDED, live_record,
 };
 use bq_dedupe::store::{Peeked, StatementStore, TxRun};
 use bq_dedupe::{
@@ -396,13 +396,16 @@ impl StatementStore for D1Store {
             let token = new_token(now);
             let mut batch = Vec::with_capacity(statements.len() + 5);
             batch.push(self.statement(TX_CLEAR_EXPIRED, &[text(key), number(now)])?);
-            if let Some(claim) = claim {
-                batch.push(self.statement(TX_CLEAR_OWN_CLAIM, &[text(key), text(&claim.0)])?);
+            let done = [text(key), text(&token.0), until(now, ttl)];
+            match claim {
+                Some(claim) => {
+                    let [key, token, until] = done;
+                    let over = [key.clone(), token.clone(), until, text(&claim.0)];
+                    batch.push(self.statement(TX_DONE_OVER_OWN_CLAIM, &over)?);
+                    batch.push(self.statement(TX_REFUSE_OTHERS_ROW, &[key, token])?);
+                }
+                None => batch.push(self.statement(TX_INSERT_DONE, &done)?),
             }
-            batch.push(self.statement(
-                TX_INSERT_DONE,
-                &[text(key), text(&token.0), until(now, ttl)],
-            )?);
             batch.extend(statements.iter().cloned());
             batch.push(
                 self.statement(TX_CHECK_RECORDED, &[text(key), text(&token.0), number(now)])?,
