@@ -123,13 +123,14 @@ impl ExecHandler {
     }
 }
 
-/// Writes `envelope` to the child's stdin from a thread, then closes it. A
+/// Writes `envelope` to the child's stdin as one line (a newline after it, so
+/// a handler that reads a line gets it), from a thread, then closes it. A
 /// handler that does not read its input closes the pipe early: not an error.
 /// The thread is not joined: a background child holding the pipe unread must
 /// not hold the delivery.
 fn feed(child: &mut Child, envelope: &str) {
     if let Some(mut stdin) = child.stdin.take() {
-        let input = envelope.to_owned();
+        let input = format!("{envelope}\n");
         std::thread::spawn(move || {
             let _ = stdin.write_all(input.as_bytes());
         });

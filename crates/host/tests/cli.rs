@@ -785,8 +785,8 @@ fn exec_handler_gets_each_envelope_byte_for_byte() {
     let dir = scratch("exec-bytes");
     let got = dir.join("got");
     let _ = std::fs::remove_file(&got);
-    // Each envelope, then a newline, appended to `got`.
-    let cmd = format!("{{ cat; echo; }} >> {}", got.display());
+    // Each envelope as given (a line: it ends in a newline) appended to `got`.
+    let cmd = format!("cat >> {}", got.display());
     let lines = [
         r#"{"job":"urn:babel:orders:created","trace_id":"t","data":{"note":"caf\u00e9 \"quoted\" \/ tab\t","emoji":"😀 größe"},"meta":{"id":"bytes-1","schema_version":1}}"#,
         r#"  {"job" : "urn:babel:x", "trace_id":"t","data":{"n":[1, 2.50, -0e3]},"meta":{"id":"bytes-\u0032","schema_version":1}}  "#,
@@ -803,6 +803,29 @@ fn exec_handler_gets_each_envelope_byte_for_byte() {
     );
     assert_eq!(verdicts[1]["id"], "bytes-2", "the escaped id, decoded");
     let written = std::fs::read_to_string(&got).unwrap();
+    assert_eq!(written, format!("{}\n{}\n", lines[0], lines[1]));
+}
+
+/// A handler that reads its input as a line (`read`, a line-by-line loop) gets
+/// the envelope: it is written as one line, ending in a newline. Written
+/// without one, `while read -r e` never ran its body and exited 0: each
+/// delivery was `run-ok` and its id recorded, its effect never made (a review).
+#[test]
+fn exec_handler_that_reads_lines_gets_each_envelope() {
+    let dir = scratch("exec-lines");
+    let got = dir.join("got");
+    let _ = std::fs::remove_file(&got);
+    let cmd = format!(
+        r#"while IFS= read -r e; do printf '%s\n' "$e" >> {}; done"#,
+        got.display()
+    );
+    let lines = [envelope("lines-1"), envelope("lines-2")];
+    let out = bq(
+        &["run", "--store", "memory", "--exec", &cmd],
+        &lines.join("\n"),
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let written = std::fs::read_to_string(&got).unwrap_or_default();
     assert_eq!(written, format!("{}\n{}\n", lines[0], lines[1]));
 }
 
