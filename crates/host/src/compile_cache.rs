@@ -51,7 +51,10 @@ fn dir() -> Option<&'static Path> {
             Ok(()) => Some(dir),
             Err(e) => {
                 if asked.is_some() {
-                    eprintln!("bq-dedupe: compilation cache off: {}: {e}", dir.display());
+                    crate::say(&format!(
+                        "bq-dedupe: compilation cache off: {}: {e}",
+                        dir.display()
+                    ));
                 }
                 None
             }

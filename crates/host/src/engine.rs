@@ -56,7 +56,7 @@ fn make_engine_with(settings: impl Fn(&mut Config)) -> Engine {
         profiled.profiler(wasmtime::ProfilingStrategy::PerfMap);
         match Engine::new(&profiled) {
             Ok(engine) => return engine,
-            Err(e) => eprintln!("bq-dedupe: BQ_DEDUPE_PERFMAP: no perf map: {e:#}"),
+            Err(e) => crate::say(&format!("bq-dedupe: BQ_DEDUPE_PERFMAP: no perf map: {e:#}")),
         }
     }
     // The defaults and epoch interruption are always a valid `Config`.

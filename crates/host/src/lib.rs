@@ -63,7 +63,10 @@ fn opened(
     use anyhow::Context;
     let store = store.with_context(|| format!("opening store {}", shown_spec(spec)))?;
     for note in store.notes() {
-        eprintln!("bq-dedupe: note: store {}: {note}", shown_spec(spec));
+        say(&format!(
+            "bq-dedupe: note: store {}: {note}",
+            shown_spec(spec)
+        ));
     }
     Ok(store)
 }

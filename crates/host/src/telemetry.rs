@@ -119,7 +119,9 @@ impl Drop for Otlp {
         let metrics = self.meter_provider.shutdown();
         for (what, result) in [("spans", traces), ("metrics", metrics)] {
             if let Err(e) = result {
-                eprintln!("bq-dedupe: exporting {what} over OTLP failed: {e}");
+                crate::say(&format!(
+                    "bq-dedupe: exporting {what} over OTLP failed: {e}"
+                ));
             }
         }
     }

@@ -456,3 +456,31 @@ fn without_an_endpoint_nothing_is_sent() {
         "the same run with an endpoint exports"
     );
 }
+
+/// A collector that cannot be reached, with stderr a closed pipe (a
+/// supervisor's log stream gone): the export's failure is said where it can
+/// be and changes no exit status. `eprintln!` at the end of the run panicked
+/// (exit 101; a review).
+#[test]
+fn an_unreachable_collector_with_stderr_closed_changes_no_exit_status() {
+    let closed = TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let mut child = common::command()
+        .args(["run", "--store", "memory", "--otlp-endpoint", &url])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("bq-dedupe starts");
+    drop(child.stderr.take()); // the reader goes away
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{}", envelope("epipe-otlp", TRACE_ID, 0)).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("epipe-otlp"),
+        "{out:?}"
+    );
+}
