@@ -1066,6 +1066,7 @@ fn a_ttl_shorter_than_the_lease_is_said() {
         short.contains("--ttl 1s is shorter than --lease 30s"),
         "{short}"
     );
+    assert!(!short.contains("  "), "one line, single spaces: {short}");
     let long = said("30s");
     assert!(!long.contains("shorter than --lease"), "{long}");
 }

@@ -130,7 +130,9 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
     // the TTL runs again, run-ok both times (a trial's finding).
     if let Some(ttl) = args.ttl.filter(|ttl| args.claim && *ttl < args.lease) {
         bq_dedupe_host::say(&format!(
-            "bq-dedupe: --ttl {} is shorter than --lease {}: an id's record lapses before a              claim on it would, and an id delivered again after the TTL runs again, reported              run-ok both times; give a TTL longer than the redelivery window",
+            "bq-dedupe: --ttl {} is shorter than --lease {}: an id's record lapses before a \
+             claim on it would, and an id delivered again after the TTL runs again, reported \
+             run-ok both times; give a TTL longer than the redelivery window",
             bq_dedupe_host::exec::shown(ttl),
             bq_dedupe_host::exec::shown(args.lease)
         ));
