@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use bq_dedupe::store::PerKey;
 use bq_dedupe::{
-    Disposition, Guard, InMemoryStore, Message, Outcome, Store, StoreResult, block_on_ready,
-    clock::ManualClock, store::StoreErrorKind,
+    Disposition, Guard, HandlerResult, InMemoryStore, Message, Outcome, Store, StoreResult,
+    block_on_ready, clock::ManualClock, store::StoreErrorKind,
 };
 use common::FlakyStore;
 
@@ -164,6 +164,66 @@ fn a_redelivery_behind_another_payload_in_its_batch_is_a_skip() {
         );
         assert!(ran.is_empty());
     }
+}
+
+/// A copy of a delivery found to mismatch the recorded payload is a mismatch
+/// too, as it is alone: it came back `park` (retried, and never dead-lettered;
+/// exit 3 from the CLI where one at a time gave 4: a review).
+#[test]
+fn a_copy_of_a_mismatched_delivery_in_its_batch_is_a_mismatch_too() {
+    let guard = Guard::new(InMemoryStore::new()).with_fingerprint();
+    assert_eq!(
+        batch(&guard, &[envelope("m-1", r#"{"v":1}"#)]).0,
+        ["run-ok"]
+    );
+    let bodies = [envelope("m-1", r#"{"v":2}"#), envelope("m-1", r#"{"v":2}"#)];
+    let (codes, ran) = batch(&guard, &bodies);
+    assert_eq!(codes, ["payload-mismatch", "payload-mismatch"]);
+    assert!(ran.is_empty());
+}
+
+/// Another payload behind an earlier delivery of its id that did not run (its
+/// claim held by another consumer) or failed: nothing was processed yet, so it
+/// waits (`park`) rather than being dead-lettered as "already processed with a
+/// different payload", which was false (a review, through the CLI); it is
+/// judged against what gets recorded when it comes again.
+#[test]
+fn another_payload_behind_a_delivery_that_did_not_run_waits_for_it() {
+    let store = InMemoryStore::new();
+    let guard = Guard::new(&store)
+        .with_claiming(Duration::from_secs(30))
+        .with_fingerprint();
+    let other = Guard::new(&store)
+        .with_claiming(Duration::from_secs(30))
+        .with_fingerprint();
+    let (a, b) = (
+        envelope("w-1", r#"{"p":"a"}"#),
+        envelope("w-1", r#"{"p":"b"}"#),
+    );
+    // Another consumer is running payload b.
+    let plan = block_on_ready(other.decide_batch(std::slice::from_ref(&b))).unwrap();
+    assert!(plan[0].should_run());
+    let (codes, ran) = batch(&guard, &[a.clone(), b.clone()]);
+    assert_eq!(codes, ["park", "park"]);
+    assert!(ran.is_empty());
+    // It finishes: b was processed, a is the mismatch.
+    let done = block_on_ready(other.complete_batch(plan, vec![Some(HandlerResult::<String>::Ok)]));
+    assert_eq!(done.unwrap()[0].kind().code(), "run-ok");
+    assert_eq!(one(&guard, &b), ("skip", false));
+    assert_eq!(one(&guard, &a), ("payload-mismatch", false));
+
+    // Behind a first payload whose handler failed: the second waits too.
+    let failing = Guard::new(InMemoryStore::new()).with_fingerprint();
+    let bodies = [
+        envelope("w-2", r#"{"p":"a"}"#),
+        envelope("w-2", r#"{"p":"b"}"#),
+    ];
+    let outcomes = block_on_ready(failing.process_batch(&bodies, async |_: &Message<'_>| {
+        Err::<(), String>("declined".into())
+    }))
+    .unwrap();
+    let codes: Vec<&str> = outcomes.iter().map(|o| o.kind().code()).collect();
+    assert_eq!(codes, ["run-failed", "park"]);
 }
 
 #[test]

@@ -137,9 +137,18 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     ) -> Vec<Outcome<E>> {
         let mut outcomes: Vec<Outcome<E>> = Vec::with_capacity(decisions.len());
         for (i, decision) in decisions.iter().enumerate() {
-            let outcome = match decision.verdict {
-                Verdict::Duplicate(of) => follow(outcomes.get(of)),
-                _ => own(i),
+            let follows = match decision.verdict {
+                Verdict::Duplicate(of) => Some(of),
+                // Another payload than an earlier delivery of its key: a
+                // mismatch once that one's is recorded (or found done, or found
+                // a mismatch); while nothing is, it waits as a copy would.
+                Verdict::PayloadMismatch => leader_of(decisions, i)
+                    .filter(|&of| outcomes.get(of).is_some_and(|l| !settles_its_id(l.kind()))),
+                _ => None,
+            };
+            let outcome = match follows {
+                Some(of) => follow(outcomes.get(of)),
+                None => own(i),
             };
             self.observe_outcome(decision, &outcome);
             outcomes.push(outcome);
@@ -309,7 +318,8 @@ pub(super) fn outcome_of<E>(
 }
 
 /// A duplicate inside a batch follows the delivery it duplicates: done there means
-/// skip here; anything else means retry here, without running.
+/// skip here, a payload mismatch there one here; anything else means retry
+/// here, without running.
 pub(super) fn follow<E>(leader: Option<&Outcome<E>>) -> Outcome<E> {
     match leader.map(Outcome::kind) {
         Some(
@@ -318,12 +328,34 @@ pub(super) fn follow<E>(leader: Option<&Outcome<E>>) -> Outcome<E> {
             | OutcomeKind::RanLeaseLost
             | OutcomeKind::Skipped,
         ) => Outcome::Skipped,
+        Some(OutcomeKind::PayloadMismatch) => Outcome::PayloadMismatch,
         Some(OutcomeKind::StoreUnavailable) => match leader {
             Some(Outcome::StoreUnavailable(e)) => Outcome::StoreUnavailable(e.clone()),
             _ => Outcome::Parked,
         },
         _ => Outcome::Parked,
     }
+}
+
+/// Whether a leader with this outcome left its id judged (recorded, found
+/// done, or found a mismatch), so that another payload behind it is judged too.
+fn settles_its_id(kind: OutcomeKind) -> bool {
+    matches!(
+        kind,
+        OutcomeKind::Ran
+            | OutcomeKind::RanUnrecorded
+            | OutcomeKind::RanLeaseLost
+            | OutcomeKind::Skipped
+            | OutcomeKind::PayloadMismatch
+    )
+}
+
+/// The earlier delivery of delivery `i`'s key that leads it, if `i` follows one.
+fn leader_of(decisions: &[Decision], i: usize) -> Option<usize> {
+    let key = decisions[i].key.as_deref()?;
+    decisions[..i]
+        .iter()
+        .position(|d| d.key.as_deref() == Some(key))
 }
 
 /// The spans of the deliveries that ran with a key: those a commit writes for.

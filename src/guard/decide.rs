@@ -235,7 +235,8 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
 
 /// The in-batch rule, for every mode: the first delivery of each key leads;
 /// a later one follows it ([`Verdict::Duplicate`]), or with another payload is
-/// a [`Verdict::PayloadMismatch`]. Answers the leaders' indices, in order.
+/// a [`Verdict::PayloadMismatch`] (which waits, at the resolve, where the
+/// leader's payload is not recorded). Answers the leaders' indices, in order.
 pub(super) fn mark_followers(decisions: &mut [Decision]) -> Vec<usize> {
     let mut unique: Vec<usize> = Vec::new();
     let mut followers: Vec<(usize, usize)> = Vec::new();

@@ -110,8 +110,10 @@ pub enum Verdict {
     Duplicate(usize),
     /// Not a valid envelope: do not run; dead-letter.
     Reject(Rejection),
-    /// Already processed with a different `data` ([`Options::fingerprint`]): do
-    /// not run; dead-letter.
+    /// Already processed with a different `data` ([`Options::fingerprint`]), or
+    /// another `data` than an earlier delivery of the batch: do not run;
+    /// dead-letter (the latter only once that delivery is recorded; until then
+    /// its outcome is that delivery's wait).
     PayloadMismatch,
     /// The store could not answer: do not run; retry (fail-closed).
     StoreUnavailable(StoreError),

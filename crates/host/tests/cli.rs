@@ -878,18 +878,25 @@ fn run_with_fingerprints_rejects_an_id_reused_with_other_data() {
     );
     assert_eq!(first.status.code(), Some(0));
 
+    // Twice in one batch, each is the mismatch it is alone (the copy came back
+    // `park`, exit 3: a review).
     let reused = bq(
         &["run", "--fingerprint", "--store", &spec],
         &[
             with("p1", json!({"order_id": 1, "sku": "b"})),
             with("p2", json!({"order_id": 2})),
+            with("p1", json!({"order_id": 1, "sku": "b"})),
         ]
         .join("\n"),
     );
     let verdicts = decisions(&reused);
     assert_eq!(
         summary(&reused),
-        [pair("reject", "payload-mismatch"), pair("skip", "skip")]
+        [
+            pair("reject", "payload-mismatch"),
+            pair("skip", "skip"),
+            pair("reject", "payload-mismatch")
+        ]
     );
     assert_eq!(verdicts[0]["id"], "p1");
     assert_eq!(reused.status.code(), Some(4), "poison, nothing to retry");
