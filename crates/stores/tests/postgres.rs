@@ -266,6 +266,30 @@ fn postgres_unreachable_is_unavailable() {
     assert_eq!(e.kind, StoreErrorKind::Unavailable, "{e}");
 }
 
+/// A port that takes the connection and never answers (a hung server, another
+/// service): refused within the connect bound, saying it had no answer. The
+/// bound covered only the TCP connect, so the startup handshake waited for
+/// ever and `bq-dedupe run` hung (a review's finding).
+#[test]
+fn postgres_a_server_that_never_answers_is_refused_saying_so() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "postgres://postgres@{}/postgres?sslmode=disable",
+        silent.local_addr().unwrap()
+    );
+    let held = std::thread::spawn(move || silent.accept().map(|(conn, _)| conn));
+    let started = std::time::Instant::now();
+    let e = PostgresStore::connect(&url, "t").expect_err("no answer");
+    assert_eq!(e.kind, StoreErrorKind::Unavailable, "{e}");
+    assert!(e.message.contains("no answer within 5 s"), "{e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(held);
+}
+
 /// The server drops the store's connections (a restart, a failover): the next
 /// call is retried on a fresh connection and succeeds.
 #[test]

@@ -266,6 +266,23 @@ pub(super) fn causes(e: &dyn std::error::Error) -> String {
 
 /// Where a config connects, for an error message: `host:port`, never the
 /// credentials.
+/// `connect` on a thread of its own, awaited for [`TIMEOUT`]: past it the
+/// store is unavailable, "no answer", and the thread is left to end with its
+/// connection.
+fn within_connect_bound<T: Send + 'static>(
+    host: &str,
+    connect: impl FnOnce() -> StoreResult<T> + Send + 'static,
+) -> StoreResult<T> {
+    let (answer, answered) = std::sync::mpsc::sync_channel(1);
+    std::thread::spawn(move || answer.send(connect()));
+    answered.recv_timeout(TIMEOUT).unwrap_or_else(|_| {
+        Err(StoreError::unavailable(format!(
+            "postgres: cannot connect to {host}: no answer within {} s",
+            TIMEOUT.as_secs()
+        )))
+    })
+}
+
 fn where_to(config: &Config) -> String {
     let ports = config.get_ports();
     config
@@ -367,17 +384,26 @@ impl PostgresStore {
         let manager = std::sync::Arc::new(PostgresConnectionManager::new(config, connector));
         // One connection first, to report why it fails (a certificate, a
         // password) at once and whole; the pool would retry until its timeout
-        // and keep only the outermost message.
-        let connect = || manager.connect().map_err(|e| connect_error(&host, &e));
-        let mut first = connect()?;
-        let checked = match first_session(&mut first, sends_options, limits) {
-            // The session ended under the check (behind a pooler, the server
-            // connection it was lent went away): once more, on a new one.
-            Err(_) if first.is_closed() => first_session(&mut connect()?, sends_options, limits),
-            checked => checked,
-        };
-        let FirstSession { encoding, notes } = checked?;
-        drop(first);
+        // and keep only the outermost message. Within the connect bound:
+        // `connect_timeout` covers the TCP connect alone, and a server that
+        // took the connection and never answered held the startup for ever.
+        let (first_manager, first_host) = (manager.clone(), host.clone());
+        let FirstSession { encoding, notes } = within_connect_bound(&host, move || {
+            let connect = || {
+                first_manager
+                    .connect()
+                    .map_err(|e| connect_error(&first_host, &e))
+            };
+            let mut first = connect()?;
+            match first_session(&mut first, sends_options, limits) {
+                // The session ended under the check (behind a pooler, the server
+                // connection it was lent went away): once more, on a new one.
+                Err(_) if first.is_closed() => {
+                    first_session(&mut connect()?, sends_options, limits)
+                }
+                checked => checked,
+            }
+        })?;
         let pool = Pool::builder()
             .max_size(POOL_SIZE)
             .min_idle(Some(1))
