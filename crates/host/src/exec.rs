@@ -3,8 +3,9 @@
 //! Its stdin is written from a thread of its own while its stderr is drained
 //! into a bounded tail on another, so neither side waits on a full pipe. It is
 //! done when it exits, whatever it left running (a background child keeping
-//! the pipes open is not waited for), and at its timeout it is killed with its
-//! whole process group.
+//! the pipes open is not waited for); at its timeout, or when it failed, it is
+//! killed with its whole process group (nothing of a failed run goes on beside
+//! its retry).
 
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -86,12 +87,11 @@ impl ExecHandler {
         // group) stays the handler's until this thread reaps it: a kill at the
         // deadline can never reach a process that took the pid over.
         let (exited, exit) = mpsc::channel();
-        std::thread::spawn(move || {
-            wait_unreaped(pid);
-            exited.send(())
-        });
+        std::thread::spawn(move || exited.send(wait_unreaped(pid)));
         let waited = exit.recv_timeout(self.timeout);
-        if let Err(RecvTimeoutError::Timeout) = waited {
+        // Timed out, or failed: what it started goes with it (before the reap,
+        // while its group id is still its own).
+        if matches!(waited, Err(RecvTimeoutError::Timeout) | Ok(false)) {
             kill_group(pid);
         }
         crate::stopping::finished();
@@ -101,7 +101,7 @@ impl ExecHandler {
             .wait()
             .map_err(|e| format!("handler did not finish: {e}"))?;
         match waited {
-            Ok(()) => {}
+            Ok(_) => {}
             Err(RecvTimeoutError::Timeout) => {
                 return Err(format!(
                     "handler timed out after {} and was killed{}",
@@ -201,9 +201,10 @@ fn exited_with(status: ExitStatus) -> String {
     status.to_string()
 }
 
-/// Returns once process `pid` (our child) has exited, leaving it to be reaped.
+/// Returns once process `pid` (our child) has exited, leaving it to be
+/// reaped: whether it exited 0 (`true` too when waiting failed: unknown).
 #[cfg(unix)]
-fn wait_unreaped(pid: u32) {
+fn wait_unreaped(pid: u32) -> bool {
     loop {
         // SAFETY: `info` is a plain C struct waitid fills; WNOWAIT leaves the
         // child to `Child::wait`.
@@ -216,8 +217,12 @@ fn wait_unreaped(pid: u32) {
                 libc::WEXITED | libc::WNOWAIT,
             )
         };
-        if done == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            return;
+        if done == 0 {
+            // SAFETY: waitid filled `info` for an exited child.
+            return info.si_code == libc::CLD_EXITED && unsafe { info.si_status() } == 0;
+        }
+        if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return true;
         }
     }
 }
@@ -225,7 +230,9 @@ fn wait_unreaped(pid: u32) {
 /// Elsewhere: returns at once, so there is no timeout (the `Child::wait`
 /// after it blocks until the exit), as before process groups.
 #[cfg(not(unix))]
-fn wait_unreaped(_pid: u32) {}
+fn wait_unreaped(_pid: u32) -> bool {
+    true
+}
 
 /// The handler's shell is killed when this thread's process dies, `kill -9`
 /// included: an orphan would go on beside the redelivery. (What the shell has

@@ -144,6 +144,38 @@ fn a_hung_handler_is_killed_with_its_process_group_at_the_timeout() {
     assert_eq!(verdicts[0]["decision"], "run", "{verdicts:?} {stderr}");
 }
 
+/// A handler that fails (exits non-zero, or its shell is killed) has what it
+/// started killed with it: the delivery is retried, and a child of the failed
+/// run went on beside the retry, its effect perhaps made after the retry's (a
+/// trial's finding: the timeout killed the group, a failure did not).
+#[test]
+fn a_failed_handler_takes_what_it_started_with_it() {
+    let dir = scratch("failed-group");
+    for (name, end) in [("exit", "exit 3"), ("killed", "kill -9 $$")] {
+        let pids = dir.join(format!("pids-{name}"));
+        let _ = std::fs::remove_file(&pids);
+        let cmd = format!(
+            "cat > /dev/null; sleep 30 & echo $! > {}; {end}",
+            pids.display()
+        );
+        let (verdicts, _, stderr) = run_within(
+            &["run", "--store", "memory", "--exec", &cmd],
+            &envelope(&format!("failed-group-{name}"), 10),
+            25,
+        );
+        assert_eq!(verdicts[0]["decision"], "failed", "{verdicts:?} {stderr}");
+        let child = std::fs::read_to_string(&pids).unwrap();
+        let gone = (0..50).any(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            !alive(child.trim())
+        });
+        assert!(
+            gone,
+            "{name}: the failed handler's child {child} still runs"
+        );
+    }
+}
+
 /// A handler writing 300 MB to stderr grew the host to 306 MB: only a bounded
 /// tail of it is kept (for the reason).
 #[test]
