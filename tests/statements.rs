@@ -260,3 +260,70 @@ fn in_claiming_mode_the_id_is_claimed_first_and_a_crashed_run_parks_its_redelive
     );
     assert_eq!(effects_of("c-3"), 1);
 }
+
+/// A timer whose sleep ends when the test says (`tick`).
+struct Ticks(std::rc::Rc<std::cell::Cell<bool>>);
+
+impl bq_dedupe::lease::Timer for Ticks {
+    async fn sleep(&self, _: Duration) {
+        std::future::poll_fn(|_| match self.0.replace(false) {
+            true => std::task::Poll::Ready(()),
+            false => std::task::Poll::Pending,
+        })
+        .await
+    }
+}
+
+/// A handler slower than the lease keeps its claim: it is renewed on the
+/// timer's ticks while the handler builds its statements, so a redelivery
+/// meanwhile parks and builds none. The claim was not renewed there: it
+/// lapsed under the handler and the redelivery ran its handler beside it (its
+/// effects outside the database twice, unreported; its statements once).
+#[test]
+fn in_claiming_mode_a_slow_handlers_claim_is_renewed_while_it_runs() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Waker};
+    let clock = Arc::new(bq_dedupe::clock::ManualClock::new(1_000));
+    let store = Batched::Memory(InMemoryStore::with_clock(clock.clone()));
+    let tick = Rc::new(Cell::new(false));
+    let guard = Guard::new(store)
+        .with_claiming(Duration::from_secs(3))
+        .with_clock(clock.clone())
+        .with_timer(Ticks(tick.clone()));
+    let done = Cell::new(false);
+    let body = envelope("slow-1");
+    let slow = guard.process_with_statements(body.as_str(), async |_| {
+        std::future::poll_fn(|_| match done.get() {
+            true => Poll::Ready(()),
+            false => Poll::Pending,
+        })
+        .await;
+        Ok::<Vec<String>, String>(vec!["slow-1".into()])
+    });
+    let mut slow = std::pin::pin!(slow);
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(slow.as_mut().poll(&mut cx).is_pending());
+    clock.advance(2_500);
+    tick.set(true);
+    assert!(slow.as_mut().poll(&mut cx).is_pending(), "still running");
+    clock.advance(1_000); // past the lease it was claimed with
+    let mut called = false;
+    let again = block_on_ready(guard.process_with_statements(body.as_str(), async |_| {
+        called = true;
+        Ok::<Vec<String>, String>(vec!["slow-1".into()])
+    }))
+    .unwrap();
+    assert_eq!(again.outcome.kind(), OutcomeKind::Parked);
+    assert!(
+        !called,
+        "a redelivery beside the slow handler built nothing"
+    );
+    done.set(true);
+    let Poll::Ready(first) = slow.as_mut().poll(&mut cx) else {
+        panic!("the handler is done, and so is its batch");
+    };
+    assert_eq!(first.outcome.kind(), OutcomeKind::Ran);
+    assert_eq!(effects_of("slow-1"), 1);
+}

@@ -180,7 +180,9 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
     /// fingerprints are refused here.
     ///
     /// In claiming mode the id is claimed before its handler runs, as in the
-    /// other modes, and the batch replaces the claim with the id's record; a
+    /// other modes (and renewed while it runs, with a timer:
+    /// [`Guard::with_timer`]), and the batch replaces the claim with the id's
+    /// record; a
     /// handler that fails (or a batch that fails whole) gives it back. A
     /// delivery whose handler ended the process (a panic on wasm, a CPU
     /// limit) leaves its claim, so on its redelivery it parks until the lease
@@ -199,31 +201,25 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
         let (outcome, park_for) = match start(message.as_ref(), &decision) {
             // (A park's time: what the claim it found has left.)
             Err(outcome) => (outcome, decision.park_for),
-            Ok((message, key)) => {
-                let claimed = key.zip(decision.claim.as_ref());
-                let verdict = &decision.verdict;
-                let span = &decision.span;
-                self.run_statements(message, key, claimed, verdict, span, handler)
-                    .await
-            }
+            Ok((message, key)) => self.run_statements(message, key, &decision, handler).await,
         };
         decision.park_for = park_for;
         self.observe_outcome(&decision, &outcome);
         Processed { decision, outcome }
     }
 
-    /// The pre-check (none for an id `claimed` before), the handler and the
+    /// The pre-check (none for an id claimed before), the handler and the
     /// batch of one delivery; a `park` comes with the time its claim has left,
     /// where the store can tell.
     async fn run_statements<E>(
         &self,
         message: &Message<'_>,
         key: Option<&str>,
-        claimed: Option<(&str, &ClaimToken)>,
-        verdict: &Verdict,
-        span: &DeliverySpan,
+        decision: &Decision,
         handler: impl AsyncFnOnce(&Message<'_>) -> Result<Vec<S::Statement>, E>,
     ) -> (Outcome<E>, Option<Duration>) {
+        let claimed = key.zip(decision.claim.as_ref());
+        let (verdict, span) = (&decision.verdict, &decision.span);
         if let (Some(key), None) = (key, claimed) {
             let keys = [key];
             let call = self.store.peek_many(&keys);
@@ -239,19 +235,42 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
                 Ok(_) => {}
             }
         }
-        let run = span::in_span(span, async { handler(message).await });
-        let statements = match catch::caught(run).await {
-            Ok(Ok(statements)) => statements,
-            Ok(Err(e)) => {
+        // The handler, its claim renewed on the timer's ticks while it runs
+        // (a handler slower than the lease kept the id to itself).
+        let mut handler = Some(handler);
+        let mut built = None;
+        let mut build = async |msg: &Message<'_>| {
+            if let Some(handler) = handler.take() {
+                built = Some(handler(msg).await?);
+            }
+            Ok(())
+        };
+        let started = claimed
+            .and_then(|_| self.renewing())
+            .and_then(|_| self.now());
+        let mut progress = Progress::new(1, started);
+        let decisions = std::slice::from_ref(decision);
+        let result = self
+            .run_kept_alive(&mut build, message, decisions, &mut progress, 0)
+            .await;
+        let statements = match (result, built) {
+            (HandlerResult::Ok, Some(statements)) => statements,
+            (HandlerResult::Err(e), _) => {
                 self.give_back(claimed, span).await;
                 return (
                     outcome_of(verdict, Some(HandlerResult::Err(e)), &Ok(true)),
                     None,
                 );
             }
-            Err(panic) => {
+            // A panic; or (never) a success whose statements were not kept:
+            // nothing written, retried.
+            (result, _) => {
                 self.give_back(claimed, span).await;
-                return (Outcome::Panicked(panic), None);
+                let why = match result {
+                    HandlerResult::Panicked(panic) => panic,
+                    _ => "the handler's statements were not kept".to_owned(),
+                };
+                return (Outcome::Panicked(why), None);
             }
         };
         let claim = claimed.map(|(_, token)| token);
