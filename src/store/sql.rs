@@ -111,9 +111,11 @@ pub const TX_DONE_OVER_OWN_CLAIM: &str =
 
 /// ...and a live row that upsert left alone (done, or another's claim) fails
 /// the batch on the primary key, as [`TX_INSERT_DONE`] would have: a copy of
-/// that row's own key is inserted (so nothing is ever written by it)...
+/// that row's own key is inserted (so nothing is ever written by it). `IS`,
+/// not `=`: a row remembered plainly has no token, and `NULL = ?2` let it
+/// by (a review)...
 pub const TX_REFUSE_OTHERS_ROW: &str = "INSERT INTO bq_dedupe (key, state)
-    SELECT key, 1 FROM bq_dedupe WHERE key = ?1 AND NOT (state = 1 AND token = ?2)";
+    SELECT key, 1 FROM bq_dedupe WHERE key = ?1 AND NOT (state = 1 AND token IS ?2)";
 
 /// ...and after the handler's statements, the key must still be done by `?2`
 /// and live at `?3` (now): a statement that deleted, changed or expired its row
