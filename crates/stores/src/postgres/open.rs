@@ -264,25 +264,29 @@ pub(super) fn causes(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// Where a config connects, for an error message: `host:port`, never the
-/// credentials.
-/// `connect` on a thread of its own, awaited for [`TIMEOUT`]: past it the
-/// store is unavailable, "no answer", and the thread is left to end with its
-/// connection.
+/// `connect` on a thread of its own, awaited for [`TIMEOUT`] per host it may
+/// try (each one's TCP connect has that long) and [`TIMEOUT`] more for the
+/// startup, the login and the first checks: past it the store is unavailable,
+/// "no answer", and the thread is left to end with its connection (against a
+/// server that never answers, when the process does).
 fn within_connect_bound<T: Send + 'static>(
     host: &str,
+    hosts: usize,
     connect: impl FnOnce() -> StoreResult<T> + Send + 'static,
 ) -> StoreResult<T> {
+    let bound = TIMEOUT * (hosts.max(1) as u32 + 1);
     let (answer, answered) = std::sync::mpsc::sync_channel(1);
     std::thread::spawn(move || answer.send(connect()));
-    answered.recv_timeout(TIMEOUT).unwrap_or_else(|_| {
+    answered.recv_timeout(bound).unwrap_or_else(|_| {
         Err(StoreError::unavailable(format!(
             "postgres: cannot connect to {host}: no answer within {} s",
-            TIMEOUT.as_secs()
+            bound.as_secs()
         )))
     })
 }
 
+/// Where a config connects, for an error message: `host:port`, never the
+/// credentials.
 fn where_to(config: &Config) -> String {
     let ports = config.get_ports();
     config
@@ -380,6 +384,7 @@ impl PostgresStore {
             config.ssl_mode(mode);
         }
         let host = where_to(&config);
+        let manager_hosts = config.get_hosts().len();
         let connector = MakeRustlsConnect::new(client_config(tls.verify, tls.ca.as_deref())?);
         let manager = std::sync::Arc::new(PostgresConnectionManager::new(config, connector));
         // One connection first, to report why it fails (a certificate, a
@@ -388,7 +393,8 @@ impl PostgresStore {
         // `connect_timeout` covers the TCP connect alone, and a server that
         // took the connection and never answered held the startup for ever.
         let (first_manager, first_host) = (manager.clone(), host.clone());
-        let FirstSession { encoding, notes } = within_connect_bound(&host, move || {
+        let hosts = manager_hosts;
+        let FirstSession { encoding, notes } = within_connect_bound(&host, hosts, move || {
             let connect = || {
                 first_manager
                     .connect()
