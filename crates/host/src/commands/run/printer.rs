@@ -139,7 +139,12 @@ fn print(receive: &Receiver<Vec<LineVerdict>>) -> Result<Counts, Failed> {
         text.clear();
         ends.clear();
         for verdict in &verdicts {
-            tally(&mut counts, verdict.decision, verdict.outcome);
+            tally(
+                &mut counts,
+                verdict.decision,
+                verdict.outcome,
+                verdict.ran_before_trap,
+            );
             // Into a Vec: cannot fail.
             let _ = write_verdict(&mut text, verdict);
             ends.push((text.len(), verdict.line));
@@ -171,12 +176,14 @@ fn print(receive: &Receiver<Vec<LineVerdict>>) -> Result<Counts, Failed> {
 /// Counts a verdict under its decision, and two outcomes among `run` apart
 /// too: `lease-lost`, the one under which an effect may have happened twice,
 /// and `unrecorded`, a run whose record the store did not take (a redelivery
-/// runs it again, unless the write had landed after all).
-fn tally(counts: &mut Counts, decision: &'static str, outcome: &str) {
+/// runs it again, unless the write had landed after all), which a success
+/// whose call then trapped (`ran_before_trap`) may be too.
+fn tally(counts: &mut Counts, decision: &'static str, outcome: &str, ran_before_trap: bool) {
     *counts.entry(decision).or_default() += 1;
     let apart = match outcome {
         "run-ok-lease-lost" => "lease-lost",
         "run-ok-unrecorded" => "unrecorded",
+        _ if ran_before_trap => "unrecorded",
         _ => return,
     };
     *counts.entry(apart).or_default() += 1;
@@ -221,14 +228,19 @@ mod tests {
     fn the_summary_counts_unrecorded_and_lease_lost_runs_apart() {
         let mut counts = Counts::new();
         for outcome in ["run-ok", "run-ok-unrecorded", "run-ok-lease-lost", "run-ok"] {
-            tally(&mut counts, "run", outcome);
+            tally(&mut counts, "run", outcome, false);
         }
-        tally(&mut counts, "skip", "skip");
+        tally(&mut counts, "skip", "skip", false);
+        // A success whose call then trapped: retried, and perhaps unrecorded
+        // (it was counted only as `failed`: a review).
+        tally(&mut counts, "failed", "trap", true);
+        tally(&mut counts, "failed", "trap", false);
         let expected = [
+            ("failed", 2),
             ("lease-lost", 1),
             ("run", 4),
             ("skip", 1),
-            ("unrecorded", 1),
+            ("unrecorded", 2),
         ];
         assert_eq!(counts, Counts::from(expected));
     }

@@ -73,6 +73,9 @@ pub(super) struct LineVerdict {
     /// a claim.
     pub(super) duplicate: bool,
     pub(super) claimed: bool,
+    /// Its call trapped after its handler had succeeded: its success may be
+    /// unrecorded (the summary counts it `unrecorded`).
+    pub(super) ran_before_trap: bool,
 }
 
 impl LineVerdict {
@@ -88,11 +91,12 @@ impl LineVerdict {
             kind: Some(kind),
             duplicate: report.duplicate,
             claimed: report.claimed,
+            ran_before_trap: false,
         }
     }
 
     /// A line whose call trapped (or answered short): retried, never lost.
-    fn trapped(line: u64, reason: String, id: Option<String>) -> Self {
+    fn trapped(line: u64, reason: String, id: Option<String>, ran: bool) -> Self {
         LineVerdict {
             line,
             decision: "failed",
@@ -102,6 +106,7 @@ impl LineVerdict {
             kind: None,
             duplicate: false,
             claimed: false,
+            ran_before_trap: ran,
         }
     }
 }
@@ -128,6 +133,7 @@ pub(super) fn decide(runtime: &mut Runtime, batch: Vec<Line>) -> Vec<LineVerdict
                     kind: Some(OutcomeKind::Rejected),
                     duplicate: false,
                     claimed: false,
+                    ran_before_trap: false,
                 }));
             }
             Ok(text) => {
@@ -240,7 +246,7 @@ fn resolve(
                         ),
                         _ => reason.clone(),
                     };
-                    LineVerdict::trapped(line, reason, id)
+                    LineVerdict::trapped(line, reason, id, ran.get(i) == Some(&true))
                 })
                 .collect()
         }
