@@ -182,12 +182,12 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
     /// In claiming mode the id is claimed before its handler runs, as in the
     /// other modes (and renewed while it runs, with a timer:
     /// [`Guard::with_timer`]), and the batch replaces the claim with the id's
-    /// record; a
-    /// handler that fails (or a batch that fails whole) gives it back. A
-    /// delivery whose handler ended the process (a panic on wasm, a CPU
-    /// limit) leaves its claim, so on its redelivery it parks until the lease
-    /// ends and the deliveries after it run: without claiming they ran after
-    /// it again, and went with it to the dead-letter queue unrun (a trial).
+    /// record; a handler that fails (or a batch that fails whole) gives it
+    /// back. A delivery whose handler ended the process (a panic on wasm, a
+    /// CPU limit) leaves its claim, so on its redelivery it parks until the
+    /// lease ends and the deliveries after it run: without claiming they ran
+    /// after it again, and went with it to the dead-letter queue unrun (a
+    /// trial).
     pub async fn process_with_statements<B: Body + ?Sized, E>(
         &self,
         body: &B,
