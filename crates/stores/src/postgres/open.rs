@@ -384,7 +384,7 @@ impl PostgresStore {
             config.ssl_mode(mode);
         }
         let host = where_to(&config);
-        let manager_hosts = config.get_hosts().len();
+        let hosts = config.get_hosts().len();
         let connector = MakeRustlsConnect::new(client_config(tls.verify, tls.ca.as_deref())?);
         let manager = std::sync::Arc::new(PostgresConnectionManager::new(config, connector));
         // One connection first, to report why it fails (a certificate, a
@@ -393,7 +393,6 @@ impl PostgresStore {
         // `connect_timeout` covers the TCP connect alone, and a server that
         // took the connection and never answered held the startup for ever.
         let (first_manager, first_host) = (manager.clone(), host.clone());
-        let hosts = manager_hosts;
         let FirstSession { encoding, notes } = within_connect_bound(&host, hosts, move || {
             let connect = || {
                 first_manager
