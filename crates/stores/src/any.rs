@@ -109,11 +109,14 @@ any_store! {
 impl AnyStore {
     /// What a host should say once on start-up ([`PostgresStore::notes`]:
     /// a connection that does not authenticate its server, a timeout left to
-    /// a server that sets none).
+    /// a server that sets none; [`RedisStore::notes`]: a server that evicts
+    /// keys when full).
     pub fn notes(&self) -> &[String] {
         match self {
             #[cfg(feature = "postgres")]
             AnyStore::Postgres(store) => store.notes(),
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(store) => store.notes(),
             _ => &[],
         }
     }

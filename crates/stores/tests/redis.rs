@@ -339,3 +339,52 @@ fn a_pipeline_of_failures_is_said_once() {
     assert!(e.message.contains("and 49 other commands failed"), "{e}");
     assert!(e.message.len() < 300, "{} bytes: {e}", e.message.len());
 }
+
+/// A server that evicts keys when full (a `maxmemory` with a policy other than
+/// `noeviction`, as managed services often set) is said on start-up: an
+/// evicted done record read as never processed and its redelivery ran again,
+/// unreported (a review). Quiet with `noeviction`.
+#[test]
+fn redis_a_server_that_may_evict_keys_is_said_on_start_up() {
+    let url = redis_url();
+    let mut admin = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let get = |admin: &mut redis::Connection, name: &str| -> String {
+        let pair: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg(name)
+            .query(admin)
+            .unwrap();
+        pair[1].clone()
+    };
+    let set = |admin: &mut redis::Connection, name: &str, value: &str| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query::<()>(admin)
+            .unwrap()
+    };
+    let (memory, policy) = (
+        get(&mut admin, "maxmemory"),
+        get(&mut admin, "maxmemory-policy"),
+    );
+    // A limit far above what the tests use: nothing is evicted meanwhile.
+    set(&mut admin, "maxmemory", "10gb");
+    set(&mut admin, "maxmemory-policy", "volatile-lru");
+    let evicting = RedisStore::connect(&url, redis_prefix("evict"));
+    set(&mut admin, "maxmemory-policy", "noeviction");
+    let quiet = RedisStore::connect(&url, redis_prefix("evict"));
+    set(&mut admin, "maxmemory-policy", &policy);
+    set(&mut admin, "maxmemory", &memory);
+    let notes = evicting.unwrap().notes().to_vec();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("maxmemory-policy volatile-lru")),
+        "{notes:?}"
+    );
+    assert_eq!(quiet.unwrap().notes(), [] as [String; 0]);
+}

@@ -87,6 +87,37 @@ pub(super) fn open(target: &Target) -> RedisResult<Conn> {
     }
 }
 
+/// What to say on start-up where the server may evict keys under memory
+/// pressure (a `maxmemory` with a policy other than `noeviction`, as managed
+/// services often set): an evicted done record reads as never processed, and
+/// its redelivery runs again unreported (a review). Nothing where the server
+/// will not say (`INFO` refused to this user).
+pub(super) fn eviction_note(target: &Target, conn: &mut Conn) -> Option<String> {
+    let info: String = match (target, conn) {
+        (Target::Single(_), Conn::Single(conn)) => redis::cmd("INFO").arg("memory").query(conn),
+        // The first node's: the cluster's nodes are configured alike.
+        (Target::Cluster(_, _, first), _) => first
+            .get_connection_with_timeout(TIMEOUT)
+            .and_then(|mut conn| redis::cmd("INFO").arg("memory").query(&mut conn)),
+        _ => return None,
+    }
+    .ok()?;
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    let policy = field("maxmemory_policy")?;
+    let limited = field("maxmemory").is_some_and(|bytes| bytes != "0");
+    (limited && policy != "noeviction").then(|| {
+        format!(
+            "redis: the server evicts keys when full (maxmemory-policy {policy}): an evicted \
+             id reads as never processed and runs again, and an evicted claim lets a second \
+             consumer run beside the first; set maxmemory-policy noeviction (docs/stores.md)"
+        )
+    })
+}
+
 /// Network trouble and a server that is loading, read-only or failing over may
 /// pass (`Unavailable`); anything else is `Internal`.
 pub(super) fn error(e: RedisError) -> StoreError {

@@ -23,7 +23,7 @@ use redis::{
 };
 
 use crate::{StoreStats, new_token, ttl_ms};
-use conn::{Conn, Target, error, error_at, open};
+use conn::{Conn, Target, error, error_at, eviction_note, open};
 pub use dialect::Dialect;
 use dialect::Record;
 use scripts::{eval, load_scripts, scripts};
@@ -56,6 +56,8 @@ pub struct RedisStore {
     dialect: Dialect,
     /// Calls sent again on a fresh connection, or after loading the scripts.
     resent: AtomicU64,
+    /// Said once on start-up: a server that may evict our keys.
+    notes: Vec<String>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -201,14 +203,22 @@ impl RedisStore {
     fn open_target(target: Target, prefix: String, dialect: Dialect) -> StoreResult<Self> {
         // Which server refused (a certificate, a password): host:port, never
         // the credentials.
-        let conn = open(&target).map_err(|e| error_at(e, &target.location()))?;
+        let mut conn = open(&target).map_err(|e| error_at(e, &target.location()))?;
+        let notes = eviction_note(&target, &mut conn).into_iter().collect();
         Ok(RedisStore {
             target,
             conn: Mutex::new(Some(conn)),
             prefix,
             dialect,
             resent: AtomicU64::new(0),
+            notes,
         })
+    }
+
+    /// What a host should say once on start-up: a server that evicts keys
+    /// when full (a `maxmemory-policy` other than `noeviction`).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
     }
 
     /// The prefix of every key this store writes.
