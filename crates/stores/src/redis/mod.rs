@@ -366,7 +366,12 @@ impl RedisStore {
                     *slot = None;
                     return Err(error(e));
                 }
-                Err(e) if e.is_io_error() || e.is_unrecoverable_error() || stale_slots(&e) => {
+                Err(e)
+                    if e.is_io_error()
+                        || e.is_unrecoverable_error()
+                        || stale_slots(&e)
+                        || demoted(&e) =>
+                {
                     *slot = None;
                     if sent >= sendings {
                         return Err(error(e));
@@ -723,6 +728,18 @@ fn certificates(ca_pem: &[u8]) -> TlsCertificates {
         client_tls: None,
         root_cert: Some(ca_pem.to_vec()),
     }
+}
+
+/// A server that answers `READONLY`: demoted to a replica by a failover, while
+/// our connection still reaches it. A new connection (through a name or proxy
+/// that now points at the new master) may not: without one, every later call
+/// failed the same way until the process restarted (a review).
+fn demoted(e: &RedisError) -> bool {
+    let read_only = |kind| kind == Some(ServerErrorKind::ReadOnly);
+    e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+        || e.clone()
+            .into_server_errors()
+            .is_some_and(|errors| errors.iter().any(|(_, e)| read_only(e.kind())))
 }
 
 /// A cluster node answered MOVED or ASK to a command: the slot map the
