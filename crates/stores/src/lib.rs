@@ -140,19 +140,23 @@ fn savepoint_for(token: &ClaimToken) -> String {
     format!("bq_delivery_{}", token.0.replace('-', "_"))
 }
 
-/// A claim token unique across the processes sharing a store: pid, the
-/// process's start time in nanoseconds, and a counter.
+/// A claim token unique across the processes sharing a store: pid, 64 random
+/// bits of its own, and a counter. Pid, start time and counter alone were the
+/// same in two processes cloned from one snapshot, or a child forked after a
+/// first claim, whose claims then both read as their own (a review); the
+/// start time stands in where the OS gives no random bits.
 fn new_token() -> ClaimToken {
-    static INSTANCE: OnceLock<String> = OnceLock::new();
+    static FALLBACK: OnceLock<u64> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let instance = INSTANCE.get_or_init(|| {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        format!("{:x}-{nanos:x}", std::process::id())
+    let random = getrandom::u64().unwrap_or_else(|_| {
+        *FALLBACK.get_or_init(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        })
     });
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    ClaimToken(format!("{instance}-{n:x}"))
+    ClaimToken(format!("{:x}-{random:016x}-{n:x}", std::process::id()))
 }
 
 /// Splits a URL's query into our own parameters (`names`) and the rest, which
@@ -203,4 +207,45 @@ pub(crate) fn take_params(
         format!("{base}?{}", rest.join("&"))
     };
     Ok((url, ours))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::new_token;
+
+    /// A child forked after its parent's first claim takes a token of its own:
+    /// the pid, start time and counter it inherits made the same token as its
+    /// parent's next one.
+    #[cfg(unix)]
+    #[test]
+    fn a_forked_child_takes_tokens_of_its_own() {
+        let _first = new_token();
+        let mut fds = [0; 2];
+        // SAFETY: pipe fills two fds; the child only makes a token, writes it
+        // and leaves with _exit (no destructors, no test harness).
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let token = new_token().0;
+            unsafe {
+                libc::write(fds[1], token.as_ptr().cast(), token.len());
+                libc::_exit(0);
+            }
+        }
+        unsafe { libc::close(fds[1]) };
+        let mut got = vec![0u8; 128];
+        let n = unsafe { libc::read(fds[0], got.as_mut_ptr().cast(), got.len()) };
+        unsafe {
+            libc::close(fds[0]);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        got.truncate(n.max(0) as usize);
+        let child = String::from_utf8(got).unwrap();
+        let parent = new_token().0;
+        assert!(!child.is_empty());
+        // The child's pid differs, so compare what follows it.
+        let tail = |t: &str| t.split_once('-').map(|(_, rest)| rest.to_owned());
+        assert_ne!(tail(&child), tail(&parent), "{child} vs {parent}");
+    }
 }
