@@ -417,3 +417,23 @@ fn keys_that_would_start_with_u001f_are_escaped_and_read_back() {
         "only the key's first character counts"
     );
 }
+
+/// A batch of one id under many payloads is decided and resolved in linear
+/// time: each mismatch looked through the batch for its leader (twice: the
+/// fingerprint check and the resolve), so 80,000 took 12 s in a trial of the
+/// component (18.6 s here in release, 0.21 s after). 40,000 in a debug build:
+/// 7.3 s before, 0.57 s after.
+#[test]
+fn one_id_under_many_payloads_in_a_batch_resolves_in_linear_time() {
+    let guard = Guard::new(InMemoryStore::new()).with_fingerprint();
+    let bodies: Vec<String> = (0..40_000)
+        .map(|n| envelope("many", &format!(r#"{{"n":{n}}}"#)))
+        .collect();
+    let started = std::time::Instant::now();
+    let (codes, ran) = batch(&guard, &bodies);
+    let took = started.elapsed();
+    assert_eq!(ran, ["many"]);
+    assert_eq!(codes[0], "run-ok");
+    assert!(codes[1..].iter().all(|c| *c == "payload-mismatch"));
+    assert!(took < Duration::from_secs(3), "{took:?}");
+}

@@ -136,13 +136,24 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         mut own: impl FnMut(usize) -> Outcome<E>,
     ) -> Vec<Outcome<E>> {
         let mut outcomes: Vec<Outcome<E>> = Vec::with_capacity(decisions.len());
+        // Each key's first delivery, found once a batch has a mismatch (a scan
+        // per mismatch was quadratic, a trial).
+        let mut leaders = None;
         for (i, decision) in decisions.iter().enumerate() {
             let follows = match decision.verdict {
                 Verdict::Duplicate(of) => Some(of),
                 // Another payload than an earlier delivery of its key: a
                 // mismatch once that one's is recorded (or found done, or found
                 // a mismatch); while nothing is, it waits as a copy would.
-                Verdict::PayloadMismatch => leader_of(decisions, i)
+                Verdict::PayloadMismatch => decision
+                    .key
+                    .as_deref()
+                    .and_then(|key| {
+                        leaders
+                            .get_or_insert_with(|| decide::first_of_each_key(decisions))
+                            .of(key)
+                    })
+                    .filter(|&of| of < i)
                     .filter(|&of| outcomes.get(of).is_some_and(|l| !settles_its_id(l.kind()))),
                 _ => None,
             };
@@ -348,14 +359,6 @@ fn settles_its_id(kind: OutcomeKind) -> bool {
             | OutcomeKind::Skipped
             | OutcomeKind::PayloadMismatch
     )
-}
-
-/// The earlier delivery of delivery `i`'s key that leads it, if `i` follows one.
-fn leader_of(decisions: &[Decision], i: usize) -> Option<usize> {
-    let key = decisions[i].key.as_deref()?;
-    decisions[..i]
-        .iter()
-        .position(|d| d.key.as_deref() == Some(key))
 }
 
 /// The spans of the deliveries that ran with a key: those a commit writes for.

@@ -116,19 +116,26 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     /// not its skipped leader's is read too: it may be the one processed.
     pub(super) async fn check_fingerprints(&self, decisions: &mut [Decision]) {
         let mut skips = Vec::new();
+        // Each key's first delivery (its leader), found once a batch has a
+        // mismatch: a scan of the batch per mismatch was quadratic (a trial).
+        let mut leaders = None;
         for (i, d) in decisions.iter().enumerate() {
             let read = match d.verdict {
                 _ if d.fingerprint.is_none() => false,
                 Verdict::Skip => true,
-                Verdict::PayloadMismatch => decisions
-                    .iter()
-                    .any(|leader| leader.verdict == Verdict::Skip && leader.key == d.key),
+                Verdict::PayloadMismatch => d.key.as_deref().is_some_and(|key| {
+                    leaders
+                        .get_or_insert_with(|| first_of_each_key(decisions))
+                        .of(key)
+                        .is_some_and(|leader| decisions[leader].verdict == Verdict::Skip)
+                }),
                 _ => false,
             };
             if read {
                 skips.push(i);
             }
         }
+        drop(leaders); // it borrows the decisions, which are written below
         if skips.is_empty() {
             return;
         }
@@ -267,6 +274,34 @@ pub(super) fn mark_followers(decisions: &mut [Decision]) -> Vec<usize> {
         };
     }
     unique
+}
+
+/// The first delivery of each key in a batch: the one that leads it.
+pub(super) fn first_of_each_key(decisions: &[Decision]) -> Leaders<'_> {
+    let mut first =
+        hashbrown::HashMap::with_capacity_and_hasher(decisions.len(), RandomState::default());
+    for (i, decision) in decisions.iter().enumerate() {
+        if let Some(key) = decision.key.as_deref() {
+            if let hashbrown::hash_map::Entry::Vacant(slot) = first.entry(key) {
+                slot.insert(i);
+            }
+        }
+    }
+    Leaders(first)
+}
+
+/// Each key's first delivery ([`first_of_each_key`]).
+pub(super) struct Leaders<'d>(hashbrown::HashMap<&'d str, usize, RandomState>);
+
+impl<'d> Leaders<'d> {
+    /// The leader of `key`'s deliveries. (Through `entry`, as the map is
+    /// filled: one copy of the map's code in the wasm modules, not two.)
+    pub(super) fn of(&mut self, key: &'d str) -> Option<usize> {
+        match self.0.entry(key) {
+            hashbrown::hash_map::Entry::Occupied(leader) => Some(*leader.get()),
+            hashbrown::hash_map::Entry::Vacant(_) => None,
+        }
+    }
 }
 
 /// Do two deliveries of one key carry the same payload (as far as fingerprints
