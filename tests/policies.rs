@@ -802,3 +802,84 @@ fn a_settle_answered_short_is_a_store_error_not_a_write() {
     assert_eq!(outcomes, [OutcomeKind::Ran; 2]);
     assert_eq!(seen(&checkpointed, &["c-1", "c-2"]), [true, true]);
 }
+
+/// A claiming store that cannot renew (PHP's format, a WIT host without
+/// leases): claims are held by the guard's own clock only.
+struct Unrenewed(Arc<InMemoryStore>);
+
+impl Store for Unrenewed {
+    async fn seen_many(&self, keys: &[&str]) -> bq_dedupe::StoreResult<Vec<bool>> {
+        self.0.seen_many(keys).await
+    }
+    async fn remember_many(
+        &self,
+        keys: &[&str],
+        ttl: Option<Duration>,
+    ) -> bq_dedupe::StoreResult<()> {
+        self.0.remember_many(keys, ttl).await
+    }
+    async fn forget(&self, key: &str) -> bq_dedupe::StoreResult<()> {
+        self.0.forget(key).await
+    }
+    fn capabilities(&self) -> bq_dedupe::store::Capabilities {
+        bq_dedupe::store::Capabilities {
+            renew: false,
+            ..self.0.capabilities()
+        }
+    }
+    async fn claim_many(
+        &self,
+        keys: &[&str],
+        lease: Duration,
+    ) -> bq_dedupe::StoreResult<Vec<bq_dedupe::store::Claim>> {
+        self.0.claim_many(keys, lease).await
+    }
+    async fn release(
+        &self,
+        key: &str,
+        token: &bq_dedupe::store::ClaimToken,
+    ) -> bq_dedupe::StoreResult<()> {
+        self.0.release(key, token).await
+    }
+}
+
+/// On a store that cannot renew, a delivery whose claim the guard's own clock
+/// says has run out by the time its handler would start parks instead: the
+/// claim may be another consumer's by then, and the store cannot tell. It ran,
+/// `run-ok`, beside the other consumer's run (a trial of the component).
+#[test]
+fn a_claim_that_ran_out_before_its_handler_parks_where_claims_cannot_be_renewed() {
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let store = Arc::new(InMemoryStore::with_clock(clock.clone()));
+    let guard = Guard::new(Unrenewed(store.clone()))
+        .with_claiming(Duration::from_secs(30))
+        .with_clock(clock.clone());
+    let no_id = r#"{"job":"urn:babel:orders:created","trace_id":"t","data":{},"meta":{"schema_version":1}}"#;
+    let bodies = [
+        envelope("slow-1"),
+        envelope("slow-2"),
+        no_id.to_owned(),
+        envelope("slow-3"),
+    ];
+    let mut ran = Vec::new();
+    let outcomes = block_on_ready(guard.process_batch(&bodies, async |m| {
+        ran.push(m.id().unwrap_or_default().to_owned());
+        clock.advance(40_000); // past the lease
+        Ok::<(), String>(())
+    }))
+    .unwrap();
+    let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
+    assert_eq!(
+        ran,
+        ["slow-1", ""],
+        "a delivery without an id holds no claim: it runs"
+    );
+    assert_eq!(
+        kinds[1..],
+        [
+            OutcomeKind::Parked,
+            OutcomeKind::FailOpen,
+            OutcomeKind::Parked
+        ]
+    );
+}

@@ -428,6 +428,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         bodies: &[B],
         mut handler: impl AsyncFnMut(usize, &Message<'_>) -> Result<(), E>,
     ) -> (Vec<Decision>, Vec<Outcome<E>>) {
+        let claims_end = self.unrenewed_claims_end();
         let (messages, mut decisions) = self.plan(bodies).await;
         // The renewal clock starts only where there are claims to keep alive.
         let started = self.renewing().and_then(|_| self.now());
@@ -438,6 +439,11 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             };
             if progress.due(&self.options.leases, self.renewing(), || self.now()) {
                 self.checkpoint(&decisions, &mut progress, i, false).await;
+            }
+            // A claim that ran out before its handler started may be another
+            // consumer's now, and the store cannot tell: it ran beside it.
+            if decisions[i].claim.is_some() && self.ran_out(claims_end) {
+                progress.lost[i] = true;
             }
             if progress.lost[i] {
                 // Its claim went (expired and taken, or forgotten) before it ran.
@@ -463,6 +469,25 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
 
     fn now(&self) -> Option<u64> {
         self.clock.as_ref().map(|c| c.now_ms())
+    }
+
+    /// Where claims cannot be renewed: when, by our own clock, the claims a
+    /// batch asks for now end (a lease from now).
+    #[inline(never)] // one copy, not one per handler type (the wasm budgets)
+    fn unrenewed_claims_end(&self) -> Option<u64> {
+        let unrenewed = self
+            .options
+            .claim_lease
+            .filter(|_| self.renewing().is_none());
+        unrenewed
+            .zip(self.now())
+            .map(|(lease, at)| at.saturating_add(lease.as_millis() as u64))
+    }
+
+    /// Whether `claims_end` has passed.
+    #[inline(never)]
+    fn ran_out(&self, claims_end: Option<u64>) -> bool {
+        claims_end.is_some_and(|end| self.now().is_some_and(|now| now >= end))
     }
 
     /// The lease to keep claims alive for: claiming mode on a store that renews.
