@@ -883,3 +883,18 @@ fn a_claim_that_ran_out_before_its_handler_parks_where_claims_cannot_be_renewed(
         ]
     );
 }
+
+/// A host clock pinned at its end (a broken `now-ms`) parks nothing: a claim's
+/// end past u64 is no end the guard can tell.
+#[test]
+fn a_clock_at_its_end_parks_no_claim_where_claims_cannot_be_renewed() {
+    let store = Arc::new(InMemoryStore::new());
+    let guard = Guard::new(Unrenewed(store))
+        .with_claiming(Duration::from_secs(30))
+        .with_clock(Arc::new(ManualClock::new(u64::MAX)));
+    let bodies = [envelope("end-1"), envelope("end-2")];
+    let outcomes =
+        block_on_ready(guard.process_batch(&bodies, async |_| Ok::<(), String>(()))).unwrap();
+    let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
+    assert_eq!(kinds, [OutcomeKind::Ran, OutcomeKind::Ran]);
+}

@@ -479,9 +479,9 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             .options
             .claim_lease
             .filter(|_| self.renewing().is_none());
-        unrenewed
-            .zip(self.now())
-            .map(|(lease, at)| at.saturating_add(lease.as_millis() as u64))
+        // (None past u64: a clock pinned at its end would park every claim.)
+        let (lease, at) = unrenewed.zip(self.now())?;
+        at.checked_add(lease.as_millis() as u64)
     }
 
     /// Whether `claims_end` has passed.

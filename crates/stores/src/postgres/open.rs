@@ -264,17 +264,24 @@ pub(super) fn causes(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// `connect` on a thread of its own, awaited for [`TIMEOUT`] per host it may
-/// try (each one's TCP connect has that long) and [`TIMEOUT`] more for the
-/// startup, the login and the first checks: past it the store is unavailable,
-/// "no answer", and the thread is left to end with its connection (against a
-/// server that never answers, when the process does).
+/// How long a connection may take: [`TIMEOUT`] per host the URL names (each
+/// one's TCP connect has that long) and [`TIMEOUT`] more for the startup, the
+/// login and the first checks. (A host name with several addresses tries each
+/// for [`TIMEOUT`]: not counted.)
+fn connect_bound(config: &Config) -> std::time::Duration {
+    let hosts = config.get_hosts().len().max(config.get_hostaddrs().len());
+    TIMEOUT * (hosts.max(1) as u32 + 1)
+}
+
+/// `connect` on a thread of its own, awaited for `bound`
+/// ([`connect_bound`]): past it the store is unavailable, "no answer", and the
+/// thread is left to end with its connection (against a server that never
+/// answers, when the process does).
 fn within_connect_bound<T: Send + 'static>(
     host: &str,
-    hosts: usize,
+    bound: std::time::Duration,
     connect: impl FnOnce() -> StoreResult<T> + Send + 'static,
 ) -> StoreResult<T> {
-    let bound = TIMEOUT * (hosts.max(1) as u32 + 1);
     let (answer, answered) = std::sync::mpsc::sync_channel(1);
     std::thread::spawn(move || answer.send(connect()));
     answered.recv_timeout(bound).unwrap_or_else(|_| {
@@ -384,7 +391,7 @@ impl PostgresStore {
             config.ssl_mode(mode);
         }
         let host = where_to(&config);
-        let hosts = config.get_hosts().len();
+        let bound = connect_bound(&config);
         let connector = MakeRustlsConnect::new(client_config(tls.verify, tls.ca.as_deref())?);
         let manager = std::sync::Arc::new(PostgresConnectionManager::new(config, connector));
         // One connection first, to report why it fails (a certificate, a
@@ -393,7 +400,7 @@ impl PostgresStore {
         // `connect_timeout` covers the TCP connect alone, and a server that
         // took the connection and never answered held the startup for ever.
         let (first_manager, first_host) = (manager.clone(), host.clone());
-        let FirstSession { encoding, notes } = within_connect_bound(&host, hosts, move || {
+        let FirstSession { encoding, notes } = within_connect_bound(&host, bound, move || {
             let connect = || {
                 first_manager
                     .connect()
@@ -416,7 +423,8 @@ impl PostgresStore {
             // call): a broken connection is found by the call, which is retried
             // once on a fresh one ([`PostgresStore::run`]).
             .test_on_check_out(false)
-            .connection_timeout(TIMEOUT)
+            // The pool's first connection tries the hosts as the first did.
+            .connection_timeout(bound)
             .build(Manager {
                 manager: manager.clone(),
                 cache,

@@ -93,15 +93,22 @@ pub(super) fn open(target: &Target) -> RedisResult<Conn> {
 /// its redelivery runs again unreported (a review). Nothing where the server
 /// will not say (`INFO` refused to this user).
 pub(super) fn eviction_note(target: &Target, conn: &mut Conn) -> Option<String> {
-    let info: String = match (target, conn) {
-        (Target::Single(_), Conn::Single(conn)) => redis::cmd("INFO").arg("memory").query(conn),
-        // The first node's: the cluster's nodes are configured alike.
-        (Target::Cluster(_, _, first), _) => first
-            .get_connection_with_timeout(TIMEOUT)
-            .and_then(|mut conn| redis::cmd("INFO").arg("memory").query(&mut conn)),
-        _ => return None,
-    }
-    .ok()?;
+    let info: String =
+        match (target, conn) {
+            (Target::Single(_), Conn::Single(conn)) => redis::cmd("INFO").arg("memory").query(conn),
+            // The first node's: the cluster's nodes are configured alike.
+            (Target::Cluster(_, _, first), _) => first
+                .get_connection_with_timeout(TIMEOUT)
+                .and_then(|mut conn| {
+                    // The timeout above is the handshake's alone: a node that
+                    // stalled after it would hold the connect (a review).
+                    conn.set_read_timeout(Some(TIMEOUT))?;
+                    conn.set_write_timeout(Some(TIMEOUT))?;
+                    redis::cmd("INFO").arg("memory").query(&mut conn)
+                }),
+            _ => return None,
+        }
+        .ok()?;
     let field = |name: &str| {
         info.lines()
             .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
