@@ -348,22 +348,16 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         // two copies apart (the id is free again); without claiming, the park
         // delay, so that it does not run beside its leader's retry.
         let claiming = self.guard.options().claim_lease.is_some();
-        let behind = |leader: Option<&Processed<E>>| {
-            leader.and_then(|l| match l.outcome.kind() {
-                OutcomeKind::Parked => l.decision.park_for,
-                _ if claiming => Some(Duration::ZERO),
-                _ => None,
-            })
-        };
         let outcomes: Vec<Ended<'_, E>> = processed
             .iter()
             .map(|p| {
                 let park_for = match p.decision.verdict {
-                    Verdict::Duplicate(of) => behind(processed.get(of)),
-                    // Another payload waiting on the first delivery of its id
-                    // (the first of its key in the batch): as a copy waits.
-                    Verdict::PayloadMismatch if p.outcome.kind() == OutcomeKind::Parked => {
-                        behind(processed.iter().find(|l| l.decision.key == p.decision.key))
+                    Verdict::Duplicate(of) => {
+                        processed.get(of).and_then(|l| match l.outcome.kind() {
+                            OutcomeKind::Parked => l.decision.park_for,
+                            _ if claiming => Some(Duration::ZERO),
+                            _ => None,
+                        })
                     }
                     _ => p.decision.park_for,
                 };

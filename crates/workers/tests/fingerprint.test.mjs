@@ -29,19 +29,6 @@ describe("payload fingerprints", () => {
       assert.deepEqual((await worker.effects()).effects, { "fp-order": 1 });
     }));
 
-  test("another payload behind a failed first delivery of its id in one batch waits with it (retried within a second), not dead-lettered as a mismatch (a review)", () =>
-    withWorker({ vars: { DEDUPE_FINGERPRINT: "on" } }, async (worker) => {
-      const delivery = (msgId, data) => ({ id: msgId, timestamp: new Date(), attempts: 1, body: envelope("mm", data) });
-      const result = await worker.dispatchQueue([
-        delivery("mm-a", { fail_attempts: 1 }),
-        delivery("mm-b", { fail_attempts: 1, total: 2 }),
-      ]);
-      const retried = Object.fromEntries(result.retryMessages.map((m) => [m.msgId, m.delaySeconds ?? 0]));
-      assert.deepEqual(Object.keys(retried).sort(), ["mm-a", "mm-b"], JSON.stringify(result));
-      assert.ok(retried["mm-b"] <= 1, `the other payload waits at most a second, as its leader: ${JSON.stringify(result)}`);
-      assert.deepEqual((await worker.effects()).effects, {}, "nothing ran to success");
-    }));
-
   test("off (the default): the same id with other data is a plain skip", () =>
     withWorker({}, async (worker) => {
       await worker.publishAndWait([envelope("plain-order", { total: 10 })]);
