@@ -396,15 +396,14 @@ impl StatementStore for D1Store {
             let token = new_token(now);
             let mut batch = Vec::with_capacity(statements.len() + 5);
             batch.push(self.statement(TX_CLEAR_EXPIRED, &[text(key), number(now)])?);
-            let done = [text(key), text(&token.0), until(now, ttl)];
+            let (key_text, done_by, until) = (text(key), text(&token.0), until(now, ttl));
             match claim {
                 Some(claim) => {
-                    let [key, token, until] = done;
-                    let over = [key.clone(), token.clone(), until, text(&claim.0)];
+                    let over = [key_text.clone(), done_by.clone(), until, text(&claim.0)];
                     batch.push(self.statement(TX_DONE_OVER_OWN_CLAIM, &over)?);
-                    batch.push(self.statement(TX_REFUSE_OTHERS_ROW, &[key, token])?);
+                    batch.push(self.statement(TX_REFUSE_OTHERS_ROW, &[key_text, done_by])?);
                 }
-                None => batch.push(self.statement(TX_INSERT_DONE, &done)?),
+                None => batch.push(self.statement(TX_INSERT_DONE, &[key_text, done_by, until])?),
             }
             batch.extend(statements.iter().cloned());
             batch.push(
