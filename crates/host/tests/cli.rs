@@ -923,6 +923,30 @@ fn run_with_fingerprints_rejects_an_id_reused_with_other_data() {
         [pair("run", "run-ok"), pair("reject", "payload-mismatch")],
         "after forget the id runs once more; one id, two payloads in one batch"
     );
+
+    // Another payload behind a first delivery that failed in the same batch:
+    // decided again after it, as one at a time, and it runs.
+    let after_failure = bq(
+        &[
+            "run",
+            "--fingerprint",
+            "--store",
+            &spec,
+            "--batch",
+            "2",
+            "--exec",
+            r#"! grep -q '"sku":"fails"'"#,
+        ],
+        &[
+            with("p3", json!({"sku": "fails"})),
+            with("p3", json!({"sku": "runs"})),
+        ]
+        .join("\n"),
+    );
+    assert_eq!(
+        summary(&after_failure),
+        [pair("failed", "run-failed"), pair("run", "run-ok")]
+    );
 }
 
 /// A store that keeps another SDK's records (the PHP dialect of Redis) cannot

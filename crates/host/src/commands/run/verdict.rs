@@ -178,10 +178,9 @@ fn rerun_after_failed_leaders(
         let Some(id) = verdict.id.as_deref() else {
             continue;
         };
-        // A copy with another payload (`--fingerprint`) is judged against the
-        // first, as a mismatch; one at a time, after its failure, it would run.
-        let follows = verdict.decision == "park" || verdict.outcome == "payload-mismatch";
-        if follows && failed.contains(id) {
+        // (A copy with another payload behind a failed first delivery parks
+        // too: the guard judges it only once the first is recorded.)
+        if verdict.decision == "park" && failed.contains(id) {
             again.push(i);
         } else if verdict.decision == "failed" {
             failed.insert(id);
