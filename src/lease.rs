@@ -96,6 +96,8 @@ pub(crate) struct Progress<E> {
     pub waiting_since: Option<u64>,
     /// When the claims were taken or last renewed (ms).
     pub renewed_at: Option<u64>,
+    /// Where claims cannot be renewed: when they end by the guard's clock (ms).
+    pub claims_end: Option<u64>,
 }
 
 impl<E> Progress<E> {
@@ -109,6 +111,7 @@ impl<E> Progress<E> {
             waiting: Vec::new(),
             waiting_since: None,
             renewed_at: started_at,
+            claims_end: None,
         }
     }
 

@@ -898,3 +898,52 @@ fn a_clock_at_its_end_parks_no_claim_where_claims_cannot_be_renewed() {
     let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
     assert_eq!(kinds, [OutcomeKind::Ran, OutcomeKind::Ran]);
 }
+
+/// On a store that cannot renew, a success written after its claim ran out by
+/// the guard's clock is `run-ok-lease-lost`: the id may have been another
+/// consumer's by then, which may have run it too, and such a store cannot fence
+/// the write. A success waiting while a later handler runs past the lease was
+/// written at the batch's end as `run-ok` (a review).
+#[test]
+fn a_success_written_after_its_claim_ran_out_is_lease_lost_where_claims_cannot_be_renewed() {
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let store = Arc::new(InMemoryStore::with_clock(clock.clone()));
+    let guard = Guard::new(Unrenewed(store.clone()))
+        .with_claiming(Duration::from_secs(30))
+        .with_clock(clock.clone());
+    let bodies = [envelope("wait-1"), envelope("wait-2")];
+    let outcomes = block_on_ready(guard.process_batch(&bodies, async |m| {
+        if m.id() == Some("wait-2") {
+            clock.advance(40_000); // past the lease, while wait-1's success waits
+        }
+        Ok::<(), String>(())
+    }))
+    .unwrap();
+    let kinds = |outcomes: Vec<Outcome<String>>| -> Vec<OutcomeKind> {
+        outcomes.iter().map(Outcome::kind).collect()
+    };
+    assert_eq!(kinds(outcomes), [OutcomeKind::RanLeaseLost; 2]);
+    for id in ["wait-1", "wait-2"] {
+        assert!(
+            block_on_ready(store.seen(id)).unwrap().unwrap(),
+            "{id} written"
+        );
+    }
+
+    // One delivery alone: its handler ran past the lease.
+    let outcome = block_on_ready(guard.process(envelope("alone-1").as_bytes(), async |_| {
+        clock.advance(40_000);
+        Ok::<(), String>(())
+    }))
+    .unwrap();
+    assert_eq!(outcome.kind(), OutcomeKind::RanLeaseLost);
+
+    // Inside the lease: plain successes.
+    let bodies = [envelope("quick-1"), envelope("quick-2")];
+    let outcomes = block_on_ready(guard.process_batch(&bodies, async |_| {
+        clock.advance(10_000);
+        Ok::<(), String>(())
+    }))
+    .unwrap();
+    assert_eq!(kinds(outcomes), [OutcomeKind::Ran; 2]);
+}

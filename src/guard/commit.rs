@@ -4,11 +4,13 @@
 use super::*;
 
 impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
-    /// Completes one decision with its handler's result (`None`: it did not run).
+    /// Completes one decision with its handler's result (`None`: it did not
+    /// run); `claims_end` where its claim could not be renewed.
     pub(super) async fn complete<E>(
         &self,
         decision: Decision,
         result: Option<HandlerResult<E>>,
+        claims_end: Option<u64>,
     ) -> Outcome<E> {
         let recorded = match commit_of(&decision, &result) {
             Commit::Remember => {
@@ -31,9 +33,9 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
                     ttl: self.options.ttl,
                     ..Settlement::default()
                 };
-                self.apply_step(&step, [&decision.span])
-                    .await
-                    .map(|s| s.kept.first().copied().unwrap_or(false))
+                let written = self.apply_step(&step, [&decision.span]).await;
+                let in_time = self.written_in_time(claims_end);
+                written.map(|s| in_time(&decision, s.kept.first().copied().unwrap_or(false)))
             }
             Commit::Release(key, token) => {
                 self.give_back(Some((key, token)), &decision.span).await;
@@ -77,6 +79,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             mut written,
             lost,
             waiting,
+            claims_end,
             ..
         } = progress;
         let remember = self.remember_list(decisions, &waiting);
@@ -108,8 +111,9 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         let mut commit_error = None;
         match committed {
             Ok(settled) => {
+                let in_time = self.written_in_time(claims_end);
                 for (&i, kept) in waiting.iter().zip(&settled.kept) {
-                    written[i] = Some(*kept);
+                    written[i] = Some(in_time(&decisions[i], *kept));
                 }
             }
             Err(e) if !remember.is_empty() => commit_error = Some(e),

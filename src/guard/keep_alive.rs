@@ -86,8 +86,9 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         // claim gone once our own clock says a whole lease has passed).
         let (renewed, answered) = match self.apply_step(&step, commit::ran(decisions)).await {
             Ok(settled) => {
+                let in_time = self.written_in_time(progress.claims_end);
                 for (&i, kept) in progress.waiting.iter().zip(&settled.kept) {
-                    progress.written[i] = Some(*kept);
+                    progress.written[i] = Some(in_time(&decisions[i], *kept));
                 }
                 progress.waiting.clear();
                 progress.waiting_since = None;

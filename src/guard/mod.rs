@@ -382,9 +382,10 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             let mut outcomes = self.process_batch(&[body], handler).await;
             return outcomes.pop().unwrap_or(Outcome::Parked);
         }
+        let claims_end = self.unrenewed_claims_end();
         let (message, decision) = self.decide_one(body).await;
         let result = run_if_told(&mut handler, message.as_ref(), &decision).await;
-        self.complete(decision, result).await
+        self.complete(decision, result, claims_end).await
     }
 
     /// Puts a batch through the guard with one store call to decide and one to
@@ -433,6 +434,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         // The renewal clock starts only where there are claims to keep alive.
         let started = self.renewing().and_then(|_| self.now());
         let mut progress = Progress::new(decisions.len(), started);
+        progress.claims_end = claims_end;
         for (i, message) in messages.iter().enumerate() {
             let Some(message) = message.as_ref().filter(|_| decisions[i].should_run()) else {
                 continue;
@@ -480,14 +482,26 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             .claim_lease
             .filter(|_| self.renewing().is_none());
         // (None past u64: a clock pinned at its end would park every claim.)
-        let (lease, at) = unrenewed.zip(self.now())?;
-        at.checked_add(lease.as_millis() as u64)
+        let lease = unrenewed?;
+        self.now()?.checked_add(lease.as_millis() as u64)
     }
 
     /// Whether `claims_end` has passed.
     #[inline(never)]
     fn ran_out(&self, claims_end: Option<u64>) -> bool {
         claims_end.is_some_and(|end| self.now().is_some_and(|now| now >= end))
+    }
+
+    /// Whether the successes of claimed deliveries just written were written
+    /// in time, read after the write: past `claims_end` the id may have been
+    /// another consumer's, which may have run it too, and a store that cannot
+    /// renew cannot fence the write (`run-ok-lease-lost`, not `run-ok`).
+    pub(super) fn written_in_time(
+        &self,
+        claims_end: Option<u64>,
+    ) -> impl Fn(&Decision, bool) -> bool {
+        let late = self.ran_out(claims_end);
+        move |decision, kept| kept && !(late && decision.claim.is_some())
     }
 
     /// The lease to keep claims alive for: claiming mode on a store that renews.

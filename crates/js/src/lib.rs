@@ -312,8 +312,9 @@ pub(crate) fn guard(store: &JsValue, opts: &Option<JsValue>) -> Result<JsGuard, 
         }
         if !caps.renew && !WARNED.replace(true) {
             // Said once: a handler past its lease can then run beside a
-            // redelivery, both reported run-ok (an InMemoryStore of another
-            // copy of this package is such a store too: used through its methods).
+            // redelivery (each reported run-ok-lease-lost, by the clock alone;
+            // an InMemoryStore of another copy of this package is such a store
+            // too: used through its methods).
             warn(
                 "bq-dedupe: claimLeaseMs with a store that has no renew/rememberFenced \
                  (or settle): a handler slower than the lease can run beside a redelivery",

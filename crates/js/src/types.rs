@@ -81,7 +81,7 @@ export interface SettleResult { kept: boolean[]; renewed: boolean[] }
  * batch step) or both `renew` and `rememberFenced` (one call per key). A store
  * without them works as before: claims are not renewed (keep the lease above the
  * whole batch's time), the commit is a plain `remember` (`rememberMany` when present),
- * and a lease lost while the handler ran is reported as `run-ok`.
+ * and a success written a lease or more after its claim is `run-ok-lease-lost`.
  *
  * Throw (or reject) to report a failure; an error with `kind` (or `code`) set to
  * "unavailable" | "unsupported" | "invalid" | "internal" keeps that kind. A yes or

@@ -60,15 +60,17 @@ test('a JS store with renew() + rememberFenced(): claims renewed during a 1 s ha
   assert.ok(store.calls.includes('rememberFenced'));
 });
 
-test('a JS store without lease methods: no renewal, so the concurrent batch runs the first id again (both run-ok); in each batch the id whose claim ran out before its handler parks', async () => {
+test('a JS store without lease methods: no renewal, so the concurrent batch runs the first id again (both reported run-ok-lease-lost); in each batch the id whose claim ran out before its handler parks', async () => {
   const store = expiringStore('none');
   const { a, b, effects } = await twoConsumers(store);
   // What the README documents for such a store: keep the lease above the batch's time.
-  // A running handler finishes past its lease (the first id, twice); an id
-  // whose claim had run out, by the guard's clock, when its turn came parks
-  // rather than run beside the other batch (it ran, run-ok: a trial).
-  assert.deepEqual(a, ['run-ok', 'park']);
-  assert.deepEqual(b, ['run-ok', 'park']);
+  // A running handler finishes past its lease (the first id, twice): its
+  // success, written after its claim ran out by the guard's clock, is
+  // run-ok-lease-lost (it was run-ok, the double unreported: a review). An id
+  // whose claim had run out when its turn came parks rather than run beside
+  // the other batch (it ran, run-ok: a trial).
+  assert.deepEqual(a, ['run-ok-lease-lost', 'park']);
+  assert.deepEqual(b, ['run-ok-lease-lost', 'park']);
   assert.deepEqual(effects, { [IDS[0]]: 2 });
   assert.deepEqual(store.calls.sort(), ['claimMany', 'claimMany', 'rememberMany', 'rememberMany'], 'one claim and one commit call per batch, no renewals');
 });
@@ -121,13 +123,15 @@ test('a lease lost on a JS store with settle() or renew/rememberFenced is report
   }
 });
 
-test('a JS store without lease methods cannot tell a lost lease: the commit is a plain remember and the outcome run-ok (documented)', async () => {
+test('a JS store without lease methods cannot fence its commit: a success written after the lease ran out by the guard\'s clock is run-ok-lease-lost', async () => {
   const store = expiringStore('none');
   const outcome = await bq.dedupe(envelope('lost-plain'), store, async () => {
     store.claims.delete('lost-plain');
     await sleep(400); // longer than the lease: nothing renews it
   }, LEASE);
-  assert.equal(outcome.kind, 'run-ok');
+  // A plain remember, written past the lease: another consumer may have run
+  // the id meanwhile (it was run-ok: a review).
+  assert.equal(outcome.kind, 'run-ok-lease-lost');
   // One delivery is a batch of one: a store's batch methods answer it.
   assert.deepEqual(store.calls, ['claimMany', 'rememberMany']);
 });
