@@ -328,9 +328,11 @@ fn redis_php_format_claims_are_never_renewed_by_the_host() {
         pttl > 3_000_000,
         "PHP's claim was cut to {pttl} ms by our renewal (outcome {a:?})"
     );
-    // And the run said so at its start: its success here is not reported
-    // as lease-lost (a first user's trial ran such a handler twice, both
-    // `run-ok`, with no word).
+    // Its success, written 5 s into a 1 s lease, is reported lease-lost by
+    // the guard's clock (it was `run-ok`: a review), and the run said at its
+    // start that this store cannot do better (a first user's trial ran such
+    // a handler twice, both `run-ok`, with no word).
+    assert_eq!(a.get(&id).map(String::as_str), Some("run-ok-lease-lost"));
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("does not renew or fence claims"), "{said}");
     assert!(said.contains("longer than the slowest batch"), "{said}");

@@ -104,8 +104,9 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
         // The PHP SDK's format: a claim is `1` for every claimer.
         bq_dedupe_host::say(&format!(
             "bq-dedupe: store {} does not renew or fence claims: a batch whose handlers \
-             run past --lease ({}) can run beside a redelivery, and its success is not \
-             reported as run-ok-lease-lost; use a lease longer than the slowest batch",
+             run past --lease ({}) can run beside a redelivery (told by the clock alone: a \
+             success written past the lease is run-ok-lease-lost); use a lease longer than \
+             the slowest batch",
             bq_dedupe_host::shown_spec(&args.store),
             bq_dedupe_host::exec::shown(args.lease)
         ));
