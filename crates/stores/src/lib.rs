@@ -118,12 +118,12 @@ pub(crate) fn invalid(message: impl Into<String>) -> StoreError {
 }
 
 /// A commit the database refused for the work's writes (a deferred
-/// constraint): the transactional run's failure, not the store's.
+/// constraint or trigger): the transactional run's failure, not the store's.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 fn refused_at_commit(e: StoreError) -> StoreError {
     StoreError::internal(format!(
-        "{}: the commit was refused for the handler's writes (a deferred constraint); \
-         nothing of this run is committed",
+        "{}: the commit was refused for the handler's writes (a deferred constraint or \
+         trigger); nothing of this run is committed",
         e.message
     ))
 }

@@ -80,10 +80,20 @@ impl TransactionalStore for PostgresStore {
                                 );
                             }
                             Ok(Err(aborted)) => TxRun::Aborted(aborted),
+                            // The finish failed (its session ended, a timeout
+                            // the handler set): a take its own COMMIT kept is
+                            // undone, and then its writes are committed: said,
+                            // not "nothing committed" (a review's finding).
                             Err(e) => {
-                                let _undone =
+                                let undone =
                                     self.roll_back_and_undo(tx, &keys, &mark, &writer, xid);
-                                return Err(e);
+                                return match undone {
+                                    Ok(Some(true)) => {
+                                        statements.prepared.retire();
+                                        Ok(TxRun::Aborted(ended_by_handler_error(true)))
+                                    }
+                                    _ => Err(e),
+                                };
                             }
                         }
                     }
@@ -244,10 +254,11 @@ impl TransactionalStore for PostgresStore {
                 // would have failed the RELEASE before): nothing to undo.
                 Ok(Batch::Ran(runs)) => match commit_as_found(tx) {
                     Ok(()) => return Ok(Ok(runs)),
-                    // An entry's writes broke a deferred constraint: each
-                    // runs again alone, below, that one refused. (Its session
-                    // as the handlers left it: not lent again.)
-                    Err(e) if broke_a_constraint(&e) => {
+                    // An entry's writes were refused (a deferred constraint
+                    // or trigger): each runs again alone, below, that one
+                    // refused. (Its session as the handlers left it: not
+                    // lent again.)
+                    Err(e) if refused_its_writes(&e) => {
                         statements.prepared.retire();
                         return Ok(Err(keys.iter().map(|_| None).collect()));
                     }
@@ -297,8 +308,9 @@ impl PostgresStore {
     /// A single run's COMMIT ([`commit_as_found`]), and what a failed one
     /// was: refused, a handler's own COMMIT before it may have committed the
     /// take (`run`: the keys, the mark and the take's writer), which is then
-    /// undone; a deferred constraint the work's writes broke (class 23) is
-    /// the work's failure; anything else is left alone (it may have landed).
+    /// undone and said; a refusal of the work's writes (a deferred constraint
+    /// or trigger: [`refused_its_writes`]) is the work's failure; anything
+    /// else is the store's (it may have landed).
     fn commit_run<T, E>(
         &self,
         tx: postgres::Transaction<'_>,
@@ -320,10 +332,11 @@ impl PostgresStore {
                 || self
                     .undo_takes_elsewhere(keys, mark, writer)
                     .unwrap_or(false));
-        match broke_a_constraint(&e) {
-            true if own_commit => Ok(TxRun::Aborted(ended_by_handler_error(true))),
-            true => Ok(TxRun::Aborted(crate::refused_at_commit(error(e)))),
-            false => Err(error(e)),
+        match (own_commit, refused_its_writes(&e)) {
+            // What it wrote before its own COMMIT stays, whatever refused ours.
+            (true, _) => Ok(TxRun::Aborted(ended_by_handler_error(true))),
+            (false, true) => Ok(TxRun::Aborted(crate::refused_at_commit(error(e)))),
+            (false, false) => Err(error(e)),
         }
     }
 }
@@ -367,10 +380,16 @@ fn ended_by_handler(e: &postgres::Error) -> Option<bool> {
     }
 }
 
-/// An ERROR of class 23 (integrity constraint violation): at COMMIT, a
-/// deferred constraint the transaction's writes broke.
-fn broke_a_constraint(e: &postgres::Error) -> bool {
-    e.code().is_some_and(|c| c.code().starts_with("23"))
+/// An ERROR at COMMIT that refused the transaction's own writes: a deferred
+/// constraint they broke (class 23), or a deferred trigger's error on them
+/// (a raised exception, a data exception, a denied access...): the work's
+/// failure, met again by its retry. Not a transient refusal (class 40: a
+/// serialization failure, a deadlock) nor the server's trouble (resources, a
+/// cancel, a shutdown): those stay the store's.
+fn refused_its_writes(e: &postgres::Error) -> bool {
+    const THE_WORKS: [&str; 7] = ["22", "23", "27", "39", "42", "44", "P0"];
+    let class = |c: &postgres::error::SqlState| THE_WORKS.iter().any(|k| c.code().starts_with(k));
+    refused(e) && e.code().is_some_and(class)
 }
 
 /// The transaction that wrote a take's row (its `xmin`, as text; `None`: no
@@ -690,7 +709,9 @@ impl PostgresStore {
         let undone = match (rolled_back, xid) {
             // Without an id, no take tells its COMMIT from its ROLLBACK: the
             // transaction's status does.
-            (Ok(()), Some(xid)) if ended => Ok(committed(&mut tx, xid)),
+            // (Asked whether warned or not: a `client_min_messages` above
+            // WARNING silences the warning, a review.)
+            (Ok(()), Some(xid)) => Ok(committed(&mut tx, xid)),
             (Ok(()), _) => self.undo_takes(&mut tx, keys, mark, writer),
             (Err(e), _) => Err(error(e)),
         };
