@@ -65,6 +65,24 @@ pub fn marker_key(key: &str) -> String {
     format!("{TAG}={key}")
 }
 
+/// The key a companion key (marker or record) belongs to; any other key is
+/// its own. A sharded store places companions by it, beside their id, so a
+/// success and its companions are written in one place at once.
+pub fn owner_key(key: &str) -> &str {
+    let Some(rest) = key.strip_prefix(TAG) else {
+        return key;
+    };
+    if let Some(id_key) = rest.strip_prefix('=') {
+        return id_key;
+    }
+    match rest.split_once(':') {
+        Some((hash, id_key)) if hash.len() == 32 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            id_key
+        }
+        _ => key,
+    }
+}
+
 /// The hex fingerprint of one `data` value.
 #[cfg(feature = "fingerprint")]
 pub fn hash_data(data: &Value) -> String {
@@ -153,6 +171,17 @@ mod tests {
         // SHA-256 of `{"order":7}`: a change of the canonical form fails here, since
         // it would read every remembered fingerprint as a mismatch.
         assert_eq!(fp(r#"{ "order": 7 }"#), "8bcbace4a85bfd655264d50663d10000");
+    }
+
+    #[test]
+    fn companion_keys_belong_to_their_key() {
+        let f = Fingerprint::of(r#"{"data":{"a":1}}"#, "q:a").unwrap();
+        for key in [&f.marker_key, &f.record_key] {
+            assert_eq!(owner_key(key), "q:a", "{key:?}");
+        }
+        for key in ["q:a", "\u{1f}\u{1f}fp:=x", "\u{1f}fp:", "\u{1f}fp:abc:q:a"] {
+            assert_eq!(owner_key(key), key, "{key:?}");
+        }
     }
 
     #[test]

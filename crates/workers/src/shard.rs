@@ -46,7 +46,7 @@ impl Layout {
 
     /// The shard that holds `key`.
     pub fn shard_of(self, key: &str) -> u32 {
-        self.shard_of_hash(key_hash(key))
+        self.shard_of_hash(placement_hash(key))
     }
 
     /// The Durable Object name of shard `index`.
@@ -71,6 +71,15 @@ impl Layout {
     pub fn object_of_hash(self, hash: u64) -> String {
         self.object_name(self.shard_of_hash(hash))
     }
+}
+
+/// The hash that places `key`: its own, or for a payload fingerprint's
+/// marker and record their id's ([`bq_dedupe::fingerprint::owner_key`]), so
+/// a success and its companions are written in one object's transaction.
+/// (Before 2026-12-07 each went by its own hash; companions written then in
+/// another object are not found, and read as absent, until they expire.)
+pub fn placement_hash(key: &str) -> u64 {
+    key_hash(bq_dedupe::fingerprint::owner_key(key))
 }
 
 /// The stable 64-bit hash of a key: the first 8 bytes of its SHA-256.
@@ -105,6 +114,28 @@ pub fn sha256_hex(key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A payload fingerprint's marker and record sit in their id's object, so
+    /// a success and both are written by one request, in one transaction:
+    /// split across objects, a failed part (or a reader between the parts)
+    /// left the marker without the record, and a same-payload duplicate was
+    /// dead-lettered as a payload mismatch (a review).
+    #[test]
+    fn fingerprint_companions_sit_in_their_ids_object() {
+        for layout in [Layout::Jump(4), Layout::Jump(16), Layout::Sha256Mod(8)] {
+            for n in 0..64 {
+                let key = format!("orders:id-{n}");
+                let record = format!("\u{1f}fp:{:032x}:{key}", n * 7919);
+                for companion in [bq_dedupe::fingerprint::marker_key(&key), record] {
+                    assert_eq!(
+                        layout.shard_of(&companion),
+                        layout.shard_of(&key),
+                        "{companion:?}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn one_shard_takes_everything() {

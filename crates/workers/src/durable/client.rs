@@ -14,7 +14,7 @@ use worker::{Method, ObjectNamespace, Request, RequestInit};
 
 use super::protocol::{ClaimRef, Entry, Remember, ShardReply, ShardRequest, wire_ms};
 use crate::round_trips::RoundTrips;
-use crate::shard::{Layout, key_hash};
+use crate::shard::{Layout, placement_hash};
 
 /// The seen-set in `shards` Durable Objects of `namespace` (the `DedupeShard`
 /// class), spread by jump consistent hashing (see [`Layout`]). Every batch call
@@ -150,7 +150,7 @@ impl DurableObjectStore {
     fn by_object<'k>(layout: Layout, keys: impl IntoIterator<Item = &'k str>) -> Vec<Group> {
         let mut groups: Vec<Group> = Vec::new();
         for (i, key) in keys.into_iter().enumerate() {
-            let object = layout.object_of_hash(key_hash(key));
+            let object = layout.object_of_hash(placement_hash(key));
             match groups.iter_mut().find(|g| g.object == object) {
                 Some(group) => group.members.push(i),
                 None => groups.push(Group {
@@ -166,7 +166,7 @@ impl DurableObjectStore {
     /// (so the previous one must be asked about it)?
     fn moved(&self, key: &str) -> bool {
         self.previous.is_some_and(|previous| {
-            let hash = key_hash(key);
+            let hash = placement_hash(key);
             previous.object_of_hash(hash) != self.layout.object_of_hash(hash)
         })
     }
@@ -322,7 +322,7 @@ impl DurableObjectStore {
     /// the old layout, accepted before the reshard was registered, then sees
     /// it done.
     fn placements<'t>(&self, key: &str, token: Option<&'t str>) -> Vec<(String, Option<&'t str>)> {
-        let hash = key_hash(key);
+        let hash = placement_hash(key);
         let here = self.layout.object_of_hash(hash);
         let there = (self.previous.map(|p| p.object_of_hash(hash))).filter(|t| *t != here);
         match (token, token.and_then(|t| t.split_once(BOTH)), there) {
@@ -364,7 +364,7 @@ fn scatter<T: Clone>(
 impl Store for DurableObjectStore {
     /// Forgets in the current layout and, while resharding, in the previous one.
     async fn forget(&self, key: &str) -> StoreResult<()> {
-        let hash = key_hash(key);
+        let hash = placement_hash(key);
         let here = self.layout.object_of_hash(hash);
         let forget = |object: String| async move {
             let keys = vec![key.to_string()];
