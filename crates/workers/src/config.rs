@@ -58,8 +58,19 @@ pub const DEFAULT_MAX_RETRIES: u32 = 3;
 /// A message parked behind a claim waits just past the claim's end (at most
 /// 12 h per retry, Cloudflare's longest delay). Behind the claim of a consumer
 /// that died, it must still have a retry left once that claim has lapsed:
-/// refused unless `max_retries` retries of 12 h outlast the lease.
+/// refused unless `max_retries` retries of 12 h outlast the lease, and the
+/// lease is shorter than the longest a queue retains a message (14 days; the
+/// queue's own retention, 4 days by default, cannot be read here: documented).
 fn check_parks_outlast_a_lease(lease: u64, max_retries: Option<u32>) -> Result<(), ConfigError> {
+    if lease >= MAX_RETENTION_SECONDS {
+        return Err(ConfigError(format!(
+            "DEDUPE_CLAIM_LEASE_SECONDS={lease}: a message parked behind the claim of a \
+             consumer that died waits until the claim lapses, and no queue keeps a message \
+             that long ({MAX_RETENTION_SECONDS} s at most, 4 days by default): it would be \
+             deleted without running; keep the lease under the queue's \
+             message_retention_period"
+        )));
+    }
     let retries = max_retries.unwrap_or(DEFAULT_MAX_RETRIES);
     let can_wait = u64::from(retries) * MAX_DELAY_SECONDS;
     if can_wait >= lease {
@@ -548,6 +559,27 @@ mod tests {
         assert!(e.0.contains("default max_retries (3)"), "{e}");
         // Without claiming nothing parks.
         assert!(config(&[("DEDUPE_MAX_RETRIES", "0"), ("DEDUPE_CLAIMING", "off")]).is_ok());
+    }
+
+    /// A lease no queue retains a message for: a message parked behind the
+    /// claim of a consumer that died was deleted by the queue before the claim
+    /// lapsed, never run nor dead-lettered, though its retries outlast the
+    /// lease (a review: 5 days with 10 retries was accepted).
+    #[test]
+    fn a_lease_past_the_longest_retention_is_refused() {
+        let e = config(&[
+            ("DEDUPE_MAX_RETRIES", "100"),
+            ("DEDUPE_CLAIM_LEASE_SECONDS", "1209600"),
+        ])
+        .unwrap_err();
+        assert!(e.0.contains("retention"), "{e}");
+        assert!(
+            config(&[
+                ("DEDUPE_MAX_RETRIES", "100"),
+                ("DEDUPE_CLAIM_LEASE_SECONDS", "432000"),
+            ])
+            .is_ok()
+        );
     }
 
     #[test]

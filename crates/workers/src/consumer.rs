@@ -465,8 +465,17 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
                     Ok(true) => (Action::DeadLettered, reason),
                     Ok(false) => (Action::Retry, reason),
                     Err(e) => {
+                        // On its last attempt a retry redelivers nothing: said
+                        // (it read as a plain retry, a review).
+                        let last = match self.is_last_failure(message, outcome) {
+                            true => {
+                                "; this was its last attempt: the queue moves it to its own \
+                                 dead-letter queue, if it has one, or deletes it"
+                            }
+                            false => "",
+                        };
                         let why = format!(
-                            "{}; dead-letter send failed: {e}",
+                            "{}; dead-letter send failed: {e}{last}",
                             reason.unwrap_or_default()
                         );
                         (Action::Retry, Some(why))
@@ -574,17 +583,22 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         // A plain JS object (not a serde Map), so the JSON content type accepts it.
         let as_js =
             |letter: serde_json::Value| js_sys::JSON::parse(&letter.to_string()).map_err(describe);
+        // Measured as the runtime encodes it: JS writes some numbers longer
+        // than serde_json does (`1e20` as 21 digits).
+        let js_len = |value: &JsValue| {
+            js_sys::JSON::stringify(value)
+                .ok()
+                .and_then(|s| s.as_string())
+                .map_or(usize::MAX, |s| s.len())
+        };
+        let fits_as_js = |letter: &serde_json::Value| {
+            as_js(letter.clone()).is_ok_and(|v| js_len(&v) <= MAX_DEAD_LETTER_BYTES)
+        };
         let original = message.body();
         let value = if is_whole_text(&original, body) {
             let mut value: JsValue = as_js(wrap(&delivery))?;
-            // Measured as the runtime encodes it: JS writes some numbers longer
-            // than serde_json does (`1e20` as 21 digits).
-            let encoded = js_sys::JSON::stringify(&value)
-                .ok()
-                .and_then(|s| s.as_string())
-                .map_or(usize::MAX, |s| s.len());
-            if encoded > MAX_DEAD_LETTER_BYTES {
-                value = as_js(wrap_truncated(&delivery, TOO_LARGE))?;
+            if js_len(&value) > MAX_DEAD_LETTER_BYTES {
+                value = as_js(wrap_truncated(&delivery, TOO_LARGE, &fits_as_js))?;
             }
             value
         } else {
@@ -606,7 +620,7 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
                 // surrogate's) take a JSON letter with their digest, never
                 // their text (it would not be the body), rather than a retry
                 // on every attempt.
-                Err(_) => as_js(wrap_truncated(&delivery, NOT_TEXT))?,
+                Err(_) => as_js(wrap_truncated(&delivery, NOT_TEXT, &fits_as_js))?,
             }
         };
         producer

@@ -47,7 +47,7 @@ pub(crate) fn wrap(delivery: &DeadDelivery<'_>) -> Value {
     if fits(&short) {
         return short;
     }
-    wrap_truncated(delivery, TOO_LARGE)
+    wrap_truncated(delivery, TOO_LARGE, &fits)
 }
 
 /// Why a letter holds a digest: the whole would not fit the queue.
@@ -63,7 +63,14 @@ pub(crate) const NOT_TEXT: &str = "the body is no UTF-8 text and the queue refus
 /// (less, if even those do not fit) and a `truncated` digest of the body,
 /// saying `why`: [`TOO_LARGE`], a letter whose whole form, as the runtime
 /// encodes it, is over the limit; [`NOT_TEXT`], a body text would not keep.
-pub(crate) fn wrap_truncated(delivery: &DeadDelivery<'_>, why: &str) -> Value {
+/// `fits`: whether a letter is within the limit, as the sender will encode it
+/// (the runtime writes some numbers longer than serde_json: a `meta` full of
+/// them fit by serde's measure and was refused on every attempt, a review).
+pub(crate) fn wrap_truncated(
+    delivery: &DeadDelivery<'_>,
+    why: &str,
+    fits: &dyn Fn(&Value) -> bool,
+) -> Value {
     let error = cut(&delivery.error);
     let body = serde_json::from_slice::<Value>(delivery.body).ok();
     let kept: Vec<(&str, Value)> = match &body {
