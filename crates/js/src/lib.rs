@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use bq_dedupe::observe::Event;
 use bq_dedupe::{
-    Guard, KeySpace, Message, Observer, Options, Outcome, Store, envelope::Limits,
+    Guard, KeySpace, Message, Observer, Options, Outcome, OutcomeKind, Store, envelope::Limits,
     envelope::Rejection, lease::Timer,
 };
 use js_sys::{Array, Function, Object};
@@ -465,7 +465,13 @@ extern "C" {
 /// a `RejectionError`, or an `Error` saying why it did not run. A run that may
 /// have a twin (its claim was lost, or its record was not taken) resolves,
 /// since it did run, and says so on `console.warn`: never a silent success.
-fn wrapped_result(outcome: Outcome<HandlerError>, key: Option<&str>) -> Result<JsValue, JsValue> {
+/// `fail_open_said`: whether this wrapped handler said a delivery without a
+/// usable id ran undeduped (said once per wrapped handler).
+fn wrapped_result(
+    outcome: Outcome<HandlerError>,
+    key: Option<&str>,
+    fail_open_said: &Cell<bool>,
+) -> Result<JsValue, JsValue> {
     match outcome {
         Outcome::RanUnrecorded(_) | Outcome::RanLeaseLost => {
             let mut text = String::from("bq-dedupe wrap: ");
@@ -476,7 +482,19 @@ fn wrapped_result(outcome: Outcome<HandlerError>, key: Option<&str>) -> Result<J
             warn(&text);
             Ok(JsValue::UNDEFINED)
         }
-        Outcome::Ran | Outcome::Skipped | Outcome::FailOpen(Ok(())) => Ok(JsValue::UNDEFINED),
+        // Said once: a number id, which the Node SDK keys as it is, runs on
+        // every redelivery here (it was silent: a trial).
+        Outcome::FailOpen(Ok(())) => {
+            if !fail_open_said.replace(true) {
+                let why = OutcomeKind::FailOpen.reason().unwrap_or_default();
+                warn(&format!(
+                    "bq-dedupe wrap: fail-open: {why}; such a delivery runs again on each \
+                     redelivery (said once)"
+                ));
+            }
+            Ok(JsValue::UNDEFINED)
+        }
+        Outcome::Ran | Outcome::Skipped => Ok(JsValue::UNDEFINED),
         Outcome::Failed(e) | Outcome::FailOpen(Err(e)) => Err(e.0),
         Outcome::Rejected(r) => Err(rejection_error(&r)),
         other => {
@@ -507,14 +525,16 @@ pub fn wrap(
     // Bad arguments are a TypeError now, not at the first delivery.
     handler_of(handler.clone())?;
     guard(&store, &options)?;
+    let fail_open_said = std::rc::Rc::new(Cell::new(false));
     let wrapped = Closure::<dyn Fn(JsValue) -> js_sys::Promise>::new(move |envelope: JsValue| {
         let (store, handler, options) = (store.clone(), handler.clone(), options.clone());
+        let said = fail_open_said.clone();
         promise_of(async move {
             let batch = Batch::of_one(&envelope)?;
             let (outcomes, keys) = run_outcomes(&batch, store, handler, options).await?;
             let key = keys.into_iter().next().flatten();
             match outcomes.into_iter().next() {
-                Some(outcome) => wrapped_result(outcome, key.as_deref()),
+                Some(outcome) => wrapped_result(outcome, key.as_deref(), &said),
                 None => Err(js_error("dedupe: no outcome")),
             }
         })

@@ -151,7 +151,7 @@ impl JsInMemoryStore {
         key: &str,
         #[wasm_bindgen(js_name = ttlMs)] ttl_ms: Option<f64>,
     ) -> Result<(), JsValue> {
-        ready(self.store.remember(key, ttl_ms.map(millis)))
+        ready(self.store.remember(key, ttl_ms.map(millis).transpose()?))
     }
 
     /// Drops `key` and any claim on it.
@@ -166,7 +166,7 @@ impl JsInMemoryStore {
         key: &str,
         #[wasm_bindgen(js_name = leaseMs)] lease_ms: f64,
     ) -> Result<JsValue, JsValue> {
-        ready(self.store.claim(key, millis(lease_ms))).map(|c| claim_to_js(&c))
+        ready(self.store.claim(key, millis(lease_ms)?)).map(|c| claim_to_js(&c))
     }
 
     /// Gives up a claim, if `token` still owns it.
@@ -223,12 +223,17 @@ impl JsInMemoryStore {
     }
 }
 
-fn millis(ms: f64) -> Duration {
-    Duration::from_millis(if ms.is_finite() {
-        ms.max(0.0) as u64
-    } else {
-        u64::MAX
-    })
+/// A TTL or lease given to the store's own methods: milliseconds above 0
+/// (`Infinity`: for ever). NaN, 0 or less is a TypeError: a NaN lease held
+/// its key for ever (a trial).
+fn millis(ms: f64) -> Result<Duration, JsValue> {
+    if ms.is_nan() || ms <= 0.0 {
+        return Err(type_error("ttlMs and leaseMs are milliseconds above 0"));
+    }
+    Ok(Duration::from_millis(match ms.is_finite() {
+        true => ms.ceil() as u64,
+        false => u64::MAX,
+    }))
 }
 
 fn ready<T>(future: impl Future<Output = bq_dedupe::StoreResult<T>>) -> Result<T, JsValue> {

@@ -40,6 +40,22 @@ test('envelopes are accepted as an object, JSON text or UTF-8 bytes, all with th
   assert.equal((await bq.dedupe(new TextEncoder().encode(text), store, ok)).kind, 'skip');
 });
 
+// A NaN lease held its key for ever; a negative one or a string was taken
+// as 0 (a trial): a TypeError now, as the options are.
+test('the InMemoryStore\'s own claim and remember take milliseconds above 0, else a TypeError', () => {
+  const store = new bq.InMemoryStore({ manualClock: true, now: 1000 });
+  for (const bad of [NaN, -1, 0, 'soon']) {
+    assert.throws(() => store.claim('k', bad), TypeError, String(bad));
+    assert.throws(() => store.remember('k', bad), TypeError, String(bad));
+  }
+  assert.deepEqual(store.entries(), [], 'nothing was taken');
+  assert.equal(store.claim('k', 1000).state, 'acquired');
+  store.advance(1000);
+  assert.equal(store.claim('k', 0.5).state, 'acquired', 'the lease ran out');
+  store.remember('done', Infinity);
+  assert.equal(store.seen('done'), true);
+});
+
 test('a synchronous JS store works and sees the verbatim id as its key', async () => {
   const store = mapStore('sync');
   assert.equal((await bq.dedupe(envelope(' A '), store, ok)).kind, 'run-ok');

@@ -136,6 +136,21 @@ test('a run whose claim was lost before its success was recorded resolves and sa
   assert.match(said[0], /run-ok-lease-lost order-7: .*lost its claim before it was recorded/);
 });
 
+// A number id (the Node SDK keys it as it is) ran on every redelivery here,
+// the wrapped handler silent (a trial): said once on console.warn.
+test('a delivery without a usable id runs undeduped and says so once on console.warn', async () => {
+  let calls = 0;
+  const handler = bq.wrap(new bq.InMemoryStore(), () => { calls += 1; });
+  const numbered = { ...envelope('n'), meta: { id: 42, schema_version: 1 } };
+  const said = await warned(async () => {
+    await handler(numbered);
+    await handler(numbered);
+  });
+  assert.equal(calls, 2, 'no usable id: it runs every time');
+  assert.equal(said.length, 1, `${said}`);
+  assert.match(said[0], /fail-open: no usable meta\.id .*runs again on each redelivery/);
+});
+
 test('bad arguments are a TypeError when wrapping, not at the first delivery', () => {
   assert.throws(() => bq.wrap({}, () => {}), TypeError);
   assert.throws(() => bq.wrap(sdkStore(), 'not a function'), TypeError);
