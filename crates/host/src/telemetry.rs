@@ -77,8 +77,10 @@ impl Otlp {
             }
             let exporter = exporter
                 .build()
-                .context("the OTLP trace exporter's configuration")?;
-            tracer_provider = tracer_provider.with_batch_exporter(exporter);
+                .context("the OTLP trace exporter's configuration");
+            if let Some(exporter) = unless_inherited(exporter, flag, "spans")? {
+                tracer_provider = tracer_provider.with_batch_exporter(exporter);
+            }
         }
         let mut meter_provider = SdkMeterProvider::builder().with_resource(resource);
         if metrics {
@@ -88,8 +90,10 @@ impl Otlp {
             }
             let exporter = exporter
                 .build()
-                .context("the OTLP metric exporter's configuration")?;
-            meter_provider = meter_provider.with_periodic_exporter(exporter);
+                .context("the OTLP metric exporter's configuration");
+            if let Some(exporter) = unless_inherited(exporter, flag, "metrics")? {
+                meter_provider = meter_provider.with_periodic_exporter(exporter);
+            }
         }
         let (tracer_provider, meter_provider) = (tracer_provider.build(), meter_provider.build());
         let tracer = BoxedTracer::new(Box::new(tracer_provider.tracer(SCOPE)));
@@ -108,6 +112,22 @@ impl Otlp {
             mode,
             batch: Vec::new(),
         }
+    }
+}
+
+/// An exporter, or, where its configuration came from the environment and
+/// cannot be read (gRPC's scheme-less `host:4317`), `None` and a word on
+/// stderr, as the OTel SDKs ignore a variable they cannot interpret:
+/// telemetry never stops the consumer (it exited 2 before its first line: a
+/// review). With `--otlp-endpoint`, the user's own argument, an error.
+fn unless_inherited<E>(exporter: Result<E>, flag: Option<&str>, what: &str) -> Result<Option<E>> {
+    match (exporter, flag) {
+        (Ok(exporter), _) => Ok(Some(exporter)),
+        (Err(e), None) => {
+            crate::say(&format!("bq-dedupe: {e:#}: {what} are not exported"));
+            Ok(None)
+        }
+        (Err(e), Some(_)) => Err(e),
     }
 }
 

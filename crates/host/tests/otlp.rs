@@ -457,6 +457,50 @@ fn without_an_endpoint_nothing_is_sent() {
     );
 }
 
+/// An inherited endpoint variable the exporter cannot read (gRPC's scheme-less
+/// `host:4317`, a common injected value) is said and ignored, as the OTel
+/// SDKs do: the run exited 2 before its first line (a review). The flag is
+/// the user's own argument, still an error.
+#[test]
+fn an_unreadable_endpoint_variable_is_said_and_export_is_off() {
+    let line = envelope("bad-endpoint", TRACE_ID, 0);
+    for var in ENDPOINT_VARS_FOR_TESTS {
+        let out = run(
+            &["run", "--store", "memory"],
+            &line,
+            &[(var, "otel-collector:4317")],
+        );
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{var}: {said}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("bad-endpoint"),
+            "{var}: {out:?}"
+        );
+        // (A signal's own variable is taken as it is and fails at export.)
+        if var == "OTEL_EXPORTER_OTLP_ENDPOINT" {
+            assert!(said.contains("otel-collector:4317"), "{var}: {said}");
+        }
+    }
+    let out = run(
+        &[
+            "run",
+            "--store",
+            "memory",
+            "--otlp-endpoint",
+            "otel-collector:4317",
+        ],
+        &line,
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
+const ENDPOINT_VARS_FOR_TESTS: [&str; 3] = [
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+];
+
 /// A collector that cannot be reached, with stderr a closed pipe (a
 /// supervisor's log stream gone): the export's failure is said where it can
 /// be and changes no exit status. `eprintln!` at the end of the run panicked
