@@ -198,6 +198,13 @@ fn options(o: &Option<JsValue>) -> Result<Options, JsValue> {
             .with_scope(scope)
             .map_err(|e| type_error(&e.to_string()))?;
     }
+    // Checked with or without a tracer, and so by `wrap` when it wraps: it was
+    // ignored until a tracer came, then failed every delivery (a review).
+    if opt_prop(o, "headers").is_some_and(|h| !h.is_object() && !h.is_function()) {
+        return Err(type_error(
+            "options.headers must be an object, an array or a function",
+        ));
+    }
     if opt_prop(o, "tracer").is_some_and(|t| !store::is_function(&t, "startSpan")) {
         return Err(type_error(
             "options.tracer must be an OpenTelemetry Tracer (trace.getTracer(name))",

@@ -467,6 +467,11 @@ test('headers for a batch: an array by index or a function of the index; a gette
   assert.equal(parentOfId('w-0'), '00000000000000c0');
   await assert.rejects(bq.dedupe(envelope('x-h'), store, () => {}, { tracer, headers: 'traceparent' }), /options\.headers must be/);
   assert.equal((await bq.dedupe(envelope('x-h'), store, () => {}, { tracer })).kind, 'run-ok', 'the refused call ran nothing');
+  // A bad headers option is refused with or without a tracer, and by wrap
+  // when wrapping: it was ignored until a tracer was added, then every
+  // wrapped delivery rejected, retried until dead-lettered (a review).
+  await assert.rejects(bq.dedupe(envelope('x-h2'), store, () => {}, { headers: 'traceparent' }), TypeError);
+  assert.throws(() => bq.wrap(store, () => {}, { tracer, headers: '00-x' }), TypeError);
 });
 
 test('hostile headers lose the header, never the delivery: throwing getters, a Proxy, a getter that never settles; a Buffer is read as text', async () => {
