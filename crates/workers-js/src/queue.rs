@@ -73,15 +73,23 @@ fn configure_with(
 }
 
 /// The envelope the handler is given: the body itself when the producer sent an
-/// object (`v8` or `json`), else the JSON text parsed (the core has validated it).
+/// object (`v8` or `json`) that JSON writes as the text the core read, else
+/// that text parsed (the core has validated it). A structured clone holding
+/// `Map`s was read as the object they stand for: the handler gets that object
+/// too (it got the Map, `envelope.meta.id` undefined: a trial).
 fn envelope_of(body: &JsValue, bytes: &[u8]) -> JsValue {
+    let text = String::from_utf8_lossy(bytes);
     if body.is_object()
         && !body.is_instance_of::<js_sys::ArrayBuffer>()
         && !js_sys::ArrayBuffer::is_view(body)
+        && JSON::stringify(body)
+            .ok()
+            .and_then(|t| t.as_string())
+            .as_deref()
+            == Some(&*text)
     {
         return body.clone();
     }
-    let text = String::from_utf8_lossy(bytes);
     JSON::parse(&text).unwrap_or(JsValue::UNDEFINED)
 }
 

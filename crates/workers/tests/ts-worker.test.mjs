@@ -405,6 +405,20 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
     });
   }
 
+  // A structured-clone body holding Maps (a serde map sent with contentType
+  // "v8") was deduped as the object it stands for, but the handler got the
+  // Map itself: `envelope.meta.id` undefined (a trial). It gets the object.
+  test("a v8 body of Maps: the handler gets the object the Maps stand for, once", async () => {
+    const asMap = (o) => new Map(Object.entries(o));
+    const e = envelope("ts-map");
+    const body = asMap({ ...e, meta: asMap(e.meta), data: asMap(e.data) });
+    const first = await queue("ts", [msg(body)]);
+    assert.equal(first.explicitAcks.length, 1, JSON.stringify(first));
+    const again = await queue("ts", [msg(body)]);
+    assert.equal(again.explicitAcks.length, 1, JSON.stringify(again));
+    assert.equal((await effects())["ts-map"], 1);
+  });
+
   test("the template's POST /publish puts envelopes on its queue: each runs once, a duplicate is skipped", async () => {
     const ts = await mf.getWorker("ts");
     const published = [envelope("ts-pub-1"), envelope("ts-pub-2"), envelope("ts-pub-1")];
