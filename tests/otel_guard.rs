@@ -386,6 +386,32 @@ fn a_failed_handler_or_a_bad_body_is_an_error_span_and_the_handlers_spans_are_ch
     assert!(matches!(&bad.status, Status::Error { description } if !description.is_empty()));
 }
 
+/// The caller's context (its baggage, its values) is the base of the
+/// delivery's: the handler runs with it, only its span replaced by the
+/// delivery span, as the Node SDK and our JS package do. It started from an
+/// empty context, the caller's baggage gone inside the handler (a review).
+#[test]
+fn the_handler_keeps_the_callers_context_values() {
+    #[derive(Debug, PartialEq)]
+    struct Tenant(u32);
+    let recorder = Recorder::new();
+    let guard = Guard::new(InMemoryStore::new()).with_telemetry(recorder.telemetry());
+    let _caller = Context::current_with_value(Tenant(7)).attach();
+    let mut seen = Vec::new();
+    let bodies = [envelope("cx-1", "t-1"), "not json".to_string()];
+    block_on_ready(guard.process(bodies[0].as_str(), async |_| {
+        seen.push(Context::current().get::<Tenant>().map(|t| t.0));
+        Ok::<(), String>(())
+    }))
+    .unwrap();
+    assert_eq!(seen, [Some(7)]);
+    // No parent to take (the body unreadable): a root span still.
+    block_on_ready(guard.process(bodies[1].as_str(), async |_| Ok::<(), String>(()))).unwrap();
+    let spans = recorder.spans();
+    let unread = consumer_spans(&spans)[1];
+    assert_eq!(unread.parent_span_id, opentelemetry::trace::SpanId::INVALID);
+}
+
 #[test]
 fn a_traceparent_beside_the_body_is_the_parent() {
     let recorder = Recorder::new();

@@ -80,7 +80,7 @@ impl Telemetry {
         fields: &Fields<'_>,
         headers: (Option<&str>, Option<&str>),
     ) -> Context {
-        quietly(|| self.start_delivery_span(fields, headers)).unwrap_or_default()
+        quietly(|| self.start_delivery_span(fields, headers)).unwrap_or_else(Context::current)
     }
 
     fn start_delivery_span(
@@ -95,8 +95,12 @@ impl Telemetry {
             }
             (None, None) => None,
         };
+        // The caller's context (its baggage, its values) with the delivery's
+        // parent in place of its span, as the Node SDK does (an empty one
+        // lost the caller's baggage in the handler: a review). Without a
+        // parent (an unreadable body, whose handler never runs) a root.
         let parent = match parent {
-            Some(parent) => Context::new().with_remote_span_context(span_context(&parent)),
+            Some(parent) => Context::current().with_remote_span_context(span_context(&parent)),
             None => Context::new(),
         };
         let attributes: Vec<KeyValue> = fields.attributes().into_iter().map(key_value).collect();
