@@ -341,7 +341,6 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             }
         }
         let processed: Vec<Processed<E>> = processed.into_iter().flatten().collect();
-        spans.close(&processed);
         // How long each parked message waits: the claim it parked behind (an
         // in-batch duplicate, its leader's), else the configured park delay. A
         // duplicate whose leader failed waits a second where claims keep the
@@ -364,8 +363,11 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
                 (&p.outcome, park_for, p.decision.key.as_deref())
             })
             .collect();
-        self.apply_actions(batch, &messages, &bodies, &outcomes)
-            .await
+        let report = self
+            .apply_actions(batch, &messages, &bodies, &outcomes)
+            .await;
+        spans.close(&processed, &told(&report));
+        report
     }
 
     /// The batch's parts, run in turn: the first attempts whose id no message
@@ -700,15 +702,27 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> QueueConsumer<S, O, T> {
                 .await;
             processed.push(one);
         }
-        spans.close(&processed);
         // A parked message waits just past the claim it parked behind.
         let outcomes: Vec<Ended<'_, E>> = processed
             .iter()
             .map(|p| (&p.outcome, p.decision.park_for, p.decision.key.as_deref()))
             .collect();
-        self.apply_actions(batch, &messages, &bodies, &outcomes)
-            .await
+        let report = self
+            .apply_actions(batch, &messages, &bodies, &outcomes)
+            .await;
+        spans.close(&processed, &told(&report));
+        report
     }
+}
+
+/// What each message was told, in order (none known when a retry failed: the
+/// spans then say the outcomes' own dispositions).
+fn told(report: &Result<BatchReport, ConsumeError>) -> Vec<Action> {
+    let messages = report
+        .as_ref()
+        .map(|r| r.messages.as_slice())
+        .unwrap_or_default();
+    messages.iter().map(|m| m.action).collect()
 }
 
 /// The delay for a parked message: just past the end of the claim it parked

@@ -8,10 +8,12 @@
 //! false, as on workerd with no trace consumer) no span is kept after the
 //! first, so an untraced batch pays one call.
 
-use bq_dedupe::Processed;
 use bq_dedupe::guard::Mode;
 use bq_dedupe::telemetry::{Fields, Value, attr, outcome_attributes};
+use bq_dedupe::{Disposition, Processed};
 use wasm_bindgen::prelude::*;
+
+use crate::consumer::Action;
 
 #[wasm_bindgen(module = "/src/spans.js")]
 extern "C" {
@@ -64,14 +66,25 @@ impl BatchSpans {
         BatchSpans { spans, mode }
     }
 
-    /// Closes each delivery's span with what the guard decided and how it
-    /// ended.
-    pub(crate) fn close<E>(&mut self, processed: &[Processed<E>]) {
-        for (span, p) in self.spans.iter_mut().zip(processed) {
+    /// Closes each delivery's span with what the guard decided, how it
+    /// ended and what the queue was told (`told[i]`, where known: the
+    /// outcome's own disposition said `poison` for a message retried without
+    /// a dead-letter producer, `retry` for one dead-lettered on its last
+    /// attempt; a review).
+    pub(crate) fn close<E>(&mut self, processed: &[Processed<E>], told: &[Action]) {
+        for (i, (span, p)) in self.spans.iter_mut().zip(processed).enumerate() {
             let Some(span) = span.take() else { continue };
             let kind = p.outcome.kind();
             for (key, value) in outcome_attributes(kind, self.mode, p.claimed(), p.duplicate()) {
                 span.set(key, &value);
+            }
+            if let Some(action) = told.get(i) {
+                let disposition = match action {
+                    Action::Ack => Disposition::Ack,
+                    Action::Retry => Disposition::Retry,
+                    Action::DeadLettered => Disposition::Poison,
+                };
+                span.set_str(attr::DISPOSITION, disposition.code());
             }
             if kind.is_failure() {
                 span.set_str(attr::ERROR_TYPE, kind.code());

@@ -364,18 +364,25 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
     );
   });
 
+  const A_ = "messaging.babelqueue.dedupe.";
   for (const who of ["ts", "rust"]) {
     test(`${who}: each delivery is a span in the runtime's traces, with BabelQueue's attributes and the dedupe outcome`, async () => {
       const fresh = { ...envelope(`${who}-span-1`), trace_id: "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b", attempts: 1 };
       fresh.meta.queue = "orders";
       await queue(who, [msg(fresh)]);
       const failing = envelope(`${who}-span-2`, { fail_attempts: 5 });
-      const result = await queue(who, [msg(fresh), msg(failing), msg(fresh), msg("not json")]);
-      assert.equal(result.explicitAcks.length + result.retryMessages.length, 4, JSON.stringify(result));
+      // Its last attempt (max_retries 3): dead-lettered, so the span says
+      // `poison`, what the queue was told (it said `retry`: a review).
+      const last = envelope(`${who}-span-3`, { fail_attempts: 9 });
+      const result = await queue(who, [msg(fresh), msg(failing), msg(fresh), msg("not json"), msg(last, 4)]);
+      assert.equal(result.explicitAcks.length + result.retryMessages.length, 5, JSON.stringify(result));
       const { root, spans } = await spansOf(`${who}-span-2`);
       const deliveries = spans.filter((s) => s.name.startsWith("process "));
-      assert.equal(deliveries.length, 4, JSON.stringify(spans));
-      const [skipped, failed, follower, rejected] = deliveries;
+      assert.equal(deliveries.length, 5, JSON.stringify(spans));
+      const [skipped, failed, follower, rejected, lastAttempt] = deliveries;
+      assert.equal(lastAttempt.attributes[A_ + "outcome"], "run-failed");
+      assert.equal(lastAttempt.attributes[A_ + "disposition"], "poison");
+      assert.equal(failed.attributes[A_ + "disposition"], "retry");
       const A = "messaging.babelqueue.dedupe.";
       assert.equal(skipped.name, "process urn:babel:orders:created");
       assert.deepEqual(skipped.attributes, {
