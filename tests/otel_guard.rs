@@ -412,6 +412,28 @@ fn the_handler_keeps_the_callers_context_values() {
     assert_eq!(unread.parent_span_id, opentelemetry::trace::SpanId::INVALID);
 }
 
+/// A member the opentelemetry crate refuses (a vendor system id of 14
+/// characters, which W3C and `@opentelemetry/api` allow) costs that member,
+/// not the whole tracestate (it was dropped whole: a review).
+#[test]
+fn a_member_the_crate_refuses_costs_only_itself() {
+    let recorder = Recorder::new();
+    let guard = Guard::new(InMemoryStore::new()).with_telemetry(recorder.telemetry());
+    let body = WithTraceHeaders {
+        body: envelope("ts-14", "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b"),
+        traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+        tracestate: Some("congo=t61rcWkgMzE,t@abcdefghijklmn=v,rojo=00f067aa0ba902b7".into()),
+    };
+    block_on_ready(guard.process(&body, async |_| Ok::<(), String>(()))).unwrap();
+    let spans = recorder.spans();
+    let state = consumer_spans(&spans)[0]
+        .span_context
+        .trace_state()
+        .header();
+    assert!(state.contains("congo=t61rcWkgMzE"), "{state:?}");
+    assert!(state.contains("rojo=00f067aa0ba902b7"), "{state:?}");
+}
+
 #[test]
 fn a_traceparent_beside_the_body_is_the_parent() {
     let recorder = Recorder::new();

@@ -298,8 +298,19 @@ fn span_context(parent: &Parent) -> SpanContext {
         SpanId::from_bytes(parent.span_id),
         TraceFlags::new(parent.flags),
         true,
-        parent.trace_state.parse().unwrap_or(TraceState::NONE),
+        trace_state(&parent.trace_state),
     )
+}
+
+/// The `tracestate` the crate takes: whole, or where it refuses a member that
+/// W3C allows (a vendor system id of 14 characters: it takes 13), the others
+/// (one such member cost the whole header: a review).
+fn trace_state(header: &str) -> TraceState {
+    header.parse().unwrap_or_else(|_| {
+        let members = header.split(',').filter_map(|m| m.trim().split_once('='));
+        let taken = members.filter(|&m| TraceState::from_key_value([m]).is_ok());
+        TraceState::from_key_value(taken).unwrap_or(TraceState::NONE)
+    })
 }
 
 fn key_value((key, value): (&'static str, Value<'_>)) -> KeyValue {
