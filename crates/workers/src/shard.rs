@@ -76,8 +76,9 @@ impl Layout {
 /// The hash that places `key`: its own, or for a payload fingerprint's
 /// marker and record their id's ([`bq_dedupe::fingerprint::owner_key`]), so
 /// a success and its companions are written in one object's transaction.
-/// (Before 2026-12-07 each went by its own hash; companions written then in
-/// another object are not found, and read as absent, until they expire.)
+/// (Before 2026-12-07 each went by its own hash: a record written then is
+/// also looked for there before a mismatch is said, see
+/// `DurableObjectStore::find_records_in_their_old_place`.)
 pub fn placement_hash(key: &str) -> u64 {
     key_hash(bq_dedupe::fingerprint::owner_key(key))
 }

@@ -2,6 +2,7 @@
 // through the fixture worker's queue: an id reused with other data is
 // dead-lettered as payload-mismatch and never run; a redelivery is a skip.
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { describe, test } from "node:test";
 import { envelope, withWorker } from "./harness.mjs";
 
@@ -39,5 +40,59 @@ describe("payload fingerprints", () => {
       assert.equal(stats.skips, 1, JSON.stringify(stats));
       assert.equal(stats.poison, 0);
       assert.deepEqual((await worker.effects()).effects, { "plain-order": 1 });
+    }));
+});
+
+// Before 2026-12-07 a fingerprint's record sat in the object of its own hash,
+// not its id's: a success remembered then keeps it there for its TTL. Read at
+// the id's object only, a same-payload duplicate of such an id found the
+// marker without the record and was dead-lettered as a payload mismatch (a
+// review). The record is asked for in its old place before that is said.
+const OBJECTS = ["bq-dedupe/1/0", "bq-dedupe/jump/1", "bq-dedupe/jump/2", "bq-dedupe/jump/3"];
+
+/** The shard of `key` among 4, as crates/workers/src/shard.rs places it by its own hash. */
+function ownShard(key) {
+  let k = createHash("sha256").update(key, "utf8").digest().readBigUInt64BE(0);
+  let b = -1n;
+  let j = 0n;
+  while (j < 4n) {
+    b = j;
+    k = (k * 2862933555777941757n + 1n) & 0xffffffffffffffffn;
+    j = BigInt(Math.trunc(Number(b + 1n) * (2 ** 31 / Number((k >> 33n) + 1n))));
+  }
+  return Number(b);
+}
+
+async function rpc(worker, object, request) {
+  const ns = await worker.mf.getDurableObjectNamespace("DEDUPE_DO");
+  const res = await ns.get(ns.idFromName(object)).fetch("https://dedupe-shard/rpc", {
+    method: "POST",
+    body: JSON.stringify(request),
+  });
+  assert.equal(res.status, 200, await res.clone().text());
+  return res.json();
+}
+
+describe("payload fingerprints across an upgrade", () => {
+  test("a record left in its old object (its own hash's) is found there: the same payload is a skip, not a mismatch", () =>
+    withWorker({ vars: { DEDUPE_FINGERPRINT: "on", DEDUPE_SHARDS: "4" } }, async (worker) => {
+      const ids = Array.from({ length: 8 }, (_, i) => `fp-old-${i}`);
+      await worker.publishAndWait(ids.map((id) => envelope(id, { total: 10 })));
+      // An id whose record's own object is not its id's: move the record there.
+      let moved;
+      for (const [n, object] of OBJECTS.entries()) {
+        const { entries } = await rpc(worker, object, { op: "entries", limit: 1000 });
+        for (const { key } of entries) {
+          const [, hash, id] = key.match(/^\u001ffp:([0-9a-f]{32}):(.*)$/) ?? [];
+          if (!moved && hash && ownShard(key) !== n) moved = { key, id, from: object, to: OBJECTS[ownShard(key)] };
+        }
+      }
+      assert.ok(moved, "some record's own object differs from its id's");
+      await rpc(worker, moved.from, { op: "forget", keys: [moved.key] });
+      await rpc(worker, moved.to, { op: "settle", remember: [{ key: moved.key }], ttl_ms: 3_600_000 });
+      const stats = await worker.publishAndWait([envelope(moved.id, { total: 10 })]);
+      assert.equal(stats.skips, 1, JSON.stringify(stats));
+      assert.equal(stats.poison, 0, JSON.stringify(stats));
+      assert.deepEqual((await worker.effects()).effects[moved.id], 1);
     }));
 });

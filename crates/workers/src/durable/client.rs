@@ -14,7 +14,7 @@ use worker::{Method, ObjectNamespace, Request, RequestInit};
 
 use super::protocol::{ClaimRef, Entry, Remember, ShardReply, ShardRequest, wire_ms};
 use crate::round_trips::RoundTrips;
-use crate::shard::{Layout, placement_hash};
+use crate::shard::{Layout, key_hash, placement_hash};
 
 /// The seen-set in `shards` Durable Objects of `namespace` (the `DedupeShard`
 /// class), spread by jump consistent hashing (see [`Layout`]). Every batch call
@@ -315,6 +315,52 @@ impl DurableObjectStore {
         .await;
     }
 
+    /// A fingerprint record not found beside its marker reads as a payload
+    /// mismatch. Before 2026-12-07 a companion key sat in the object of its
+    /// own hash, not its id's, and a success remembered then keeps its record
+    /// there for its TTL: such a record is asked for there before the guard
+    /// calls it a mismatch (after an upgrade, same-payload duplicates were
+    /// dead-lettered: a review). Only then: a real mismatch, or that case.
+    async fn find_records_in_their_old_place(
+        &self,
+        keys: &[&str],
+        seen: &mut [bool],
+    ) -> StoreResult<()> {
+        let present: std::collections::HashSet<&str> = (0..keys.len())
+            .filter(|&i| seen[i])
+            .map(|i| keys[i])
+            .collect();
+        let old_place = |key: &str| self.layout.object_of_hash(key_hash(key));
+        let ask: Vec<usize> = (0..keys.len())
+            .filter(|&i| {
+                let (key, id_key) = (keys[i], bq_dedupe::fingerprint::owner_key(keys[i]));
+                let marker = bq_dedupe::fingerprint::marker_key(id_key);
+                !seen[i]
+                    && id_key != key
+                    && key != marker
+                    && present.contains(marker.as_str())
+                    && old_place(key) != self.layout.object_of_hash(placement_hash(key))
+            })
+            .collect();
+        let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+        for &i in &ask {
+            let object = old_place(keys[i]);
+            match groups.iter_mut().find(|(o, _)| *o == object) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((object, vec![i])),
+            }
+        }
+        for (object, members) in groups {
+            let keys: Vec<String> = members.iter().map(|&i| keys[i].to_string()).collect();
+            let reply = self.call(&object, ShardRequest::Seen { keys }).await?;
+            let found = reply.seen.unwrap_or_default();
+            for (&i, was) in members.iter().zip(found) {
+                seen[i] = was;
+            }
+        }
+        Ok(())
+    }
+
     /// Where each part of an entry of a batch step goes: the key's object in
     /// this layout, and, while resharding, the key's object in the previous
     /// one too for a claim taken in both (a token `here+there`) and for a
@@ -395,6 +441,8 @@ impl Store for DurableObjectStore {
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
         self.check_layouts().await?;
         let mut seen = self.seen_in(self.layout, keys).await?;
+        self.find_records_in_their_old_place(keys, &mut seen)
+            .await?;
         let Some(previous) = self.previous else {
             return Ok(seen);
         };
