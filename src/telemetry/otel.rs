@@ -80,7 +80,9 @@ impl Telemetry {
         fields: &Fields<'_>,
         headers: (Option<&str>, Option<&str>),
     ) -> Context {
-        quietly(|| self.start_delivery_span(fields, headers)).unwrap_or_else(Context::current)
+        // (Not the caller's context on a panic: its span would be ended as
+        // the delivery's, a review.)
+        quietly(|| self.start_delivery_span(fields, headers)).unwrap_or_default()
     }
 
     fn start_delivery_span(
