@@ -469,7 +469,7 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
                     Err(e) => {
                         // On its last attempt a retry redelivers nothing: said
                         // (it read as a plain retry, a review).
-                        let last = match self.is_last_failure(message, outcome) {
+                        let last = match self.is_last_attempt(message) {
                             true => {
                                 "; this was its last attempt: the queue moves it to its own \
                                  dead-letter queue, if it has one, or deletes it"
@@ -520,8 +520,12 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
     /// it or move it to its dead-letter queue without a `dead_letter` block.
     fn is_last_failure<E>(&self, message: &QueueMessage, outcome: &Outcome<E>) -> bool {
         // Every retried outcome: on the last attempt, a retry is a silent drop.
-        let failed = outcome.disposition() == Disposition::Retry;
-        failed && self.max_retries.is_some_and(|max| message.attempts() > max)
+        outcome.disposition() == Disposition::Retry && self.is_last_attempt(message)
+    }
+
+    /// Whether a retry of `message` redelivers nothing: its last attempt.
+    fn is_last_attempt(&self, message: &QueueMessage) -> bool {
+        self.max_retries.is_some_and(|max| message.attempts() > max)
     }
 
     /// Sends a poison message, or a last-attempt failure, to the dead-letter
