@@ -2214,3 +2214,49 @@ fn postgres_a_handlers_own_commit_without_an_id_is_told_whatever_client_min_mess
     assert_eq!(pg_effects(&table, "ni-quiet"), 1);
     pg_drop(&table);
 }
+
+/// A handler that commits the store's transaction itself and begins another
+/// (`COMMIT; BEGIN`), returning Ok; the store's own COMMIT then fails without
+/// a refusal (here the session ends inside a deferred trigger). The take its
+/// COMMIT had committed was left, reported `store-unavailable`, and the
+/// redelivery skipped a message whose writes after its BEGIN never committed
+/// (a review). The take is undone whenever it is found still the handler's.
+#[test]
+fn postgres_a_commit_that_ends_the_session_after_a_handlers_own_commit_loses_nothing() {
+    let (guard, table, _clean) = pg_guard("tx-commit-fatal");
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    let killer = format!("{table}_killer");
+    pg().batch_execute(&format!(
+        "CREATE FUNCTION {killer}_end() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NULL; END $$;
+         CREATE TABLE {killer} (id INT);
+         CREATE CONSTRAINT TRIGGER {killer}_t AFTER INSERT ON {killer}
+           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {killer}_end()"
+    ))
+    .unwrap();
+    let first = guard.process_in_transaction(envelope("cf-1").as_str(), |msg, tx| {
+        tx.batch_execute("COMMIT; BEGIN")?;
+        tx.execute(&insert, &[&msg.id().unwrap()])?;
+        tx.batch_execute(&format!("INSERT INTO {killer} VALUES (7)"))
+    });
+    assert_eq!(first.kind(), OutcomeKind::Failed, "{first:?}");
+    assert!(
+        format!("{first:?}").contains("ended the store's transaction itself"),
+        "{first:?}"
+    );
+    assert_eq!(pg_effects(&table, "cf-1"), 0, "never committed");
+    let again = guard.process_in_transaction(envelope("cf-1").as_str(), |msg, tx| {
+        tx.execute(&insert, &[&msg.id().unwrap()]).map(drop)
+    });
+    assert_eq!(
+        again.kind(),
+        OutcomeKind::Ran,
+        "the redelivery runs: {again:?}"
+    );
+    assert_eq!(pg_effects(&table, "cf-1"), 1);
+    pg().batch_execute(&format!(
+        "DROP TABLE {killer}; DROP FUNCTION {killer}_end()"
+    ))
+    .unwrap();
+    pg_drop(&table);
+}

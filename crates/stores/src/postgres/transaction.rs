@@ -67,15 +67,18 @@ impl TransactionalStore for PostgresStore {
                     }
                     handler_committed => {
                         match self.finish_run(&mut tx, &mut statements, &keys, ttl, &mark) {
-                            Ok(Ok(())) => {
+                            Ok(Ok(finished_by)) => {
                                 // (Its own COMMIT, for a run without an id.)
                                 let handler_committed = matches!(handler_committed, Some(Ok(true)));
+                                // The finish wrote in another transaction than
+                                // the take: the handler ended the take's.
+                                let moved = finished_by.is_some() && finished_by != writer.0;
                                 let run = (keys.as_slice(), mark.as_str(), &writer);
                                 return self.commit_run(
                                     tx,
                                     statements.prepared,
                                     run,
-                                    handler_committed,
+                                    (handler_committed, moved),
                                     value,
                                 );
                             }
@@ -247,6 +250,7 @@ impl TransactionalStore for PostgresStore {
                 // The handlers left the transaction unusable after all: nothing commits.
                 let committed: Vec<&str> = taken.iter().map(|(key, _)| *key).collect();
                 self.finish_in(tx, statements, &committed, ttl, &mark)??;
+
                 Ok(Batch::Ran(runs))
             };
             let failed = match body(&mut tx, &mut statements) {
@@ -316,7 +320,7 @@ impl PostgresStore {
         tx: postgres::Transaction<'_>,
         prepared: &mut Prepared,
         (keys, mark, writer): (&[&str], &str, &Writer),
-        handler_committed: bool,
+        (handler_committed, moved): (bool, bool),
         value: T,
     ) -> StoreResult<TxRun<T, E>> {
         let Err(e) = commit_as_found(tx) else {
@@ -326,8 +330,13 @@ impl PostgresStore {
         // reached): not lent again.
         prepared.retire();
         // A take found committed elsewhere: the handler's own COMMIT, its
-        // writes before it kept.
-        let own_commit = refused(&e)
+        // writes before it kept. Looked for after a refused COMMIT (nothing
+        // of ours landed), or after any failed one where the finish ran in
+        // another transaction than the take (`moved`: ours, landed, wrote a
+        // newer row than the take's, which the undo leaves; not landed, the
+        // take stood and the redelivery skipped what came after the
+        // handler's BEGIN: a review).
+        let own_commit = (refused(&e) || moved)
             && (handler_committed
                 || self
                     .undo_takes_elsewhere(keys, mark, writer)
@@ -667,17 +676,17 @@ impl PostgresStore {
         keys: &[&str],
         ttl: Option<Duration>,
         mark: &str,
-    ) -> StoreResult<Result<(), StoreError>> {
+    ) -> StoreResult<Result<Option<String>, StoreError>> {
         // No id, nothing to finish (and nothing on the id tables for a role
         // the handler set to refuse).
         if keys.is_empty() {
-            return Ok(Ok(()));
+            return Ok(Ok(None));
         }
         if !keys.iter().all(|k| k.is_ascii())
             && let Err(e) = tx.batch_execute("SET client_encoding TO 'UTF8'")
         {
             // A transaction a swallowed error aborted (25P02), or an error.
-            return Ok(aborted_or(e)?.map_err(|()| aborted_error()));
+            return Ok(aborted_or(e)?.map(|()| None).map_err(|()| aborted_error()));
         }
         self.finish_in(tx, statements, keys, ms(ttl), mark)
     }
@@ -1024,13 +1033,14 @@ impl PostgresStore {
                  ELSE clock_timestamp() + {ms2} END
              WHERE message_id IN (SELECT message_id FROM unmark)
                AND (SELECT {UTF8_AGAIN}) IS NOT NULL
-             RETURNING 1"
+             RETURNING xmin::text"
         )
     }
 
     /// Runs [`Self::finish_sql`] (even for no ids: it is what finds a
     /// transaction a swallowed error aborted). `Ok(Err(_))`: the transaction
-    /// cannot commit this run, roll it back.
+    /// cannot commit this run, roll it back. `Ok(Ok(xmin))`: the transaction
+    /// that wrote the finished rows (`None` for no ids).
     fn finish_in(
         &self,
         tx: &mut postgres::Transaction<'_>,
@@ -1038,7 +1048,7 @@ impl PostgresStore {
         keys: &[&str],
         ttl: Option<i64>,
         mark: &str,
-    ) -> StoreResult<Result<(), StoreError>> {
+    ) -> StoreResult<Result<Option<String>, StoreError>> {
         let params: &Params<'_> = &[
             (&keys, Type::TEXT_ARRAY),
             (&ttl, Type::INT8),
@@ -1056,7 +1066,7 @@ impl PostgresStore {
             found = statements.query(tx, &self.finish_sql(), params);
         }
         Ok(match found {
-            Ok(rows) if rows.len() == keys.len() => Ok(()),
+            Ok(rows) if rows.len() == keys.len() => Ok(rows.first().map(|row| row.get(0))),
             Ok(rows) => Err(StoreError::internal(format!(
                 "postgres: {} of the {} ids this transaction took were no longer in it (did \
                  the handler end the transaction, or delete them?); this transaction commits \
@@ -1081,7 +1091,7 @@ impl PostgresStore {
                      the URL)",
                 ))
             }
-            Err(e) => aborted_or(e)?.map_err(|()| aborted_error()),
+            Err(e) => aborted_or(e)?.map(|()| None).map_err(|()| aborted_error()),
         })
     }
 }
