@@ -318,8 +318,9 @@ impl DurableObjectStore {
     /// A fingerprint record not found beside its marker reads as a payload
     /// mismatch. Before 2026-12-07 a companion key sat in the object of its
     /// own hash, not its id's, and a success remembered then keeps its record
-    /// there for its TTL: such a record is asked for there before the guard
-    /// calls it a mismatch (after an upgrade, same-payload duplicates were
+    /// there for its TTL: such a record is asked for there (in this layout,
+    /// and while resharding in the previous one) before the guard calls it a
+    /// mismatch (after an upgrade, same-payload duplicates were
     /// dead-lettered: a review). Only then: a real mismatch, or that case.
     async fn find_records_in_their_old_place(
         &self,
@@ -330,32 +331,52 @@ impl DurableObjectStore {
             .filter(|&i| seen[i])
             .map(|i| keys[i])
             .collect();
-        let old_place = |key: &str| self.layout.object_of_hash(key_hash(key));
-        let ask: Vec<usize> = (0..keys.len())
-            .filter(|&i| {
-                let (key, id_key) = (keys[i], bq_dedupe::fingerprint::owner_key(keys[i]));
-                let marker = bq_dedupe::fingerprint::marker_key(id_key);
-                !seen[i]
-                    && id_key != key
-                    && key != marker
-                    && present.contains(marker.as_str())
-                    && old_place(key) != self.layout.object_of_hash(placement_hash(key))
-            })
-            .collect();
+        let is_lone_record = |key: &str| {
+            let id_key = bq_dedupe::fingerprint::owner_key(key);
+            let marker = bq_dedupe::fingerprint::marker_key(id_key);
+            id_key != key && key != marker && present.contains(marker.as_str())
+        };
+        // Each record's old objects, less those already asked (its id's).
         let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
-        for &i in &ask {
-            let object = old_place(keys[i]);
-            match groups.iter_mut().find(|(o, _)| *o == object) {
-                Some((_, members)) => members.push(i),
-                None => groups.push((object, vec![i])),
+        for i in (0..keys.len()).filter(|&i| !seen[i] && is_lone_record(keys[i])) {
+            let asked: Vec<String> = [Some(self.layout), self.previous]
+                .into_iter()
+                .flatten()
+                .map(|l| l.object_of_hash(placement_hash(keys[i])))
+                .collect();
+            let old = [Some(self.layout), self.previous]
+                .into_iter()
+                .flatten()
+                .map(|l| l.object_of_hash(key_hash(keys[i])));
+            for object in old.filter(|o| !asked.contains(o)) {
+                match groups.iter_mut().find(|(o, _)| *o == object) {
+                    Some((_, members)) if !members.contains(&i) => members.push(i),
+                    Some(_) => {}
+                    None => groups.push((object, vec![i])),
+                }
             }
         }
-        for (object, members) in groups {
-            let keys: Vec<String> = members.iter().map(|&i| keys[i].to_string()).collect();
-            let reply = self.call(&object, ShardRequest::Seen { keys }).await?;
-            let found = reply.seen.unwrap_or_default();
+        let replies = try_join_all(groups.into_iter().map(|(object, members)| {
+            let asked = members.iter().map(|&i| keys[i].to_string()).collect();
+            async move {
+                let reply = self
+                    .call(&object, ShardRequest::Seen { keys: asked })
+                    .await?;
+                StoreResult::Ok((members, reply.seen))
+            }
+        }))
+        .await?;
+        for (members, found) in replies {
+            let found = found.unwrap_or_default();
+            if found.len() != members.len() {
+                return Err(StoreError::internal(format!(
+                    "dedupe shard answered {} seen answers for {} keys",
+                    found.len(),
+                    members.len()
+                )));
+            }
             for (&i, was) in members.iter().zip(found) {
-                seen[i] = was;
+                seen[i] |= was;
             }
         }
         Ok(())
@@ -437,26 +458,27 @@ impl Store for DurableObjectStore {
 
     /// One request per object; while resharding, the keys the current layout
     /// does not know and that live elsewhere in the previous one are asked there
-    /// (one more request per previous object touched).
+    /// (one more request per previous object touched); then a fingerprint
+    /// record missing beside its marker in its old objects (more requests,
+    /// only then: [`Self::find_records_in_their_old_place`]).
     async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
         self.check_layouts().await?;
         let mut seen = self.seen_in(self.layout, keys).await?;
+        if let Some(previous) = self.previous {
+            let ask: Vec<usize> = (0..keys.len())
+                .filter(|&i| !seen[i] && self.moved(keys[i]))
+                .collect();
+            if !ask.is_empty() {
+                let asked: Vec<&str> = ask.iter().map(|&i| keys[i]).collect();
+                let before = self.seen_in(previous, &asked).await?;
+                for (&i, was) in ask.iter().zip(before) {
+                    seen[i] = was;
+                }
+            }
+        }
+        // After both layouts: a marker found in the previous one counts.
         self.find_records_in_their_old_place(keys, &mut seen)
             .await?;
-        let Some(previous) = self.previous else {
-            return Ok(seen);
-        };
-        let ask: Vec<usize> = (0..keys.len())
-            .filter(|&i| !seen[i] && self.moved(keys[i]))
-            .collect();
-        if ask.is_empty() {
-            return Ok(seen);
-        }
-        let asked: Vec<&str> = ask.iter().map(|&i| keys[i]).collect();
-        let before = self.seen_in(previous, &asked).await?;
-        for (&i, was) in ask.iter().zip(before) {
-            seen[i] = was;
-        }
         Ok(seen)
     }
 
