@@ -700,40 +700,48 @@ fn postgres_a_refused_commit_after_a_handlers_own_commit_loses_nothing() {
 /// Any ERROR answered to a COMMIT means it rolled back.
 #[test]
 fn postgres_a_commit_refused_by_a_deferred_trigger_after_a_handlers_own_commit_loses_nothing() {
-    let (guard, table, _clean) = pg_guard("tx-commit-raised");
+    own_commit_then_a_deferred_trigger("tx-commit-raised", "RAISE EXCEPTION 'late failure'");
+}
+
+/// A handler that commits the store's transaction itself, begins another and
+/// writes a row whose deferred trigger runs `trigger` at the store's COMMIT;
+/// it returns Ok. Its writes after the BEGIN never commit: the run is
+/// `run-failed`, saying its own COMMIT, and the redelivery runs once.
+fn own_commit_then_a_deferred_trigger(tag: &str, trigger: &str) {
+    let (guard, table, _clean) = pg_guard(tag);
     let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
     let late = format!("{table}_late");
     pg().batch_execute(&format!(
-        "CREATE FUNCTION {late}_fail() RETURNS trigger LANGUAGE plpgsql AS
-           $$ BEGIN RAISE EXCEPTION 'late failure'; END $$;
+        "CREATE FUNCTION {late}_fn() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN {trigger}; RETURN NULL; END $$;
          CREATE TABLE {late} (id INT);
          CREATE CONSTRAINT TRIGGER {late}_t AFTER INSERT ON {late}
-           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {late}_fail()"
+           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {late}_fn()"
     ))
     .unwrap();
-    let first = guard.process_in_transaction(envelope("cr-2").as_str(), |msg, tx| {
+    let first = guard.process_in_transaction(envelope(tag).as_str(), |msg, tx| {
         tx.batch_execute("COMMIT; BEGIN")?;
         tx.execute(&insert, &[&msg.id().unwrap()])?;
         tx.batch_execute(&format!("INSERT INTO {late} VALUES (7)"))
     });
     // The handler's writes refused, its own COMMIT's said (it was
     // `store-unavailable`: a review).
-    assert_eq!(first.kind(), OutcomeKind::Failed, "{first:?}");
+    assert_eq!(first.kind(), OutcomeKind::Failed, "{tag}: {first:?}");
     assert!(
         format!("{first:?}").contains("ended the store's transaction itself"),
-        "{first:?}"
+        "{tag}: {first:?}"
     );
-    assert_eq!(pg_effects(&table, "cr-2"), 0, "rolled back");
-    let again = guard.process_in_transaction(envelope("cr-2").as_str(), |msg, tx| {
+    assert_eq!(pg_effects(&table, tag), 0, "{tag}: rolled back");
+    let again = guard.process_in_transaction(envelope(tag).as_str(), |msg, tx| {
         tx.execute(&insert, &[&msg.id().unwrap()]).map(drop)
     });
     assert_eq!(
         again.kind(),
         OutcomeKind::Ran,
-        "the redelivery runs: {again:?}"
+        "{tag}: the redelivery runs: {again:?}"
     );
-    assert_eq!(pg_effects(&table, "cr-2"), 1);
-    pg().batch_execute(&format!("DROP TABLE {late}; DROP FUNCTION {late}_fail()"))
+    assert_eq!(pg_effects(&table, tag), 1, "{tag}");
+    pg().batch_execute(&format!("DROP TABLE {late}; DROP FUNCTION {late}_fn()"))
         .unwrap();
     pg_drop(&table);
 }
@@ -2231,40 +2239,8 @@ fn postgres_a_handlers_own_commit_without_an_id_is_told_whatever_client_min_mess
 /// (a review). The take is undone whenever it is found still the handler's.
 #[test]
 fn postgres_a_commit_that_ends_the_session_after_a_handlers_own_commit_loses_nothing() {
-    let (guard, table, _clean) = pg_guard("tx-commit-fatal");
-    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
-    let killer = format!("{table}_killer");
-    pg().batch_execute(&format!(
-        "CREATE FUNCTION {killer}_end() RETURNS trigger LANGUAGE plpgsql AS
-           $$ BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NULL; END $$;
-         CREATE TABLE {killer} (id INT);
-         CREATE CONSTRAINT TRIGGER {killer}_t AFTER INSERT ON {killer}
-           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {killer}_end()"
-    ))
-    .unwrap();
-    let first = guard.process_in_transaction(envelope("cf-1").as_str(), |msg, tx| {
-        tx.batch_execute("COMMIT; BEGIN")?;
-        tx.execute(&insert, &[&msg.id().unwrap()])?;
-        tx.batch_execute(&format!("INSERT INTO {killer} VALUES (7)"))
-    });
-    assert_eq!(first.kind(), OutcomeKind::Failed, "{first:?}");
-    assert!(
-        format!("{first:?}").contains("ended the store's transaction itself"),
-        "{first:?}"
+    own_commit_then_a_deferred_trigger(
+        "tx-commit-fatal",
+        "PERFORM pg_terminate_backend(pg_backend_pid())",
     );
-    assert_eq!(pg_effects(&table, "cf-1"), 0, "never committed");
-    let again = guard.process_in_transaction(envelope("cf-1").as_str(), |msg, tx| {
-        tx.execute(&insert, &[&msg.id().unwrap()]).map(drop)
-    });
-    assert_eq!(
-        again.kind(),
-        OutcomeKind::Ran,
-        "the redelivery runs: {again:?}"
-    );
-    assert_eq!(pg_effects(&table, "cf-1"), 1);
-    pg().batch_execute(&format!(
-        "DROP TABLE {killer}; DROP FUNCTION {killer}_end()"
-    ))
-    .unwrap();
-    pg_drop(&table);
 }
