@@ -327,14 +327,13 @@ impl DurableObjectStore {
         keys: &[&str],
         seen: &mut [bool],
     ) -> StoreResult<()> {
-        let present: std::collections::HashSet<&str> = (0..keys.len())
-            .filter(|&i| seen[i])
-            .map(|i| keys[i])
-            .collect();
+        // (A scan, not a set: records are rarely missing, and a hash set
+        // is some KB of wasm in every worker.)
+        let present = |key: &str| (0..keys.len()).any(|j| seen[j] && keys[j] == key);
         let is_lone_record = |key: &str| {
             let id_key = bq_dedupe::fingerprint::owner_key(key);
             let marker = bq_dedupe::fingerprint::marker_key(id_key);
-            id_key != key && key != marker && present.contains(marker.as_str())
+            id_key != key && key != marker && present(marker.as_str())
         };
         // Each record's old objects, less those already asked (its id's).
         let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
