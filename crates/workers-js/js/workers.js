@@ -67,11 +67,11 @@ function lazy(f, answersPromise = false) {
 
 const ASYNC = true;
 
-/** What a handler's `message.ack()` / `retry()` throws. */
+/** What a handler's `message.ack()` / `retry()` (or the batch's own) throws. */
 function settledByTheConsumer(method) {
   return function () {
     throw new TypeError(
-      `message.${method}() in a dedupe handler: the consumer acks or retries each message by its outcome ` +
+      `${method}() in a dedupe handler: the consumer acks or retries each message by its outcome ` +
         "(Cloudflare keeps a message's first call: an ack() before a failure would lose it, a retry() " +
         "before a success would be recorded done); throw to have it retried",
     );
@@ -84,26 +84,99 @@ function handlerView(message) {
   if (message === null || typeof message !== "object") return message;
   return new Proxy(message, {
     get(target, key) {
-      if (key === "ack" || key === "retry") return settledByTheConsumer(key);
+      if (key === "ack" || key === "retry") return settledByTheConsumer(`message.${key}`);
       const value = Reflect.get(target, key, target);
       return typeof value === "function" ? value.bind(target) : value;
     },
   });
 }
 
+/** While `running()`, the batch's own `ackAll()`, `retryAll()` and its
+ * messages' `ack()` / `retry()` throw as the view's do (a handler that called
+ * them and then failed lost its message, reported `retry`: a trial); they
+ * pass through otherwise, for the consumer's own calls, which come after the
+ * handlers. Returns what sets them back. */
+function guardBatch(batch, running) {
+  const undo = [];
+  const guard = (target, key, name) => {
+    let original;
+    let own;
+    try {
+      original = target[key];
+      own = Object.getOwnPropertyDescriptor(target, key);
+      if (typeof original !== "function") return;
+      Object.defineProperty(target, key, {
+        configurable: true,
+        writable: true,
+        value: function (...args) {
+          if (running()) settledByTheConsumer(name)();
+          return original.apply(this, args);
+        },
+      });
+    } catch {
+      return; // a frozen object, or a hostile one: left as it is
+    }
+    undo.push(() => (own ? Object.defineProperty(target, key, own) : delete target[key]));
+  };
+  guard(batch, "ackAll", "batch.ackAll");
+  guard(batch, "retryAll", "batch.retryAll");
+  let messages;
+  try {
+    messages = batch.messages;
+  } catch {
+    messages = undefined;
+  }
+  if (Array.isArray(messages)) {
+    for (const m of messages) {
+      if (m === null || typeof m !== "object") continue;
+      guard(m, "ack", "message.ack");
+      guard(m, "retry", "message.retry");
+    }
+  }
+  return () => {
+    for (const f of undo) {
+      try {
+        f();
+      } catch {
+        // set back what can be
+      }
+    }
+  };
+}
+
 /** A queue consumer export whose handler (its third argument) gets
- * [`handlerView`]s of the messages. */
+ * [`handlerView`]s of the messages, and during which the batch's own
+ * settling methods throw ([`guardBatch`]). */
 function guardingHandler(consume) {
   return like(
     {
       [consume.name]: function (batch, env, handler, ...rest) {
+        let running = 0;
         const guarded =
           typeof handler === "function"
             ? function (envelope, message, ...more) {
-                return handler.call(this, envelope, handlerView(message), ...more);
+                running += 1;
+                const done = () => {
+                  running -= 1;
+                };
+                try {
+                  const result = handler.call(this, envelope, handlerView(message), ...more);
+                  return Promise.resolve(result).finally(done);
+                } catch (e) {
+                  done();
+                  throw e;
+                }
               }
             : handler;
-        return consume.call(this, batch, env, guarded, ...rest);
+        const release = batch !== null && typeof batch === "object" ? guardBatch(batch, () => running > 0) : () => {};
+        let consumed;
+        try {
+          consumed = consume.call(this, batch, env, guarded, ...rest);
+        } catch (e) {
+          release();
+          throw e;
+        }
+        return Promise.resolve(consumed).finally(release);
       },
     }[consume.name],
     consume,

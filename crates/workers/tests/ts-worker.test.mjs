@@ -157,13 +157,20 @@ export default { async fetch(request: Request, env: object): Promise<Response> {
   // dedupeQueueD1: the handler's D1 statements committed with the id.
   writeFileSync(path.join(scratch, "d1.ts"), `import { dedupeQueueD1 } from "@babelqueue/dedupe/workers";
 interface Env { DEDUPE_D1: D1Database }
-interface Directives { fail?: boolean; bad_statement_attempts?: number; odd_error?: boolean; trap_array?: boolean; delete_own_row?: boolean; expire_own_row?: boolean }
+interface Directives { fail?: boolean; bad_statement_attempts?: number; odd_error?: boolean; trap_array?: boolean; delete_own_row?: boolean; expire_own_row?: boolean; batch_ack?: boolean; ack_all?: boolean }
 export default {
   async queue(batch: MessageBatch, env: Env): Promise<void> {
     await env.DEDUPE_D1.prepare("CREATE TABLE IF NOT EXISTS effects (id TEXT NOT NULL, attempt INTEGER NOT NULL)").run();
     // db: the database the ids live in (env.DEDUPE_D1 here): the statements are prepared on it.
     await dedupeQueueD1(batch, env, (envelope, message, db) => {
       const data = envelope.data as Directives;
+      // The batch's own settling methods (refused while a handler runs), then a failure.
+      try {
+        if (data.batch_ack) batch.messages.find((m) => m.id === message.id)?.ack();
+        if (data.ack_all) batch.ackAll();
+      } catch {
+        // refused: the failure below stands
+      }
       if (data.fail) throw new Error("told to fail");
       if (data.odd_error) {
         const odd = new Error("odd");
@@ -415,6 +422,22 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
   // A structured-clone body holding Maps (a serde map sent with contentType
   // "v8") was deduped as the object it stands for, but the handler got the
   // Map itself: `envelope.meta.id` undefined (a trial). It gets the object.
+  // A handler that acked through the batch (its own message objects, or
+  // ackAll) and then failed lost its message, the report saying retry (a
+  // trial): those throw in a handler too, and the message is retried.
+  test("the batch's own ack() and ackAll() refuse in a handler: the failed message is retried, not acked", async () => {
+    const d1 = async (messages) => (await mf.getWorker("d1")).queue("orders", messages);
+    const one = await d1([msg(envelope("ts-batch-ack", { batch_ack: true, fail: true }), 1, "ba-1")]);
+    assert.deepEqual(one.explicitAcks, [], JSON.stringify(one));
+    assert.deepEqual(one.retryMessages.map((r) => r.msgId), ["ba-1"], JSON.stringify(one));
+    const all = await d1([msg(envelope("ts-ack-all", { ack_all: true, fail: true }), 1, "aa-1")]);
+    assert.equal(all.ackAll, false, JSON.stringify(all));
+    assert.deepEqual(all.retryMessages.map((r) => r.msgId), ["aa-1"], JSON.stringify(all));
+    // The consumer's own acks still reach the queue once the handlers are done.
+    const ok = await d1([msg(envelope("ts-batch-ok"), 1, "ok-1")]);
+    assert.deepEqual(ok.explicitAcks, ["ok-1"], JSON.stringify(ok));
+  });
+
   test("a v8 body of Maps: the handler gets the object the Maps stand for, once", async () => {
     const asMap = (o) => new Map(Object.entries(o));
     const e = envelope("ts-map");
