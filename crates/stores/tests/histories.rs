@@ -139,6 +139,8 @@ fn redis_cluster_histories_are_linearizable() {
             .with_backend_errors()
             .with_cleanup((mover, cleanup))
     });
+    // The next tests (here and in later test binaries) start on one map.
+    common::heal_the_cluster(&redis_cluster_spec());
 }
 
 /// Held by a test while it uses the test cluster: the kills of
