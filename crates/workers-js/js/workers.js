@@ -120,18 +120,17 @@ function guardBatch(batch, running) {
   };
   guard(batch, "ackAll", "batch.ackAll");
   guard(batch, "retryAll", "batch.retryAll");
-  let messages;
   try {
-    messages = batch.messages;
-  } catch {
-    messages = undefined;
-  }
-  if (Array.isArray(messages)) {
-    for (const m of messages) {
-      if (m === null || typeof m !== "object") continue;
-      guard(m, "ack", "message.ack");
-      guard(m, "retry", "message.retry");
+    const messages = batch.messages;
+    if (Array.isArray(messages)) {
+      for (const m of messages) {
+        if (m === null || typeof m !== "object") continue;
+        guard(m, "ack", "message.ack");
+        guard(m, "retry", "message.retry");
+      }
     }
+  } catch {
+    // a hostile batch: what was guarded stays guarded, and is set back
   }
   return () => {
     for (const f of undo) {
@@ -159,13 +158,23 @@ function guardingHandler(consume) {
                 const done = () => {
                   running -= 1;
                 };
+                let result;
                 try {
-                  const result = handler.call(this, envelope, handlerView(message), ...more);
-                  return Promise.resolve(result).finally(done);
+                  result = handler.call(this, envelope, handlerView(message), ...more);
                 } catch (e) {
                   done();
                   throw e;
                 }
+                // Awaited, not chained: a promise's own `then` or `finally`
+                // is not called (one that never called back left the guard
+                // on and the run read as done: a review).
+                return (async () => {
+                  try {
+                    return await result;
+                  } finally {
+                    done();
+                  }
+                })();
               }
             : handler;
         const release = batch !== null && typeof batch === "object" ? guardBatch(batch, () => running > 0) : () => {};

@@ -157,7 +157,7 @@ export default { async fetch(request: Request, env: object): Promise<Response> {
   // dedupeQueueD1: the handler's D1 statements committed with the id.
   writeFileSync(path.join(scratch, "d1.ts"), `import { dedupeQueueD1 } from "@babelqueue/dedupe/workers";
 interface Env { DEDUPE_D1: D1Database }
-interface Directives { fail?: boolean; bad_statement_attempts?: number; odd_error?: boolean; trap_array?: boolean; delete_own_row?: boolean; expire_own_row?: boolean; batch_ack?: boolean; ack_all?: boolean }
+interface Directives { fail?: boolean; bad_statement_attempts?: number; odd_error?: boolean; trap_array?: boolean; delete_own_row?: boolean; expire_own_row?: boolean; batch_ack?: boolean; ack_all?: boolean; own_then?: boolean }
 export default {
   async queue(batch: MessageBatch, env: Env): Promise<void> {
     await env.DEDUPE_D1.prepare("CREATE TABLE IF NOT EXISTS effects (id TEXT NOT NULL, attempt INTEGER NOT NULL)").run();
@@ -185,6 +185,12 @@ export default {
         } });
       }
       const statements = [db.prepare("INSERT INTO effects (id, attempt) VALUES (?1, ?2)").bind(envelope.meta.id, message.attempts)];
+      // A promise of them with a \`then\` of its own that never calls back.
+      if (data.own_then) {
+        const p = Promise.resolve(statements);
+        (p as unknown as { then: () => void }).then = () => {};
+        return p;
+      }
       // A failure between the handler and the write: the batch is refused.
       if (message.attempts <= (data.bad_statement_attempts ?? 0)) {
         statements.push(db.prepare("INSERT INTO no_such_table (id) VALUES (?1)").bind(envelope.meta.id));
@@ -433,9 +439,10 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
     const all = await d1([msg(envelope("ts-ack-all", { ack_all: true, fail: true }), 1, "aa-1")]);
     assert.equal(all.ackAll, false, JSON.stringify(all));
     assert.deepEqual(all.retryMessages.map((r) => r.msgId), ["aa-1"], JSON.stringify(all));
-    // The consumer's own acks still reach the queue once the handlers are done.
-    const ok = await d1([msg(envelope("ts-batch-ok"), 1, "ok-1")]);
-    assert.deepEqual(ok.explicitAcks, ["ok-1"], JSON.stringify(ok));
+    // The consumer's own acks still reach the queue once the handlers are done,
+    // after a handler whose promise has a `then` of its own too (it is awaited).
+    const ok = await d1([msg(envelope("ts-own-then", { own_then: true }), 1, "ot-1"), msg(envelope("ts-batch-ok"), 1, "ok-1")]);
+    assert.deepEqual(ok.explicitAcks.sort(), ["ok-1", "ot-1"], JSON.stringify(ok));
   });
 
   test("a v8 body of Maps: the handler gets the object the Maps stand for, once", async () => {
