@@ -148,9 +148,18 @@ impl DurableObjectStore {
 
     /// Groups key indexes by the object of `layout` holding them, in first-seen order.
     fn by_object<'k>(layout: Layout, keys: impl IntoIterator<Item = &'k str>) -> Vec<Group> {
+        Self::by_object_of(layout, keys, placement_hash)
+    }
+
+    /// [`Self::by_object`] with the objects `hash` picks.
+    fn by_object_of<'k>(
+        layout: Layout,
+        keys: impl IntoIterator<Item = &'k str>,
+        hash: fn(&str) -> u64,
+    ) -> Vec<Group> {
         let mut groups: Vec<Group> = Vec::new();
         for (i, key) in keys.into_iter().enumerate() {
-            let object = layout.object_of_hash(placement_hash(key));
+            let object = layout.object_of_hash(hash(key));
             match groups.iter_mut().find(|g| g.object == object) {
                 Some(group) => group.members.push(i),
                 None => groups.push(Group {
@@ -214,11 +223,11 @@ impl DurableObjectStore {
     /// indexes.
     async fn fan_out(
         &self,
-        layout: Layout,
+        (layout, hash): (Layout, fn(&str) -> u64),
         keys: &[&str],
         make: impl Fn(Vec<String>) -> ShardRequest,
     ) -> StoreResult<Vec<(Vec<usize>, ShardReply)>> {
-        let groups = Self::by_object(layout, keys.iter().copied());
+        let groups = Self::by_object_of(layout, keys.iter().copied(), hash);
         try_join_all(groups.into_iter().map(|Group { object, members }| {
             let request = make(members.iter().map(|&i| keys[i].to_string()).collect());
             async move { Ok((members, self.call(&object, request).await?)) }
@@ -228,8 +237,18 @@ impl DurableObjectStore {
 
     /// `seen` in `layout`.
     async fn seen_in(&self, layout: Layout, keys: &[&str]) -> StoreResult<Vec<bool>> {
+        self.seen_where(layout, keys, placement_hash).await
+    }
+
+    /// `seen` in the objects of `layout` that `hash` picks.
+    async fn seen_where(
+        &self,
+        layout: Layout,
+        keys: &[&str],
+        hash: fn(&str) -> u64,
+    ) -> StoreResult<Vec<bool>> {
         let parts = self
-            .fan_out(layout, keys, |keys| ShardRequest::Seen { keys })
+            .fan_out((layout, hash), keys, |keys| ShardRequest::Seen { keys })
             .await?;
         let parts = parts.into_iter().map(|(m, r)| (m, r.seen)).collect();
         scatter(keys.len(), parts, "seen answers")
@@ -239,7 +258,9 @@ impl DurableObjectStore {
     /// has left (`ZERO`: free; `None`: held, by a shard that does not say).
     async fn peek_in(&self, layout: Layout, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
         let parts = self
-            .fan_out(layout, keys, |keys| ShardRequest::Peek { keys })
+            .fan_out((layout, placement_hash), keys, |keys| ShardRequest::Peek {
+                keys,
+            })
             .await?;
         let parts = parts
             .into_iter()
@@ -335,46 +356,35 @@ impl DurableObjectStore {
             let marker = bq_dedupe::fingerprint::marker_key(id_key);
             id_key != key && key != marker && present(marker.as_str())
         };
-        // Each record's old objects, less those already asked (its id's).
-        let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
-        for i in (0..keys.len()).filter(|&i| !seen[i] && is_lone_record(keys[i])) {
-            let asked: Vec<String> = [Some(self.layout), self.previous]
-                .into_iter()
-                .flatten()
-                .map(|l| l.object_of_hash(placement_hash(keys[i])))
+        let lone: Vec<usize> = (0..keys.len())
+            .filter(|&i| !seen[i] && is_lone_record(keys[i]))
+            .collect();
+        let layouts: Vec<Layout> = [Some(self.layout), self.previous]
+            .into_iter()
+            .flatten()
+            .collect();
+        // Each layout's old object of a record, unless already asked: its
+        // id's object (in either layout), or its old one in a layout before.
+        let not_yet_asked = |key: &str, n: usize| {
+            let object = layouts[n].object_of_hash(key_hash(key));
+            let ids = layouts
+                .iter()
+                .map(|l| l.object_of_hash(placement_hash(key)));
+            let before = layouts[..n].iter().map(|l| l.object_of_hash(key_hash(key)));
+            !ids.chain(before).any(|o| o == object)
+        };
+        for (n, &layout) in layouts.iter().enumerate() {
+            let ask: Vec<usize> = lone
+                .iter()
+                .copied()
+                .filter(|&i| !seen[i] && not_yet_asked(keys[i], n))
                 .collect();
-            let old = [Some(self.layout), self.previous]
-                .into_iter()
-                .flatten()
-                .map(|l| l.object_of_hash(key_hash(keys[i])));
-            for object in old.filter(|o| !asked.contains(o)) {
-                match groups.iter_mut().find(|(o, _)| *o == object) {
-                    Some((_, members)) if !members.contains(&i) => members.push(i),
-                    Some(_) => {}
-                    None => groups.push((object, vec![i])),
-                }
+            if ask.is_empty() {
+                continue;
             }
-        }
-        let replies = try_join_all(groups.into_iter().map(|(object, members)| {
-            let asked = members.iter().map(|&i| keys[i].to_string()).collect();
-            async move {
-                let reply = self
-                    .call(&object, ShardRequest::Seen { keys: asked })
-                    .await?;
-                StoreResult::Ok((members, reply.seen))
-            }
-        }))
-        .await?;
-        for (members, found) in replies {
-            let found = found.unwrap_or_default();
-            if found.len() != members.len() {
-                return Err(StoreError::internal(format!(
-                    "dedupe shard answered {} seen answers for {} keys",
-                    found.len(),
-                    members.len()
-                )));
-            }
-            for (&i, was) in members.iter().zip(found) {
+            let keys: Vec<&str> = ask.iter().map(|&i| keys[i]).collect();
+            let found = self.seen_where(layout, &keys, key_hash).await?;
+            for (&i, was) in ask.iter().zip(found) {
                 seen[i] |= was;
             }
         }
