@@ -2244,3 +2244,77 @@ fn postgres_a_commit_that_ends_the_session_after_a_handlers_own_commit_loses_not
         "PERFORM pg_terminate_backend(pg_backend_pid())",
     );
 }
+
+/// As above, the take's undo failing too, on every connection tried (its row
+/// held locked past each try's `lock_timeout`: a partition that keeps a
+/// session alive), the lock taken before the store's finish (which then
+/// fails) or after it (the COMMIT fails). The run says the take may stand and
+/// that a redelivery is then skipped (it was a bare store error, and the skip
+/// silent: a review).
+#[test]
+fn postgres_an_undo_that_fails_after_a_handlers_own_commit_is_said() {
+    for lock_after_the_finish in [false, true] {
+        undo_fails_after_a_handlers_own_commit(lock_after_the_finish);
+    }
+}
+
+fn undo_fails_after_a_handlers_own_commit(lock_after_the_finish: bool) {
+    let table = postgres_table("tx-undo-fails");
+    let store = PostgresStore::connect(&format!("{}?lock_timeout=50", postgres_url()), &table);
+    let guard = Guard::new(store.unwrap());
+    let _clean = PgCleanup {
+        url: postgres_url(),
+        table: table.clone(),
+    };
+    // The store's COMMIT ends its session, its deferred trigger first waiting
+    // for the locker below to queue behind the finish's row lock.
+    let killer = format!("{table}_killer");
+    pg().batch_execute(&format!(
+        "CREATE FUNCTION {killer}_end() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN PERFORM pg_sleep(0.4); PERFORM pg_terminate_backend(pg_backend_pid());
+                    RETURN NULL; END $$;
+         CREATE TABLE {killer} (id INT);
+         CREATE CONSTRAINT TRIGGER {killer}_t AFTER INSERT ON {killer}
+           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {killer}_end()"
+    ))
+    .unwrap();
+    // Another session locks the take's row once the handler's COMMIT made it
+    // visible (before the finish, or queued behind the finish's lock), and
+    // holds it until the run has answered.
+    let lock = format!("SELECT 1 FROM {table} WHERE message_id = 'uf-1' FOR UPDATE");
+    let (go, gone) = std::sync::mpsc::channel::<()>();
+    let (locked, is_locked) = std::sync::mpsc::channel::<()>();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let first = std::thread::scope(|s| {
+        let lock = &lock;
+        s.spawn(move || {
+            let mut locker = pg();
+            let mut held = locker.transaction().unwrap();
+            gone.recv().unwrap();
+            if lock_after_the_finish {
+                std::thread::sleep(Duration::from_millis(150));
+            }
+            held.batch_execute(lock).unwrap();
+            locked.send(()).unwrap();
+            released.recv().unwrap();
+        });
+        let first = guard.process_in_transaction(envelope("uf-1").as_str(), |_, tx| {
+            tx.batch_execute("COMMIT; BEGIN")?;
+            go.send(()).unwrap();
+            if !lock_after_the_finish {
+                is_locked.recv().unwrap();
+            }
+            tx.batch_execute(&format!("INSERT INTO {killer} VALUES (7)"))
+        });
+        release.send(()).unwrap();
+        first
+    });
+    let said = format!("{first:?}");
+    assert_eq!(first.kind(), OutcomeKind::StoreUnavailable, "{said}");
+    assert!(said.contains("undoing it failed"), "{said}");
+    assert!(said.contains("a redelivery is skipped as done"), "{said}");
+    pg().batch_execute(&format!(
+        "DROP TABLE {killer}; DROP FUNCTION {killer}_end()"
+    ))
+    .unwrap();
+}

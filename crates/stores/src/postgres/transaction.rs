@@ -95,7 +95,9 @@ impl TransactionalStore for PostgresStore {
                                         statements.prepared.retire();
                                         Ok(TxRun::Aborted(ended_by_handler_error(true)))
                                     }
-                                    _ => Err(e),
+                                    Ok(_) => Err(e),
+                                    // The take may stand: said over the finish's error.
+                                    Err(left) => Err(left),
                                 };
                             }
                         }
@@ -281,8 +283,9 @@ impl TransactionalStore for PostgresStore {
             // undone, or the redelivery would skip it. The batch's error stays
             // what is reported (and, an error, it retires the connection:
             // `in_transaction`).
+            // (An undo that failed is said instead: the take may stand.)
             if let Some((key, writer)) = at_risk {
-                let _undone = self.roll_back_and_undo(tx, &[key], &mark, &writer, None);
+                self.roll_back_and_undo(tx, &[key], &mark, &writer, None)?;
             }
             Err(failed)
         })?;
@@ -336,11 +339,11 @@ impl PostgresStore {
         // newer row than the take's, which the undo leaves; not landed, the
         // take stood and the redelivery skipped what came after the
         // handler's BEGIN: a review).
-        let own_commit = (refused(&e) || moved)
-            && (handler_committed
-                || self
-                    .undo_takes_elsewhere(keys, mark, writer)
-                    .unwrap_or(false));
+        let undone = match (refused(&e) || moved) && !handler_committed {
+            true => self.undo_takes_elsewhere(keys, mark, writer)?,
+            false => false,
+        };
+        let own_commit = (refused(&e) || moved) && (handler_committed || undone);
         match (own_commit, refused_its_writes(&e)) {
             // What it wrote before its own COMMIT stays, whatever refused ours.
             (true, _) => Ok(TxRun::Aborted(ended_by_handler_error(true))),
@@ -552,6 +555,23 @@ fn ended_by_handler_error(committed: bool) -> StoreError {
              (leave the transaction to the store)"
         }
     })
+}
+
+/// The undo of a take a handler's own COMMIT may have committed failed, on
+/// its session and on others (a partition, a lock held past every try): said,
+/// for the take may stand and skip the redelivery whose later writes never
+/// committed (it was a bare store error, or none: a review).
+fn take_may_stand(table: &str, keys: &[&str], why: StoreError) -> StoreError {
+    StoreError::new(
+        why.kind,
+        format!(
+            "postgres: the handler may have committed the store's transaction itself (its own \
+             COMMIT), keeping the take of {keys:?}, and undoing it failed ({why}): while it \
+             stands, a redelivery is skipped as done though what the handler wrote after that \
+             COMMIT was not committed; delete those ids' rows from {table} to run them again \
+             (leave the transaction to the store)"
+        ),
+    )
 }
 
 /// A handler made the store's transaction read-only (`SET TRANSACTION READ
@@ -923,6 +943,7 @@ impl PostgresStore {
         writer: &Writer,
     ) -> StoreResult<bool> {
         self.on_another(|client| self.undo_takes(client, keys, mark, writer))
+            .map_err(|why| take_may_stand(&self.table, keys, why))
     }
 
     /// `op` on another connection than the one a handler had: an idle one of
