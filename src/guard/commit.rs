@@ -38,7 +38,9 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
                 written.map(|s| in_time(&decision, s.kept.first().copied().unwrap_or(false)))
             }
             Commit::Release(key, token) => {
-                self.give_back(Some((key, token)), &decision.span).await;
+                let in_lease = !self.ran_out(claims_end);
+                let claimed = Some((key, token)).filter(|_| in_lease);
+                self.give_back(claimed, &decision.span).await;
                 Ok(true)
             }
             Commit::Nothing => Ok(true),
@@ -83,12 +85,16 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
             ..
         } = progress;
         let remember = self.remember_list(decisions, &waiting);
+        // A claim run out (by our clock, where the store cannot renew) may be
+        // another consumer's now, and a store that cannot tell claimers apart
+        // (PHP's format) would release theirs: left to its lease (a review).
+        let lapsed = self.ran_out(claims_end);
         let (released, release): (Vec<usize>, Vec<(&str, &ClaimToken)>) = decisions
             .iter()
             .zip(&results)
             .zip(&lost)
             .enumerate()
-            .filter(|(_, (_, lost))| !**lost)
+            .filter(|(_, (_, lost))| !**lost && !lapsed)
             .filter_map(
                 |(i, ((decision, result), _))| match commit_of(decision, result) {
                     Commit::Release(key, token) => Some((i, (key, token))),

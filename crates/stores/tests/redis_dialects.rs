@@ -91,6 +91,45 @@ fn php_dialect_claiming_guard_runs_once_then_skips() {
     assert_eq!(deliver(&guard, "g-2", true), Outcome::Ran);
 }
 
+/// A batch slower than its lease on PHP's format, which cannot tell claimers
+/// apart: a failed delivery's claim, run out while the batch ran and taken
+/// by another consumer, is left to its lease at the batch's end (its release
+/// deleted the other's claim, and a third consumer ran the id beside the
+/// second, unreported: a review). Alone, a failed claim is still given back.
+#[test]
+fn php_dialect_a_claim_run_out_is_not_given_back() {
+    let (store, clean) = store("php-lapsed", Dialect::Php);
+    let other = RedisStore::connect_dialect(&clean.url, clean.prefix.clone(), Dialect::Php);
+    let other = other.unwrap();
+    let guard = Guard::new(&store).with_claiming(Duration::from_millis(300));
+    let bodies = [common::envelope("x"), common::envelope("y")];
+    let mut taken = None;
+    let outcomes = ready(guard.process_batch(&bodies, async |msg| match msg.id() {
+        Some("x") => Err("fails at once"),
+        _ => {
+            std::thread::sleep(Duration::from_millis(500));
+            taken = Some(ready(other.claim("x", Duration::from_secs(60))).unwrap());
+            Ok(())
+        }
+    }));
+    assert!(matches!(taken, Some(Claim::Acquired(_))), "{taken:?}");
+    assert_eq!(outcomes[0].kind(), OutcomeKind::Failed);
+    assert_eq!(outcomes[1].kind(), OutcomeKind::RanLeaseLost);
+    assert_eq!(
+        ready(other.claim("x", Duration::from_secs(60))).unwrap(),
+        Claim::Held,
+        "the other consumer's claim stands"
+    );
+    assert_eq!(deliver(&guard, "z", false).kind(), OutcomeKind::Failed);
+    assert!(
+        matches!(
+            ready(other.claim("z", Duration::from_secs(60))).unwrap(),
+            Claim::Acquired(_)
+        ),
+        "a claim in its lease is given back"
+    );
+}
+
 #[test]
 fn go_dialect_plain_mode_works_and_claiming_is_refused() {
     let (store, clean) = store("go", Dialect::Go);
