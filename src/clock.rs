@@ -24,6 +24,59 @@ impl Clock for SystemClock {
     }
 }
 
+/// The guard's default clock on native targets: never behind the time that has
+/// passed. It reads the later of a wall clock (by default [`SystemClock`]) and
+/// the monotonic clock counted from its creation, and never steps back. A wall
+/// clock stepped back (NTP, an operator's `date`) made a claim that had run out
+/// read as in its lease, and on a store that cannot renew a late success was
+/// `run-ok` (a review); the monotonic clock alone would not count a suspended
+/// VM's sleep, which the store's expiry does.
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+#[derive(Debug)]
+pub struct SteadyClock<W = SystemClock> {
+    wall: W,
+    start: (u64, std::time::Instant),
+    last: AtomicU64,
+}
+
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+impl SteadyClock {
+    /// Over the system's wall clock.
+    pub fn new() -> Self {
+        Self::over(SystemClock)
+    }
+}
+
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+impl Default for SteadyClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+impl<W: Clock> SteadyClock<W> {
+    /// Over `wall`, read now as where the monotonic count starts.
+    pub fn over(wall: W) -> Self {
+        let start = (wall.now_ms(), std::time::Instant::now());
+        SteadyClock {
+            wall,
+            start,
+            last: AtomicU64::new(start.0),
+        }
+    }
+}
+
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+impl<W: Clock> Clock for SteadyClock<W> {
+    fn now_ms(&self) -> u64 {
+        let (at, since) = self.start;
+        let counted = at.saturating_add(since.elapsed().as_millis() as u64);
+        let now = self.wall.now_ms().max(counted);
+        self.last.fetch_max(now, Ordering::SeqCst).max(now)
+    }
+}
+
 /// A clock that moves only when told to: for tests and simulations.
 #[derive(Debug, Default)]
 pub struct ManualClock(AtomicU64);
@@ -52,5 +105,27 @@ impl Clock for ManualClock {
 impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
     fn now_ms(&self) -> u64 {
         (**self).now_ms()
+    }
+}
+
+#[cfg(all(test, not(all(target_arch = "wasm32", target_os = "unknown"))))]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[test]
+    fn a_steady_clock_counts_time_passed_whatever_its_wall_clock_does() {
+        let wall = Arc::new(ManualClock::new(1_000_000));
+        let steady = SteadyClock::over(wall.clone());
+        assert_eq!(steady.now_ms(), 1_000_000);
+        std::thread::sleep(Duration::from_millis(60));
+        wall.set(1_000_000 - 10_000); // stepped back
+        let after = steady.now_ms();
+        assert!(after >= 1_000_060, "the time passed is counted: {after}");
+        wall.set(1_000_000 + 5_000); // stepped on (or a sleep the monotonic clock missed)
+        assert_eq!(steady.now_ms(), 1_005_000);
+        wall.set(1_000_000);
+        assert!(steady.now_ms() >= 1_005_000, "never back");
     }
 }

@@ -9,7 +9,8 @@ use std::time::Duration;
 use bq_dedupe::store::PerKey;
 use bq_dedupe::{
     Counters, Disposition, Guard, HandlerResult, InMemoryStore, KeySpace, Observer, Outcome,
-    OutcomeKind, Store, block_on_ready, clock::ManualClock, guard::Verdict, store::StoreErrorKind,
+    OutcomeKind, Store, block_on_ready, clock::Clock, clock::ManualClock, clock::SteadyClock,
+    guard::Verdict, store::StoreErrorKind,
 };
 use common::{FlakyStore, envelope, envelope_with};
 use serde_json::json;
@@ -840,6 +841,35 @@ impl Store for Unrenewed {
         token: &bq_dedupe::store::ClaimToken,
     ) -> bq_dedupe::StoreResult<()> {
         self.0.release(key, token).await
+    }
+}
+
+/// On a store that cannot renew, a success written a lease after its claim
+/// is `run-ok-lease-lost` by the guard's clock, the wall clock stepped back
+/// while the handler ran (NTP, an operator's `date`) or not: the steady clock
+/// counts the time passed. Over the wall clock alone it was `run-ok` (a
+/// review).
+#[test]
+fn a_wall_clock_stepped_back_hides_no_lost_lease() {
+    let wall = Arc::new(ManualClock::new(1_000_000));
+    let store = Arc::new(InMemoryStore::new());
+    let steady = Arc::new(SteadyClock::over(wall.clone()));
+    for (clock, late) in [(wall.clone() as Arc<dyn Clock>, false), (steady, true)] {
+        let guard = Guard::new(Unrenewed(store.clone()))
+            .with_claiming(Duration::from_millis(100))
+            .with_clock(clock);
+        let id = format!("stepped-{late}");
+        let outcome = block_on_ready(guard.process(envelope(&id).as_bytes(), async |_| {
+            std::thread::sleep(Duration::from_millis(150));
+            wall.set(wall.now_ms() - 10_000);
+            Ok::<(), String>(())
+        }))
+        .unwrap();
+        let expected = match late {
+            true => Outcome::RanLeaseLost,
+            false => Outcome::Ran, // the wall clock alone cannot tell
+        };
+        assert_eq!(outcome, expected);
     }
 }
 

@@ -250,7 +250,7 @@ impl<S: Store> Guard<S, ()> {
     /// A guard with the default [`Options`] and no observer.
     pub fn new(store: S) -> Self {
         #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
-        let clock: Option<Arc<dyn Clock>> = Some(Arc::new(crate::clock::SystemClock));
+        let clock: Option<Arc<dyn Clock>> = Some(Arc::new(crate::clock::SteadyClock::new()));
         #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
         let clock: Option<Arc<dyn Clock>> = None;
         Guard {

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use bq_dedupe::{
-    Store, block_on_ready, store::Claim, store::ClaimToken, store::Settlement,
-    store::StoreErrorKind,
+    Store, block_on_ready, clock::Clock, clock::SteadyClock, store::Claim, store::ClaimToken,
+    store::Settlement, store::StoreErrorKind,
 };
 
 use crate::runtime::HostState;
@@ -162,9 +162,10 @@ impl leases::Host for HostState {
         self.store.capabilities().renew
     }
     fn now_ms(&mut self) -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64)
+        // Never behind the time passed (a wall clock stepped back made a
+        // lapsed claim read as in its lease: a review).
+        static CLOCK: std::sync::LazyLock<SteadyClock> = std::sync::LazyLock::new(SteadyClock::new);
+        CLOCK.now_ms()
     }
     fn settle(
         &mut self,
