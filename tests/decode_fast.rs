@@ -293,8 +293,13 @@ fn the_job_urn_alias_and_blank_rules() {
     }
     let urn = Message::parse(cases[0].as_bytes(), &Limits::default()).unwrap();
     assert_eq!(urn.job(), "urn:babel:orders:shipped");
+    // A `job` that is not a non-blank string gives way to `urn`.
+    for fallback in &cases[2..5] {
+        let urn = Message::parse(fallback.as_bytes(), &Limits::default()).unwrap();
+        assert_eq!(urn.job(), "u");
+    }
     assert_eq!(
-        Message::parse(cases[2].as_bytes(), &Limits::default()).unwrap_err(),
+        Message::parse(cases[1].as_bytes(), &Limits::default()).unwrap_err(),
         Rejection::MissingJob
     );
     let blank = Message::parse(cases[17].as_bytes(), &Limits::default()).unwrap();

@@ -42,6 +42,24 @@ fn job_or_urn_must_be_a_non_blank_string() {
             .job(),
         "urn:babel:orders:created"
     );
+    // A `job` that is not a non-blank string gives way to a usable `urn`, as
+    // the docs say and the Python SDK does (it was poison, dead-lettered: a
+    // trial); with neither usable, poison.
+    for job in [json!(""), json!("  "), json!(7), json!(null), json!({})] {
+        let raw = with(|e| {
+            e["job"] = job.clone();
+            e["urn"] = json!("urn:babel:orders:paid");
+        });
+        let message = Message::parse_str(&raw, &Limits::default());
+        assert_eq!(message.unwrap().job(), "urn:babel:orders:paid", "{job}");
+        let envelope = Envelope::decode(raw.as_bytes(), &Limits::default()).unwrap();
+        assert_eq!(envelope.job, "urn:babel:orders:paid", "{job}");
+        let blank = with(|e| {
+            e["job"] = job.clone();
+            e["urn"] = json!(" ");
+        });
+        assert_eq!(verdict(&blank), Err(Rejection::MissingJob), "{job}");
+    }
 }
 
 #[test]

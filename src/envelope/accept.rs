@@ -43,14 +43,11 @@ impl<'a> View<'a> {
     /// envelope it would reject (or whose id it would keep as a non-string) is
     /// `None` here and goes to the reference, which then gives the reason.
     pub(super) fn into_message(self, raw: &'a str) -> Option<Message<'a>> {
-        let job = match (self.job, self.urn) {
-            (Field::Absent, urn) => urn,
-            (job, _) => job,
+        let usable = |field| match field {
+            Field::Str(s) if !s.trim().is_empty() => Some(s),
+            _ => None,
         };
-        let job = match job {
-            Field::Str(s) if !s.trim().is_empty() => s,
-            _ => return None,
-        };
+        let job = usable(self.job).or_else(|| usable(self.urn))?;
         let meta = self.meta;
         if !meta.is_object || meta.schema_version != Field::Unsigned(SCHEMA_VERSION) {
             return None;

@@ -124,14 +124,15 @@ impl<'a> Message<'a> {
     }
 
     fn validate(raw: &'a str, view: EnvelopeView<'a>) -> Result<Message<'a>, Rejection> {
-        // `job` is canonical; `urn` is the inbound alias, used when `job` is absent.
-        let job = match (view.job, view.urn) {
-            (Loose::Absent, urn) => urn,
-            (job, _) => job,
+        // `job` is canonical; `urn` is the inbound alias, used when `job` is
+        // not a non-blank string (absent, blank, null, a number: the Python
+        // SDK's rule, and this crate's docs; such a message was poison).
+        let usable = |field| match field {
+            Loose::Str(s) if !s.trim().is_empty() => Some(s),
+            _ => None,
         };
-        let job = match job {
-            Loose::Str(s) if !s.trim().is_empty() => s,
-            _ => return Err(Rejection::MissingJob),
+        let Some(job) = usable(view.job).or_else(|| usable(view.urn)) else {
+            return Err(Rejection::MissingJob);
         };
         let meta = match view.meta {
             MetaField::Object(meta) => meta,

@@ -49,8 +49,9 @@ impl Envelope {
             Err(e) => return Err(Rejection::from_json_error(&e)),
         };
         let job = match top.remove("job") {
-            Some(Value::String(job)) => job,
-            // `job` absent: the alias was used. If both came, `urn` stays in `extra`.
+            Some(Value::String(job)) if !job.trim().is_empty() => job,
+            // `job` not a non-blank string: the alias was used (and is written
+            // as `job`). If both came, `urn` stays in `extra`.
             _ => match top.remove("urn") {
                 Some(Value::String(urn)) => urn,
                 _ => return Err(Rejection::MissingJob),
