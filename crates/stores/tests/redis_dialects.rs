@@ -130,6 +130,33 @@ fn php_dialect_a_claim_run_out_is_not_given_back() {
     );
 }
 
+/// A claim call that meets a foreign value fails (a store error), and in
+/// PHP's format too it gives back the claims it took beside it: they lapsed
+/// with their lease (15 minutes by default), parking the batch's other ids
+/// behind one foreign value (a trial).
+#[test]
+fn php_dialect_a_claim_call_failed_by_a_foreign_value_gives_back_what_it_took() {
+    let (store, clean) = store("php-foreign", Dialect::Php);
+    let mut conn = raw(&clean.url);
+    let _: () = redis::cmd("SET")
+        .arg(format!("{}y", clean.prefix))
+        .arg("3")
+        .query(&mut conn)
+        .unwrap();
+    let lease = Duration::from_secs(60);
+    let e = ready(store.claim_many(&["x", "y", "z"], lease)).unwrap_err();
+    assert!(
+        e.message.contains("foreign") || e.message.contains("neither"),
+        "{e}"
+    );
+    for key in ["x", "z"] {
+        assert!(
+            matches!(ready(store.claim(key, lease)).unwrap(), Claim::Acquired(_)),
+            "{key} given back"
+        );
+    }
+}
+
 #[test]
 fn go_dialect_plain_mode_works_and_claiming_is_refused() {
     let (store, clean) = store("go", Dialect::Go);

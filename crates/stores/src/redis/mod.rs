@@ -428,18 +428,23 @@ impl RedisStore {
     /// (the connection broke after sending them, or one key held a foreign
     /// value). Gives every one of them back, best effort, by compare-and-delete
     /// on its own token, so a call that answered an error holds no id for a
-    /// lease. Our format only: in PHP's a claim is `1` for everyone, so deleting
-    /// could end a PHP consumer's claim; there the claims lapse with their lease.
-    fn give_back(&self, keys: &[&str], tokens: &[ClaimToken]) {
-        if self.dialect != Dialect::Native {
-            return;
-        }
-        let cmds = keys
-            .iter()
-            .zip(tokens)
-            .map(|(key, token)| self.release_cmd(key, token))
+    /// lease. In PHP's format a claim is `1` for everyone, so deleting one whose
+    /// answer was lost could end a PHP consumer's claim: only those this call
+    /// saw taken (`acquired`, indices into `keys`) are given back, a moment
+    /// after they were set (they lapsed with their lease, 15 minutes by
+    /// default, parking the batch's every other id behind one foreign value:
+    /// a trial).
+    fn give_back(&self, keys: &[&str], tokens: &[ClaimToken], acquired: &[usize]) {
+        let ours: Vec<usize> = match self.dialect {
+            Dialect::Native => (0..keys.len()).collect(),
+            _ => acquired.to_vec(),
+        };
+        let cmds: Vec<Cmd> = (ours.iter())
+            .map(|&i| self.release_cmd(keys[i], &tokens[i]))
             .collect();
-        let _ = self.pipeline(cmds);
+        if !cmds.is_empty() {
+            let _ = self.pipeline(cmds);
+        }
     }
 
     /// The compare-and-delete of `token`'s claim on `key`.
@@ -488,6 +493,7 @@ impl RedisStore {
         keys: &[&str],
         tokens: &[ClaimToken],
         lease: Duration,
+        acquired: &mut Vec<usize>,
     ) -> StoreResult<Vec<Claim>> {
         let mut answers: Vec<Option<Claim>> = vec![None; keys.len()];
         for _ in 0..CLAIM_ROUNDS {
@@ -510,8 +516,22 @@ impl RedisStore {
                 cmds.push(get);
             }
             let replies = self.pipeline(cmds)?;
+            // Every answer read, a foreign value's error kept for after: what
+            // was taken is known, to be given back.
+            let mut failed = None;
             for (&i, pair) in pending.iter().zip(replies.chunks_exact(2)) {
-                answers[i] = self.decide(&pair[0], &pair[1], &tokens[i])?;
+                match self.decide(&pair[0], &pair[1], &tokens[i]) {
+                    Ok(answer) => {
+                        if matches!(answer, Some(Claim::Acquired(_))) {
+                            acquired.push(i);
+                        }
+                        answers[i] = answer;
+                    }
+                    Err(e) => failed = failed.or(Some(e)),
+                }
+            }
+            if let Some(e) = failed {
+                return Err(e);
             }
         }
         Ok(answers
@@ -654,9 +674,10 @@ impl Store for RedisStore {
         self.claims_allowed()?;
         // Tokens are made once, so a retried pipeline recognises its own claims.
         let tokens: Vec<ClaimToken> = keys.iter().map(|_| new_token()).collect();
-        let answers = self.claim_rounds(keys, &tokens, lease);
+        let mut acquired = Vec::new();
+        let answers = self.claim_rounds(keys, &tokens, lease, &mut acquired);
         if answers.is_err() {
-            self.give_back(keys, &tokens);
+            self.give_back(keys, &tokens, &acquired);
         }
         answers
     }
