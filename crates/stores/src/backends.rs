@@ -108,8 +108,12 @@ pub const BACKENDS: &[Backend] = &[
             .map(AnyStore::Sqlite)),
         open_existing: built_with!("sqlite", |spec| crate::sqlite::open_spec(spec, true)
             .map(AnyStore::Sqlite)),
-        // A path has no user info: an `@` in it is kept.
-        shown: mask_parameters,
+        // A path has no user info: an `@` in it is kept. A URL form
+        // (refused, `sqlite://u:pw@h`) is masked as one (a trial).
+        shown: |spec| match spec.starts_with("sqlite://") {
+            true => masked(spec),
+            false => mask_parameters(spec),
+        },
         test: TestPlace::File,
         formats: &[],
         built: cfg!(feature = "sqlite"),

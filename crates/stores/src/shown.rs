@@ -204,6 +204,8 @@ mod tests {
             ),
             ("sqlite:.bq-dedupe/seen.db", "sqlite:.bq-dedupe/seen.db"),
             ("sqlite:/data/a@b.db", "sqlite:/data/a@b.db"),
+            ("sqlite://u:s3cret@x", "sqlite://u:***@x"),
+            ("sqlite:///data/a@b.db", "sqlite:///data/a@b.db"),
             ("memory", "memory"),
             ("postgres://bob@db/app", "postgres://bob@db/app"),
             ("bob:PW@db:5432/app", "bob:***@db:5432/app"),
