@@ -60,6 +60,16 @@ fn split_redis(spec: &str, tls: bool) -> Result<(String, RedisParams), StoreErro
                 })?;
             }
             "ca" => ca = Some(value),
+            // Without a prefix every key of the database reads as an id's: an
+            // id named as an application's key was skipped, and `forget`
+            // deleted that key (a trial).
+            _ if value.is_empty() => {
+                return Err(invalid(
+                    "redis spec: prefix= is empty, so every key of the database would read as \
+                     an id's (an application's own keys skipped or forgotten): name a prefix, \
+                     or leave prefix= out for the dialect's own",
+                ));
+            }
             _ => prefix = Some(value),
         }
     }
@@ -204,7 +214,10 @@ mod tests {
             split("redis://h/0?protocol=resp3&prefix=a%20b%3A"),
             ("redis://h/0?protocol=resp3".into(), "a b:".into())
         );
-        assert_eq!(split("redis://h?prefix="), ("redis://h".into(), "".into()));
+        let Err(empty) = split_redis("redis://h?dialect=go&prefix=", false) else {
+            panic!("an empty prefix taken");
+        };
+        assert!(empty.message.contains("prefix= is empty"), "{empty}");
         assert!(split_redis("redis://h?prefix=%ff", false).is_err());
     }
 
