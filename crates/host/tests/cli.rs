@@ -400,6 +400,12 @@ fn check_gives_one_verdict_per_fixture() {
     let valid: Vec<bool> = d.iter().map(|v| v["valid"].as_bool().unwrap()).collect();
     assert_eq!(valid, [true, true, false, false, true]);
     assert_eq!(d[2]["code"], "missing-job");
+    // An invalid line's id where it can be read (as docs/cli.md shows).
+    assert_eq!(
+        d[2]["id"], "f1e2d3c4-b5a6-4789-90ab-cdef01234567",
+        "{:?}",
+        d[2]
+    );
     assert_eq!(d[3]["code"], "unsupported-schema-version");
     assert_eq!(d[0].get("dedupe"), None, "{:?}", d[0]);
     assert_eq!(d[4]["dedupe"], false, "{:?}", d[4]);

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use bq_dedupe::{Message, OutcomeKind, envelope::Limits};
+use bq_dedupe::{Message, OutcomeKind, envelope::Limits, telemetry::Fields};
 use bq_dedupe_stores::AnyStore;
 use serde_json::json;
 
@@ -64,7 +64,11 @@ pub fn run(component: &ComponentSource, input: &str) -> Result<ExitCode> {
             }),
             Err((code, reason)) => {
                 invalid += 1;
-                json!({"line": n, "valid": false, "code": code, "reason": reason})
+                // Its id where it can be read (a line to find in the queue), as
+                // run's verdicts give it.
+                let id = Fields::lenient(&line).id;
+                let id = (!id.is_empty()).then_some(id);
+                json!({"line": n, "valid": false, "id": id, "code": code, "reason": reason})
             }
         };
         // Not println!: it panics when stdout is a closed pipe (`| head -1`).
