@@ -50,6 +50,33 @@ fn a_stalled_server_fails_a_call_after_one_timeout() {
     // The server answers again: so does the store, on a new connection.
     ready(store.remember("after", None)).unwrap();
     assert!(ready(store.seen("after")).unwrap());
+
+    // A pipeline's replies are waited for 5 s in all, not 5 s each (a trial:
+    // a stopped server made a delivery wait 20-30 s).
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(30_000)
+        .arg("WRITE")
+        .query(&mut admin)
+        .unwrap();
+    let started = Instant::now();
+    let stalled = ready(store.remember_many(&["p-1", "p-2", "p-3", "p-4"], None));
+    let took = started.elapsed();
+    let _: () = redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query(&mut admin)
+        .unwrap();
+    let e = stalled.expect_err("no answer: the call fails");
+    assert!(e.message.contains("no answer within 5 s"), "{e}");
+    assert!(
+        took < Duration::from_secs(9),
+        "one timeout for the pipeline, not one per reply: {took:?}"
+    );
+    ready(store.remember_many(&["p-1", "p-2"], None)).unwrap();
+    assert_eq!(
+        ready(store.seen_many(&["p-1", "p-2"])).unwrap(),
+        [true, true]
+    );
 }
 
 /// A port that takes the connection and never answers (not Redis, or a hung

@@ -54,7 +54,7 @@ impl Conn {
                 for cmd in cmds {
                     pipe.add_command(cmd);
                 }
-                pipe.query(conn)
+                pipe.query(&mut Deadlined(conn))
             }
             Conn::Cluster(conn) => {
                 let mut pipe = cluster_pipe();
@@ -64,6 +64,66 @@ impl Conn {
                 pipe.query(conn)
             }
         }
+    }
+}
+
+/// A server's connection whose pipeline is answered within one [`TIMEOUT`]
+/// in all: redis-rs reads each reply of a pipeline after a timeout too, each
+/// with the socket's own timeout (a stopped server made a pipeline of six
+/// commands wait 30 s: a trial). The first error ends the reading; the
+/// caller then drops the connection, unread replies and all.
+struct Deadlined<'c>(&'c mut Connection);
+
+impl redis::ConnectionLike for Deadlined<'_> {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
+        self.0.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        let deadline = std::time::Instant::now() + TIMEOUT;
+        self.0.send_packed_command(cmd)?;
+        let mut replies = Vec::with_capacity(count);
+        let (mut read, mut due) = (0, offset + count);
+        let answered = loop {
+            if read == due {
+                break Ok(replies);
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                let late = std::io::Error::new(std::io::ErrorKind::TimedOut, "pipeline");
+                break Err(late.into());
+            }
+            if let Err(e) = self.0.set_read_timeout(Some(left)) {
+                break Err(e);
+            }
+            match self.0.recv_response() {
+                // RESP3 push data between replies is not a reply.
+                Ok(Value::Push { .. }) => due += 1,
+                Ok(reply) if read >= offset => replies.push(reply),
+                Ok(_) => {}
+                Err(e) => break Err(e),
+            }
+            read += 1;
+        };
+        self.0.set_read_timeout(Some(TIMEOUT))?;
+        answered
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.get_db()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.0.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.0.is_open()
     }
 }
 
