@@ -28,7 +28,8 @@ use bq_dedupe::{
 };
 use serde::Deserialize;
 use wasm_bindgen::{JsCast, JsValue};
-use worker::{D1Database, D1PreparedStatement, D1Result};
+use worker::worker_sys::types::{D1Database as D1DatabaseSys, D1Result as D1ResultSys};
+use worker::{D1Database, D1PreparedStatement};
 
 use crate::durable::protocol::{expiry_after, wire_ms};
 use crate::round_trips::RoundTrips;
@@ -74,14 +75,21 @@ fn error(e: impl std::fmt::Display) -> StoreError {
 /// letters and logs.
 fn said(e: worker::Error) -> StoreError {
     match e {
-        worker::Error::D1(d1) => {
-            let inner: &js_sys::Error = d1.as_ref();
-            let cause = inner.cause().dyn_into::<js_sys::Error>();
+        worker::Error::D1(d1) => js_said(JsValue::from(AsRef::<js_sys::Error>::as_ref(&d1))),
+        e => error(e),
+    }
+}
+
+/// A JS error in D1's words: its cause's message where it has one.
+fn js_said(e: JsValue) -> StoreError {
+    match e.dyn_into::<js_sys::Error>() {
+        Ok(err) => {
+            let cause = err.cause().dyn_into::<js_sys::Error>();
             error(String::from(
-                cause.map_or_else(|_| inner.message(), |c| c.message()),
+                cause.map_or_else(|_| err.message(), |c| c.message()),
             ))
         }
-        e => error(e),
+        Err(other) => error(other.as_string().unwrap_or_else(|| format!("{other:?}"))),
     }
 }
 
@@ -106,13 +114,38 @@ fn number(n: i64) -> JsValue {
     JsValue::from(n as f64)
 }
 
-/// How many rows a statement changed.
-fn changes(result: &D1Result) -> StoreResult<usize> {
-    Ok(result
-        .meta()
-        .map_err(said)?
-        .and_then(|m| m.changes)
-        .unwrap_or(0))
+/// One statement's answer in a batch, read from D1's own object: its rows,
+/// and its meta's numbers as JS numbers. (workers-rs reads the meta into
+/// `usize`s, 32 bits here, and an `i64`: a database past 4 GiB, or a rowid
+/// past 2^53 that any statement on the connection inserted, failed every call
+/// after it had committed, a committed run retried for ever: a review.)
+struct Answer(D1ResultSys);
+
+impl Answer {
+    fn rows<T: serde::de::DeserializeOwned>(&self) -> StoreResult<Vec<T>> {
+        let rows = self.0.results().map_err(js_said)?;
+        (rows.iter().flat_map(|rows| rows.iter()))
+            .map(|row| serde_wasm_bindgen::from_value(row).map_err(error))
+            .collect()
+    }
+
+    fn has_rows(&self) -> StoreResult<bool> {
+        let rows = self.0.results().map_err(js_said)?;
+        Ok(rows.is_some_and(|rows| rows.length() > 0))
+    }
+
+    /// A number of its meta (`changes`, `rows_read`, ...); 0 when absent.
+    fn meta(&self, name: &str) -> u64 {
+        let Ok(meta) = self.0.meta() else { return 0 };
+        let value = js_sys::Reflect::get(&meta, &JsValue::from_str(name));
+        value.ok().and_then(|v| v.as_f64()).map_or(0, |n| n as u64)
+    }
+
+    /// Whether the statement changed a row (triggers' own changes counted
+    /// beside it: 1 or more).
+    fn changed(&self) -> bool {
+        self.meta("changes") >= 1
+    }
 }
 
 impl D1Store {
@@ -148,7 +181,7 @@ impl D1Store {
     /// One round trip: `statements` as one transaction, their results in order.
     /// The first batch of an isolate creates the table (and its expiry index)
     /// first, if missing; a batch that finds no table does so and runs again.
-    async fn batch(&self, statements: Vec<D1PreparedStatement>) -> StoreResult<Vec<D1Result>> {
+    async fn batch(&self, statements: Vec<D1PreparedStatement>) -> StoreResult<Vec<Answer>> {
         if TABLE_READY.with(Cell::get) {
             match self.run(statements.clone(), false).await {
                 Err(e) if e.message.contains("no such table: bq_dedupe") => {
@@ -166,20 +199,26 @@ impl D1Store {
         &self,
         mut statements: Vec<D1PreparedStatement>,
         create: bool,
-    ) -> StoreResult<Vec<D1Result>> {
+    ) -> StoreResult<Vec<Answer>> {
         let n = statements.len();
         if create {
             statements.insert(0, self.statement(SCHEMA, &[])?);
             statements.insert(1, self.statement(EXPIRY_INDEX, &[])?);
         }
         self.round_trips.add(1);
-        let mut results = self.db.batch(statements).await.map_err(said)?;
+        let statements: js_sys::Array = (statements.iter())
+            .map(|s| JsValue::from(s.inner().clone()))
+            .collect();
+        let db: &D1DatabaseSys = self.db.as_ref().unchecked_ref();
+        let batch = db.batch(statements).map_err(js_said)?;
+        let answered = wasm_bindgen_futures::JsFuture::from(batch).await;
+        let answered = answered.map_err(js_said)?.dyn_into::<js_sys::Array>();
+        let answered = answered.map_err(|_| error("batch() answered no array"))?;
+        let mut results: Vec<Answer> = (answered.iter())
+            .map(|r| Answer(r.unchecked_into()))
+            .collect();
         for result in &results {
-            if let Some(meta) = result.meta().map_err(said)? {
-                let rows = |n: Option<usize>| n.unwrap_or(0) as u64;
-                self.round_trips
-                    .add_rows(rows(meta.rows_read), rows(meta.rows_written));
-            }
+            (self.round_trips).add_rows(result.meta("rows_read"), result.meta("rows_written"));
         }
         results.drain(..results.len().saturating_sub(n));
         Ok(results)
@@ -203,14 +242,14 @@ impl D1Store {
             &[number(now_ms()), number(i64::from(limit))],
         )?;
         let results = self.batch(vec![purge]).await?;
-        Ok(changes(&results[0])? as u64)
+        Ok(results[0].meta("changes"))
     }
 
     /// The key's live row, if it has one.
     async fn live_row(&self, key: &str, now: i64) -> StoreResult<Option<LiveRow>> {
         let read = self.statement(LIVE_ROW, &[text(key), number(now)])?;
         let results = self.batch(vec![read]).await?;
-        let rows: Vec<LiveRow> = results[0].results().map_err(said)?;
+        let rows: Vec<LiveRow> = results[0].rows()?;
         Ok(rows.into_iter().next())
     }
 }
@@ -234,10 +273,7 @@ impl Store for D1Store {
             .map(|key| self.statement(SEEN, &[text(key), now.clone()]))
             .collect::<StoreResult<Vec<_>>>()?;
         let results = self.batch(reads).await?;
-        results
-            .iter()
-            .map(|r| Ok(!r.results::<serde_json::Value>().map_err(said)?.is_empty()))
-            .collect()
+        results.iter().map(Answer::has_rows).collect()
     }
 
     async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
@@ -272,7 +308,7 @@ impl Store for D1Store {
         results
             .iter()
             .map(|r| {
-                let rows: Vec<LiveRow> = r.results().map_err(said)?;
+                let rows: Vec<LiveRow> = r.rows()?;
                 Ok(record_of(rows.into_iter().next()).peeked(Some(now as u64)))
             })
             .collect()
@@ -296,11 +332,11 @@ impl Store for D1Store {
         let results = self.batch(statements).await?;
         let mut claims = Vec::with_capacity(keys.len());
         for (pair, token) in results.chunks(2).zip(tokens) {
-            if changes(&pair[0])? == 1 {
+            if pair[0].changed() {
                 claims.push(Claim::Acquired(token));
                 continue;
             }
-            let state: Vec<StateRow> = pair[1].results().map_err(said)?;
+            let state: Vec<StateRow> = pair[1].rows()?;
             claims.push(match state.first() {
                 Some(row) if row.state == 1 => Claim::Seen,
                 _ => Claim::Held,
@@ -347,14 +383,14 @@ impl Store for D1Store {
         let mut settled = Settled::default();
         for _ in step.renew {
             let renew = results.next().ok_or_else(|| error("a result is missing"))?;
-            settled.renewed.push(changes(renew)? == 1);
+            settled.renewed.push(renew.changed());
         }
         for (_, token) in step.remember {
             let first = results.next().ok_or_else(|| error("a result is missing"))?;
             settled.kept.push(match token {
                 Some(_) => {
                     results.next();
-                    changes(first)? == 1
+                    first.changed()
                 }
                 None => true,
             });

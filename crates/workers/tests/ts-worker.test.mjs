@@ -157,10 +157,11 @@ export default { async fetch(request: Request, env: object): Promise<Response> {
   // dedupeQueueD1: the handler's D1 statements committed with the id.
   writeFileSync(path.join(scratch, "d1.ts"), `import { dedupeQueueD1 } from "@babelqueue/dedupe/workers";
 interface Env { DEDUPE_D1: D1Database }
-interface Directives { fail?: boolean; bad_statement_attempts?: number; odd_error?: boolean; trap_array?: boolean; delete_own_row?: boolean; expire_own_row?: boolean; batch_ack?: boolean; ack_all?: boolean; own_then?: boolean }
+interface Directives { fail?: boolean; bad_statement_attempts?: number; odd_error?: boolean; trap_array?: boolean; delete_own_row?: boolean; expire_own_row?: boolean; batch_ack?: boolean; ack_all?: boolean; own_then?: boolean; snowflake?: string }
 export default {
   async queue(batch: MessageBatch, env: Env): Promise<void> {
     await env.DEDUPE_D1.prepare("CREATE TABLE IF NOT EXISTS effects (id TEXT NOT NULL, attempt INTEGER NOT NULL)").run();
+    await env.DEDUPE_D1.prepare("CREATE TABLE IF NOT EXISTS snow (id INTEGER PRIMARY KEY)").run();
     // db: the database the ids live in (env.DEDUPE_D1 here): the statements are prepared on it.
     await dedupeQueueD1(batch, env, (envelope, message, db) => {
       const data = envelope.data as Directives;
@@ -199,6 +200,8 @@ export default {
       if (data.delete_own_row) statements.push(db.prepare("DELETE FROM bq_dedupe WHERE key = ?1").bind(envelope.meta.id));
       // ...or expires it (the row is still there, done by this run).
       if (data.expire_own_row) statements.push(db.prepare("UPDATE bq_dedupe SET expires_at = 1 WHERE key = ?1").bind(envelope.meta.id));
+      // A row whose rowid is past 2^53 (a snowflake id as the primary key).
+      if (data.snowflake) statements.push(db.prepare("INSERT INTO snow (id) VALUES (?1)").bind(data.snowflake));
       return statements;
     });
   },
@@ -667,6 +670,18 @@ describe("dedupeQueueD1: the handler's D1 statements and the id in one batch", (
     assert.deepEqual(again.explicitAcks.sort(), ["o-0", "o-3"], JSON.stringify(again));
     const counts = await d1Effects();
     assert.deepEqual([counts["d1ts-ok-1"], counts["d1ts-ok-2"], counts["d1ts-odd"], counts["d1ts-trap"]], [1, 1, undefined, undefined]);
+  });
+
+  test("a rowid past 2^53 in the batch, or left on the connection: the run is run-ok, and so are the next (a review)", async () => {
+    // D1's meta said last_row_id 1790000000000000000 (past a JS number's
+    // exact integers), which workers-rs could not read: every call failed
+    // after it had committed, a committed run retried for ever.
+    const first = await queueD1([msg(envelope("d1ts-snow", { snowflake: "1790000000000000000" }), 1, "s-1")]);
+    assert.deepEqual(first.explicitAcks, ["s-1"], JSON.stringify(first));
+    const next = await queueD1([msg(envelope("d1ts-after-snow"), 1, "s-2")]);
+    assert.deepEqual(next.explicitAcks, ["s-2"], JSON.stringify(next));
+    assert.deepEqual(await d1("SELECT count(*) AS n FROM effects WHERE id IN ('d1ts-snow', 'd1ts-after-snow')"), [{ n: 2 }]);
+    assert.equal(await marked("d1ts-snow"), 1);
   });
 
   test("a failure between the handler and the write writes nothing; the redelivery writes once", async () => {
