@@ -451,8 +451,17 @@ impl StatementStore for D1Store {
                 Err(e) => e,
             };
             // What the failed batch left: read on a fresh round trip. If this read
-            // fails too, nobody can tell yet: `Err`, and the redelivery finds out.
-            let row = not_our_claim(self.live_row(key, now_ms()).await?, claim);
+            // fails too, nobody can tell yet: `Err`, saying it may have
+            // committed (it read as nothing committed: a review), and the
+            // redelivery finds out (a skip if it did).
+            let left = self.live_row(key, now_ms()).await.map_err(|unread| {
+                error(format!(
+                    "the batch failed ({}) and what it left could not be read ({}): it may \
+                     have committed; a redelivery finds out, and skips it if it did",
+                    failed.message, unread.message
+                ))
+            })?;
+            let row = not_our_claim(left, claim);
             // Our insert refused by a row that expired or was forgotten before
             // the read: nothing was written and the key is free now, so the
             // batch is sent again (the history checker found the race).
