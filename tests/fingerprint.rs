@@ -275,6 +275,49 @@ fn a_failed_fingerprint_read_fails_closed() {
     assert_eq!(ran, ["y"]);
 }
 
+/// A store whose first write applies its first two keys and then fails, as a
+/// Redis pipeline that broke part-way (each command applied on its own).
+struct BrokenPartWay(InMemoryStore, std::sync::atomic::AtomicBool);
+
+impl Store for BrokenPartWay {
+    async fn forget(&self, key: &str) -> StoreResult<()> {
+        self.0.forget(key).await
+    }
+    async fn seen_many(&self, keys: &[&str]) -> StoreResult<Vec<bool>> {
+        self.0.seen_many(keys).await
+    }
+    async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
+        if self.1.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            self.0
+                .remember_many(&keys[..2.min(keys.len())], ttl)
+                .await?;
+            return Err(bq_dedupe::StoreError::unavailable("broke part-way"));
+        }
+        self.0.remember_many(keys, ttl).await
+    }
+}
+
+/// A success whose write broke part-way leaves no id recorded before its
+/// fingerprint: the companions are written first, the id last. Written after
+/// the id, a break left the id and its marker without its record, and the
+/// redelivery of the same payload was a payload mismatch, dead-lettered (a
+/// review).
+#[test]
+fn a_write_broken_part_way_never_leaves_an_id_without_its_fingerprint() {
+    let store = BrokenPartWay(InMemoryStore::new(), true.into());
+    let guard = Guard::new(store).with_fingerprint();
+    let body = envelope("w", r#"{"v":1}"#);
+    assert_eq!(one(&guard, &body), ("run-ok-unrecorded", true));
+    // The redelivery runs again (the first was said unrecorded), or skips:
+    // never a mismatch.
+    assert_eq!(one(&guard, &body), ("run-ok", true));
+    assert_eq!(one(&guard, &body), ("skip", false));
+    assert_eq!(
+        one(&guard, &envelope("w", r#"{"v":2}"#)).0,
+        "payload-mismatch"
+    );
+}
+
 #[test]
 fn forgetting_an_id_forgets_its_fingerprint_marker() {
     let guard = Guard::new(InMemoryStore::new()).with_fingerprint();

@@ -35,7 +35,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
                 };
                 let written = self.apply_step(&step, [&decision.span]).await;
                 let in_time = self.written_in_time(claims_end);
-                written.map(|s| in_time(&decision, s.kept.first().copied().unwrap_or(false)))
+                written.map(|s| in_time(&decision, s.kept.last().copied().unwrap_or(false)))
             }
             Commit::Release(key, token) => {
                 let in_lease = !self.ran_out(claims_end);
@@ -118,7 +118,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         match committed {
             Ok(settled) => {
                 let in_time = self.written_in_time(claims_end);
-                for (&i, kept) in waiting.iter().zip(&settled.kept) {
+                for (&i, kept) in waiting.iter().zip(ids_kept(&settled, waiting.len())) {
                     written[i] = Some(in_time(&decisions[i], *kept));
                 }
             }
@@ -241,21 +241,25 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     /// What remembering the successes at `waiting` writes: their keys (fenced in
     /// claiming mode), in order, then their fingerprint records (plain). The
     /// store's `kept` answers line up with `waiting` for that reason.
+    /// What remembering the successes `waiting` writes, in this order: each
+    /// one's fingerprint companions (its record, then its marker), then the
+    /// ids, whose answers are the last ([`ids_kept`]). A write that breaks
+    /// part-way (a Redis pipeline) so never leaves an id recorded without its
+    /// fingerprint, nor a marker without its record, which read as another
+    /// payload: a redelivery was dead-lettered as a mismatch (a review).
     pub(super) fn remember_list<'d>(
         &self,
         decisions: &'d [Decision],
         waiting: &[usize],
     ) -> Vec<(&'d str, Option<&'d ClaimToken>)> {
-        let mut remember: Vec<(&str, Option<&ClaimToken>)> = waiting
-            .iter()
-            .map(|&i| self.remember_entry(&decisions[i]))
-            .collect();
+        let mut remember: Vec<(&str, Option<&ClaimToken>)> = Vec::new();
         for &i in waiting {
             if let Some(fp) = &decisions[i].fingerprint {
-                remember.push((fp.marker_key.as_str(), None));
                 remember.push((fp.record_key.as_str(), None));
+                remember.push((fp.marker_key.as_str(), None));
             }
         }
+        remember.extend(waiting.iter().map(|&i| self.remember_entry(&decisions[i])));
         remember
     }
 
@@ -377,6 +381,11 @@ pub(super) fn ran(decisions: &[Decision]) -> impl Iterator<Item = &DeliverySpan>
         .iter()
         .filter(|d| d.should_run() && d.key.is_some())
         .map(|d| &d.span)
+}
+
+/// The answers for the `ids` ids of a [`Guard::remember_list`]: its last.
+pub(super) fn ids_kept(settled: &Settled, ids: usize) -> &[bool] {
+    &settled.kept[settled.kept.len().saturating_sub(ids)..]
 }
 
 /// A settle answered with one answer per `remember` and per `renew` entry, or

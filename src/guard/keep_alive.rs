@@ -87,7 +87,8 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         let (renewed, answered) = match self.apply_step(&step, commit::ran(decisions)).await {
             Ok(settled) => {
                 let in_time = self.written_in_time(progress.claims_end);
-                for (&i, kept) in progress.waiting.iter().zip(&settled.kept) {
+                let kept = commit::ids_kept(&settled, progress.waiting.len());
+                for (&i, kept) in progress.waiting.iter().zip(kept) {
                     progress.written[i] = Some(in_time(&decisions[i], *kept));
                 }
                 progress.waiting.clear();
