@@ -160,12 +160,18 @@ impl Store for KvStore {
         Ok(seen)
     }
 
-    /// KV has no bulk write in the Workers binding: the puts go out concurrently.
+    /// KV has no bulk write in the Workers binding: the puts go out
+    /// concurrently, fingerprint companions first (a put that fails part-way
+    /// never leaves an id recorded without them, which read as another
+    /// payload: `Guard::remember_list`'s order, kept here).
     async fn remember_many(&self, keys: &[&str], ttl: Option<Duration>) -> StoreResult<()> {
         check_ttl(ttl)?;
-        try_join_all(keys.iter().map(|key| self.put(key, ttl)))
-            .await
-            .map(drop)
+        let (companions, ids): (Vec<&str>, Vec<&str>) = (keys.iter())
+            .partition(|key| key.starts_with(bq_dedupe::fingerprint::COMPANION_PREFIX));
+        for keys in [companions, ids].iter().filter(|keys| !keys.is_empty()) {
+            try_join_all(keys.iter().map(|key| self.put(key, ttl))).await?;
+        }
+        Ok(())
     }
 }
 
