@@ -416,6 +416,9 @@ async fn run_outcomes(
     let mut store = store;
     let tracer = options.as_ref().and_then(|o| opt_prop(o, "tracer"));
     if let Some(tracer) = &tracer {
+        // A store or options the guard refuses, refused before any span
+        // starts (they were left open: a review).
+        guard(&store, &options)?;
         store = JsFuture::from(otel::start(tracer, batch, &store, &options)?).await?;
     }
     let guard = guard(&store, &options)?;

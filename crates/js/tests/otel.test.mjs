@@ -246,6 +246,24 @@ test('a tracer option that is not a tracer is a TypeError; no option, no span', 
   assert.equal(spans().length, 0);
 });
 
+test('a store the guard refuses rejects before any span starts: none is left open (a review)', async () => {
+  let open = 0;
+  const counting = {
+    startSpan: (...args) => {
+      const span = tracer.startSpan(...args);
+      open++;
+      const end = span.end.bind(span);
+      span.end = (...a) => { open--; return end(...a); };
+      return span;
+    },
+  };
+  const noClaims = { seen: async () => false, remember: async () => {}, forget: async () => {} };
+  const options = { tracer: counting, claimLeaseMs: 5000 };
+  await assert.rejects(bq.dedupeBatch([envelope('r-1'), envelope('r-2')], noClaims, () => {}, options), TypeError);
+  await assert.rejects(bq.dedupe(envelope('r-3'), noClaims, () => {}, options), TypeError);
+  assert.equal(open, 0);
+});
+
 // Review findings: the traced store must behave exactly as the store itself.
 
 test('a store whose lease methods are locked (non-writable, non-configurable) still renews its claims when traced: one run', async () => {
