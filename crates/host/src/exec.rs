@@ -54,7 +54,7 @@ pub struct ExecHandler {
 impl ExecHandler {
     /// Runs the command on `envelope`: `Ok` when it exits 0; otherwise why,
     /// with the end of its stderr.
-    pub fn handle(&self, envelope: &str) -> Result<(), String> {
+    pub fn handle(&self, envelope: &str, trace: &[(&str, String)]) -> Result<(), String> {
         #[cfg(unix)]
         crate::deadman::ready();
         let mut command = Command::new("sh");
@@ -63,6 +63,8 @@ impl ExecHandler {
             .arg(exec_form(&self.cmd).as_ref())
             // The store's spec (its password) is ours, not the handler's.
             .env_remove(crate::STORE_ENV)
+            // Its delivery's trace context (`TRACEPARENT`), when `run` traces.
+            .envs(trace.iter().map(|(var, value)| (var, value)))
             .stdin(Stdio::piped())
             .stdout(match self.show_output {
                 true => Stdio::from(std::io::stderr()),

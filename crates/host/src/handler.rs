@@ -41,7 +41,9 @@ impl Handler {
         }
     }
 
-    fn handle(&mut self, envelope: &str) -> Result<(), String> {
+    /// Runs on `envelope`; an `--exec` handler with `trace` in its
+    /// environment (its delivery's trace context).
+    fn handle(&mut self, envelope: &str, trace: &[(&str, String)]) -> Result<(), String> {
         if let (Some(signal), Handler::Exec(_) | Handler::Plugin(_)) =
             (crate::stopping::requested(), &self)
         {
@@ -49,7 +51,7 @@ impl Handler {
         }
         match self {
             Handler::Mark => Ok(()),
-            Handler::Exec(exec) => exec.handle(envelope),
+            Handler::Exec(exec) => exec.handle(envelope, trace),
             Handler::Plugin(plugin) => plugin.handle(envelope),
             Handler::Scripted { succeed, calls } => {
                 *calls += 1;
@@ -70,14 +72,18 @@ impl handler::Host for HostState {
             handler,
             claims,
             ran_ok,
-            ..
+            spans,
         } = self;
+        let trace = match (spans, &handler) {
+            (Some(spans), Handler::Exec(_)) => spans.handler_env(&envelope),
+            _ => Vec::new(),
+        };
         let result = match handler {
             // Work of unknown length: keep the guest's claims alive meanwhile.
             Handler::Exec(_) | Handler::Plugin(_) if !claims.is_empty() => {
-                claims.kept_alive_during(store, || handler.handle(&envelope))
+                claims.kept_alive_during(store, || handler.handle(&envelope, &trace))
             }
-            _ => handler.handle(&envelope),
+            _ => handler.handle(&envelope, &trace),
         };
         if result.is_ok() && handler.reads_envelope() {
             ran_ok.push(crate::runtime::envelope_hash(&envelope));
@@ -109,7 +115,7 @@ pub fn bind_lazily(linker: &mut Linker<HostState>, component: &Component) -> Res
             "handle",
             |mut cx: StoreContextMut<'_, HostState>, (envelope,): (WasmStr,)| {
                 if !cx.data().handler.reads_envelope() {
-                    return Ok((cx.data_mut().handler.handle(""),));
+                    return Ok((cx.data_mut().handler.handle("", &[]),));
                 }
                 let envelope = envelope.to_str(&cx)?.into_owned();
                 Ok((handler::Host::handle(cx.data_mut(), envelope),))

@@ -111,6 +111,7 @@ impl Otlp {
             telemetry: self.telemetry.clone(),
             mode,
             batch: Vec::new(),
+            texts: Vec::new(),
         }
     }
 }
@@ -168,6 +169,9 @@ pub struct Spans {
     telemetry: Arc<Telemetry>,
     mode: Mode,
     batch: Vec<Context>,
+    /// Each line's text, hashed ([`crate::runtime::envelope_hash`]): which
+    /// line's span a handler's envelope runs under.
+    texts: Vec<Option<u64>>,
 }
 
 impl Spans {
@@ -176,9 +180,11 @@ impl Spans {
     /// trace of its own), and records the batch's size.
     pub fn start_batch<'a>(&mut self, lines: impl IntoIterator<Item = Option<&'a str>>) {
         let limits = Limits::default();
+        self.texts.clear();
         self.batch = lines
             .into_iter()
             .map(|text| {
+                (self.texts).push(text.map(crate::runtime::envelope_hash));
                 let message = text.and_then(|t| Message::parse_str(t, &limits).ok());
                 let fields = match (&message, text) {
                     (Some(message), _) => Fields::of(message),
@@ -216,6 +222,25 @@ impl Spans {
                     .end_trapped(&span, self.mode, reason.unwrap_or_default()),
             }
         }
+    }
+
+    /// The trace context a handler of `envelope` runs in, as the variables
+    /// OpenTelemetry's SDKs read from a process's environment (`TRACEPARENT`,
+    /// `TRACESTATE`): its line's span, so that the handler's own spans are its
+    /// children (an `--exec` handler started traces of its own: a review).
+    pub fn handler_env(&self, envelope: &str) -> Vec<(&'static str, String)> {
+        use opentelemetry::propagation::TextMapPropagator as _;
+        let hash = Some(crate::runtime::envelope_hash(envelope));
+        let Some(line) = self.texts.iter().position(|text| *text == hash) else {
+            return Vec::new();
+        };
+        let mut carrier = std::collections::HashMap::new();
+        let propagator = opentelemetry_sdk::propagation::TraceContextPropagator::new();
+        propagator.inject_context(&self.batch[line], &mut carrier);
+        [("TRACEPARENT", "traceparent"), ("TRACESTATE", "tracestate")]
+            .into_iter()
+            .filter_map(|(var, key)| Some((var, carrier.remove(key)?)))
+            .collect()
     }
 
     /// Starts a store call's span (`op` carrying `keys` keys to a store of

@@ -403,6 +403,69 @@ fn run_in_claiming_mode_says_so_and_that_the_line_held_its_claim() {
     }
 }
 
+/// An `--exec` handler runs with its line's span as `TRACEPARENT` (the
+/// variable OpenTelemetry's SDKs read), so its own spans are that span's
+/// children; it had none, and its spans started traces of their own (a
+/// review). Without export, the variable is what `run` itself was given.
+#[test]
+fn an_exec_handler_gets_its_lines_span_as_traceparent() {
+    let receiver = Receiver::start();
+    let dir = common::scratch("traceparent");
+    let seen = dir.join("seen");
+    let handler = format!(
+        r#"printf '%s
+' "$TRACEPARENT" >> '{}'"#,
+        seen.display()
+    );
+    let input = [
+        envelope("t-1", TRACE_ID, 0),
+        envelope("t-2", OTHER_TRACE_ID, 0),
+    ]
+    .join(
+        "
+",
+    );
+    let out = run(
+        &[
+            "run", "--store", "memory", "--batch", "10", "--exec", &handler,
+        ],
+        &input,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.url),
+            ("TRACEPARENT", "inherited"),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let given = std::fs::read_to_string(&seen).unwrap();
+    let spans = spans_of(&receiver.taken());
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let mut lines: Vec<String> = spans
+        .iter()
+        .filter(|s| s.kind == SpanKind::Consumer as i32)
+        .map(|s| format!("00-{}-{}-01", hex(&s.trace_id), hex(&s.span_id)))
+        .collect();
+    let mut given: Vec<String> = given.lines().map(str::to_owned).collect();
+    lines.sort();
+    given.sort();
+    assert_eq!(
+        given, lines,
+        "each handler's TRACEPARENT is its line's span"
+    );
+
+    std::fs::remove_file(&seen).unwrap();
+    let out = run(
+        &["run", "--store", "memory", "--exec", &handler],
+        &envelope("t-3", TRACE_ID, 0),
+        &[("TRACEPARENT", "inherited")],
+    );
+    assert!(out.status.success());
+    assert_eq!(std::fs::read_to_string(&seen).unwrap(), "inherited\n");
+}
+
 #[test]
 fn without_an_endpoint_nothing_is_sent() {
     let input = [envelope("a", TRACE_ID, 0), envelope("a", TRACE_ID, 1)].join("\n");
