@@ -27,19 +27,7 @@ fn a_stalled_server_fails_a_call_after_one_timeout() {
         .unwrap()
         .get_connection()
         .unwrap();
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(30_000)
-        .arg("WRITE")
-        .query(&mut admin)
-        .unwrap();
-    let started = Instant::now();
-    let stalled = ready(store.remember("stalled", None));
-    let took = started.elapsed();
-    let _: () = redis::cmd("CLIENT")
-        .arg("UNPAUSE")
-        .query(&mut admin)
-        .unwrap();
+    let (stalled, took) = paused(&mut admin, || ready(store.remember("stalled", None)));
     let e = stalled.expect_err("no answer: the call fails");
     assert_eq!(e.kind, StoreErrorKind::Unavailable, "{e}");
     assert!(e.message.contains("no answer within 5 s"), "{e}");
@@ -53,19 +41,8 @@ fn a_stalled_server_fails_a_call_after_one_timeout() {
 
     // A pipeline's replies are waited for 5 s in all, not 5 s each (a trial:
     // a stopped server made a delivery wait 20-30 s).
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(30_000)
-        .arg("WRITE")
-        .query(&mut admin)
-        .unwrap();
-    let started = Instant::now();
-    let stalled = ready(store.remember_many(&["p-1", "p-2", "p-3", "p-4"], None));
-    let took = started.elapsed();
-    let _: () = redis::cmd("CLIENT")
-        .arg("UNPAUSE")
-        .query(&mut admin)
-        .unwrap();
+    let keys = ["p-1", "p-2", "p-3", "p-4"];
+    let (stalled, took) = paused(&mut admin, || ready(store.remember_many(&keys, None)));
     let e = stalled.expect_err("no answer: the call fails");
     assert!(e.message.contains("no answer within 5 s"), "{e}");
     assert!(
@@ -77,6 +54,22 @@ fn a_stalled_server_fails_a_call_after_one_timeout() {
         ready(store.seen_many(&["p-1", "p-2"])).unwrap(),
         [true, true]
     );
+}
+
+/// `call` while the server holds every write (`CLIENT PAUSE ... WRITE`), and
+/// how long it took.
+fn paused<T>(admin: &mut redis::Connection, call: impl FnOnce() -> T) -> (T, Duration) {
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(30_000)
+        .arg("WRITE")
+        .query(admin)
+        .unwrap();
+    let started = Instant::now();
+    let answer = call();
+    let took = started.elapsed();
+    let _: () = redis::cmd("CLIENT").arg("UNPAUSE").query(admin).unwrap();
+    (answer, took)
 }
 
 /// A port that takes the connection and never answers (not Redis, or a hung
