@@ -101,12 +101,31 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     /// Settles the `Run` verdicts at `unique` (distinct keys) with the store:
     /// `seen` in plain mode, `claim` in claiming mode.
     pub(super) async fn ask_store(&self, decisions: &mut [Decision], unique: &[usize]) {
+        if unique.is_empty() {
+            return;
+        }
+        self.ask_about(decisions, unique).await;
+        // A call the store refused for all (not a failure to reach it: a key
+        // holding another SDK's value, an answer it could not read) is asked
+        // again a key at a time, so that only the key at fault fails: one
+        // such key made the batch's every other id store-unavailable for as
+        // long as it stayed, and dead-lettered them in the end (a trial).
+        let refused = |d: &Decision| matches!(&d.verdict, Verdict::StoreUnavailable(e) if e.kind == crate::store::StoreErrorKind::Internal);
+        if unique.len() > 1 && unique.iter().all(|&i| refused(&decisions[i])) {
+            for &i in unique {
+                decisions[i].verdict = Verdict::Run;
+                self.ask_about(decisions, &[i]).await;
+            }
+        }
+        self.check_fingerprints(decisions).await;
+    }
+
+    /// `seen` in plain mode, `claim` in claiming mode, for the keys at `unique`.
+    async fn ask_about(&self, decisions: &mut [Decision], unique: &[usize]) {
         match self.options.claim_lease {
-            _ if unique.is_empty() => return,
             Some(lease) => self.claim_all(unique, decisions, lease).await,
             None => self.check_all(unique, decisions).await,
         }
-        self.check_fingerprints(decisions).await;
     }
 
     /// For each skip that has a fingerprint (a leader's: [`mark_followers`]

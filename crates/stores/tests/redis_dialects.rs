@@ -157,6 +157,38 @@ fn php_dialect_a_claim_call_failed_by_a_foreign_value_gives_back_what_it_took() 
     }
 }
 
+/// One key holding a value the format never writes fails that delivery
+/// alone, in plain and claiming mode: the batch's other ids run (each key is
+/// asked alone after the call fails). They were store-unavailable for as long
+/// as the value stayed, and dead-lettered in the end (a trial).
+#[test]
+fn php_dialect_one_foreign_value_fails_its_delivery_alone() {
+    let (store, clean) = store("php-foreign-batch", Dialect::Php);
+    let mut conn = raw(&clean.url);
+    let _: () = redis::cmd("SET")
+        .arg(format!("{}bad", clean.prefix))
+        .arg("3")
+        .query(&mut conn)
+        .unwrap();
+    let plain = Guard::new(&store);
+    let claiming = Guard::new(&store).with_claiming(Duration::from_secs(30));
+    for (guard, ids) in [
+        (&plain, ["p-1", "bad", "p-2"]),
+        (&claiming, ["c-1", "bad", "c-2"]),
+    ] {
+        let bodies = ids.map(common::envelope);
+        let mut ran = Vec::new();
+        let outcomes = ready(guard.process_batch(&bodies, async |m| {
+            ran.push(m.id().unwrap().to_owned());
+            Ok::<(), String>(())
+        }));
+        let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
+        use OutcomeKind::*;
+        assert_eq!(kinds, [Ran, StoreUnavailable, Ran], "{outcomes:?}");
+        assert_eq!(ran, [ids[0], ids[2]]);
+    }
+}
+
 #[test]
 fn go_dialect_plain_mode_works_and_claiming_is_refused() {
     let (store, clean) = store("go", Dialect::Go);
