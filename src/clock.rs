@@ -25,18 +25,21 @@ impl Clock for SystemClock {
 }
 
 /// The guard's default clock on native targets: never behind the time that has
-/// passed. It reads the later of a wall clock (by default [`SystemClock`]) and
-/// the monotonic clock counted from its creation, and never steps back. A wall
-/// clock stepped back (NTP, an operator's `date`) made a claim that had run out
-/// read as in its lease, and on a store that cannot renew a late success was
-/// `run-ok` (a review); the monotonic clock alone would not count a suspended
-/// VM's sleep, which the store's expiry does.
+/// passed. It counts monotonic time from its creation, plus the furthest the
+/// wall clock (by default [`SystemClock`]) has been ahead of that count, so it
+/// never steps back and never stops. A wall clock stepped back (NTP, an
+/// operator's `date`) made a claim that had run out read as in its lease, and
+/// on a store that cannot renew a late success was `run-ok` (a review); the
+/// monotonic count alone would miss a suspended VM's sleep, which the store's
+/// expiry counts; and the later of the two froze for as long as a step
+/// forward and back (a review).
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
 #[derive(Debug)]
 pub struct SteadyClock<W = SystemClock> {
     wall: W,
     start: (u64, std::time::Instant),
-    last: AtomicU64,
+    /// How far the wall clock has been ahead of the count at most (ms).
+    ahead: AtomicU64,
 }
 
 #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
@@ -62,7 +65,7 @@ impl<W: Clock> SteadyClock<W> {
         SteadyClock {
             wall,
             start,
-            last: AtomicU64::new(start.0),
+            ahead: AtomicU64::new(0),
         }
     }
 }
@@ -72,8 +75,9 @@ impl<W: Clock> Clock for SteadyClock<W> {
     fn now_ms(&self) -> u64 {
         let (at, since) = self.start;
         let counted = at.saturating_add(since.elapsed().as_millis() as u64);
-        let now = self.wall.now_ms().max(counted);
-        self.last.fetch_max(now, Ordering::SeqCst).max(now)
+        let ahead = self.wall.now_ms().saturating_sub(counted);
+        let ahead = self.ahead.fetch_max(ahead, Ordering::SeqCst).max(ahead);
+        counted.saturating_add(ahead)
     }
 }
 
@@ -126,6 +130,11 @@ mod tests {
         wall.set(1_000_000 + 5_000); // stepped on (or a sleep the monotonic clock missed)
         assert_eq!(steady.now_ms(), 1_005_000);
         wall.set(1_000_000);
-        assert!(steady.now_ms() >= 1_005_000, "never back");
+        let after = steady.now_ms();
+        assert!(after >= 1_005_000, "never back");
+        // Stepped on and back, it goes on counting (it froze at the peak for
+        // as long as the step: a review).
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(steady.now_ms() >= after + 50, "still counting");
     }
 }
