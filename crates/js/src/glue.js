@@ -161,12 +161,13 @@ export class Deliveries {
    * `body` (the copy in wasm memory the core validated, not the caller's
    * buffer, which may have changed or be shared memory). Answers `undefined`
    * when it returned (anything but a thenable), the thenable when it returned
-   * one, `NEEDS_JOB` when the envelope has no `job`; throws what it threw.
+   * one, `NEEDS_JOB` when the envelope has no usable `job`; throws what it threw.
    */
   run(i, handler, body) {
     const item = this.items[i];
     const envelope = JSON.parse(typeof item === 'string' ? item : (decoder ??= new TextDecoder()).decode(body));
-    if (typeof envelope.job !== 'string') {
+    // Not a non-blank string: the core's (a blank `job` gives way to `urn`).
+    if (typeof envelope.job !== 'string' || !envelope.job.trim()) {
       this.pending = envelope;
       this.pendingAt = i;
       return NEEDS_JOB;

@@ -93,6 +93,20 @@ fn envelope_of(body: &JsValue, bytes: &[u8]) -> JsValue {
     JSON::parse(&text).unwrap_or(JsValue::UNDEFINED)
 }
 
+/// `envelope` with the `job` the core read, where its own is not that (a
+/// blank, `null` or number `job` gives way to `urn`: the handler got the
+/// blank, a review): as a copy, the body left as sent.
+fn with_job(envelope: JsValue, job: &str) -> JsValue {
+    let key = JsValue::from_str("job");
+    let own = js_sys::Reflect::get(&envelope, &key).ok();
+    if !envelope.is_object() || own.and_then(|j| j.as_string()).as_deref() == Some(job) {
+        return envelope;
+    }
+    let copy = Object::assign(&Object::new(), envelope.unchecked_ref());
+    let _ = js_sys::Reflect::set(&copy, &key, &JsValue::from_str(job));
+    copy.into()
+}
+
 fn action_code(action: Action) -> &'static str {
     match action {
         Action::Ack => "ack",
@@ -221,6 +235,7 @@ async fn call_handler(
 ) -> Result<JsValue, String> {
     let message = delivery.queue_message();
     let envelope = envelope_of(&message.body(), delivery.message().raw().as_bytes());
+    let envelope = with_job(envelope, delivery.message().job());
     let called = handler.call3(&JsValue::NULL, &envelope, message.as_js(), extra);
     await_value(called).await.map_err(|e| message_of(&e))
 }

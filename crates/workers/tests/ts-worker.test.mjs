@@ -380,6 +380,16 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
     );
   });
 
+  test("a blank job gives way to urn: the handler's envelope carries it as job, the body as sent (a review)", async () => {
+    const blank = { ...envelope("ts-blank-job"), job: "", urn: "urn:babel:orders:paid" };
+    const first = await queue("ts", [msg(blank), msg(JSON.stringify({ ...blank, meta: { ...blank.meta, id: "ts-blank-text" } }))]);
+    assert.equal(first.explicitAcks.length, 2, JSON.stringify(first));
+    const kv = await mf.getKVNamespace("EFFECTS", "ts");
+    assert.equal(await kv.get("job:ts-blank-job"), "urn:babel:orders:paid");
+    assert.equal(await kv.get("job:ts-blank-text"), "urn:babel:orders:paid");
+    assert.equal(blank.job, "", "the producer's object is left as it was");
+  });
+
   const A_ = "messaging.babelqueue.dedupe.";
   for (const who of ["ts", "rust"]) {
     test(`${who}: each delivery is a span in the runtime's traces, with BabelQueue's attributes and the dedupe outcome`, async () => {

@@ -26,4 +26,5 @@ export async function handle(envelope: BabelQueueEnvelope, message: Message, env
     throw new Error(`told to fail (attempt ${message.attempts})`);
   }
   await env.EFFECTS.put(`effect:${envelope.meta.id}:${message.id}:${message.attempts}`, "1");
+  await env.EFFECTS.put(`job:${envelope.meta.id}`, envelope.job);
 }
