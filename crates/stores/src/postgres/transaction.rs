@@ -561,15 +561,22 @@ fn ended_by_handler_error(committed: bool) -> StoreError {
 /// its session and on others (a partition, a lock held past every try): said,
 /// for the take may stand and skip the redelivery whose later writes never
 /// committed (it was a bare store error, or none: a review).
-fn take_may_stand(table: &str, keys: &[&str], why: StoreError) -> StoreError {
+fn take_may_stand(table: &str, keys: &[&str], writer: &Writer, why: StoreError) -> StoreError {
+    // Only the take's own row version (its `xmin`) is named: a row written
+    // since (a redelivery's, or the run's own finish if its COMMIT landed
+    // after all) must stay (a review).
+    let rows = match &writer.0 {
+        Some(xmin) => format!("the row of {keys:?} in {table} whose xmin is {xmin}"),
+        None => format!("nothing: this run took no row of {keys:?}"),
+    };
     StoreError::new(
         why.kind,
         format!(
-            "postgres: the handler may have committed the store's transaction itself (its own \
-             COMMIT), keeping the take of {keys:?}, and undoing it failed ({why}): while it \
+            "postgres: undoing what a handler's own COMMIT may have kept failed ({why}): if \
+             the handler committed the store's transaction itself and the take of {keys:?} \
              stands, a redelivery is skipped as done though what the handler wrote after that \
-             COMMIT was not committed; delete those ids' rows from {table} to run them again \
-             (leave the transaction to the store)"
+             COMMIT may not have committed; to run it again, delete {rows}, if it is still \
+             there (leave the transaction to the store)"
         ),
     )
 }
@@ -943,7 +950,7 @@ impl PostgresStore {
         writer: &Writer,
     ) -> StoreResult<bool> {
         self.on_another(|client| self.undo_takes(client, keys, mark, writer))
-            .map_err(|why| take_may_stand(&self.table, keys, why))
+            .map_err(|why| take_may_stand(&self.table, keys, writer, why))
     }
 
     /// `op` on another connection than the one a handler had: an idle one of
