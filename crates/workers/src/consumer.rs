@@ -540,6 +540,25 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         let Some(producer) = &self.dead_letter else {
             return Ok(false);
         };
+        // A dead letter already (ours carry the block; a redrive drops it): sent
+        // again it would go round for ever, a new message each lap, which no
+        // max_retries stops (DEDUPE_DEAD_LETTER naming the queue read here, or
+        // a dead-letter queue's consumer running this consumer: a trial made
+        // 14,456 laps in 15 s). Retried instead: the queue's own max_retries
+        // ends it (its dead_letter_queue, or deletion).
+        if is_dead_letter(body) {
+            let queue = batch.queue();
+            worker::console_error!(
+                "bq-dedupe: message {} on queue {queue} is a dead letter already (it carries a \
+                 dead_letter block): not dead-lettered again; does DEDUPE_DEAD_LETTER name the \
+                 queue this consumer reads, or does a dead-letter queue's consumer run it?",
+                message.id()
+            );
+            return Err(format!(
+                "it is a dead letter already (it carries a dead_letter block) and is not sent \
+                 again (to the queue {queue} reads?): retried"
+            ));
+        }
         let (reason, error, exception) = match outcome {
             Outcome::Rejected(rejection) => ("poison", rejection.to_string(), rejection.code()),
             Outcome::PayloadMismatch => (
@@ -635,6 +654,15 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             .map_err(|e| e.to_string())?;
         Ok(true)
     }
+}
+
+/// Whether `body` is a JSON object with a `dead_letter` object: a dead letter.
+fn is_dead_letter(body: &[u8]) -> bool {
+    let Ok(serde_json::Value::Object(top)) = serde_json::from_slice(body) else {
+        return false;
+    };
+    top.get("dead_letter")
+        .is_some_and(serde_json::Value::is_object)
 }
 
 impl<S: Store + StatementStore, O: Observer, T: Timer> QueueConsumer<S, O, T> {

@@ -333,6 +333,16 @@ describe("poison (malformed or invalid envelopes)", () => {
       assert.equal(letter.body, undefined);
     }));
 
+  test("DEDUPE_DEAD_LETTER naming the queue it reads: a letter that comes back is not sent again, retried until the queue moves it (a trial: it went round for ever)", () =>
+    withWorker({ vars: { DEDUPE_DEAD_LETTER: "ORDERS" }, consumer: { maxRetries: 2 } }, async (worker) => {
+      await worker.publish(["{not json"]);
+      const stats = await worker.waitForStats((s) => s.dead_letters_received >= 1, "the queue's own DLQ");
+      assert.equal(stats.dead_lettered, 1, JSON.stringify(stats));
+      assert.equal(stats.poison, 4, "the body once, its letter three times: " + JSON.stringify(stats));
+      const [letter] = (await worker.deadLetters()).dead_letters;
+      assert.equal(letter.dead_letter?.reason, "poison", JSON.stringify(letter).slice(0, 300));
+    }));
+
   test("without one: retried, so the queue's max_retries + dead_letter_queue take it", () =>
     withWorker({ vars: { DEDUPE_DEAD_LETTER: "" }, consumer: { maxRetries: 1 } }, async (worker) => {
       await worker.publish(["{not json"]);
