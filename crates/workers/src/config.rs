@@ -108,7 +108,8 @@ fn var_text(env: &Env, name: &str) -> Option<String> {
         .and_then(|json| json.as_string())
 }
 
-/// The first var named `DEDUPE_*` that is no setting, in `env` or in the
+/// The first var named `DEDUPE_*` (in any case, or `DEDUP_*`) that is no
+/// setting, in `env` or in the
 /// objects it is laid over (the TypeScript options are laid over the env).
 /// Bindings are objects, not vars, and are left alone.
 fn unknown_setting(env: &Env) -> Option<String> {
@@ -118,7 +119,11 @@ fn unknown_setting(env: &Env) -> Option<String> {
         let object: &js_sys::Object = layer.unchecked_ref();
         for key in js_sys::Object::keys(object).iter() {
             let name = key.as_string().unwrap_or_default();
-            if !name.starts_with("DEDUPE_") || SETTINGS.contains(&name.as_str()) {
+            // Ours in any case, or one letter short (`dedupe_store`,
+            // `DEDUP_CLAIMING` were ignored: a trial).
+            let upper = name.to_ascii_uppercase();
+            let ours = upper.starts_with("DEDUPE_") || upper.starts_with("DEDUP_");
+            if !ours || SETTINGS.contains(&name.as_str()) {
                 continue;
             }
             let value = js_sys::Reflect::get(object, &key).unwrap_or_default();

@@ -455,16 +455,18 @@ describe("TTL", () => {
       assert.deepEqual(left, [], "rows past expires_at are deleted by the alarm");
     }));
 
-  test("a misspelt DEDUPE_* var is refused, naming it, not ignored (a trial's finding)", () =>
-    withWorker({ vars: { DEDUPE_TTL_SECOND: "60" } }, async (worker) => {
-      const res = await worker.mf.dispatchFetch("http://worker/store/seen", {
-        method: "POST",
-        headers: AUTH,
-        body: JSON.stringify({ keys: ["k"] }),
-      });
-      assert.equal(res.status, 500);
-      assert.match(await res.text(), /DEDUPE_TTL_SECOND is no setting.*DEDUPE_TTL_SECONDS/);
-    }));
+  for (const name of ["DEDUPE_TTL_SECOND", "dedupe_store", "DEDUP_CLAIMING"]) {
+    test(`a misspelt setting (${name}) is refused, naming it, not ignored (trials' findings)`, () =>
+      withWorker({ vars: { [name]: "60" } }, async (worker) => {
+        const res = await worker.mf.dispatchFetch("http://worker/store/seen", {
+          method: "POST",
+          headers: AUTH,
+          body: JSON.stringify({ keys: ["k"] }),
+        });
+        assert.equal(res.status, 500);
+        assert.match(await res.text(), new RegExp(`${name} is no setting.*DEDUPE_TTL_SECONDS`));
+      }));
+  }
 
   test("KV store: a TTL under 60 s is refused with a clear error", () =>
     withWorker(
