@@ -977,3 +977,96 @@ fn a_success_written_after_its_claim_ran_out_is_lease_lost_where_claims_cannot_b
     .unwrap();
     assert_eq!(kinds(outcomes), [OutcomeKind::Ran; 2]);
 }
+
+/// A store whose answers come `late` ms after it acted (a slow network), by
+/// the shared manual clock.
+struct LateAnswers {
+    inner: Arc<InMemoryStore>,
+    clock: Arc<ManualClock>,
+    late: u64,
+}
+
+impl LateAnswers {
+    fn answer<T>(&self, answer: T) -> T {
+        self.clock.advance(self.late);
+        answer
+    }
+}
+
+impl Store for LateAnswers {
+    async fn seen_many(&self, keys: &[&str]) -> bq_dedupe::StoreResult<Vec<bool>> {
+        self.answer(self.inner.seen_many(keys).await)
+    }
+    async fn remember_many(
+        &self,
+        keys: &[&str],
+        ttl: Option<Duration>,
+    ) -> bq_dedupe::StoreResult<()> {
+        self.answer(self.inner.remember_many(keys, ttl).await)
+    }
+    async fn forget(&self, key: &str) -> bq_dedupe::StoreResult<()> {
+        self.answer(self.inner.forget(key).await)
+    }
+    fn capabilities(&self) -> bq_dedupe::store::Capabilities {
+        self.inner.capabilities()
+    }
+    async fn claim_many(
+        &self,
+        keys: &[&str],
+        lease: Duration,
+    ) -> bq_dedupe::StoreResult<Vec<bq_dedupe::store::Claim>> {
+        self.answer(self.inner.claim_many(keys, lease).await)
+    }
+    async fn settle(
+        &self,
+        step: &bq_dedupe::store::Settlement<'_>,
+    ) -> bq_dedupe::StoreResult<bq_dedupe::store::Settled> {
+        self.answer(self.inner.settle(step).await)
+    }
+}
+
+/// Claims run from when the store took them, not from its answer: with
+/// answers 300 ms late on a 400 ms lease (renewed every 200 ms), the second
+/// delivery's claim runs out while the first handler runs (150 ms), and
+/// another consumer takes it. Timed from the answers, no renewal was ever
+/// due: it ran beside the other consumer, `run-ok-lease-lost` (a trial).
+/// Timed from the calls, the renewal before it is due, finds the claim gone,
+/// and it parks.
+#[test]
+fn a_slow_store_answer_does_not_stretch_the_lease() {
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let inner = Arc::new(InMemoryStore::with_clock(clock.clone()));
+    let store = LateAnswers {
+        inner: inner.clone(),
+        clock: clock.clone(),
+        late: 300,
+    };
+    let options = bq_dedupe::Options {
+        claim_lease: Some(Duration::from_millis(400)),
+        leases: bq_dedupe::LeasePolicy {
+            renew_after: Some(Duration::from_millis(200)),
+            ..bq_dedupe::LeasePolicy::default()
+        },
+        ..bq_dedupe::Options::default()
+    };
+    let guard = Guard::new(store)
+        .with_options(options)
+        .with_clock(clock.clone());
+    let bodies = [envelope("late-a"), envelope("late-b")];
+    let mut ran = Vec::new();
+    let outcomes = block_on_ready(guard.process_batch(&bodies, async |m| {
+        ran.push(m.id().unwrap().to_owned());
+        if m.id() == Some("late-a") {
+            clock.advance(150);
+            let taken = block_on_ready(inner.claim("late-b", Duration::from_secs(60)));
+            assert!(
+                matches!(taken, Ok(Ok(bq_dedupe::store::Claim::Acquired(_)))),
+                "another consumer takes the lapsed claim: {taken:?}"
+            );
+        }
+        Ok::<(), String>(())
+    }))
+    .unwrap();
+    assert_eq!(ran, ["late-a"], "{outcomes:?}");
+    assert_eq!(outcomes[1], Outcome::Parked);
+}

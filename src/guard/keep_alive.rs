@@ -84,6 +84,8 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         };
         // `answered`: the store said so (not a failed call read as every
         // claim gone once our own clock says a whole lease has passed).
+        // Renewed claims run from when the call was sent, not its answer.
+        let sent_at = self.now();
         let (renewed, answered) = match self.apply_step(&step, commit::ran(decisions)).await {
             Ok(settled) => {
                 let in_time = self.written_in_time(progress.claims_end);
@@ -93,7 +95,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
                 }
                 progress.waiting.clear();
                 progress.waiting_since = None;
-                progress.renewed_at = self.now();
+                progress.renewed_at = sent_at;
                 (settled.renewed, true)
             }
             // Unknown: the successes stay waiting and are written at the commit.

@@ -430,9 +430,12 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         mut handler: impl AsyncFnMut(usize, &Message<'_>) -> Result<(), E>,
     ) -> (Vec<Decision>, Vec<Outcome<E>>) {
         let claims_end = self.unrenewed_claims_end();
-        let (messages, mut decisions) = self.plan(bodies).await;
-        // The renewal clock starts only where there are claims to keep alive.
+        // The renewal clock starts only where there are claims to keep alive,
+        // when the claim call is sent: the store's lease runs from about then,
+        // not from its answer (a slow answer made renewals late, and a handler
+        // start on a claim that had run out: a trial).
         let started = self.renewing().and_then(|_| self.now());
+        let (messages, mut decisions) = self.plan(bodies).await;
         let mut progress = Progress::new(decisions.len(), started);
         progress.claims_end = claims_end;
         for (i, message) in messages.iter().enumerate() {
