@@ -71,6 +71,11 @@ extern "C" {
     /// `key`: UTF-8 (`ascii`: all below U+0080, read without a `TextDecoder`).
     #[wasm_bindgen(js_name = outcome)]
     fn one_outcome(kind: u8, key: Option<&[u8]>, ascii: bool) -> JsValue;
+
+    /// The host's monotonic time in ms since the epoch (`performance`), or
+    /// `Date.now()` where it has none.
+    #[wasm_bindgen(js_name = steadyNow)]
+    pub(crate) fn steady_now() -> f64;
 }
 
 /// `glue.js`: what each envelope became (`encode`'s `kinds`).

@@ -220,6 +220,12 @@ function isA(get, item) {
 /** A lone surrogate (no lookbehind: older engines' regexes have none). */
 const LONE_SURROGATE = /(?:^|[^\uD800-\uDBFF])[\uDC00-\uDFFF]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])/;
 
+/** Monotonic ms since the epoch: `performance`'s, else `Date.now()`. */
+export function steadyNow() {
+  const p = globalThis.performance;
+  return p && typeof p.now === 'function' && typeof p.timeOrigin === 'number' ? p.timeOrigin + p.now() : Date.now();
+}
+
 export function wellFormed(text) {
   return typeof text.isWellFormed === 'function' ? text.isWellFormed() : !LONE_SURROGATE.test(text);
 }

@@ -29,6 +29,27 @@ impl Clock for DateClock {
     }
 }
 
+/// A guard's clock: the host's monotonic time, plus the furthest `Date.now`
+/// has been ahead of it (a sleep the monotonic clock did not count), so it
+/// never steps back. A guard read `Date.now`: a wall clock stepped back made a
+/// claim that had run out read as in its lease, and a late success on a store
+/// that cannot renew `run-ok` beside another consumer's run (a trial).
+#[derive(Default)]
+pub struct SteadyClock {
+    ahead: std::sync::atomic::AtomicU64,
+}
+
+impl Clock for SteadyClock {
+    fn now_ms(&self) -> u64 {
+        let counted = crate::crossing::steady_now();
+        let ahead = (js_sys::Date::now() - counted).max(0.0) as u64;
+        let ahead = (self.ahead)
+            .fetch_max(ahead, std::sync::atomic::Ordering::Relaxed)
+            .max(ahead);
+        (counted as u64).saturating_add(ahead)
+    }
+}
+
 /// The live stores by handle (the last handle given out, then `(handle, store,
 /// its manual clock)`). Handles count up and are never given out twice (a JS
 /// number counts exactly to 2^53): a counter that wrapped at 2^21 gave a new

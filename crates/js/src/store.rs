@@ -26,7 +26,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
-use crate::memory::DateClock;
+use crate::memory::SteadyClock;
 
 #[wasm_bindgen]
 extern "C" {
@@ -89,13 +89,13 @@ pub enum GivenStore {
 
 impl GivenStore {
     /// The store a JS caller passed (and the clock a guard over it reads: an
-    /// `InMemoryStore`'s manual clock, else `Date.now`), or a `TypeError` message
+    /// `InMemoryStore`'s manual clock, else a [`SteadyClock`]), or a `TypeError` message
     /// saying why it is not one.
     pub fn from_js(value: &JsValue) -> Result<(GivenStore, Arc<dyn Clock>), String> {
         if let Some((memory, manual)) = crate::memory::lookup(value)? {
             let clock: Arc<dyn Clock> = match manual {
                 Some(m) => m,
-                None => Arc::new(DateClock),
+                None => Arc::new(SteadyClock::default()),
             };
             return Ok((GivenStore::Memory(memory), clock));
         }
@@ -123,7 +123,7 @@ impl GivenStore {
             obj: value.clone().unchecked_into(),
             has,
         }));
-        Ok((store, Arc::new(DateClock)))
+        Ok((store, Arc::new(SteadyClock::default())))
     }
 }
 

@@ -186,3 +186,19 @@ test('renewals that fail (the store unreachable past a lease) do not end the run
   assert.ok(renewedAfter > 0, 'renewed again once the store answered');
   assert.equal(outcome.kind, 'run-ok');
 });
+
+test('a wall clock stepped back while a handler runs hides no lost lease: the guard counts the time passed (a trial)', async () => {
+  // A store without renew: only the guard's clock tells a success written past its lease.
+  const store = expiringStore('none');
+  const realNow = Date.now;
+  try {
+    const outcome = await bq.dedupe(envelope('stepped-back'), store, async () => {
+      await sleep(450);
+      const stepped = realNow() - 60_000;
+      Date.now = () => stepped; // NTP, an operator's `date`
+    }, LEASE);
+    assert.equal(outcome.kind, 'run-ok-lease-lost');
+  } finally {
+    Date.now = realNow;
+  }
+});
