@@ -589,7 +589,7 @@ const MAX_BATCH: u32 = 10_000;
 /// envelope, in order.
 #[wasm_bindgen(js_name = dedupeBatch, unchecked_return_type = "Promise<Outcome[]>")]
 pub fn dedupe_batch(
-    #[wasm_bindgen(unchecked_param_type = "EnvelopeInput[]")] envelopes: JsValue,
+    #[wasm_bindgen(unchecked_param_type = "readonly EnvelopeInput[]")] envelopes: JsValue,
     #[wasm_bindgen(unchecked_param_type = "DedupeStore | InMemoryStore")] store: JsValue,
     #[wasm_bindgen(unchecked_param_type = "Handler")] handler: JsValue,
     #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: Option<JsValue>,
@@ -602,7 +602,7 @@ pub fn dedupe_batch(
 /// @deprecated Use `dedupeBatch` (renamed with `process` -> `dedupe`).
 #[wasm_bindgen(js_name = processBatch, unchecked_return_type = "Promise<Outcome[]>")]
 pub fn process_batch(
-    #[wasm_bindgen(unchecked_param_type = "EnvelopeInput[]")] envelopes: JsValue,
+    #[wasm_bindgen(unchecked_param_type = "readonly EnvelopeInput[]")] envelopes: JsValue,
     #[wasm_bindgen(unchecked_param_type = "DedupeStore | InMemoryStore")] store: JsValue,
     #[wasm_bindgen(unchecked_param_type = "Handler")] handler: JsValue,
     #[wasm_bindgen(unchecked_param_type = "DedupeOptions")] options: Option<JsValue>,

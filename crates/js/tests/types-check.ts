@@ -43,6 +43,9 @@ export async function check(): Promise<void> {
   const key: string | null = outcome.key;
   const code: string | undefined = outcome.rejection?.code ?? outcome.storeError?.code;
   const batch: Outcome[] = await dedupeBatch([{ job: 'j' }, '{}', new Uint8Array(2)], memory, () => {});
+  // A readonly array is taken as it is (it was a type error: a trial).
+  const frozen: readonly string[] = ['{}'];
+  await dedupeBatch(frozen, memory, () => {});
   await forget('id', plain);
   const k: string | null = dedupeKey('{}');
   const v: Validation = validate({ meta: { id: 'x' } });
