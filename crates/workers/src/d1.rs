@@ -174,24 +174,6 @@ impl D1Store {
         &self.round_trips
     }
 
-    /// Whether `statement` was prepared on this store's database, by what
-    /// workerd keeps of it (the statement's `dbSession.fetcher`, the
-    /// database's `fetcher`): one prepared on another binding ran in this
-    /// batch's database, its own untouched, `run-ok` (a trial). Where the
-    /// runtime keeps neither, it cannot tell: true.
-    fn prepared_here(&self, statement: &D1PreparedStatement) -> bool {
-        let get = |target: &JsValue, name: &str| {
-            js_sys::Reflect::get(target, &JsValue::from_str(name)).unwrap_or_default()
-        };
-        let ours = get(self.db.as_ref(), "fetcher");
-        let session = get(statement.inner(), "dbSession");
-        let theirs = match session.is_object() {
-            true => get(&session, "fetcher"),
-            false => JsValue::UNDEFINED,
-        };
-        !(ours.is_object() && theirs.is_object()) || js_sys::Object::is(&ours, &theirs)
-    }
-
     fn statement(&self, sql: &str, args: &[JsValue]) -> StoreResult<D1PreparedStatement> {
         self.db.prepare(sql).bind(args).map_err(said)
     }
@@ -434,14 +416,6 @@ impl StatementStore for D1Store {
         claim: Option<&ClaimToken>,
         statements: Vec<D1PreparedStatement>,
     ) -> StoreResult<TxRun<(), StoreError>> {
-        if let Some(elsewhere) = statements.iter().position(|s| !self.prepared_here(s)) {
-            return Ok(TxRun::RolledBack(error(format!(
-                "statement {} of the handler's was prepared on another D1 database than the \
-                 ids' (DEDUPE_D1_BINDING's): in their batch it would run in the ids' database, \
-                 not its own; prepare the effect's statements on the database the handler is given",
-                elsewhere + 1
-            ))));
-        }
         let Some(key) = key else {
             // D1 refuses an empty batch: nothing to write is written.
             if statements.is_empty() {

@@ -156,8 +156,8 @@ export default { async fetch(request: Request, env: object): Promise<Response> {
 
   // dedupeQueueD1: the handler's D1 statements committed with the id.
   writeFileSync(path.join(scratch, "d1.ts"), `import { dedupeQueueD1 } from "@babelqueue/dedupe/workers";
-interface Env { DEDUPE_D1: D1Database; OTHER_D1: D1Database }
-interface Directives { fail?: boolean; bad_statement_attempts?: number; odd_error?: boolean; trap_array?: boolean; delete_own_row?: boolean; expire_own_row?: boolean; batch_ack?: boolean; ack_all?: boolean; own_then?: boolean; snowflake?: string; other_db?: boolean }
+interface Env { DEDUPE_D1: D1Database }
+interface Directives { fail?: boolean; bad_statement_attempts?: number; odd_error?: boolean; trap_array?: boolean; delete_own_row?: boolean; expire_own_row?: boolean; batch_ack?: boolean; ack_all?: boolean; own_then?: boolean; snowflake?: string }
 export default {
   async queue(batch: MessageBatch, env: Env): Promise<void> {
     await env.DEDUPE_D1.prepare("CREATE TABLE IF NOT EXISTS effects (id TEXT NOT NULL, attempt INTEGER NOT NULL)").run();
@@ -185,9 +185,7 @@ export default {
           return Reflect.get(target, key);
         } });
       }
-      // The effect prepared on another database than the ids' (refused).
-      const on = data.other_db ? env.OTHER_D1 : db;
-      const statements = [on.prepare("INSERT INTO effects (id, attempt) VALUES (?1, ?2)").bind(envelope.meta.id, message.attempts)];
+      const statements = [db.prepare("INSERT INTO effects (id, attempt) VALUES (?1, ?2)").bind(envelope.meta.id, message.attempts)];
       // A promise of them with a \`then\` of its own that never calls back.
       if (data.own_then) {
         const p = Promise.resolve(statements);
@@ -312,7 +310,7 @@ export default { async fetch() {
       },
       {
         ...bundled("d1", "dist-d1"),
-        d1Databases: { DEDUPE_D1: "ts-d1", OTHER_D1: "ts-d1-other" },
+        d1Databases: { DEDUPE_D1: "ts-d1" },
         bindings: { DEDUPE_DEAD_LETTER: "DEAD_LETTERS", DEDUPE_MAX_RETRIES: "1" },
         queueProducers: { DEAD_LETTERS: { queueName: "orders-dlq" } },
       },
@@ -694,13 +692,6 @@ describe("dedupeQueueD1: the handler's D1 statements and the id in one batch", (
     assert.deepEqual(next.explicitAcks, ["s-2"], JSON.stringify(next));
     assert.deepEqual(await d1("SELECT count(*) AS n FROM effects WHERE id IN ('d1ts-snow', 'd1ts-after-snow')"), [{ n: 2 }]);
     assert.equal(await marked("d1ts-snow"), 1);
-  });
-
-  test("a statement prepared on another D1 database is refused, the run failed (it ran in the ids' database, run-ok: a trial)", async () => {
-    const first = await queueD1([msg(envelope("d1ts-other-db", { other_db: true }), 1, "x-1")]);
-    assert.deepEqual(first.retryMessages.map((r) => r.msgId), ["x-1"], JSON.stringify(first));
-    assert.deepEqual(await d1("SELECT count(*) AS n FROM effects WHERE id = 'd1ts-other-db'"), [{ n: 0 }]);
-    assert.equal(await marked("d1ts-other-db"), undefined, "unmarked");
   });
 
   test("a failure between the handler and the write writes nothing; the redelivery writes once", async () => {
