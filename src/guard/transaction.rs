@@ -194,6 +194,8 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
         handler: impl AsyncFnOnce(&Message<'_>) -> Result<Vec<S::Statement>, E>,
     ) -> Processed<E> {
         let (message, mut decision) = self.classify_exactly_once(body, Mode::Statements);
+        // A claim's time runs from when the call is sent (fc1e33a).
+        let asked_at = self.now();
         if let (Some(lease), Verdict::Run) = (self.options.claim_lease, &decision.verdict) {
             self.claim_all(&[0], std::slice::from_mut(&mut decision), lease)
                 .await;
@@ -201,7 +203,11 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
         let (outcome, park_for) = match start(message.as_ref(), &decision) {
             // (A park's time: what the claim it found has left.)
             Err(outcome) => (outcome, decision.park_for),
-            Ok((message, key)) => self.run_statements(message, key, &decision, handler).await,
+            Ok((message, key)) => {
+                let claimed_at = asked_at;
+                self.run_statements(message, key, &decision, claimed_at, handler)
+                    .await
+            }
         };
         decision.park_for = park_for;
         self.observe_outcome(&decision, &outcome);
@@ -216,6 +222,7 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
         message: &Message<'_>,
         key: Option<&str>,
         decision: &Decision,
+        claimed_at: Option<u64>,
         handler: impl AsyncFnOnce(&Message<'_>) -> Result<Vec<S::Statement>, E>,
     ) -> (Outcome<E>, Option<Duration>) {
         let claimed = key.zip(decision.claim.as_ref());
@@ -245,9 +252,7 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
             }
             Ok(())
         };
-        let started = claimed
-            .and_then(|_| self.renewing())
-            .and_then(|_| self.now());
+        let started = claimed.and_then(|_| self.renewing()).and(claimed_at);
         let mut progress = Progress::new(1, started);
         let decisions = std::slice::from_ref(decision);
         let result = self
