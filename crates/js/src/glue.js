@@ -166,8 +166,9 @@ export class Deliveries {
   run(i, handler, body) {
     const item = this.items[i];
     const envelope = JSON.parse(typeof item === 'string' ? item : (decoder ??= new TextDecoder()).decode(body));
-    // Not a non-blank string: the core's (a blank `job` gives way to `urn`).
-    if (typeof envelope.job !== 'string' || !envelope.job.trim()) {
+    // Not a non-blank string: the core's (a blank `job` gives way to `urn`;
+    // blank as Rust's `trim` reads it, which takes U+0085 and JS's does not).
+    if (typeof envelope.job !== 'string' || !envelope.job.replace(/\u0085/g, '').trim()) {
       this.pending = envelope;
       this.pendingAt = i;
       return NEEDS_JOB;

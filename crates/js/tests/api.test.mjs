@@ -529,7 +529,7 @@ test('a handler that throws an Error whose message is not a string fails its del
 
 test('a blank, null or number job gives way to urn, and the handler gets it as job (a review)', async () => {
   const store = new bq.InMemoryStore();
-  for (const [n, job] of ['', '  ', null, 7].entries()) {
+  for (const [n, job] of ['', '  ', '\u0085', null, 7].entries()) {
     let seen;
     const env = JSON.stringify(envelope(`blank-job-${n}`, { job, urn: 'urn:babel:orders:paid' }));
     const outcome = await bq.dedupe(env, store, (e) => { seen = e.job; });
