@@ -540,23 +540,25 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         let Some(producer) = &self.dead_letter else {
             return Ok(false);
         };
-        // A dead letter already (ours carry the block; a redrive drops it): sent
-        // again it would go round for ever, a new message each lap, which no
-        // max_retries stops (DEDUPE_DEAD_LETTER naming the queue read here, or
-        // a dead-letter queue's consumer running this consumer: a trial made
-        // 14,456 laps in 15 s). Retried instead: the queue's own max_retries
-        // ends it (its dead_letter_queue, or deletion).
-        if is_dead_letter(body) {
+        // A letter sent round again and again: DEDUPE_DEAD_LETTER naming the
+        // queue read here, or a dead-letter queue's consumer running this one,
+        // sent one round 14,456 times in 15 s, a new message each lap, which
+        // no max_retries stops (a trial). Each letter counts its laps (a
+        // redrive of a whole letter keeps the count; the SDKs' redrive drops
+        // the block): past MAX_LAPS it is retried instead, and the queue's own
+        // max_retries ends it (its dead_letter_queue, or deletion).
+        let laps = laps_of(body) + 1;
+        if laps > MAX_LAPS {
             let queue = batch.queue();
             worker::console_error!(
-                "bq-dedupe: message {} on queue {queue} is a dead letter already (it carries a \
-                 dead_letter block): not dead-lettered again; does DEDUPE_DEAD_LETTER name the \
-                 queue this consumer reads, or does a dead-letter queue's consumer run it?",
+                "bq-dedupe: message {} on queue {queue} was dead-lettered {MAX_LAPS} times in a \
+                 row: not sent again; does DEDUPE_DEAD_LETTER name the queue this consumer \
+                 reads, or does a dead-letter queue's consumer run it?",
                 message.id()
             );
             return Err(format!(
-                "it is a dead letter already (it carries a dead_letter block) and is not sent \
-                 again (to the queue {queue} reads?): retried"
+                "it was dead-lettered {MAX_LAPS} times in a row (its dead_letter block counts \
+                 them) and is not sent again (to the queue {queue} reads?): retried"
             ));
         }
         let (reason, error, exception) = match outcome {
@@ -604,6 +606,7 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
             original_queue: &queue,
             attempts: message.attempts(),
             failed_at_ms: js_sys::Date::now() as u64,
+            laps,
         };
         // A plain JS object (not a serde Map), so the JSON content type accepts it.
         let as_js =
@@ -656,13 +659,23 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
     }
 }
 
-/// Whether `body` is a JSON object with a `dead_letter` object: a dead letter.
-fn is_dead_letter(body: &[u8]) -> bool {
+/// How many times in a row a letter may be dead-lettered (its block's
+/// `laps`) before it is retried instead.
+const MAX_LAPS: u64 = 5;
+
+/// How many times `body` was dead-lettered in a row: its `dead_letter` block's
+/// `laps` (1 for a block without it), 0 for a body that is no letter.
+fn laps_of(body: &[u8]) -> u64 {
     let Ok(serde_json::Value::Object(top)) = serde_json::from_slice(body) else {
-        return false;
+        return 0;
     };
-    top.get("dead_letter")
-        .is_some_and(serde_json::Value::is_object)
+    match top.get("dead_letter") {
+        Some(serde_json::Value::Object(block)) => block
+            .get("laps")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(1),
+        _ => 0,
+    }
 }
 
 impl<S: Store + StatementStore, O: Observer, T: Timer> QueueConsumer<S, O, T> {

@@ -30,6 +30,9 @@ pub(crate) struct DeadDelivery<'a> {
     /// Delivery attempts made (Cloudflare's count).
     pub attempts: u32,
     pub failed_at_ms: u64,
+    /// How many times in a row it is dead-lettered with this letter (1 for a
+    /// message that was no letter): the block's `laps`.
+    pub laps: u64,
 }
 
 /// The dead-letter message for a delivery, never over
@@ -144,6 +147,7 @@ fn block(delivery: &DeadDelivery<'_>, error: &str) -> Value {
         "failed_at": delivery.failed_at_ms,
         "original_queue": delivery.original_queue,
         "attempts": delivery.attempts,
+        "laps": delivery.laps,
     })
 }
 
@@ -181,6 +185,7 @@ mod tests {
             original_queue: "orders",
             attempts: 1,
             failed_at_ms: 1_700_000_000_000,
+            laps: 1,
         })
     }
 
@@ -208,6 +213,7 @@ mod tests {
             original_queue: "orders",
             attempts: 4,
             failed_at_ms: 1_700_000_000_000,
+            laps: 1,
         })
     }
 

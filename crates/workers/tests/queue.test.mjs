@@ -333,14 +333,25 @@ describe("poison (malformed or invalid envelopes)", () => {
       assert.equal(letter.body, undefined);
     }));
 
-  test("DEDUPE_DEAD_LETTER naming the queue it reads: a letter that comes back is not sent again, retried until the queue moves it (a trial: it went round for ever)", () =>
+  test("DEDUPE_DEAD_LETTER naming the queue it reads: a letter that comes back counts its laps, and after five is retried until the queue moves it (a trial: it went round for ever)", () =>
     withWorker({ vars: { DEDUPE_DEAD_LETTER: "ORDERS" }, consumer: { maxRetries: 2 } }, async (worker) => {
       await worker.publish(["{not json"]);
       const stats = await worker.waitForStats((s) => s.dead_letters_received >= 1, "the queue's own DLQ");
-      assert.equal(stats.dead_lettered, 1, JSON.stringify(stats));
-      assert.equal(stats.poison, 4, "the body once, its letter three times: " + JSON.stringify(stats));
+      assert.equal(stats.dead_lettered, 5, JSON.stringify(stats));
+      assert.equal(stats.poison, 8, "the body and four letters once, the fifth three times: " + JSON.stringify(stats));
       const [letter] = (await worker.deadLetters()).dead_letters;
       assert.equal(letter.dead_letter?.reason, "poison", JSON.stringify(letter).slice(0, 300));
+      assert.equal(letter.dead_letter?.laps, 5);
+    }));
+
+  test("a whole letter sent back (a redrive as docs/workers.md shows) that fails again is dead-lettered again, its laps counted (a review)", () =>
+    withWorker({ vars: { DEDUPE_MAX_RETRIES: "1" }, consumer: { maxRetries: 1 } }, async (worker) => {
+      const block = { reason: "failed", failed_at: 1, original_queue: "bq-orders", attempts: 1 };
+      await worker.publish([{ ...envelope("redriven", { always_fail: true }), dead_letter: block }]);
+      const stats = await worker.waitForStats((s) => s.dead_letters_received >= 1, "the letter");
+      assert.equal(stats.dead_lettered, 1, JSON.stringify(stats));
+      const [again] = (await worker.deadLetters()).dead_letters;
+      assert.equal(again.dead_letter?.laps, 2, JSON.stringify(again).slice(0, 300));
     }));
 
   test("without one: retried, so the queue's max_retries + dead_letter_queue take it", () =>
