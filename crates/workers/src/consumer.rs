@@ -547,7 +547,7 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         // redrive of a whole letter keeps the count; the SDKs' redrive drops
         // the block): past MAX_LAPS it is retried instead, and the queue's own
         // max_retries ends it (its dead_letter_queue, or deletion).
-        let laps = laps_of(body) + 1;
+        let laps = laps_of(body).saturating_add(1);
         if laps > MAX_LAPS {
             let queue = batch.queue();
             worker::console_error!(
