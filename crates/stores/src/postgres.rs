@@ -116,7 +116,15 @@ pub struct PostgresStore {
     notes: Vec<String>,
     /// Which ids the database's encoding holds as text.
     charset: Charset,
+    /// Takes a handler's own COMMIT may have kept whose undo failed on every
+    /// connection (keys, mark, writer): tried again before this store's next
+    /// transactional run, so a redelivery in this process runs rather than
+    /// being skipped ([`transaction`](crate::postgres::transaction)).
+    pending_undos: std::sync::Mutex<Vec<PendingUndo>>,
 }
+
+/// An undo to try again: the keys, the run's mark, the take's writer.
+type PendingUndo = (Vec<String>, String, Option<String>);
 
 impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

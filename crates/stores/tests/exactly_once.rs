@@ -2317,6 +2317,13 @@ fn undo_fails_after_a_handlers_own_commit(lock_after_the_finish: bool) {
         said.contains("whose xmin is "),
         "only the take's own row: {said}"
     );
+    // The lock gone, the undo is tried again before the store's next run: the
+    // redelivery in this process runs (it was skipped, and what the handler
+    // wrote after its COMMIT never committed).
+    let again = guard.process_in_transaction(envelope("uf-1").as_str(), |_, _| {
+        Ok::<(), postgres::Error>(())
+    });
+    assert_eq!(again.kind(), OutcomeKind::Ran, "{again:?}");
     pg().batch_execute(&format!(
         "DROP TABLE {killer}; DROP FUNCTION {killer}_end()"
     ))

@@ -441,6 +441,7 @@ impl PostgresStore {
             claims,
             notes: tls.note.into_iter().chain(notes).collect(),
             charset: Charset::of(&encoding),
+            pending_undos: std::sync::Mutex::default(),
         };
         // The ids' table wherever the `search_path` finds it, its claims beside
         // it: `CREATE TABLE IF NOT EXISTS` looks in the first schema alone (a

@@ -25,6 +25,7 @@ impl TransactionalStore for PostgresStore {
         ttl: Option<Duration>,
         work: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<T, E>,
     ) -> StoreResult<TxRun<T, E>> {
+        self.retry_pending_undos();
         let name = key.map(|key| self.name(key)).transpose()?;
         let key = name.as_deref();
         let mark = format!("{MARK_PREFIX}{}", new_token().0);
@@ -125,6 +126,7 @@ impl TransactionalStore for PostgresStore {
         ttl: Option<Duration>,
         mut work: impl FnMut(usize, &mut postgres::Transaction<'_>) -> Result<(), E>,
     ) -> StoreResult<Vec<TxRun<(), E>>> {
+        self.retry_pending_undos();
         let names: Vec<Option<std::borrow::Cow<'_, str>>> = keys
             .iter()
             .map(|k| k.map(|k| self.name(k)).transpose())
@@ -950,7 +952,50 @@ impl PostgresStore {
         writer: &Writer,
     ) -> StoreResult<bool> {
         self.on_another(|client| self.undo_takes(client, keys, mark, writer))
-            .map_err(|why| take_may_stand(&self.table, keys, writer, why))
+            .map_err(|why| {
+                // Kept, to be tried again before this store's next run.
+                let undo = (
+                    keys.iter().map(|k| k.to_string()).collect(),
+                    mark.to_owned(),
+                );
+                self.pending().push((undo.0, undo.1, writer.0.clone()));
+                take_may_stand(&self.table, keys, writer, why)
+            })
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<PendingUndo>> {
+        (self.pending_undos.lock()).unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The undos that failed before ([`Self::undo_takes_elsewhere`]), tried
+    /// once more each on another connection (one try, not the pool's round:
+    /// while the trouble lasts a run pays one failed statement, no more); those
+    /// that fail again are kept. (A redelivery in this process then runs: the
+    /// take its handler's COMMIT kept no longer skips it.)
+    fn retry_pending_undos(&self) {
+        let pending = std::mem::take(&mut *self.pending());
+        if pending.is_empty() {
+            return;
+        }
+        let once = |keys: &[&str], mark: &str, writer: &Writer| match self
+            .pool
+            .as_ref()
+            .and_then(Pool::try_get)
+        {
+            Some(mut conn) => self.undo_takes(conn.client(), keys, mark, writer),
+            None => match self.direct.connect() {
+                Ok(mut client) => self.undo_takes(&mut client, keys, mark, writer),
+                Err(e) => Err(error(e)),
+            },
+        };
+        let left: Vec<_> = pending
+            .into_iter()
+            .filter(|(keys, mark, writer)| {
+                let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+                once(&keys, mark, &Writer(writer.clone())).is_err()
+            })
+            .collect();
+        self.pending().extend(left);
     }
 
     /// `op` on another connection than the one a handler had: an idle one of
