@@ -954,11 +954,8 @@ impl PostgresStore {
         self.on_another(|client| self.undo_takes(client, keys, mark, writer))
             .map_err(|why| {
                 // Kept, to be tried again before this store's next run.
-                let undo = (
-                    keys.iter().map(|k| k.to_string()).collect(),
-                    mark.to_owned(),
-                );
-                self.pending().push((undo.0, undo.1, writer.0.clone()));
+                let keys_owned = keys.iter().map(|k| k.to_string()).collect();
+                (self.pending()).push((keys_owned, mark.to_owned(), writer.0.clone()));
                 take_may_stand(&self.table, keys, writer, why)
             })
     }
@@ -977,22 +974,14 @@ impl PostgresStore {
         if pending.is_empty() {
             return;
         }
-        let once = |keys: &[&str], mark: &str, writer: &Writer| match self
-            .pool
-            .as_ref()
-            .and_then(Pool::try_get)
-        {
-            Some(mut conn) => self.undo_takes(conn.client(), keys, mark, writer),
-            None => match self.direct.connect() {
-                Ok(mut client) => self.undo_takes(&mut client, keys, mark, writer),
-                Err(e) => Err(error(e)),
-            },
-        };
         let left: Vec<_> = pending
             .into_iter()
             .filter(|(keys, mark, writer)| {
                 let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-                once(&keys, mark, &Writer(writer.clone())).is_err()
+                let writer = Writer(writer.clone());
+                let undo =
+                    |client: &mut postgres::Client| self.undo_takes(client, &keys, mark, &writer);
+                self.on_another_once(&undo).is_err()
             })
             .collect();
         self.pending().extend(left);
@@ -1012,10 +1001,7 @@ impl PostgresStore {
             Ok(mut client) => op(&mut client),
             Err(e) => Err(error(e)),
         };
-        let mut tried = match self.pool.as_ref().and_then(Pool::try_get) {
-            Some(mut conn) => op(conn.client()),
-            None => direct(),
-        };
+        let mut tried = self.on_another_once(&op);
         // After a failure, one of its own: a pooled one that failed without
         // breaking (a session a handler left read-only) would come back.
         for _ in 0..POOL_SIZE {
@@ -1025,6 +1011,21 @@ impl PostgresStore {
             }
         }
         tried
+    }
+
+    /// [`Self::on_another`]'s first try alone: an idle connection of the
+    /// pool, else one of its own.
+    fn on_another_once<T>(
+        &self,
+        op: &impl Fn(&mut postgres::Client) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        match self.pool.as_ref().and_then(Pool::try_get) {
+            Some(mut conn) => op(conn.client()),
+            None => match self.direct.connect() {
+                Ok(mut client) => op(&mut client),
+                Err(e) => Err(error(e)),
+            },
+        }
     }
 
     /// Deletes the marks this run (`mark`) put on `keys`, if a COMMIT made
