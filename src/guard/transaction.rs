@@ -204,8 +204,7 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> Guard<S, O, T> {
             // (A park's time: what the claim it found has left.)
             Err(outcome) => (outcome, decision.park_for),
             Ok((message, key)) => {
-                let claimed_at = asked_at;
-                self.run_statements(message, key, &decision, claimed_at, handler)
+                self.run_statements(message, key, &decision, asked_at, handler)
                     .await
             }
         };
