@@ -248,7 +248,9 @@ fn failed_batch(e: ConsumeError) -> JsValue {
 /// handler `(envelope, message) => void | Promise<void>` runs once per id; a
 /// throw (or rejection) fails that delivery (retried, its id unmarked).
 /// Resolves to the report; rejects with a `TypeError` for bad arguments or a
-/// configuration error (every message then stays unacked and is retried).
+/// configuration error, every message not yet acked then marked for retry (a
+/// `queue()` that catches the rejection and returns would have them all acked,
+/// unrun: a trial).
 #[wasm_bindgen(js_name = dedupeQueue)]
 pub async fn dedupe_queue(
     batch: MessageBatch,
@@ -256,9 +258,10 @@ pub async fn dedupe_queue(
     handler: JsValue,
     options: JsValue,
 ) -> Result<JsValue, JsValue> {
-    let handler = handler_of(handler, "dedupeQueue")?;
-    let consumer = consumer_for(&env, &options, &[])?;
     let batch = QueueBatch::from(batch);
+    let ready = handler_of(handler, "dedupeQueue")
+        .and_then(|handler| Ok((handler, consumer_for(&env, &options, &[])?)));
+    let (handler, consumer) = ready.inspect_err(|_| batch.retry_all())?;
     let report = consumer
         .consume(&batch, async |delivery| {
             call_handler(&handler, delivery, &JsValue::UNDEFINED)
@@ -318,15 +321,21 @@ pub async fn dedupe_queue_d1(
     handler: JsValue,
     options: JsValue,
 ) -> Result<JsValue, JsValue> {
-    let handler = handler_of(handler, "dedupeQueueD1")?;
-    let consumer = consumer_for(&env, &options, &[("DEDUPE_STORE", "d1")])?;
+    let batch = QueueBatch::from(batch);
+    let ready = handler_of(handler, "dedupeQueueD1").and_then(|handler| {
+        Ok((
+            handler,
+            consumer_for(&env, &options, &[("DEDUPE_STORE", "d1")])?,
+        ))
+    });
+    let (handler, consumer) = ready.inspect_err(|_| batch.retry_all())?;
     // The database the ids live in: the handler prepares its statements on it
     // (a D1 batch runs every statement in the database it is sent to).
     let WorkersStore::D1(d1) = consumer.guard().store() else {
+        batch.retry_all();
         return Err(type_error("dedupeQueueD1: the store is not D1"));
     };
     let db: &JsValue = d1.database().as_ref();
-    let batch = QueueBatch::from(batch);
     let report = consumer
         .consume_with_statements(&batch, async |delivery| {
             statements_of(call_handler(&handler, delivery, db).await?)

@@ -147,7 +147,9 @@ impl BatchReport {
 /// The batch could not be read, or some messages could not be marked for retry.
 /// Return it from the queue handler (it converts into `worker::Error`): the
 /// invocation then throws and Cloudflare redelivers every message not acked, so a
-/// failed `retry()` never turns into the implicit ack of a normal return.
+/// failed `retry()` never turns into the implicit ack of a normal return. (Those
+/// messages are marked for retry before it is returned, too: one logged and
+/// swallowed loses nothing either.)
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConsumeError {
     /// The batch's messages could not be read (the JS error).
@@ -165,6 +167,14 @@ pub enum ConsumeError {
         /// The first of them: its Cloudflare message id and the error.
         first: String,
     },
+}
+
+/// `error`, after marking every message of `batch` not yet acked or retried
+/// for retry: a caller that logs the error and returns normally would
+/// otherwise have the runtime ack them all, unrun (a trial lost a batch so).
+fn retry_rest(batch: &QueueBatch, error: ConsumeError) -> ConsumeError {
+    batch.retry_all();
+    error
 }
 
 impl From<ConsumeError> for worker::Error {
@@ -308,7 +318,9 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         batch: &QueueBatch,
         mut handler: impl AsyncFnMut(&Delivery<'_, '_>) -> Result<(), E>,
     ) -> Result<BatchReport, ConsumeError> {
-        let messages = batch.messages().map_err(ConsumeError::Batch)?;
+        let messages = batch
+            .messages()
+            .map_err(|e| retry_rest(batch, ConsumeError::Batch(e)))?;
         let bodies: Vec<Vec<u8>> = messages.iter().map(QueueMessage::body_bytes).collect();
         let mode = match self.guard.options().claim_lease {
             Some(_) => Mode::Claiming,
@@ -440,10 +452,13 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         }
         match retry_failed.first() {
             None => Ok(report),
-            Some(first) => Err(ConsumeError::RetryFailed {
-                count: retry_failed.len(),
-                first: first.clone(),
-            }),
+            Some(first) => Err(retry_rest(
+                batch,
+                ConsumeError::RetryFailed {
+                    count: retry_failed.len(),
+                    first: first.clone(),
+                },
+            )),
         }
     }
 
@@ -720,17 +735,22 @@ impl<S: Store + StatementStore, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         self.guard
             .store()
             .check_statements()
-            .map_err(|e| ConsumeError::Unsupported(e.message))?;
+            .map_err(|e| retry_rest(batch, ConsumeError::Unsupported(e.message)))?;
         // So are payload fingerprints, which this mode does not keep: refused
         // here, not by failing every keyed message after its handler ran.
         if self.guard.options().fingerprint {
-            return Err(ConsumeError::Unsupported(
-                "DEDUPE_FINGERPRINT = \"on\" with the D1 statement path: payload fingerprints \
-                 are not kept in the exactly-once mode; set it to \"off\""
-                    .into(),
+            return Err(retry_rest(
+                batch,
+                ConsumeError::Unsupported(
+                    "DEDUPE_FINGERPRINT = \"on\" with the D1 statement path: payload fingerprints \
+                     are not kept in the exactly-once mode; set it to \"off\""
+                        .into(),
+                ),
             ));
         }
-        let messages = batch.messages().map_err(ConsumeError::Batch)?;
+        let messages = batch
+            .messages()
+            .map_err(|e| retry_rest(batch, ConsumeError::Batch(e)))?;
         let bodies: Vec<Vec<u8>> = messages.iter().map(QueueMessage::body_bytes).collect();
         let mut spans = BatchSpans::open(&bodies, Mode::Statements);
         let mut processed = Vec::with_capacity(messages.len());

@@ -136,11 +136,12 @@ export default { async fetch(request: Request, env: object): Promise<Response> {
     }));
     const observed: QueueMessageReport[] = [];
     try {
-      const report = await dedupeQueue({ queue: "orders", messages }, env, () => {}, { ...options, observer: (r) => { observed.push(r); } });
+      const batch = { queue: "orders", messages, retryAll: () => { acted.push("retryAll"); } } as unknown as MessageBatch;
+      const report = await dedupeQueue(batch, env, () => {}, { ...options, observer: (r) => { observed.push(r); } });
       const keys: (string | null)[] = report.messages.map((m) => m.key);
       return Response.json({ acted, observed: observed.map((r) => r.outcome), outcomes: report.outcomes, keys });
     } catch (e) {
-      return Response.json({ error: String(e), type: e instanceof TypeError ? "TypeError" : typeof e });
+      return Response.json({ error: String(e), type: e instanceof TypeError ? "TypeError" : typeof e, acted });
     }
   }
   const { envelopes, store } = (await request.json()) as { envelopes: EnvelopeInput[]; store: "kv" | "do" };
@@ -600,6 +601,9 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
     const refused = await post({ bodies: [envelope("opt-2")], options: { DEDUPE_CLAIMING: "maybe" } });
     assert.equal(refused.type, "TypeError", JSON.stringify(refused));
     assert.match(refused.error, /DEDUPE_CLAIMING/);
+    // Each message marked for retry before the rejection: a queue() that
+    // catches it and returns had the whole batch acked, unrun (a trial).
+    assert.deepEqual(refused.acted, ["retryAll"], JSON.stringify(refused));
     // A misspelt setting is refused too, not ignored (a trial's finding).
     const misspelt = await post({ bodies: [envelope("opt-2")], options: { DEDUPE_CLAIMNG: "off" } });
     assert.equal(misspelt.type, "TypeError", JSON.stringify(misspelt));
@@ -616,6 +620,7 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
       const unbound = await post({ bodies: [envelope("opt-3")], options });
       assert.match(unbound.error ?? "", lines, JSON.stringify(unbound));
       assert.match(unbound.error, /is missing, or is not a/, JSON.stringify(unbound));
+      assert.deepEqual(unbound.acted, ["retryAll"], JSON.stringify(unbound));
       assert.doesNotMatch(unbound.error, /invalid kv store|Binding `/, JSON.stringify(unbound));
     }
     // Claiming on KV names both stores that claim (it named the Durable Object alone).
@@ -760,6 +765,9 @@ describe("dedupeQueueD1: a statement D1 refuses, fingerprints (issue #25, findin
   test("DEDUPE_FINGERPRINT on: the batch is refused before any handler runs, not each message after", async () => {
     const result = await (await mf.getWorker("d1-fingerprints")).queue("orders", [msg(envelope("d1ts-fp"), 1, "fp-1")]);
     assert.equal(result.outcome, "exception", JSON.stringify(result));
+    // Marked for retry by the consumer itself, so a queue() that swallows the
+    // error loses nothing either (a trial).
+    assert.equal(result.retryBatch.retry, true, JSON.stringify(result));
     assert.deepEqual(await d1("SELECT id FROM effects WHERE id = ?1", "d1ts-fp"), []);
     assert.equal(await marked("d1ts-fp"), undefined);
   });
