@@ -181,8 +181,23 @@ interface AdapterStore {
   rememberMany(keys: string[], ttlMs: number | undefined): Promise<void>;
 }
 
-/** `DEDUPE_*` overrides for a store (the binding names, shards, resharding, window). */
-export type StoreOptions = Omit<DedupeQueueOptions, "observer" | "DEDUPE_STORE">;
+/**
+ * `DEDUPE_*` overrides for a store (the binding names, shards, resharding, the key
+ * prefix and the window). The consumer's own settings are refused (to claim, pass
+ * `claimLeaseMs` to `dedupe` or `dedupeBatch`).
+ */
+export type StoreOptions = Omit<
+  DedupeQueueOptions,
+  | "observer"
+  | "DEDUPE_STORE"
+  | "DEDUPE_CLAIMING"
+  | "DEDUPE_CLAIM_LEASE_SECONDS"
+  | "DEDUPE_FINGERPRINT"
+  | "DEDUPE_DEAD_LETTER"
+  | "DEDUPE_MAX_RETRIES"
+  | "DEDUPE_RETRY_DELAY_SECONDS"
+  | "DEDUPE_PARK_DELAY_SECONDS"
+>;
 
 type ClaimResult = import("../pkg/web/bq_dedupe.js").ClaimResult;
 
@@ -200,7 +215,9 @@ export interface DurableObjectStore extends AdapterStore {
  * The Durable Object store as a JS store, for `dedupe` / `dedupeBatch` / `wrap`:
  * the DedupeShard binding named by `DEDUPE_DO_BINDING` (default "DEDUPE_DO"), spread
  * over `DEDUPE_SHARDS`; claims, leases and fenced commits, one request per shard
- * per call. Throws a TypeError on a configuration error.
+ * per call. Its keys are the ids under `DEDUPE_KEY_PREFIX` and a write that gives
+ * no window lasts `DEDUPE_TTL_SECONDS`, as `dedupeQueue` keeps them (so do not pass
+ * `keyPrefix` to `dedupe` as well). Throws a TypeError on a configuration error.
  */
 export declare class DurableObjectStore {
   constructor(env: object, options?: StoreOptions);
@@ -211,7 +228,8 @@ export interface KvStore extends AdapterStore {}
 
 /**
  * The best-effort Workers KV store as a JS store (the binding `DEDUPE_KV_BINDING`
- * names, default "DEDUPE_KV"): no claims (KV cannot take one atomically), TTLs of 60 s or more.
+ * names, default "DEDUPE_KV"): no claims (KV cannot take one atomically), TTLs of 60 s or more;
+ * keys and window as `DurableObjectStore`'s.
  */
 export declare class KvStore {
   constructor(env: object, options?: StoreOptions);

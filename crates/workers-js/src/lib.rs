@@ -14,6 +14,7 @@
 //! adapter's types. `js/workers.js` (the package's glue) instantiates the
 //! module, which wrangler's bundler imports as a `WebAssembly.Module`.
 
+mod keyed;
 mod queue;
 mod stores;
 

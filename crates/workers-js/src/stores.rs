@@ -8,24 +8,52 @@
 use std::rc::Rc;
 
 use bq_dedupe_js::protocol;
-use bq_dedupe_workers::WorkersStore;
-use js_sys::Promise;
+use bq_dedupe_workers::bq_dedupe::KeySpace;
+use js_sys::{Promise, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 use worker::Env;
 
+use crate::keyed::Keyed;
 use crate::queue::{configured, type_error};
 
-/// The store `env` and `options` configure, with `store` forced to `kind`.
-fn open(env: &Env, options: &JsValue, kind: &str) -> Result<Rc<WorkersStore>, JsValue> {
+/// Settings of the queue consumer alone: given to a store in code they would
+/// be ignored (`dedupe`'s own options claim: `claimLeaseMs`).
+const CONSUMER_ONLY: &[&str] = &[
+    "DEDUPE_CLAIMING",
+    "DEDUPE_CLAIM_LEASE_SECONDS",
+    "DEDUPE_FINGERPRINT",
+    "DEDUPE_DEAD_LETTER",
+    "DEDUPE_MAX_RETRIES",
+    "DEDUPE_RETRY_DELAY_SECONDS",
+    "DEDUPE_PARK_DELAY_SECONDS",
+];
+
+/// The store `env` and `options` configure, with `store` forced to `kind`,
+/// keeping the consumer's keys and window ([`Keyed`]).
+fn open(env: &Env, options: &JsValue, kind: &str) -> Result<Rc<Keyed>, JsValue> {
+    if options.is_object() {
+        for name in CONSUMER_ONLY {
+            if Reflect::has(options, &JsValue::from_str(name)).unwrap_or(false) {
+                return Err(type_error(&format!(
+                    "{name} is dedupeQueue's: a store object does not claim, fingerprint or \
+                     settle messages (to claim, pass claimLeaseMs to dedupe or dedupeBatch)"
+                )));
+            }
+        }
+    }
     let configured = configured(env, options, &[("DEDUPE_STORE", kind)])?;
     if configured.observer.is_some() {
         return Err(type_error("a store takes no observer (dedupeQueue does)"));
     }
-    Ok(Rc::new(configured.store))
+    Ok(Rc::new(Keyed {
+        store: configured.store,
+        space: KeySpace::new().with_prefix(&configured.config.key_prefix),
+        ttl: configured.config.ttl,
+    }))
 }
 
-fn answer(store: &Rc<WorkersStore>, method: &'static str, args: Vec<JsValue>) -> Promise {
+fn answer(store: &Rc<Keyed>, method: &'static str, args: Vec<JsValue>) -> Promise {
     let store = Rc::clone(store);
     future_to_promise(async move { protocol::call(&*store, method, &args).await })
 }
@@ -49,7 +77,7 @@ macro_rules! protocol_methods {
 /// claims, leases and fenced commits, one request per shard per call.
 #[wasm_bindgen]
 pub struct DurableObjectStore {
-    store: Rc<WorkersStore>,
+    store: Rc<Keyed>,
 }
 
 #[wasm_bindgen]
@@ -81,7 +109,7 @@ protocol_methods!(DurableObjectStore:
 /// one atomically), TTLs of 60 s or more.
 #[wasm_bindgen]
 pub struct KvStore {
-    store: Rc<WorkersStore>,
+    store: Rc<Keyed>,
 }
 
 #[wasm_bindgen]

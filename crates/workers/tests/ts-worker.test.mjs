@@ -124,7 +124,7 @@ export default { async fetch(request) {
   writeFileSync(path.join(scratch, "wrangler.plain.toml"), 'name = "plain"\nmain = "plain.js"\ncompatibility_date = "2025-06-01"\n');
   wrangler("--config", "wrangler.plain.toml", "--outdir", "dist-plain");
   // DurableObjectStore and KvStore for calling dedupeBatch yourself.
-  writeFileSync(path.join(scratch, "stores.ts"), `import { DurableObjectStore, KvStore, dedupeBatch, dedupeQueue, type EnvelopeInput, type QueueMessageReport } from "@babelqueue/dedupe/workers";
+  writeFileSync(path.join(scratch, "stores.ts"), `import { DurableObjectStore, KvStore, dedupeBatch, dedupeQueue, forget, type EnvelopeInput, type QueueMessageReport, type StoreOptions } from "@babelqueue/dedupe/workers";
 export default { async fetch(request: Request, env: object): Promise<Response> {
   if (new URL(request.url).pathname === "/queue") {
     // dedupeQueue with options in code: an observer, or a setting it refuses.
@@ -144,11 +144,16 @@ export default { async fetch(request: Request, env: object): Promise<Response> {
       return Response.json({ error: String(e), type: e instanceof TypeError ? "TypeError" : typeof e, acted });
     }
   }
-  const { envelopes, store } = (await request.json()) as { envelopes: EnvelopeInput[]; store: "kv" | "do" };
-  const s = store === "kv" ? new KvStore(env) : new DurableObjectStore(env);
-  const options = store === "kv" ? undefined : { claimLeaseMs: 60_000 };
-  const outcomes = await dedupeBatch(envelopes, s, () => {}, options);
-  return Response.json(outcomes.map((o) => o.kind));
+  const { envelopes, store, storeOptions, forgotten } = (await request.json()) as { envelopes: EnvelopeInput[]; store: "kv" | "do"; storeOptions?: StoreOptions; forgotten?: string };
+  try {
+    const s = store === "kv" ? new KvStore(env, storeOptions) : new DurableObjectStore(env, storeOptions);
+    if (forgotten) await forget(forgotten, s);
+    const options = store === "kv" ? undefined : { claimLeaseMs: 60_000 };
+    const outcomes = await dedupeBatch(envelopes, s, () => {}, options);
+    return Response.json(outcomes.map((o) => o.kind));
+  } catch (e) {
+    return Response.json({ error: String(e) });
+  }
 } };
 `);
   writeFileSync(path.join(scratch, "wrangler.stores.toml"), 'name = "stores"\nmain = "stores.ts"\ncompatibility_date = "2025-06-01"\n');
@@ -586,6 +591,28 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
     assert.deepEqual(await ask("do", ["st-3"]), ["skip"]);
     assert.deepEqual(await ask("kv", ["kv-1", "kv-1"]), ["run-ok", "skip"]);
     assert.deepEqual(await ask("kv", ["kv-1"]), ["skip"]);
+  });
+
+  test("a store object keeps dedupeQueue's keys and window: DEDUPE_KEY_PREFIX and DEDUPE_TTL_SECONDS applied, forget reaches the consumer's id, the consumer's own settings refused (a trial: ids run twice)", async () => {
+    const stores = await mf.getWorker("stores");
+    const post = async (path, body) => (await stores.fetch("http://x" + path, { method: "POST", body: JSON.stringify(body) })).json();
+    const storeOptions = { DEDUPE_KEY_PREFIX: "pfx:" };
+    const consumed = async (id) => (await post("/queue", { bodies: [envelope(id)], options: storeOptions })).observed;
+    assert.deepEqual(await consumed("pfx-1"), ["run-ok"]);
+    assert.deepEqual(await post("/", { store: "do", storeOptions, envelopes: [envelope("pfx-1"), envelope("pfx-2")] }), ["skip", "run-ok"]);
+    assert.deepEqual(await consumed("pfx-2"), ["skip"]);
+    // forget(id, store) forgets the id the consumer ran.
+    assert.deepEqual(await post("/", { store: "do", storeOptions, forgotten: "pfx-1", envelopes: [] }), []);
+    assert.deepEqual(await consumed("pfx-1"), ["run-ok"]);
+    // A write without ttlMs lasts the configured window (it was kept for ever).
+    const ttl = { DEDUPE_TTL_SECONDS: "1" };
+    assert.deepEqual(await post("/", { store: "do", storeOptions: ttl, envelopes: [envelope("ttl-1"), envelope("ttl-1")] }), ["run-ok", "skip"]);
+    await new Promise((r) => setTimeout(r, 1500));
+    assert.deepEqual(await post("/", { store: "do", storeOptions: ttl, envelopes: [envelope("ttl-1")] }), ["run-ok"], "remembered 1 s");
+    for (const name of ["DEDUPE_CLAIMING", "DEDUPE_FINGERPRINT", "DEDUPE_DEAD_LETTER"]) {
+      const refused = await post("/", { store: "do", storeOptions: { [name]: "off" }, envelopes: [] });
+      assert.match(refused.error ?? "", new RegExp(`${name} is dedupeQueue's`), JSON.stringify(refused));
+    }
   });
 
   test("dedupeQueue options in code: the observer sees each message's report; a setting it refuses is a TypeError naming it", async () => {
