@@ -544,13 +544,16 @@ const OWN_KEY_CONSTRAINT: &str = "UNIQUE constraint failed: bq_dedupe.";
 /// failing to run the batch (a network error, an overloaded or busy database).
 /// Our own insert's constraint is told apart before it is asked.
 fn refused_by_sqlite(message: &str) -> bool {
-    const REFUSED: [&str; 6] = [
+    const REFUSED: [&str; 7] = [
         "SQLITE_ERROR",
         "SQLITE_CONSTRAINT",
         "SQLITE_MISMATCH",
         "SQLITE_TOOBIG",
         "SQLITE_RANGE",
         "SQLITE_AUTH",
+        // A handler's COMMIT, ROLLBACK or SAVEPOINT, refused without a code
+        // (it was blamed on the store: a trial).
+        "To execute a transaction, please use",
     ];
     REFUSED.iter().any(|code| message.contains(code))
 }
@@ -562,6 +565,21 @@ fn new_token(now: i64) -> ClaimToken {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_statement_sqlite_refuses_is_the_handlers_a_batch_d1_cannot_run_the_stores() {
+        for refused in [
+            "D1_ERROR: no such table: orders: SQLITE_ERROR",
+            "D1_ERROR: To execute a transaction, please use the state.storage.transaction() \
+             or state.storage.transactionSync() APIs instead of the SQL BEGIN TRANSACTION or \
+             SAVEPOINT statements.",
+        ] {
+            assert!(refused_by_sqlite(refused), "{refused}");
+        }
+        for unavailable in ["D1_ERROR: Network connection lost.", "D1 DB is overloaded."] {
+            assert!(!refused_by_sqlite(unavailable), "{unavailable}");
+        }
+    }
 
     fn row(state: i64, token: Option<&str>) -> LiveRow {
         LiveRow {
