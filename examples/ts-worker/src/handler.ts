@@ -1,5 +1,7 @@
 // Your handler: runs once per meta.id (a redelivery or a duplicate publish is
 // skipped). Throw to fail the delivery: it is retried and its id stays unmarked.
+// Await (or return) all of its work: work still running when it returns is
+// cancelled once the batch ends, while its id is recorded done.
 import type { BabelQueueEnvelope } from "@babelqueue/dedupe/workers";
 
 export interface Env {
