@@ -111,6 +111,14 @@ fn exit_masked(e: &clap::Error) -> ! {
 }
 
 fn main() -> ExitCode {
+    // SIGCHLD ignored by whoever started us (kept across exec) has the kernel
+    // reap each handler at once, its exit status lost: every success was read
+    // as a failure and run again on its redelivery (a trial).
+    #[cfg(unix)]
+    // SAFETY: at start-up, before any thread or child exists.
+    unsafe {
+        libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+    }
     let cli = Cli::try_parse().unwrap_or_else(|e| exit_masked(&e));
     let component = runtime::ComponentSource::choose(cli.component);
     let result = match cli.command {

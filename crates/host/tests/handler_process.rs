@@ -7,7 +7,7 @@
 mod common;
 
 use std::io::Write;
-use std::process::Child;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -85,6 +85,60 @@ fn a_handler_is_done_when_it_exits_whatever_it_left_running() {
         took < Duration::from_secs(20),
         "waited {took:?} for the background child"
     );
+}
+
+/// Started with SIGCHLD ignored (as some supervisors leave it, kept across
+/// exec), a handler's exit status is still read: every success was reported
+/// `failed` (the kernel had reaped it) and ran again on each redelivery (a trial).
+#[test]
+fn a_run_started_with_sigchld_ignored_still_reads_its_handlers_status() {
+    let dir = scratch("sigchld");
+    let spec = format!("sqlite:{}", dir.join("seen.db").display());
+    let log = dir.join("runs");
+    let ok = format!("cat >> {}", log.display());
+    let ignored = |handler: &str, ids: &[&str]| {
+        let script = "import os, signal, sys; signal.signal(signal.SIGCHLD, signal.SIG_IGN); \
+                      os.execv(sys.argv[1], sys.argv[1:])";
+        let mut child = Command::new("python3")
+            .args([
+                "-c", script, BIN, "run", "--store", &spec, "--exec", handler,
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let input: Vec<String> = ids.iter().map(|id| envelope(id, 10)).collect();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input.join("\n").as_bytes()).unwrap();
+        drop(stdin);
+        let out = wait_within(child, 30);
+        let verdicts: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (verdicts, out.status.code(), stderr)
+    };
+    let decisions = |verdicts: &[Value]| -> Vec<String> {
+        verdicts
+            .iter()
+            .map(|v| v["decision"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let (first, code, stderr) = ignored(&ok, &["sigchld-1", "sigchld-2"]);
+    assert_eq!(decisions(&first), ["run", "run"], "{first:?} {stderr}");
+    assert_eq!(code, Some(0), "{stderr}");
+    let (again, _, stderr) = ignored(&ok, &["sigchld-1", "sigchld-2"]);
+    assert_eq!(decisions(&again), ["skip", "skip"], "{again:?} {stderr}");
+    let runs = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(runs.lines().count(), 2, "each handler ran once: {runs}");
+    // A failure is still a failure, with its status.
+    let (failed, code, stderr) = ignored("cat > /dev/null; exit 7", &["sigchld-3"]);
+    assert_eq!(decisions(&failed), ["failed"], "{stderr}");
+    let reason = failed[0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("status 7"), "{reason}");
+    assert_eq!(code, Some(3));
 }
 
 fn alive(pid: &str) -> bool {
