@@ -12,6 +12,7 @@
 //! [`Spans`] in the host state and every hook is one `None` check.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use anyhow::{Context as _, Result};
 use bq_dedupe::telemetry::otel::{Ended, SCOPE, StoreCall, Telemetry};
@@ -23,8 +24,9 @@ use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig as _;
 use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
 
 /// The service name when neither `OTEL_SERVICE_NAME` nor a `service.name` in
 /// `OTEL_RESOURCE_ATTRIBUTES` gives one.
@@ -44,6 +46,109 @@ pub struct Otlp {
     tracer_provider: SdkTracerProvider,
     meter_provider: SdkMeterProvider,
     telemetry: Arc<Telemetry>,
+    /// `None` when spans are not exported.
+    flow: Option<Arc<SpanFlow>>,
+}
+
+/// The spans a run ended and the exporter took, so that the run does not
+/// outrun the batch processor's queue, which drops what overflows it without a
+/// word (two thirds of a fast run's spans, exit 0: a trial), and says at exit
+/// how many were not exported.
+#[derive(Debug)]
+struct SpanFlow {
+    provider: SdkTracerProvider,
+    exported: Arc<Exported>,
+    ended: AtomicU64,
+    /// Half the processor's queue (`OTEL_BSP_MAX_QUEUE_SIZE`): the run waits
+    /// for an export once that many ended spans are not yet exported.
+    flush_at: u64,
+    /// A flush failed (the collector is down or slow): from then on spans are
+    /// left to the queue, so telemetry never holds up the consumer for long.
+    gave_up: AtomicBool,
+}
+
+/// What the exporter was given: spans it exported, and spans it failed to.
+#[derive(Debug, Default)]
+struct Exported {
+    ok: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl SpanFlow {
+    fn new(provider: SdkTracerProvider, exported: Arc<Exported>) -> Self {
+        let queue = std::env::var("OTEL_BSP_MAX_QUEUE_SIZE")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(2048);
+        SpanFlow {
+            provider,
+            exported,
+            ended: AtomicU64::new(0),
+            flush_at: (queue / 2).max(1),
+            gave_up: AtomicBool::new(false),
+        }
+    }
+
+    /// One more span ended; waits for an export when the queue is half full.
+    fn ended(&self) {
+        let ended = self.ended.fetch_add(1, Ordering::Relaxed) + 1;
+        let taken =
+            self.exported.ok.load(Ordering::Relaxed) + self.exported.failed.load(Ordering::Relaxed);
+        if ended.saturating_sub(taken) < self.flush_at || self.gave_up.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Err(e) = self.provider.force_flush() {
+            self.gave_up.store(true, Ordering::Relaxed);
+            crate::say(&format!(
+                "bq-dedupe: exporting spans over OTLP failed ({e}): from now on the spans the \
+                 exporter's queue (OTEL_BSP_MAX_QUEUE_SIZE) cannot hold are dropped"
+            ));
+        }
+    }
+
+    /// How many ended spans were not exported, said on stderr.
+    fn report(&self) {
+        let ended = self.ended.load(Ordering::Relaxed);
+        let lost = ended.saturating_sub(self.exported.ok.load(Ordering::Relaxed));
+        if lost > 0 {
+            crate::say(&format!(
+                "bq-dedupe: {lost} of {ended} spans were not exported over OTLP"
+            ));
+        }
+    }
+}
+
+/// The OTLP exporter, counting what it exported and what it failed to.
+#[derive(Debug)]
+struct Counted<E> {
+    exporter: E,
+    exported: Arc<Exported>,
+}
+
+impl<E: SpanExporter> SpanExporter for Counted<E> {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        let n = batch.len() as u64;
+        let result = self.exporter.export(batch).await;
+        let counter = match result {
+            Ok(()) => &self.exported.ok,
+            Err(_) => &self.exported.failed,
+        };
+        counter.fetch_add(n, Ordering::Relaxed);
+        result
+    }
+
+    fn shutdown_with_timeout(&self, timeout: std::time::Duration) -> OTelSdkResult {
+        self.exporter.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.exporter.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.exporter.set_resource(resource);
+    }
 }
 
 impl Otlp {
@@ -70,6 +175,7 @@ impl Otlp {
         let resource = resource();
 
         let mut tracer_provider = SdkTracerProvider::builder().with_resource(resource.clone());
+        let mut span_exporter = None;
         if traces {
             let mut exporter = opentelemetry_otlp::SpanExporter::builder().with_http();
             if let Some(url) = flag {
@@ -78,9 +184,7 @@ impl Otlp {
             let exporter = exporter
                 .build()
                 .context("the OTLP trace exporter's configuration");
-            if let Some(exporter) = unless_inherited(exporter, flag, "spans")? {
-                tracer_provider = tracer_provider.with_batch_exporter(exporter);
-            }
+            span_exporter = unless_inherited(exporter, flag, "spans")?;
         }
         let mut meter_provider = SdkMeterProvider::builder().with_resource(resource);
         if metrics {
@@ -95,13 +199,26 @@ impl Otlp {
                 meter_provider = meter_provider.with_periodic_exporter(exporter);
             }
         }
-        let (tracer_provider, meter_provider) = (tracer_provider.build(), meter_provider.build());
+        let exported = Arc::new(Exported::default());
+        let counted = span_exporter.map(|exporter| Counted {
+            exporter,
+            exported: exported.clone(),
+        });
+        let spans_exported = counted.is_some();
+        if let Some(counted) = counted {
+            tracer_provider = tracer_provider.with_batch_exporter(counted);
+        }
+        let tracer_provider = tracer_provider.build();
+        let flow =
+            spans_exported.then(|| Arc::new(SpanFlow::new(tracer_provider.clone(), exported)));
+        let meter_provider = meter_provider.build();
         let tracer = BoxedTracer::new(Box::new(tracer_provider.tracer(SCOPE)));
         let telemetry = Arc::new(Telemetry::new(tracer, &meter_provider.meter(SCOPE)));
         Ok(Some(Otlp {
             tracer_provider,
             meter_provider,
             telemetry,
+            flow,
         }))
     }
 
@@ -112,6 +229,7 @@ impl Otlp {
             mode,
             batch: Vec::new(),
             texts: Vec::new(),
+            flow: self.flow.clone(),
         }
     }
 }
@@ -145,6 +263,9 @@ impl Drop for Otlp {
                 ));
             }
         }
+        if let Some(flow) = &self.flow {
+            flow.report();
+        }
     }
 }
 
@@ -172,6 +293,8 @@ pub struct Spans {
     /// Each line's text, hashed ([`crate::runtime::envelope_hash`]): which
     /// line's span a handler's envelope runs under.
     texts: Vec<Option<u64>>,
+    /// `None` when spans are not exported.
+    flow: Option<Arc<SpanFlow>>,
 }
 
 impl Spans {
@@ -221,6 +344,9 @@ impl Spans {
                     .telemetry
                     .end_trapped(&span, self.mode, reason.unwrap_or_default()),
             }
+            if let Some(flow) = &self.flow {
+                flow.ended(); // a batch can be longer than the queue
+            }
         }
     }
 
@@ -260,5 +386,8 @@ impl Spans {
     pub(crate) fn end_store_call(&self, call: StoreCall, error: Option<&String>) {
         let error = error.map(|e| e as &dyn std::fmt::Display);
         self.telemetry.end_store_call(call, error);
+        if let Some(flow) = &self.flow {
+            flow.ended();
+        }
     }
 }
