@@ -183,7 +183,8 @@ impl Otlp {
             }
             let exporter = exporter
                 .build()
-                .context("the OTLP trace exporter's configuration");
+                .context("the OTLP trace exporter's configuration")
+                .map_err(|e| masked_endpoints(&e, flag));
             span_exporter = unless_inherited(exporter, flag, "spans")?;
         }
         let mut meter_provider = SdkMeterProvider::builder().with_resource(resource);
@@ -194,7 +195,8 @@ impl Otlp {
             }
             let exporter = exporter
                 .build()
-                .context("the OTLP metric exporter's configuration");
+                .context("the OTLP metric exporter's configuration")
+                .map_err(|e| masked_endpoints(&e, flag));
             if let Some(exporter) = unless_inherited(exporter, flag, "metrics")? {
                 meter_provider = meter_provider.with_periodic_exporter(exporter);
             }
@@ -231,6 +233,31 @@ impl Otlp {
             texts: Vec::new(),
             flow: self.flow.clone(),
         }
+    }
+}
+
+/// `error` with every configured endpoint in it shown as [`shown_endpoint`]:
+/// the exporter quotes an endpoint it cannot read whole, credentials included.
+fn masked_endpoints(error: &anyhow::Error, flag: Option<&str>) -> anyhow::Error {
+    let mut text = format!("{error:#}");
+    let vars = ENDPOINT_VARS
+        .iter()
+        .filter_map(|var| std::env::var(var).ok());
+    for endpoint in flag.map(str::to_owned).into_iter().chain(vars) {
+        if !endpoint.is_empty() {
+            text = text.replace(&endpoint, &shown_endpoint(&endpoint));
+        }
+    }
+    anyhow::Error::msg(text)
+}
+
+/// An OTLP endpoint as it may be printed: a password in its user info and its
+/// whole query (where an API key can be) masked.
+fn shown_endpoint(endpoint: &str) -> String {
+    let shown = crate::shown_spec(endpoint);
+    match shown.split_once('?') {
+        Some((base, _)) => format!("{base}?***"),
+        None => shown,
     }
 }
 

@@ -644,3 +644,45 @@ fn spans_an_unreachable_collector_never_took_are_counted_at_exit() {
         "{stderr}"
     );
 }
+
+/// An endpoint the exporter cannot read is quoted in the error: its password
+/// and its query (an API key) masked, as store specs are (a trial printed
+/// them whole).
+#[test]
+fn an_unreadable_endpoint_is_said_without_its_credentials() {
+    let line = envelope("secret-endpoint", TRACE_ID, 0);
+    for (var, value) in [
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "user:TopSecret1@collector:4317",
+        ),
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "collector:4317?api_key=TopSecret2",
+        ),
+    ] {
+        let out = run(&["run", "--store", "memory"], &line, &[(var, value)]);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{said}");
+        assert!(
+            said.contains("collector:4317"),
+            "the endpoint is named: {said}"
+        );
+        assert!(!said.contains("TopSecret"), "{said}");
+    }
+    let out = run(
+        &[
+            "run",
+            "--store",
+            "memory",
+            "--otlp-endpoint",
+            "user:TopSecret3@collector:4317",
+        ],
+        &line,
+        &[],
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("collector:4317"), "{said}");
+    assert!(!said.contains("TopSecret"), "{said}");
+}
