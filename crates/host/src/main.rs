@@ -156,9 +156,9 @@ fn main() -> ExitCode {
 /// The exit status of a command that failed: a store that could not be
 /// reached (or answered that it is unavailable) exits
 /// [`EXIT_STORE_UNAVAILABLE`], worth running again later; anything else
-/// (bad arguments, a spec or login the store refused) exits 2, for a person
-/// to fix. Both were 2, and a supervisor could not tell them apart (an
-/// operator trial's finding).
+/// (bad arguments, a spec, login or certificate the store's server or its TLS
+/// refused) exits 2, for a person to fix. Both were 2, and a supervisor could
+/// not tell them apart (an operator trial's finding).
 fn error_status(e: &anyhow::Error) -> u8 {
     use bq_dedupe::store::{StoreError, StoreErrorKind};
     let unavailable = e.chain().any(|cause| {
@@ -166,7 +166,12 @@ fn error_status(e: &anyhow::Error) -> u8 {
             .downcast_ref::<StoreError>()
             .is_some_and(|s| s.kind == StoreErrorKind::Unavailable)
     });
-    match unavailable {
+    // A certificate TLS refused does not pass with time (rustls's words, in
+    // every client's error): a supervisor retried one for ever (a trial).
+    let refused_certificate = e
+        .chain()
+        .any(|cause| cause.to_string().contains("invalid peer certificate"));
+    match unavailable && !refused_certificate {
         true => EXIT_STORE_UNAVAILABLE,
         false => 2,
     }

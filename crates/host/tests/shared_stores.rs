@@ -256,6 +256,16 @@ fn cli_dedupes_over_tls_and_refuses_a_wrong_ca_naming_the_host() {
         !stderr.contains("secret-pw"),
         "no secrets in errors: {stderr}"
     );
+    // A certificate refused is for a person to fix (exit 2), not a store to
+    // try again later (exit 6): a supervisor retried it for ever (a trial).
+    let untrusted = format!(
+        "{}?prefix=bq-test%3Auntrusted%3A",
+        var("BQ_TEST_REDIS_TLS_URL")
+    );
+    for spec in [&wrong, &untrusted] {
+        let out = bq(&["run", "--store", spec], &stream(&["x".into()]));
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+    }
 }
 
 /// Ids a PHP consumer committed and a Go consumer remembered (written with
