@@ -231,6 +231,7 @@ impl Otlp {
             mode,
             batch: Vec::new(),
             texts: Vec::new(),
+            handed: Vec::new(),
             flow: self.flow.clone(),
         }
     }
@@ -320,6 +321,9 @@ pub struct Spans {
     /// Each line's text, hashed ([`crate::runtime::envelope_hash`]): which
     /// line's span a handler's envelope runs under.
     texts: Vec<Option<u64>>,
+    /// Whose span a handler was given: a copy of a line (the same text) run
+    /// again after its first copy failed gets its own.
+    handed: Vec<bool>,
     /// `None` when spans are not exported.
     flow: Option<Arc<SpanFlow>>,
 }
@@ -343,6 +347,7 @@ impl Spans {
                 self.telemetry.start_delivery(&fields, (None, None))
             })
             .collect();
+        self.handed = vec![false; self.batch.len()];
         self.telemetry.batch(self.batch.len());
     }
 
@@ -381,12 +386,19 @@ impl Spans {
     /// OpenTelemetry's SDKs read from a process's environment (`TRACEPARENT`,
     /// `TRACESTATE`): its line's span, so that the handler's own spans are its
     /// children (an `--exec` handler started traces of its own: a review).
-    pub fn handler_env(&self, envelope: &str) -> Vec<(&'static str, String)> {
+    pub fn handler_env(&mut self, envelope: &str) -> Vec<(&'static str, String)> {
         use opentelemetry::propagation::TextMapPropagator as _;
         let hash = Some(crate::runtime::envelope_hash(envelope));
-        let Some(line) = self.texts.iter().position(|text| *text == hash) else {
+        let copies = || (0..self.texts.len()).filter(|&i| self.texts[i] == hash);
+        // The first copy not yet handed out (the copy run again after its
+        // first copy failed ran under that one's span: a trial).
+        let line = copies()
+            .find(|&i| !self.handed[i])
+            .or_else(|| copies().next());
+        let Some(line) = line else {
             return Vec::new();
         };
+        self.handed[line] = true;
         let mut carrier = std::collections::HashMap::new();
         let propagator = opentelemetry_sdk::propagation::TraceContextPropagator::new();
         propagator.inject_context(&self.batch[line], &mut carrier);

@@ -686,3 +686,48 @@ fn an_unreadable_endpoint_is_said_without_its_credentials() {
     assert!(said.contains("collector:4317"), "{said}");
     assert!(!said.contains("TopSecret"), "{said}");
 }
+
+/// Two copies of a line in one batch, the first failing: the copy run again
+/// gets its own line's span as TRACEPARENT, not the failed copy's (a trial).
+#[test]
+fn a_copy_run_again_after_its_first_failed_gets_its_own_span() {
+    let receiver = Receiver::start();
+    let dir = common::scratch("traceparent-copy");
+    let (seen, flag) = (dir.join("seen"), dir.join("fail-once"));
+    std::fs::write(&flag, "").unwrap();
+    let handler = format!(
+        "printf '%s\\n' \"$TRACEPARENT\" >> '{}'; cat > /dev/null; \
+         if [ -e '{1}' ]; then rm '{1}'; exit 1; fi",
+        seen.display(),
+        flag.display()
+    );
+    let line = envelope("copy-1", TRACE_ID, 0);
+    let out = run(
+        &[
+            "run", "--store", "memory", "--batch", "10", "--exec", &handler,
+        ],
+        &format!("{line}\n{line}"),
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.url)],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let verdicts = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        verdicts.contains("run-failed") && verdicts.contains("run-ok"),
+        "{verdicts} {stderr}"
+    );
+    let spans = spans_of(&receiver.taken());
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let mut lines: Vec<String> = spans
+        .iter()
+        .filter(|s| s.kind == SpanKind::Consumer as i32)
+        .map(|s| format!("00-{}-{}-01", hex(&s.trace_id), hex(&s.span_id)))
+        .collect();
+    let mut given: Vec<String> = std::fs::read_to_string(&seen)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    given.sort();
+    assert_eq!(given, lines, "each run under its own line's span");
+}
