@@ -1382,3 +1382,22 @@ fn messages_name_the_input_escape_ids_and_refuse_before_announcing() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!said.contains("without --claim"), "{said}");
 }
+
+/// A rejected line's verdict names its `meta.id` where it can be read, as
+/// `check` does (`run` printed `"id":null`: a trial), so a supervisor can find
+/// the poison message by its id.
+#[test]
+fn a_rejected_lines_verdict_names_its_id_as_check_does() {
+    let line = r#"{"job":"urn:babel:orders:created","trace_id":"t","data":{},"meta":{"id":"poison-7","schema_version":2}}"#;
+    let run = bq(&["run", "--store", "memory"], &format!("{line}\n"));
+    let verdict = &decisions(&run)[0];
+    assert_eq!(verdict["decision"], "reject", "{verdict}");
+    assert_eq!(verdict["id"], "poison-7", "{verdict}");
+    let dir = scratch("rejected-id");
+    let input = dir.join("in.jsonl");
+    std::fs::write(&input, format!("{line}\n")).unwrap();
+    let check = bq(&["check", input.to_str().unwrap()], "");
+    let record: Value =
+        serde_json::from_slice(check.stdout.split(|&b| b == b'\n').next().unwrap()).unwrap();
+    assert_eq!(record["id"], verdict["id"], "{record}");
+}

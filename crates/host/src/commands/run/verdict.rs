@@ -2,6 +2,7 @@
 //! words `bq-dedupe run` prints.
 
 use anyhow::Result;
+use bq_dedupe::telemetry::Fields;
 use bq_dedupe::{Message, OutcomeKind, envelope::Limits};
 
 use bq_dedupe_host::runtime::Runtime;
@@ -225,8 +226,17 @@ fn resolve(
     match processed {
         Ok(processed) => lines
             .iter()
+            .zip(texts)
             .zip(processed)
-            .map(|(&line, report)| LineVerdict::of(line, report))
+            .map(|((&line, text), mut report)| {
+                // A rejected line's id where it can be read (a line to find in
+                // the queue), as `check` gives it: the guard gives none.
+                if report.id.is_none() && matches!(report.outcome, Outcome::Rejected(_)) {
+                    let id = Fields::lenient(text.as_bytes()).id;
+                    report.id = (!id.is_empty()).then(|| id.into_owned());
+                }
+                LineVerdict::of(line, report)
+            })
             .collect(),
         Err(e) => {
             let reason = format!("{e:#}");
