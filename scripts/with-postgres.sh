@@ -35,6 +35,7 @@ if [[ $(id -u) -eq 0 ]]; then chown -R postgres "$dir/tls"; fi
 stop() {
   for pid in "$dir"/pgbouncer*.pid; do [[ -f $pid ]] && kill "$(cat "$pid")" 2>/dev/null; done || true
   as_pg "'$bin/pg_ctl' -D '$dir/data' -m immediate stop" >/dev/null 2>&1 || true
+  as_pg "'$bin/pg_ctl' -D '$dir/crashable' -m immediate stop" >/dev/null 2>&1 || true
   rm -rf "$dir"
 }
 trap stop EXIT
@@ -85,4 +86,25 @@ export BQ_TEST_PGBOUNCER_URL="postgres://postgres@127.0.0.1:$strict/postgres"
 export BQ_TEST_PGBOUNCER_IGNORING_URL="postgres://postgres@127.0.0.1:$ignoring/postgres"
 export BQ_TEST_POSTGRES_TLS_CA="$dir/tls/ca.crt"
 export BQ_TEST_OTHER_CA="$dir/tls/other-ca.crt"
+
+# A second cluster the tests crash and restart, for what a crash does that a
+# lost session does not (a transaction id whose writes never reached the disk
+# is handed out again): BQ_TEST_POSTGRES_CRASH stop|start.
+crashable=$(free_port)
+as_pg "'$bin/initdb' -D '$dir/crashable' -A trust -U postgres" >/dev/null
+cat >"$dir/crash.sh" <<SH
+#!/usr/bin/env bash
+# stop: as a crash does (immediate); start: recovers and waits until it is up.
+case "\$1" in
+  stop) mode="-m immediate stop" ;;
+  start) mode="-w -l '$dir/crashable.log' -o \"-p $crashable -k '$dir' -c listen_addresses=127.0.0.1\" start" ;;
+  *) echo "usage: crash.sh stop|start" >&2; exit 2 ;;
+esac
+$(declare -f as_pg)
+as_pg "'$bin/pg_ctl' -D '$dir/crashable' \$mode" >/dev/null
+SH
+chmod +x "$dir/crash.sh"
+"$dir/crash.sh" start
+export BQ_TEST_POSTGRES_CRASHABLE_URL="postgres://postgres@127.0.0.1:$crashable/postgres"
+export BQ_TEST_POSTGRES_CRASH="$dir/crash.sh"
 "$@"

@@ -563,12 +563,23 @@ fn ended_by_handler_error(committed: bool) -> StoreError {
 /// its session and on others (a partition, a lock held past every try): said,
 /// for the take may stand and skip the redelivery whose later writes never
 /// committed (it was a bare store error, or none: a review).
-fn take_may_stand(table: &str, keys: &[&str], writer: &Writer, why: StoreError) -> StoreError {
+fn take_may_stand(
+    (table, claims): (&str, &str),
+    keys: &[&str],
+    (mark, writer): (&str, &Writer),
+    why: StoreError,
+) -> StoreError {
     // Only the take's own row version (its `xmin`) is named: a row written
     // since (a redelivery's, or the run's own finish if its COMMIT landed
-    // after all) must stay (a review).
+    // after all) must stay (a review); and only while the run's mark stands,
+    // the proof its take committed: after a crash the xid may be another
+    // transaction's (a trial).
     let rows = match &writer.0 {
-        Some(xmin) => format!("the row of {keys:?} in {table} whose xmin is {xmin}"),
+        Some(xmin) => format!(
+            "the row of {keys:?} in {table} whose xmin is {xmin}, only while {claims} holds \
+             the row of {keys:?} whose token is {mark:?} (else the take never committed, and \
+             that xid may be another transaction's)"
+        ),
         None => format!("nothing: this run took no row of {keys:?}"),
     };
     StoreError::new(
@@ -752,7 +763,7 @@ impl PostgresStore {
             // (Asked whether warned or not: a `client_min_messages` above
             // WARNING silences the warning, a review.)
             (Ok(()), Some(xid)) => Ok(committed(&mut tx, xid)),
-            (Ok(()), _) => self.undo_takes(&mut tx, keys, mark, writer),
+            (Ok(()), _) => self.undo_takes(&mut tx, keys, mark, writer, true),
             (Err(e), _) => Err(error(e)),
         };
         // Its transaction has ended: the drop's own ROLLBACK would cost a
@@ -812,7 +823,7 @@ impl PostgresStore {
         }
         let reset = tx.batch_execute(RESET);
         let here = match reset {
-            Ok(()) => self.follow_up(&mut tx, undo, &ran, (xid, &taken), ttl, mark),
+            Ok(()) => self.follow_up(&mut tx, undo, &ran, (xid, &taken), ttl, (mark, true)),
             Err(e) => Err(error(e)),
         };
         // Its transaction has ended (as in `roll_back_and_undo`).
@@ -825,7 +836,7 @@ impl PostgresStore {
             Ok(committed) => committed,
             Err(_) => {
                 let follow_up = |client: &mut postgres::Client| {
-                    self.follow_up(client, undo, &ran, (xid, &taken), ttl, mark)
+                    self.follow_up(client, undo, &ran, (xid, &taken), ttl, (mark, false))
                 };
                 self.on_another(follow_up)?
             }
@@ -870,10 +881,12 @@ impl PostgresStore {
         ran: &[&str],
         (xid, taken): (Option<i64>, &[(&str, &str)]),
         ttl: Option<i64>,
-        mark: &str,
+        (mark, on_its_session): (&str, bool),
     ) -> StoreResult<bool> {
         let undone = match undo {
-            Some((key, writer)) => self.undo_takes(client, &[*key], mark, writer)?,
+            Some((key, writer)) => {
+                self.undo_takes(client, &[*key], mark, writer, on_its_session)?
+            }
             None => false,
         };
         let params: &Params<'_> = &[
@@ -951,12 +964,12 @@ impl PostgresStore {
         mark: &str,
         writer: &Writer,
     ) -> StoreResult<bool> {
-        self.on_another(|client| self.undo_takes(client, keys, mark, writer))
+        self.on_another(|client| self.undo_takes(client, keys, mark, writer, false))
             .map_err(|why| {
                 // Kept, to be tried again before this store's next run.
                 let keys_owned = keys.iter().map(|k| k.to_string()).collect();
                 (self.pending()).push((keys_owned, mark.to_owned(), writer.0.clone()));
-                take_may_stand(&self.table, keys, writer, why)
+                take_may_stand((&self.table, &self.claims), keys, (mark, writer), why)
             })
     }
 
@@ -979,8 +992,9 @@ impl PostgresStore {
             .filter(|(keys, mark, writer)| {
                 let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
                 let writer = Writer(writer.clone());
-                let undo =
-                    |client: &mut postgres::Client| self.undo_takes(client, &keys, mark, &writer);
+                let undo = |client: &mut postgres::Client| {
+                    self.undo_takes(client, &keys, mark, &writer, false)
+                };
                 self.on_another_once(&undo).is_err()
             })
             .collect();
@@ -1035,12 +1049,23 @@ impl PostgresStore {
     /// mark: a claim that waited on the mark takes it over once a handler's
     /// own COMMIT made it visible (it is written lapsed), and the take's row
     /// then stayed, the failed run's id recorded.
+    ///
+    /// Off the run's own session (`on_its_session` false: it was lost, perhaps
+    /// to a crash, after which PostgreSQL hands out again the id of a
+    /// transaction whose writes never reached the disk) the row is undone only
+    /// while the run's mark stands, which only its committed take can have
+    /// left: by its writer alone, the undo deleted a row the retry of the same
+    /// id had committed under the reused id, and a copy of the id ran again (a
+    /// trial). (A mark a claim took over then leaves the take standing: the
+    /// rarer loss, a handler's own COMMIT and a claim racing it, is said by
+    /// [`take_may_stand`] only when the undo fails.)
     fn undo_takes(
         &self,
         client: &mut impl postgres::GenericClient,
         keys: &[&str],
         mark: &str,
         writer: &Writer,
+        on_its_session: bool,
     ) -> StoreResult<bool> {
         if keys.is_empty() {
             return Ok(false);
@@ -1049,14 +1074,19 @@ impl PostgresStore {
         let sql = format!(
             "WITH unmark AS (DELETE FROM {c} WHERE message_id = ANY($1::text[]) AND token = $2
                              RETURNING 1),
-                  undone AS (DELETE FROM {t} WHERE message_id = ANY($1::text[])
-                               AND xmin::text = $3 RETURNING 1)
+                  undone AS (DELETE FROM {t} AS r WHERE message_id = ANY($1::text[])
+                               AND xmin::text = $3
+                               AND ($4 OR EXISTS (SELECT 1 FROM {c} AS m
+                                                  WHERE m.message_id = r.message_id
+                                                    AND m.token = $2))
+                             RETURNING 1)
              SELECT (SELECT count(*) FROM unmark) + (SELECT count(*) FROM undone)"
         );
         let params: &Params<'_> = &[
             (&keys, Type::TEXT_ARRAY),
             (&mark, Type::TEXT),
             (&writer.0, Type::TEXT),
+            (&on_its_session, Type::BOOL),
         ];
         let rows = client.query_typed(&sql, params).map_err(error)?;
         Ok(rows.first().is_some_and(|row| row.get::<_, i64>(0) > 0))
