@@ -28,8 +28,9 @@ use crate::{StoreStats, new_token, ttl_ms};
 ///
 /// Opened in WAL mode with `synchronous=NORMAL`: a committed `remember` survives
 /// the process being killed (`kill -9`); only a power loss or OS crash can drop the
-/// last transactions. Use `PRAGMA synchronous=FULL` on the file if that matters
-/// more than write latency. Writers wait up to 5 s for each other
+/// last transactions. [`Self::with_full_sync`] closes that, at a sync per commit
+/// (the setting is the connection's: one set on the file by another connection
+/// does not reach the store's). Writers wait up to 5 s for each other
 /// (`busy_timeout`) before reporting the store unavailable.
 ///
 /// Expired rows read as absent at once; [`Self::purge_expired`] reclaims their
@@ -98,6 +99,17 @@ impl SqliteStore {
             clock: Arc::new(SystemClock),
             refuse_commits,
         })
+    }
+
+    /// Commits are on the disk before they return (`synchronous=FULL`), so a
+    /// power loss or OS crash drops none the store answered. In the
+    /// exactly-once mode a commit dropped after its delivery was acked loses
+    /// the effect and the id together, the message gone (a trial): use it there.
+    pub fn with_full_sync(self) -> Result<Self, StoreError> {
+        (self.lock()?)
+            .pragma_update(None, "synchronous", "FULL")
+            .map_err(error)?;
+        Ok(self)
     }
 
     /// Reads time (expiry, leases) from `clock` instead of the system clock.

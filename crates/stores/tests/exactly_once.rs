@@ -65,6 +65,36 @@ fn a_success_commits_the_effect_and_the_id_together_and_a_redelivery_skips() {
 /// (an adversarial review's finding: two effects, two `Ran`; and the writes
 /// before the refused `COMMIT` lost). Now its savepoint is gone, so the run
 /// is aborted and nothing of it commits.
+/// The store's own connection commits with `synchronous=FULL` when asked (the
+/// handler's transaction is on it): a power loss then drops no commit the
+/// store answered. `PRAGMA synchronous=FULL` set on the file by another
+/// connection, as the docs advised, never reached it (a trial).
+#[test]
+fn with_full_sync_the_stores_own_connection_syncs_every_commit() {
+    let db = TempDb::new("tx-full-sync");
+    let synchronous = |guard: &Guard<SqliteStore>, id: &str| {
+        let mut level = -1_i64;
+        let outcome = guard.process_in_transaction(envelope(id).as_str(), |_, tx| {
+            level = tx.query_row("PRAGMA synchronous", [], |r| r.get(0))?;
+            Ok::<(), rusqlite::Error>(())
+        });
+        assert_eq!(outcome.kind(), OutcomeKind::Ran, "{outcome:?}");
+        level
+    };
+    assert_eq!(
+        synchronous(&open(db.path()), "sync-1"),
+        1,
+        "NORMAL by default"
+    );
+    let full = Guard::new(
+        SqliteStore::open(db.path())
+            .unwrap()
+            .with_full_sync()
+            .unwrap(),
+    );
+    assert_eq!(synchronous(&full, "sync-2"), 2, "FULL");
+}
+
 #[test]
 fn a_handler_that_ends_the_transaction_and_begins_another_commits_nothing() {
     let db = TempDb::new("tx-rebegin");

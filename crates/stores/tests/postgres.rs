@@ -1567,3 +1567,38 @@ fn postgres_the_stores_sql_runs_no_operator_or_function_from_the_search_path() {
         "the store's SQL ran these as its user"
     );
 }
+
+/// A role whose `synchronous_commit` is off has its commits answered before
+/// they are on the disk: the store says so once (a trial lost an acked
+/// exactly-once delivery's effect and id to a crash, 4 of 4, unsaid).
+#[test]
+fn postgres_a_role_with_synchronous_commit_off_is_said() {
+    let role = postgres_table("async_role");
+    pg().batch_execute(&format!(
+        "CREATE ROLE {role} LOGIN SUPERUSER; ALTER ROLE {role} SET synchronous_commit = off"
+    ))
+    .unwrap();
+    let url = postgres_url().replacen("postgres@", &format!("{role}@"), 1);
+    let table = postgres_table("async");
+    let _clean = PgCleanup {
+        url: postgres_url(),
+        table: table.clone(),
+    };
+    let store = PostgresStore::connect(&url, &table).unwrap();
+    let said: Vec<&String> = (store.notes().iter())
+        .filter(|n| n.contains("synchronous_commit is off"))
+        .collect();
+    assert_eq!(said.len(), 1, "{:?}", store.notes());
+    let ours = PostgresStore::connect(&postgres_url(), &table).unwrap();
+    assert!(
+        !ours
+            .notes()
+            .iter()
+            .any(|n| n.contains("synchronous_commit")),
+        "{:?}",
+        ours.notes()
+    );
+    drop((store, ours));
+    pg().batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .unwrap();
+}

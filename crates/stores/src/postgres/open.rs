@@ -158,7 +158,7 @@ fn first_session(
         .simple_query(&format!(
             "SELECT current_setting('{OPTIONS_MARKER}', true) IS NOT DISTINCT FROM 'on', \
              current_setting('server_encoding'), current_setting('lock_timeout'), \
-             current_setting('statement_timeout')"
+             current_setting('statement_timeout'), current_setting('synchronous_commit')"
         ))
         .map_err(error)?;
     let row = first_row(messages);
@@ -186,7 +186,7 @@ fn first_session(
             "15s",
         ),
     ];
-    let notes = (unbounded.into_iter())
+    let mut notes: Vec<String> = (unbounded.into_iter())
         .filter(|(ours, server, ..)| ours.is_none() && *server == "0")
         .map(|(_, _, name, then, advised)| {
             format!(
@@ -195,6 +195,17 @@ fn first_session(
             )
         })
         .collect();
+    // The store's commits are then answered before they are on the disk: a
+    // server crash can drop the last ones, in the exactly-once mode the
+    // effect and the id of an acked delivery together (a trial).
+    if column(4) == "off" {
+        notes.push(
+            "synchronous_commit is off for this role or database: a commit the store \
+             answered can be lost in a server crash (in the exactly-once mode, an acked \
+             delivery's effect and id together); ALTER ROLE ... SET synchronous_commit = on"
+                .into(),
+        );
+    }
     Ok(FirstSession {
         encoding: column(1).to_owned(),
         notes,
