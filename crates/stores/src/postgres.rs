@@ -123,8 +123,9 @@ pub struct PostgresStore {
     pending_undos: std::sync::Mutex<Vec<PendingUndo>>,
 }
 
-/// An undo to try again: the keys, the run's mark, the take's writer.
-type PendingUndo = (Vec<String>, String, Option<String>);
+/// An undo to try again: the keys, the run's mark, the take's writer (its
+/// `xmin` and when the server that assigned it started).
+type PendingUndo = (Vec<String>, String, Option<String>, Option<String>);
 
 impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

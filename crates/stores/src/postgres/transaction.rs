@@ -45,7 +45,7 @@ impl TransactionalStore for PostgresStore {
                         Err(run) => return Ok(run),
                     }
                 }
-                None => Writer(None),
+                None => Writer::default(),
             };
             // Without an id no take tells a handler's own ROLLBACK from its
             // COMMIT: the transaction's id does (a round trip more, for a
@@ -73,7 +73,7 @@ impl TransactionalStore for PostgresStore {
                                 let handler_committed = matches!(handler_committed, Some(Ok(true)));
                                 // The finish wrote in another transaction than
                                 // the take: the handler ended the take's.
-                                let moved = finished_by.is_some() && finished_by != writer.0;
+                                let moved = finished_by.is_some() && finished_by != writer.xmin;
                                 let run = (keys.as_slice(), mark.as_str(), &writer);
                                 return self.commit_run(
                                     tx,
@@ -224,7 +224,13 @@ impl TransactionalStore for PostgresStore {
                     };
                     match (result, released) {
                         (Ok(()), Ok(())) => {
-                            if let Some((key, Writer(Some(writer)))) = at_risk.take() {
+                            if let Some((
+                                key,
+                                Writer {
+                                    xmin: Some(writer), ..
+                                },
+                            )) = at_risk.take()
+                            {
                                 taken.push((key, writer));
                             }
                             runs.push(TxRun::Committed(()));
@@ -408,10 +414,18 @@ fn refused_its_writes(e: &postgres::Error) -> bool {
     refused(e) && e.code().is_some_and(|c| !class(c))
 }
 
-/// The transaction that wrote a take's row (its `xmin`, as text; `None`: no
-/// take): how the undo of a run whose handler committed the take finds that
-/// row version and no other.
-struct Writer(Option<String>);
+/// The transaction that wrote a take's row: how the undo of a run whose
+/// handler committed the take finds that row version and no other.
+#[derive(Default)]
+struct Writer {
+    /// Its `xmin`, as text (`None`: no take).
+    xmin: Option<String>,
+    /// When the server that assigned it started (`pg_postmaster_start_time`):
+    /// after a crash the server hands out again an xid whose writes never
+    /// reached the disk, so off the run's session its `xmin` names the take
+    /// only in the same lifetime (a trial).
+    started: Option<String>,
+}
 
 /// The store's statements inside one transaction: the connection's prepared
 /// statements, and how to go back to just before the next statement, if one
@@ -571,14 +585,16 @@ fn take_may_stand(
 ) -> StoreError {
     // Only the take's own row version (its `xmin`) is named: a row written
     // since (a redelivery's, or the run's own finish if its COMMIT landed
-    // after all) must stay (a review); and only while the run's mark stands,
-    // the proof its take committed: after a crash the xid may be another
-    // transaction's (a trial).
-    let rows = match &writer.0 {
+    // after all) must stay (a review); and after a server restart only while
+    // the run's mark stands, the proof its take committed: a crash hands the
+    // xid out again (a trial).
+    let started = writer.started.as_deref().unwrap_or("its start");
+    let rows = match &writer.xmin {
         Some(xmin) => format!(
-            "the row of {keys:?} in {table} whose xmin is {xmin}, only while {claims} holds \
-             the row of {keys:?} whose token is {mark:?} (else the take never committed, and \
-             that xid may be another transaction's)"
+            "the row of {keys:?} in {table} whose xmin is {xmin}, if the server has not \
+             restarted since {started} (pg_postmaster_start_time()) or {claims} still holds \
+             the row of {keys:?} whose token is {mark:?} (else that xid may be another \
+             transaction's)"
         ),
         None => format!("nothing: this run took no row of {keys:?}"),
     };
@@ -669,7 +685,7 @@ impl PostgresStore {
                {GO_UPSERT}
                RETURNING xmin::text AS writer)
              SELECT EXISTS (SELECT 1 FROM done), EXISTS (SELECT 1 FROM mark),
-                    (SELECT writer FROM taken)"
+                    (SELECT writer FROM taken), pg_catalog.pg_postmaster_start_time()::text"
         )
     }
 
@@ -817,7 +833,13 @@ impl PostgresStore {
         let mut taken: Vec<(&str, &str)> = (taken.iter()).map(|(k, w)| (*k, w.as_str())).collect();
         // The takes to finish: those released, and its own if kept.
         let mut ran: Vec<&str> = taken.iter().map(|(key, _)| *key).collect();
-        if let Some((key, Writer(Some(writer)))) = culprit.as_ref() {
+        if let Some((
+            key,
+            Writer {
+                xmin: Some(writer), ..
+            },
+        )) = culprit.as_ref()
+        {
             taken.push((*key, writer.as_str()));
             ran.extend(kept.then_some(*key));
         }
@@ -968,7 +990,8 @@ impl PostgresStore {
             .map_err(|why| {
                 // Kept, to be tried again before this store's next run.
                 let keys_owned = keys.iter().map(|k| k.to_string()).collect();
-                (self.pending()).push((keys_owned, mark.to_owned(), writer.0.clone()));
+                let (xmin, started) = (writer.xmin.clone(), writer.started.clone());
+                (self.pending()).push((keys_owned, mark.to_owned(), xmin, started));
                 take_may_stand((&self.table, &self.claims), keys, (mark, writer), why)
             })
     }
@@ -989,9 +1012,12 @@ impl PostgresStore {
         }
         let left: Vec<_> = pending
             .into_iter()
-            .filter(|(keys, mark, writer)| {
+            .filter(|(keys, mark, xmin, started)| {
                 let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-                let writer = Writer(writer.clone());
+                let writer = Writer {
+                    xmin: xmin.clone(),
+                    started: started.clone(),
+                };
                 let undo = |client: &mut postgres::Client| {
                     self.undo_takes(client, &keys, mark, &writer, false)
                 };
@@ -1052,13 +1078,14 @@ impl PostgresStore {
     ///
     /// Off the run's own session (`on_its_session` false: it was lost, perhaps
     /// to a crash, after which PostgreSQL hands out again the id of a
-    /// transaction whose writes never reached the disk) the row is undone only
-    /// while the run's mark stands, which only its committed take can have
-    /// left: by its writer alone, the undo deleted a row the retry of the same
-    /// id had committed under the reused id, and a copy of the id ran again (a
-    /// trial). (A mark a claim took over then leaves the take standing: the
-    /// rarer loss, a handler's own COMMIT and a claim racing it, is said by
-    /// [`take_may_stand`] only when the undo fails.)
+    /// transaction whose writes never reached the disk) the row is undone by
+    /// its writer while the server has not restarted since the take, and
+    /// after a restart only while the run's mark stands, which only its
+    /// committed take can have left: by its writer alone, the undo deleted a
+    /// row the retry of the same id had committed under the reused id, and a
+    /// copy of the id ran again (a trial). (The mark alone left the take
+    /// standing, unsaid, where a claim had taken the mark over or a purge had
+    /// removed it: a review. Both and a restart between still do.)
     fn undo_takes(
         &self,
         client: &mut impl postgres::GenericClient,
@@ -1076,17 +1103,19 @@ impl PostgresStore {
                              RETURNING 1),
                   undone AS (DELETE FROM {t} AS r WHERE message_id = ANY($1::text[])
                                AND xmin::text = $3
-                               AND ($4 OR EXISTS (SELECT 1 FROM {c} AS m
-                                                  WHERE m.message_id = r.message_id
-                                                    AND m.token = $2))
+                               AND ($4 OR pg_catalog.pg_postmaster_start_time()::text = $5
+                                    OR EXISTS (SELECT 1 FROM {c} AS m
+                                               WHERE m.message_id = r.message_id
+                                                 AND m.token = $2))
                              RETURNING 1)
              SELECT (SELECT count(*) FROM unmark) + (SELECT count(*) FROM undone)"
         );
         let params: &Params<'_> = &[
             (&keys, Type::TEXT_ARRAY),
             (&mark, Type::TEXT),
-            (&writer.0, Type::TEXT),
+            (&writer.xmin, Type::TEXT),
             (&on_its_session, Type::BOOL),
+            (&writer.started, Type::TEXT),
         ];
         let rows = client.query_typed(&sql, params).map_err(error)?;
         Ok(rows.first().is_some_and(|row| row.get::<_, i64>(0) > 0))
@@ -1114,7 +1143,10 @@ impl PostgresStore {
         Ok(match (done, marked, writer) {
             (true, ..) => Err(TxRun::AlreadyDone),
             (false, false, _) => Err(TxRun::Held),
-            (false, true, Some(writer)) => Ok(Writer(Some(writer))),
+            (false, true, Some(writer)) => Ok(Writer {
+                xmin: Some(writer),
+                started: row.get(3),
+            }),
             // Done by a run that committed while this one waited on the mark.
             (false, true, None) => Err(TxRun::AlreadyDone),
         })
