@@ -294,6 +294,13 @@ pub struct StoreCall {
     labels: [KeyValue; 2],
 }
 
+impl StoreCall {
+    /// Whether its span is sampled (one the sampler dropped is never exported).
+    pub fn is_sampled(&self) -> bool {
+        self.span.span().span_context().is_sampled()
+    }
+}
+
 fn span_context(parent: &Parent) -> SpanContext {
     SpanContext::new(
         TraceId::from_bytes(parent.trace_id),

@@ -21,6 +21,7 @@ use bq_dedupe::{Message, OutcomeKind, envelope::Limits};
 use opentelemetry::Context;
 use opentelemetry::global::BoxedTracer;
 use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry::trace::TraceContextExt as _;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig as _;
 use opentelemetry_sdk::Resource;
@@ -359,6 +360,7 @@ impl Spans {
         outcomes: impl IntoIterator<Item = (Option<OutcomeKind>, Option<&'a str>, bool, bool)>,
     ) {
         for (span, (kind, reason, duplicate, claimed)) in self.batch.drain(..).zip(outcomes) {
+            let sampled = span.span().span_context().is_sampled();
             let reason = reason.map(str::to_owned);
             match kind {
                 Some(kind) => {
@@ -376,8 +378,11 @@ impl Spans {
                     .telemetry
                     .end_trapped(&span, self.mode, reason.unwrap_or_default()),
             }
-            if let Some(flow) = &self.flow {
-                flow.ended(); // a batch can be longer than the queue
+            // Counted while the processor gets it (a sampler's drop never
+            // reaches it: counted, each end flushed, a review); checked per
+            // span, as a batch can be longer than the queue.
+            if let (Some(flow), true) = (&self.flow, sampled) {
+                flow.ended();
             }
         }
     }
@@ -424,8 +429,9 @@ impl Spans {
     /// Ends a store call's span and records its latency.
     pub(crate) fn end_store_call(&self, call: StoreCall, error: Option<&String>) {
         let error = error.map(|e| e as &dyn std::fmt::Display);
+        let sampled = call.is_sampled();
         self.telemetry.end_store_call(call, error);
-        if let Some(flow) = &self.flow {
+        if let (Some(flow), true) = (&self.flow, sampled) {
             flow.ended();
         }
     }

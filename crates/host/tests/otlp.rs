@@ -619,6 +619,19 @@ fn a_fast_run_loses_no_span_to_the_processors_queue() {
         .count();
     assert_eq!(lines_spans, 3000, "{stderr}");
     assert!(!stderr.contains("not exported"), "{stderr}");
+    // Spans a sampler drops never reach the processor: neither waited for
+    // nor said to be lost (each end flushed, and all said lost: a review).
+    let out = run(
+        &["run", "--store", "memory", "--otlp-endpoint", &receiver.url],
+        &lines.join("\n"),
+        &[
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "64"),
+            ("OTEL_TRACES_SAMPLER", "always_off"),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("not exported"), "{stderr}");
 }
 
 /// Spans that could not be exported are counted on stderr at exit, the run's
