@@ -42,7 +42,10 @@ fn open(env: &Env, options: &JsValue, kind: &str) -> Result<Rc<Keyed>, JsValue> 
             }
         }
     }
-    let configured = configured(env, options, &[("DEDUPE_STORE", kind)])?;
+    // Claiming off: the consumer's setting, which refused a KV store an env
+    // that has it on for its consumer (a review).
+    let fixed = [("DEDUPE_STORE", kind), ("DEDUPE_CLAIMING", "off")];
+    let configured = configured(env, options, &fixed)?;
     if configured.observer.is_some() {
         return Err(type_error("a store takes no observer (dedupeQueue does)"));
     }

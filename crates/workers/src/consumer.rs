@@ -147,9 +147,10 @@ impl BatchReport {
 /// The batch could not be read, or some messages could not be marked for retry.
 /// Return it from the queue handler (it converts into `worker::Error`): the
 /// invocation then throws and Cloudflare redelivers every message not acked, so a
-/// failed `retry()` never turns into the implicit ack of a normal return. (Those
-/// messages are marked for retry before it is returned, too: one logged and
-/// swallowed loses nothing either.)
+/// failed `retry()` never turns into the implicit ack of a normal return. (When
+/// nothing was acked yet, a batch that cannot be read or a mode the store
+/// cannot run, the messages are marked for retry before it is returned, too:
+/// one logged and swallowed loses nothing either.)
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConsumeError {
     /// The batch's messages could not be read (the JS error).
@@ -452,13 +453,12 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         }
         match retry_failed.first() {
             None => Ok(report),
-            Some(first) => Err(retry_rest(
-                batch,
-                ConsumeError::RetryFailed {
-                    count: retry_failed.len(),
-                    first: first.clone(),
-                },
-            )),
+            // Not `retry_rest`: others are acked by now, and a retryAll after
+            // acks redelivers them too on Miniflare (a review).
+            Some(first) => Err(ConsumeError::RetryFailed {
+                count: retry_failed.len(),
+                first: first.clone(),
+            }),
         }
     }
 
@@ -562,7 +562,9 @@ impl<S: Store, O: Observer, T: Timer> QueueConsumer<S, O, T> {
         // redrive of a whole letter keeps the count; the SDKs' redrive drops
         // the block): past MAX_LAPS it is retried instead, and the queue's own
         // max_retries ends it (its dead_letter_queue, or deletion).
-        let laps = laps_of(body).saturating_add(1);
+        let laps = laps_of(body)
+            .max(laps_of_value(&message.body()))
+            .saturating_add(1);
         if laps > MAX_LAPS {
             let queue = batch.queue();
             worker::console_error!(
@@ -691,6 +693,24 @@ fn laps_of(body: &[u8]) -> u64 {
             .unwrap_or(1),
         _ => 0,
     }
+}
+
+/// [`laps_of`] read from the body's value, for a letter JSON cannot write (a
+/// structured clone holding a BigInt, whose text is empty): its laps read 0
+/// every time, and it went round until the queue refused its size (a review).
+fn laps_of_value(body: &JsValue) -> u64 {
+    let get = |value: &JsValue, key: &str| {
+        js_sys::Reflect::get(value, &JsValue::from_str(key))
+            .ok()
+            .filter(|v| !v.is_undefined() && !v.is_null())
+    };
+    let Some(block) = get(body, "dead_letter").filter(JsValue::is_object) else {
+        return 0;
+    };
+    get(&block, "laps")
+        .and_then(|laps| laps.as_f64())
+        .filter(|laps| *laps >= 0.0)
+        .map_or(1, |laps| laps as u64) // saturates, as the JSON count
 }
 
 impl<S: Store + StatementStore, O: Observer, T: Timer> QueueConsumer<S, O, T> {

@@ -344,6 +344,14 @@ describe("poison (malformed or invalid envelopes)", () => {
       assert.equal(letter.dead_letter?.laps, 5);
     }));
 
+  test("a letter JSON cannot write (a structured clone holding a BigInt) counts its laps too (a review: they read 0, and it went round until the queue refused its size)", () =>
+    withWorker({ vars: { DEDUPE_DEAD_LETTER: "ORDERS" }, consumer: { maxRetries: 2 } }, async (worker) => {
+      const orders = await worker.mf.getQueueProducer("ORDERS");
+      await orders.send(envelope("laps-bigint", { amount: 10n }), { contentType: "v8" });
+      const stats = await worker.waitForStats((s) => s.dead_letters_received >= 1, "the queue's own DLQ");
+      assert.equal(stats.dead_lettered, 5, JSON.stringify(stats));
+    }));
+
   test("a whole letter sent back (a redrive as docs/workers.md shows) that fails again is dead-lettered again, its laps counted (a review)", () =>
     withWorker({ vars: { DEDUPE_MAX_RETRIES: "1" }, consumer: { maxRetries: 1 } }, async (worker) => {
       const block = { reason: "failed", failed_at: 1, original_queue: "bq-orders", attempts: 1 };

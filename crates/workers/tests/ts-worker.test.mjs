@@ -298,6 +298,9 @@ export default { async fetch() {
         ...bundled("stores", "dist-stores"),
         durableObjects: { DEDUPE_DO: { className: "DedupeShard", scriptName: "bq-dedupe-example", useSQLite: true } },
         kvNamespaces: { DEDUPE_KV: "stores-kv" },
+        // The consumer's setting, which a KvStore on the same env must ignore
+        // (it was refused: a review).
+        bindings: { DEDUPE_CLAIMING: "on" },
       },
       bundled("plain", "dist-plain"),
       bundled("lazy", "dist-lazy"),
