@@ -1401,3 +1401,40 @@ fn a_rejected_lines_verdict_names_its_id_as_check_does() {
         serde_json::from_slice(check.stdout.split(|&b| b == b'\n').next().unwrap()).unwrap();
     assert_eq!(record["id"], verdict["id"], "{record}");
 }
+
+/// A store that answers reads but refuses writes (a full disk; here a trigger)
+/// stops the run at the first success it does not record: every later new id
+/// ran unrecorded, 3,000 of 3,000 (a trial). The lines after it are not
+/// decided (no verdict: fed again later), and the run exits 3.
+#[test]
+fn a_store_that_refuses_writes_stops_the_run_at_the_first_unrecorded_success() {
+    let dir = scratch("refuses-writes");
+    let db = dir.join("seen.db");
+    let spec = format!("sqlite:{}", db.display());
+    assert!(
+        bq(&["run", "--store", &spec], "").status.success(),
+        "the store is made"
+    );
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch(
+        "CREATE TRIGGER full BEFORE INSERT ON bq_dedupe BEGIN SELECT RAISE(ABORT, 'disk full'); END;
+         CREATE TRIGGER full_too BEFORE UPDATE ON bq_dedupe BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+    )
+    .unwrap();
+    drop(conn);
+    let runs = dir.join("runs");
+    let handler = format!("cat >> {}; echo >> {}", runs.display(), runs.display());
+    let input: Vec<String> = (0..5).map(|i| envelope(&format!("full-{i}"))).collect();
+    let out = bq(
+        &["run", "--store", &spec, "--batch", "1", "--exec", &handler],
+        &input.join("\n"),
+    );
+    let d = decisions(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(d.len(), 1, "one verdict, then stopped: {d:?} {stderr}");
+    assert_eq!(d[0]["outcome"], "run-ok-unrecorded", "{}", d[0]);
+    let ran = std::fs::read_to_string(&runs).unwrap_or_default();
+    assert_eq!(ran.lines().filter(|l| !l.is_empty()).count(), 1, "{ran}");
+    assert!(stderr.contains("did not record a success"), "{stderr}");
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+}

@@ -13,6 +13,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::Instant;
 
 use anyhow::{Result, bail};
+use bq_dedupe::OutcomeKind;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use bq_dedupe_host::handler::{ExecHandler, Handler, Plugin};
@@ -57,6 +58,8 @@ enum Stop {
     Printer,
     /// This signal asked the run to stop.
     Signal(i32),
+    /// The store did not record a success (`run-ok-unrecorded`).
+    Unrecorded,
 }
 
 impl From<Stopped> for Stop {
@@ -206,6 +209,17 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
                 .err()
                 .unwrap_or_else(|| anyhow::anyhow!("the printing thread stopped")));
         }
+        Err(Stop::Unrecorded) => {
+            progress.finish_and_clear();
+            bq_dedupe_host::say(&format!(
+                "bq-dedupe: stopped: the store did not record a success (run-ok-unrecorded, \
+                 its reason printed), so no more handlers run without a record; the lines \
+                 after the last one printed were not decided (feed them again once the store \
+                 takes writes) {}",
+                serde_json::to_string(&counts?)?
+            ));
+            return Ok(ExitCode::from(EXIT_RETRY));
+        }
         Err(Stop::Signal(signal)) => {
             progress.finish_and_clear();
             bq_dedupe_host::say(&format!(
@@ -333,11 +347,12 @@ fn decide_group(
     mut lines: impl ExactSizeIterator<Item = Line>,
     batch: usize,
     printer: &Printer,
-) -> Result<(), Stopped> {
+) -> Result<(), Stop> {
     let mut verdicts = Vec::with_capacity(lines.len());
     let mut since = Instant::now();
+    let mut unrecorded = false;
     // Once asked to stop, no more calls: what was decided is printed.
-    while lines.len() > 0 && stopping::requested().is_none() {
+    while lines.len() > 0 && stopping::requested().is_none() && !unrecorded {
         let lines: Vec<Line> = lines.by_ref().take(batch).collect();
         if let Some(spans) = &mut runtime.state().spans {
             spans.start_batch(lines.iter().map(|(_, text)| text.as_deref().ok()));
@@ -350,13 +365,22 @@ fn decide_group(
                     .map(|v| (v.kind, v.reason.as_deref(), v.duplicate, v.claimed)),
             );
         }
+        // A store that reads but refuses writes (full, out of memory) would
+        // have every later new id run unrecorded: 3,000 of 3,000 in a trial.
+        unrecorded = decided
+            .iter()
+            .any(|v| v.kind == Some(OutcomeKind::RanUnrecorded));
         verdicts.extend(decided);
         if since.elapsed() >= PRINT_EVERY {
             printer.print(std::mem::take(&mut verdicts))?;
             since = Instant::now();
         }
     }
-    printer.print(verdicts)
+    printer.print(verdicts)?;
+    match unrecorded {
+        true => Err(Stop::Unrecorded),
+        false => Ok(()),
+    }
 }
 
 /// How long decided verdicts may wait for the rest of their group.
