@@ -89,7 +89,9 @@ export BQ_TEST_OTHER_CA="$dir/tls/other-ca.crt"
 
 # A second cluster the tests crash and restart, for what a crash does that a
 # lost session does not (a transaction id whose writes never reached the disk
-# is handed out again): BQ_TEST_POSTGRES_CRASH stop|start.
+# is handed out again): BQ_TEST_POSTGRES_CRASH stop|start, or kill PID (one
+# backend killed, as the OOM killer does: the server resets every session and
+# recovers, without a restart).
 crashable=$(free_port)
 as_pg "'$bin/initdb' -D '$dir/crashable' -A trust -U postgres" >/dev/null
 cat >"$dir/crash.sh" <<SH
@@ -98,9 +100,11 @@ cat >"$dir/crash.sh" <<SH
 case "\$1" in
   stop) mode="-m immediate stop" ;;
   start) mode="-w -l '$dir/crashable.log' -o \"-p $crashable -k '$dir' -c listen_addresses=127.0.0.1\" start" ;;
-  *) echo "usage: crash.sh stop|start" >&2; exit 2 ;;
+  kill) mode="" ;;
+  *) echo "usage: crash.sh stop|start|kill PID" >&2; exit 2 ;;
 esac
 $(declare -f as_pg)
+if [[ \$1 == kill ]]; then as_pg "kill -9 \$2"; exit; fi
 as_pg "'$bin/pg_ctl' -D '$dir/crashable' \$mode" >/dev/null
 SH
 chmod +x "$dir/crash.sh"

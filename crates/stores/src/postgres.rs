@@ -124,8 +124,8 @@ pub struct PostgresStore {
 }
 
 /// An undo to try again: the keys, the run's mark, the take's writer (its
-/// `xmin` and when the server that assigned it started).
-type PendingUndo = (Vec<String>, String, Option<String>, Option<String>);
+/// `xmin` and `created_at`).
+type PendingUndo = (Vec<String>, String, Option<String>, Option<i64>);
 
 impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -2370,15 +2370,24 @@ fn undo_fails_after_a_handlers_own_commit(lock_after_the_finish: bool) {
 }
 
 /// The server crashes while a handler runs (the second cluster of
-/// scripts/with-postgres.sh, stopped as a crash stops it): the run's undo,
-/// kept while the server is down, is tried before the store's next run. By
-/// then PostgreSQL has handed the crashed run's transaction id, whose writes
-/// never reached the disk, to the retry of the same id, which committed: the
-/// undo, which named the take by that id alone, deleted the retry's committed
-/// row, and a copy of the id ran again, `run-ok` (a trial, 3 of 3). Tried
-/// until the id is seen reused.
+/// scripts/with-postgres.sh: stopped as a crash stops it, or one unrelated
+/// backend killed, as the OOM killer does, after which the server resets
+/// every session and recovers without a restart): the run's undo, kept while
+/// the server is down, is tried before the store's next run. By then
+/// PostgreSQL has handed the crashed run's transaction id, whose writes never
+/// reached the disk, to the retry of the same id, which committed: the undo,
+/// which named the take by that xid alone, deleted the retry's committed row,
+/// and a copy of the id ran again, `run-ok` (a trial, 3 of 3; after a reset
+/// the server's start time stays, so that could not tell either: a trial).
+/// Tried until the id is seen reused.
 #[test]
 fn postgres_an_undo_kept_over_a_crash_leaves_the_row_a_reused_transaction_id_wrote() {
+    for how in ["stop", "kill"] {
+        undo_kept_over_a_crash(how);
+    }
+}
+
+fn undo_kept_over_a_crash(how: &str) {
     let var = |name: &str| {
         std::env::var(name).unwrap_or_else(|_| {
             panic!("{name} is not set: run the tests through scripts/with-postgres.sh")
@@ -2388,9 +2397,21 @@ fn postgres_an_undo_kept_over_a_crash_leaves_the_row_a_reused_transaction_id_wro
         var("BQ_TEST_POSTGRES_CRASHABLE_URL"),
         var("BQ_TEST_POSTGRES_CRASH"),
     );
-    let server = |what: &str| {
-        let done = Command::new(&crash).arg(what).status().unwrap();
-        assert!(done.success(), "crash.sh {what}");
+    let server = |args: &[&str]| {
+        let done = Command::new(&crash).args(args).status().unwrap();
+        assert!(done.success(), "crash.sh {args:?}");
+    };
+    let up = || {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match postgres::Client::connect(&url, postgres::NoTls) {
+                Ok(client) => return client,
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
+                Err(e) => panic!("the crashable server is not back: {e}"),
+            }
+        }
     };
     let table = postgres_table("tx-crash");
     let _clean = PgCleanup {
@@ -2403,19 +2424,28 @@ fn postgres_an_undo_kept_over_a_crash_leaves_the_row_a_reused_transaction_id_wro
     };
     let mut reused = 0;
     for attempt in 0..6 {
-        let (x, y) = (format!("crash-x-{attempt}"), format!("crash-y-{attempt}"));
+        let x = format!("crash-{how}-x-{attempt}");
+        let y = format!("crash-{how}-y-{attempt}");
         let mut crashed_xid = 0_i64;
+        let mut bystander = up();
         let first = guard.process_in_transaction(envelope(&x).as_str(), |_, tx| {
             crashed_xid = tx.query_one("SELECT txid_current()", &[])?.get(0);
-            server("stop");
+            if how == "stop" {
+                server(&["stop"]);
+            } else {
+                let pid: i32 = bystander.query_one("SELECT pg_backend_pid()", &[])?.get(0);
+                server(&["kill", &pid.to_string()]);
+            }
             Ok::<(), postgres::Error>(())
         });
         assert_ne!(first.kind(), OutcomeKind::Ran, "{first:?}");
-        server("start");
-        // The queue's retry of x: the first transaction after the restart.
+        if how == "stop" {
+            server(&["start"]);
+        }
+        let mut client = up();
+        // The queue's retry of x: the first transaction after the recovery.
         let retry = guard.process_in_transaction(envelope(&x).as_str(), ok);
-        assert_eq!(retry.kind(), OutcomeKind::Ran, "{retry:?}");
-        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        assert_eq!(retry.kind(), OutcomeKind::Ran, "{how}: {retry:?}");
         let xmin: String = client
             .query_one(
                 &format!("SELECT xmin::text FROM {table} WHERE message_id = $1"),
@@ -2425,9 +2455,13 @@ fn postgres_an_undo_kept_over_a_crash_leaves_the_row_a_reused_transaction_id_wro
             .get(0);
         // The kept undo is tried before this run.
         let other = guard.process_in_transaction(envelope(&y).as_str(), ok);
-        assert_eq!(other.kind(), OutcomeKind::Ran, "{other:?}");
+        assert_eq!(other.kind(), OutcomeKind::Ran, "{how}: {other:?}");
         let copy = guard.process_in_transaction(envelope(&x).as_str(), ok);
-        assert_eq!(copy.kind(), OutcomeKind::Skipped, "x ran twice: {copy:?}");
+        assert_eq!(
+            copy.kind(),
+            OutcomeKind::Skipped,
+            "{how}: x ran twice: {copy:?}"
+        );
         if xmin == (crashed_xid & 0xffff_ffff).to_string() {
             reused += 1;
             if reused == 2 {
@@ -2437,6 +2471,6 @@ fn postgres_an_undo_kept_over_a_crash_leaves_the_row_a_reused_transaction_id_wro
     }
     assert!(
         reused > 0,
-        "the crashed run's transaction id was never handed out again"
+        "{how}: the crashed run's transaction id was never handed out again"
     );
 }

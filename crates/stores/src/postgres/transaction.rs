@@ -414,17 +414,24 @@ fn refused_its_writes(e: &postgres::Error) -> bool {
     refused(e) && e.code().is_some_and(|c| !class(c))
 }
 
+/// A row's `created_at` in microseconds since the epoch (whatever the
+/// session's time zone and date style): with its `xmin`, the name of a take's
+/// row version ([`Writer::at`]).
+const AT: &str = "(extract(epoch FROM created_at) OPERATOR(pg_catalog.*) 1000000)::bigint";
+
 /// The transaction that wrote a take's row: how the undo of a run whose
 /// handler committed the take finds that row version and no other.
 #[derive(Default)]
 struct Writer {
     /// Its `xmin`, as text (`None`: no take).
     xmin: Option<String>,
-    /// When the server that assigned it started (`pg_postmaster_start_time`):
-    /// after a crash the server hands out again an xid whose writes never
-    /// reached the disk, so off the run's session its `xmin` names the take
-    /// only in the same lifetime (a trial).
-    started: Option<String>,
+    /// Its `created_at` (the take's `now()`), in microseconds since the
+    /// epoch: after a crash, even one the server recovers from without a
+    /// restart, it hands out again an xid whose writes never reached the disk,
+    /// so the `xmin` alone named a row the id's retry had committed under the
+    /// reused xid (a trial: the id ran twice); a transaction that began later
+    /// has a later `now()`.
+    at: Option<i64>,
 }
 
 /// The store's statements inside one transaction: the connection's prepared
@@ -583,18 +590,17 @@ fn take_may_stand(
     (mark, writer): (&str, &Writer),
     why: StoreError,
 ) -> StoreError {
-    // Only the take's own row version (its `xmin`) is named: a row written
-    // since (a redelivery's, or the run's own finish if its COMMIT landed
-    // after all) must stay (a review); and after a server restart only while
-    // the run's mark stands, the proof its take committed: a crash hands the
-    // xid out again (a trial).
-    let started = writer.started.as_deref().unwrap_or("its start");
+    // Only the take's own row version (its `xmin` and `created_at`) is named:
+    // a row written since (a redelivery's, or the run's own finish if its
+    // COMMIT landed after all) must stay (a review), one a reused xid wrote
+    // too (a trial).
+    let at = writer.at.map_or("NULL".into(), |at| at.to_string());
     let rows = match &writer.xmin {
         Some(xmin) => format!(
-            "the row of {keys:?} in {table} whose xmin is {xmin}, if the server has not \
-             restarted since {started} (pg_postmaster_start_time()) or {claims} still holds \
-             the row of {keys:?} whose token is {mark:?} (else that xid may be another \
-             transaction's)"
+            "the row of {keys:?} in {table} whose xmin is {xmin} and whose created_at is its \
+             take's (WHERE xmin::text = '{xmin}' AND (extract(epoch FROM created_at) * \
+             1000000)::bigint = {at}; after a crash the xid alone may be another \
+             transaction's), and the mark {mark:?} in {claims}"
         ),
         None => format!("nothing: this run took no row of {keys:?}"),
     };
@@ -683,9 +689,9 @@ impl PostgresStore {
                SELECT $1, now() + {ms2}
                WHERE EXISTS (SELECT 1 FROM mark)
                {GO_UPSERT}
-               RETURNING xmin::text AS writer)
+               RETURNING xmin::text AS writer, {AT} AS at)
              SELECT EXISTS (SELECT 1 FROM done), EXISTS (SELECT 1 FROM mark),
-                    (SELECT writer FROM taken), pg_catalog.pg_postmaster_start_time()::text"
+                    (SELECT writer FROM taken), (SELECT at FROM taken)"
         )
     }
 
@@ -779,7 +785,7 @@ impl PostgresStore {
             // (Asked whether warned or not: a `client_min_messages` above
             // WARNING silences the warning, a review.)
             (Ok(()), Some(xid)) => Ok(committed(&mut tx, xid)),
-            (Ok(()), _) => self.undo_takes(&mut tx, keys, mark, writer, true),
+            (Ok(()), _) => self.undo_takes(&mut tx, keys, mark, writer),
             (Err(e), _) => Err(error(e)),
         };
         // Its transaction has ended: the drop's own ROLLBACK would cost a
@@ -845,7 +851,7 @@ impl PostgresStore {
         }
         let reset = tx.batch_execute(RESET);
         let here = match reset {
-            Ok(()) => self.follow_up(&mut tx, undo, &ran, (xid, &taken), ttl, (mark, true)),
+            Ok(()) => self.follow_up(&mut tx, undo, &ran, (xid, &taken), ttl, mark),
             Err(e) => Err(error(e)),
         };
         // Its transaction has ended (as in `roll_back_and_undo`).
@@ -858,7 +864,7 @@ impl PostgresStore {
             Ok(committed) => committed,
             Err(_) => {
                 let follow_up = |client: &mut postgres::Client| {
-                    self.follow_up(client, undo, &ran, (xid, &taken), ttl, (mark, false))
+                    self.follow_up(client, undo, &ran, (xid, &taken), ttl, mark)
                 };
                 self.on_another(follow_up)?
             }
@@ -903,12 +909,10 @@ impl PostgresStore {
         ran: &[&str],
         (xid, taken): (Option<i64>, &[(&str, &str)]),
         ttl: Option<i64>,
-        (mark, on_its_session): (&str, bool),
+        mark: &str,
     ) -> StoreResult<bool> {
         let undone = match undo {
-            Some((key, writer)) => {
-                self.undo_takes(client, &[*key], mark, writer, on_its_session)?
-            }
+            Some((key, writer)) => self.undo_takes(client, &[*key], mark, writer)?,
             None => false,
         };
         let params: &Params<'_> = &[
@@ -986,12 +990,12 @@ impl PostgresStore {
         mark: &str,
         writer: &Writer,
     ) -> StoreResult<bool> {
-        self.on_another(|client| self.undo_takes(client, keys, mark, writer, false))
+        self.on_another(|client| self.undo_takes(client, keys, mark, writer))
             .map_err(|why| {
                 // Kept, to be tried again before this store's next run.
                 let keys_owned = keys.iter().map(|k| k.to_string()).collect();
-                let (xmin, started) = (writer.xmin.clone(), writer.started.clone());
-                (self.pending()).push((keys_owned, mark.to_owned(), xmin, started));
+                let (xmin, at) = (writer.xmin.clone(), writer.at);
+                (self.pending()).push((keys_owned, mark.to_owned(), xmin, at));
                 take_may_stand((&self.table, &self.claims), keys, (mark, writer), why)
             })
     }
@@ -1012,15 +1016,14 @@ impl PostgresStore {
         }
         let left: Vec<_> = pending
             .into_iter()
-            .filter(|(keys, mark, xmin, started)| {
+            .filter(|(keys, mark, xmin, at)| {
                 let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
                 let writer = Writer {
                     xmin: xmin.clone(),
-                    started: started.clone(),
+                    at: *at,
                 };
-                let undo = |client: &mut postgres::Client| {
-                    self.undo_takes(client, &keys, mark, &writer, false)
-                };
+                let undo =
+                    |client: &mut postgres::Client| self.undo_takes(client, &keys, mark, &writer);
                 self.on_another_once(&undo).is_err()
             })
             .collect();
@@ -1076,23 +1079,19 @@ impl PostgresStore {
     /// own COMMIT made it visible (it is written lapsed), and the take's row
     /// then stayed, the failed run's id recorded.
     ///
-    /// Off the run's own session (`on_its_session` false: it was lost, perhaps
-    /// to a crash, after which PostgreSQL hands out again the id of a
-    /// transaction whose writes never reached the disk) the row is undone by
-    /// its writer while the server has not restarted since the take, and
-    /// after a restart only while the run's mark stands, which only its
-    /// committed take can have left: by its writer alone, the undo deleted a
-    /// row the retry of the same id had committed under the reused id, and a
-    /// copy of the id ran again (a trial). (The mark alone left the take
-    /// standing, unsaid, where a claim had taken the mark over or a purge had
-    /// removed it: a review. Both and a restart between still do.)
+    /// The row version is named by its `xmin` and its `created_at` together:
+    /// after a crash, even one the server recovers from without a restart, an
+    /// xid whose writes never reached the disk is handed out again, and by its
+    /// `xmin` alone the undo deleted the row the id's retry had committed
+    /// under it, on any session (a pooler's too), and the id ran twice (a
+    /// trial; the run's mark, or the server's start time, could not tell: a
+    /// claim takes a mark over, a purge removes it, a recovery keeps the start).
     fn undo_takes(
         &self,
         client: &mut impl postgres::GenericClient,
         keys: &[&str],
         mark: &str,
         writer: &Writer,
-        on_its_session: bool,
     ) -> StoreResult<bool> {
         if keys.is_empty() {
             return Ok(false);
@@ -1101,12 +1100,8 @@ impl PostgresStore {
         let sql = format!(
             "WITH unmark AS (DELETE FROM {c} WHERE message_id = ANY($1::text[]) AND token = $2
                              RETURNING 1),
-                  undone AS (DELETE FROM {t} AS r WHERE message_id = ANY($1::text[])
-                               AND xmin::text = $3
-                               AND ($4 OR pg_catalog.pg_postmaster_start_time()::text = $5
-                                    OR EXISTS (SELECT 1 FROM {c} AS m
-                                               WHERE m.message_id = r.message_id
-                                                 AND m.token = $2))
+                  undone AS (DELETE FROM {t} WHERE message_id = ANY($1::text[])
+                               AND xmin::text = $3 AND {AT} IS NOT DISTINCT FROM $4
                              RETURNING 1)
              SELECT (SELECT count(*) FROM unmark) + (SELECT count(*) FROM undone)"
         );
@@ -1114,8 +1109,7 @@ impl PostgresStore {
             (&keys, Type::TEXT_ARRAY),
             (&mark, Type::TEXT),
             (&writer.xmin, Type::TEXT),
-            (&on_its_session, Type::BOOL),
-            (&writer.started, Type::TEXT),
+            (&writer.at, Type::INT8),
         ];
         let rows = client.query_typed(&sql, params).map_err(error)?;
         Ok(rows.first().is_some_and(|row| row.get::<_, i64>(0) > 0))
@@ -1145,7 +1139,7 @@ impl PostgresStore {
             (false, false, _) => Err(TxRun::Held),
             (false, true, Some(writer)) => Ok(Writer {
                 xmin: Some(writer),
-                started: row.get(3),
+                at: row.get(3),
             }),
             // Done by a run that committed while this one waited on the mark.
             (false, true, None) => Err(TxRun::AlreadyDone),
