@@ -685,8 +685,8 @@ impl PostgresStore {
                  WHERE cl.expires_at <= now()
                RETURNING 1),
              taken AS (
-               INSERT INTO {t} AS cur (message_id, expires_at)
-               SELECT $1, now() + {ms2}
+               INSERT INTO {t} AS cur (message_id, created_at, expires_at)
+               SELECT $1, now(), now() + {ms2}
                WHERE EXISTS (SELECT 1 FROM mark)
                {GO_UPSERT}
                RETURNING xmin::text AS writer, {AT} AS at)
