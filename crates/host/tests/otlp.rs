@@ -103,24 +103,7 @@ fn run(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Output {
     for (name, _) in std::env::vars().filter(|(n, _)| n.starts_with("OTEL_")) {
         cmd.env_remove(name);
     }
-    let mut child = cmd
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("bq-dedupe starts");
-    // From a thread: a long input's verdicts fill the stdout pipe meanwhile.
-    let mut input = child.stdin.take().unwrap();
-    let stdin = stdin.to_owned();
-    // (A run refused before reading its input breaks the pipe: not an error.)
-    let writer = std::thread::spawn(move || {
-        let _ = input.write_all(stdin.as_bytes());
-    });
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap();
-    out
+    common::fed(cmd.args(args).envs(env.iter().copied()), stdin)
 }
 
 const TRACE_ID: &str = "7b3f9c2a-e41d-4f88-9b2a-1c0d5e6f7a8b";

@@ -38,7 +38,13 @@ pub fn bq(args: &[&str], stdin: &str) -> Output {
 
 /// [`bq`] with these environment variables set.
 pub fn bq_with_env(vars: &[(&str, &str)], args: &[&str], stdin: &str) -> Output {
-    let mut child = piped(command().envs(vars.iter().copied()).args(args));
+    fed(command().envs(vars.iter().copied()).args(args), stdin)
+}
+
+/// Runs `cmd` with `stdin` written from a thread and waits for it (a run
+/// refused before reading its input breaks the pipe: not an error).
+pub fn fed(cmd: &mut Command, stdin: &str) -> Output {
+    let mut child = piped(cmd);
     let mut input = child.stdin.take().unwrap();
     let stdin = stdin.to_owned();
     let writer = std::thread::spawn(move || {
