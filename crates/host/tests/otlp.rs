@@ -426,17 +426,7 @@ fn an_exec_handler_gets_its_lines_span_as_traceparent() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let given = std::fs::read_to_string(&seen).unwrap();
-    let spans = spans_of(&receiver.taken());
-    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-    let mut lines: Vec<String> = spans
-        .iter()
-        .filter(|s| s.kind == SpanKind::Consumer as i32)
-        .map(|s| format!("00-{}-{}-01", hex(&s.trace_id), hex(&s.span_id)))
-        .collect();
-    let mut given: Vec<String> = given.lines().map(str::to_owned).collect();
-    lines.sort();
-    given.sort();
+    let (given, lines) = given_and_lines(&seen, &receiver);
     assert_eq!(
         given, lines,
         "each handler's TRACEPARENT is its line's span"
@@ -711,19 +701,22 @@ fn a_copy_run_again_after_its_first_failed_gets_its_own_span() {
         verdicts.contains("run-failed") && verdicts.contains("run-ok"),
         "{verdicts} {stderr}"
     );
-    let spans = spans_of(&receiver.taken());
+    let (given, lines) = given_and_lines(&seen, &receiver);
+    assert_eq!(given, lines, "each run under its own line's span");
+}
+
+/// The TRACEPARENTs the handlers wrote to `seen`, and each line's span as
+/// one, both sorted.
+fn given_and_lines(seen: &std::path::Path, receiver: &Receiver) -> (Vec<String>, Vec<String>) {
     let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-    let mut lines: Vec<String> = spans
+    let mut lines: Vec<String> = spans_of(&receiver.taken())
         .iter()
         .filter(|s| s.kind == SpanKind::Consumer as i32)
         .map(|s| format!("00-{}-{}-01", hex(&s.trace_id), hex(&s.span_id)))
         .collect();
-    let mut given: Vec<String> = std::fs::read_to_string(&seen)
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect();
+    let given = std::fs::read_to_string(seen).unwrap();
+    let mut given: Vec<String> = given.lines().map(str::to_owned).collect();
     lines.sort();
     given.sort();
-    assert_eq!(given, lines, "each run under its own line's span");
+    (given, lines)
 }
