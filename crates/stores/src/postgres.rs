@@ -123,9 +123,8 @@ pub struct PostgresStore {
     pending_undos: std::sync::Mutex<Vec<PendingUndo>>,
 }
 
-/// An undo to try again: the keys, the run's mark, the take's writer (its
-/// `xmin` and `created_at`).
-type PendingUndo = (Vec<String>, String, Option<String>, Option<i64>);
+/// An undo to try again: the keys, the run's mark, the take's writer.
+type PendingUndo = (Vec<String>, String, transaction::Writer);
 
 impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

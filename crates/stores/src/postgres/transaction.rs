@@ -421,8 +421,8 @@ const AT: &str = "(extract(epoch FROM created_at) OPERATOR(pg_catalog.*) 1000000
 
 /// The transaction that wrote a take's row: how the undo of a run whose
 /// handler committed the take finds that row version and no other.
-#[derive(Default)]
-struct Writer {
+#[derive(Default, Clone)]
+pub(super) struct Writer {
     /// Its `xmin`, as text (`None`: no take).
     xmin: Option<String>,
     /// Its `created_at` (the take's `now()`), in microseconds since the
@@ -598,9 +598,8 @@ fn take_may_stand(
     let rows = match &writer.xmin {
         Some(xmin) => format!(
             "the row of {keys:?} in {table} whose xmin is {xmin} and whose created_at is its \
-             take's (WHERE xmin::text = '{xmin}' AND (extract(epoch FROM created_at) * \
-             1000000)::bigint = {at}; after a crash the xid alone may be another \
-             transaction's), and the mark {mark:?} in {claims}"
+             take's (WHERE xmin::text = '{xmin}' AND {AT} IS NOT DISTINCT FROM {at}; after a crash the xid \
+             alone may be another transaction's), and the mark {mark:?} in {claims}"
         ),
         None => format!("nothing: this run took no row of {keys:?}"),
     };
@@ -994,8 +993,7 @@ impl PostgresStore {
             .map_err(|why| {
                 // Kept, to be tried again before this store's next run.
                 let keys_owned = keys.iter().map(|k| k.to_string()).collect();
-                let (xmin, at) = (writer.xmin.clone(), writer.at);
-                (self.pending()).push((keys_owned, mark.to_owned(), xmin, at));
+                (self.pending()).push((keys_owned, mark.to_owned(), writer.clone()));
                 take_may_stand((&self.table, &self.claims), keys, (mark, writer), why)
             })
     }
@@ -1016,14 +1014,10 @@ impl PostgresStore {
         }
         let left: Vec<_> = pending
             .into_iter()
-            .filter(|(keys, mark, xmin, at)| {
+            .filter(|(keys, mark, writer)| {
                 let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-                let writer = Writer {
-                    xmin: xmin.clone(),
-                    at: *at,
-                };
                 let undo =
-                    |client: &mut postgres::Client| self.undo_takes(client, &keys, mark, &writer);
+                    |client: &mut postgres::Client| self.undo_takes(client, &keys, mark, writer);
                 self.on_another_once(&undo).is_err()
             })
             .collect();
