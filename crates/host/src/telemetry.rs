@@ -431,8 +431,11 @@ impl Spans {
         let error = error.map(|e| e as &dyn std::fmt::Display);
         let sampled = call.is_sampled();
         self.telemetry.end_store_call(call, error);
+        // Counted, not waited for: a store call runs inside the component's
+        // batch, its claims held and not renewed; the wait comes at the next
+        // line's end.
         if let (Some(flow), true) = (&self.flow, sampled) {
-            flow.ended();
+            flow.ended.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
