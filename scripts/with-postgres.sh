@@ -50,12 +50,12 @@ export BQ_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/postgres"
 # calls of different clients share them), as Debian ships it; a second one that
 # ignores the startup parameter `options` (as many setups do for JDBC's).
 pgbouncer_bin=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
-bouncer() { # NAME EXTRA-SETTING: starts one, prints its port
-  local name=$1 extra=$2 listen
+bouncer() { # NAME EXTRA-SETTING [SERVER-PORT]: starts one, prints its port
+  local name=$1 extra=$2 server=${3:-$port} listen
   listen=$(free_port)
   cat >"$dir/$name.ini" <<INI
 [databases]
-postgres = host=127.0.0.1 port=$port dbname=postgres user=postgres
+postgres = host=127.0.0.1 port=$server dbname=postgres user=postgres
 [pgbouncer]
 listen_addr = 127.0.0.1
 listen_port = $listen
@@ -91,7 +91,8 @@ export BQ_TEST_OTHER_CA="$dir/tls/other-ca.crt"
 # lost session does not (a transaction id whose writes never reached the disk
 # is handed out again): BQ_TEST_POSTGRES_CRASH stop|start, or kill PID (one
 # backend killed, as the OOM killer does: the server resets every session and
-# recovers, without a restart).
+# recovers, without a restart); BQ_TEST_PGBOUNCER_CRASHABLE_URL in front of it.
+# Its WAL writer waits 10 s, so what a crash loses is not down to a 200 ms race.
 crashable=$(free_port)
 as_pg "'$bin/initdb' -D '$dir/crashable' -A trust -U postgres" >/dev/null
 cat >"$dir/crash.sh" <<SH
@@ -99,7 +100,7 @@ cat >"$dir/crash.sh" <<SH
 # stop: as a crash does (immediate); start: recovers and waits until it is up.
 case "\$1" in
   stop) mode="-m immediate stop" ;;
-  start) mode="-w -l '$dir/crashable.log' -o \"-p $crashable -k '$dir' -c listen_addresses=127.0.0.1\" start" ;;
+  start) mode="-w -l '$dir/crashable.log' -o \"-p $crashable -k '$dir' -c listen_addresses=127.0.0.1 -c wal_writer_delay=10000\" start" ;;
   kill) mode="" ;;
   *) echo "usage: crash.sh stop|start|kill PID" >&2; exit 2 ;;
 esac
@@ -110,5 +111,9 @@ SH
 chmod +x "$dir/crash.sh"
 "$dir/crash.sh" start
 export BQ_TEST_POSTGRES_CRASHABLE_URL="postgres://postgres@127.0.0.1:$crashable/postgres"
+# PgBouncer in front of it too (a session goes on across a crash); it tries
+# the server again after a second, not fifteen.
+crash_bouncer=$(bouncer pgbouncer-crashable "server_login_retry = 1" "$crashable")
+export BQ_TEST_PGBOUNCER_CRASHABLE_URL="postgres://postgres@127.0.0.1:$crash_bouncer/postgres"
 export BQ_TEST_POSTGRES_CRASH="$dir/crash.sh"
 "$@"

@@ -26,8 +26,8 @@ mod session;
 mod transaction;
 use blocking::{off_multi_thread_runtime, off_runtime};
 use session::{
-    Bound, Manager, Params, Prepared, Session, array_literal, first_row, first_text, is_stale,
-    literal, optional_array_literal, optional_literal,
+    Bound, Manager, Params, Prepared, Session, array_literal, first_row, is_stale, literal,
+    optional_array_literal, optional_literal,
 };
 use transaction::on_notice;
 

@@ -33,34 +33,12 @@ fn postgres_an_undo_kept_over_a_crash_leaves_the_row_a_reused_transaction_id_wro
 }
 
 fn undo_kept_over_a_crash(how: &str, hand_made: bool) {
-    let var = |name: &str| {
-        std::env::var(name).unwrap_or_else(|_| {
-            panic!("{name} is not set: run the tests through scripts/with-postgres.sh")
-        })
-    };
-    let (url, crash) = (
-        var("BQ_TEST_POSTGRES_CRASHABLE_URL"),
-        var("BQ_TEST_POSTGRES_CRASH"),
-    );
-    let server = |args: &[&str]| {
-        let done = Command::new(&crash).args(args).status().unwrap();
-        assert!(done.success(), "crash.sh {args:?}");
-    };
-    let up = || {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match postgres::Client::connect(&url, postgres::NoTls) {
-                Ok(client) => return client,
-                Err(_) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(50))
-                }
-                Err(e) => panic!("the crashable server is not back: {e}"),
-            }
-        }
-    };
+    let server = Crashable::from_env();
+    let _alone = server.alone();
+    let up = || server.up();
     let table = postgres_table("tx-crash");
     let _clean = PgCleanup {
-        url: url.clone(),
+        url: server.url.clone(),
         table: table.clone(),
     };
     if hand_made {
@@ -70,7 +48,7 @@ fn undo_kept_over_a_crash(how: &str, hand_made: bool) {
         ))
         .unwrap();
     }
-    let guard = Guard::new(PostgresStore::connect(&url, &table).unwrap());
+    let guard = Guard::new(PostgresStore::connect(&server.url, &table).unwrap());
     let ok = |_: &bq_dedupe::Message<'_>, _: &mut postgres::Transaction<'_>| {
         Ok::<(), postgres::Error>(())
     };
@@ -83,22 +61,15 @@ fn undo_kept_over_a_crash(how: &str, hand_made: bool) {
         let first = guard.process_in_transaction(envelope(&x).as_str(), |_, tx| {
             crashed_xid = tx.query_one("SELECT txid_current()", &[])?.get(0);
             if how == "stop" {
-                server(&["stop"]);
+                server.run(&["stop"]);
             } else {
-                let pid: i32 = bystander.query_one("SELECT pg_backend_pid()", &[])?.get(0);
-                server(&["kill", &pid.to_string()]);
-                // The reset comes when the server has seen its backend die: it
-                // ends this session too (the store's COMMIT raced it: flaky).
-                let deadline = Instant::now() + Duration::from_secs(10);
-                while tx.batch_execute("SELECT 1").is_ok() && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
+                server.kill_one(&mut bystander);
             }
             Ok::<(), postgres::Error>(())
         });
         assert_ne!(first.kind(), OutcomeKind::Ran, "{how}: {first:?}");
         if how == "stop" {
-            server(&["start"]);
+            server.run(&["start"]);
         }
         let mut client = up();
         // The queue's retry of x: the first transaction after the recovery.
@@ -131,4 +102,271 @@ fn undo_kept_over_a_crash(how: &str, hand_made: bool) {
         reused > 0,
         "{how}: the crashed run's transaction id was never handed out again"
     );
+}
+
+/// A handler ends the store's transaction with its own ROLLBACK, and the
+/// server crashes before the store looks at what it did (an unrelated backend
+/// killed, as the OOM killer does). Behind PgBouncer the store's session goes
+/// on, on a new server session. PostgreSQL hands out again the ids of the
+/// batch's (sub)transactions, whose writes never reached the disk, and other
+/// transactions commit under them: asked for the status of its own id (a
+/// batch with a delivery without an id) or of a take's writer, the store
+/// heard "committed" and acked the deliveries before it, and the culprit,
+/// unrun (a trial; directly, the store's session ends with the crash and the
+/// batch fails whole). Each delivery said done now has its effect, and each
+/// other has none. Tried until the ids are seen handed out again.
+#[test]
+fn postgres_a_batch_handler_rollback_before_a_crash_behind_pgbouncer_is_never_taken_for_a_commit() {
+    let server = Crashable::from_env();
+    let _alone = server.alone();
+    for without_id in [false, true] {
+        let mut reused = 0;
+        for attempt in 0..6 {
+            reused += usize::from(rollback_then_crash(&server, without_id, attempt));
+            if reused == 2 {
+                break;
+            }
+        }
+        assert!(
+            reused > 0,
+            "a delivery without an id: {without_id}: the batch's ids were never handed out again"
+        );
+    }
+}
+
+/// One try of the test above: whether the crashed batch's ids were handed
+/// out again.
+fn rollback_then_crash(server: &Crashable, without_id: bool, attempt: usize) -> bool {
+    let table = postgres_table("tx-crash-rb");
+    let _clean = PgCleanup {
+        url: server.url.clone(),
+        table: table.clone(),
+    };
+    server
+        .up()
+        .batch_execute(&format!("CREATE TABLE {table}_effects (id TEXT NOT NULL)"))
+        .unwrap();
+    let guard = Guard::new(PostgresStore::connect(&server.via_bouncer(), &table).unwrap());
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    let tag = format!("rb-{without_id}-{attempt}");
+    let (first, no_id, culprit) = (format!("{tag}-a"), format!("{tag}-n"), format!("{tag}-b"));
+    let mut bodies = vec![envelope(&first)];
+    bodies.extend(without_id.then(|| no_id_envelope(&no_id)));
+    bodies.push(envelope(&culprit));
+    let (mut crashed, mut reused) = (false, false);
+    let mut bystander = server.up();
+    let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+        let this = msg.id().unwrap_or(&no_id);
+        tx.execute(&insert, &[&this])?;
+        if this != culprit || crashed {
+            return Ok(());
+        }
+        crashed = true;
+        let xid: i64 = tx.query_one("SELECT txid_current()", &[])?.get(0);
+        tx.batch_execute("ROLLBACK")?;
+        server.kill_one(&mut bystander);
+        reused = server.will_hand_out_again(xid);
+        // Other transactions commit under the batch's ids.
+        server.commit_twenty();
+        server.wait_for(tx);
+        Ok::<(), postgres::Error>(())
+    });
+    let effects = |id: &str| -> i64 {
+        let sql = format!("SELECT count(*) FROM {table}_effects WHERE id = $1");
+        server.up().query_one(&sql, &[&id]).unwrap().get(0)
+    };
+    let ids = [first.as_str()]
+        .into_iter()
+        .chain(without_id.then_some(no_id.as_str()));
+    for (outcome, id) in outcomes.iter().zip(ids.chain([culprit.as_str()])) {
+        let done = matches!(outcome.kind(), OutcomeKind::Ran | OutcomeKind::FailOpen);
+        assert_eq!(
+            effects(id),
+            i64::from(done),
+            "{tag} (ids handed out again: {reused}): {id} is {outcome:?}: {outcomes:?}"
+        );
+    }
+    if reused {
+        // Not a batch failed whole: the store saw the handler's ROLLBACK.
+        let said = format!("{:?}", outcomes.last());
+        assert!(said.contains("transaction itself"), "{tag}: {outcomes:?}");
+    }
+    let _ = server
+        .up()
+        .batch_execute(&format!("DROP TABLE {table}_effects"));
+    reused
+}
+
+/// The same for a single delivery without an id behind PgBouncer: its
+/// transaction's status, asked on the server session the pooler gave after
+/// the crash, said "committed" (another transaction's, under the reused id),
+/// or the store's own query, the first after the crash, was given the
+/// transaction's id again and the store took itself to be still in its
+/// transaction; either way the delivery was acked, its effect rolled back (a
+/// trial; a review).
+#[test]
+fn postgres_a_rollback_without_an_id_before_a_crash_behind_pgbouncer_is_never_taken_for_a_commit() {
+    let server = Crashable::from_env();
+    let _alone = server.alone();
+    let table = postgres_table("tx-crash-rb1");
+    let _clean = PgCleanup {
+        url: server.url.clone(),
+        table: table.clone(),
+    };
+    server
+        .up()
+        .batch_execute(&format!("CREATE TABLE {table}_effects (id TEXT NOT NULL)"))
+        .unwrap();
+    let guard = Guard::new(PostgresStore::connect(&server.via_bouncer(), &table).unwrap());
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    // Reused ids seen: with other transactions committing under them first,
+    // and with the store's own query the first after the crash.
+    let mut reused = [0, 0];
+    for attempt in 0..10 {
+        let others_first = attempt % 2 == 0;
+        let tag = format!("rb1-{attempt}");
+        let mut bystander = server.up();
+        let mut handed_out = false;
+        let outcome = guard.process_in_transaction(&no_id_envelope(&tag), |_, tx| {
+            tx.execute(&insert, &[&tag])?;
+            let xid: i64 = tx.query_one("SELECT txid_current()", &[])?.get(0);
+            tx.batch_execute("ROLLBACK")?;
+            server.kill_one(&mut bystander);
+            handed_out = server.will_hand_out_again(xid);
+            if others_first {
+                server.commit_twenty();
+            }
+            server.wait_for(tx);
+            Ok::<(), postgres::Error>(())
+        });
+        let sql = format!("SELECT count(*) FROM {table}_effects WHERE id = $1");
+        let effects: i64 = server.up().query_one(&sql, &[&tag]).unwrap().get(0);
+        let done = outcome.kind() == OutcomeKind::FailOpen;
+        assert_eq!(
+            effects,
+            i64::from(done),
+            "{tag} (handed out again: {handed_out}): {outcome:?}"
+        );
+        if handed_out {
+            let said = format!("{outcome:?}");
+            assert!(said.contains("transaction itself"), "{tag}: {outcome:?}");
+            reused[usize::from(!others_first)] += 1;
+        }
+        if reused.iter().all(|n| *n > 0) {
+            break;
+        }
+    }
+    let _ = server
+        .up()
+        .batch_execute(&format!("DROP TABLE {table}_effects"));
+    assert!(
+        reused.iter().all(|n| *n > 0),
+        "ids handed out again: {reused:?}"
+    );
+}
+
+/// The second cluster of scripts/with-postgres.sh, which these tests crash.
+struct Crashable {
+    url: String,
+    /// PgBouncer in transaction mode in front of it.
+    bouncer: String,
+    /// scripts/with-postgres.sh's crash.sh: `stop`, `start`, `kill PID`.
+    crash: String,
+}
+
+impl Crashable {
+    fn from_env() -> Self {
+        let var = |name: &str| {
+            std::env::var(name).unwrap_or_else(|_| {
+                panic!("{name} is not set: run the tests through scripts/with-postgres.sh")
+            })
+        };
+        Crashable {
+            url: var("BQ_TEST_POSTGRES_CRASHABLE_URL"),
+            bouncer: var("BQ_TEST_PGBOUNCER_CRASHABLE_URL"),
+            crash: var("BQ_TEST_POSTGRES_CRASH"),
+        }
+    }
+
+    /// The store's URL through PgBouncer (no statement cache, the timeouts
+    /// left to the server, as the docs say for it).
+    fn via_bouncer(&self) -> String {
+        format!(
+            "{}?statement_cache=off&lock_timeout=server&statement_timeout=server",
+            self.bouncer
+        )
+    }
+
+    /// Held while a test crashes the server: the tests of this binary run
+    /// side by side, and one's crash ended the other's sessions (a review).
+    fn alone(&self) -> std::sync::MutexGuard<'static, ()> {
+        static CRASHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        CRASHING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn run(&self, args: &[&str]) {
+        let done = Command::new(&self.crash).args(args).status().unwrap();
+        assert!(done.success(), "crash.sh {args:?}");
+    }
+
+    /// A session of its own, once the server takes them (30 s at most).
+    fn up(&self) -> postgres::Client {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match postgres::Client::connect(&self.url, postgres::NoTls) {
+                Ok(client) => return client,
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
+                Err(e) => panic!("the crashable server is not back: {e}"),
+            }
+        }
+    }
+
+    /// Kills `bystander`'s backend, as the OOM killer does, and returns once
+    /// the reset that follows has ended every session (one of its own seen
+    /// ended: the store's COMMIT raced it, flaky).
+    fn kill_one(&self, bystander: &mut postgres::Client) {
+        let mut watch = self.up();
+        let pid: i32 = bystander
+            .query_one("SELECT pg_backend_pid()", &[])
+            .unwrap()
+            .get(0);
+        self.run(&["kill", &pid.to_string()]);
+        // The reset comes when the server has seen its backend die.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while watch.batch_execute("SELECT 1").is_ok() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Whether the server will hand out `xid` again (its next id is not past
+    /// it, after a crash that lost the WAL of `xid`'s writes).
+    fn will_hand_out_again(&self, xid: i64) -> bool {
+        let sql = "SELECT txid_snapshot_xmax(txid_current_snapshot())";
+        let next: i64 = self.up().query_one(sql, &[]).unwrap().get(0);
+        next <= xid
+    }
+
+    /// Commits twenty transactions, each given an id.
+    fn commit_twenty(&self) {
+        let mut client = self.up();
+        for _ in 0..20 {
+            client.query_one("SELECT txid_current()", &[]).unwrap();
+        }
+    }
+
+    /// Returns once `session` answers again (behind PgBouncer, on a new
+    /// server session), or at once if it is gone (10 s at most).
+    fn wait_for(&self, session: &mut impl postgres::GenericClient) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while let Err(e) = session.batch_execute("SELECT 1") {
+            if e.is_closed() || Instant::now() > deadline {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }

@@ -36,13 +36,6 @@ fn open(path: &Path) -> Guard<SqliteStore> {
     Guard::new(store)
 }
 
-/// An envelope without an id (`fail-open`), told apart by its `trace_id`.
-fn no_id_envelope(trace: &str) -> String {
-    format!(
-        r#"{{"job":"urn:babel:orders:created","trace_id":"{trace}","data":{{}},"meta":{{"schema_version":1}}}}"#
-    )
-}
-
 #[test]
 fn a_success_commits_the_effect_and_the_id_together_and_a_redelivery_skips() {
     let db = TempDb::new("tx-ok");

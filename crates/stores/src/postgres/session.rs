@@ -510,11 +510,6 @@ pub(super) fn optional_array_literal(values: &[Option<&str>]) -> String {
     format!("ARRAY[{}]::text[]", items.join(", "))
 }
 
-/// The first column of the first row `messages` hold.
-pub(super) fn first_text(messages: Vec<SimpleQueryMessage>) -> Option<String> {
-    first_row(messages).and_then(|row| row.get(0).map(str::to_owned))
-}
-
 /// The first row `messages` hold.
 pub(super) fn first_row(messages: Vec<SimpleQueryMessage>) -> Option<SimpleQueryRow> {
     messages.into_iter().find_map(|m| match m {

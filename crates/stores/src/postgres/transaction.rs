@@ -51,13 +51,17 @@ impl TransactionalStore for PostgresStore {
             // COMMIT: the transaction's id does (a round trip more, for a
             // delivery without an id alone).
             let xid = match key {
-                None => Some(first_number(tx.simple_query(XID).map_err(error)?)?),
+                None => Some(xid_of(tx.simple_query(XID).map_err(error)?)?),
                 Some(_) => None,
             };
             // From here the handler's work is in the transaction: nothing to go back to.
             statements.undo = None;
             let not_committed = match work(&mut tx) {
-                Ok(value) => match xid.map(|xid| self.still_ours(&mut tx, xid)).transpose()? {
+                Ok(value) => match xid
+                    .as_ref()
+                    .map(|xid| self.still_ours(&mut tx, xid))
+                    .transpose()?
+                {
                     // Its own ROLLBACK (a BEGIN after or not), or an error it
                     // swallowed: what it began since is rolled back too.
                     Some(Err(run)) => {
@@ -89,12 +93,17 @@ impl TransactionalStore for PostgresStore {
                             // undone, and then its writes are committed: said,
                             // not "nothing committed" (a review's finding).
                             Err(e) => {
-                                let undone =
-                                    self.roll_back_and_undo(tx, &keys, &mark, &writer, xid);
+                                let undone = self.roll_back_and_undo(
+                                    tx,
+                                    &keys,
+                                    &mark,
+                                    &writer,
+                                    xid.as_ref(),
+                                );
                                 return match undone {
-                                    Ok(Some(true)) => {
+                                    Ok(Some(how)) if how != EndedBy::Rollback => {
                                         statements.prepared.retire();
-                                        Ok(TxRun::Aborted(ended_by_handler_error(true)))
+                                        Ok(TxRun::Aborted(ended_by_handler_error(how)))
                                     }
                                     Ok(_) => Err(e),
                                     // The take may stand: said over the finish's error.
@@ -109,9 +118,9 @@ impl TransactionalStore for PostgresStore {
             // A handler that ended the store's transaction (its own COMMIT,
             // then perhaps a BEGIN) committed the id's take with it: undone,
             // or the redelivery would skip a message that never ran.
-            if let Some(committed) = self.roll_back_and_undo(tx, &keys, &mark, &writer, xid)? {
+            if let Some(how) = self.roll_back_and_undo(tx, &keys, &mark, &writer, xid.as_ref())? {
                 statements.prepared.retire();
-                return Ok(TxRun::Aborted(ended_by_handler_error(committed)));
+                return Ok(TxRun::Aborted(ended_by_handler_error(how)));
             }
             Ok(not_committed)
         })
@@ -150,7 +159,7 @@ impl TransactionalStore for PostgresStore {
         // would then wait for its commit to be flushed.)
         let no_ids = names.iter().any(Option::is_none);
         let begin = match no_ids {
-            true => format!("SAVEPOINT {savepoint}; SELECT pg_catalog.txid_current()"),
+            true => format!("SAVEPOINT {savepoint}; {XID}"),
             false => format!("SAVEPOINT {savepoint}"),
         };
         // Before the RELEASE, what a handler may have done to the rest of the
@@ -181,9 +190,9 @@ impl TransactionalStore for PostgresStore {
                             statements: &mut TxStatements<'_>| {
                 let mut runs = Vec::with_capacity(keys.len());
                 // The takes released so far: (id, the row's writer).
-                let mut taken: Vec<(&str, String)> = Vec::new();
+                let mut taken: Vec<(&str, Writer)> = Vec::new();
                 let began = tx.simple_query(&begin).map_err(error)?;
-                let xid = no_ids.then(|| first_number(began)).transpose()?;
+                let xid = no_ids.then(|| xid_of(began)).transpose()?;
                 for (i, key) in names.iter().enumerate() {
                     let key = key.as_deref();
                     if let Some(key) = key {
@@ -224,15 +233,7 @@ impl TransactionalStore for PostgresStore {
                     };
                     match (result, released) {
                         (Ok(()), Ok(())) => {
-                            if let Some((
-                                key,
-                                Writer {
-                                    xmin: Some(writer), ..
-                                },
-                            )) = at_risk.take()
-                            {
-                                taken.push((key, writer));
-                            }
+                            taken.extend(at_risk.take().filter(|(_, w)| w.xmin.is_some()));
                             runs.push(TxRun::Committed(()));
                         }
                         (result, released) => {
@@ -354,7 +355,7 @@ impl PostgresStore {
         let own_commit = (refused(&e) || moved) && (handler_committed || undone);
         match (own_commit, refused_its_writes(&e)) {
             // What it wrote before its own COMMIT stays, whatever refused ours.
-            (true, _) => Ok(TxRun::Aborted(ended_by_handler_error(true))),
+            (true, _) => Ok(TxRun::Aborted(ended_by_handler_error(EndedBy::Commit))),
             (false, true) => Ok(TxRun::Aborted(crate::refused_at_commit(error(e)))),
             (false, false) => Err(error(e)),
         }
@@ -378,14 +379,99 @@ struct Ended<'k, E> {
     result: Result<(), E>,
     kept: bool,
     runs: Vec<TxRun<(), E>>,
-    taken: Vec<(&'k str, String)>,
-    xid: Option<i64>,
+    taken: Vec<(&'k str, Writer)>,
+    xid: Option<Xid>,
 }
 
-/// The first column of the first row `messages` hold, a number.
-fn first_number(messages: Vec<postgres::SimpleQueryMessage>) -> StoreResult<i64> {
-    (first_text(messages).and_then(|v| v.parse().ok()))
-        .ok_or_else(|| StoreError::internal("postgres: txid_current() gave no number"))
+/// A transaction's id (epoch-qualified), with what tells that transaction
+/// from another given the same id after a crash: its backend's pid and its
+/// start (`now()`, in microseconds since the epoch, as [`Writer::at`]).
+#[derive(Clone, PartialEq, Debug)]
+struct Xid {
+    id: i64,
+    pid: i32,
+    began: i64,
+}
+
+/// `now()` in microseconds since the epoch (whatever the session's time zone).
+macro_rules! now_us {
+    () => {
+        "(extract(epoch FROM pg_catalog.now()) OPERATOR(pg_catalog.*) 1000000)::bigint"
+    };
+}
+
+/// [`now_us!`] as a constant, for `format!`.
+const NOW_US: &str = now_us!();
+
+/// The current transaction's id (assigned now), its backend's pid and its
+/// start: all a role a handler sets may read.
+const XID: &str = concat!(
+    "SELECT pg_catalog.txid_current(), pg_catalog.pg_backend_pid(), ",
+    now_us!()
+);
+
+/// [`XID`]'s answer.
+fn xid_of(messages: Vec<postgres::SimpleQueryMessage>) -> StoreResult<Xid> {
+    let row = first_row(messages);
+    let number = |i: usize| row.as_ref().and_then(|row| row.get(i)?.parse::<i64>().ok());
+    match (
+        number(0),
+        number(1).and_then(|pid| i32::try_from(pid).ok()),
+        number(2),
+    ) {
+        (Some(id), Some(pid), Some(began)) => Ok(Xid { id, pid, began }),
+        _ => Err(StoreError::internal(
+            "postgres: txid_current() gave no number",
+        )),
+    }
+}
+
+/// The status (`committed`, `aborted`, `in progress`) of the transaction
+/// whose id `id` (an SQL expression) is, which began at `began` (µs), asked
+/// on `client`; `None` where it cannot be trusted.
+///
+/// After a crash, even one the server recovers from without a restart,
+/// PostgreSQL hands out again an id whose writes never reached the disk, and
+/// another transaction may commit under it: asked on a session begun since
+/// (a new connection, or behind a pooler the same one on a new server
+/// session) the status said "committed" for a run its handler had rolled
+/// back, and the delivery was acked, unrun (a trial). A crash ends every
+/// server session, so a status is trusted on one begun before `began` alone
+/// (its start is read as the session's own user, for this query alone:
+/// another role, one `ALTER ROLE ... SET role` names too, may not see it).
+/// `None` too before PostgreSQL 10 (no `txid_status`), or where the session
+/// may not read its start. (The server's clock is trusted not to step back
+/// across a crash, and a pooler to lead to one server.)
+fn status_since(
+    client: &mut impl postgres::GenericClient,
+    id: &str,
+    began: i64,
+) -> StoreResult<Option<String>> {
+    use postgres::error::SqlState;
+    let sql = format!(
+        "SET LOCAL SESSION AUTHORIZATION DEFAULT; SET LOCAL ROLE NONE; \
+         SELECT pg_catalog.txid_status({id}), \
+           (SELECT (extract(epoch FROM a.backend_start) OPERATOR(pg_catalog.*) 1000000)::bigint \
+            FROM pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) AS a)"
+    );
+    match client.simple_query(&sql) {
+        Ok(messages) => Ok(first_row(messages).and_then(|row| {
+            let started = row.get(1).and_then(|s| s.parse::<i64>().ok());
+            let status = || row.get(0).unwrap_or_default().to_owned();
+            started.is_some_and(|started| started < began).then(status)
+        })),
+        Err(e)
+            if [
+                SqlState::UNDEFINED_FUNCTION,
+                SqlState::INSUFFICIENT_PRIVILEGE,
+            ]
+            .iter()
+            .any(|c| e.code() == Some(c)) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(error(e)),
+    }
 }
 
 /// `Some` when a savepoint statement failed because the handler had ended the
@@ -432,6 +518,10 @@ pub(super) struct Writer {
     /// reused xid (a trial: the id ran twice); a transaction that began later
     /// has a later `now()`.
     at: Option<i64>,
+    /// Its transaction's start (`now()`, in microseconds since the epoch):
+    /// `created_at` may be of another type or precision in a table made by
+    /// hand (a review).
+    began: Option<i64>,
 }
 
 /// The store's statements inside one transaction: the connection's prepared
@@ -559,23 +649,41 @@ pub(super) fn on_notice(notice: postgres::error::DbError) {
     log::info!(target: "postgres::config", "{}: {}", notice.severity(), notice.message());
 }
 
+/// How a handler ended the store's transaction itself, as far as can be told.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum EndedBy {
+    Commit,
+    Rollback,
+    /// Its COMMIT cannot be told from its ROLLBACK: without an id (no take to
+    /// look for), where its transaction's status cannot be trusted
+    /// ([`status_since`]).
+    Unknown,
+}
+
 /// A transactional run whose handler ended the store's transaction itself and
 /// cannot be recorded done, the id's take (if its COMMIT kept it) undone:
-/// whether that transaction was `committed` (its own COMMIT) or rolled back.
-fn ended_by_handler_error(committed: bool) -> StoreError {
-    StoreError::internal(match committed {
-        true => {
+/// whether that transaction was committed (its own COMMIT) or rolled back.
+fn ended_by_handler_error(how: EndedBy) -> StoreError {
+    StoreError::internal(match how {
+        EndedBy::Commit => {
             "postgres: the handler ended the store's transaction itself (its own COMMIT), and \
              this run cannot be recorded as done: what it wrote up to that COMMIT (and after \
              it, outside a transaction) is committed and a redelivery writes it again; the id, \
              if any, is left unrecorded, so the delivery is retried (leave the transaction to \
              the store)"
         }
-        false => {
+        EndedBy::Rollback => {
             "postgres: the handler rolled back the store's transaction itself (its own \
              ROLLBACK): nothing it wrote in it is committed (what it wrote after, outside a \
              transaction, is, and a redelivery writes that again); the delivery is retried \
              (leave the transaction to the store)"
+        }
+        EndedBy::Unknown => {
+            "postgres: the handler ended the store's transaction itself (its own COMMIT or \
+             ROLLBACK), and which cannot be told (the session is a server session begun \
+             since, a pooler's or one after a crash, where the transaction's id may be \
+             another's): what it wrote may be committed, and a redelivery writes it again; \
+             the delivery is retried (leave the transaction to the store)"
         }
     })
 }
@@ -630,16 +738,6 @@ fn read_only_error() -> StoreError {
     )
 }
 
-/// Whether the transaction `xid` (epoch-qualified) is known committed.
-/// (Before PostgreSQL 10, no txid_status: taken for not.)
-fn committed(client: &mut impl postgres::GenericClient, xid: i64) -> bool {
-    let status = client.simple_query(&format!("SELECT pg_catalog.txid_status({xid})"));
-    status.ok().and_then(first_text).as_deref() == Some("committed")
-}
-
-/// The current transaction's id, epoch-qualified.
-const XID: &str = "SELECT pg_catalog.txid_current()";
-
 /// What a transaction a swallowed error aborted is reported with.
 fn aborted_error() -> StoreError {
     StoreError::internal(
@@ -669,8 +767,9 @@ impl PostgresStore {
     /// on it, waits on the mark's row until this transaction ends. The mark's
     /// lease has lapsed when it is written: only its lock counts, and a mark a
     /// handler's own `COMMIT` made visible parks nothing. Answers (done,
-    /// marked, and the transaction id that wrote the row if it was taken: the
-    /// undo's name for the take).
+    /// marked, and the transaction id that wrote the row if it was taken and
+    /// its `created_at`: the undo's name for the take; the transaction's
+    /// start).
     fn take_sql(&self) -> String {
         let (t, c) = (&self.table, &self.claims);
         let ms2 = interval_ms("$2");
@@ -690,8 +789,42 @@ impl PostgresStore {
                {GO_UPSERT}
                RETURNING xmin::text AS writer, {AT} AS at)
              SELECT EXISTS (SELECT 1 FROM done), EXISTS (SELECT 1 FROM mark),
-                    (SELECT writer FROM taken), (SELECT at FROM taken)"
+                    (SELECT writer FROM taken), (SELECT at FROM taken), {NOW_US}"
         )
+    }
+
+    /// [`status_since`] on `client` (a session out of any transaction), and
+    /// where it cannot be trusted there, or without one, on another
+    /// connection (an idle one of the pool is likely older).
+    fn status_anywhere(
+        &self,
+        client: Option<&mut impl postgres::GenericClient>,
+        id: &str,
+        began: i64,
+    ) -> StoreResult<Option<String>> {
+        if let Some(client) = client
+            && let Some(status) = status_since(client, id, began)?
+        {
+            return Ok(Some(status));
+        }
+        let elsewhere = |client: &mut postgres::Client| status_since(client, id, began);
+        Ok(self.on_another_once(&elsewhere).ok().flatten())
+    }
+
+    /// Whether the transaction `xid` committed, where that can be told
+    /// ([`Self::status_anywhere`]; an error, or one still in progress: not
+    /// told).
+    fn committed(
+        &self,
+        client: Option<&mut impl postgres::GenericClient>,
+        xid: &Xid,
+    ) -> Option<bool> {
+        let status = self.status_anywhere(client, &xid.id.to_string(), xid.began);
+        match status.ok().flatten().as_deref() {
+            Some("committed") => Some(true),
+            Some("aborted") => Some(false),
+            _ => None,
+        }
     }
 
     /// Whether a run without an id is still in its transaction `xid` after
@@ -702,28 +835,33 @@ impl PostgresStore {
     fn still_ours<T, E>(
         &self,
         tx: &mut postgres::Transaction<'_>,
-        xid: i64,
+        xid: &Xid,
     ) -> StoreResult<Result<bool, TxRun<T, E>>> {
         let now = match tx.simple_query(XID) {
-            Ok(messages) => first_number(messages)?,
+            Ok(messages) => xid_of(messages)?,
             Err(e) => {
                 // An error it swallowed aborted the transaction: ours, or one
                 // it began after its own COMMIT, which kept what came before.
                 let _aborted = aborted_or(e)?;
                 let _ = tx.batch_execute(RESET);
-                return Ok(Err(TxRun::Aborted(match committed(tx, xid) {
-                    true => ended_by_handler_error(true),
-                    false => aborted_error(),
+                return Ok(Err(TxRun::Aborted(match self.committed(Some(tx), xid) {
+                    Some(true) => ended_by_handler_error(EndedBy::Commit),
+                    Some(false) => aborted_error(),
+                    None => ended_by_handler_error(EndedBy::Unknown),
                 })));
             }
         };
-        if now == xid {
+        // The same id in a transaction begun since is another's (after a
+        // crash, behind a pooler: see [`status_since`]).
+        if now == *xid {
             return Ok(Ok(false));
         }
-        // In autocommit now, or in a transaction the handler began.
-        Ok(match committed(tx, xid) {
-            true => Ok(true),
-            false => Err(TxRun::Aborted(ended_by_handler_error(false))),
+        // In autocommit now, or in a transaction the handler began (asked
+        // elsewhere: the query would run in it).
+        Ok(match self.committed(None::<&mut postgres::Client>, xid) {
+            Some(true) => Ok(true),
+            Some(false) => Err(TxRun::Aborted(ended_by_handler_error(EndedBy::Rollback))),
+            None => Err(TxRun::Aborted(ended_by_handler_error(EndedBy::Unknown))),
         })
     }
 
@@ -760,10 +898,10 @@ impl PostgresStore {
     /// takes wrote (a row a later writer made, a Go consumer's remember after
     /// the TTL, stays; see [`Self::undo_takes`]). `Some` when the handler
     /// had ended the store's transaction (whatever it `SET` is then committed
-    /// on the session): `Some(true)` when its COMMIT had kept a take (undone
+    /// on the session): `Commit` when its COMMIT had kept a take (undone
     /// now), or for a run without an id when its transaction `xid` committed;
-    /// `Some(false)` when its ROLLBACK left none. Two round trips, on
-    /// failures only;
+    /// `Rollback` when its ROLLBACK left none; `Unknown` when, without an id,
+    /// that cannot be told ([`status_since`]). Two round trips, on failures only;
     /// `client_encoding` is set back first, so the ids are read as sent.
     fn roll_back_and_undo(
         &self,
@@ -771,21 +909,23 @@ impl PostgresStore {
         keys: &[&str],
         mark: &str,
         writer: &Writer,
-        xid: Option<i64>,
-    ) -> StoreResult<Option<bool>> {
+        xid: Option<&Xid>,
+    ) -> StoreResult<Option<EndedBy>> {
         // PostgreSQL warns when the ROLLBACK finds no transaction: the
         // handler ended it (a ROLLBACK, or a COMMIT without a BEGIN after it).
         NO_TRANSACTION_WARNED.with(|warned| warned.set(false));
         let rolled_back = tx.batch_execute(RESET);
         let ended = NO_TRANSACTION_WARNED.with(std::cell::Cell::take);
-        let undone = match (rolled_back, xid) {
+        // Whether it committed: `None`, not told.
+        let committed = match (rolled_back, xid) {
             // Without an id, no take tells its COMMIT from its ROLLBACK: the
-            // transaction's status does.
+            // transaction's status does, where it can be told.
             // (Asked whether warned or not: a `client_min_messages` above
             // WARNING silences the warning, a review.)
-            (Ok(()), Some(xid)) => Ok(committed(&mut tx, xid)),
-            (Ok(()), _) => self.undo_takes(&mut tx, keys, mark, writer),
-            (Err(e), _) => Err(error(e)),
+            (Ok(()), Some(xid)) => Ok(self.committed(Some(&mut tx), xid)),
+            (Ok(()), None) => self.undo_takes(&mut tx, keys, mark, writer).map(Some),
+            (Err(_), Some(_)) => Ok(None),
+            (Err(e), None) => Err(error(e)),
         };
         // Its transaction has ended: the drop's own ROLLBACK would cost a
         // round trip more and log "there is no transaction in progress" on
@@ -795,11 +935,16 @@ impl PostgresStore {
         // This session may be gone, or the handler's (a read-only mode or a
         // role its COMMIT kept, which refuses the undo): on another, or the
         // take its COMMIT kept would skip the redelivery.
-        let undone = match undone {
-            Ok(undone) => undone,
-            Err(_) => self.undo_takes_elsewhere(keys, mark, writer)?,
+        let committed = match committed {
+            Ok(committed) => committed,
+            Err(_) => Some(self.undo_takes_elsewhere(keys, mark, writer)?),
         };
-        Ok((undone || ended).then_some(undone))
+        Ok(match (committed, ended) {
+            (Some(true), _) => Some(EndedBy::Commit),
+            (Some(false), true) => Some(EndedBy::Rollback),
+            (None, true) => Some(EndedBy::Unknown),
+            (_, false) => None,
+        })
     }
 
     /// After a batch delivery whose handler ended the store's transaction
@@ -835,22 +980,16 @@ impl PostgresStore {
         let at = runs.len();
         let kept = kept && result.is_ok();
         let undo = culprit.as_ref().filter(|_| !kept);
-        let mut taken: Vec<(&str, &str)> = (taken.iter()).map(|(k, w)| (*k, w.as_str())).collect();
+        let mut taken: Vec<(&str, &Writer)> = (taken.iter()).map(|(k, w)| (*k, w)).collect();
         // The takes to finish: those released, and its own if kept.
         let mut ran: Vec<&str> = taken.iter().map(|(key, _)| *key).collect();
-        if let Some((
-            key,
-            Writer {
-                xmin: Some(writer), ..
-            },
-        )) = culprit.as_ref()
-        {
-            taken.push((*key, writer.as_str()));
+        if let Some((key, writer)) = culprit.as_ref().filter(|(_, w)| w.xmin.is_some()) {
+            taken.push((*key, writer));
             ran.extend(kept.then_some(*key));
         }
         let reset = tx.batch_execute(RESET);
         let here = match reset {
-            Ok(()) => self.follow_up(&mut tx, undo, &ran, (xid, &taken), ttl, mark),
+            Ok(()) => self.follow_up(&mut tx, undo, &ran, (xid.as_ref(), &taken), ttl, mark),
             Err(e) => Err(error(e)),
         };
         // Its transaction has ended (as in `roll_back_and_undo`).
@@ -863,14 +1002,22 @@ impl PostgresStore {
             Ok(committed) => committed,
             Err(_) => {
                 let follow_up = |client: &mut postgres::Client| {
-                    self.follow_up(client, undo, &ran, (xid, &taken), ttl, mark)
+                    self.follow_up(client, undo, &ran, (xid.as_ref(), &taken), ttl, mark)
                 };
                 self.on_another(follow_up)?
             }
         };
+        // Not told (no take, asked on another backend): run again, as its
+        // every redelivery may.
+        let how = match committed {
+            Some(true) => EndedBy::Commit,
+            Some(false) => EndedBy::Rollback,
+            None => EndedBy::Unknown,
+        };
+        let committed = committed == Some(true);
         let own = match kept && committed {
             true => TxRun::Committed(()),
-            false => TxRun::Aborted(ended_by_handler_error(committed)),
+            false => TxRun::Aborted(ended_by_handler_error(how)),
         };
         // Rolled back, a repeat of an id this batch had run is no longer
         // done: it runs again too.
@@ -896,20 +1043,20 @@ impl PostgresStore {
     /// culprit's take undone (`undo`), the takes of `ran` finished. Whether
     /// the batch's transaction committed: a take found standing, or else the
     /// status of the batch's transaction (`xid`, read where it has
-    /// deliveries without an id), else of the (sub)transaction that wrote a
-    /// take in `taken` (id, writer), which nothing another client does can
-    /// hide (a claim taking over a mark made visible lapsed, a forget of the
-    /// id); before PostgreSQL 10, the row version that take wrote, and with
-    /// none: not committed.
+    /// deliveries without an id) or of a take's writer, where it can be
+    /// trusted ([`status_since`]), or else whether the row version a take in
+    /// `taken` wrote ([`Writer`]) is there; not told (`None`) without. (The status was trusted anywhere: after a crash its id may be
+    /// another's, which committed, and the deliveries before were acked,
+    /// unrun: a trial.)
     fn follow_up(
         &self,
         client: &mut impl postgres::GenericClient,
         undo: Option<&(&str, Writer)>,
         ran: &[&str],
-        (xid, taken): (Option<i64>, &[(&str, &str)]),
+        (xid, taken): (Option<&Xid>, &[(&str, &Writer)]),
         ttl: Option<i64>,
         mark: &str,
-    ) -> StoreResult<bool> {
+    ) -> StoreResult<Option<bool>> {
         let undone = match undo {
             Some((key, writer)) => self.undo_takes(client, &[*key], mark, writer)?,
             None => false,
@@ -926,58 +1073,90 @@ impl PostgresStore {
                 .is_empty(),
         };
         if undone || finished {
-            return Ok(true);
+            return Ok(Some(true));
         }
-        // A take's writer is a 32-bit xid: its epoch is the current one's,
-        // or the one before if it is past the current xid's low bits (the
-        // current one assigned now: a snapshot's xmax may be at or below a
-        // writer still in progress, which put it an epoch back, "in the
-        // future" before the first wraparound: a review).
-        let xid = xid.map(|xid| xid.to_string());
-        let (status, of): (&str, &(dyn postgres::types::ToSql + Sync)) = match (&xid, taken.first())
-        {
-            (Some(xid), _) => ("SELECT txid_status($1::text::bigint)", xid),
-            (None, Some((_, writer))) => (
-                "SELECT txid_status((s.x >> 32 << 32 | $1::text::bigint)
-                   - CASE WHEN $1::text::bigint > (s.x & 4294967295) THEN 4294967296 ELSE 0 END)
-                 FROM (SELECT txid_current() AS x) s",
-                writer,
-            ),
-            // Nothing written before it: nothing of the batch to keep.
-            (None, None) => return Ok(false),
+        // The batch's transaction's status, where it can be trusted
+        // ([`status_since`]): by its id, or else by the id of the
+        // (sub)transaction that wrote a take (its row's `created_at` is the
+        // transaction's start), whose epoch is the current one's, or the one
+        // before if it is past the current xid's low bits (the current one
+        // assigned now: a snapshot's xmax may be at or below a writer still
+        // in progress, which put it an epoch back, "in the future" before the
+        // first wraparound: a review).
+        let writer = taken.first().and_then(|(_, w)| {
+            let xmin = w.xmin.as_deref()?.parse::<u32>().ok()?;
+            Some((xmin, w.began?))
+        });
+        let asked = match (xid, writer) {
+            (Some(xid), _) => Some((xid.id.to_string(), xid.began)),
+            (None, Some((xmin, began))) => Some((
+                // (Every operator named with its schema, the number typed:
+                // `bigint | integer` has no exact match in pg_catalog, and
+                // an operator of that shape in public would run: a review.)
+                format!(
+                    "(SELECT (s.x OPERATOR(pg_catalog.>>) 32 OPERATOR(pg_catalog.<<) 32 \
+                              OPERATOR(pg_catalog.|) w) \
+                             OPERATOR(pg_catalog.-) CASE WHEN w OPERATOR(pg_catalog.>) \
+                               (s.x OPERATOR(pg_catalog.&) 4294967295::pg_catalog.int8) \
+                             THEN 4294967296::pg_catalog.int8 ELSE 0::pg_catalog.int8 END \
+                     FROM (SELECT pg_catalog.txid_current() AS x, \
+                                  {xmin}::pg_catalog.int8 AS w) s)"
+                ),
+                began,
+            )),
+            (None, None) => None,
         };
-        match client.query_typed_one(status, &[(of, Type::TEXT)]) {
-            Ok(row) => {
-                return match row.get::<_, Option<String>>(0).as_deref() {
-                    Some("committed") => Ok(true),
-                    Some("aborted") => Ok(false),
-                    // Still in progress (a handler's PREPARE TRANSACTION):
-                    // not known; the batch fails as one, and its redeliveries
-                    // wait on the prepared transaction's rows until it ends.
-                    other => Err(StoreError::unavailable(format!(
+        if let Some((id, began)) = asked {
+            match self
+                .status_anywhere(Some(&mut *client), &id, began)?
+                .as_deref()
+            {
+                Some("committed") => return Ok(Some(true)),
+                Some("aborted") => return Ok(Some(false)),
+                // Still in progress (a handler's PREPARE TRANSACTION): not
+                // known; the batch fails as one, and its redeliveries wait
+                // on the prepared transaction's rows until it ends.
+                Some(other) => {
+                    return Err(StoreError::unavailable(format!(
                         "postgres: the batch's transaction is {} (did the handler run PREPARE \
                          TRANSACTION? its rows stay locked until COMMIT PREPARED or ROLLBACK \
                          PREPARED)",
-                        other.unwrap_or("of unknown status")
-                    ))),
-                };
+                        if other.is_empty() {
+                            "of unknown status"
+                        } else {
+                            other
+                        }
+                    )));
+                }
+                // Not to be trusted here (or before PostgreSQL 10).
+                None => {}
             }
-            // No txid_status (before PostgreSQL 10): the row version below.
-            Err(e) if e.code() == Some(&postgres::error::SqlState::UNDEFINED_FUNCTION) => {}
-            Err(e) => return Err(error(e)),
         }
         if taken.is_empty() {
-            return Ok(false);
+            // Nothing written before it (nothing of the batch to keep), or
+            // nothing to tell by.
+            return Ok(xid.is_none().then_some(false));
         }
-        let (ids, writers): (Vec<&str>, Vec<&str>) = taken.iter().copied().unzip();
+        // The take's own row version (its `xmin` and `created_at`, as the
+        // undo names it): there, the batch committed; gone, it rolled back,
+        // or a forget or a later writer took it (not told).
+        let ids: Vec<&str> = taken.iter().map(|(id, _)| *id).collect();
+        let xmins: Vec<Option<&str>> = taken.iter().map(|(_, w)| w.xmin.as_deref()).collect();
+        let ats: Vec<Option<i64>> = taken.iter().map(|(_, w)| w.at).collect();
         let sql = format!(
-            "SELECT EXISTS (SELECT 1 FROM {} AS t, unnest($1::text[], $2::text[]) AS w(id, x)
-                            WHERE t.message_id = w.id AND t.xmin::text = w.x)",
+            "SELECT EXISTS (SELECT 1 FROM {} AS t,
+                                   unnest($1::text[], $2::text[], $3::bigint[]) AS w(id, x, at)
+                            WHERE t.message_id = w.id AND t.xmin::text = w.x
+                              AND {AT} IS NOT DISTINCT FROM w.at)",
             self.table
         );
-        let params: &Params<'_> = &[(&ids, Type::TEXT_ARRAY), (&writers, Type::TEXT_ARRAY)];
+        let params: &Params<'_> = &[
+            (&ids, Type::TEXT_ARRAY),
+            (&xmins, Type::TEXT_ARRAY),
+            (&ats, Type::INT8_ARRAY),
+        ];
         let row = client.query_typed_one(&sql, params).map_err(error)?;
-        Ok(row.get(0))
+        Ok(row.get::<_, bool>(0).then_some(true))
     }
 
     /// [`Self::roll_back_and_undo`]'s undo on a connection of its own, for a
@@ -1134,6 +1313,7 @@ impl PostgresStore {
             (false, true, Some(writer)) => Ok(Writer {
                 xmin: Some(writer),
                 at: row.get(3),
+                began: row.get(4),
             }),
             // Done by a run that committed while this one waited on the mark.
             (false, true, None) => Err(TxRun::AlreadyDone),

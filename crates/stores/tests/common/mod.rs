@@ -259,6 +259,13 @@ impl Drop for PgCleanup {
     }
 }
 
+/// An envelope without an id (`fail-open`), told apart by its `trace_id`.
+pub fn no_id_envelope(trace: &str) -> String {
+    format!(
+        r#"{{"job":"urn:babel:orders:created","trace_id":"{trace}","data":{{}},"meta":{{"schema_version":1}}}}"#
+    )
+}
+
 /// A valid envelope whose `meta.id` is `id`.
 pub fn envelope(id: &str) -> String {
     serde_json::json!({
