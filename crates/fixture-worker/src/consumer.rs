@@ -276,17 +276,28 @@ fn counters(report: &BatchReport, round_trips: &RoundTrips, observed: &Observed)
 }
 
 /// A dead letter as the log keeps it: its text, or for a letter sent as a
-/// structured clone that JSON cannot write (a body holding a BigInt), JSON with
-/// each BigInt written as the string `"10n"`.
+/// structured clone, JSON with each BigInt written as the string `"10n"` and
+/// each `ArrayBuffer` as `{"array_buffer": [its bytes]}` (JSON writes `{}`).
 fn letter_text(message: &bq_dedupe_workers::QueueMessage) -> String {
     use wasm_bindgen::{JsCast, JsValue, closure::Closure};
     let bytes = message.body_bytes();
     let letter = message.body();
-    if !bytes.is_empty() || letter.is_string() {
+    let binary =
+        letter.is_instance_of::<js_sys::ArrayBuffer>() || js_sys::ArrayBuffer::is_view(&letter);
+    if letter.is_string() || binary {
         return String::from_utf8_lossy(&bytes).into_owned();
     }
     let replacer =
         Closure::<dyn FnMut(JsValue, JsValue) -> JsValue>::new(|_key: JsValue, value: JsValue| {
+            if value.is_instance_of::<js_sys::ArrayBuffer>() {
+                let bytes = js_sys::Array::from(&js_sys::Uint8Array::new(&value));
+                let out = js_sys::Object::new();
+                let _ = js_sys::Reflect::set(&out, &"array_buffer".into(), &bytes);
+                return out.into();
+            }
+            if value.is_instance_of::<js_sys::Map>() {
+                return js_sys::Object::from_entries(&value).map_or(value, Into::into);
+            }
             if !value.is_bigint() {
                 return value;
             }
@@ -294,7 +305,11 @@ fn letter_text(message: &bq_dedupe_workers::QueueMessage) -> String {
             n.map_or(JsValue::NULL, |n| JsValue::from_str(&format!("{n}n")))
         });
     let text = js_sys::JSON::stringify_with_replacer(&letter, replacer.as_ref());
-    text.ok().and_then(|t| t.as_string()).unwrap_or_default()
+    let text = text.ok().and_then(|t| t.as_string()).unwrap_or_default();
+    match text.is_empty() {
+        true => String::from_utf8_lossy(&bytes).into_owned(),
+        false => text,
+    }
 }
 
 /// Dead letters are kept in the log (so `GET /dead-letters` shows them) and acked.

@@ -77,12 +77,44 @@ pub(crate) fn body_bytes(body: &JsValue) -> Vec<u8> {
 /// Whether `bytes`, what [`body_bytes`] made of `body`, hold the body whole
 /// as UTF-8 text. Not when JSON could not write the value (a BigInt, a cycle,
 /// `undefined`: empty bytes), nor when the text is not UTF-8 (a lone
-/// surrogate, binary bytes): a dead letter carries such a body as the value
+/// surrogate, binary bytes), nor when the text leaves out a part of it
+/// ([`text_loses_part`]): a dead letter carries such a body as the value
 /// itself (`crate::consumer`), since text would lose it.
 pub(crate) fn is_whole_text(body: &JsValue, bytes: &[u8]) -> bool {
     let binary = body.is_instance_of::<ArrayBuffer>() || ArrayBuffer::is_view(body);
     let unwritable = bytes.is_empty() && !body.is_string() && !binary;
-    !unwritable && std::str::from_utf8(bytes).is_ok()
+    let object = body.is_object() && !binary;
+    !unwritable && std::str::from_utf8(bytes).is_ok() && !(object && text_loses_part(body))
+}
+
+/// Whether the JSON text of `body`, an object, loses a part of it: bytes in
+/// it (an `ArrayBuffer` is written `{}`, a typed array as numbered keys), a
+/// `Set`, `RegExp` or `Error` (each written `{}`), a number JSON has no text
+/// for (`NaN`, `Infinity`: `null`). A letter holding a binary body came round
+/// a second time with `"body": {}` (a review): its bytes were gone.
+fn text_loses_part(body: &JsValue) -> bool {
+    let lost = std::rc::Rc::new(std::cell::Cell::new(false));
+    let seen = lost.clone();
+    let replacer = Closure::<dyn FnMut(JsValue, JsValue) -> JsValue>::new(
+        move |_key: JsValue, value: JsValue| -> JsValue {
+            let bytes = value.is_instance_of::<ArrayBuffer>() || ArrayBuffer::is_view(&value);
+            let empty = value.is_instance_of::<js_sys::Set>()
+                || value.is_instance_of::<js_sys::RegExp>()
+                || value.is_instance_of::<js_sys::Error>();
+            let no_text = value.as_f64().is_some_and(|n| !n.is_finite());
+            if bytes || empty || no_text {
+                seen.set(true);
+            }
+            // A Map is read as its object (as `body_bytes` does), the values
+            // in it looked at too.
+            match value.is_instance_of::<Map>() {
+                true => Object::from_entries(&value).map_or(value, Into::into),
+                false => value,
+            }
+        },
+    );
+    let _ = JSON::stringify_with_replacer(body, replacer.as_ref());
+    lost.get()
 }
 
 fn stringify(body: &JsValue, replacer: Option<&JsValue>) -> Option<String> {

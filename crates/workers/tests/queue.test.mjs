@@ -352,6 +352,20 @@ describe("poison (malformed or invalid envelopes)", () => {
       assert.equal(stats.dead_lettered, 5, JSON.stringify(stats));
     }));
 
+  test("a binary body whose letter comes round again keeps its bytes in every lap (a review: the second lap's letter said \"body\": {})", () =>
+    withWorker({ vars: { DEDUPE_DEAD_LETTER: "ORDERS" }, consumer: { maxRetries: 2 } }, async (worker) => {
+      const orders = await worker.mf.getQueueProducer("ORDERS");
+      await orders.send(new Uint8Array([0x7b, 0xff, 0xfe]).buffer, { contentType: "v8" });
+      const stats = await worker.waitForStats((s) => s.dead_letters_received >= 1, "the queue's own DLQ");
+      assert.equal(stats.dead_lettered, 5, JSON.stringify(stats));
+      const [letter] = (await worker.deadLetters()).dead_letters;
+      assert.equal(letter.dead_letter?.laps, 5, JSON.stringify(letter).slice(0, 600));
+      // Each lap's letter holds the one before as its body, the bytes last.
+      let inner = letter;
+      while (inner?.body && !inner.body.array_buffer) inner = inner.body;
+      assert.deepEqual(inner?.body?.array_buffer, [0x7b, 0xff, 0xfe], JSON.stringify(letter).slice(0, 600));
+    }));
+
   test("a whole letter sent back (a redrive as docs/workers.md shows) that fails again is dead-lettered again, its laps counted (a review)", () =>
     withWorker({ vars: { DEDUPE_MAX_RETRIES: "1" }, consumer: { maxRetries: 1 } }, async (worker) => {
       const block = { reason: "failed", failed_at: 1, original_queue: "bq-orders", attempts: 1 };
