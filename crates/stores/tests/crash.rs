@@ -137,16 +137,7 @@ fn postgres_a_batch_handler_rollback_before_a_crash_behind_pgbouncer_is_never_ta
 /// One try of the test above: whether the crashed batch's ids were handed
 /// out again.
 fn rollback_then_crash(server: &Crashable, without_id: bool, attempt: usize) -> bool {
-    let table = postgres_table("tx-crash-rb");
-    let _clean = PgCleanup {
-        url: server.url.clone(),
-        table: table.clone(),
-    };
-    server
-        .up()
-        .batch_execute(&format!("CREATE TABLE {table}_effects (id TEXT NOT NULL)"))
-        .unwrap();
-    let guard = Guard::new(PostgresStore::connect(&server.via_bouncer(), &table).unwrap());
+    let (guard, table, _clean) = server.guard_with_effects("tx-crash-rb");
     let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
     let tag = format!("rb-{without_id}-{attempt}");
     let (first, no_id, culprit) = (format!("{tag}-a"), format!("{tag}-n"), format!("{tag}-b"));
@@ -171,17 +162,13 @@ fn rollback_then_crash(server: &Crashable, without_id: bool, attempt: usize) -> 
         server.wait_for(tx);
         Ok::<(), postgres::Error>(())
     });
-    let effects = |id: &str| -> i64 {
-        let sql = format!("SELECT count(*) FROM {table}_effects WHERE id = $1");
-        server.up().query_one(&sql, &[&id]).unwrap().get(0)
-    };
     let ids = [first.as_str()]
         .into_iter()
         .chain(without_id.then_some(no_id.as_str()));
     for (outcome, id) in outcomes.iter().zip(ids.chain([culprit.as_str()])) {
         let done = matches!(outcome.kind(), OutcomeKind::Ran | OutcomeKind::FailOpen);
         assert_eq!(
-            effects(id),
+            server.effects(&table, id),
             i64::from(done),
             "{tag} (ids handed out again: {reused}): {id} is {outcome:?}: {outcomes:?}"
         );
@@ -208,16 +195,7 @@ fn rollback_then_crash(server: &Crashable, without_id: bool, attempt: usize) -> 
 fn postgres_a_rollback_without_an_id_before_a_crash_behind_pgbouncer_is_never_taken_for_a_commit() {
     let server = Crashable::from_env();
     let _alone = server.alone();
-    let table = postgres_table("tx-crash-rb1");
-    let _clean = PgCleanup {
-        url: server.url.clone(),
-        table: table.clone(),
-    };
-    server
-        .up()
-        .batch_execute(&format!("CREATE TABLE {table}_effects (id TEXT NOT NULL)"))
-        .unwrap();
-    let guard = Guard::new(PostgresStore::connect(&server.via_bouncer(), &table).unwrap());
+    let (guard, table, _clean) = server.guard_with_effects("tx-crash-rb1");
     let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
     // Reused ids seen: with other transactions committing under them first,
     // and with the store's own query the first after the crash.
@@ -239,8 +217,7 @@ fn postgres_a_rollback_without_an_id_before_a_crash_behind_pgbouncer_is_never_ta
             server.wait_for(tx);
             Ok::<(), postgres::Error>(())
         });
-        let sql = format!("SELECT count(*) FROM {table}_effects WHERE id = $1");
-        let effects: i64 = server.up().query_one(&sql, &[&tag]).unwrap().get(0);
+        let effects = server.effects(&table, &tag);
         let done = outcome.kind() == OutcomeKind::FailOpen;
         assert_eq!(
             effects,
@@ -295,6 +272,26 @@ impl Crashable {
             "{}?statement_cache=off&lock_timeout=server&statement_timeout=server",
             self.bouncer
         )
+    }
+
+    /// A store behind PgBouncer on a table of its own, and `TABLE_effects`
+    /// beside it for the handlers' writes: the guard, the table, its cleanup.
+    fn guard_with_effects(&self, tag: &str) -> (Guard<PostgresStore>, String, PgCleanup) {
+        let table = postgres_table(tag);
+        let clean = PgCleanup {
+            url: self.url.clone(),
+            table: table.clone(),
+        };
+        let create = format!("CREATE TABLE {table}_effects (id TEXT NOT NULL)");
+        self.up().batch_execute(&create).unwrap();
+        let store = PostgresStore::connect(&self.via_bouncer(), &table).unwrap();
+        (Guard::new(store), table, clean)
+    }
+
+    /// How many times `id`'s effect is in `table`'s effects.
+    fn effects(&self, table: &str, id: &str) -> i64 {
+        let sql = format!("SELECT count(*) FROM {table}_effects WHERE id = $1");
+        self.up().query_one(&sql, &[&id]).unwrap().get(0)
     }
 
     /// Held while a test crashes the server: the tests of this binary run
