@@ -448,13 +448,27 @@ fn status_since(
     began: i64,
 ) -> StoreResult<Option<String>> {
     use postgres::error::SqlState;
-    let sql = format!(
+    let query = format!(
         "SET LOCAL SESSION AUTHORIZATION DEFAULT; SET LOCAL ROLE NONE; \
          SELECT pg_catalog.txid_status({id}), \
            (SELECT (extract(epoch FROM a.backend_start) OPERATOR(pg_catalog.*) 1000000)::bigint \
             FROM pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) AS a)"
     );
-    match client.simple_query(&sql) {
+    // In a transaction a handler began, under a savepoint: its `SET LOCAL`s
+    // come back for the rest of it (its deferred triggers fire under them).
+    // Out of one, SAVEPOINT fails (25P01) and the query runs alone: its
+    // `SET LOCAL`s last for it alone.
+    let saved = format!(
+        "SAVEPOINT bq_status; {query}; ROLLBACK TO SAVEPOINT bq_status; \
+         RELEASE SAVEPOINT bq_status"
+    );
+    let asked = match client.simple_query(&saved) {
+        Err(e) if e.code() == Some(&SqlState::NO_ACTIVE_SQL_TRANSACTION) => {
+            client.simple_query(&query)
+        }
+        asked => asked,
+    };
+    match asked {
         Ok(messages) => Ok(first_row(messages).and_then(|row| {
             let started = row.get(1).and_then(|s| s.parse::<i64>().ok());
             let status = || row.get(0).unwrap_or_default().to_owned();
@@ -794,21 +808,23 @@ impl PostgresStore {
     }
 
     /// [`status_since`] on `client` (a session out of any transaction), and
-    /// where it cannot be trusted there, or without one, on another
+    /// where it cannot be trusted or asked there, or without one, on another
     /// connection (an idle one of the pool is likely older).
     fn status_anywhere(
         &self,
         client: Option<&mut impl postgres::GenericClient>,
         id: &str,
         began: i64,
-    ) -> StoreResult<Option<String>> {
+    ) -> Option<String> {
+        // (A session that fails the query, gone or still the handler's, is
+        // passed over too.)
         if let Some(client) = client
-            && let Some(status) = status_since(client, id, began)?
+            && let Ok(Some(status)) = status_since(client, id, began)
         {
-            return Ok(Some(status));
+            return Some(status);
         }
         let elsewhere = |client: &mut postgres::Client| status_since(client, id, began);
-        Ok(self.on_another_once(&elsewhere).ok().flatten())
+        self.on_another_once(&elsewhere).ok().flatten()
     }
 
     /// Whether the transaction `xid` committed, where that can be told
@@ -820,7 +836,7 @@ impl PostgresStore {
         xid: &Xid,
     ) -> Option<bool> {
         let status = self.status_anywhere(client, &xid.id.to_string(), xid.began);
-        match status.ok().flatten().as_deref() {
+        match status.as_deref() {
             Some("committed") => Some(true),
             Some("aborted") => Some(false),
             _ => None,
@@ -856,9 +872,8 @@ impl PostgresStore {
         if now == *xid {
             return Ok(Ok(false));
         }
-        // In autocommit now, or in a transaction the handler began (asked
-        // elsewhere: the query would run in it).
-        Ok(match self.committed(None::<&mut postgres::Client>, xid) {
+        // In autocommit now, or in a transaction the handler began.
+        Ok(match self.committed(Some(tx), xid) {
             Some(true) => Ok(true),
             Some(false) => Err(TxRun::Aborted(ended_by_handler_error(EndedBy::Rollback))),
             None => Err(TxRun::Aborted(ended_by_handler_error(EndedBy::Unknown))),
@@ -1108,7 +1123,7 @@ impl PostgresStore {
         };
         if let Some((id, began)) = asked {
             match self
-                .status_anywhere(Some(&mut *client), &id, began)?
+                .status_anywhere(Some(&mut *client), &id, began)
                 .as_deref()
             {
                 Some("committed") => return Ok(Some(true)),
