@@ -378,7 +378,16 @@ impl RedisStore {
                     }
                     self.resent.fetch_add(1, Ordering::Relaxed);
                 }
-                Err(e) => return Err(error(e)),
+                // Any other error leaves the connection too: a cluster's
+                // pipeline cut short (a node it had to connect to refused the
+                // PING: loading, at maxclients, another ACL) left the replies of
+                // the nodes it had written to unread, and every later call on
+                // it read an earlier one's (a `d` for a new id: skipped, never
+                // run; a review).
+                Err(e) => {
+                    *slot = None;
+                    return Err(error(e));
+                }
             }
         }
     }
