@@ -118,14 +118,18 @@ pub(crate) fn check_options(what: &str, o: &JsValue, known: &[&str]) -> Result<(
     Ok(())
 }
 
-/// `o[key]` when `o` is an object and the value is neither `undefined` nor `null`.
-fn opt_prop(o: &JsValue, key: &'static str) -> Option<JsValue> {
-    let v = if o.is_object() {
-        prop(o, key)
-    } else {
-        JsValue::UNDEFINED
-    };
-    (!v.is_undefined() && !v.is_null()).then_some(v)
+/// `o[key]` when `o` is an object and the value is neither `undefined` nor
+/// `null`. A getter that throws is refused: its option was dropped unsaid (a
+/// `claimLeaseMs` so lost ran overlapping deliveries twice: a user's trial).
+fn opt_prop(o: &JsValue, key: &'static str) -> Result<Option<JsValue>, JsValue> {
+    if !o.is_object() {
+        return Ok(None);
+    }
+    let v = js_sys::Reflect::get(o, interned(key)).map_err(|e| {
+        let why = store::message_of(&e);
+        type_error(&format!("options.{key} could not be read: {why}"))
+    })?;
+    Ok((!v.is_undefined() && !v.is_null()).then_some(v))
 }
 
 /// An optional non-negative number option.
@@ -134,7 +138,7 @@ pub(crate) fn opt_number(
     o: &JsValue,
     key: &'static str,
 ) -> Result<Option<f64>, JsValue> {
-    let Some(v) = opt_prop(o, key) else {
+    let Some(v) = opt_prop(o, key)? else {
         return Ok(None);
     };
     match v.as_f64() {
@@ -146,7 +150,7 @@ pub(crate) fn opt_number(
 }
 
 fn opt_string(o: &JsValue, key: &'static str) -> Result<Option<String>, JsValue> {
-    let Some(v) = opt_prop(o, key) else {
+    let Some(v) = opt_prop(o, key)? else {
         return Ok(None);
     };
     text(v, &format!("options.{key}")).map(Some)
@@ -154,7 +158,7 @@ fn opt_string(o: &JsValue, key: &'static str) -> Result<Option<String>, JsValue>
 
 /// A JS string as Rust text. A lone surrogate is refused: converting it would
 /// make it U+FFFD, so two different strings would name one key.
-fn text(v: JsValue, what: &str) -> Result<String, JsValue> {
+pub(crate) fn text(v: JsValue, what: &str) -> Result<String, JsValue> {
     match v.as_string() {
         Some(s) if crossing::well_formed(&v) => Ok(s),
         Some(_) => Err(type_error(&format!(
@@ -200,12 +204,12 @@ fn options(o: &Option<JsValue>) -> Result<Options, JsValue> {
     }
     // Checked with or without a tracer, and so by `wrap` when it wraps: it was
     // ignored until a tracer came, then failed every delivery (a review).
-    if opt_prop(o, "headers").is_some_and(|h| !h.is_object() && !h.is_function()) {
+    if opt_prop(o, "headers")?.is_some_and(|h| !h.is_object() && !h.is_function()) {
         return Err(type_error(
             "options.headers must be an object, an array or a function",
         ));
     }
-    if opt_prop(o, "tracer").is_some_and(|t| !store::is_function(&t, "startSpan")) {
+    if opt_prop(o, "tracer")?.is_some_and(|t| !store::is_function(&t, "startSpan")) {
         return Err(type_error(
             "options.tracer must be an OpenTelemetry Tracer (trace.getTracer(name))",
         ));
@@ -414,7 +418,10 @@ async fn run_outcomes(
 ) -> Result<(Vec<Outcome<HandlerError>>, Vec<Option<String>>), JsValue> {
     let handler = handler_of(handler)?;
     let mut store = store;
-    let tracer = options.as_ref().and_then(|o| opt_prop(o, "tracer"));
+    // (Read, and checked, once before: a getter that throws now is no tracer.)
+    let tracer = options
+        .as_ref()
+        .and_then(|o| opt_prop(o, "tracer").ok().flatten());
     if let Some(tracer) = &tracer {
         // A store or options the guard refuses, refused before any span
         // starts (they were left open: a review).

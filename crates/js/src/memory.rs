@@ -162,37 +162,53 @@ impl JsInMemoryStore {
     }
 
     /// Is `key` remembered (and not expired)?
-    pub fn seen(&self, key: &str) -> Result<bool, JsValue> {
-        ready(self.store.seen(key))
+    pub fn seen(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "string")] key: JsValue,
+    ) -> Result<bool, JsValue> {
+        ready(self.store.seen(&key_of(key)?))
     }
 
     /// Remembers `key`, for `ttlMs` milliseconds or until forgotten.
     pub fn remember(
         &self,
-        key: &str,
+        #[wasm_bindgen(unchecked_param_type = "string")] key: JsValue,
         #[wasm_bindgen(js_name = ttlMs)] ttl_ms: Option<f64>,
     ) -> Result<(), JsValue> {
-        ready(self.store.remember(key, ttl_ms.map(millis).transpose()?))
+        ready(
+            self.store
+                .remember(&key_of(key)?, ttl_ms.map(millis).transpose()?),
+        )
     }
 
     /// Drops `key` and any claim on it.
-    pub fn forget(&self, key: &str) -> Result<(), JsValue> {
-        ready(self.store.forget(key))
+    pub fn forget(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "string")] key: JsValue,
+    ) -> Result<(), JsValue> {
+        ready(self.store.forget(&key_of(key)?))
     }
 
     /// Claims `key` for `leaseMs` (see the claiming mode).
     #[wasm_bindgen(unchecked_return_type = "ClaimResult")]
     pub fn claim(
         &self,
-        key: &str,
+        #[wasm_bindgen(unchecked_param_type = "string")] key: JsValue,
         #[wasm_bindgen(js_name = leaseMs)] lease_ms: f64,
     ) -> Result<JsValue, JsValue> {
-        ready(self.store.claim(key, millis(lease_ms)?)).map(|c| claim_to_js(&c))
+        ready(self.store.claim(&key_of(key)?, millis(lease_ms)?)).map(|c| claim_to_js(&c))
     }
 
     /// Gives up a claim, if `token` still owns it.
-    pub fn release(&self, key: &str, token: &str) -> Result<(), JsValue> {
-        ready(self.store.release(key, &ClaimToken(token.to_string())))
+    pub fn release(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "string")] key: JsValue,
+        token: &str,
+    ) -> Result<(), JsValue> {
+        ready(
+            self.store
+                .release(&key_of(key)?, &ClaimToken(token.to_string())),
+        )
     }
 
     /// Remembered ids (`state: "done"`) and live claims (`state: "claimed"`), oldest first.
@@ -242,6 +258,14 @@ impl JsInMemoryStore {
     pub fn purge_expired(&self) -> usize {
         self.store.purge_expired()
     }
+}
+
+/// A key given to a store method, refused where it is no string or holds a
+/// lone surrogate: made U+FFFD on the way in, `remember("a\u{d83d}")` recorded
+/// `a\u{fffd}`, and a message with that id was skipped, never run (a user's
+/// trial); as `forget` and the ids of envelopes are refused.
+fn key_of(key: JsValue) -> Result<String, JsValue> {
+    crate::text(key, "key")
 }
 
 /// A TTL or lease given to the store's own methods: milliseconds above 0

@@ -79,7 +79,9 @@ pub(crate) fn start(
     let memory = crate::memory::lookup(store).ok().flatten().is_some();
     let names = NAMES.iter().map(|n| JsValue::from_str(n)).collect();
     // The transport's `traceparent` / `tracestate`, read by `otel.js`.
-    let headers = options.as_ref().and_then(|o| crate::opt_prop(o, "headers"));
+    let headers = options
+        .as_ref()
+        .and_then(|o| crate::opt_prop(o, "headers").ok().flatten());
     Ok(start_spans(
         names,
         tracer,

@@ -479,6 +479,32 @@ test('ids, prefixes and scopes with a lone surrogate are refused, never turned i
   assert.equal(bq.dedupeKey(envelope('x'), { keyPrefix: 'p\ud83d\ude00' }), 'p\ud83d\ude00x', 'a pair is fine');
 });
 
+test("an InMemoryStore's own methods refuse a key with a lone surrogate (it became U+FFFD: another id was remembered, then skipped; a user's trial)", async () => {
+  const store = new bq.InMemoryStore();
+  const refused = { name: 'TypeError', message: 'key has a lone surrogate (not well-formed UTF-16)' };
+  assert.throws(() => store.remember('order-\ud83d'), refused);
+  assert.throws(() => store.seen('order-\ud83d'), refused);
+  assert.throws(() => store.claim('order-\ud83d', 1000), refused);
+  assert.throws(() => store.release('order-\ud83d', 't'), refused);
+  assert.throws(() => store.remember(42), { name: 'TypeError', message: 'key must be a string' });
+  assert.equal((await bq.dedupe(envelope('order-\ufffd'), store, ok)).kind, 'run-ok', 'never remembered');
+  assert.throws(() => store.forget('order-\udfff'), refused);
+  assert.equal((await bq.dedupe(envelope('order-\ufffd'), store, ok)).kind, 'skip', 'not forgotten');
+});
+
+test("an option whose getter throws is refused, not dropped (claiming was silently off, and overlapping deliveries ran twice: a user's trial)", async () => {
+  const store = new bq.InMemoryStore();
+  let runs = 0;
+  for (const key of ['claimLeaseMs', 'ttlMs', 'keyPrefix', 'tracer']) {
+    const options = Object.defineProperty({}, key, { enumerable: true, get() { throw new Error('no value for you'); } });
+    await assert.rejects(bq.dedupe(envelope(`g-${key}`), store, () => { runs += 1; }, options), {
+      name: 'TypeError',
+      message: `options.${key} could not be read: no value for you`,
+    });
+  }
+  assert.equal(runs, 0);
+});
+
 test('a TTL or lease of 0, or past 100 years, and maxBytes 0 are refused', async () => {
   const store = new bq.InMemoryStore();
   let runs = 0;
