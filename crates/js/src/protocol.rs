@@ -26,10 +26,13 @@ fn ms(value: Option<f64>) -> Option<Duration> {
     value.map(|ms| Duration::from_millis(ms.max(0.0) as u64))
 }
 
-fn strings(keys: &JsValue) -> Vec<String> {
+/// The keys of a batch call, each a string without a lone surrogate, else a
+/// TypeError (a key made U+FFFD named another id; one that was no string was
+/// left out of the batch: a user's trial).
+fn strings(keys: &JsValue) -> Result<Vec<String>, JsValue> {
     Array::from(keys)
         .iter()
-        .filter_map(|k| k.as_string())
+        .map(|k| crate::text(k, "key"))
         .collect()
 }
 
@@ -77,22 +80,23 @@ pub async fn call<S: Store + ?Sized>(
     args: &[JsValue],
 ) -> Result<JsValue, JsValue> {
     let arg = |i: usize| args.get(i).cloned().unwrap_or(JsValue::UNDEFINED);
-    let text = |i: usize| arg(i).as_string().unwrap_or_default();
+    // Refused as `crate::text` refuses them, not made U+FFFD or "".
+    let text = |i: usize| crate::text(arg(i), "key");
     let lease = |i: usize| ms(arg(i).as_f64()).unwrap_or_default();
-    let token = |i: usize| ClaimToken(text(i));
+    let token = |i: usize| crate::text(arg(i), "token").map(ClaimToken);
     let answer = match method {
-        "seen" => store.seen(&text(0)).await.map(JsValue::from_bool),
+        "seen" => store.seen(&text(0)?).await.map(JsValue::from_bool),
         "remember" => store
-            .remember(&text(0), ms(arg(1).as_f64()))
+            .remember(&text(0)?, ms(arg(1).as_f64()))
             .await
             .map(|()| JsValue::UNDEFINED),
-        "forget" => store.forget(&text(0)).await.map(|()| JsValue::UNDEFINED),
+        "forget" => store.forget(&text(0)?).await.map(|()| JsValue::UNDEFINED),
         "seenMany" => {
-            let keys = strings(&arg(0));
+            let keys = strings(&arg(0))?;
             store.seen_many(&refs(&keys)).await.map(flags)
         }
         "rememberMany" => {
-            let keys = strings(&arg(0));
+            let keys = strings(&arg(0))?;
             let ttl = ms(arg(1).as_f64());
             store
                 .remember_many(&refs(&keys), ttl)
@@ -100,26 +104,26 @@ pub async fn call<S: Store + ?Sized>(
                 .map(|()| JsValue::UNDEFINED)
         }
         "claim" => store
-            .claim(&text(0), lease(1))
+            .claim(&text(0)?, lease(1))
             .await
             .map(|c| claim_to_js(&c)),
         "claimMany" => {
-            let keys = strings(&arg(0));
+            let keys = strings(&arg(0))?;
             store
                 .claim_many(&refs(&keys), lease(1))
                 .await
                 .map(|claims| claims.iter().map(claim_to_js).collect::<Array>().into())
         }
         "release" => store
-            .release(&text(0), &token(1))
+            .release(&text(0)?, &token(1)?)
             .await
             .map(|()| JsValue::UNDEFINED),
         "renew" => store
-            .renew(&text(0), &token(1), lease(2))
+            .renew(&text(0)?, &token(1)?, lease(2))
             .await
             .map(JsValue::from_bool),
         "rememberFenced" => store
-            .remember_fenced(&text(0), &token(1), ms(arg(2).as_f64()))
+            .remember_fenced(&text(0)?, &token(1)?, ms(arg(2).as_f64()))
             .await
             .map(JsValue::from_bool),
         "settle" => (step_from_js(&arg(0)).apply(store, Duration::ZERO).await).map(|settled| {

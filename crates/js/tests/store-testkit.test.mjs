@@ -57,3 +57,21 @@ test('a wrong answer from the JS store fails the testkit with its seed', () => {
   };
   assert.throws(() => core.runStoreTestkit(make, 200, seed), /store testkit \(BQ_TESTKIT_SEED=\d+\)/);
 });
+
+test("the store protocol a Rust store answers (the Workers package's DurableObjectStore and KvStore methods) refuses a key with a lone surrogate or no string: made U+FFFD it named another id, whose message was then skipped (a user's trial)", () => {
+  const backend = new core.TestkitBackend();
+  const calls = [
+    ['remember', ['k-\ud83d']],
+    ['seen', ['k-\ud83d']],
+    ['forget', ['k-\udfff']],
+    ['claim', ['k-\ud83d', 1000]],
+    ['seenMany', [['ok', 'k-\ud83d']]],
+    ['rememberMany', [['ok', 42]]],
+    ['rememberFenced', ['ok', 't-\ud800', 1000]],
+  ];
+  for (const [method, args] of calls) {
+    assert.throws(() => backend.call(method, args), /(key|token) (has a lone surrogate|must be a string)/, method);
+  }
+  assert.equal(backend.call('seen', ['k-\ufffd']), false, 'nothing was remembered under U+FFFD');
+  assert.equal(backend.call('seen', ['ok']), false, "nor the refused batch's other key");
+});

@@ -95,16 +95,16 @@ impl DurableObjectStore {
 }
 
 protocol_methods!(DurableObjectStore:
-    "seen" => seen(key: String),
-    "remember" => remember(key: String, ttl_ms: Option<f64>),
-    "forget" => forget(key: String),
+    "seen" => seen(key: JsValue),
+    "remember" => remember(key: JsValue, ttl_ms: Option<f64>),
+    "forget" => forget(key: JsValue),
     "seenMany" => seen_many(keys: JsValue),
     "rememberMany" => remember_many(keys: JsValue, ttl_ms: Option<f64>),
-    "claim" => claim(key: String, lease_ms: f64),
+    "claim" => claim(key: JsValue, lease_ms: f64),
     "claimMany" => claim_many(keys: JsValue, lease_ms: f64),
-    "release" => release(key: String, token: String),
-    "renew" => renew(key: String, token: String, lease_ms: f64),
-    "rememberFenced" => remember_fenced(key: String, token: String, ttl_ms: Option<f64>),
+    "release" => release(key: JsValue, token: JsValue),
+    "renew" => renew(key: JsValue, token: JsValue, lease_ms: f64),
+    "rememberFenced" => remember_fenced(key: JsValue, token: JsValue, ttl_ms: Option<f64>),
     "settle" => settle(step: JsValue),
 );
 
@@ -127,9 +127,9 @@ impl KvStore {
 }
 
 protocol_methods!(KvStore:
-    "seen" => seen(key: String),
-    "remember" => remember(key: String, ttl_ms: Option<f64>),
-    "forget" => forget(key: String),
+    "seen" => seen(key: JsValue),
+    "remember" => remember(key: JsValue, ttl_ms: Option<f64>),
+    "forget" => forget(key: JsValue),
     "seenMany" => seen_many(keys: JsValue),
     "rememberMany" => remember_many(keys: JsValue, ttl_ms: Option<f64>),
 );
