@@ -242,6 +242,58 @@ fn postgres_a_rollback_without_an_id_before_a_crash_behind_pgbouncer_is_never_ta
     );
 }
 
+/// A handler commits the store's transaction itself, asynchronously (`SET
+/// LOCAL synchronous_commit = off; COMMIT`), in a batch of deliveries without
+/// an id and in a single one: the store, reading the transaction committed,
+/// said every delivery done, though nothing it ran after wrote to flush that
+/// commit, and a crash just after lost them all (a trial: 4 of 4, the WAL
+/// writer here waiting 10 s). Each delivery said done keeps its effect.
+#[test]
+fn postgres_a_handlers_asynchronous_commit_is_flushed_before_its_deliveries_are_said_done() {
+    let server = Crashable::from_env();
+    let _alone = server.alone();
+    let (guard, table, _clean) = server.guard_with_effects("tx-crash-async");
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    for size in [3, 1] {
+        let tags: Vec<String> = (0..size).map(|i| format!("async-{size}-{i}")).collect();
+        let bodies: Vec<String> = tags.iter().map(|t| no_id_envelope(t)).collect();
+        let commit = "SET LOCAL synchronous_commit = off; COMMIT";
+        let outcomes = match size {
+            1 => vec![guard.process_in_transaction(&bodies[0], |_, tx| {
+                tx.execute(&insert, &[&tags[0]])?;
+                tx.batch_execute(commit)
+            })],
+            _ => {
+                let mut n = 0;
+                guard.process_batch_in_transaction(&bodies, |_, tx| {
+                    tx.execute(&insert, &[&tags[n]])?;
+                    n += 1;
+                    match n == size {
+                        true => tx.batch_execute(commit),
+                        false => Ok(()),
+                    }
+                })
+            }
+        };
+        server.kill_one(&mut server.up());
+        for (outcome, tag) in outcomes.iter().zip(&tags) {
+            let done = outcome.kind() == OutcomeKind::FailOpen;
+            assert_eq!(
+                server.effects(&table, tag),
+                i64::from(done),
+                "{tag}: {outcomes:?}"
+            );
+        }
+        assert!(
+            outcomes.iter().any(|o| o.kind() == OutcomeKind::FailOpen),
+            "the handler's COMMIT committed the batch: {outcomes:?}"
+        );
+    }
+    let _ = server
+        .up()
+        .batch_execute(&format!("DROP TABLE {table}_effects"));
+}
+
 /// The second cluster of scripts/with-postgres.sh, which these tests crash.
 struct Crashable {
     url: String,

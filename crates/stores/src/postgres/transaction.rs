@@ -336,6 +336,10 @@ impl PostgresStore {
         value: T,
     ) -> StoreResult<TxRun<T, E>> {
         let Err(e) = commit_as_found(tx) else {
+            if handler_committed {
+                // (Best effort: failing, it is as durable as the handler made it.)
+                let _ = self.on_another_once(&|client: &mut postgres::Client| self.flush(client));
+            }
             return Ok(TxRun::Committed(value));
         };
         // Its session may still be what the handler left (the resets not
@@ -807,6 +811,25 @@ impl PostgresStore {
         )
     }
 
+    /// Makes a commit a handler ran itself durable before it is reported
+    /// done: its `SET LOCAL synchronous_commit = off; COMMIT` committed the
+    /// batch asynchronously, nothing the store ran after wrote to flush it,
+    /// and a crash just after lost every delivery said done (a trial). A write
+    /// of the store's own (a row of its claims table, put and taken away)
+    /// commits under the session's setting, which flushes the log up to it.
+    /// On `client`, out of any transaction.
+    fn flush(&self, client: &mut impl postgres::GenericClient) -> StoreResult<()> {
+        let (c, key) = (
+            &self.claims,
+            format!("{MARK_PREFIX}flush:{}", new_token().0),
+        );
+        let sql = format!(
+            "INSERT INTO {c} (message_id, token, expires_at) VALUES ('{key}', '{key}', pg_catalog.now()); \
+             DELETE FROM {c} WHERE message_id = '{key}'"
+        );
+        client.batch_execute(&sql).map_err(error)
+    }
+
     /// [`status_since`] on `client` (a session out of any transaction), and
     /// where it cannot be trusted or asked there, or without one, on another
     /// connection (an idle one of the pool is likely older).
@@ -1126,7 +1149,7 @@ impl PostgresStore {
                 .status_anywhere(Some(&mut *client), &id, began)
                 .as_deref()
             {
-                Some("committed") => return Ok(Some(true)),
+                Some("committed") => return self.flush(client).map(|()| Some(true)),
                 Some("aborted") => return Ok(Some(false)),
                 // Still in progress (a handler's PREPARE TRANSACTION): not
                 // known; the batch fails as one, and its redeliveries wait
@@ -1171,7 +1194,10 @@ impl PostgresStore {
             (&ats, Type::INT8_ARRAY),
         ];
         let row = client.query_typed_one(&sql, params).map_err(error)?;
-        Ok(row.get::<_, bool>(0).then_some(true))
+        match row.get::<_, bool>(0) {
+            true => self.flush(client).map(|()| Some(true)),
+            false => Ok(None),
+        }
     }
 
     /// [`Self::roll_back_and_undo`]'s undo on a connection of its own, for a
