@@ -294,6 +294,55 @@ fn postgres_a_handlers_asynchronous_commit_is_flushed_before_its_deliveries_are_
         .batch_execute(&format!("DROP TABLE {table}_effects"));
 }
 
+/// A handler commits the store's transaction itself and the server goes
+/// down before the store can undo the take that COMMIT kept: the undo is kept
+/// and tried again before the store's next run, where the docs say a
+/// redelivery to the same process runs. Its one try took an idle connection of
+/// the pool that the restart had ended, failed, and the redelivery was
+/// skipped; a later run's try landed, and a later copy of the id ran: its
+/// effect twice, after a skip (a trial, about half the tries).
+#[test]
+fn postgres_an_undo_kept_over_a_restart_lands_before_the_redelivery() {
+    let server = Crashable::from_env();
+    let _alone = server.alone();
+    let table = postgres_table("tx-crash-kept");
+    let _clean = PgCleanup {
+        url: server.url.clone(),
+        table: table.clone(),
+    };
+    let guard = Guard::new(PostgresStore::connect(&server.url, &table).unwrap());
+    for attempt in 0..3 {
+        let id = format!("kept-{attempt}");
+        // Connections in the pool, idle: the restart ends them.
+        std::thread::scope(|s| {
+            for n in 0..3 {
+                let (guard, body) = (&guard, envelope(&format!("{id}-warm-{n}")));
+                s.spawn(move || {
+                    guard.process_in_transaction(body.as_str(), |_, _| {
+                        std::thread::sleep(Duration::from_millis(100));
+                        Ok::<(), postgres::Error>(())
+                    })
+                });
+            }
+        });
+        let first = guard.process_in_transaction(envelope(&id).as_str(), |_, tx| {
+            tx.batch_execute("COMMIT")?;
+            server.run(&["stop"]);
+            Ok::<(), postgres::Error>(())
+        });
+        server.run(&["start"]);
+        let said = format!("{first:?}");
+        assert!(said.contains("may have kept failed"), "{id}: {said}");
+        let again = guard
+            .process_in_transaction(envelope(&id).as_str(), |_, _| Ok::<(), postgres::Error>(()));
+        assert_eq!(
+            again.kind(),
+            OutcomeKind::Ran,
+            "{id}: the redelivery: {again:?}"
+        );
+    }
+}
+
 /// The second cluster of scripts/with-postgres.sh, which these tests crash.
 struct Crashable {
     url: String,

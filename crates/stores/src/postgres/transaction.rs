@@ -1223,9 +1223,9 @@ impl PostgresStore {
     }
 
     /// The undos that failed before ([`Self::undo_takes_elsewhere`]), tried
-    /// once more each on another connection (one try, not the pool's round:
-    /// while the trouble lasts a run pays one failed statement, no more); those
-    /// that fail again are kept. (A redelivery in this process then runs: the
+    /// once more each on another connection, and on a new one if that fails
+    /// (not the pool's round: while the trouble lasts a run pays two failed
+    /// tries, no more); those that fail again are kept. (A redelivery in this process then runs: the
     /// take its handler's COMMIT kept no longer skips it.)
     fn retry_pending_undos(&self) {
         let pending = std::mem::take(&mut *self.pending());
@@ -1238,7 +1238,14 @@ impl PostgresStore {
                 let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
                 let undo =
                     |client: &mut postgres::Client| self.undo_takes(client, &keys, mark, writer);
-                self.on_another_once(&undo).is_err()
+                // Failing on an idle one of the pool (one a restart ended, as
+                // the one that kept the undo was), once more on one of its
+                // own: the redelivery was skipped (a trial).
+                let direct = || match self.direct.connect() {
+                    Ok(mut client) => undo(&mut client),
+                    Err(e) => Err(error(e)),
+                };
+                self.on_another_once(&undo).or_else(|_| direct()).is_err()
             })
             .collect();
         self.pending().extend(left);
