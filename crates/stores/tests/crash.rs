@@ -343,6 +343,38 @@ fn postgres_an_undo_kept_over_a_restart_lands_before_the_redelivery() {
     }
 }
 
+/// A batch delivery's handler commits the store's transaction itself, then
+/// the server crashes and ends the store's session: the store undid the
+/// take that COMMIT kept, but said only "connection closed", though what the
+/// deliveries wrote up to that COMMIT stays and their redeliveries write it
+/// again (a trial). Their failure now says so.
+#[test]
+fn postgres_a_batch_whose_handler_commits_before_a_crash_says_what_its_commit_kept() {
+    let server = Crashable::from_env();
+    let _alone = server.alone();
+    let table = postgres_table("tx-crash-cm");
+    let _clean = PgCleanup {
+        url: server.url.clone(),
+        table: table.clone(),
+    };
+    let guard = Guard::new(PostgresStore::connect(&server.url, &table).unwrap());
+    let bodies = [envelope("cm-a"), envelope("cm-b")];
+    let mut bystander = server.up();
+    let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+        if msg.id() == Some("cm-b") {
+            tx.batch_execute("COMMIT")?;
+            server.kill_one(&mut bystander);
+            drop(server.up());
+        }
+        Ok::<(), postgres::Error>(())
+    });
+    for outcome in &outcomes {
+        let said = format!("{outcome:?}");
+        assert_eq!(outcome.kind(), OutcomeKind::StoreUnavailable, "{said}");
+        assert!(said.contains("its own COMMIT"), "{said}");
+    }
+}
+
 /// The second cluster of scripts/with-postgres.sh, which these tests crash.
 struct Crashable {
     url: String,

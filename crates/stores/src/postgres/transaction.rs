@@ -291,10 +291,19 @@ impl TransactionalStore for PostgresStore {
             // may have committed its own take, its later writes rolled back:
             // undone, or the redelivery would skip it. The batch's error stays
             // what is reported (and, an error, it retires the connection:
-            // `in_transaction`).
+            // `in_transaction`), with what that COMMIT kept: the session
+            // ended (a crash), a bare "connection closed" hid that the
+            // deliveries' writes up to it stay and are written again (a trial).
             // (An undo that failed is said instead: the take may stand.)
-            if let Some((key, writer)) = at_risk {
-                self.roll_back_and_undo(tx, &[key], &mark, &writer, None)?;
+            if let Some((key, writer)) = at_risk
+                && self.roll_back_and_undo(tx, &[key], &mark, &writer, None)?
+                    == Some(EndedBy::Commit)
+            {
+                let how = ended_by_handler_error(EndedBy::Commit);
+                return Err(StoreError::new(
+                    failed.kind,
+                    format!("{how}; then: {failed}"),
+                ));
             }
             Err(failed)
         })?;
