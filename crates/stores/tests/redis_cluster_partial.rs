@@ -31,10 +31,11 @@ fn a_cluster_pipeline_cut_short_leaves_no_reply_for_the_next_call() {
         exists.query::<i64>(&mut direct(node)).is_ok()
     };
     let on = |node: &str, tag: &str| -> String {
-        (0..)
+        // (Bounded: on a node that serves no slot it looped for ever.)
+        (0..10_000)
             .map(|i| format!("{tag}-{i}"))
             .find(|id| serves(node, id))
-            .unwrap()
+            .expect("no id of 10,000 on that node")
     };
     let (denied, other) = (&nodes[2], &nodes[1]);
     let _ping_back = PingBack(direct(denied));

@@ -28,6 +28,7 @@ impl TransactionalStore for PostgresStore {
         self.retry_pending_undos();
         let name = key.map(|key| self.name(key)).transpose()?;
         let key = name.as_deref();
+        self.refuse_pending(key.as_slice())?;
         let mark = format!("{MARK_PREFIX}{}", new_token().0);
         let keys: Vec<&str> = key.into_iter().collect();
         self.in_transaction(|mut tx, prepared| {
@@ -140,6 +141,8 @@ impl TransactionalStore for PostgresStore {
             .iter()
             .map(|k| k.map(|k| self.name(k)).transpose())
             .collect::<StoreResult<_>>()?;
+        let named: Vec<&str> = names.iter().flatten().map(|n| n.as_ref()).collect();
+        self.refuse_pending(&named)?;
         // (`ttl` in ms below; the runs alone take it as given.)
         let given_ttl = ttl;
         let (take, ttl) = (self.take_sql(), ms(ttl));
@@ -346,8 +349,10 @@ impl PostgresStore {
     ) -> StoreResult<TxRun<T, E>> {
         let Err(e) = commit_as_found(tx) else {
             if handler_committed {
-                // (Best effort: failing, it is as durable as the handler made it.)
-                let _ = self.on_another_once(&|client: &mut postgres::Client| self.flush(client));
+                // On another connection, new ones too (an idle one may be one
+                // a restart ended: a review). (Failing, it is as durable as
+                // the handler made it.)
+                let _ = self.on_another(|client: &mut postgres::Client| self.flush(client));
             }
             return Ok(TxRun::Committed(value));
         };
@@ -1258,6 +1263,28 @@ impl PostgresStore {
             })
             .collect();
         self.pending().extend(left);
+    }
+
+    /// Refuses a run of an id whose take's undo is still kept
+    /// ([`Self::retry_pending_undos`] failed again: the server down, or
+    /// refusing connections): its take may stand and skip the run, and the
+    /// undo landing later let a copy after that skip run again, twice (a
+    /// review). Retried, it runs once the undo lands.
+    fn refuse_pending(&self, names: &[&str]) -> StoreResult<()> {
+        let pending = self.pending();
+        let kept = |name: &&&str| {
+            pending
+                .iter()
+                .any(|(keys, ..)| keys.iter().any(|k| k == **name))
+        };
+        match names.iter().find(kept) {
+            Some(name) => Err(StoreError::unavailable(format!(
+                "postgres: undoing what a handler's own COMMIT kept of {name:?} could not be \
+                 done yet (the server is down or refuses connections): this run is retried \
+                 until it is"
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// `op` on another connection than the one a handler had: an idle one of
