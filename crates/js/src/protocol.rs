@@ -49,27 +49,39 @@ fn flags(values: Vec<bool>) -> JsValue {
 }
 
 /// The settle step a JS store is passed (see `crate::store`'s `settle`): a
-/// `release` or `renew` entry without a token is left out.
-fn step_from_js(step: &JsValue) -> Step {
+/// `release` or `renew` entry without a token is left out. Its keys and
+/// tokens are refused as [`strings`] refuses them (a key made U+FFFD recorded
+/// another id: a review).
+fn step_from_js(step: &JsValue) -> Result<Step, JsValue> {
     let ms = |name| prop(step, name).as_f64().map(|ms| ms.max(0.0) as u64);
-    let entries = |name| {
-        Array::from(&prop(step, name)).into_iter().map(|r| {
-            let key = prop(&r, "key").as_string().unwrap_or_default();
-            (key, prop(&r, "token").as_string().map(ClaimToken))
-        })
+    let entries = |name| -> Result<Vec<(String, Option<ClaimToken>)>, JsValue> {
+        Array::from(&prop(step, name))
+            .into_iter()
+            .map(|r| {
+                let key = crate::text(prop(&r, "key"), "key")?;
+                let token = prop(&r, "token");
+                let token = match token.is_undefined() || token.is_null() {
+                    true => None,
+                    false => Some(ClaimToken(crate::text(token, "token")?)),
+                };
+                Ok((key, token))
+            })
+            .collect()
     };
-    let claims = |name| {
+    let claims = |name| -> Result<Vec<ClaimRef>, JsValue> {
         let claim =
             |(key, token): (String, Option<ClaimToken>)| Some(ClaimRef { key, token: token? });
-        entries(name).filter_map(claim).collect()
+        Ok(entries(name)?.into_iter().filter_map(claim).collect())
     };
-    Step {
-        remember: (entries("remember").map(|(key, token)| Remember { key, token })).collect(),
+    Ok(Step {
+        remember: (entries("remember")?.into_iter())
+            .map(|(key, token)| Remember { key, token })
+            .collect(),
         ttl_ms: ms("ttlMs"),
-        release: claims("release"),
-        renew: claims("renew"),
+        release: claims("release")?,
+        renew: claims("renew")?,
         lease_ms: ms("leaseMs"),
-    }
+    })
 }
 
 /// One call of the JS store protocol on `store`: `method` with JS `args`, as a
@@ -126,7 +138,7 @@ pub async fn call<S: Store + ?Sized>(
             .remember_fenced(&text(0)?, &token(1)?, ms(arg(2).as_f64()))
             .await
             .map(JsValue::from_bool),
-        "settle" => (step_from_js(&arg(0)).apply(store, Duration::ZERO).await).map(|settled| {
+        "settle" => (step_from_js(&arg(0))?.apply(store, Duration::ZERO).await).map(|settled| {
             let reply = Object::new();
             set(&reply, "kept", &flags(settled.kept));
             set(&reply, "renewed", &flags(settled.renewed));

@@ -68,6 +68,8 @@ test("the store protocol a Rust store answers (the Workers package's DurableObje
     ['seenMany', [['ok', 'k-\ud83d']]],
     ['rememberMany', [['ok', 42]]],
     ['rememberFenced', ['ok', 't-\ud800', 1000]],
+    ['settle', [{ remember: [{ key: 'k-\ud83d' }], release: [], renew: [] }]],
+    ['settle', [{ remember: [{ key: 42 }], release: [], renew: [] }]],
   ];
   for (const [method, args] of calls) {
     assert.throws(() => backend.call(method, args), /(key|token) (has a lone surrogate|must be a string)/, method);
