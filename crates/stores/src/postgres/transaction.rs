@@ -1242,11 +1242,11 @@ impl PostgresStore {
     /// tries, no more); those that fail again are kept. (A redelivery in this process then runs: the
     /// take its handler's COMMIT kept no longer skips it.)
     fn retry_pending_undos(&self) {
-        let pending = std::mem::take(&mut *self.pending());
-        if pending.is_empty() {
-            return;
-        }
-        let left: Vec<_> = pending
+        // A copy: the undos stay listed while they are tried, so another
+        // thread's run of their ids is refused meanwhile (taken out of the
+        // list, they let it by, to be skipped: a review).
+        let pending = self.pending().clone();
+        let landed: Vec<String> = pending
             .into_iter()
             .filter(|(keys, mark, writer)| {
                 let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
@@ -1255,14 +1255,14 @@ impl PostgresStore {
                 // Failing on an idle one of the pool (one a restart ended, as
                 // the one that kept the undo was), once more on one of its
                 // own: the redelivery was skipped (a trial).
-                let direct = || match self.direct.connect() {
-                    Ok(mut client) => undo(&mut client),
-                    Err(e) => Err(error(e)),
-                };
-                self.on_another_once(&undo).or_else(|_| direct()).is_err()
+                (self.on_another_once(&undo))
+                    .or_else(|_| self.on_a_new_one(&undo))
+                    .is_ok()
             })
+            .map(|(_, mark, _)| mark)
             .collect();
-        self.pending().extend(left);
+        // Each run's mark is its own.
+        self.pending().retain(|(_, mark, _)| !landed.contains(mark));
     }
 
     /// Refuses a run of an id whose take's undo is still kept
@@ -1297,20 +1297,27 @@ impl PostgresStore {
         &self,
         op: impl Fn(&mut postgres::Client) -> StoreResult<T>,
     ) -> StoreResult<T> {
-        let direct = || match self.direct.connect() {
-            Ok(mut client) => op(&mut client),
-            Err(e) => Err(error(e)),
-        };
         let mut tried = self.on_another_once(&op);
         // After a failure, one of its own: a pooled one that failed without
         // breaking (a session a handler left read-only) would come back.
         for _ in 0..POOL_SIZE {
             match tried {
-                Err(e) if e.kind != StoreErrorKind::Invalid => tried = direct(),
+                Err(e) if e.kind != StoreErrorKind::Invalid => tried = self.on_a_new_one(&op),
                 _ => break,
             }
         }
         tried
+    }
+
+    /// `op` on a connection of its own, opened for it.
+    fn on_a_new_one<T>(
+        &self,
+        op: &impl Fn(&mut postgres::Client) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        match self.direct.connect() {
+            Ok(mut client) => op(&mut client),
+            Err(e) => Err(error(e)),
+        }
     }
 
     /// [`Self::on_another`]'s first try alone: an idle connection of the
@@ -1321,10 +1328,7 @@ impl PostgresStore {
     ) -> StoreResult<T> {
         match self.pool.as_ref().and_then(Pool::try_get) {
             Some(mut conn) => op(conn.client()),
-            None => match self.direct.connect() {
-                Ok(mut client) => op(&mut client),
-                Err(e) => Err(error(e)),
-            },
+            None => self.on_a_new_one(op),
         }
     }
 
