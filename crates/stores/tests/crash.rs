@@ -306,12 +306,7 @@ fn postgres_a_handlers_asynchronous_commit_is_flushed_before_its_deliveries_are_
 fn postgres_an_undo_kept_over_a_restart_lands_before_the_redelivery() {
     let server = Crashable::from_env();
     let _alone = server.alone();
-    let table = postgres_table("tx-crash-kept");
-    let _clean = PgCleanup {
-        url: server.url.clone(),
-        table: table.clone(),
-    };
-    let guard = Guard::new(PostgresStore::connect(&server.url, &table).unwrap());
+    let (guard, _table, _clean) = server.guard(&server.url, "tx-crash-kept");
     for attempt in 0..3 {
         let id = format!("kept-{attempt}");
         // Connections in the pool, idle: the restart ends them.
@@ -369,12 +364,7 @@ fn postgres_an_undo_kept_over_a_restart_lands_before_the_redelivery() {
 fn postgres_a_batch_whose_handler_commits_before_a_crash_says_what_its_commit_kept() {
     let server = Crashable::from_env();
     let _alone = server.alone();
-    let table = postgres_table("tx-crash-cm");
-    let _clean = PgCleanup {
-        url: server.url.clone(),
-        table: table.clone(),
-    };
-    let guard = Guard::new(PostgresStore::connect(&server.url, &table).unwrap());
+    let (guard, _table, _clean) = server.guard(&server.url, "tx-crash-cm");
     let bodies = [envelope("cm-a"), envelope("cm-b")];
     let mut bystander = server.up();
     let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
@@ -424,18 +414,25 @@ impl Crashable {
         )
     }
 
-    /// A store behind PgBouncer on a table of its own, and `TABLE_effects`
-    /// beside it for the handlers' writes: the guard, the table, its cleanup.
-    fn guard_with_effects(&self, tag: &str) -> (Guard<PostgresStore>, String, PgCleanup) {
+    /// A store at `url` on a table of its own: the guard, the table, its
+    /// cleanup.
+    fn guard(&self, url: &str, tag: &str) -> (Guard<PostgresStore>, String, PgCleanup) {
         let table = postgres_table(tag);
         let clean = PgCleanup {
             url: self.url.clone(),
             table: table.clone(),
         };
+        let store = PostgresStore::connect(url, &table).unwrap();
+        (Guard::new(store), table, clean)
+    }
+
+    /// [`Self::guard`] behind PgBouncer, and `TABLE_effects` beside its table
+    /// for the handlers' writes.
+    fn guard_with_effects(&self, tag: &str) -> (Guard<PostgresStore>, String, PgCleanup) {
+        let (guard, table, clean) = self.guard(&self.via_bouncer(), tag);
         let create = format!("CREATE TABLE {table}_effects (id TEXT NOT NULL)");
         self.up().batch_execute(&create).unwrap();
-        let store = PostgresStore::connect(&self.via_bouncer(), &table).unwrap();
-        (Guard::new(store), table, clean)
+        (guard, table, clean)
     }
 
     /// How many times `id`'s effect is in `table`'s effects.
