@@ -2289,13 +2289,23 @@ fn undo_fails_after_a_handlers_own_commit(lock_after_the_finish: bool) {
         url: postgres_url(),
         table: table.clone(),
     };
-    // The store's COMMIT ends its session, its deferred trigger first waiting
-    // for the locker below to queue behind the finish's row lock.
+    // The store's COMMIT ends its session, its deferred trigger first naming
+    // the session (for the locker to see) and waiting for the locker below to
+    // queue behind the finish's row lock (a fixed sleep lost that race on a
+    // loaded machine, and the undo landed: CI).
     let killer = format!("{table}_killer");
     pg().batch_execute(&format!(
         "CREATE FUNCTION {killer}_end() RETURNS trigger LANGUAGE plpgsql AS
-           $$ BEGIN PERFORM pg_sleep(0.4); PERFORM pg_terminate_backend(pg_backend_pid());
-                    RETURN NULL; END $$;
+           $$ BEGIN
+                PERFORM set_config('application_name', '{killer}', false);
+                FOR i IN 1..2000 LOOP
+                  EXIT WHEN EXISTS (SELECT 1 FROM pg_locks l WHERE NOT l.granted
+                                      AND pg_backend_pid() = ANY(pg_blocking_pids(l.pid)));
+                  PERFORM pg_sleep(0.005);
+                END LOOP;
+                PERFORM pg_terminate_backend(pg_backend_pid());
+                RETURN NULL;
+              END $$;
          CREATE TABLE {killer} (id INT);
          CREATE CONSTRAINT TRIGGER {killer}_t AFTER INSERT ON {killer}
            DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {killer}_end()"
@@ -2309,13 +2319,20 @@ fn undo_fails_after_a_handlers_own_commit(lock_after_the_finish: bool) {
     let (locked, is_locked) = std::sync::mpsc::channel::<()>();
     let (release, released) = std::sync::mpsc::channel::<()>();
     let first = std::thread::scope(|s| {
-        let lock = &lock;
+        let (lock, killer) = (&lock, &killer);
         s.spawn(move || {
             let mut locker = pg();
             let mut held = locker.transaction().unwrap();
             gone.recv().unwrap();
             if lock_after_the_finish {
-                std::thread::sleep(Duration::from_millis(150));
+                let mut watcher = pg();
+                let in_the_trigger =
+                    format!("SELECT 1 FROM pg_stat_activity WHERE application_name = '{killer}'");
+                let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                while watcher.query(&in_the_trigger, &[]).unwrap().is_empty() {
+                    assert!(std::time::Instant::now() < deadline, "no trigger ran");
+                    std::thread::sleep(Duration::from_millis(5));
+                }
             }
             held.batch_execute(lock).unwrap();
             locked.send(()).unwrap();
