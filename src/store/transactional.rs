@@ -76,7 +76,9 @@ pub trait TransactionalStore {
 /// aborted: a handler's own COMMIT may have kept its writes), and with no such
 /// run among the `settled`, fails the batch (`Err`, nothing of it committed);
 /// after, the runs it fails are `Aborted` (nothing of them committed, or their
-/// redelivery finds them done), and the settled keep their reports.
+/// redelivery finds them done; but a lost reply to a COMMIT that landed
+/// leaves a delivery without an id to run again, as every redelivery of one
+/// may), and the settled keep their reports.
 pub fn each_alone<S: TransactionalStore + ?Sized, E>(
     store: &S,
     keys: &[Option<&str>],

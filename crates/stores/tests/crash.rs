@@ -137,7 +137,7 @@ fn postgres_a_batch_handler_rollback_before_a_crash_behind_pgbouncer_is_never_ta
 /// One try of the test above: whether the crashed batch's ids were handed
 /// out again.
 fn rollback_then_crash(server: &Crashable, without_id: bool, attempt: usize) -> bool {
-    let (guard, table, _clean) = server.guard_with_effects("tx-crash-rb");
+    let (guard, table, _clean) = server.guard_with_effects(&server.via_bouncer(), "tx-crash-rb");
     let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
     let tag = format!("rb-{without_id}-{attempt}");
     let (first, no_id, culprit) = (format!("{tag}-a"), format!("{tag}-n"), format!("{tag}-b"));
@@ -195,7 +195,7 @@ fn rollback_then_crash(server: &Crashable, without_id: bool, attempt: usize) -> 
 fn postgres_a_rollback_without_an_id_before_a_crash_behind_pgbouncer_is_never_taken_for_a_commit() {
     let server = Crashable::from_env();
     let _alone = server.alone();
-    let (guard, table, _clean) = server.guard_with_effects("tx-crash-rb1");
+    let (guard, table, _clean) = server.guard_with_effects(&server.via_bouncer(), "tx-crash-rb1");
     let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
     // Reused ids seen: with other transactions committing under them first,
     // and with the store's own query the first after the crash.
@@ -252,7 +252,7 @@ fn postgres_a_rollback_without_an_id_before_a_crash_behind_pgbouncer_is_never_ta
 fn postgres_a_handlers_asynchronous_commit_is_flushed_before_its_deliveries_are_said_done() {
     let server = Crashable::from_env();
     let _alone = server.alone();
-    let (guard, table, _clean) = server.guard_with_effects("tx-crash-async");
+    let (guard, table, _clean) = server.guard_with_effects(&server.via_bouncer(), "tx-crash-async");
     let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
     for size in [3, 1] {
         let tags: Vec<String> = (0..size).map(|i| format!("async-{size}-{i}")).collect();
@@ -382,6 +382,74 @@ fn postgres_a_batch_whose_handler_commits_before_a_crash_says_what_its_commit_ke
     }
 }
 
+/// A batch of deliveries without an id behind PgBouncer: the last one's
+/// handler commits the store's transaction itself and the server crashes
+/// before it returns. Whether that COMMIT held cannot be told (no take, and
+/// no session begun before it), and the deliveries before it were run again
+/// alone and said done: their effects twice, unsaid (a trial, h88 F2). Each
+/// delivery said done has its effect once; one failed says its writes may be
+/// committed.
+#[test]
+fn postgres_a_batch_without_ids_whose_commit_cannot_be_told_runs_nothing_twice_unsaid() {
+    let server = Crashable::from_env();
+    let _alone = server.alone();
+    batch_without_ids_commit_then_crash(&server, &server.via_bouncer());
+    batch_without_ids_commit_then_crash(&server, &server.url);
+}
+
+fn batch_without_ids_commit_then_crash(server: &Crashable, url: &str) {
+    let (guard, table, _clean) = server.guard_with_effects(url, "tx-crash-nid");
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    let tags = ["nid-a", "nid-b", "nid-c"];
+    let bodies: Vec<String> = tags.iter().map(|t| no_id_envelope(t)).collect();
+    let mut bystander = server.up();
+    let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
+        tx.execute(&insert, &[&msg.trace_id()])?;
+        if msg.trace_id() == "nid-c" {
+            tx.batch_execute("COMMIT")?;
+            server.kill_one(&mut bystander);
+            server.wait_for(tx);
+        }
+        Ok::<(), postgres::Error>(())
+    });
+    for (outcome, tag) in outcomes.iter().zip(tags) {
+        let (effects, said) = (server.effects(&table, tag), format!("{outcome:?}"));
+        match outcome.kind() {
+            OutcomeKind::FailOpen => assert_eq!(effects, 1, "{tag}: {outcomes:?}"),
+            _ => assert!(said.contains("may be committed"), "{tag}: {outcomes:?}"),
+        }
+    }
+    let _ = server
+        .up()
+        .batch_execute(&format!("DROP TABLE {table}_effects"));
+}
+
+/// A delivery without an id whose handler commits the store's transaction
+/// itself, and the server crashes before it returns: the run was a bare
+/// "connection closed", though its effect was committed and its retry writes
+/// it again (a trial, h88 F3). It says its writes may be committed.
+#[test]
+fn postgres_a_single_run_without_an_id_lost_after_its_own_commit_says_so() {
+    let server = Crashable::from_env();
+    let _alone = server.alone();
+    let (guard, table, _clean) = server.guard_with_effects(&server.url, "tx-crash-nid1");
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    let mut bystander = server.up();
+    let outcome = guard.process_in_transaction(&no_id_envelope("nid1"), |_, tx| {
+        tx.execute(&insert, &[&"nid1"])?;
+        tx.batch_execute("COMMIT")?;
+        server.kill_one(&mut bystander);
+        Ok::<(), postgres::Error>(())
+    });
+    assert_eq!(server.effects(&table, "nid1"), 1, "{outcome:?}");
+    let said = format!("{outcome:?}");
+    assert_ne!(outcome.kind(), OutcomeKind::FailOpen, "{said}");
+    assert!(said.contains("may be committed"), "{said}");
+    let _ = server
+        .up()
+        .batch_execute(&format!("DROP TABLE {table}_effects"));
+}
+
 /// The second cluster of scripts/with-postgres.sh, which these tests crash.
 struct Crashable {
     url: String,
@@ -426,10 +494,14 @@ impl Crashable {
         (Guard::new(store), table, clean)
     }
 
-    /// [`Self::guard`] behind PgBouncer, and `TABLE_effects` beside its table
+    /// [`Self::guard`], and `TABLE_effects` beside its table
     /// for the handlers' writes.
-    fn guard_with_effects(&self, tag: &str) -> (Guard<PostgresStore>, String, PgCleanup) {
-        let (guard, table, clean) = self.guard(&self.via_bouncer(), tag);
+    fn guard_with_effects(
+        &self,
+        url: &str,
+        tag: &str,
+    ) -> (Guard<PostgresStore>, String, PgCleanup) {
+        let (guard, table, clean) = self.guard(url, tag);
         let create = format!("CREATE TABLE {table}_effects (id TEXT NOT NULL)");
         self.up().batch_execute(&create).unwrap();
         (guard, table, clean)

@@ -189,6 +189,8 @@ impl TransactionalStore for PostgresStore {
             // The delivery whose handler may have committed its take by
             // itself, if the batch fails before its savepoint is settled.
             let mut at_risk: Option<(&str, Writer)> = None;
+            // The batch's transaction id, where it has deliveries without one.
+            let mut batch_xid: Option<Xid> = None;
             let mut body = |tx: &mut postgres::Transaction<'_>,
                             statements: &mut TxStatements<'_>| {
                 let mut runs = Vec::with_capacity(keys.len());
@@ -196,6 +198,7 @@ impl TransactionalStore for PostgresStore {
                 let mut taken: Vec<(&str, Writer)> = Vec::new();
                 let began = tx.simple_query(&begin).map_err(error)?;
                 let xid = no_ids.then(|| xid_of(began)).transpose()?;
+                batch_xid.clone_from(&xid);
                 for (i, key) in names.iter().enumerate() {
                     let key = key.as_deref();
                     if let Some(key) = key {
@@ -298,10 +301,25 @@ impl TransactionalStore for PostgresStore {
             // ended (a crash), a bare "connection closed" hid that the
             // deliveries' writes up to it stay and are written again (a trial).
             // (An undo that failed is said instead: the take may stand.)
-            if let Some((key, writer)) = at_risk
-                && self.roll_back_and_undo(tx, &[key], &mark, &writer, None)?
-                    == Some(EndedBy::Commit)
-            {
+            let how = match (at_risk, batch_xid) {
+                (Some((key, writer)), _) => {
+                    self.roll_back_and_undo(tx, &[key], &mark, &writer, None)?
+                }
+                // Without a take, a session lost (a crash) may have been
+                // after a handler's own COMMIT of deliveries without an id:
+                // its transaction's status, asked elsewhere (it was a bare
+                // "connection closed", their effects committed: a trial).
+                (None, Some(xid)) => match tx.batch_execute("ROLLBACK") {
+                    Ok(()) => {
+                        // (Rolled back: the drop's own ROLLBACK would warn.)
+                        std::mem::forget(tx);
+                        None
+                    }
+                    Err(_) => return Err(self.lost_without_an_id(&xid, failed)),
+                },
+                (None, None) => None,
+            };
+            if how == Some(EndedBy::Commit) {
                 let how = ended_by_handler_error(EndedBy::Commit);
                 return Err(StoreError::new(
                     failed.kind,
@@ -720,6 +738,29 @@ fn ended_by_handler_error(how: EndedBy) -> StoreError {
     })
 }
 
+/// What a delivery of a batch is failed with when a later one's handler ended
+/// the store's transaction itself and which way cannot be told.
+fn ended_by_a_later_delivery() -> StoreError {
+    StoreError::internal(
+        "postgres: a later delivery's handler in this batch ended the store's transaction \
+         itself (its own COMMIT or ROLLBACK), and which cannot be told (the session is a server \
+         session begun since, a pooler's or one after a crash): what this delivery wrote may be \
+         committed, and a redelivery writes it again; the delivery is retried",
+    )
+}
+
+/// `lost` (a session lost after a handler of a delivery without an id ran),
+/// saying what cannot be told.
+fn may_be_committed(lost: StoreError) -> StoreError {
+    let said = format!(
+        "{}; whether a handler had committed the store's transaction itself (its own COMMIT) \
+         cannot be told (no session begun before it answers): what it wrote may be \
+         committed, and a retry writes it again",
+        lost.message
+    );
+    StoreError::new(lost.kind, said)
+}
+
 /// The undo of a take a handler's own COMMIT may have committed failed, on
 /// its session and on others (a partition, a lock held past every try): said,
 /// for the take may stand and skip the redelivery whose later writes never
@@ -895,7 +936,11 @@ impl PostgresStore {
             Err(e) => {
                 // An error it swallowed aborted the transaction: ours, or one
                 // it began after its own COMMIT, which kept what came before.
-                let _aborted = aborted_or(e)?;
+                // Else the session is lost (a crash): asked elsewhere.
+                let _aborted = match aborted_or(e) {
+                    Ok(aborted) => aborted,
+                    Err(lost) => return self.lost_after_the_handler(xid, lost),
+                };
                 let _ = tx.batch_execute(RESET);
                 return Ok(Err(TxRun::Aborted(match self.committed(Some(tx), xid) {
                     Some(true) => ended_by_handler_error(EndedBy::Commit),
@@ -915,6 +960,38 @@ impl PostgresStore {
             Some(false) => Err(TxRun::Aborted(ended_by_handler_error(EndedBy::Rollback))),
             None => Err(TxRun::Aborted(ended_by_handler_error(EndedBy::Unknown))),
         })
+    }
+
+    /// A run without an id whose session was lost after its handler returned
+    /// (a crash, a cut): its transaction is rolled back, unless the handler
+    /// committed it itself. Asked on another session; not told, the error
+    /// says its writes may be committed (it was a bare "connection closed",
+    /// its effect committed: a trial).
+    fn lost_after_the_handler<T, E>(
+        &self,
+        xid: &Xid,
+        lost: StoreError,
+    ) -> StoreResult<Result<bool, TxRun<T, E>>> {
+        match self.committed(None::<&mut postgres::Client>, xid) {
+            Some(true) => Ok(Err(TxRun::Aborted(ended_by_handler_error(EndedBy::Commit)))),
+            Some(false) => Err(lost),
+            None => Err(may_be_committed(lost)),
+        }
+    }
+
+    /// The error of a transaction `xid`, of deliveries without an id, whose
+    /// session was lost (`lost`): what a handler's own COMMIT kept, if its
+    /// status says it committed (the store's own never ran); said to be
+    /// possible where that cannot be told; else `lost` itself (rolled back).
+    fn lost_without_an_id(&self, xid: &Xid, lost: StoreError) -> StoreError {
+        match self.committed(None::<&mut postgres::Client>, xid) {
+            Some(true) => StoreError::new(
+                lost.kind,
+                format!("{}; then: {lost}", ended_by_handler_error(EndedBy::Commit)),
+            ),
+            Some(false) => lost,
+            None => may_be_committed(lost),
+        }
     }
 
     /// Before the commit of one run: the finish ([`Self::finish_in`]),
@@ -1079,9 +1156,16 @@ impl PostgresStore {
         let repeats: Vec<bool> = (0..at)
             .map(|j| !committed && matches!(runs[j], TxRun::AlreadyDone) && ran_before(j))
             .collect();
+        // Not told, a delivery before it (none has an id: a take tells) may
+        // be committed: failed, said, not run again alone and said done (its
+        // effect twice, unsaid: a trial).
+        let before = |run| match how {
+            EndedBy::Unknown => Some(TxRun::Aborted(ended_by_a_later_delivery())),
+            _ => committed.then_some(run),
+        };
         let mut settled: Vec<Option<TxRun<(), E>>> = (runs.into_iter().zip(repeats))
             .map(|(run, repeat)| match run {
-                TxRun::Committed(()) => committed.then_some(TxRun::Committed(())),
+                TxRun::Committed(()) => before(TxRun::Committed(())),
                 _ if repeat => None,
                 other => Some(other),
             })
