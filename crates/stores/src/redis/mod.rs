@@ -394,15 +394,25 @@ impl RedisStore {
 
     /// One pipeline of `cmds`, answered one value per command.
     fn pipeline(&self, cmds: Vec<Cmd>) -> StoreResult<Vec<Value>> {
+        self.pipeline_with(cmds, Conn::pipeline)
+    }
+
+    /// [`Self::pipeline`] with `send` ([`Conn::pipeline`] or
+    /// [`Conn::pipeline_each`]).
+    fn pipeline_with(
+        &self,
+        cmds: Vec<Cmd>,
+        send: fn(&mut Conn, Vec<Cmd>) -> redis::RedisResult<Vec<Value>>,
+    ) -> StoreResult<Vec<Value>> {
         let n = cmds.len();
-        let replies = self.run(|conn| match conn.pipeline(cmds.clone()) {
+        let replies = self.run(|conn| match send(conn, cmds.clone()) {
             // A server that has not seen our scripts yet (first use, a restart,
             // a failover, SCRIPT FLUSH): load them and send the batch again. Every
             // step is safe to repeat (see `run`).
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 load_scripts(conn)?;
                 self.resent.fetch_add(1, Ordering::Relaxed);
-                conn.pipeline(cmds.clone())
+                send(conn, cmds.clone())
             }
             other => other,
         })?;
@@ -524,7 +534,7 @@ impl RedisStore {
                 cmds.push(set);
                 cmds.push(get);
             }
-            let replies = self.pipeline(cmds)?;
+            let replies = self.pipeline_with(cmds, Conn::pipeline_each)?;
             // Every answer read, a foreign value's error kept for after: what
             // was taken is known, to be given back.
             let mut failed = None;
@@ -554,6 +564,11 @@ impl RedisStore {
     fn decide(&self, set: &Value, got: &Value, token: &ClaimToken) -> StoreResult<Option<Claim>> {
         let ours = self.dialect.claim_value(token);
         Ok(Some(match (set, got) {
+            // A key of another type (WRONGTYPE): its SET NX found it, its
+            // GET failed.
+            (Value::ServerError(e), _) | (_, Value::ServerError(e)) => {
+                return Err(self.foreign(&format!("claim: {e}")));
+            }
             (Value::Okay, _) => Claim::Acquired(token.clone()),
             (Value::SimpleString(s), _) if s == "OK" => Claim::Acquired(token.clone()),
             (_, Value::BulkString(v)) => match self.dialect.read(v) {
