@@ -1281,12 +1281,14 @@ fn sqlite_a_batch_handler_that_expires_the_id_table_keeps_the_batch_ids() {
 #[test]
 fn sqlite_a_batch_slower_than_its_ttl_commits() {
     let db = TempDb::new("tx-batch-slower-than-ttl");
-    let guard = open(db.path()).with_ttl(Duration::from_millis(60));
+    // (Each handler slower than the TTL; the redelivery within a TTL of the
+    // commit: at 60 ms a loaded machine missed that window.)
+    let guard = open(db.path()).with_ttl(Duration::from_millis(500));
     let bodies = [envelope("slow-1"), envelope("slow-2")];
     let outcomes = guard.process_batch_in_transaction(&bodies, |msg, tx| {
         tx.execute("INSERT INTO effects (id) VALUES (?1)", [msg.id().unwrap()])
             .map_err(|e| e.to_string())?;
-        std::thread::sleep(Duration::from_millis(120));
+        std::thread::sleep(Duration::from_millis(600));
         Ok::<(), String>(())
     });
     let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();

@@ -10,15 +10,17 @@ use std::time::Duration;
 use bq_dedupe::{Counters, Guard, Outcome, OutcomeKind, Store, store::Claim};
 use common::{check_leases, envelope, fenced, on_backends, ready};
 
-const SHORT: Duration = Duration::from_millis(200);
+/// A lease that runs out within a test, and the sleep that outlasts it. (At
+/// 200 ms, a call delayed that long on a loaded machine found a Redis claim
+/// expired before its renewal or its "held" check: a review.)
+const SHORT: Duration = Duration::from_millis(1000);
+const PAST_SHORT: Duration = Duration::from_millis(1200);
 
 /// Renewals and fenced commits, leases run out in real time.
 #[test]
 fn every_backend_renews_and_fences_only_for_the_owner() {
     on_backends("leases", fenced, |subject| {
-        check_leases(&*subject.open(), SHORT, || {
-            std::thread::sleep(Duration::from_millis(350))
-        })
+        check_leases(&*subject.open(), SHORT, || std::thread::sleep(PAST_SHORT))
     });
 }
 
@@ -32,7 +34,7 @@ fn every_backend_reclaims_a_lapsed_claim() {
             panic!("free key");
         };
         assert_eq!(ready(store.claim("l", SHORT)).unwrap(), Claim::Held);
-        std::thread::sleep(Duration::from_millis(350));
+        std::thread::sleep(PAST_SHORT);
         let long = Duration::from_secs(60);
         let Claim::Acquired(second) = ready(store.claim("l", long)).unwrap() else {
             panic!("a lapsed lease must be reclaimable");
@@ -112,31 +114,40 @@ fn two_consumers_over_a_slow_batch<S: Store + Send + Sync>(
 
 /// A's only handler outlives its lease with no timer to renew it; B takes the
 /// lapsed claim and runs too. A's commit is fenced: `run-ok-lease-lost`, counted,
-/// and B's own commit is the one that records the id.
+/// and B's own commit is the one that records the id. (B starts a lease and a
+/// margin after A's handler began, and A's handler returns after B's run: a
+/// fixed start for B raced the opening of A's store on a loaded machine.)
 fn lost_lease_is_reported<S: Store + Send + Sync>(open: impl Fn() -> S + Sync, tag: &str) {
     let id = common::unique(tag);
     let body = envelope(&id);
     let runs = AtomicU32::new(0);
     let lease = Duration::from_millis(300);
     let counters = Arc::new(Counters::new());
+    let (claimed, is_claimed) = std::sync::mpsc::channel::<()>();
+    let (b_done, is_b_done) = std::sync::mpsc::channel::<()>();
+    let (open, body, runs, counters) = (&open, &body, &runs, &counters);
     let (a, b) = std::thread::scope(|s| {
-        let a = s.spawn(|| {
+        let a = s.spawn(move || {
             let guard = Guard::new(open())
                 .with_claiming(lease)
                 .with_observer(counters.clone());
             ready(guard.process(body.as_bytes(), async |_| {
-                std::thread::sleep(Duration::from_millis(900));
+                claimed.send(()).unwrap();
+                is_b_done.recv().unwrap();
                 runs.fetch_add(1, Ordering::SeqCst);
                 Ok::<(), String>(())
             }))
         });
-        let b = s.spawn(|| {
-            std::thread::sleep(Duration::from_millis(500));
+        let b = s.spawn(move || {
             let guard = Guard::new(open()).with_claiming(Duration::from_secs(30));
-            ready(guard.process(body.as_bytes(), async |_| {
+            is_claimed.recv().unwrap();
+            std::thread::sleep(lease + Duration::from_millis(200));
+            let b = ready(guard.process(body.as_bytes(), async |_| {
                 runs.fetch_add(1, Ordering::SeqCst);
                 Ok::<(), String>(())
-            }))
+            }));
+            b_done.send(()).unwrap();
+            b
         });
         (a.join().unwrap(), b.join().unwrap())
     });
