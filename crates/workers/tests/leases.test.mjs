@@ -11,6 +11,18 @@ let seq = 0;
 /** One queue message for `worker.dispatchQueue`, as the runtime would send it. */
 const msg = (body) => ({ id: `m-${++seq}`, timestamp: new Date(), attempts: 1, body });
 
+/** Returns once the store shows `key` claimed (its handler running): a fixed
+ * wait raced a fresh workerd's first call on a loaded machine (a review). */
+async function claimed(worker, key) {
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    const { entries } = await worker.request("GET", "/store/entries");
+    if (entries.some((e) => e.key === key && e.state === "claimed")) return;
+    assert.ok(Date.now() < deadline, `${key} never claimed: ${JSON.stringify(entries)}`);
+    await sleep(25);
+  }
+}
+
 const delta = (after, before) =>
   Object.fromEntries(Object.keys(after).map((k) => [k, after[k] - (before[k] ?? 0)]));
 
@@ -101,7 +113,7 @@ describe("lost leases", () => {
     () =>
       withWorker({ vars: { DEDUPE_CLAIM_LEASE_SECONDS: "3" } }, async (worker) => {
         const running = worker.dispatchQueue([msg(envelope("lost-1", { sleep_ms: 1500 }))]);
-        await sleep(400);
+        await claimed(worker, "lost-1");
         await worker.request("POST", "/store/forget", { keys: ["lost-1"] });
         const result = await running;
         assert.equal(result.outcome, "ok", JSON.stringify(result));
@@ -120,7 +132,7 @@ describe("lost leases", () => {
     () =>
       withWorker({ vars: { DEDUPE_CLAIM_LEASE_SECONDS: "3" } }, async (worker) => {
         const running = worker.dispatchQueue([msg(envelope("stolen-1", { sleep_ms: 1500 }))]);
-        await sleep(400);
+        await claimed(worker, "stolen-1");
         await worker.request("POST", "/store/forget", { keys: ["stolen-1"] });
         const other = await worker.request("POST", "/store/claim", {
           keys: ["stolen-1"],
@@ -353,14 +365,17 @@ describe("one reshard per dedupe window (hole 4 of the store-contract issue; acc
     "1 -> 4, then 4 -> 8 inside the window: refused, naming the settings, nothing runs; " +
       "back to the layout before is allowed; after the window the second reshard is accepted",
     async () => {
+      // (The window is the TTL: at 2 s, two workerd restarts on a loaded
+      // machine could outlast it, and the refusal was not met: a review.)
+      const TWICE_TTL = "10";
       const dir = mkdtempSync(path.join(tmpdir(), "bq-reshard-twice-"));
       const ids = Array.from({ length: 6 }, (_, i) => `twice-${i}`);
       try {
-        const first = { DEDUPE_SHARDS: "4", DEDUPE_PREVIOUS_SHARDS: "1", DEDUPE_TTL_SECONDS: "2" };
+        const first = { DEDUPE_SHARDS: "4", DEDUPE_PREVIOUS_SHARDS: "1", DEDUPE_TTL_SECONDS: TWICE_TTL };
         await withWorker({ vars: first, persist: dir }, async (worker) => {
           assert.equal((await worker.publishAndWait(ids.map((id) => envelope(id)))).runs, ids.length);
         });
-        const second = { DEDUPE_SHARDS: "8", DEDUPE_PREVIOUS_SHARDS: "4", DEDUPE_TTL_SECONDS: "2" };
+        const second = { DEDUPE_SHARDS: "8", DEDUPE_PREVIOUS_SHARDS: "4", DEDUPE_TTL_SECONDS: TWICE_TTL };
         await withWorker({ vars: second, persist: dir }, async (worker) => {
           await assert.rejects(
             worker.seen(ids),
@@ -377,12 +392,12 @@ describe("one reshard per dedupe window (hole 4 of the store-contract issue; acc
           assert.equal(delta(await worker.stats(), before).runs, 0, "no handler ran");
         });
         // Back to 1 shard while 4 is the previous: both layouts are still asked.
-        const back = { DEDUPE_SHARDS: "1", DEDUPE_PREVIOUS_SHARDS: "4", DEDUPE_TTL_SECONDS: "2" };
+        const back = { DEDUPE_SHARDS: "1", DEDUPE_PREVIOUS_SHARDS: "4", DEDUPE_TTL_SECONDS: TWICE_TTL };
         await withWorker({ vars: back, persist: dir }, async (worker) => {
           assert.deepEqual((await worker.seen(ids)).seen, ids.map(() => true));
         });
-        await sleep(2100); // the window of the last reshard passes
-        const later = { DEDUPE_SHARDS: "8", DEDUPE_PREVIOUS_SHARDS: "1", DEDUPE_TTL_SECONDS: "2" };
+        await sleep(Number(TWICE_TTL) * 1000 + 100); // the window of the last reshard passes
+        const later = { DEDUPE_SHARDS: "8", DEDUPE_PREVIOUS_SHARDS: "1", DEDUPE_TTL_SECONDS: TWICE_TTL };
         await withWorker({ vars: later, persist: dir }, async (worker) => {
           const result = await worker.dispatchQueue(ids.map((id) => msg(envelope(`later-${id}`))));
           assert.equal(result.explicitAcks.length, ids.length, JSON.stringify(result));
@@ -399,17 +414,20 @@ describe("dropping DEDUPE_PREVIOUS_SHARDS inside the window (issue #25, finding 
     "1 -> 4 with the previous layout, then 4 without it inside the window: refused, nothing " +
       "runs again; after the window it is accepted",
     async () => {
+      // (The window is the TTL, long enough for two workerd restarts on a
+      // loaded machine: at 3 s it could pass before the refusal: a review.)
+      const DROPPED_TTL = "10";
       const dir = mkdtempSync(path.join(tmpdir(), "bq-reshard-dropped-"));
       const ids = Array.from({ length: 12 }, (_, i) => `dropped-${i}`);
       try {
-        await withWorker({ vars: { DEDUPE_SHARDS: "1", DEDUPE_TTL_SECONDS: "3" }, persist: dir }, async (worker) => {
+        await withWorker({ vars: { DEDUPE_SHARDS: "1", DEDUPE_TTL_SECONDS: DROPPED_TTL }, persist: dir }, async (worker) => {
           assert.equal((await worker.publishAndWait(ids.map((id) => envelope(id)))).runs, ids.length);
         });
-        const resharding = { DEDUPE_SHARDS: "4", DEDUPE_PREVIOUS_SHARDS: "1", DEDUPE_TTL_SECONDS: "3" };
+        const resharding = { DEDUPE_SHARDS: "4", DEDUPE_PREVIOUS_SHARDS: "1", DEDUPE_TTL_SECONDS: DROPPED_TTL };
         await withWorker({ vars: resharding, persist: dir }, async (worker) => {
           assert.deepEqual((await worker.seen(ids)).seen, ids.map(() => true));
         });
-        const dropped = { DEDUPE_SHARDS: "4", DEDUPE_TTL_SECONDS: "3" };
+        const dropped = { DEDUPE_SHARDS: "4", DEDUPE_TTL_SECONDS: DROPPED_TTL };
         await withWorker({ vars: dropped, persist: dir }, async (worker) => {
           await assert.rejects(
             worker.seen(ids),
@@ -421,7 +439,7 @@ describe("dropping DEDUPE_PREVIOUS_SHARDS inside the window (issue #25, finding 
           assert.equal(result.retryMessages.length, ids.length, JSON.stringify(result));
           assert.equal(delta(await worker.stats(), before).runs, 0, "no moved id ran again");
         });
-        await sleep(3100); // the reshard's window passes (and so do the ids)
+        await sleep(Number(DROPPED_TTL) * 1000 + 100); // the reshard's window passes (and so do the ids)
         await withWorker({ vars: dropped, persist: dir }, async (worker) => {
           const result = await worker.dispatchQueue([msg(envelope("dropped-later"))]);
           assert.equal(result.explicitAcks.length, 1, JSON.stringify(result));

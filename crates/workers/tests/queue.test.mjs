@@ -217,7 +217,9 @@ describe("handler failures", () => {
     }));
 
   test("a panicking handler: nothing acked or remembered; its claims block until the lease ends", () =>
-    withWorker({ vars: { DEDUPE_CLAIM_LEASE_SECONDS: "1" } }, async (worker) => {
+    // (A 3 s lease: at 1 s the rebuilt instance's first calls on a loaded
+    // machine could outlast it before the redelivery that must park: a review.)
+    withWorker({ vars: { DEDUPE_CLAIM_LEASE_SECONDS: "3" } }, async (worker) => {
       const msg = (id, body) => ({ id, timestamp: new Date(), attempts: 1, body });
       const crashed = await worker.dispatchQueue([
         msg("q-ok", envelope("before-crash")),
@@ -230,7 +232,7 @@ describe("handler failures", () => {
       // The crashed invocation's claims still hold: a redelivery parks until the lease ends.
       const blocked = await worker.dispatchQueue([msg("q-ok-1", envelope("before-crash"))]);
       assert.deepEqual(blocked.retryMessages.map((m) => m.msgId), ["q-ok-1"], JSON.stringify(blocked));
-      await sleep(1100);
+      await sleep(3100);
       // Then the (rebuilt) instance runs it and remembers it.
       const next = await worker.dispatchQueue([msg("q-ok-2", envelope("before-crash"))]);
       assert.equal(next.outcome, "ok", JSON.stringify(next));

@@ -546,7 +546,9 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
 
   test("a handler slower than its 2 s lease keeps its claims (renewed): a second queue() parks, one effect per id", async () => {
     const ids = ["ts-slow-0", "ts-slow-1"];
-    const batch = () => ids.map((id) => msg(envelope(id, { sleep_ms: 2600 })));
+    // (Each handler 4 s: the second queue() comes before the first handler
+    // ends, with room for a loaded machine; at 2.6 s the margin was 300 ms.)
+    const batch = () => ids.map((id) => msg(envelope(id, { sleep_ms: 4000 })));
     const first = queue("ts", batch());
     await new Promise((r) => setTimeout(r, 2300)); // past the lease the claims began with
     const second = await queue("ts", batch());
