@@ -280,7 +280,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
         decision
             .claim
             .as_ref()
-            .filter(|_| self.store.capabilities().renew)
+            .filter(|_| self.store.fences_commits())
     }
 }
 

@@ -31,6 +31,9 @@ macro_rules! __store_methods {
         fn shared_format(&self) -> ::std::option::Option<&'static str> {
             $crate::__store_call!(sync [$($ctx)*]; self, s => s.shared_format())
         }
+        fn fences_commits(&self) -> bool {
+            $crate::__store_call!(sync [$($ctx)*]; self, s => s.fences_commits())
+        }
         fn kind(&self) -> &'static str {
             $crate::__store_call!(sync [$($ctx)*]; self, s => s.kind())
         }

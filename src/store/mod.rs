@@ -84,6 +84,17 @@ pub trait Store {
         Capabilities::default()
     }
 
+    /// Whether a claimed success is committed under its claim's token
+    /// (`settle`'s `remember` with `Some(token)`), which records the id and
+    /// answers `false` when the claim was no longer there to commit under (a
+    /// lost lease, reported). By default where claims are kept alive
+    /// (`capabilities().renew`); a format whose claims carry no owner may fence
+    /// by its claim value alone (PHP's Redis format: a claim gone or done by
+    /// another is told, one another consumer took cannot be).
+    fn fences_commits(&self) -> bool {
+        self.capabilities().renew
+    }
+
     /// Which backend this is, for telemetry: `memory`, `sqlite`, `redis`,
     /// `postgres`, `durable-object`, `kv`, `d1`, ... (`custom` by default).
     fn kind(&self) -> &'static str {

@@ -130,6 +130,45 @@ fn php_dialect_a_claim_run_out_is_not_given_back() {
     );
 }
 
+/// A claim lost on the server while its handler runs, within the lease by
+/// our clock (an eviction, a failover, a PHP consumer's release by value):
+/// the commit is fenced by PHP's claim value, so the run says its lease was
+/// lost when the key is gone or done by another. A plain `SET 2` said
+/// `run-ok` beside the other consumer's run (a review, h90 #2; docs/stores.md
+/// promised `run-ok-lease-lost`). The id is recorded either way. (Claimed by
+/// another, the key holds a `1` like ours: that cannot be told.)
+#[test]
+fn php_dialect_a_claim_lost_on_the_server_is_reported_at_the_commit() {
+    for (tag, then) in [("evicted", None), ("done", Some("2"))] {
+        let (store, clean) = store("php-evicted", Dialect::Php);
+        let mut conn = raw(&clean.url);
+        let key = format!("{}{tag}", clean.prefix);
+        let guard = Guard::new(&store).with_claiming(Duration::from_secs(30));
+        let outcome = ready(guard.process(common::envelope(tag).as_bytes(), async |_| {
+            let _: () = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
+            if let Some(value) = then {
+                let _: () = redis::cmd("SET")
+                    .arg(&key)
+                    .arg(value)
+                    .query(&mut conn)
+                    .unwrap();
+            }
+            Ok::<(), String>(())
+        }));
+        assert_eq!(
+            outcome.kind(),
+            OutcomeKind::RanLeaseLost,
+            "{tag}: {outcome:?}"
+        );
+        assert!(ready(store.seen(tag)).unwrap(), "{tag}");
+    }
+    // Kept, the commit is a run-ok as before.
+    let (store, _clean) = store("php-kept", Dialect::Php);
+    let guard = Guard::new(&store).with_claiming(Duration::from_secs(30));
+    assert_eq!(deliver(&guard, "kept", true).kind(), OutcomeKind::Ran);
+    assert!(ready(store.seen("kept")).unwrap());
+}
+
 /// A foreign value at `key`: a string the format never writes, or (`hash`)
 /// another type, which fails its commands with WRONGTYPE.
 fn put_foreign(url: &str, key: &str, hash: bool) {

@@ -79,6 +79,10 @@ impl Store for Keyed {
         self.store.shared_format()
     }
 
+    fn fences_commits(&self) -> bool {
+        self.store.fences_commits()
+    }
+
     async fn peek_many(&self, keys: &[&str]) -> StoreResult<Vec<Peeked>> {
         self.store.peek_many(&refs(&self.keys(keys))).await
     }
