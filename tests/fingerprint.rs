@@ -478,5 +478,6 @@ fn one_id_under_many_payloads_in_a_batch_resolves_in_linear_time() {
     assert_eq!(ran, ["many"]);
     assert_eq!(codes[0], "run-ok");
     assert!(codes[1..].iter().all(|c| *c == "payload-mismatch"));
-    assert!(took < Duration::from_secs(3), "{took:?}");
+    // (6 s: room for a loaded machine, under the quadratic 7.3 s.)
+    assert!(took < Duration::from_secs(6), "{took:?}");
 }

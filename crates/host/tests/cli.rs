@@ -1300,25 +1300,31 @@ fn a_slow_stream_from_a_file_prints_as_it_goes() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut out = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = out.read_to_string(&mut text);
-        text
+    let out = child.stdout.take().unwrap();
+    let (line, lines_read) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for read in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = line.send(read);
+        }
     });
-    // Eight handlers of 0.3 s: killed about halfway.
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // Eight handlers of 0.3 s: killed once two verdicts are out (a fixed
+    // 1.5 s could be before them on a loaded machine). Printed at the end of
+    // the chunk read, all eight would be out by then.
+    let mut printed = Vec::new();
+    for _ in 0..2 {
+        let limit = std::time::Duration::from_secs(60);
+        printed.push(lines_read.recv_timeout(limit).expect("a verdict"));
+    }
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
-    let printed: Vec<Value> = reader
-        .join()
-        .unwrap()
-        .lines()
+    printed.extend(lines_read.iter());
+    let printed: Vec<Value> = (printed.iter())
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert!(
-        printed.len() >= 2,
-        "verdicts printed before the kill: {printed:?}"
+        printed.len() < 8,
+        "every verdict was out by the second: {printed:?}"
     );
     // Each one printed was recorded: the rerun skips it.
     let again = bq(

@@ -387,8 +387,14 @@ fn sigterm_lets_the_running_handler_finish_and_records_it() {
 fn a_second_signal_kills_the_running_handler() {
     let (child, log, stdin) = slow_claiming_run("sigint-twice");
     signal(&child, "-INT");
-    std::thread::sleep(Duration::from_millis(200));
-    signal(&child, "-INT");
+    // Again, a few times: two signals the run had not read yet are one (a
+    // loaded machine could leave it that long), and the handler finished.
+    for _ in 0..6 {
+        std::thread::sleep(Duration::from_millis(150));
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status();
+    }
     let out = wait_within(child, 30);
     drop(stdin);
     let said = String::from_utf8_lossy(&out.stderr);
@@ -483,7 +489,11 @@ fn a_switch_killed_between_handlers_is_started_again() {
         .status()
         .unwrap();
     assert!(status.success());
-    std::thread::sleep(Duration::from_millis(200));
+    // Gone (a fixed 200 ms could be before it was, on a loaded machine).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while alive(&switch.to_string()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     writeln!(stdin, "{}", envelope("switch-2", 10)).unwrap();
     wait_for_log(&log, "start\neffect\nstart\n");
     assert_eq!(

@@ -256,7 +256,11 @@ fn sqlite_kill_dash_nine_mid_batch_reruns_at_most_the_checkpoint_window() {
     let args = ["--store", &store, "--batch", "12", "--exec", &handler];
     let mut a = spawn_run(&args, &lines);
     wait_for_lines(&fx, 1, Duration::from_secs(30));
-    std::thread::sleep(Duration::from_millis(2200));
+    // At least 2.2 s into the batch, and 6 effects in (a fixed 2.2 s alone
+    // could be fewer on a loaded machine).
+    let first = std::time::Instant::now();
+    wait_for_lines(&fx, 6, Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(2200).saturating_sub(first.elapsed()));
     a.kill().unwrap(); // SIGKILL
     let _ = a.wait();
     std::thread::sleep(Duration::from_millis(400)); // an orphaned handler may finish

@@ -2215,8 +2215,15 @@ fn postgres_a_finish_failing_after_a_handlers_own_commit_says_its_writes_were_co
     let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
     let first = guard.process_in_transaction(envelope("oc-lost").as_str(), |msg, tx| {
         tx.execute(&insert, &[&msg.id().unwrap()])?;
+        let pid: i32 = tx.query_one("SELECT pg_backend_pid()", &[])?.get(0);
         tx.batch_execute("SET idle_session_timeout = '200ms'; COMMIT")?;
-        std::thread::sleep(Duration::from_millis(600)); // the session ends meanwhile
+        // The session ends meanwhile: seen gone from another (a fixed wait
+        // could end before the server had ended it, on a loaded machine).
+        let (mut watch, deadline) = (pg(), Instant::now() + Duration::from_secs(10));
+        let alive = "SELECT 1 FROM pg_stat_activity WHERE pid = $1";
+        while !watch.query(alive, &[&pid])?.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         Ok::<(), postgres::Error>(())
     });
     assert_eq!(first.kind(), OutcomeKind::Failed, "{first:?}");

@@ -69,8 +69,8 @@ impl Effects {
     }
 }
 
-/// Consumer A takes a batch of 4 ids whose handlers take `work` each (4 x work is
-/// well over the lease); consumer B, on its own connection, delivers the same 4
+/// Consumer A takes a batch of 8 ids whose handlers take `work` each (8 x work is
+/// well over the lease); consumer B, on its own connection, delivers the same 8
 /// ids `b_after` later. Exactly one effect per id; B skips or parks.
 fn two_consumers_over_a_slow_batch<S: Store + Send + Sync>(
     open: impl Fn() -> S + Sync,
@@ -79,7 +79,7 @@ fn two_consumers_over_a_slow_batch<S: Store + Send + Sync>(
     work: Duration,
     b_after: Duration,
 ) {
-    let ids: Vec<String> = (0..4)
+    let ids: Vec<String> = (0..8)
         .map(|i| common::unique(&format!("{tag}-{i}")))
         .collect();
     let bodies: Vec<String> = ids.iter().map(|id| envelope(id)).collect();
@@ -166,11 +166,13 @@ fn lost_lease_is_reported<S: Store + Send + Sync>(open: impl Fn() -> S + Sync, t
 #[test]
 fn two_consumers_over_a_batch_slower_than_its_lease_run_each_id_once_on_every_backend() {
     on_backends("slow-batch", fenced, |subject| {
+        // (Renewed every other handler, 600 ms before the lease would lapse:
+        // at 600 ms and 300 ms handlers a stall of 300 ms lost it.)
         two_consumers_over_a_slow_batch(
             || subject.open(),
             subject.name(),
-            Duration::from_millis(600),
-            Duration::from_millis(300),
+            Duration::from_millis(1000),
+            Duration::from_millis(200),
             Duration::from_millis(800),
         )
     });

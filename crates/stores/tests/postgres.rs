@@ -240,10 +240,11 @@ fn postgres_rows_are_the_go_schema_and_claims_stay_in_their_own_table() {
 #[test]
 fn postgres_ttl_expires_and_purge_deletes() {
     let (store, _clean) = store("ttl");
-    ready(store.remember("short", Some(Duration::from_millis(150)))).unwrap();
-    ready(store.claim("lapsing", Duration::from_millis(150))).unwrap();
+    // (1 s: the seen below must come within it on a loaded machine.)
+    ready(store.remember("short", Some(Duration::from_secs(1)))).unwrap();
+    ready(store.claim("lapsing", Duration::from_secs(1))).unwrap();
     assert!(ready(store.seen("short")).unwrap());
-    std::thread::sleep(Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(1300));
     assert!(
         !ready(store.seen("short")).unwrap(),
         "expired rows are unseen"
