@@ -434,17 +434,25 @@ fn postgres_a_single_run_without_an_id_lost_after_its_own_commit_says_so() {
     let _alone = server.alone();
     let (guard, table, _clean) = server.guard_with_effects(&server.url, "tx-crash-nid1");
     let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
-    let mut bystander = server.up();
-    let outcome = guard.process_in_transaction(&no_id_envelope("nid1"), |_, tx| {
-        tx.execute(&insert, &[&"nid1"])?;
-        tx.batch_execute("COMMIT")?;
-        server.kill_one(&mut bystander);
-        Ok::<(), postgres::Error>(())
-    });
-    assert_eq!(server.effects(&table, "nid1"), 1, "{outcome:?}");
-    let said = format!("{outcome:?}");
-    assert_ne!(outcome.kind(), OutcomeKind::FailOpen, "{said}");
-    assert!(said.contains("may be committed"), "{said}");
+    // Its handler returning Ok, or the error of its next statement (it was
+    // that error alone, read as "rolled back": a review).
+    for fails_after in [false, true] {
+        let tag = format!("nid1-{fails_after}");
+        let mut bystander = server.up();
+        let outcome = guard.process_in_transaction(&no_id_envelope(&tag), |_, tx| {
+            tx.execute(&insert, &[&tag])?;
+            tx.batch_execute("COMMIT")?;
+            server.kill_one(&mut bystander);
+            if fails_after {
+                tx.execute(&insert, &[&"after"])?;
+            }
+            Ok::<(), postgres::Error>(())
+        });
+        assert_eq!(server.effects(&table, &tag), 1, "{outcome:?}");
+        let said = format!("{outcome:?}");
+        assert_ne!(outcome.kind(), OutcomeKind::FailOpen, "{said}");
+        assert!(said.contains("may be committed"), "{tag}: {said}");
+    }
     let _ = server
         .up()
         .batch_execute(&format!("DROP TABLE {table}_effects"));

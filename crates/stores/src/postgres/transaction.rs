@@ -1053,7 +1053,16 @@ impl PostgresStore {
             // WARNING silences the warning, a review.)
             (Ok(()), Some(xid)) => Ok(self.committed(Some(&mut tx), xid)),
             (Ok(()), None) => self.undo_takes(&mut tx, keys, mark, writer).map(Some),
-            (Err(_), Some(_)) => Ok(None),
+            // The session lost (a crash) after the handler: asked elsewhere,
+            // and where that cannot tell, said: its own COMMIT may have kept
+            // what it wrote (it was its error alone, "rolled back": a review).
+            (Err(e), Some(xid)) => match self.committed(None::<&mut postgres::Client>, xid) {
+                Some(told) => Ok(Some(told)),
+                None => {
+                    std::mem::forget(tx);
+                    return Err(may_be_committed(error(e)));
+                }
+            },
             (Err(e), None) => Err(error(e)),
         };
         // Its transaction has ended: the drop's own ROLLBACK would cost a
@@ -1156,16 +1165,20 @@ impl PostgresStore {
         let repeats: Vec<bool> = (0..at)
             .map(|j| !committed && matches!(runs[j], TxRun::AlreadyDone) && ran_before(j))
             .collect();
-        // Not told, a delivery before it (none has an id: a take tells) may
-        // be committed: failed, said, not run again alone and said done (its
-        // effect twice, unsaid: a trial).
-        let before = |run| match how {
-            EndedBy::Unknown => Some(TxRun::Aborted(ended_by_a_later_delivery())),
+        // Not told, a delivery before it without an id may be committed:
+        // failed, said, not run again alone and said done (its effect twice,
+        // unsaid: a trial). (One with an id runs again: its redelivery, or
+        // its take, tells.)
+        let before = |j: usize, run| match how {
+            EndedBy::Unknown if names[j].is_none() => {
+                Some(TxRun::Aborted(ended_by_a_later_delivery()))
+            }
             _ => committed.then_some(run),
         };
         let mut settled: Vec<Option<TxRun<(), E>>> = (runs.into_iter().zip(repeats))
-            .map(|(run, repeat)| match run {
-                TxRun::Committed(()) => before(TxRun::Committed(())),
+            .enumerate()
+            .map(|(j, (run, repeat))| match run {
+                TxRun::Committed(()) => before(j, TxRun::Committed(())),
                 _ if repeat => None,
                 other => Some(other),
             })
