@@ -27,7 +27,9 @@ use view::{EnvelopeView, Loose, MetaField, TopLevel};
 /// The only envelope schema version this crate accepts.
 pub const SCHEMA_VERSION: u64 = 1;
 
-/// Nesting depth at which decoding stops (serde_json's recursion limit).
+/// Nesting depth at which decoding stops (serde_json's recursion limit): an
+/// envelope nested this deep is refused, the envelope itself level 1 (127 is
+/// the deepest read; the docs said "more than 128": a user's trial).
 pub const MAX_DEPTH: usize = 128;
 
 /// Input limits applied before and during decoding.

@@ -21,8 +21,9 @@ pub enum Rejection {
         /// The limit in bytes.
         limit: usize,
     },
-    /// Arrays/objects nested deeper than [`MAX_DEPTH`](crate::envelope::MAX_DEPTH).
-    #[error("the envelope nests deeper than {limit} levels")]
+    /// Arrays/objects nested [`MAX_DEPTH`](crate::envelope::MAX_DEPTH) levels
+    /// deep or more (the envelope itself level 1).
+    #[error("the envelope nests {limit} levels deep or more (the envelope itself is level 1)")]
     TooDeep {
         /// The deepest nesting allowed.
         limit: usize,

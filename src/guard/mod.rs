@@ -498,7 +498,7 @@ impl<S: Store, O: Observer, T: Timer> Guard<S, O, T> {
     /// Whether the successes of claimed deliveries just written were written
     /// in time, read after the write: past `claims_end` the id may have been
     /// another consumer's, which may have run it too, and a store that cannot
-    /// renew cannot fence the write (`run-ok-lease-lost`, not `run-ok`).
+    /// renew cannot fence the write by owner (`run-ok-lease-lost`, not `run-ok`).
     pub(super) fn written_in_time(
         &self,
         claims_end: Option<u64>,

@@ -40,7 +40,8 @@ pub struct Capabilities {
     /// Claims can be kept alive and commits are fenced: `renew` extends a claim
     /// only for its owner, and `remember_fenced` records an id only while the
     /// committing token still owns its claim. Without it, claiming mode works as
-    /// before leases were kept: no renewal, and a lost lease goes unnoticed.
+    /// before leases were kept: no renewal, and a lost lease told only by the
+    /// guard's clock (or by a commit fenced by value: [`Store::fences_commits`]).
     pub renew: bool,
 }
 

@@ -16,9 +16,11 @@ pub enum Dialect {
     /// The PHP SDK's `RedisStore`: `1` while claimed (the lease is the key's
     /// expiry), `2` once remembered, under `bq:idem:`. No owner token: a release,
     /// renewal or commit cannot tell two claimers apart, so the store reports
-    /// `renew: false` (claims are not renewed and commits are not fenced; use a
-    /// lease longer than the slowest batch, PHP's default is 3600 s). A value that
-    /// is neither `1` nor `2` is a store error.
+    /// `renew: false` (claims are not renewed; commits are fenced by the value
+    /// alone, `Store::fences_commits`: a claim gone or done by another is told,
+    /// one another consumer took is not; use a lease longer than the slowest
+    /// batch, PHP's default is 3600 s). A value that is neither `1` nor `2` is a
+    /// store error.
     Php,
     /// The Go SDK's Redis store: `1` once remembered (`seen` is `EXISTS`, as in
     /// Go: any value counts), under `bq:idemp:`. No in-flight state: `claim` is
