@@ -2277,6 +2277,40 @@ fn postgres_a_commit_that_ends_the_session_after_a_handlers_own_commit_loses_not
     );
 }
 
+/// As above without an id: its own COMMIT (told by its transaction's status)
+/// kept what it wrote before it, and the store's COMMIT of the rest ends the
+/// session: the run was a bare store error, though those writes stand and its
+/// retry writes them again (a review, h95). It says its own COMMIT's.
+#[test]
+fn postgres_a_commit_that_ends_the_session_after_an_own_commit_without_an_id_says_so() {
+    let (guard, table, _clean) = pg_guard("tx-commit-fatal-nid");
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    let late = format!("{table}_late");
+    pg().batch_execute(&format!(
+        "CREATE FUNCTION {late}_fn() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NULL; END $$;
+         CREATE TABLE {late} (id INT);
+         CREATE CONSTRAINT TRIGGER {late}_t AFTER INSERT ON {late}
+           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {late}_fn()"
+    ))
+    .unwrap();
+    let first = guard.process_in_transaction(&no_id_envelope("fatal-nid"), |_, tx| {
+        tx.execute(&insert, &[&"fatal-nid"])?;
+        tx.batch_execute("COMMIT; BEGIN")?;
+        tx.batch_execute(&format!("INSERT INTO {late} VALUES (7)"))
+    });
+    let said = format!("{first:?}");
+    assert_ne!(first.kind(), OutcomeKind::FailOpen, "{said}");
+    assert!(
+        said.contains("ended the store's transaction itself"),
+        "{said}"
+    );
+    assert_eq!(pg_effects(&table, "fatal-nid"), 1, "its own COMMIT kept it");
+    pg().batch_execute(&format!("DROP TABLE {late}; DROP FUNCTION {late}_fn()"))
+        .unwrap();
+    pg_drop(&table);
+}
+
 /// As above, the take's undo failing too, on every connection tried (its row
 /// held locked past each try's `lock_timeout`: a partition that keeps a
 /// session alive), the lock taken before the store's finish (which then

@@ -388,7 +388,10 @@ impl PostgresStore {
             true => self.undo_takes_elsewhere(keys, mark, writer)?,
             false => false,
         };
-        let own_commit = (refused(&e) || moved) && (handler_committed || undone);
+        // (Its own COMMIT told by its status, for a run without an id: what
+        // came before it stands, whatever became of ours; a lost one was a
+        // bare store error: a review.)
+        let own_commit = handler_committed || ((refused(&e) || moved) && undone);
         match (own_commit, refused_its_writes(&e)) {
             // What it wrote before its own COMMIT stays, whatever refused ours.
             (true, _) => Ok(TxRun::Aborted(ended_by_handler_error(EndedBy::Commit))),
