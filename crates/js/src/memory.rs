@@ -122,6 +122,12 @@ impl JsInMemoryStore {
         let capacity = opt_number(WHAT, &options, "capacity")?;
         let manual = (options.is_object() && prop(&options, "manualClock").is_truthy())
             .then(|| Arc::new(ManualClock::new(now.unwrap_or(0.0) as u64)));
+        // (Ignored, it was unsaid: a user's trial.)
+        if manual.is_none() && now.is_some() {
+            return Err(type_error(
+                "now is the manual clock's start: add manualClock: true",
+            ));
+        }
         let clock: Arc<dyn Clock> = match &manual {
             Some(m) => m.clone(),
             None => Arc::new(DateClock),

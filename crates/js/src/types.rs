@@ -202,6 +202,7 @@ export interface DedupeError extends Error { name: "DedupeError"; kind: "store-u
 export interface InMemoryStoreOptions {
   /** Use a clock that only moves with advance(ms) (starting at `now`, default 0). */
   manualClock?: boolean;
+  /** The manual clock's start (ms); a TypeError without `manualClock: true`. */
   now?: number;
   /** Keep at most this many ids, evicting the oldest. */
   capacity?: number;

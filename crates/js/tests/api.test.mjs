@@ -222,6 +222,8 @@ test('bad arguments reject with a TypeError that says what is wrong', async () =
   assert.equal(ran, 0);
   assert.equal((await bq.dedupeBatch(huge.slice(1), store, () => { ran++; })).length, 10_000);
   assert.throws(() => new bq.InMemoryStore({ manual: true }), /unknown option "manual"/);
+  // A start without a manual clock was ignored, unsaid (a user's trial).
+  assert.throws(() => new bq.InMemoryStore({ now: 5 }), /add manualClock: true/);
   assert.throws(() => new bq.InMemoryStore({ capacity: 0 }), { name: 'TypeError', message: /capacity must be at least 1/ });
   const freed = new bq.InMemoryStore();
   // A copy of its handle is not the store: it has not the module's mark.
