@@ -208,6 +208,7 @@ export interface InMemoryStoreOptions {
   capacity?: number;
 }
 
+/** `expiresAt`: when a done id's TTL ends (ms), null without one; null for a claim too (its lease ends all the same: not shown). */
 export interface StoreEntry { key: string; state: "done" | "claimed"; expiresAt: number | null }
 
 "#;
