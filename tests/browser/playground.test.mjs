@@ -66,8 +66,21 @@ async function rows(page) {
 }
 
 async function setEditor(page, value) {
-  await page.fill('#envelope-editor', typeof value === 'string' ? value : JSON.stringify(value, null, 2));
-  await page.waitForTimeout(150);
+  const text = typeof value === 'string' ? value : JSON.stringify(value, null, 2);
+  await page.fill('#envelope-editor', text);
+  // Until the 60 ms debounce has validated and saved it: a fixed 150 ms lost to a loaded machine.
+  await page.waitForFunction(
+    (t) => JSON.parse(localStorage.getItem('bq-dedupe-playground:settings') ?? '{}').editor === t,
+    text, { timeout: 20_000 });
+}
+
+/** Waits for #validation to show `state` (and `text`): a loaded machine renders late. On a
+ * timeout the assertions after it say what it shows. */
+async function validation(page, state, text) {
+  await page.waitForFunction(([s, t]) => {
+    const box = document.querySelector('#validation');
+    return box.dataset.state === s && (!t || box.textContent.includes(t));
+  }, [state, text], { timeout: 20_000 }).catch(() => {});
 }
 
 const envelope = (id) => ({
@@ -85,14 +98,17 @@ test('the page loads the wasm and validates the editor live: derived key, fail-o
   await page.screenshot({ path: join(ARTIFACTS, '01-loaded.png'), fullPage: true });
 
   await setEditor(page, envelope(''));
+  await validation(page, 'fail-open');
   assert.equal(await page.getAttribute('#validation', 'data-state'), 'fail-open');
   assert.match(await page.textContent('#validation'), /fail-open/);
   await page.screenshot({ path: join(ARTIFACTS, '02-fail-open.png'), fullPage: true });
 
   await setEditor(page, { ...envelope('x'), meta: { id: 'x', schema_version: 2 } });
+  await validation(page, 'rejected', 'unsupported-schema-version');
   assert.equal(await page.getAttribute('#validation', 'data-state'), 'rejected');
   assert.match(await page.textContent('#validation'), /unsupported-schema-version/);
   await setEditor(page, '{"job": ');
+  await validation(page, 'rejected', 'not-json');
   assert.match(await page.textContent('#validation'), /not-json/);
   await page.screenshot({ path: join(ARTIFACTS, '03-rejected.png'), fullPage: true });
   assert.deepEqual(page.errors, []);

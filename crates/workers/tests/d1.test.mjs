@@ -89,11 +89,17 @@ describe("D1: the handler's statements and the id in one batch", () => {
         body: envelope("d1-race"),
       });
       // Both check the id before either commits (the handler sleeps first).
-      const slow = { ...envelope("d1-race", { sleep_ms: 300 }) };
+      // 2 s, and the second sent once the first's claim shows: a loaded machine
+      // lost the 300 ms handler and the fixed 50 ms.
+      const slow = { ...envelope("d1-race", { sleep_ms: 2000 }) };
       const results = await Promise.all([
         worker.dispatchQueue([{ ...message(1), body: slow }]),
         (async () => {
-          await sleep(50);
+          const deadline = Date.now() + 20_000;
+          while ((await record(worker, "d1-race")) !== 0) {
+            assert.ok(Date.now() < deadline, "d1-race never claimed");
+            await sleep(25);
+          }
           return worker.dispatchQueue([message(2)]);
         })(),
       ]);

@@ -60,7 +60,8 @@ const traces = [];
  * root for a top-level span).
  */
 async function spansOf(id) {
-  for (let i = 0; i < 200; i++) {
+  // A time-based 20 s deadline, as the harness's: 200 x 25 ms lost to a loaded machine.
+  for (const deadline = Date.now() + 20_000; Date.now() < deadline; ) {
     for (const events of traces) {
       const spans = new Map();
       for (const { spanContext, event } of events) {
@@ -493,7 +494,8 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
     const sentMany = await (await ts.fetch("http://x/publish", { method: "POST", body: JSON.stringify(many) })).json();
     assert.deepEqual(sentMany, { sent: 150 });
     const both = async () => { const c = await effects(); return c["ts-pub-1"] && c["ts-pub-2"]; };
-    for (let i = 0; i < 200 && !(await both()); i++) await new Promise((r) => setTimeout(r, 25));
+    // A time-based 20 s deadline: 200 x 25 ms lost to a loaded machine.
+    for (const deadline = Date.now() + 20_000; Date.now() < deadline && !(await both()); ) await new Promise((r) => setTimeout(r, 25));
     await new Promise((r) => setTimeout(r, 300)); // a late duplicate would show by now
     const counts = await effects();
     assert.deepEqual([counts["ts-pub-1"], counts["ts-pub-2"]], [1, 1], JSON.stringify(counts));
@@ -529,8 +531,9 @@ describe("a TypeScript worker from examples/ts-worker and the packed package", (
     assert.deepEqual(result.explicitAcks, ["p-1"], JSON.stringify(result));
     const kv = await mf.getKVNamespace("EFFECTS", "dlq");
     let dead;
-    // Its own dead letter: other tests' poison goes to the same queue.
-    for (let i = 0; i < 100 && !dead; i++) {
+    // Its own dead letter: other tests' poison goes to the same queue. A 20 s
+    // deadline: 100 x 50 ms lost to a loaded machine.
+    for (const deadline = Date.now() + 20_000; Date.now() < deadline && !dead; ) {
       const { keys } = await kv.list({ prefix: "dead:" });
       for (const { name } of keys) {
         const letter = JSON.parse(await kv.get(name));
@@ -751,7 +754,8 @@ describe("dedupeQueueD1: a statement D1 refuses, fingerprints (issue #25, findin
   // The dead letter of meta.id `id`, as the DLQ consumer stored it (waited for).
   const deadLetterOf = async (id) => {
     const kv = await mf.getKVNamespace("EFFECTS", "dlq");
-    for (let i = 0; i < 100; i++) {
+    // A time-based 20 s deadline: 100 x 50 ms lost to a loaded machine.
+    for (const deadline = Date.now() + 20_000; Date.now() < deadline; ) {
       for (const { name } of (await kv.list({ prefix: "dead:" })).keys) {
         const letter = JSON.parse(await kv.get(name));
         if (letter.meta?.id === id) return letter;
@@ -814,7 +818,8 @@ describe("a text body with a lone surrogate (issue #25, finding 8; failed on 784
     await producer.fetch("http://producer/", { method: "POST", body: JSON.stringify([text("lone-LONE-1")]) });
     const kv = await mf.getKVNamespace("EFFECTS", "dlq");
     let dead;
-    for (let i = 0; i < 100 && !dead; i++) {
+    // A time-based 20 s deadline: 100 x 50 ms lost to a loaded machine.
+    for (const deadline = Date.now() + 20_000; Date.now() < deadline && !dead; ) {
       for (const { name } of (await kv.list({ prefix: "dead:" })).keys) {
         const letter = JSON.parse(await kv.get(name));
         if (String(letter.body ?? "").includes("lone-")) dead = letter;
