@@ -359,7 +359,10 @@ fn hostile_stream_gets_verdicts(store: &str) {
         ]
     );
     assert!(
-        d[4]["reason"].as_str().unwrap().contains("deeper"),
+        d[4]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("levels deep or more"),
         "{}",
         d[4]
     );
