@@ -621,14 +621,14 @@ impl Store for RedisStore {
         }
     }
 
-    /// The PHP and Go dialects hold exactly those SDKs' records, nothing of ours.
-    /// PHP's format by its claim value (the commit script's `p` mode): a claim
-    /// gone (an eviction, a failover) or done by another is told at the
-    /// commit; a plain `SET 2` said `run-ok` over it (a review).
+    /// Ours by token; PHP's format by its claim value (the commit script's `p`
+    /// mode): a claim gone (an eviction, a failover) or done by another is
+    /// told at the commit; a plain `SET 2` said `run-ok` over it (a review).
     fn fences_commits(&self) -> bool {
         self.dialect != Dialect::Go
     }
 
+    /// The PHP and Go dialects hold exactly those SDKs' records, nothing of ours.
     fn shared_format(&self) -> Option<&'static str> {
         match self.dialect {
             Dialect::Native => None,
