@@ -965,6 +965,11 @@ impl PostgresStore {
         })
     }
 
+    /// [`Self::committed`], asked on another session only (the run's is lost).
+    fn committed_elsewhere(&self, xid: &Xid) -> Option<bool> {
+        self.committed(None::<&mut postgres::Client>, xid)
+    }
+
     /// A run without an id whose session was lost after its handler returned
     /// (a crash, a cut): its transaction is rolled back, unless the handler
     /// committed it itself. Asked on another session; not told, the error
@@ -975,7 +980,7 @@ impl PostgresStore {
         xid: &Xid,
         lost: StoreError,
     ) -> StoreResult<Result<bool, TxRun<T, E>>> {
-        match self.committed(None::<&mut postgres::Client>, xid) {
+        match self.committed_elsewhere(xid) {
             Some(true) => Ok(Err(TxRun::Aborted(ended_by_handler_error(EndedBy::Commit)))),
             Some(false) => Err(lost),
             None => Err(may_be_committed(lost)),
@@ -987,7 +992,7 @@ impl PostgresStore {
     /// status says it committed (the store's own never ran); said to be
     /// possible where that cannot be told; else `lost` itself (rolled back).
     fn lost_without_an_id(&self, xid: &Xid, lost: StoreError) -> StoreError {
-        match self.committed(None::<&mut postgres::Client>, xid) {
+        match self.committed_elsewhere(xid) {
             Some(true) => StoreError::new(
                 lost.kind,
                 format!("{}; then: {lost}", ended_by_handler_error(EndedBy::Commit)),
@@ -1059,7 +1064,7 @@ impl PostgresStore {
             // The session lost (a crash) after the handler: asked elsewhere,
             // and where that cannot tell, said: its own COMMIT may have kept
             // what it wrote (it was its error alone, "rolled back": a review).
-            (Err(e), Some(xid)) => match self.committed(None::<&mut postgres::Client>, xid) {
+            (Err(e), Some(xid)) => match self.committed_elsewhere(xid) {
                 Some(told) => Ok(Some(told)),
                 None => {
                     std::mem::forget(tx);

@@ -65,9 +65,7 @@ impl Conn {
             }
         }
     }
-}
 
-impl Conn {
     /// [`Self::pipeline`], on one server with a key of another type's
     /// WRONGTYPE left in its reply's place: the other replies are read (a
     /// claim call took some keys beside it, and failed as one before they
