@@ -178,9 +178,6 @@ fn rollback_then_crash(server: &Crashable, without_id: bool, attempt: usize) -> 
         let said = format!("{:?}", outcomes.last());
         assert!(said.contains("transaction itself"), "{tag}: {outcomes:?}");
     }
-    let _ = server
-        .up()
-        .batch_execute(&format!("DROP TABLE {table}_effects"));
     reused
 }
 
@@ -233,9 +230,6 @@ fn postgres_a_rollback_without_an_id_before_a_crash_behind_pgbouncer_is_never_ta
             break;
         }
     }
-    let _ = server
-        .up()
-        .batch_execute(&format!("DROP TABLE {table}_effects"));
     assert!(
         reused.iter().all(|n| *n > 0),
         "ids handed out again: {reused:?}"
@@ -289,9 +283,6 @@ fn postgres_a_handlers_asynchronous_commit_is_flushed_before_its_deliveries_are_
             "the handler's COMMIT committed the batch: {outcomes:?}"
         );
     }
-    let _ = server
-        .up()
-        .batch_execute(&format!("DROP TABLE {table}_effects"));
 }
 
 /// A handler commits the store's transaction itself and the server goes
@@ -419,9 +410,6 @@ fn batch_without_ids_commit_then_crash(server: &Crashable, url: &str) {
             _ => assert!(said.contains("may be committed"), "{tag}: {outcomes:?}"),
         }
     }
-    let _ = server
-        .up()
-        .batch_execute(&format!("DROP TABLE {table}_effects"));
 }
 
 /// A delivery without an id whose handler commits the store's transaction
@@ -453,9 +441,6 @@ fn postgres_a_single_run_without_an_id_lost_after_its_own_commit_says_so() {
         assert_ne!(outcome.kind(), OutcomeKind::FailOpen, "{said}");
         assert!(said.contains("may be committed"), "{tag}: {said}");
     }
-    let _ = server
-        .up()
-        .batch_execute(&format!("DROP TABLE {table}_effects"));
 }
 
 /// The second cluster of scripts/with-postgres.sh, which these tests crash.

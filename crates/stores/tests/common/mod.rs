@@ -241,7 +241,7 @@ pub fn postgres_table(tag: &str) -> String {
     t
 }
 
-/// Drops a test's tables (`T` and `T_claims`) on drop.
+/// Drops a test's tables (`T`, `T_claims` and its handlers' `T_effects`) on drop.
 pub struct PgCleanup {
     pub url: String,
     pub table: String,
@@ -252,7 +252,8 @@ impl Drop for PgCleanup {
     fn drop(&mut self) {
         if let Ok(mut client) = postgres::Client::connect(&self.url, postgres::NoTls) {
             let _ = client.batch_execute(&format!(
-                "DROP TABLE IF EXISTS {t}; DROP TABLE IF EXISTS {t}_claims;",
+                "DROP TABLE IF EXISTS {t}; DROP TABLE IF EXISTS {t}_claims; \
+                 DROP TABLE IF EXISTS {t}_effects;",
                 t = self.table
             ));
         }
