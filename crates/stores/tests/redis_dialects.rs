@@ -173,6 +173,7 @@ fn php_dialect_a_claim_lost_on_the_server_is_reported_at_the_commit() {
 /// another type, which fails its commands with WRONGTYPE.
 fn put_foreign(url: &str, key: &str, hash: bool) {
     let mut conn = raw(url);
+    let _: () = redis::cmd("DEL").arg(key).query(&mut conn).unwrap();
     let mut cmd = redis::cmd(if hash { "HSET" } else { "SET" });
     cmd.arg(key);
     if hash {
@@ -245,6 +246,53 @@ fn one_foreign_value_fails_its_delivery_alone(hash: bool) {
             "hash {hash}: {outcomes:?}"
         );
         assert_eq!(ran, [ids[0], ids[2]]);
+    }
+}
+
+/// A value the format never writes (a string, or another type: WRONGTYPE)
+/// put on one claimed key while the batch runs: that delivery's claim is gone,
+/// `run-ok-lease-lost`, and the batch's other successes are recorded and said
+/// `run-ok`. Its commit failed the whole settle: every success read
+/// `run-ok-unrecorded` though the others were written, and a checkpoint that
+/// failed so left its `2`s, which the final commit read as another's (PHP:
+/// `run-ok-lease-lost` for ids that ran once) (h96 A1, A2).
+#[test]
+fn a_foreign_value_put_while_a_batch_runs_loses_that_claim_alone() {
+    for dialect in [Dialect::Php, Dialect::Native] {
+        for hash in [false, true] {
+            // 100: one commit at the batch's end; 2: a checkpoint before the third.
+            for checkpoint_every in [100, 2] {
+                foreign_value_put_while_a_batch_runs(dialect, hash, checkpoint_every);
+            }
+        }
+    }
+}
+
+fn foreign_value_put_while_a_batch_runs(dialect: Dialect, hash: bool, checkpoint_every: usize) {
+    let (store, clean) = store("foreign-mid-batch", dialect);
+    let options = bq_dedupe::Options {
+        claim_lease: Some(Duration::from_secs(30)),
+        leases: bq_dedupe::LeasePolicy {
+            checkpoint_every,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let guard = Guard::new(&store).with_options(options);
+    let ids = ["f-1", "f-bad", "f-3", "f-4"];
+    let bodies = ids.map(common::envelope);
+    let outcomes = ready(guard.process_batch(&bodies, async |m| {
+        if m.id() == Some("f-bad") {
+            put_foreign(&clean.url, &format!("{}f-bad", clean.prefix), hash);
+        }
+        Ok::<(), String>(())
+    }));
+    let kinds: Vec<OutcomeKind> = outcomes.iter().map(Outcome::kind).collect();
+    use OutcomeKind::*;
+    let case = format!("{dialect:?}, hash {hash}, checkpoint every {checkpoint_every}");
+    assert_eq!(kinds, [Ran, RanLeaseLost, Ran, Ran], "{case}: {outcomes:?}");
+    for id in ["f-1", "f-3", "f-4"] {
+        assert!(ready(store.seen(id)).unwrap(), "{case}: {id} recorded");
     }
 }
 

@@ -754,11 +754,11 @@ impl Store for RedisStore {
             });
         }
         let replies = self.pipeline(cmds)?;
-        let answer = |v: &Value| match v {
-            Value::Int(-1) => Err(self.foreign("settle")),
-            Value::Int(n) => Ok(*n == 1),
-            _ => Ok(true), // SET's OK
-        };
+        // 1: kept or renewed. 0: the claim is gone; -1: the key holds a value
+        // this format does not write (put while the handler ran), so the
+        // claim is gone too, and nothing was written: that key's answer
+        // alone, not the call's (it failed every commit of a batch: a trial).
+        let answer = |v: &Value| !matches!(v, Value::Int(n) if *n != 1); // SET's OK: kept
         let replies = &replies[step.release.len()..];
         let (renewed, commits) = replies.split_at(step.renew.len());
         Ok(Settled {
@@ -766,9 +766,9 @@ impl Store for RedisStore {
                 .remember
                 .iter()
                 .zip(commits)
-                .map(|((_, token), v)| if token.is_some() { answer(v) } else { Ok(true) })
-                .collect::<StoreResult<_>>()?,
-            renewed: renewed.iter().map(answer).collect::<StoreResult<_>>()?,
+                .map(|(_, v)| answer(v))
+                .collect(),
+            renewed: renewed.iter().map(answer).collect(),
             release_error: None,
         })
     }

@@ -7,9 +7,13 @@ use redis::{Cmd, RedisResult, Value};
 
 use super::conn::Conn;
 
-/// Lua: is `v` (a GET reply) a value this dialect does not write? ARGV mode
-/// `n` (ours: `d` or `c:...`) or `p` (PHP's: `1` or `2`).
+/// Lua: is `v` (a `redis.pcall` GET's reply) a value this dialect does not
+/// write? A key of another type (the GET's WRONGTYPE error, a table) is. ARGV
+/// mode `n` (ours: `d` or `c:...`) or `p` (PHP's: `1` or `2`). The scripts
+/// answer such a key -1 instead of failing: a server error failed the whole
+/// pipeline of a batch's commits, on a Redis Cluster too.
 pub(super) const FOREIGN: &str = "local function foreign(v, mode) \
+      if type(v) == 'table' then return true end \
       if not v then return false end \
       if mode == 'p' then return v ~= '1' and v ~= '2' end \
       local p = string.sub(v, 1, 2) \
@@ -18,14 +22,15 @@ pub(super) const FOREIGN: &str = "local function foreign(v, mode) \
 /// Compare-and-delete, so only the claim's owner can release it (a claim re-taken
 /// after its lease ran out belongs to someone else). In PHP's format the value is
 /// `1` for every claimer: PHP's own release script, unable to tell them apart.
-pub(super) const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+/// A key of another type is not ours: 0.
+pub(super) const RELEASE: &str = "if redis.pcall('GET', KEYS[1]) == ARGV[1] then \
                        return redis.call('DEL', KEYS[1]) end return 0";
 
 /// Extends a claim only for its owner: 1 if renewed, 0 if the claim is gone, -1
 /// if the key holds a value of another format. ARGV: claim value, lease ms, mode.
 pub(super) fn renew_script() -> String {
     format!(
-        "{FOREIGN} local v = redis.call('GET', KEYS[1]) \
+        "{FOREIGN} local v = redis.pcall('GET', KEYS[1]) \
          if v == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end \
          if foreign(v, ARGV[3]) then return -1 end return 0"
     )
@@ -41,7 +46,7 @@ pub(super) fn renew_script() -> String {
 /// another format: -1, nothing written.
 pub(super) fn commit_script() -> String {
     format!(
-        "{FOREIGN} local v = redis.call('GET', KEYS[1]) \
+        "{FOREIGN} local v = redis.pcall('GET', KEYS[1]) \
          if foreign(v, ARGV[4]) then return -1 end \
          local ours = v == ARGV[1] or (ARGV[4] == 'n' and v == ARGV[2]) \
          if ours or v == false then \
