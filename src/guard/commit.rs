@@ -311,8 +311,9 @@ pub(super) fn commit_of<'d, E>(
 }
 
 /// A delivery's outcome from its verdict, its handler's result (`None`: it did
-/// not run) and whether its success was recorded (`Ok(false)`: recorded after
-/// its claim was lost). The one outcome rule of every mode.
+/// not run) and whether its success was recorded (`Ok(false)`: its claim was
+/// lost first; recorded where the key was free). The one outcome rule of every
+/// mode.
 pub(super) fn outcome_of<E>(
     verdict: &Verdict,
     result: Option<HandlerResult<E>>,

@@ -306,6 +306,46 @@ fn redis_a_server_that_requires_a_password_is_refused_at_open_without_one() {
     assert!(ready(app.seen("a")).unwrap());
 }
 
+/// A fenced commit, renewal or release whose `GET` the server refuses for
+/// another reason than the key's type (an ACL's NOPERM) is the call's error,
+/// the key left as it was: read with `redis.pcall`, every error was a foreign
+/// value, a lost claim with nothing written (a review, h98 F2).
+#[test]
+fn redis_a_get_the_server_refuses_in_a_script_is_an_error_not_a_lost_claim() {
+    let (store, clean) = store("acl-noget");
+    let user = format!("bq-noget-{}", std::process::id());
+    let mut admin = redis::Client::open(clean.url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let acl = |args: &[&str], admin: &mut redis::Connection| {
+        redis::cmd("ACL").arg(args).query::<()>(admin).unwrap();
+    };
+    acl(
+        &["SETUSER", &user, "on", ">pw", "~*", "+@all", "-get"],
+        &mut admin,
+    );
+    let token = common::acquire(&store, "x", Duration::from_secs(60));
+    let url = clean
+        .url
+        .replacen("redis://", &format!("redis://{user}:pw@"), 1);
+    let refused = RedisStore::connect(&url, clean.prefix.clone()).unwrap();
+    let lease = Duration::from_secs(60);
+    let calls = [
+        ready(refused.remember_fenced("x", &token, None)).map(drop),
+        ready(refused.renew("x", &token, lease)).map(drop),
+        ready(refused.release("x", &token)),
+    ];
+    acl(&["DELUSER", &user], &mut admin);
+    for call in calls {
+        let e = call.unwrap_err();
+        // (NOPERM's text, as a script's command gets it.)
+        assert!(e.message.contains("can't run this command"), "{e}");
+    }
+    // The claim stands, as it was.
+    assert!(ready(store.remember_fenced("x", &token, None)).unwrap());
+}
+
 /// A password with a character a URL reserves, not percent-encoded: the
 /// message says how to write it, and does not show it.
 #[test]

@@ -10,7 +10,8 @@ pub enum Dialect {
     /// is committed (`d` when remembered without a claim), under `bq:dedupe:` (a
     /// prefix no other SDK uses). Claims have owners: renewals and commits are
     /// fenced by token, and a commit sent again finds its own `d:<token>`. A value under the prefix that is neither
-    /// is a store error (`Internal`), never read as a claim or as seen.
+    /// is a store error (`Internal`) at a read or claim, never read as a claim
+    /// or as seen; at a fenced commit or renewal, the claim's end (nothing written).
     #[default]
     Native,
     /// The PHP SDK's `RedisStore`: `1` while claimed (the lease is the key's
@@ -20,7 +21,7 @@ pub enum Dialect {
     /// alone, `Store::fences_commits`: a claim gone or done by another is told,
     /// one another consumer took is not; use a lease longer than the slowest
     /// batch, PHP's default is 3600 s). A value that is neither `1` nor `2` is a
-    /// store error.
+    /// store error at a read or claim, the claim's end at a fenced commit.
     Php,
     /// The Go SDK's Redis store: `1` once remembered (`seen` is `EXISTS`, as in
     /// Go: any value counts), under `bq:idemp:`. No in-flight state: `claim` is

@@ -7,12 +7,20 @@ use redis::{Cmd, RedisResult, Value};
 
 use super::conn::Conn;
 
-/// Lua: is `v` (a `redis.pcall` GET's reply) a value this dialect does not
-/// write? A key of another type (the GET's WRONGTYPE error, a table) is. ARGV
-/// mode `n` (ours: `d` or `c:...`) or `p` (PHP's: `1` or `2`). The scripts
-/// answer such a key -1 instead of failing: a server error failed the whole
-/// pipeline of a batch's commits, on a Redis Cluster too.
-pub(super) const FOREIGN: &str = "local function foreign(v, mode) \
+/// Lua: `read(k)`, a key's value (false: none), where a key of another type
+/// reads as `{wrongtype = true}` instead of failing the script with
+/// WRONGTYPE (a server error failed the whole pipeline of a batch's commits,
+/// on a Redis Cluster too); any other error of the `GET` (an ACL's NOPERM) is
+/// raised as `redis.call` raises it. And `foreign(v, mode)`: is `v` a value
+/// this dialect does not write? Mode `n` (ours: `d` or `c:...`) or `p` (PHP's:
+/// `1` or `2`).
+pub(super) const FOREIGN: &str = "local function read(k) \
+      local v = redis.pcall('GET', k) \
+      if type(v) == 'table' then \
+        if string.find(v.err, 'WRONGTYPE', 1, true) then return {wrongtype = true} end \
+        error(v) end \
+      return v end \
+    local function foreign(v, mode) \
       if type(v) == 'table' then return true end \
       if not v then return false end \
       if mode == 'p' then return v ~= '1' and v ~= '2' end \
@@ -23,14 +31,18 @@ pub(super) const FOREIGN: &str = "local function foreign(v, mode) \
 /// after its lease ran out belongs to someone else). In PHP's format the value is
 /// `1` for every claimer: PHP's own release script, unable to tell them apart.
 /// A key of another type is not ours: 0.
-pub(super) const RELEASE: &str = "if redis.pcall('GET', KEYS[1]) == ARGV[1] then \
-                       return redis.call('DEL', KEYS[1]) end return 0";
+pub(super) fn release_script() -> String {
+    format!(
+        "{FOREIGN} if read(KEYS[1]) == ARGV[1] then \
+         return redis.call('DEL', KEYS[1]) end return 0"
+    )
+}
 
 /// Extends a claim only for its owner: 1 if renewed, 0 if the claim is gone, -1
 /// if the key holds a value of another format. ARGV: claim value, lease ms, mode.
 pub(super) fn renew_script() -> String {
     format!(
-        "{FOREIGN} local v = redis.pcall('GET', KEYS[1]) \
+        "{FOREIGN} local v = read(KEYS[1]) \
          if v == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end \
          if foreign(v, ARGV[3]) then return -1 end return 0"
     )
@@ -46,7 +58,7 @@ pub(super) fn renew_script() -> String {
 /// another format: -1, nothing written.
 pub(super) fn commit_script() -> String {
     format!(
-        "{FOREIGN} local v = redis.pcall('GET', KEYS[1]) \
+        "{FOREIGN} local v = read(KEYS[1]) \
          if foreign(v, ARGV[4]) then return -1 end \
          local ours = v == ARGV[1] or (ARGV[4] == 'n' and v == ARGV[2]) \
          if ours or v == false then \
@@ -88,7 +100,7 @@ pub(super) struct Scripts {
 pub(super) fn scripts() -> &'static Scripts {
     static SCRIPTS: OnceLock<Scripts> = OnceLock::new();
     SCRIPTS.get_or_init(|| Scripts {
-        release: Lua::new(RELEASE.to_owned()),
+        release: Lua::new(release_script()),
         peek: Lua::new(PEEK.to_owned()),
         renew: Lua::new(renew_script()),
         commit: Lua::new(commit_script()),
