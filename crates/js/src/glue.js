@@ -49,7 +49,7 @@ export class Deliveries {
 
   /**
    * An envelope given as bytes (a `Uint8Array` from any realm, a `DataView`, an
-   * `ArrayBuffer`) as this module's own `Uint8Array` over the same memory, read
+   * `ArrayBuffer` or a `SharedArrayBuffer`) as this module's own `Uint8Array` over the same memory, read
    * through the built-in getters, so a subclass's `length` cannot lie;
    * `NOT_BYTES` for anything else; `undefined` (with why) for bytes that
    * cannot be read.
@@ -61,9 +61,10 @@ export class Deliveries {
       if (tag === 'Uint8Array') return new Uint8Array(typedArrayBuffer.call(item), typedArrayOffset.call(item), typedArrayLength.call(item));
       if (tag !== undefined) return this.refuse(i, `a ${tag} is not an envelope: pass its bytes as a Uint8Array`);
       if (isA(dataViewLength, item)) return new Uint8Array(dataViewBuffer.call(item), dataViewOffset.call(item), dataViewLength.call(item));
-      if (isA(arrayBufferLength, item)) return new Uint8Array(item);
+      if (isA(arrayBufferLength, item) || isA(sharedArrayBufferLength, item)) return new Uint8Array(item);
     } catch (e) {
-      return this.refuse(i, { thrown: e });
+      // (A detached buffer: no JSON.stringify was involved.)
+      return this.refuse(i, `its bytes cannot be read: ${e instanceof Error ? e.message : String(e)}`);
     }
     return NOT_BYTES;
   }
@@ -207,6 +208,9 @@ const dataViewBuffer = getter(DataView.prototype, 'buffer');
 const dataViewOffset = getter(DataView.prototype, 'byteOffset');
 const dataViewLength = getter(DataView.prototype, 'byteLength');
 const arrayBufferLength = getter(ArrayBuffer.prototype, 'byteLength');
+// (Where there is none, a getter that reads nothing as one.)
+const sharedArrayBufferLength =
+  typeof SharedArrayBuffer === 'function' ? getter(SharedArrayBuffer.prototype, 'byteLength') : () => { throw new TypeError(); };
 
 /** Is `item` what the built-in getter `get` reads (it throws on anything else)? */
 function isA(get, item) {

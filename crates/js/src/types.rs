@@ -7,8 +7,8 @@ use wasm_bindgen::prelude::*;
 
 #[wasm_bindgen(typescript_custom_section)]
 const TYPES: &'static str = r#"
-/** A BabelQueue envelope: JSON text, its UTF-8 bytes (a `Uint8Array`, a `DataView` or an `ArrayBuffer`), or a plain object (serialised with JSON.stringify). */
-export type EnvelopeInput = string | Uint8Array | DataView | ArrayBuffer | EnvelopeObject;
+/** A BabelQueue envelope: JSON text, its UTF-8 bytes (a `Uint8Array`, a `DataView`, an `ArrayBuffer` or a `SharedArrayBuffer`), or a plain object (serialised with JSON.stringify). */
+export type EnvelopeInput = string | Uint8Array | DataView | ArrayBufferLike | EnvelopeObject;
 
 /** The schema_version-1 wire envelope (unknown fields are allowed and kept). */
 export interface EnvelopeObject {

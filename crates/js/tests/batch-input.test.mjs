@@ -262,6 +262,31 @@ test('bytes come as a Uint8Array, a DataView or an ArrayBuffer; other typed arra
   assert.equal(bq.dedupeKey(bytes('view-key').buffer), 'view-key');
 });
 
+// A SharedArrayBuffer was read as an object: JSON.stringify gave "{}", and
+// its envelope was rejected `missing-job` (a review, h89).
+test('bytes in a SharedArrayBuffer (raw, or under a Uint8Array or DataView) are read as bytes', async () => {
+  const shared = (id) => {
+    const b = enc.encode(JSON.stringify(envelope(id)));
+    const sab = new SharedArrayBuffer(b.length);
+    new Uint8Array(sab).set(b);
+    return sab;
+  };
+  const outcomes = await bq.dedupeBatch([shared('sab-raw'), new Uint8Array(shared('sab-u8')), new DataView(shared('sab-dv'))], new bq.InMemoryStore(), () => {});
+  assert.deepEqual(outcomes.map((o) => [o.kind, o.key]), [['run-ok', 'sab-raw'], ['run-ok', 'sab-u8'], ['run-ok', 'sab-dv']]);
+  assert.equal(bq.dedupeKey(shared('sab-key')), 'sab-key');
+});
+
+// Said "JSON.stringify failed", where no JSON.stringify was involved (h89).
+test('a detached ArrayBuffer is rejected as bytes that cannot be read', async () => {
+  const detached = enc.encode(JSON.stringify(envelope('gone'))).buffer;
+  structuredClone(detached, { transfer: [detached] });
+  const [outcome] = await bq.dedupeBatch([detached], new bq.InMemoryStore(), () => assert.fail('ran'));
+  assert.equal(outcome.kind, 'rejected');
+  assert.equal(outcome.rejection.code, 'not-json');
+  assert.match(outcome.reason, /its bytes cannot be read: .*detached/);
+  assert.doesNotMatch(outcome.reason, /JSON\.stringify/);
+});
+
 test('a batch too large for wasm memory rejects with a RangeError, and the module goes on', async () => {
   const store = new bq.InMemoryStore();
   // Twice 2 GiB: more than a wasm32 module can hold (the pages are never touched).
