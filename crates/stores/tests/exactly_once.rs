@@ -2263,6 +2263,38 @@ fn postgres_a_handlers_own_commit_without_an_id_is_told_whatever_client_min_mess
     pg_drop(&table);
 }
 
+/// A run without an id whose handler commits the store's transaction itself,
+/// asynchronously (`SET LOCAL synchronous_commit = off; COMMIT`): the store
+/// flushes that commit before saying it done. A flush that failed (here a
+/// trigger refuses its row) was ignored and the run said done, though a crash
+/// could still lose its writes: acked, lost (a review, h92 #2). It is retried,
+/// said: what it wrote may be committed, and its retry writes it again.
+#[test]
+fn postgres_a_failed_flush_of_a_handlers_own_commit_is_not_said_done() {
+    let (guard, table, _clean) = pg_guard("tx-flush-fails");
+    let insert = format!("INSERT INTO {table}_effects (id) VALUES ($1)");
+    let refuse = format!("{table}_refuse_flush");
+    pg().batch_execute(&format!(
+        "CREATE FUNCTION {refuse}() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN RAISE EXCEPTION 'no flush today'; END $$;
+         CREATE TRIGGER {refuse} BEFORE INSERT ON {table}_claims FOR EACH ROW
+           WHEN (NEW.message_id LIKE '%flush:%') EXECUTE FUNCTION {refuse}()"
+    ))
+    .unwrap();
+    let outcome = guard.process_in_transaction(&no_id_envelope("flush-nid"), |_, tx| {
+        tx.execute(&insert, &[&"flush-nid"])?;
+        tx.batch_execute("SET LOCAL synchronous_commit = off; COMMIT")
+    });
+    let said = format!("{outcome:?}");
+    assert_eq!(outcome.kind(), OutcomeKind::StoreUnavailable, "{said}");
+    assert!(said.contains("no flush today"), "{said}");
+    assert!(said.contains("may be committed"), "{said}");
+    assert_eq!(pg_effects(&table, "flush-nid"), 1, "its own COMMIT kept it");
+    pg().batch_execute(&format!("DROP FUNCTION {refuse}() CASCADE"))
+        .unwrap();
+    pg_drop(&table);
+}
+
 /// A handler that commits the store's transaction itself and begins another
 /// (`COMMIT; BEGIN`), returning Ok; the store's own COMMIT then fails without
 /// a refusal (here the session ends inside a deferred trigger). The take its

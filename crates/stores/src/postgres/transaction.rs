@@ -368,9 +368,13 @@ impl PostgresStore {
         let Err(e) = commit_as_found(tx) else {
             if handler_committed {
                 // On another connection, new ones too (an idle one may be one
-                // a restart ended: a review). (Failing, it is as durable as
-                // the handler made it.)
-                let _ = self.on_another(|client: &mut postgres::Client| self.flush(client));
+                // a restart ended: a review). Failing, it is as durable as the
+                // handler made it, maybe not: not said done (it was, and a
+                // crash could lose it: a review, h92).
+                let flushed = self.on_another(|client: &mut postgres::Client| self.flush(client));
+                if let Err(why) = flushed {
+                    return Err(not_flushed(why));
+                }
             }
             return Ok(TxRun::Committed(value));
         };
@@ -750,6 +754,18 @@ fn ended_by_a_later_delivery() -> StoreError {
          session begun since, a pooler's or one after a crash): what this delivery wrote may be \
          committed, and a redelivery writes it again; the delivery is retried",
     )
+}
+
+/// A handler's own COMMIT that could not be made durable ([`PostgresStore::flush`]
+/// failed with `why`).
+fn not_flushed(why: StoreError) -> StoreError {
+    let said = format!(
+        "postgres: the handler committed the store's transaction itself (its own COMMIT), \
+         and that commit could not be made durable ({}): what it wrote may be committed, or \
+         lost in a crash; the delivery is retried, and a retry writes it again",
+        why.message
+    );
+    StoreError::new(why.kind, said)
 }
 
 /// `lost` (a session lost after a handler of a delivery without an id ran),
