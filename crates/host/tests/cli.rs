@@ -1411,6 +1411,21 @@ fn a_rejected_lines_verdict_names_its_id_as_check_does() {
     assert_eq!(record["id"], verdict["id"], "{record}");
 }
 
+/// A directory given as the SQLite store is a spec to fix: exit 2, said so
+/// (it was exit 6, "the store cannot be reached: run it again later", with
+/// SQLite's "unable to open database file": a trial).
+#[test]
+fn a_directory_given_as_the_sqlite_store_exits_2() {
+    let dir = scratch("sqlite-dir");
+    let out = bq(
+        &["run", "--store", &format!("sqlite:{}", dir.display())],
+        "",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("is a directory"), "{stderr}");
+}
+
 /// A store that answers reads but refuses writes (a full disk; here a trigger)
 /// stops the run at the first success it does not record: every later new id
 /// ran unrecorded, 3,000 of 3,000 (a trial). The lines after it are not
@@ -1446,4 +1461,26 @@ fn a_store_that_refuses_writes_stops_the_run_at_the_first_unrecorded_success() {
     assert_eq!(ran.lines().filter(|l| !l.is_empty()).count(), 1, "{ran}");
     assert!(stderr.contains("did not record a success"), "{stderr}");
     assert_eq!(out.status.code(), Some(3), "{stderr}");
+    // Unrecorded in the stream's last call, with no line after it: every
+    // delivery is decided, so the run ends as a whole one, exit 5 (every
+    // delivery done, some may run again). It exited 3 ("retry") and said
+    // lines after it were left undecided, where there were none (a trial).
+    for (input, batch) in [(&input[..1], "1"), (&input[..3], "10")] {
+        let out = bq(
+            &[
+                "run", "--store", &spec, "--batch", batch, "--exec", &handler,
+            ],
+            &input.join("\n"),
+        );
+        let d = decisions(&out);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(d.len(), input.len(), "{d:?} {stderr}");
+        assert!(
+            d.iter().all(|d| d["outcome"] == "run-ok-unrecorded"),
+            "{d:?}"
+        );
+        assert!(!stderr.contains("were not decided"), "{stderr}");
+        assert!(stderr.contains("summary:"), "{stderr}");
+        assert_eq!(out.status.code(), Some(5), "{stderr}");
+    }
 }

@@ -58,8 +58,11 @@ enum Stop {
     Printer,
     /// This signal asked the run to stop.
     Signal(i32),
-    /// The store did not record a success (`run-ok-unrecorded`).
-    Unrecorded,
+    /// The store did not record a success (`run-ok-unrecorded`); `left`: lines
+    /// of its group were not decided.
+    Unrecorded {
+        left: bool,
+    },
 }
 
 impl From<Stopped> for Stop {
@@ -209,7 +212,7 @@ pub fn run(component: &ComponentSource, args: RunArgs) -> Result<ExitCode> {
                 .err()
                 .unwrap_or_else(|| anyhow::anyhow!("the printing thread stopped")));
         }
-        Err(Stop::Unrecorded) => {
+        Err(Stop::Unrecorded { .. }) => {
             progress.finish_and_clear();
             bq_dedupe_host::say(&format!(
                 "bq-dedupe: stopped: the store did not record a success (run-ok-unrecorded, \
@@ -268,7 +271,11 @@ fn decide_stream(
         // its window, or for the end of input.
         if pending.len() >= batch {
             let full = pending.len() / batch * batch;
-            decide_group(runtime, pending.drain(..full), batch, printer)?;
+            let group = decide_group(runtime, pending.drain(..full), batch, printer);
+            if ended_there(&group, pending.len(), events, false) {
+                return Ok(n);
+            }
+            group?;
             deadline = (!pending.is_empty()).then(|| Instant::now() + args.window);
         }
         purge.if_due(runtime);
@@ -295,11 +302,18 @@ fn decide_stream(
             // Checked at the top of the loop.
             Ok(Event::Stopping) => {}
             Err(RecvTimeoutError::Timeout) => {
-                decide_group(runtime, pending.drain(..), batch, printer)?;
+                let group = decide_group(runtime, pending.drain(..), batch, printer);
+                if ended_there(&group, 0, events, false) {
+                    return Ok(n);
+                }
+                group?;
                 deadline = None;
             }
             Ok(Event::End) | Err(RecvTimeoutError::Disconnected) => {
-                decide_group(runtime, pending.drain(..), batch, printer)?;
+                let group = decide_group(runtime, pending.drain(..), batch, printer);
+                if !ended_there(&group, 0, events, true) {
+                    group?;
+                }
                 // A signal meanwhile may have left some of them undecided.
                 return match stopping::requested() {
                     Some(signal) => Err(Stop::Signal(signal)),
@@ -378,10 +392,36 @@ fn decide_group(
     }
     printer.print(verdicts)?;
     match unrecorded {
-        true => Err(Stop::Unrecorded),
+        true => Err(Stop::Unrecorded {
+            left: lines.len() > 0,
+        }),
         false => Ok(()),
     }
 }
+
+/// After a group whose last call left a success unrecorded, every line of it
+/// decided and none read after: has the input ended there (`ended`: its end
+/// already seen; else the next event is waited for a moment, as a file's end
+/// follows its last lines)? Then every delivery was decided, and the run ends
+/// as a whole one (exit 5), not stopped with lines said left (exit 3, where
+/// there were none: a trial).
+fn ended_there(
+    group: &Result<(), Stop>,
+    pending: usize,
+    events: &Receiver<Event>,
+    ended: bool,
+) -> bool {
+    let decided = matches!(group, Err(Stop::Unrecorded { left: false })) && pending == 0;
+    decided
+        && (ended
+            || matches!(
+                events.recv_timeout(END_WAIT),
+                Ok(Event::End) | Err(RecvTimeoutError::Disconnected)
+            ))
+}
+
+/// How long [`ended_there`] waits for the input's end.
+const END_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// How long decided verdicts may wait for the rest of their group.
 const PRINT_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
