@@ -61,12 +61,10 @@ fn opened(
     store: Result<bq_dedupe_stores::AnyStore, bq_dedupe::StoreError>,
 ) -> anyhow::Result<bq_dedupe_stores::AnyStore> {
     use anyhow::Context;
-    let store = store.with_context(|| format!("opening store {}", shown_spec(spec)))?;
+    let shown = || bq_dedupe_stores::shown_store_spec(spec);
+    let store = store.with_context(|| format!("opening store {}", shown()))?;
     for note in store.notes() {
-        say(&format!(
-            "bq-dedupe: note: store {}: {note}",
-            shown_spec(spec)
-        ));
+        say(&format!("bq-dedupe: note: store {}: {note}", shown()));
     }
     Ok(store)
 }

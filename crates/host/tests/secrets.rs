@@ -80,6 +80,30 @@ fn no_command_prints_a_specs_password() {
     );
 }
 
+/// A password given where the store spec goes (a bare word: no scheme, no
+/// user info) is not printed: it was, twice, in "opening store S3cr3t:
+/// ... unknown store spec \"S3cr3t\"" (a trial).
+#[test]
+fn a_password_given_as_the_store_spec_is_not_printed() {
+    let secret = "SECRETpw";
+    let env = [("BQ_DEDUPE_STORE", secret)];
+    for (vars, args) in [
+        (&[][..], vec!["run", "--store", secret]),
+        (&[][..], vec!["stats", "--store", secret]),
+        (&env[..], vec!["run"]),
+        (&env[..], vec!["forget", "x"]),
+    ] {
+        let out = bq_with_env(vars, &args, "");
+        let printed = format!("{out:?}");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {printed}");
+        assert!(!printed.contains("SECRET"), "{args:?}: {printed}");
+        assert!(
+            printed.contains("unknown store spec"),
+            "{args:?}: {printed}"
+        );
+    }
+}
+
 /// A spec in `$BQ_DEDUPE_STORE` stands for `--store` on every command but
 /// `conformance`: a password there is off the command line, which `ps` shows
 /// every user of the machine (an operator trial's finding: `--store` was the

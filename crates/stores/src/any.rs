@@ -161,7 +161,7 @@ impl AnyStore {
             StoreErrorKind::Invalid,
             format!(
                 "unknown store spec {:?}: use {} or {}",
-                crate::shown_spec(spec),
+                crate::shown_store_spec(spec),
                 forms.join(", "),
                 last.usage
             ),

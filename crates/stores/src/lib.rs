@@ -86,7 +86,7 @@ pub use backends::{BACKENDS, Backend, Open, TestPlace, TestServer};
 pub use postgres::{DEFAULT_POSTGRES_TABLE, PostgresStore};
 #[cfg(feature = "redis")]
 pub use redis::{Dialect, RedisStore};
-pub use shown::shown_spec;
+pub use shown::{shown_spec, shown_store_spec};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 

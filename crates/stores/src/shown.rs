@@ -13,6 +13,18 @@ pub fn shown_spec(spec: &str) -> String {
     }
 }
 
+/// [`shown_spec`] of a string given as a store spec (`--store`,
+/// `$BQ_DEDUPE_STORE`): one no backend reads, with no scheme, user info or
+/// parameters, is a bare word, maybe a password given in the spec's place,
+/// and is not shown (it was printed, twice: a trial).
+pub fn shown_store_spec(spec: &str) -> String {
+    let bare = || !spec.contains("://") && !spec.contains(['@', '=', ' ']);
+    match crate::backends::Backend::of(spec) {
+        None if bare() => "*** (not shown: no scheme)".to_string(),
+        _ => shown_spec(spec),
+    }
+}
+
 /// Why a URL must be refused before any client reads it, if it must: its
 /// user info or its query could be split where a client does not split it,
 /// and the password's end named in an error ([`query_is_ambiguous`],
@@ -185,6 +197,28 @@ fn mask_key_values(spec: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::shown_spec;
+
+    /// A bare word given as a store spec is not shown; one with a scheme,
+    /// user info or parameters is, as [`shown_spec`] shows it.
+    #[test]
+    fn a_bare_word_given_as_a_store_spec_is_not_shown() {
+        use super::shown_store_spec;
+        for spec in ["S3cr3t", "P:W", "seen.db"] {
+            assert_eq!(
+                shown_store_spec(spec),
+                "*** (not shown: no scheme)",
+                "{spec}"
+            );
+        }
+        for spec in [
+            "memory",
+            "sqlite:a.db",
+            "mysql://u:pw@h/db",
+            "host=h password=pw",
+        ] {
+            assert_eq!(shown_store_spec(spec), shown_spec(spec), "{spec}");
+        }
+    }
 
     #[test]
     fn every_form_of_a_password_is_masked() {

@@ -10,7 +10,8 @@ use bq_dedupe::store::record::Rules;
 use bq_dedupe::store::{TransactionalStore, TxRun};
 use bq_dedupe::{
     Store, StoreError, StoreResult, clock::Clock, clock::SystemClock, store::Capabilities,
-    store::Claim, store::ClaimToken, store::Settled, store::Settlement, store::each_alone,
+    store::Claim, store::ClaimToken, store::Settled, store::Settlement, store::StoreErrorKind,
+    store::each_alone,
 };
 use rusqlite::{
     Connection, DropBehavior, ErrorCode, OptionalExtension, TransactionBehavior, params,
@@ -66,6 +67,17 @@ impl SqliteStore {
             std::fs::create_dir_all(parent).map_err(|e| {
                 StoreError::unavailable(format!("sqlite: creating {}: {e}", parent.display()))
             })?;
+        }
+        // A directory is a spec to fix, not a store to try again later (it
+        // was "unable to open database file", store-unavailable: a trial).
+        if path.is_dir() {
+            return Err(StoreError::new(
+                StoreErrorKind::Invalid,
+                format!(
+                    "sqlite: {} is a directory, not a database file",
+                    path.display()
+                ),
+            ));
         }
         let mut conn = Connection::open(path).map_err(error)?;
         // Set first, so the pragmas below also wait for a concurrent opener.

@@ -255,11 +255,14 @@ fn sqlite_stats_and_purge() {
 #[test]
 fn sqlite_failures_are_typed_errors_not_panics() {
     let db = TempDb::new("bad");
-    // A directory where the file should be.
+    // A directory where the file should be: a spec to fix (it was
+    // `Unavailable`, "unable to open database file": the CLI's "run it again
+    // later", exit 6, a trial).
     let dir = db.path().with_extension("dir");
     std::fs::create_dir_all(&dir).unwrap();
     let e = SqliteStore::open(&dir).unwrap_err();
-    assert_eq!(e.kind, StoreErrorKind::Unavailable, "{e}");
+    assert_eq!(e.kind, StoreErrorKind::Invalid, "{e}");
+    assert!(e.message.contains("is a directory"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 
     // A file that is not a database.
