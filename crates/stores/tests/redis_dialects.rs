@@ -204,6 +204,8 @@ fn a_claim_call_failed_by_a_foreign_value_gives_back(hash: bool) {
         e.message.contains("foreign") || e.message.contains("WRONGTYPE"),
         "{e}"
     );
+    // The other dialects named, not the one in use (a trial).
+    assert!(e.message.contains("?dialect=native or ?dialect=go"), "{e}");
     for key in ["x", "z"] {
         assert!(
             matches!(ready(store.claim(key, lease)).unwrap(), Claim::Acquired(_)),

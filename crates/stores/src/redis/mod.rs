@@ -424,11 +424,18 @@ impl RedisStore {
 
     /// The error for a value under our prefix that this dialect does not write.
     fn foreign(&self, what: &str) -> StoreError {
+        // The other dialects only (it named the one in use: a trial).
+        let others: Vec<String> = [Dialect::Native, Dialect::Php, Dialect::Go]
+            .into_iter()
+            .filter(|d| *d != self.dialect)
+            .map(|d| format!("?dialect={}", d.name()))
+            .collect();
         StoreError::internal(format!(
             "redis: a key under {:?} holds a value that is not a {} record ({what}); \
-             another SDK's records? pick its dialect (?dialect=php or ?dialect=go) or another prefix",
+             another SDK's records? pick its dialect ({}) or another prefix",
             self.prefix,
-            self.dialect.name()
+            self.dialect.name(),
+            others.join(" or ")
         ))
     }
 
