@@ -356,6 +356,14 @@ fn redis_a_bad_url_says_how_to_write_a_password() {
     assert_eq!(e.kind, StoreErrorKind::Invalid, "{e}");
     assert!(e.message.contains("percent-encoded"), "{e}");
     assert!(!e.message.contains("pa?ss"), "{e}");
+    // Without user info the hint is the URL's form (a `?` forgotten before
+    // its parameters was told to percent-encode a password: a trial).
+    let e = RedisStore::connect("redis://127.0.0.1:1&dialect=php", "p")
+        .map(drop)
+        .unwrap_err();
+    assert_eq!(e.kind, StoreErrorKind::Invalid, "{e}");
+    assert!(e.message.contains("parameters after a `?`"), "{e}");
+    assert!(!e.message.contains("percent-encoded"), "{e}");
 }
 
 /// A pipeline whose every command fails (here a list under each key; a

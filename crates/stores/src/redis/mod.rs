@@ -131,11 +131,16 @@ impl RedisStore {
             Some(pem) => Client::build_with_tls(url, certificates(pem)),
         }
         .map_err(|e| {
+            // The hint for the part that may be wrong: a URL without user
+            // info was told to percent-encode its password (a `?` forgotten
+            // before `dialect=`: a trial).
+            let hint = match url.contains('@') {
+                true => "in a user name or password, @ / ? # % are percent-encoded: %40 %2F %3F %23 %25",
+                false => "the form is redis://HOST:PORT[/DB][?prefix=P&dialect=native|php|go]: parameters after a `?`",
+            };
             StoreError::new(
                 StoreErrorKind::Invalid,
-                format!(
-                    "redis: bad url: {e} (in a user name or password, @ / ? # % are percent-encoded: %40 %2F %3F %23 %25)"
-                ),
+                format!("redis: bad url: {e} ({hint})"),
             )
         })?;
         Self::open_target(Target::Single(client), prefix, dialect)
