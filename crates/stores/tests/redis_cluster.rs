@@ -24,6 +24,26 @@ fn store_in(tag: &str, dialect: Dialect) -> (RedisStore, ClusterCleanup) {
     (store, ClusterCleanup { spec, prefix })
 }
 
+/// A cluster spec pointed at a server out of cluster mode is refused at the
+/// open, said so: it opened without a word, and every call failed "Missing
+/// slot coverage", store-unavailable, run after run (a trial).
+#[test]
+fn a_cluster_spec_on_a_server_out_of_cluster_mode_is_refused_at_the_open() {
+    let plain = common::redis_url();
+    let e = RedisStore::connect_cluster(
+        std::slice::from_ref(&plain),
+        redis_prefix("not-a-cluster"),
+        Dialect::Native,
+    )
+    .map(drop)
+    .unwrap_err();
+    assert_eq!(e.kind, bq_dedupe::store::StoreErrorKind::Invalid, "{e}");
+    assert!(e.message.contains("out of cluster mode"), "{e}");
+    let spec = plain.replacen("redis://", "redis+cluster://", 1);
+    let e = AnyStore::from_spec(&spec).map(drop).unwrap_err();
+    assert!(e.message.contains("out of cluster mode"), "{e}");
+}
+
 /// A batch of 100 ids spread over every node: one `seen_many`, `claim_many` and
 /// `settle` each, where an `MGET` of the same keys is refused as cross-slot.
 #[test]

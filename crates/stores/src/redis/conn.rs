@@ -2,6 +2,7 @@
 //! Redis error means for the caller.
 
 use bq_dedupe::StoreError;
+use bq_dedupe::store::StoreErrorKind;
 use redis::cluster::{ClusterClient, ClusterConnection, cluster_pipe};
 use redis::{Client, Cmd, Connection, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
@@ -171,6 +172,32 @@ pub(super) fn open(target: &Target) -> RedisResult<Conn> {
         }
         Target::Cluster(client, _, _) => Ok(Conn::Cluster(Box::new(client.get_connection()?))),
     }
+}
+
+/// A cluster spec whose first node is a server out of cluster mode: opened
+/// without a word, every call then failed "Missing slot coverage",
+/// store-unavailable, run after run (a trial). Said at the open instead.
+/// (Not told when the first node does not answer: the others may.)
+pub(super) fn not_a_cluster(target: &Target) -> Option<StoreError> {
+    let Target::Cluster(_, _, first) = target else {
+        return None;
+    };
+    let mut conn = first.get_connection_with_timeout(TIMEOUT).ok()?;
+    conn.set_read_timeout(Some(TIMEOUT)).ok()?;
+    conn.set_write_timeout(Some(TIMEOUT)).ok()?;
+    let info: String = redis::cmd("INFO").arg("cluster").query(&mut conn).ok()?;
+    info.lines()
+        .any(|line| line.trim() == "cluster_enabled:0")
+        .then(|| {
+            StoreError::new(
+                StoreErrorKind::Invalid,
+                format!(
+                    "redis cluster: {} is a server out of cluster mode (cluster_enabled:0): \
+                 use redis:// (rediss:// for TLS) for one server",
+                    target.location().split(',').next().unwrap_or_default()
+                ),
+            )
+        })
 }
 
 /// What to say on start-up where the server may evict keys under memory

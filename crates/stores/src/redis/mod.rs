@@ -23,7 +23,7 @@ use redis::{
 };
 
 use crate::{StoreStats, new_token, ttl_ms};
-use conn::{Conn, Target, error, error_at, eviction_note, open};
+use conn::{Conn, Target, error, error_at, eviction_note, not_a_cluster, open};
 pub use dialect::Dialect;
 use dialect::Record;
 use scripts::{eval, load_scripts, scripts};
@@ -209,6 +209,9 @@ impl RedisStore {
         // Which server refused (a certificate, a password): host:port, never
         // the credentials.
         let mut conn = open(&target).map_err(|e| error_at(e, &target.location()))?;
+        if let Some(refused) = not_a_cluster(&target) {
+            return Err(refused);
+        }
         let notes = eviction_note(&target, &mut conn).into_iter().collect();
         Ok(RedisStore {
             target,
