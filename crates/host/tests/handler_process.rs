@@ -381,6 +381,54 @@ fn sigterm_lets_the_running_handler_finish_and_records_it() {
     }
 }
 
+/// SIGTERM during the last call of a stream that has ended, whose success
+/// the store does not record (a trigger refuses writes): every line was
+/// decided, so the run ends as a whole one (exit 5, its summary). It said
+/// "every line printed was decided and recorded" and exited 143, the
+/// unrecorded success unsaid but in its counts (a review).
+#[test]
+fn a_signal_during_the_last_unrecorded_call_ends_a_whole_run() {
+    let dir = scratch("sigterm-unrecorded");
+    let db = dir.join("db");
+    let store = format!("sqlite:{}", db.display());
+    let made = spawn(&["run", "--store", &store]);
+    assert!(wait_within(made, 30).status.success(), "the store is made");
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute_batch(
+            "CREATE TRIGGER full BEFORE INSERT ON bq_dedupe BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+        )
+        .unwrap();
+    let log = dir.join("log");
+    let cmd = format!(
+        "cat >/dev/null; echo start >> {log}; sleep 1.5; echo effect >> {log}",
+        log = log.display()
+    );
+    // A batch the stream's end cuts (not its size, nor its window).
+    let flags = ["--batch", "10", "--window", "60s"];
+    let mut child = spawn(&[&["run", "--store", &store, "--exec", &cmd][..], &flags].concat());
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{}", envelope("last-unrecorded", 10)).unwrap();
+    drop(stdin);
+    let started = Instant::now();
+    while std::fs::read_to_string(&log).unwrap_or_default().is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the handler never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal(&child, "-TERM");
+    let out = wait_within(child, 30);
+    let verdicts = decisions(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(verdicts.len(), 1, "{stderr}");
+    assert_eq!(verdicts[0]["outcome"], "run-ok-unrecorded", "{verdicts:?}");
+    assert!(!stderr.contains("decided and recorded"), "{stderr}");
+    assert!(stderr.contains("summary:"), "{stderr}");
+    assert_eq!(out.status.code(), Some(5), "{stderr}");
+}
+
 /// A second signal does not wait: the handler's process group is killed
 /// before `run` exits, so nothing of it goes on beside a redelivery.
 #[test]

@@ -311,9 +311,13 @@ fn decide_stream(
             }
             Ok(Event::End) | Err(RecvTimeoutError::Disconnected) => {
                 let group = decide_group(runtime, pending.drain(..), batch, printer);
-                if !ended_there(&group, 0, events, true) {
-                    group?;
+                // Every line decided: a whole run, whatever signal came
+                // during its last call (as in the branches above; it said
+                // "every line printed was decided and recorded": a review).
+                if ended_there(&group, 0, events, true) {
+                    return Ok(n);
                 }
+                group?;
                 // A signal meanwhile may have left some of them undecided.
                 return match stopping::requested() {
                     Some(signal) => Err(Stop::Signal(signal)),
