@@ -62,7 +62,9 @@ fn outcome_of_run<E>(
         Ok(TxRun::AlreadyDone) => Outcome::Skipped,
         Ok(TxRun::Held) => Outcome::Parked,
         Ok(TxRun::Aborted(e)) => Outcome::TransactionAborted(e),
-        // Nothing committed: the effect is undone too, so a retry is safe.
+        // Nothing committed, the effect undone too, so a retry is safe; or,
+        // where the store's error says so (a delivery without an id whose
+        // handler ran its own COMMIT), what it wrote may be committed.
         Err(e) => Outcome::StoreUnavailable(e),
     }
 }

@@ -61,7 +61,11 @@ export class Deliveries {
       if (tag === 'Uint8Array') return new Uint8Array(typedArrayBuffer.call(item), typedArrayOffset.call(item), typedArrayLength.call(item));
       if (tag !== undefined) return this.refuse(i, `a ${tag} is not an envelope: pass its bytes as a Uint8Array`);
       if (isA(dataViewLength, item)) return new Uint8Array(dataViewBuffer.call(item), dataViewOffset.call(item), dataViewLength.call(item));
-      if (isA(arrayBufferLength, item) || isA(sharedArrayBufferLength, item)) return new Uint8Array(item);
+      // Its length read once: a view of a growable buffer follows its growth,
+      // and another thread's `grow` between two reads made the envelope bytes
+      // never written (a review).
+      if (isA(arrayBufferLength, item)) return new Uint8Array(item, 0, arrayBufferLength.call(item));
+      if (isA(sharedArrayBufferLength, item)) return new Uint8Array(item, 0, sharedArrayBufferLength.call(item));
     } catch (e) {
       // (A detached buffer: no JSON.stringify was involved.)
       return this.refuse(i, `its bytes cannot be read: ${e instanceof Error ? e.message : String(e)}`);

@@ -11,14 +11,14 @@ use super::conn::Conn;
 /// reads as `{wrongtype = true}` instead of failing the script with
 /// WRONGTYPE (a server error failed the whole pipeline of a batch's commits,
 /// on a Redis Cluster too); any other error of the `GET` (an ACL's NOPERM) is
-/// raised as `redis.call` raises it. And `foreign(v, mode)`: is `v` a value
+/// raised by `redis.call` (`error(v)` lost its text before Redis 7: a review). And `foreign(v, mode)`: is `v` a value
 /// this dialect does not write? Mode `n` (ours: `d` or `c:...`) or `p` (PHP's:
 /// `1` or `2`).
 pub(super) const FOREIGN: &str = "local function read(k) \
       local v = redis.pcall('GET', k) \
       if type(v) == 'table' then \
         if string.find(v.err, 'WRONGTYPE', 1, true) then return {wrongtype = true} end \
-        error(v) end \
+        return redis.call('GET', k) end \
       return v end \
     local function foreign(v, mode) \
       if type(v) == 'table' then return true end \
