@@ -416,12 +416,18 @@ fn ended_there(
     ended: bool,
 ) -> bool {
     let decided = matches!(group, Err(Stop::Unrecorded { left: false })) && pending == 0;
-    decided
-        && (ended
-            || matches!(
-                events.recv_timeout(END_WAIT),
-                Ok(Event::End) | Err(RecvTimeoutError::Disconnected)
-            ))
+    if !decided || ended {
+        return decided;
+    }
+    let until = Instant::now() + END_WAIT;
+    loop {
+        match events.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            Ok(Event::End) | Err(RecvTimeoutError::Disconnected) => return true,
+            // Blank lines only (no verdict to give): read on (a review).
+            Ok(Event::Lines(chunk)) if chunk.lines.is_empty() => {}
+            _ => return false,
+        }
+    }
 }
 
 /// How long [`ended_there`] waits for the input's end.
