@@ -313,10 +313,7 @@ fn slow_run_as(
 ) -> (Child, std::path::PathBuf, std::process::ChildStdin) {
     let dir = scratch(name);
     let log = dir.join("log");
-    let mut cmd = format!(
-        "cat >/dev/null; echo start >> {log}; sleep 1.5; echo effect >> {log}",
-        log = log.display()
-    );
+    let mut cmd = slow_handler(&log);
     if let Form::Script | Form::ScriptWithArgs = form {
         let path = dir.join("handler.sh");
         std::fs::write(&path, format!("#!/bin/sh\n{}\n", cmd.replace("; ", "\n"))).unwrap();
@@ -335,15 +332,28 @@ fn slow_run_as(
     for id in ids {
         writeln!(stdin, "{}", envelope(id, 10)).unwrap();
     }
+    wait_for_start(&log);
+    (child, log, stdin)
+}
+
+/// A handler that logs `start`, takes 1.5 s, then logs `effect`.
+fn slow_handler(log: &std::path::Path) -> String {
+    format!(
+        "cat >/dev/null; echo start >> {log}; sleep 1.5; echo effect >> {log}",
+        log = log.display()
+    )
+}
+
+/// Waits (up to 20 s) until a [`slow_handler`] has logged its start.
+fn wait_for_start(log: &std::path::Path) {
     let started = Instant::now();
-    while std::fs::read_to_string(&log).unwrap_or_default().is_empty() {
+    while std::fs::read_to_string(log).unwrap_or_default().is_empty() {
         assert!(
             started.elapsed() < Duration::from_secs(20),
             "the handler never started"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    (child, log, stdin)
 }
 
 /// One delivery, its claim's lease short (300 ms: renewed while it runs).
@@ -400,24 +410,14 @@ fn a_signal_during_the_last_unrecorded_call_ends_a_whole_run() {
         )
         .unwrap();
     let log = dir.join("log");
-    let cmd = format!(
-        "cat >/dev/null; echo start >> {log}; sleep 1.5; echo effect >> {log}",
-        log = log.display()
-    );
+    let cmd = slow_handler(&log);
     // A batch the stream's end cuts (not its size, nor its window).
     let flags = ["--batch", "10", "--window", "60s"];
     let mut child = spawn(&[&["run", "--store", &store, "--exec", &cmd][..], &flags].concat());
     let mut stdin = child.stdin.take().unwrap();
     writeln!(stdin, "{}", envelope("last-unrecorded", 10)).unwrap();
     drop(stdin);
-    let started = Instant::now();
-    while std::fs::read_to_string(&log).unwrap_or_default().is_empty() {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the handler never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_start(&log);
     signal(&child, "-TERM");
     let out = wait_within(child, 30);
     let verdicts = decisions(&out);
