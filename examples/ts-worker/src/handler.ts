@@ -11,6 +11,6 @@ export interface Env {
 }
 
 export async function handle(envelope: BabelQueueEnvelope, message: Message, env: Env): Promise<void> {
-  console.log(`${envelope.job} ${envelope.meta.id} (attempt ${message.attempts})`, JSON.stringify(envelope.data));
+  console.log(`${JSON.stringify(envelope.job)} ${JSON.stringify(envelope.meta.id)} (attempt ${message.attempts})`, JSON.stringify(envelope.data));
   void env;
 }
