@@ -41,12 +41,11 @@ export interface BabelQueueEnvelope {
 }
 
 /** Runs once per id; throw (or reject) to fail the delivery: it is retried and its id stays unmarked.
- * What it returns is awaited if it is a promise, and otherwise ignored (as the package's `Handler`).
  * The message's own `ack()` and `retry()` throw: the consumer calls them, by the outcome. */
 export type QueueHandler<M extends QueueMessage = QueueMessage> = (
   envelope: BabelQueueEnvelope,
   message: M,
-) => unknown;
+) => void | Promise<void>;
 
 /** What became of one message. */
 export interface QueueMessageReport {

@@ -11,9 +11,10 @@ export default {
     const report = await dedupeQueue(batch, env, (envelope, message) => handle(envelope, message, env));
     // Anything but a run or a skip is worth a line: a retry, a park, a dead
     // letter, a delivery without a usable meta.id (fail-open: not deduped).
-    // The key as JSON: an id is the producer's text, and could forge a line.
+    // The key and reason as JSON: an id is the producer's text (a reason may
+    // hold it, or your handler's error), and could forge a line.
     for (const m of report.messages.filter((m) => m.outcome !== "run-ok" && m.outcome !== "skip")) {
-      console.log(`bq-dedupe ${m.outcome} -> ${m.action}: ${m.key === null ? "no dedupe key" : JSON.stringify(m.key)} (message ${m.id})${m.reason ? `: ${m.reason}` : ""}`);
+      console.log(`bq-dedupe ${m.outcome} -> ${m.action}: ${m.key === null ? "no dedupe key" : JSON.stringify(m.key)} (message ${m.id})${m.reason ? `: ${JSON.stringify(m.reason)}` : ""}`);
     }
   },
 

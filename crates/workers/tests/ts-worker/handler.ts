@@ -1,13 +1,7 @@
 // The test's src/handler.ts for examples/ts-worker
 // (crates/workers/tests/ts-worker.test.mjs): every effect is a KV row (EFFECTS)
 // the test counts; `data` may tell it to fail its first attempts or to sleep.
-import type { BabelQueueEnvelope, QueueHandler } from "@babelqueue/dedupe/workers";
-
-// What a handler returns is ignored (a promise awaited): one that returns a
-// value type-checks, as the package's `Handler` does (it did not: a user's
-// trial, h101).
-export const returnsAValue: QueueHandler = async () => 42;
-export const returnsAResponse: QueueHandler = () => new Response("ok");
+import type { BabelQueueEnvelope } from "@babelqueue/dedupe/workers";
 
 export interface Env {
   DEDUPE_DO: DurableObjectNamespace;
