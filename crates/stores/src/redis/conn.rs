@@ -186,18 +186,22 @@ pub(super) fn not_a_cluster(target: &Target) -> Option<StoreError> {
     conn.set_read_timeout(Some(TIMEOUT)).ok()?;
     conn.set_write_timeout(Some(TIMEOUT)).ok()?;
     let info: String = redis::cmd("INFO").arg("cluster").query(&mut conn).ok()?;
-    info.lines()
-        .any(|line| line.trim() == "cluster_enabled:0")
-        .then(|| {
-            StoreError::new(
-                StoreErrorKind::Invalid,
-                format!(
-                    "redis cluster: {} is a server out of cluster mode (cluster_enabled:0): \
+    let disabled = info.lines().any(|line| line.trim() == "cluster_enabled:0");
+    // Some servers speak the cluster protocol and say 0 (RedisRaft with
+    // sharding, EloqKV single-node): refused only where that is refused too
+    // (a review).
+    let mut speaks_cluster =
+        || (redis::cmd("CLUSTER").arg("SLOTS").query::<Value>(&mut conn)).is_ok();
+    (disabled && !speaks_cluster()).then(|| {
+        StoreError::new(
+            StoreErrorKind::Invalid,
+            format!(
+                "redis cluster: {} is a server out of cluster mode (cluster_enabled:0): \
                  use redis:// (rediss:// for TLS) for one server",
-                    target.location().split(',').next().unwrap_or_default()
-                ),
-            )
-        })
+                target.location().split(',').next().unwrap_or_default()
+            ),
+        )
+    })
 }
 
 /// What to say on start-up where the server may evict keys under memory
