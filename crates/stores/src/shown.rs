@@ -18,10 +18,11 @@ pub fn shown_spec(spec: &str) -> String {
 /// parameters, is a bare word, maybe a password given in the spec's place,
 /// and is not shown (it was printed, twice: a trial).
 pub fn shown_store_spec(spec: &str) -> String {
-    let bare = || !spec.contains("://") && !spec.contains(['@', '=', ' ']);
+    let bare = !spec.contains("://") && !spec.contains(['@', '=', ' ']);
     match crate::backends::Backend::of(spec) {
-        None if bare() => "*** (not shown: no scheme)".to_string(),
-        _ => shown_spec(spec),
+        None if bare => "*** (not shown: no scheme)".to_string(),
+        Some(backend) => (backend.shown)(spec),
+        None => masked(spec),
     }
 }
 

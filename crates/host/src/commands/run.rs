@@ -272,10 +272,9 @@ fn decide_stream(
         if pending.len() >= batch {
             let full = pending.len() / batch * batch;
             let group = decide_group(runtime, pending.drain(..full), batch, printer);
-            if ended_there(&group, pending.len(), events, false) {
+            if ended_there(group, pending.len(), events, false)? {
                 return Ok(n);
             }
-            group?;
             deadline = (!pending.is_empty()).then(|| Instant::now() + args.window);
         }
         purge.if_due(runtime);
@@ -303,10 +302,9 @@ fn decide_stream(
             Ok(Event::Stopping) => {}
             Err(RecvTimeoutError::Timeout) => {
                 let group = decide_group(runtime, pending.drain(..), batch, printer);
-                if ended_there(&group, 0, events, false) {
+                if ended_there(group, 0, events, false)? {
                     return Ok(n);
                 }
-                group?;
                 deadline = None;
             }
             Ok(Event::End) | Err(RecvTimeoutError::Disconnected) => {
@@ -314,10 +312,9 @@ fn decide_stream(
                 // Every line decided: a whole run, whatever signal came
                 // during its last call (as in the branches above; it said
                 // "every line printed was decided and recorded": a review).
-                if ended_there(&group, 0, events, true) {
+                if ended_there(group, 0, events, true)? {
                     return Ok(n);
                 }
-                group?;
                 // A signal meanwhile may have left some of them undecided.
                 return match stopping::requested() {
                     Some(signal) => Err(Stop::Signal(signal)),
@@ -403,29 +400,34 @@ fn decide_group(
     }
 }
 
-/// After a group whose last call left a success unrecorded, every line of it
-/// decided and none read after: has the input ended there (`ended`: its end
-/// already seen; else the next event is waited for a moment, as a file's end
-/// follows its last lines)? Then every delivery was decided, and the run ends
-/// as a whole one (exit 5), not stopped with lines said left (exit 3, where
-/// there were none: a trial).
+/// A group's end: `Ok(false)` to go on, `Ok(true)` when the run has ended
+/// there, else its stop. A group whose last call left a success unrecorded,
+/// every line of it decided, `pending` none and none read after, ends the
+/// run if the input has ended there (`ended`: its end already seen; else the
+/// next event is waited for a moment, as a file's end follows its last
+/// lines): every delivery was decided, and the run ends as a whole one (exit
+/// 5), not stopped with lines said left (exit 3, where there were none: a
+/// trial).
 fn ended_there(
-    group: &Result<(), Stop>,
+    group: Result<(), Stop>,
     pending: usize,
     events: &Receiver<Event>,
     ended: bool,
-) -> bool {
+) -> Result<bool, Stop> {
     let decided = matches!(group, Err(Stop::Unrecorded { left: false })) && pending == 0;
-    if !decided || ended {
-        return decided;
+    if !decided {
+        return group.map(|()| false);
+    }
+    if ended {
+        return Ok(true);
     }
     let until = Instant::now() + END_WAIT;
     loop {
         match events.recv_timeout(until.saturating_duration_since(Instant::now())) {
-            Ok(Event::End) | Err(RecvTimeoutError::Disconnected) => return true,
+            Ok(Event::End) | Err(RecvTimeoutError::Disconnected) => return Ok(true),
             // Blank lines only (no verdict to give): read on (a review).
             Ok(Event::Lines(chunk)) if chunk.lines.is_empty() => {}
-            _ => return false,
+            _ => return group.map(|()| false),
         }
     }
 }

@@ -174,6 +174,17 @@ pub(super) fn open(target: &Target) -> RedisResult<Conn> {
     }
 }
 
+/// A connection to a cluster's first node, for what is asked of one node
+/// alone (its nodes are configured alike), every reply within [`TIMEOUT`].
+fn first_node(first: &Client) -> RedisResult<Connection> {
+    let conn = first.get_connection_with_timeout(TIMEOUT)?;
+    // The timeout above is the handshake's alone: a node that stalled after
+    // it would hold the connect (a review).
+    conn.set_read_timeout(Some(TIMEOUT))?;
+    conn.set_write_timeout(Some(TIMEOUT))?;
+    Ok(conn)
+}
+
 /// A cluster spec whose first node is a server out of cluster mode: opened
 /// without a word, every call then failed "Missing slot coverage",
 /// store-unavailable, run after run (a trial). Said at the open instead.
@@ -182,9 +193,7 @@ pub(super) fn not_a_cluster(target: &Target) -> Option<StoreError> {
     let Target::Cluster(_, _, first) = target else {
         return None;
     };
-    let mut conn = first.get_connection_with_timeout(TIMEOUT).ok()?;
-    conn.set_read_timeout(Some(TIMEOUT)).ok()?;
-    conn.set_write_timeout(Some(TIMEOUT)).ok()?;
+    let mut conn = first_node(first).ok()?;
     let info: String = redis::cmd("INFO").arg("cluster").query(&mut conn).ok()?;
     let disabled = info.lines().any(|line| line.trim() == "cluster_enabled:0");
     // Some servers speak the cluster protocol and say 0 (RedisRaft with
@@ -210,22 +219,15 @@ pub(super) fn not_a_cluster(target: &Target) -> Option<StoreError> {
 /// its redelivery runs again unreported (a review). Nothing where the server
 /// will not say (`INFO` refused to this user).
 pub(super) fn eviction_note(target: &Target, conn: &mut Conn) -> Option<String> {
-    let info: String =
-        match (target, conn) {
-            (Target::Single(_), Conn::Single(conn)) => redis::cmd("INFO").arg("memory").query(conn),
-            // The first node's: the cluster's nodes are configured alike.
-            (Target::Cluster(_, _, first), _) => first
-                .get_connection_with_timeout(TIMEOUT)
-                .and_then(|mut conn| {
-                    // The timeout above is the handshake's alone: a node that
-                    // stalled after it would hold the connect (a review).
-                    conn.set_read_timeout(Some(TIMEOUT))?;
-                    conn.set_write_timeout(Some(TIMEOUT))?;
-                    redis::cmd("INFO").arg("memory").query(&mut conn)
-                }),
-            _ => return None,
+    let info: String = match (target, conn) {
+        (Target::Single(_), Conn::Single(conn)) => redis::cmd("INFO").arg("memory").query(conn),
+        // The first node's: the cluster's nodes are configured alike.
+        (Target::Cluster(_, _, first), _) => {
+            first_node(first).and_then(|mut conn| redis::cmd("INFO").arg("memory").query(&mut conn))
         }
-        .ok()?;
+        _ => return None,
+    }
+    .ok()?;
     let field = |name: &str| {
         info.lines()
             .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))

@@ -30,6 +30,9 @@ pub enum Dialect {
 }
 
 impl Dialect {
+    /// Every dialect.
+    pub const ALL: [Dialect; 3] = [Dialect::Native, Dialect::Php, Dialect::Go];
+
     /// The name in a spec (`?dialect=`).
     pub fn name(self) -> &'static str {
         match self {

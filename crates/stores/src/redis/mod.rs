@@ -433,8 +433,7 @@ impl RedisStore {
     /// The error for a value under our prefix that this dialect does not write.
     fn foreign(&self, what: &str) -> StoreError {
         // The other dialects only (it named the one in use: a trial).
-        let others: Vec<String> = [Dialect::Native, Dialect::Php, Dialect::Go]
-            .into_iter()
+        let others: Vec<String> = (Dialect::ALL.into_iter())
             .filter(|d| *d != self.dialect)
             .map(|d| format!("?dialect={}", d.name()))
             .collect();
