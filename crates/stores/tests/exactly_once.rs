@@ -2290,6 +2290,16 @@ fn postgres_a_failed_flush_of_a_handlers_own_commit_is_not_said_done() {
     assert!(said.contains("no flush today"), "{said}");
     assert!(said.contains("may be committed"), "{said}");
     assert_eq!(pg_effects(&table, "flush-nid"), 1, "its own COMMIT kept it");
+    // With an id, the setting on the session (`SET`, not `SET LOCAL`): the
+    // store's finish ran under it too, nothing flushed that COMMIT, and the
+    // run was said done (a review, h103). Flushed, or said.
+    let outcome = guard.process_in_transaction(envelope("flush-id").as_str(), |_, tx| {
+        tx.execute(&insert, &[&"flush-id"])?;
+        tx.batch_execute("SET synchronous_commit = off; COMMIT")
+    });
+    let said = format!("{outcome:?}");
+    assert_eq!(outcome.kind(), OutcomeKind::StoreUnavailable, "{said}");
+    assert!(said.contains("no flush today"), "{said}");
     pg().batch_execute(&format!("DROP FUNCTION {refuse}() CASCADE"))
         .unwrap();
     pg_drop(&table);

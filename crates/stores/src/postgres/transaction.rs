@@ -366,7 +366,12 @@ impl PostgresStore {
         value: T,
     ) -> StoreResult<TxRun<T, E>> {
         let Err(e) = commit_as_found(tx) else {
-            if handler_committed {
+            // A COMMIT of the handler's own: without an id told by its
+            // status, with one by the finish landing in another transaction
+            // than the take (`moved`: its finish ran in autocommit, under a
+            // `SET synchronous_commit = off` the handler left on the session,
+            // and nothing flushed either: a review, h103).
+            if handler_committed || moved {
                 // On another connection, new ones too (an idle one may be one
                 // a restart ended: a review). Failing, it is as durable as the
                 // handler made it, maybe not: not said done (it was, and a
@@ -762,7 +767,8 @@ fn not_flushed(why: StoreError) -> StoreError {
     let said = format!(
         "postgres: the handler committed the store's transaction itself (its own COMMIT), \
          and that commit could not be made durable ({}): what it wrote may be committed, or \
-         lost in a crash; the delivery is retried, and a retry writes it again",
+         lost in a crash; the delivery is retried (a retry finds its id done if it was kept; \
+         without an id, it writes it again)",
         why.message
     );
     StoreError::new(why.kind, said)
